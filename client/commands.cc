@@ -1,0 +1,58 @@
+#include "client/commands.h"
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/model/device_check.h"
+#include "services/version.h"
+
+namespace petra::client {
+
+int RunSpec(const std::string& program, const std::vector<std::string>& args);
+
+namespace {
+
+int RunVersion(const std::string& program, const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "Usage: " << program << " version\n\nPrints the version and "
+                 "the compute backend this build can use.\n";
+    return 0;
+  }
+  if (!args.empty()) {
+    std::cerr << program << " version: unexpected argument '" << args[0] << "'\n";
+    return 2;
+  }
+  std::cout << "petra " << kVersion << " (compute: "
+            << model::DescribeComputeBackend() << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"spec", "resolve and validate a job spec from a file and/or job flags",
+       &RunSpec},
+      {"version", "print the version and compute backend", &RunVersion},
+  };
+  return commands;
+}
+
+std::string TopLevelHelp() {
+  std::string out =
+      "Usage: petra COMMAND [flags]\n\n"
+      "Client of a PETRA fleet: trains reversible networks split into stages\n"
+      "across stage servers, with every stage running forward and backward at\n"
+      "once (Parallel End-to-end Training with Reversible Architectures).\n\n"
+      "Commands:\n";
+  for (const Command& c : Commands()) {
+    absl::StrAppend(&out, absl::StrFormat("  %-10s %s\n", c.name, c.summary));
+  }
+  absl::StrAppend(&out,
+                  "\nRun 'petra COMMAND --help' for a command's flags.\n"
+                  "Servers: petra-coordinator --help, petra-stage-server --help.\n");
+  return out;
+}
+
+}  // namespace petra::client

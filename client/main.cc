@@ -1,0 +1,26 @@
+// petra: dispatches to a subcommand (client/commands.h).
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/commands.h"
+
+int main(int argc, char** argv) {
+  const std::string program = "petra";
+  if (argc < 2) {
+    std::cerr << petra::client::TopLevelHelp();
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    std::cout << petra::client::TopLevelHelp();
+    return 0;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  for (const petra::client::Command& c : petra::client::Commands()) {
+    if (name == c.name) return c.run(program, args);
+  }
+  std::cerr << program << ": unknown command '" << name
+            << "'; run 'petra --help' for the list of commands\n";
+  return 2;
+}

@@ -1,0 +1,60 @@
+// `petra spec`: builds a JobSpec from a file and/or the job flags, applies
+// defaults and validation, and prints the resolved spec. The same job flags
+// and the same validation a coordinator applies on submit.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "client/commands.h"
+#include "services/cli/flag_set.h"
+#include "services/job/job_flags.h"
+#include "services/job/job_spec_io.h"
+#include "services/job/job_spec_validation.h"
+
+namespace petra::client {
+
+int RunSpec(const std::string& program, const std::vector<std::string>& args) {
+  std::string from;
+  petra::v1::JobSpec overrides;
+  cli::FlagSet flags(
+      absl::StrCat(program, " spec [--from FILE] [job flags]"),
+      "Resolves a job spec: reads FILE (JSON, or text proto when it ends in\n"
+      ".txtpb/.textproto/.pbtxt), applies the job flags over it, fills the\n"
+      "defaults and validates the result as the coordinator would. Prints\n"
+      "the resolved spec as JSON, or every problem found (exit 1).");
+  flags.AddString("from", &from, "job spec file to start from");
+  job::AddJobFlags(flags, &overrides);
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
+  }
+  if (!parsed.ok()) {
+    std::cerr << program << " spec: " << parsed.message() << "\nRun '"
+              << program << " spec --help' for the list of flags.\n";
+    return 2;
+  }
+  if (!flags.positional().empty()) {
+    std::cerr << program << " spec: unexpected argument '"
+              << flags.positional()[0] << "'\n";
+    return 2;
+  }
+  petra::v1::JobSpec spec;
+  if (!from.empty()) {
+    absl::StatusOr<petra::v1::JobSpec> file = job::ReadJobSpecFile(from);
+    if (!file.ok()) {
+      std::cerr << program << " spec: " << file.status().message() << "\n";
+      return 1;
+    }
+    spec = std::move(*file);
+  }
+  job::OverlayJobSpec(overrides, &spec);
+  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+  if (!resolved.ok()) {
+    std::cerr << program << " spec: " << resolved.status().message() << "\n";
+    return 1;
+  }
+  std::cout << job::JobSpecToJson(*resolved);
+  return 0;
+}
+
+}  // namespace petra::client

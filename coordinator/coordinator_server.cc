@@ -1,0 +1,79 @@
+#include "coordinator/coordinator_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "coordinator/coordinator_service.h"
+#include "coordinator/stage_list.h"
+#include "services/cli/paths.h"
+#include "services/metrics/metrics_exposer.h"
+#include "services/wire/grpc_defaults.h"
+
+namespace petra::coordinator {
+
+CoordinatorServer::CoordinatorServer(Options options,
+                                     std::vector<std::string> stages)
+    : options_(std::move(options)), stages_(std::move(stages)) {}
+CoordinatorServer::~CoordinatorServer() { GracefulStop(); }
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
+    Options options) {
+  if (absl::Status s = wire::ValidateAddress(options.listen, "--listen", true);
+      !s.ok()) {
+    return s;
+  }
+  if (!options.metrics_listen.empty()) {
+    if (absl::Status s = wire::ValidateAddress(options.metrics_listen,
+                                               "--metrics-listen", true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> stages =
+      ExpandStageList(options.stages);
+  if (!stages.ok()) return stages.status();
+  if (absl::Status s =
+          cli::CheckReadableDirectory(options.data_root, "--data-root");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          cli::EnsureWritableDirectory(options.state_dir, "--state-dir");
+      !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<CoordinatorServer>(
+      new CoordinatorServer(std::move(options), std::move(*stages)));
+}
+
+absl::Status CoordinatorServer::Start() {
+  if (server_ != nullptr) {
+    return absl::FailedPreconditionError("coordinator already started");
+  }
+  if (!options_.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> m =
+        metrics::MetricsExposer::Start(options_.metrics_listen, "coordinator");
+    if (!m.ok()) return m.status();
+    metrics_ = std::move(*m);
+  }
+  service_ = std::make_unique<CoordinatorServiceImpl>(
+      static_cast<int>(stages_.size()));
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
+  return absl::OkStatus();
+}
+
+void CoordinatorServer::GracefulStop() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+  server_.reset();
+  metrics_.reset();
+}
+
+int CoordinatorServer::metrics_port() const {
+  return metrics_ == nullptr ? 0 : metrics_->port();
+}
+
+}  // namespace petra::coordinator

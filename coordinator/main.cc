@@ -1,0 +1,57 @@
+// petra-coordinator: maps flags to CoordinatorServer::Options and runs the
+// server until SIGINT or SIGTERM.
+#include <iostream>
+
+#include "coordinator/coordinator_server.h"
+#include "services/cli/flag_set.h"
+#include "services/cli/shutdown_signal.h"
+
+int main(int argc, char** argv) {
+  petra::cli::BlockShutdownSignals();
+  petra::coordinator::CoordinatorServer::Options options;
+  petra::cli::FlagSet flags(
+      "petra-coordinator --stages ADDRESSES [flags]",
+      "PETRA coordinator: accepts training jobs from clients (petra submit),\n"
+      "plans each job's partition over the stage servers, feeds the data and\n"
+      "reports progress. Stops cleanly on SIGINT or SIGTERM.");
+  flags.AddString("listen", &options.listen,
+                  "gRPC address for clients, host:port (port 0 picks one)");
+  flags.AddString("metrics-listen", &options.metrics_listen,
+                  "Prometheus /metrics address, host:port; empty disables");
+  flags.AddString("stages", &options.stages,
+                  "stage servers: host:port,... or a pattern such as "
+                  "petra-stage-{0..3}.petra-stage:50051 (required)");
+  flags.AddString("data-root", &options.data_root,
+                  "directory every dataset path is resolved under");
+  flags.AddString("state-dir", &options.state_dir,
+                  "directory for job records and checkpoints (created when "
+                  "missing)");
+  if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (!flags.positional().empty()) {
+    std::cerr << argv[0] << ": unexpected argument '" << flags.positional()[0]
+              << "'; run '" << argv[0] << " --help' for usage\n";
+    return 2;
+  }
+
+  auto server = petra::coordinator::CoordinatorServer::Create(options);
+  if (!server.ok()) {
+    std::cerr << argv[0] << ": " << server.status().message() << "\n";
+    return 1;
+  }
+  if (absl::Status s = (*server)->Start(); !s.ok()) {
+    std::cerr << argv[0] << ": " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "petra-coordinator listening on port " << (*server)->port()
+            << " (" << (*server)->stage_addresses().size()
+            << " stage servers)" << std::endl;
+  if ((*server)->metrics_port() != 0) {
+    std::cout << "petra-coordinator metrics on port "
+              << (*server)->metrics_port() << std::endl;
+  }
+  int sig = petra::cli::WaitForShutdownSignal();
+  std::cout << "petra-coordinator: signal " << sig << ", stopping" << std::endl;
+  (*server)->GracefulStop();
+  std::cout << "petra-coordinator: stopped" << std::endl;
+  return 0;
+}

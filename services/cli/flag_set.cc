@@ -1,0 +1,209 @@
+#include "services/cli/flag_set.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace petra::cli {
+namespace {
+
+std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+
+absl::Status BadValue(const std::string& value, const std::string& expected) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad value ", Quote(value), ": expected ", expected));
+}
+
+}  // namespace
+
+FlagSet::FlagSet(std::string usage, std::string description)
+    : usage_(std::move(usage)), description_(std::move(description)) {}
+
+void FlagSet::AddString(const std::string& name, std::string* target,
+                        const std::string& help) {
+  AddCustom(name, "STRING", target->empty() ? "" : Quote(*target), help,
+            [target](const std::string& v) {
+              *target = v;
+              return absl::OkStatus();
+            });
+}
+
+void FlagSet::AddInt(const std::string& name, int64_t* target,
+                     const std::string& help) {
+  AddCustom(name, "INT", absl::StrCat(*target), help,
+            [target](const std::string& v) {
+              if (!absl::SimpleAtoi(v, target)) return BadValue(v, "an integer");
+              return absl::OkStatus();
+            });
+}
+
+void FlagSet::AddUint(const std::string& name, uint64_t* target,
+                      const std::string& help) {
+  AddCustom(name, "N", absl::StrCat(*target), help,
+            [target](const std::string& v) {
+              if (v.empty() || v[0] == '-' || !absl::SimpleAtoi(v, target)) {
+                return BadValue(v, "a non-negative integer");
+              }
+              return absl::OkStatus();
+            });
+}
+
+void FlagSet::AddDouble(const std::string& name, double* target,
+                        const std::string& help) {
+  AddCustom(name, "NUMBER", absl::StrFormat("%g", *target), help,
+            [target](const std::string& v) {
+              double d;
+              if (!absl::SimpleAtod(v, &d) || !std::isfinite(d)) {
+                return BadValue(v, "a finite number");
+              }
+              *target = d;
+              return absl::OkStatus();
+            });
+}
+
+void FlagSet::AddBool(const std::string& name, bool* target,
+                      const std::string& help) {
+  AddCustom(name, "", *target ? "true" : "false", help,
+            [target](const std::string& v) {
+              if (!absl::SimpleAtob(v, target)) {
+                return BadValue(v, "true or false");
+              }
+              return absl::OkStatus();
+            });
+}
+
+void FlagSet::AddCustom(
+    const std::string& name, const std::string& value_name,
+    const std::string& default_text, const std::string& help,
+    std::function<absl::Status(const std::string&)> setter) {
+  Flag f;
+  f.name = name;
+  f.value_name = value_name;
+  f.default_text = default_text;
+  f.help = help;
+  f.set = std::move(setter);
+  f.is_bool = value_name.empty();
+  flags_.push_back(std::move(f));
+}
+
+FlagSet::Flag* FlagSet::Find(const std::string& name) {
+  for (Flag& f : flags_) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+bool FlagSet::WasSet(const std::string& name) const {
+  for (const Flag& f : flags_) {
+    if (f.name == name) return f.seen;
+  }
+  return false;
+}
+
+absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h" || arg == "-help") {
+      help_requested_ = true;
+      return absl::OkStatus();
+    }
+    if (arg == "--") {
+      positional_.insert(positional_.end(), args.begin() + i + 1, args.end());
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-' || arg == "-") {
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    std::string name = body;
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = body.find('='); eq != std::string::npos) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+      has_value = true;
+    }
+    Flag* flag = Find(name);
+    if (flag == nullptr && !has_value && name.rfind("no-", 0) == 0) {
+      // --no-foo for a bool flag foo.
+      Flag* negated = Find(name.substr(3));
+      if (negated != nullptr && negated->is_bool) {
+        negated->seen = true;
+        absl::Status s = negated->set("false");
+        if (!s.ok()) return s;
+        continue;
+      }
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name));
+    }
+    if (!has_value) {
+      if (flag->is_bool) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "flag --", name, " needs a value (", flag->value_name, ")"));
+      }
+    }
+    flag->seen = true;
+    absl::Status s = flag->set(value);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", name, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string FlagSet::Help() const {
+  std::string out = absl::StrCat("Usage: ", usage_, "\n\n", description_, "\n");
+  if (!flags_.empty()) absl::StrAppend(&out, "\nFlags:\n");
+  for (const Flag& f : flags_) {
+    std::string head = absl::StrCat("  --", f.name);
+    if (!f.value_name.empty()) absl::StrAppend(&head, " ", f.value_name);
+    absl::StrAppend(&out, head);
+    // Align descriptions in a column when the flag name is short enough.
+    constexpr size_t kColumn = 30;
+    if (head.size() + 2 <= kColumn) {
+      out.append(kColumn - head.size(), ' ');
+    } else {
+      absl::StrAppend(&out, "\n", std::string(kColumn, ' '));
+    }
+    absl::StrAppend(&out, f.help);
+    if (!f.default_text.empty()) {
+      absl::StrAppend(&out, " (default: ", f.default_text, ")");
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  absl::StrAppend(&out, "  --help                      show this help\n");
+  return out;
+}
+
+int ParseOrExit(FlagSet& flags, int argc, char** argv, int first) {
+  std::vector<std::string> args(argv + std::min(first, argc), argv + argc);
+  absl::Status s = flags.Parse(args);
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
+  }
+  if (!s.ok()) {
+    std::cerr << argv[0] << ": " << s.message() << "\n"
+              << "Run '" << argv[0] << (first > 1 ? std::string(" ") + argv[1] : "")
+              << " --help' for the list of flags.\n";
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace petra::cli

@@ -1,0 +1,22 @@
+// Device strings in job specs and flags: "cpu", "cuda", "cuda:N". Parsed
+// without torch so a spec is checked before any stage is placed.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace petra::job {
+
+struct DeviceName {
+  enum class Type { kCpu, kCuda };
+  Type type = Type::kCpu;
+  // CUDA ordinal; -1 means "the current device" for plain "cuda".
+  int index = -1;
+};
+
+// INVALID_ARGUMENT naming `field` for anything else (e.g. "gpu", "cuda:x").
+absl::StatusOr<DeviceName> ParseDeviceName(const std::string& text,
+                                           const std::string& field);
+
+}  // namespace petra::job

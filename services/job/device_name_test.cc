@@ -1,0 +1,29 @@
+#include "services/job/device_name.h"
+
+#include <gtest/gtest.h>
+
+namespace petra::job {
+namespace {
+
+TEST(DeviceName, ParsesKnownForms) {
+  EXPECT_EQ(ParseDeviceName("cpu", "d")->type, DeviceName::Type::kCpu);
+  absl::StatusOr<DeviceName> cuda = ParseDeviceName("cuda", "d");
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_EQ(cuda->type, DeviceName::Type::kCuda);
+  EXPECT_EQ(cuda->index, -1);
+  absl::StatusOr<DeviceName> cuda3 = ParseDeviceName("cuda:3", "d");
+  ASSERT_TRUE(cuda3.ok());
+  EXPECT_EQ(cuda3->index, 3);
+}
+
+TEST(DeviceName, RefusesEverythingElse) {
+  for (const char* bad : {"", "CPU", "gpu", "cuda:", "cuda:x", "cuda:-1",
+                          "cuda:+1", "cuda:1024", "cuda:1 ", "mps", "cuda:0:1"}) {
+    absl::StatusOr<DeviceName> d = ParseDeviceName(bad, "devices[2]");
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_NE(d.status().message().find("devices[2]"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace petra::job

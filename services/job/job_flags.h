@@ -1,0 +1,20 @@
+// The job flags every command that builds a JobSpec takes (`petra spec`,
+// and later `petra train` and `petra submit`): one definition, so a flag
+// means the same everywhere.
+#pragma once
+
+#include "petra/v1/job.pb.h"
+#include "services/cli/flag_set.h"
+
+namespace petra::job {
+
+// Binds the job flags to fields of *spec. A flag sets its field only when
+// given, so unset fields keep their defaults (job_spec_defaults.h).
+void AddJobFlags(cli::FlagSet& flags, petra::v1::JobSpec* spec);
+
+// Overlays the fields set in `overrides` on `base` (repeated fields given in
+// `overrides` replace those of `base`).
+void OverlayJobSpec(const petra::v1::JobSpec& overrides,
+                    petra::v1::JobSpec* base);
+
+}  // namespace petra::job

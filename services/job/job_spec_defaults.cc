@@ -1,0 +1,93 @@
+#include "services/job/job_spec_defaults.h"
+
+namespace petra::job {
+
+using petra::v1::DatasetKind;
+
+const char* DefaultDatasetPath(DatasetKind kind) {
+  switch (kind) {
+    // Debian's dataset-fashion-mnist installs here (under /usr/share/datasets).
+    case petra::v1::DATASET_KIND_FASHION_MNIST: return "fashion-mnist";
+    case petra::v1::DATASET_KIND_MNIST: return "mnist";
+    case petra::v1::DATASET_KIND_CIFAR10: return "cifar-10-batches-bin";
+    default: return "";
+  }
+}
+
+void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
+  petra::v1::ModelSpec* model = spec->mutable_model();
+  petra::v1::DatasetSpec* data = spec->mutable_dataset();
+  const DatasetKind kind = data->kind();
+  const bool mnist_like = kind == petra::v1::DATASET_KIND_FASHION_MNIST ||
+                          kind == petra::v1::DATASET_KIND_MNIST;
+
+  if (model->variant() == petra::v1::VARIANT_UNSPECIFIED) {
+    model->set_variant(mnist_like ? petra::v1::VARIANT_MNIST
+                                  : petra::v1::VARIANT_CIFAR);
+  }
+  const bool cifar = model->variant() == petra::v1::VARIANT_CIFAR;
+  if (!model->has_width()) model->set_width(1.0);
+  if (!model->has_num_classes()) {
+    model->set_num_classes(model->variant() == petra::v1::VARIANT_IMAGENET ? 1000
+                                                                          : 10);
+  }
+
+  if (data->path().empty()) data->set_path(DefaultDatasetPath(kind));
+  if (!data->has_synthetic_train_size()) data->set_synthetic_train_size(4096);
+  if (!data->has_synthetic_test_size()) data->set_synthetic_test_size(1024);
+  petra::v1::AugmentationSpec* aug = data->mutable_augmentation();
+  if (!aug->has_random_crop_padding()) aug->set_random_crop_padding(cifar ? 4 : 0);
+  if (!aug->has_horizontal_flip()) aug->set_horizontal_flip(cifar);
+  if (!aug->has_normalize()) aug->set_normalize(true);
+
+  petra::v1::PartitionSpec* part = spec->mutable_partition();
+  if (part->layout_case() == petra::v1::PartitionSpec::LAYOUT_NOT_SET) {
+    part->set_per_block(true);
+  }
+  if (part->cost() == petra::v1::PartitionSpec::COST_UNSPECIFIED) {
+    part->set_cost(petra::v1::PartitionSpec::COST_ESTIMATED);
+  }
+
+  petra::v1::TrainingSpec* train = spec->mutable_training();
+  if (train->mode() == petra::v1::TRAINING_MODE_UNSPECIFIED) {
+    train->set_mode(petra::v1::TRAINING_MODE_PETRA);
+  }
+  if (!train->has_accumulation_steps()) train->set_accumulation_steps(1);
+  if (!train->has_micro_batch_size()) train->set_micro_batch_size(64);
+  if (!train->has_epochs()) train->set_epochs(1);
+  if (train->non_finite() == petra::v1::TrainingSpec::NON_FINITE_POLICY_UNSPECIFIED) {
+    train->set_non_finite(petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL);
+  }
+
+  petra::v1::OptimizerSpec* opt = spec->mutable_optimizer();
+  if (opt->kind() == petra::v1::OptimizerSpec::KIND_UNSPECIFIED) {
+    opt->set_kind(petra::v1::OptimizerSpec::KIND_SGD);
+  }
+  if (!opt->has_learning_rate()) {
+    // The paper's scaling rule: 0.1 per 256 samples of effective batch.
+    opt->set_learning_rate(0.1 * train->micro_batch_size() *
+                           train->accumulation_steps() / 256.0);
+  }
+  if (!opt->has_momentum()) opt->set_momentum(0.9);
+  // Nesterov needs momentum; default to it whenever momentum is on.
+  if (!opt->has_nesterov()) opt->set_nesterov(opt->momentum() > 0);
+  if (!opt->has_weight_decay()) opt->set_weight_decay(5e-4);
+
+  petra::v1::ScheduleSpec* sched = spec->mutable_schedule();
+  if (!sched->has_warmup_epochs()) {
+    sched->set_warmup_epochs(train->epochs() < 10 ? 0.0 : 5.0);
+  }
+  if (sched->decay() == petra::v1::ScheduleSpec::DECAY_UNSPECIFIED) {
+    sched->set_decay(petra::v1::ScheduleSpec::DECAY_COSINE);
+  }
+  if (!sched->has_step_factor()) sched->set_step_factor(0.1);
+
+  if (!spec->evaluation().has_every_epochs()) {
+    spec->mutable_evaluation()->set_every_epochs(1);
+  }
+  if (!spec->checkpoint().has_keep_last()) {
+    spec->mutable_checkpoint()->set_keep_last(2);
+  }
+}
+
+}  // namespace petra::job

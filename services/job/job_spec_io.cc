@@ -1,0 +1,104 @@
+#include "services/job/job_spec_io.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace petra::job {
+namespace {
+
+// Largest spec file we read; a JobSpec is a few KB.
+constexpr std::streamoff kMaxSpecFileBytes = 1 << 20;
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) {
+      first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ",
+                            message);
+    }
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+}  // namespace
+
+absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
+                                                SpecFormat format) {
+  petra::v1::JobSpec spec;
+  if (format == SpecFormat::kJson) {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = false;
+    auto status = google::protobuf::util::JsonStringToMessage(text, &spec, options);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec JSON: ", status.message().as_string()));
+    }
+    return spec;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &spec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec text proto: ", errors.first()));
+  }
+  return spec;
+}
+
+absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    std::string why = std::strerror(err);
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": ", why));
+    if (err == EACCES) {
+      return absl::PermissionDeniedError(absl::StrCat(path, ": ", why));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
+  }
+  // Read at most one byte past the limit, so /dev/zero or a huge file is
+  // refused instead of read whole.
+  std::string text(static_cast<size_t>(kMaxSpecFileBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<std::streamoff>(text.size()) > kMaxSpecFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": larger than ", kMaxSpecFileBytes,
+                     " bytes, too large for a job spec"));
+  }
+  const bool text_proto = absl::EndsWith(path, ".txtpb") ||
+                          absl::EndsWith(path, ".textproto") ||
+                          absl::EndsWith(path, ".pbtxt");
+  absl::StatusOr<petra::v1::JobSpec> spec =
+      ParseJobSpec(text, text_proto ? SpecFormat::kTextProto : SpecFormat::kJson);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+std::string JobSpecToJson(const petra::v1::JobSpec& spec) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  // Printing a valid message cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(spec, &out, options);
+  return out;
+}
+
+}  // namespace petra::job

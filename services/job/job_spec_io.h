@@ -1,0 +1,27 @@
+// Reading and writing JobSpecs as JSON (proto3 JSON mapping) or text proto.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/job.pb.h"
+
+namespace petra::job {
+
+enum class SpecFormat { kJson, kTextProto };
+
+// Parses `text`. INVALID_ARGUMENT with the parser's message (line and column
+// for text proto) on syntax errors, unknown fields or unknown enum names.
+// Does not validate: call ResolveJobSpec next.
+absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
+                                                SpecFormat format);
+
+// Reads a file; the format follows the extension (.json, or .txtpb /
+// .textproto / .pbtxt), defaulting to JSON. NOT_FOUND / PERMISSION_DENIED
+// name the path.
+absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path);
+
+// Pretty JSON with field names as in the proto (snake_case).
+std::string JobSpecToJson(const petra::v1::JobSpec& spec);
+
+}  // namespace petra::job

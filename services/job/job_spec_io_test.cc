@@ -1,0 +1,112 @@
+#include "services/job/job_spec_io.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace petra::job {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TempFile {
+ public:
+  TempFile(const std::string& suffix, const std::string& contents) {
+    char name[] = "/tmp/petra_spec_XXXXXX";
+    int fd = mkstemp(name);
+    close(fd);
+    std::remove(name);
+    path_ = std::string(name) + suffix;
+    std::ofstream(path_) << contents;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(JobSpecIo, ParsesJsonWithEnumNamesAndOptionalZeros) {
+  absl::StatusOr<petra::v1::JobSpec> s = ParseJobSpec(R"({
+    "model": {"architecture": "ARCHITECTURE_REVNET18", "width": 0.25},
+    "dataset": {"kind": "DATASET_KIND_FASHION_MNIST"},
+    "training": {"accumulation_steps": 0},
+    "optimizer": {"momentum": 0},
+    "devices": ["cpu"]
+  })", SpecFormat::kJson);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model().architecture(), petra::v1::ARCHITECTURE_REVNET18);
+  EXPECT_EQ(s->model().width(), 0.25);
+  // An explicit 0 is kept as set (and later refused by validation).
+  EXPECT_TRUE(s->training().has_accumulation_steps());
+  EXPECT_TRUE(s->optimizer().has_momentum());
+  EXPECT_FALSE(s->training().has_epochs());
+}
+
+TEST(JobSpecIo, JsonErrorsAreInvalidArgument) {
+  for (const char* bad : {"{", R"({"modle": {}})",
+                          R"({"model": {"architecture": "REVNET99"}})",
+                          R"({"training": {"epochs": -1}})"}) {
+    absl::StatusOr<petra::v1::JobSpec> s = ParseJobSpec(bad, SpecFormat::kJson);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("job spec JSON"));
+  }
+}
+
+TEST(JobSpecIo, TextProtoErrorsGiveLineAndColumn) {
+  absl::StatusOr<petra::v1::JobSpec> s = ParseJobSpec(
+      "model { architecture: ARCHITECTURE_REVNET18 }\nseed: banana\n",
+      SpecFormat::kTextProto);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("line 2"));
+}
+
+TEST(JobSpecIo, ReadsFilesByExtension) {
+  TempFile json(".json", R"({"seed": "7"})");
+  absl::StatusOr<petra::v1::JobSpec> a = ReadJobSpecFile(json.path());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->seed(), 7u);
+  TempFile text(".txtpb", "seed: 9");
+  absl::StatusOr<petra::v1::JobSpec> b = ReadJobSpecFile(text.path());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->seed(), 9u);
+}
+
+TEST(JobSpecIo, MissingFileIsNotFoundNamingThePath) {
+  absl::StatusOr<petra::v1::JobSpec> s = ReadJobSpecFile("/nonexistent/spec.json");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/nonexistent/spec.json"));
+}
+
+TEST(JobSpecIo, BadFileNamesThePath) {
+  TempFile json(".json", "not json");
+  absl::StatusOr<petra::v1::JobSpec> s = ReadJobSpecFile(json.path());
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr(json.path()));
+}
+
+TEST(JobSpecIo, OversizedFileIsRefused) {
+  TempFile big(".json", std::string(2 << 20, ' '));
+  absl::StatusOr<petra::v1::JobSpec> s = ReadJobSpecFile(big.path());
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("too large"));
+}
+
+TEST(JobSpecIo, JsonRoundTrip) {
+  petra::v1::JobSpec spec;
+  spec.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_RESNET50);
+  spec.mutable_training()->set_epochs(3);
+  spec.add_devices("cuda:0");
+  std::string json = JobSpecToJson(spec);
+  EXPECT_THAT(json, HasSubstr("\"architecture\": \"ARCHITECTURE_RESNET50\""));
+  absl::StatusOr<petra::v1::JobSpec> back = ParseJobSpec(json, SpecFormat::kJson);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), spec.SerializeAsString());
+}
+
+}  // namespace
+}  // namespace petra::job

@@ -1,0 +1,318 @@
+#include "services/job/job_spec_validation.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "services/job/device_name.h"
+#include "services/job/enum_names.h"
+#include "services/job/job_spec_defaults.h"
+#include "services/model/architecture_catalog.h"
+
+namespace petra::job {
+namespace {
+
+using google::protobuf::EnumDescriptor;
+using google::protobuf::GetEnumDescriptor;
+
+// Upper bounds far beyond any real job; they exist so that a typo such as an
+// extra zero is reported instead of stalling a fleet.
+constexpr uint32_t kMaxAccumulationSteps = 4096;
+constexpr uint32_t kMaxMicroBatchSize = 65536;
+constexpr uint32_t kMaxEpochs = 100000;
+constexpr uint32_t kMaxClasses = 1000000;
+constexpr double kMaxWidth = 8.0;
+constexpr uint32_t kMaxCropPadding = 64;
+constexpr size_t kMaxNameLength = 128;
+
+class Problems {
+ public:
+  template <typename V>
+  void Add(const std::string& field, const V& value, const std::string& why) {
+    list_.push_back(absl::StrCat(field, " = ", value, ": ", why));
+  }
+  void AddRaw(std::string text) { list_.push_back(std::move(text)); }
+  bool empty() const { return list_.empty(); }
+  absl::Status ToStatus() const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: ", absl::StrJoin(list_, "; ")));
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+std::string Num(double v) { return absl::StrFormat("%g", v); }
+
+// An enum must be a value the proto declares (proto3 keeps unknown numbers).
+template <typename E>
+bool CheckEnum(Problems& p, const std::string& field, int value,
+               bool required) {
+  const EnumDescriptor* type = GetEnumDescriptor<E>();
+  if (type->FindValueByNumber(value) == nullptr) {
+    p.Add(field, value, absl::StrCat("unknown value (expected one of ",
+                                     absl::StrJoin(EnumShortNames(type), ", "),
+                                     ")"));
+    return false;
+  }
+  if (required && value == 0) {
+    p.Add(field, "unspecified",
+          absl::StrCat("required (one of ",
+                       absl::StrJoin(EnumShortNames(type), ", "), ")"));
+    return false;
+  }
+  return true;
+}
+
+void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::ModelSpec& m = s.model();
+  CheckEnum<petra::v1::Architecture>(p, "model.architecture", m.architecture(),
+                                     true);
+  bool variant_ok =
+      CheckEnum<petra::v1::Variant>(p, "model.variant", m.variant(), false);
+  if (!std::isfinite(m.width()) || m.width() <= 0 || m.width() > kMaxWidth) {
+    p.Add("model.width", Num(m.width()),
+          absl::StrCat("must be in (0, ", Num(kMaxWidth), "]"));
+  }
+  if (m.num_classes() < 2 || m.num_classes() > kMaxClasses) {
+    p.Add("model.num_classes", m.num_classes(),
+          absl::StrCat("must be in [2, ", kMaxClasses, "]"));
+  }
+
+  const petra::v1::DatasetSpec& d = s.dataset();
+  bool kind_ok = CheckEnum<petra::v1::DatasetKind>(p, "dataset.kind", d.kind(),
+                                                   true);
+  if (kind_ok && variant_ok && d.kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
+    const bool mnist_like = d.kind() == petra::v1::DATASET_KIND_FASHION_MNIST ||
+                            d.kind() == petra::v1::DATASET_KIND_MNIST;
+    const petra::v1::Variant needed =
+        mnist_like ? petra::v1::VARIANT_MNIST : petra::v1::VARIANT_CIFAR;
+    if (m.variant() != needed) {
+      p.Add("model.variant", EnumShortName(m.variant()),
+            absl::StrCat("dataset ", EnumShortName(d.kind()),
+                         " needs variant ", EnumShortName(needed)));
+    }
+    if (m.num_classes() != 10) {
+      p.Add("model.num_classes", m.num_classes(),
+            absl::StrCat("dataset ", EnumShortName(d.kind()),
+                         " has 10 classes"));
+    }
+  }
+  // Paths are resolved under --data-root; they may not climb out of it.
+  for (absl::string_view part : absl::StrSplit(d.path(), '/')) {
+    if (part == "..") {
+      p.Add("dataset.path", absl::StrCat("\"", d.path(), "\""),
+            "may not contain \"..\"");
+      break;
+    }
+  }
+  if (d.synthetic_train_size() == 0) {
+    p.Add("dataset.synthetic_train_size", 0, "must be at least 1");
+  }
+  if (d.synthetic_test_size() == 0) {
+    p.Add("dataset.synthetic_test_size", 0, "must be at least 1");
+  }
+  if (d.augmentation().random_crop_padding() > kMaxCropPadding) {
+    p.Add("dataset.augmentation.random_crop_padding",
+          d.augmentation().random_crop_padding(),
+          absl::StrCat("must be at most ", kMaxCropPadding));
+  }
+}
+
+void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::PartitionSpec& part = s.partition();
+  CheckEnum<petra::v1::PartitionSpec::Cost>(p, "partition.cost", part.cost(),
+                                            false);
+  absl::StatusOr<model::ArchitectureInfo> arch =
+      model::GetArchitectureInfo(s.model().architecture());
+  if (part.layout_case() == petra::v1::PartitionSpec::kPerBlock &&
+      !part.per_block()) {
+    p.Add("partition.per_block", "false",
+          "set per_block: true or give stage_count");
+  }
+  if (part.layout_case() == petra::v1::PartitionSpec::kStageCount) {
+    if (part.stage_count() == 0) {
+      p.Add("partition.stage_count", 0, "must be at least 1");
+    } else if (arch.ok() &&
+               part.stage_count() > static_cast<uint32_t>(arch->per_block_stages)) {
+      p.Add("partition.stage_count", part.stage_count(),
+            absl::StrCat(arch->display_name, " has ", arch->per_block_stages,
+                         " blocks (stem, ", arch->residual_blocks,
+                         " residual blocks, head), so at most ",
+                         arch->per_block_stages, " stages"));
+    }
+  }
+  for (int i = 0; i < s.devices_size(); ++i) {
+    absl::StatusOr<DeviceName> dev =
+        ParseDeviceName(s.devices(i), absl::StrCat("devices[", i, "]"));
+    if (!dev.ok()) p.AddRaw(std::string(dev.status().message()));
+  }
+  if (arch.ok() && s.devices_size() > 1 && StageCount(s) > 0 &&
+      s.devices_size() != StageCount(s)) {
+    p.Add("devices", absl::StrCat("[", absl::StrJoin(s.devices(), ", "), "]"),
+          absl::StrCat(s.devices_size(), " entries, but the job has ",
+                       StageCount(s), " stages (give none, one, or ",
+                       StageCount(s), ")"));
+  }
+}
+
+void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::TrainingSpec& t = s.training();
+  if (CheckEnum<petra::v1::TrainingMode>(p, "training.mode", t.mode(), false)) {
+    if (t.mode() != petra::v1::TRAINING_MODE_DELAYED) {
+      if (t.stash_inputs()) {
+        p.Add("training.stash_inputs", "true",
+              absl::StrCat("only valid with mode delayed, not ",
+                           EnumShortName(t.mode())));
+      }
+      if (t.stash_weights()) {
+        p.Add("training.stash_weights", "true",
+              absl::StrCat("only valid with mode delayed, not ",
+                           EnumShortName(t.mode())));
+      }
+    } else if (!t.stash_inputs() && !t.stash_weights()) {
+      p.Add("training.mode", "delayed",
+            "needs stash_inputs and/or stash_weights (without either it is "
+            "mode petra)");
+    }
+  }
+  if (t.accumulation_steps() < 1 || t.accumulation_steps() > kMaxAccumulationSteps) {
+    p.Add("training.accumulation_steps", t.accumulation_steps(),
+          absl::StrCat("must be in [1, ", kMaxAccumulationSteps, "]"));
+  }
+  if (t.micro_batch_size() < 1 || t.micro_batch_size() > kMaxMicroBatchSize) {
+    p.Add("training.micro_batch_size", t.micro_batch_size(),
+          absl::StrCat("must be in [1, ", kMaxMicroBatchSize, "]"));
+  }
+  if (t.epochs() < 1 || t.epochs() > kMaxEpochs) {
+    p.Add("training.epochs", t.epochs(),
+          absl::StrCat("must be in [1, ", kMaxEpochs, "]"));
+  }
+  CheckEnum<petra::v1::TrainingSpec::NonFinitePolicy>(p, "training.non_finite",
+                                                      t.non_finite(), false);
+}
+
+void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::OptimizerSpec& o = s.optimizer();
+  CheckEnum<petra::v1::OptimizerSpec::Kind>(p, "optimizer.kind", o.kind(),
+                                            false);
+  if (!std::isfinite(o.learning_rate()) || o.learning_rate() < 0) {
+    p.Add("optimizer.learning_rate", Num(o.learning_rate()),
+          "must be finite and >= 0");
+  }
+  if (!std::isfinite(o.momentum()) || o.momentum() < 0 || o.momentum() >= 1) {
+    p.Add("optimizer.momentum", Num(o.momentum()), "must be in [0, 1)");
+  }
+  if (o.nesterov() && o.momentum() == 0) {
+    p.Add("optimizer.nesterov", "true", "needs momentum > 0");
+  }
+  if (!std::isfinite(o.weight_decay()) || o.weight_decay() < 0) {
+    p.Add("optimizer.weight_decay", Num(o.weight_decay()),
+          "must be finite and >= 0");
+  }
+
+  const petra::v1::ScheduleSpec& sc = s.schedule();
+  const uint32_t epochs = s.training().epochs();
+  if (!std::isfinite(sc.warmup_epochs()) || sc.warmup_epochs() < 0 ||
+      sc.warmup_epochs() > epochs) {
+    p.Add("schedule.warmup_epochs", Num(sc.warmup_epochs()),
+          absl::StrCat("must be in [0, training.epochs = ", epochs, "]"));
+  }
+  if (CheckEnum<petra::v1::ScheduleSpec::Decay>(p, "schedule.decay", sc.decay(),
+                                                false)) {
+    if (sc.decay() != petra::v1::ScheduleSpec::DECAY_STEP &&
+        sc.step_epochs_size() > 0) {
+      p.Add("schedule.step_epochs",
+            absl::StrCat("[", absl::StrJoin(sc.step_epochs(), ", "), "]"),
+            absl::StrCat("only valid with decay step, not ",
+                         EnumShortName(sc.decay())));
+    }
+    if (sc.decay() == petra::v1::ScheduleSpec::DECAY_STEP &&
+        sc.step_epochs_size() == 0) {
+      p.Add("schedule.step_epochs", "[]", "decay step needs at least one epoch");
+    }
+  }
+  for (int i = 0; i < sc.step_epochs_size(); ++i) {
+    const uint32_t e = sc.step_epochs(i);
+    if (e < 1 || e >= epochs || (i > 0 && e <= sc.step_epochs(i - 1))) {
+      p.Add(absl::StrCat("schedule.step_epochs[", i, "]"), e,
+            absl::StrCat("must increase and lie in [1, training.epochs = ",
+                         epochs, ")"));
+    }
+  }
+  if (!std::isfinite(sc.step_factor()) || sc.step_factor() <= 0 ||
+      sc.step_factor() > 1) {
+    p.Add("schedule.step_factor", Num(sc.step_factor()), "must be in (0, 1]");
+  }
+}
+
+void CheckRest(const petra::v1::JobSpec& s, Problems& p) {
+  if (s.name().size() > kMaxNameLength) {
+    p.Add("name", absl::StrCat("<", s.name().size(), " characters>"),
+          absl::StrCat("at most ", kMaxNameLength, " characters"));
+  }
+  for (unsigned char c : s.name()) {
+    if (c < 0x20 || c == 0x7f) {
+      p.Add("name", absl::StrCat("\"", absl::CHexEscape(s.name()), "\""),
+            "may not contain control characters");
+      break;
+    }
+  }
+  if (s.evaluation().every_epochs() < 1) {
+    p.Add("evaluation.every_epochs", s.evaluation().every_epochs(),
+          "must be at least 1");
+  }
+  if (s.checkpoint().keep_last() < 1) {
+    p.Add("checkpoint.keep_last", s.checkpoint().keep_last(),
+          "must be at least 1");
+  }
+  const std::string& resume = s.checkpoint().resume_from_job();
+  if (resume.find_first_of("/\\") != std::string::npos || resume == ".." ||
+      resume == ".") {
+    p.Add("checkpoint.resume_from_job", absl::StrCat("\"", resume, "\""),
+          "must be a job id, not a path");
+  }
+}
+
+}  // namespace
+
+int StageCount(const petra::v1::JobSpec& resolved) {
+  if (resolved.partition().layout_case() ==
+      petra::v1::PartitionSpec::kStageCount) {
+    return static_cast<int>(resolved.partition().stage_count());
+  }
+  absl::StatusOr<model::ArchitectureInfo> arch =
+      model::GetArchitectureInfo(resolved.model().architecture());
+  return arch.ok() ? arch->per_block_stages : 0;
+}
+
+std::string DeviceForStage(const petra::v1::JobSpec& resolved, int index) {
+  if (resolved.devices_size() == 0) return "cpu";
+  if (resolved.devices_size() == 1) return resolved.devices(0);
+  return index < resolved.devices_size() ? resolved.devices(index) : "cpu";
+}
+
+absl::StatusOr<petra::v1::JobSpec> ResolveJobSpec(
+    const petra::v1::JobSpec& spec) {
+  petra::v1::JobSpec resolved = spec;
+  ApplyJobSpecDefaults(&resolved);
+  Problems problems;
+  CheckModelAndData(resolved, problems);
+  CheckPartitionAndDevices(resolved, problems);
+  CheckTraining(resolved, problems);
+  CheckOptimizerAndSchedule(resolved, problems);
+  CheckRest(resolved, problems);
+  if (!problems.empty()) return problems.ToStatus();
+  return resolved;
+}
+
+absl::Status ValidateJobSpec(const petra::v1::JobSpec& spec) {
+  return ResolveJobSpec(spec).status();
+}
+
+}  // namespace petra::job

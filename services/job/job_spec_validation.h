@@ -1,0 +1,25 @@
+// JobSpec validation, in one function: every rule a spec must satisfy before
+// a coordinator plans or a stage accepts it.
+#pragma once
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "petra/v1/job.pb.h"
+
+namespace petra::job {
+
+// Applies the defaults (job_spec_defaults.h) to a copy of `spec` and checks
+// the result. On failure: INVALID_ARGUMENT listing every problem as
+// "<field> = <value>: <reason>", separated by "; ".
+absl::StatusOr<petra::v1::JobSpec> ResolveJobSpec(const petra::v1::JobSpec& spec);
+
+// ResolveJobSpec without the result.
+absl::Status ValidateJobSpec(const petra::v1::JobSpec& spec);
+
+// The number of stages the (resolved) spec asks for.
+int StageCount(const petra::v1::JobSpec& resolved);
+
+// The device string of stage `index` of a resolved spec ("cpu" when none).
+std::string DeviceForStage(const petra::v1::JobSpec& resolved, int index);
+
+}  // namespace petra::job

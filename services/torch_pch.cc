@@ -1,0 +1,1 @@
+// Owner of the shared torch precompiled header; holds no code.

@@ -1,0 +1,93 @@
+#include "services/wire/grpc_defaults.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace petra::wire {
+namespace {
+
+void ApplyCommonArguments(grpc::ChannelArguments& args) {
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+}
+
+}  // namespace
+
+void ApplyServerDefaults(grpc::ServerBuilder& builder) {
+  // Both must be switched on before the builder creates the server.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Accept the clients' pings at the keepalive rate above.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveTimeMs / 2);
+}
+
+grpc::ChannelArguments ClientChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  ApplyCommonArguments(args);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   ClientChannelArguments());
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const std::string& listen, const std::string& flag,
+    const std::vector<grpc::Service*>& services, int* bound_port) {
+  if (absl::Status s = ValidateAddress(listen, flag, true); !s.ok()) return s;
+  grpc::ServerBuilder builder;
+  ApplyServerDefaults(builder);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           bound_port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        flag, ": cannot listen on ", listen,
+        " (address in use, or not an address of this host)"));
+  }
+  return server;
+}
+
+absl::Status ValidateAddress(const std::string& address,
+                             const std::string& flag, bool allow_port_zero) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": \"", address, "\" ", why,
+                     " (expected host:port, e.g. 127.0.0.1:50051 or "
+                     "[::1]:50051)"));
+  };
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("has no host");
+  std::string host = address.substr(0, colon);
+  if (host.front() == '[' && host.back() != ']') return bad("has an unclosed [");
+  if (host.front() != '[' && host.find(':') != std::string::npos) {
+    return bad("is an IPv6 address without [brackets]");
+  }
+  int port;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return bad("has no valid port (0-65535)");
+  }
+  if (port == 0 && !allow_port_zero) return bad("has port 0");
+  return absl::OkStatus();
+}
+
+}  // namespace petra::wire

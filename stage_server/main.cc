@@ -1,0 +1,55 @@
+// petra-stage-server: maps flags to StageServer::Options and runs the server
+// until SIGINT or SIGTERM.
+#include <iostream>
+
+#include "services/cli/flag_set.h"
+#include "services/cli/shutdown_signal.h"
+#include "stage_server/stage_server.h"
+
+int main(int argc, char** argv) {
+  petra::cli::BlockShutdownSignals();
+  petra::stage_server::StageServer::Options options;
+  petra::cli::FlagSet flags(
+      "petra-stage-server [flags]",
+      "Long-running PETRA stage server: one per device. Idle until a\n"
+      "coordinator assigns it a layer range of a job; then it trains that\n"
+      "range, streaming activations to the next stage and gradients to the\n"
+      "previous one. Stops cleanly on SIGINT or SIGTERM.");
+  flags.AddString("listen", &options.listen,
+                  "gRPC address, host:port (port 0 picks a free port)");
+  flags.AddString("metrics-listen", &options.metrics_listen,
+                  "Prometheus /metrics address, host:port; empty disables");
+  flags.AddString("device", &options.device,
+                  "device the stage runs on: cpu, cuda or cuda:N");
+  flags.AddInt("threads", &options.threads, "threads for the stage's compute");
+  flags.AddString("state-dir", &options.state_dir,
+                  "directory for checkpoints (created when missing)");
+  if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (!flags.positional().empty()) {
+    std::cerr << argv[0] << ": unexpected argument '" << flags.positional()[0]
+              << "'; run '" << argv[0] << " --help' for usage\n";
+    return 2;
+  }
+
+  auto server = petra::stage_server::StageServer::Create(options);
+  if (!server.ok()) {
+    std::cerr << argv[0] << ": " << server.status().message() << "\n";
+    return 1;
+  }
+  if (absl::Status s = (*server)->Start(); !s.ok()) {
+    std::cerr << argv[0] << ": " << s.message() << "\n";
+    return 1;
+  }
+  // Tests and scripts read the bound ports from these lines.
+  std::cout << "petra-stage-server listening on port " << (*server)->port()
+            << " (device " << options.device << ")" << std::endl;
+  if ((*server)->metrics_port() != 0) {
+    std::cout << "petra-stage-server metrics on port "
+              << (*server)->metrics_port() << std::endl;
+  }
+  int sig = petra::cli::WaitForShutdownSignal();
+  std::cout << "petra-stage-server: signal " << sig << ", stopping" << std::endl;
+  (*server)->GracefulStop();
+  std::cout << "petra-stage-server: stopped" << std::endl;
+  return 0;
+}

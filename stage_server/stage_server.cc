@@ -1,0 +1,81 @@
+#include "stage_server/stage_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "services/cli/paths.h"
+#include "services/metrics/metrics_exposer.h"
+#include "services/model/device_check.h"
+#include "services/wire/grpc_defaults.h"
+#include "stage_server/stage_service.h"
+
+namespace petra::stage_server {
+
+// More intra-op threads than this is a typo, not a machine.
+constexpr int64_t kMaxThreads = 1024;
+
+StageServer::StageServer(Options options) : options_(std::move(options)) {}
+StageServer::~StageServer() { GracefulStop(); }
+
+absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
+    Options options) {
+  if (absl::Status s = wire::ValidateAddress(options.listen, "--listen", true);
+      !s.ok()) {
+    return s;
+  }
+  if (!options.metrics_listen.empty()) {
+    if (absl::Status s = wire::ValidateAddress(options.metrics_listen,
+                                               "--metrics-listen", true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (options.threads < 1 || options.threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads: ", options.threads, " is not in [1, ", kMaxThreads, "]"));
+  }
+  if (absl::Status s = model::CheckDeviceAvailable(options.device, "--device");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          cli::EnsureWritableDirectory(options.state_dir, "--state-dir");
+      !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<StageServer>(new StageServer(std::move(options)));
+}
+
+absl::Status StageServer::Start() {
+  if (server_ != nullptr) {
+    return absl::FailedPreconditionError("stage server already started");
+  }
+  if (!options_.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> m =
+        metrics::MetricsExposer::Start(options_.metrics_listen, "stage_server");
+    if (!m.ok()) return m.status();
+    metrics_ = std::move(*m);
+  }
+  service_ = std::make_unique<StageServiceImpl>(options_.device);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
+  return absl::OkStatus();
+}
+
+void StageServer::GracefulStop() {
+  if (server_ == nullptr) return;
+  // Running calls get a few seconds to finish; then they are cancelled so a
+  // stuck peer cannot hold the process up.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+  server_.reset();
+  metrics_.reset();
+}
+
+int StageServer::metrics_port() const {
+  return metrics_ == nullptr ? 0 : metrics_->port();
+}
+
+}  // namespace petra::stage_server

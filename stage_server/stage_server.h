@@ -1,0 +1,62 @@
+// The stage server: one per device, long-running, idle until the
+// coordinator assigns it a layer range. A thin gRPC front end; the stage
+// engine (services/engine) does the work.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+namespace petra::metrics {
+class MetricsExposer;
+}  // namespace petra::metrics
+
+namespace petra::stage_server {
+
+class StageServiceImpl;
+
+class StageServer {
+ public:
+  struct Options {
+    // gRPC address (host:port; port 0 picks a free port).
+    std::string listen = "0.0.0.0:50051";
+    // Prometheus /metrics address; empty disables it.
+    std::string metrics_listen = "0.0.0.0:9451";
+    // Device the stage runs on: cpu, cuda, cuda:N.
+    std::string device = "cpu";
+    // Threads for the stage's torch work (intra-op).
+    int64_t threads = 2;
+    // Where checkpoints are written; created when missing.
+    std::string state_dir = "/var/lib/petra/stage";
+  };
+
+  // Checks the options (addresses, device, threads, state dir) without
+  // binding anything.
+  static absl::StatusOr<std::unique_ptr<StageServer>> Create(Options options);
+  ~StageServer();
+
+  // Binds and starts serving.
+  absl::Status Start();
+  // Stops accepting calls, lets running ones finish, and returns.
+  void GracefulStop();
+
+  // Ports actually bound (after Start).
+  int port() const { return port_; }
+  int metrics_port() const;
+  const Options& options() const { return options_; }
+
+ private:
+  explicit StageServer(Options options);
+  Options options_;
+  std::unique_ptr<StageServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<metrics::MetricsExposer> metrics_;
+  int port_ = 0;
+};
+
+}  // namespace petra::stage_server

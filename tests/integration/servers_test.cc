@@ -1,0 +1,274 @@
+// The three binaries as a user runs them: --help, bad flags, servers on
+// loopback ephemeral ports answering health, reflection, status and
+// /metrics, and stopping cleanly on SIGTERM.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "petra/v1/coordinator.grpc.pb.h"
+#include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/probes.h"
+#include "tests/integration/subprocess.h"
+
+namespace petra::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kBin = PETRA_BIN_DIR;
+const std::string kPetra = kBin + "/petra";
+const std::string kStage = kBin + "/petra-stage-server";
+const std::string kCoordinator = kBin + "/petra-coordinator";
+
+std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
+
+TEST(Help, EveryBinaryDescribesItsFlags) {
+  struct Case {
+    std::string binary;
+    std::vector<std::string> flags;
+  };
+  for (const Case& c : std::vector<Case>{
+           {kPetra, {"spec", "version"}},
+           {kStage, {"--listen", "--metrics-listen", "--device", "--threads",
+                     "--state-dir"}},
+           {kCoordinator, {"--listen", "--metrics-listen", "--stages",
+                           "--data-root", "--state-dir"}}}) {
+    RunResult r = RunToExit(c.binary, {"--help"});
+    EXPECT_EQ(r.exit_code, 0) << c.binary << "\n" << r.err;
+    EXPECT_THAT(r.out, HasSubstr("Usage:")) << c.binary;
+    for (const std::string& f : c.flags) {
+      EXPECT_THAT(r.out, HasSubstr(f)) << c.binary;
+    }
+  }
+  RunResult spec = RunToExit(kPetra, {"spec", "--help"});
+  EXPECT_EQ(spec.exit_code, 0);
+  for (const char* f : {"--arch", "--dataset", "--stages", "--mode",
+                        "--accumulation", "--micro-batch", "--epochs", "--lr",
+                        "--devices", "--seed"}) {
+    EXPECT_THAT(spec.out, HasSubstr(f));
+  }
+}
+
+TEST(BadUsage, IsExitCodeTwoWithTheReason) {
+  RunResult r = RunToExit(kStage, {"--listne", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown flag --listne"));
+  EXPECT_THAT(r.err, HasSubstr("--help"));
+  r = RunToExit(kStage, {"--threads", "two"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --threads: bad value \"two\""));
+  r = RunToExit(kCoordinator, {"extra"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unexpected argument 'extra'"));
+  r = RunToExit(kPetra, {"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
+  r = RunToExit(kPetra, {});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(BadOptions, AreRefusedBeforeServing) {
+  TempDir dir;
+  struct Case {
+    std::string binary;
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {kStage, {"--listen", "localhost", "--state-dir", dir.path()},
+            "--listen: \"localhost\" has no host"},
+           {kStage, {"--listen", "127.0.0.1:0", "--device", "tpu", "--state-dir", dir.path()},
+            "--device: unknown device \"tpu\""},
+           {kStage, {"--listen", "127.0.0.1:0", "--device", "cuda:0",
+                     "--metrics-listen", "", "--state-dir", dir.path()},
+            "no CUDA"},
+           {kStage, {"--listen", "127.0.0.1:0", "--threads", "0", "--state-dir", dir.path()},
+            "--threads: 0 is not in [1, 1024]"},
+           {kStage, {"--listen", "127.0.0.1:0", "--state-dir", "/proc/petra"},
+            "--state-dir: cannot create directory"},
+           {kCoordinator, {"--listen", "127.0.0.1:0", "--state-dir", dir.path(),
+                           "--data-root", dir.path()},
+            "--stages: no stage server addresses"},
+           {kCoordinator, {"--listen", "127.0.0.1:0", "--stages", "a:1",
+                           "--state-dir", dir.path(), "--data-root", "/nonexistent"},
+            "--data-root: \"/nonexistent\" is not an existing directory"}}) {
+    RunResult r = RunToExit(c.binary, c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.expected << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expected));
+  }
+}
+
+class StageServerProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<Subprocess>(
+        kStage, std::vector<std::string>{"--listen", "127.0.0.1:0",
+                                         "--metrics-listen", "127.0.0.1:0",
+                                         "--state-dir", state_.path() + "/stage"});
+    port_ = NumberAfter(server_->WaitForLine("listening on port"), "port ");
+    ASSERT_GT(port_, 0) << server_->err();
+    metrics_port_ = NumberAfter(server_->WaitForLine("metrics on port"), "port ");
+    ASSERT_GT(metrics_port_, 0) << server_->err();
+  }
+
+  TempDir state_;
+  std::unique_ptr<Subprocess> server_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+};
+
+TEST_F(StageServerProcess, ServesHealthReflectionStatusAndMetrics) {
+  EXPECT_EQ(HealthCheck(Loopback(port_)), 1);  // SERVING
+  EXPECT_THAT(ReflectionListServices(Loopback(port_)),
+              HasSubstr("petra.v1.StageService"));
+
+  auto stub = petra::v1::StageService::NewStub(
+      grpc::CreateChannel(Loopback(port_), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  petra::v1::StageStatus status;
+  grpc::Status rpc = stub->GetStatus(&context, {}, &status);
+  ASSERT_TRUE(rpc.ok()) << rpc.error_message();
+  EXPECT_EQ(status.state(), petra::v1::StageStatus::STATE_IDLE);
+  EXPECT_EQ(status.device(), "cpu");
+  EXPECT_FALSE(status.version().empty());
+
+  std::string metrics = HttpGet(metrics_port_, "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("petra_build_info{"));
+  EXPECT_THAT(metrics, HasSubstr("component=\"stage_server\""));
+}
+
+TEST_F(StageServerProcess, StateDirIsCreated) {
+  EXPECT_TRUE(std::filesystem::is_directory(state_.path() + "/stage"));
+}
+
+TEST_F(StageServerProcess, StopsCleanlyOnSigterm) {
+  EXPECT_EQ(server_->SignalAndWait(SIGTERM, std::chrono::seconds(10)), 0);
+  EXPECT_THAT(server_->out(), HasSubstr("stopped"));
+  // The port is free again.
+  EXPECT_EQ(HealthCheck(Loopback(port_)), -1);
+}
+
+TEST_F(StageServerProcess, SecondServerOnTheSamePortFailsClearly) {
+  TempDir other;
+  RunResult r = RunToExit(kStage, {"--listen", Loopback(port_), "--metrics-listen", "",
+                             "--state-dir", other.path()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--listen: cannot listen on " + Loopback(port_)));
+}
+
+class CoordinatorProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<Subprocess>(
+        kCoordinator,
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics-listen",
+                                 "127.0.0.1:0", "--stages",
+                                 "127.0.0.1:{1..2}", "--data-root",
+                                 state_.path(), "--state-dir",
+                                 state_.path() + "/coordinator"});
+    port_ = NumberAfter(server_->WaitForLine("listening on port"), "port ");
+    ASSERT_GT(port_, 0) << server_->err();
+    stub_ = petra::v1::CoordinatorService::NewStub(grpc::CreateChannel(
+        Loopback(port_), grpc::InsecureChannelCredentials()));
+  }
+
+  grpc::Status Submit(const petra::v1::JobSpec& spec) {
+    grpc::ClientContext context;
+    petra::v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    petra::v1::Job job;
+    return stub_->SubmitJob(&context, request, &job);
+  }
+
+  TempDir state_;
+  std::unique_ptr<Subprocess> server_;
+  std::unique_ptr<petra::v1::CoordinatorService::Stub> stub_;
+  int port_ = 0;
+};
+
+petra::v1::JobSpec RevNet18OnFashion() {
+  petra::v1::JobSpec spec;
+  spec.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+  return spec;
+}
+
+TEST_F(CoordinatorProcess, BadSpecIsInvalidArgumentNamingTheField) {
+  EXPECT_THAT(server_->out(), HasSubstr("(2 stage servers)"));
+  petra::v1::JobSpec spec = RevNet18OnFashion();
+  spec.mutable_training()->set_accumulation_steps(0);
+  grpc::Status s = Submit(spec);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("training.accumulation_steps = 0"));
+}
+
+TEST_F(CoordinatorProcess, JobLargerThanTheFleetIsRefused) {
+  grpc::Status s = Submit(RevNet18OnFashion());  // 10 stages per block
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("needs 10 stage servers but the fleet has 2"));
+}
+
+TEST_F(CoordinatorProcess, AnswersHealthReflectionAndQueries) {
+  EXPECT_EQ(HealthCheck(Loopback(port_)), 1);
+  EXPECT_THAT(ReflectionListServices(Loopback(port_)),
+              HasSubstr("petra.v1.CoordinatorService"));
+  grpc::ClientContext list_context;
+  petra::v1::ListJobsResponse list;
+  ASSERT_TRUE(stub_->ListJobs(&list_context, {}, &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+  grpc::ClientContext get_context;
+  petra::v1::GetJobRequest get;
+  get.set_job_id("job-404");
+  petra::v1::Job job;
+  grpc::Status s = stub_->GetJob(&get_context, get, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("job-404"));
+  EXPECT_EQ(server_->SignalAndWait(SIGINT, std::chrono::seconds(10)), 0);
+}
+
+TEST(PetraSpec, PrintsTheResolvedSpec) {
+  RunResult r = RunToExit(kPetra, {"spec", "--arch", "revnet18", "--dataset",
+                             "fashion-mnist", "--stages", "2", "--width", "0.25"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"stage_count\": 2"));
+  EXPECT_THAT(r.out, HasSubstr("\"variant\": \"VARIANT_MNIST\""));
+  EXPECT_THAT(r.out, HasSubstr("\"micro_batch_size\": 64"));
+}
+
+TEST(PetraSpec, ListsEveryProblem) {
+  RunResult r = RunToExit(kPetra, {"spec", "--arch", "revnet18", "--dataset", "cifar10",
+                             "--stages", "40", "--accumulation", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("partition.stage_count = 40"));
+  EXPECT_THAT(r.err, HasSubstr("training.accumulation_steps = 0"));
+  EXPECT_THAT(r.out, Not(HasSubstr("{")));
+}
+
+TEST(PetraSpec, ReadsAFileAndReportsItsErrors) {
+  TempDir dir;
+  std::string path = dir.path() + "/job.json";
+  std::ofstream(path) << R"({"model": {"architecture": "ARCHITECTURE_RESNET18"},
+                             "dataset": {"kind": "DATASET_KIND_CIFAR10"}})";
+  RunResult r = RunToExit(kPetra, {"spec", "--from", path, "--epochs", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ARCHITECTURE_RESNET18"));
+  EXPECT_THAT(r.out, HasSubstr("\"epochs\": 3"));
+
+  r = RunToExit(kPetra, {"spec", "--from", dir.path() + "/missing.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("missing.json"));
+}
+
+TEST(PetraVersion, NamesTheComputeBackend) {
+  RunResult r = RunToExit(kPetra, {"version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("compute: CPU"));
+}
+
+}  // namespace
+}  // namespace petra::testing
