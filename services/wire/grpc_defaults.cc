@@ -25,6 +25,9 @@ void ApplyServerDefaults(grpc::ServerBuilder& builder) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // gRPC binds with SO_REUSEPORT by default, so a second server on a busy
+  // port would start and silently take half the connections. Refuse it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              kKeepaliveTimeoutMs);

@@ -64,19 +64,30 @@ std::string ReflectionListServices(const std::string& address) {
   bool ok;
   auto step = [&](int id) { return cq.Next(&tag, &ok) && ok && tag == reinterpret_cast<void*>(id); };
   call->StartCall(reinterpret_cast<void*>(1));
-  if (!step(1)) return "";
+  auto fail = [&]() {
+    context.TryCancel();
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return std::string();
+  };
+  if (!step(1)) return fail();
   // ServerReflectionRequest{list_services: ""}: field 7, length 0.
   grpc::ByteBuffer request = ToBuffer(std::string("\x3a\x00", 2));
   call->Write(request, reinterpret_cast<void*>(2));
-  if (!step(2)) return "";
+  if (!step(2)) return fail();
   grpc::ByteBuffer response;
   call->Read(&response, reinterpret_cast<void*>(3));
-  if (!step(3)) return "";
+  if (!step(3)) return fail();
   call->WritesDone(reinterpret_cast<void*>(4));
   step(4);
   grpc::Status status;
   call->Finish(&status, reinterpret_cast<void*>(5));
   step(5);
+  // A completion queue must be shut down and drained before it is destroyed.
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
   return FromBuffer(response);
 }
 
