@@ -13,18 +13,21 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args);
 
 namespace {
 
-int RunVersion(const std::string& program, const std::vector<std::string>& args) {
+int RunVersion(const std::string& program,
+               const std::vector<std::string>& args) {
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::cout << "Usage: " << program << " version\n\nPrints the version and "
+    std::cout << "Usage: " << program
+              << " version\n\nPrints the version and "
                  "the compute backend this build can use.\n";
     return 0;
   }
   if (!args.empty()) {
-    std::cerr << program << " version: unexpected argument '" << args[0] << "'\n";
+    std::cerr << program << " version: unexpected argument '" << args[0]
+              << "'\n";
     return 2;
   }
-  std::cout << "petra " << kVersion << " (compute: "
-            << model::DescribeComputeBackend() << ")\n";
+  std::cout << "petra " << kVersion
+            << " (compute: " << model::DescribeComputeBackend() << ")\n";
   return 0;
 }
 
@@ -49,9 +52,10 @@ std::string TopLevelHelp() {
   for (const Command& c : Commands()) {
     absl::StrAppend(&out, absl::StrFormat("  %-10s %s\n", c.name, c.summary));
   }
-  absl::StrAppend(&out,
-                  "\nRun 'petra COMMAND --help' for a command's flags.\n"
-                  "Servers: petra-coordinator --help, petra-stage-server --help.\n");
+  absl::StrAppend(
+      &out,
+      "\nRun 'petra COMMAND --help' for a command's flags.\n"
+      "Servers: petra-coordinator --help, petra-stage-server --help.\n");
   return out;
 }
 

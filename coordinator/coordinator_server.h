@@ -36,7 +36,8 @@ class CoordinatorServer {
   };
 
   // Checks the options (addresses, stage list, directories) without binding.
-  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Create(Options options);
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Create(
+      Options options);
   ~CoordinatorServer();
 
   absl::Status Start();

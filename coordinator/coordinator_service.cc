@@ -26,14 +26,16 @@ CoordinatorServiceImpl::CoordinatorServiceImpl(int fleet_size)
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::SubmitJob(
     grpc::CallbackServerContext* context,
     const petra::v1::SubmitJobRequest* request, petra::v1::Job* /*response*/) {
-  absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(request->spec());
+  absl::StatusOr<petra::v1::JobSpec> spec =
+      job::ResolveJobSpec(request->spec());
   if (!spec.ok()) return FinishWith(context, spec.status());
   const int stages = job::StageCount(*spec);
   if (stages > fleet_size_) {
-    return FinishWith(context,
-                      absl::FailedPreconditionError(absl::StrCat(
-                          "the job needs ", stages, " stage servers but the "
-                          "fleet has ", fleet_size_, " (--stages)")));
+    return FinishWith(context, absl::FailedPreconditionError(
+                                   absl::StrCat("the job needs ", stages,
+                                                " stage servers but the "
+                                                "fleet has ",
+                                                fleet_size_, " (--stages)")));
   }
   // The stage engine is not wired to the fleet in this build: say so rather
   // than accept a job that would never run.

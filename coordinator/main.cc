@@ -7,7 +7,7 @@
 #include "services/cli/shutdown_signal.h"
 
 int main(int argc, char** argv) {
-  petra::cli::BlockShutdownSignals();
+  petra::cli::InstallShutdownHandlers();
   petra::coordinator::CoordinatorServer::Options options;
   petra::cli::FlagSet flags(
       "petra-coordinator --stages ADDRESSES [flags]",
@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "petra-coordinator listening on port " << (*server)->port()
-            << " (" << (*server)->stage_addresses().size()
-            << " stage servers)" << std::endl;
+            << " (" << (*server)->stage_addresses().size() << " stage servers)"
+            << std::endl;
   if ((*server)->metrics_port() != 0) {
     std::cout << "petra-coordinator metrics on port "
               << (*server)->metrics_port() << std::endl;

@@ -40,13 +40,14 @@ absl::Status ExpandEntry(const std::string& entry,
         "--stages: \"", entry, "\": range must be {A..B} with 0 <= A <= B"));
   }
   if (last - first + 1 > kMaxStages) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--stages: \"", entry, "\" expands to more than ", kMaxStages,
-        " stages"));
+    return absl::InvalidArgumentError(absl::StrCat("--stages: \"", entry,
+                                                   "\" expands to more than ",
+                                                   kMaxStages, " stages"));
   }
   const std::string head = entry.substr(0, open);
   const std::string tail = entry.substr(close + 1);
-  for (int i = first; i <= last; ++i) out->push_back(absl::StrCat(head, i, tail));
+  for (int i = first; i <= last; ++i)
+    out->push_back(absl::StrCat(head, i, tail));
   return absl::OkStatus();
 }
 

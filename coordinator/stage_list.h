@@ -13,6 +13,7 @@ namespace petra::coordinator {
 // "petra-stage-{0..2}.petra-stage:50051" gives petra-stage-0.petra-stage:50051,
 // petra-stage-1..., petra-stage-2.... Every address is checked; duplicates and
 // an empty list are errors naming --stages.
-absl::StatusOr<std::vector<std::string>> ExpandStageList(const std::string& flag_value);
+absl::StatusOr<std::vector<std::string>> ExpandStageList(
+    const std::string& flag_value);
 
 }  // namespace petra::coordinator

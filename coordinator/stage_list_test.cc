@@ -34,22 +34,24 @@ TEST(ExpandStageList, ErrorsNameTheFlag) {
     std::string value;
     std::string expected;
   };
-  for (const Case& c : std::vector<Case>{
-           {"", "no stage server addresses"},
-           {" , ", "no stage server addresses"},
-           {"a:1,a:1", "appears twice"},
-           {"s-{3..1}:1", "range must be"},
-           {"s-{0..x}:1", "range must be"},
-           {"s-{0..1}-{0..1}:1", "exactly one range"},
-           {"s-{0,1}:1", "exactly one range"},
-           {"s}:1", "without '{'"},
-           {"nohost", "has no host"},
-           {"h:0", "port 0"},
-           {"s-{0..99999}:1", "more than 4096"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"", "no stage server addresses"},
+                         {" , ", "no stage server addresses"},
+                         {"a:1,a:1", "appears twice"},
+                         {"s-{3..1}:1", "range must be"},
+                         {"s-{0..x}:1", "range must be"},
+                         {"s-{0..1}-{0..1}:1", "exactly one range"},
+                         {"s-{0,1}:1", "exactly one range"},
+                         {"s}:1", "without '{'"},
+                         {"nohost", "has no host"},
+                         {"h:0", "port 0"},
+                         {"s-{0..99999}:1", "more than 4096"}}) {
     auto r = ExpandStageList(c.value);
     ASSERT_FALSE(r.ok()) << c.value;
-    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--stages")) << c.value;
-    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.expected)) << c.value;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--stages"))
+        << c.value;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.expected))
+        << c.value;
   }
 }
 

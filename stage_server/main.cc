@@ -7,7 +7,7 @@
 #include "stage_server/stage_server.h"
 
 int main(int argc, char** argv) {
-  petra::cli::BlockShutdownSignals();
+  petra::cli::InstallShutdownHandlers();
   petra::stage_server::StageServer::Options options;
   petra::cli::FlagSet flags(
       "petra-stage-server [flags]",
@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
               << (*server)->metrics_port() << std::endl;
   }
   int sig = petra::cli::WaitForShutdownSignal();
-  std::cout << "petra-stage-server: signal " << sig << ", stopping" << std::endl;
+  std::cout << "petra-stage-server: signal " << sig << ", stopping"
+            << std::endl;
   (*server)->GracefulStop();
   std::cout << "petra-stage-server: stopped" << std::endl;
   return 0;

@@ -12,9 +12,10 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
  public:
   explicit StageServiceImpl(std::string device);
 
-  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
-                                      const petra::v1::GetStatusRequest* request,
-                                      petra::v1::StageStatus* response) override;
+  grpc::ServerUnaryReactor* GetStatus(
+      grpc::CallbackServerContext* context,
+      const petra::v1::GetStatusRequest* request,
+      petra::v1::StageStatus* response) override;
 
  private:
   const std::string device_;

@@ -39,7 +39,8 @@ void FlagSet::AddInt(const std::string& name, int64_t* target,
                      const std::string& help) {
   AddCustom(name, "INT", absl::StrCat(*target), help,
             [target](const std::string& v) {
-              if (!absl::SimpleAtoi(v, target)) return BadValue(v, "an integer");
+              if (!absl::SimpleAtoi(v, target))
+                return BadValue(v, "an integer");
               return absl::OkStatus();
             });
 }
@@ -143,8 +144,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
       }
     }
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     }
     if (!has_value) {
       if (flag->is_bool) {
@@ -199,7 +199,8 @@ int ParseOrExit(FlagSet& flags, int argc, char** argv, int first) {
   }
   if (!s.ok()) {
     std::cerr << argv[0] << ": " << s.message() << "\n"
-              << "Run '" << argv[0] << (first > 1 ? std::string(" ") + argv[1] : "")
+              << "Run '" << argv[0]
+              << (first > 1 ? std::string(" ") + argv[1] : "")
               << " --help' for the list of flags.\n";
     return 2;
   }

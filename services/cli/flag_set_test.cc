@@ -29,9 +29,10 @@ FlagSet MakeFlags(Options* o) {
 TEST(FlagSet, ParsesBothValueForms) {
   Options o;
   FlagSet f = MakeFlags(&o);
-  ASSERT_TRUE(f.Parse({"--listen=127.0.0.1:0", "--threads", "8", "-credits=9",
-                       "--ratio", "0.25", "--verbose", "pos1", "--", "--not-a-flag"})
-                  .ok());
+  ASSERT_TRUE(
+      f.Parse({"--listen=127.0.0.1:0", "--threads", "8", "-credits=9",
+               "--ratio", "0.25", "--verbose", "pos1", "--", "--not-a-flag"})
+          .ok());
   EXPECT_EQ(o.listen, "127.0.0.1:0");
   EXPECT_EQ(o.threads, 8);
   EXPECT_EQ(o.credits, 9u);
@@ -59,7 +60,8 @@ TEST(FlagSet, ErrorsNameTheFlag) {
   absl::Status s = f.Parse({"--thread", "3"});
   EXPECT_THAT(std::string(s.message()), HasSubstr("unknown flag --thread"));
   s = MakeFlags(&o).Parse({"--threads", "many"});
-  EXPECT_THAT(std::string(s.message()), HasSubstr("flag --threads: bad value \"many\""));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("flag --threads: bad value \"many\""));
   s = MakeFlags(&o).Parse({"--credits", "-4"});
   EXPECT_THAT(std::string(s.message()), HasSubstr("flag --credits"));
   s = MakeFlags(&o).Parse({"--ratio", "inf"});

@@ -12,7 +12,8 @@ namespace petra::cli {
 absl::Status EnsureWritableDirectory(const std::string& path,
                                      const std::string& flag) {
   if (path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": must not be empty"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": must not be empty"));
   }
   std::error_code ec;
   std::filesystem::create_directories(path, ec);

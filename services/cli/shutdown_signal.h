@@ -1,12 +1,13 @@
-// Waiting for SIGINT/SIGTERM in a long-running main, without async-signal
-// hazards: the signals are blocked in every thread and taken by sigwait.
+// Waiting for SIGINT/SIGTERM in a long-running main. Libraries (libtorch,
+// OpenMP) start threads before main runs, so blocking the signals in main
+// cannot cover every thread; instead a handler, whichever thread runs it,
+// writes the signal number to a pipe that the waiting thread reads.
 #pragma once
 
 namespace petra::cli {
 
-// Blocks SIGINT and SIGTERM in the calling thread and in every thread it
-// starts afterwards. Call first thing in main, before any thread exists.
-void BlockShutdownSignals();
+// Installs the SIGINT/SIGTERM handlers. Call first thing in main.
+void InstallShutdownHandlers();
 
 // Waits until SIGINT or SIGTERM arrives; returns the signal number.
 int WaitForShutdownSignal();

@@ -22,10 +22,9 @@ absl::StatusOr<DeviceName> ParseDeviceName(const std::string& text,
       return DeviceName{DeviceName::Type::kCuda, index};
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": unknown device \"", text,
-                   "\" (expected cpu, cuda or cuda:N with N in 0..",
-                   kMaxCudaOrdinal, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": unknown device \"", text,
+      "\" (expected cpu, cuda or cuda:N with N in 0..", kMaxCudaOrdinal, ")"));
 }
 
 }  // namespace petra::job

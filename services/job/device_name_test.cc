@@ -17,8 +17,9 @@ TEST(DeviceName, ParsesKnownForms) {
 }
 
 TEST(DeviceName, RefusesEverythingElse) {
-  for (const char* bad : {"", "CPU", "gpu", "cuda:", "cuda:x", "cuda:-1",
-                          "cuda:+1", "cuda:1024", "cuda:1 ", "mps", "cuda:0:1"}) {
+  for (const char* bad :
+       {"", "CPU", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:+1", "cuda:1024",
+        "cuda:1 ", "mps", "cuda:0:1"}) {
     absl::StatusOr<DeviceName> d = ParseDeviceName(bad, "devices[2]");
     ASSERT_FALSE(d.ok()) << bad;
     EXPECT_NE(d.status().message().find("devices[2]"), std::string::npos);

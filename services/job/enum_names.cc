@@ -11,8 +11,10 @@ namespace {
 
 // Every enum in petra.v1 names its zero value <PREFIX>UNSPECIFIED.
 std::string Prefix(const google::protobuf::EnumDescriptor* type) {
-  const google::protobuf::EnumValueDescriptor* zero = type->FindValueByNumber(0);
-  if (zero == nullptr || !absl::EndsWith(zero->name(), "UNSPECIFIED")) return "";
+  const google::protobuf::EnumValueDescriptor* zero =
+      type->FindValueByNumber(0);
+  if (zero == nullptr || !absl::EndsWith(zero->name(), "UNSPECIFIED"))
+    return "";
   return zero->name().substr(0, zero->name().size() - 11);
 }
 
@@ -20,7 +22,8 @@ std::string Prefix(const google::protobuf::EnumDescriptor* type) {
 
 std::string EnumShortName(const google::protobuf::EnumDescriptor* type,
                           int value) {
-  const google::protobuf::EnumValueDescriptor* v = type->FindValueByNumber(value);
+  const google::protobuf::EnumValueDescriptor* v =
+      type->FindValueByNumber(value);
   if (v == nullptr) return absl::StrCat(value);
   std::string name = v->name();
   std::string prefix = Prefix(type);

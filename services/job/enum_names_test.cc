@@ -12,7 +12,8 @@ using google::protobuf::GetEnumDescriptor;
 
 TEST(EnumNames, ShortNamesDropThePrefix) {
   EXPECT_EQ(EnumShortName(petra::v1::ARCHITECTURE_REVNET18), "revnet18");
-  EXPECT_EQ(EnumShortName(petra::v1::DATASET_KIND_FASHION_MNIST), "fashion_mnist");
+  EXPECT_EQ(EnumShortName(petra::v1::DATASET_KIND_FASHION_MNIST),
+            "fashion_mnist");
   EXPECT_EQ(EnumShortName(petra::v1::ScheduleSpec::DECAY_COSINE), "cosine");
   EXPECT_EQ(EnumShortName(petra::v1::ARCHITECTURE_UNSPECIFIED), "unspecified");
   EXPECT_EQ(EnumShortName(static_cast<petra::v1::Architecture>(99)), "99");

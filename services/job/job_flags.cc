@@ -96,29 +96,33 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_model()->set_architecture(
                     static_cast<petra::v1::Architecture>(v));
               }));
-  f.AddCustom("variant", Choices(variant), "implied by --dataset",
-              "input geometry and stem",
-              Enum(variant, [s](int v) {
-                s->mutable_model()->set_variant(static_cast<petra::v1::Variant>(v));
-              }));
+  f.AddCustom(
+      "variant", Choices(variant), "implied by --dataset",
+      "input geometry and stem", Enum(variant, [s](int v) {
+        s->mutable_model()->set_variant(static_cast<petra::v1::Variant>(v));
+      }));
   f.AddCustom("width", "W", "1", "channel width multiplier, in (0, 8]",
               Double([s](double v) { s->mutable_model()->set_width(v); }));
-  f.AddCustom("num-classes", "N", "the variant's", "output classes",
-              Uint32([s](uint32_t v) { s->mutable_model()->set_num_classes(v); }));
-  f.AddCustom("dataset", Choices(dataset), "", "training data",
-              Enum(dataset, [s](int v) {
-                s->mutable_dataset()->set_kind(static_cast<petra::v1::DatasetKind>(v));
-              }));
+  f.AddCustom(
+      "num-classes", "N", "the variant's", "output classes",
+      Uint32([s](uint32_t v) { s->mutable_model()->set_num_classes(v); }));
+  f.AddCustom(
+      "dataset", Choices(dataset), "", "training data",
+      Enum(dataset, [s](int v) {
+        s->mutable_dataset()->set_kind(static_cast<petra::v1::DatasetKind>(v));
+      }));
   f.AddCustom("data-path", "DIR", "the dataset's standard directory",
               "dataset directory, relative to the data root",
               [s](const std::string& v) {
                 s->mutable_dataset()->set_path(v);
                 return absl::OkStatus();
               });
-  f.AddCustom("train-limit", "N", "all", "use only N training examples",
-              Uint64([s](uint64_t v) { s->mutable_dataset()->set_train_limit(v); }));
-  f.AddCustom("test-limit", "N", "all", "use only N test examples",
-              Uint64([s](uint64_t v) { s->mutable_dataset()->set_test_limit(v); }));
+  f.AddCustom(
+      "train-limit", "N", "all", "use only N training examples",
+      Uint64([s](uint64_t v) { s->mutable_dataset()->set_train_limit(v); }));
+  f.AddCustom(
+      "test-limit", "N", "all", "use only N test examples",
+      Uint64([s](uint64_t v) { s->mutable_dataset()->set_test_limit(v); }));
   f.AddCustom("stages", "N|per-block", "per-block",
               "number of pipeline stages, or one per residual block",
               [s](const std::string& v) -> absl::Status {
@@ -132,68 +136,90 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               });
   f.AddCustom("mode", Choices(mode), "petra", "training mode",
               Enum(mode, [s](int v) {
-                s->mutable_training()->set_mode(static_cast<petra::v1::TrainingMode>(v));
+                s->mutable_training()->set_mode(
+                    static_cast<petra::v1::TrainingMode>(v));
               }));
-  f.AddCustom("stash-inputs", "", "false",
-              "delayed mode: keep every stage's input for backward",
-              Bool([s](bool v) { s->mutable_training()->set_stash_inputs(v); }));
-  f.AddCustom("stash-weights", "", "false",
-              "delayed mode: keep the weights each forward used",
-              Bool([s](bool v) { s->mutable_training()->set_stash_weights(v); }));
+  f.AddCustom(
+      "stash-inputs", "", "false",
+      "delayed mode: keep every stage's input for backward",
+      Bool([s](bool v) { s->mutable_training()->set_stash_inputs(v); }));
+  f.AddCustom(
+      "stash-weights", "", "false",
+      "delayed mode: keep the weights each forward used",
+      Bool([s](bool v) { s->mutable_training()->set_stash_weights(v); }));
   f.AddCustom("accumulation", "K", "1",
               "micro-batches averaged per optimizer step",
-              Uint32([s](uint32_t v) { s->mutable_training()->set_accumulation_steps(v); }));
+              Uint32([s](uint32_t v) {
+                s->mutable_training()->set_accumulation_steps(v);
+              }));
   f.AddCustom("micro-batch", "B", "64", "samples per micro-batch",
-              Uint32([s](uint32_t v) { s->mutable_training()->set_micro_batch_size(v); }));
-  f.AddCustom("epochs", "N", "1", "passes over the training set",
-              Uint32([s](uint32_t v) { s->mutable_training()->set_epochs(v); }));
-  f.AddCustom("max-steps", "N", "no cap", "stop after N optimizer steps",
-              Uint64([s](uint64_t v) { s->mutable_training()->set_max_steps(v); }));
-  f.AddCustom("lr", "RATE", "0.1 * B * K / 256", "peak learning rate",
-              Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
-  f.AddCustom("momentum", "M", "0.9", "SGD momentum, in [0, 1)",
-              Double([s](double v) { s->mutable_optimizer()->set_momentum(v); }));
+              Uint32([s](uint32_t v) {
+                s->mutable_training()->set_micro_batch_size(v);
+              }));
+  f.AddCustom(
+      "epochs", "N", "1", "passes over the training set",
+      Uint32([s](uint32_t v) { s->mutable_training()->set_epochs(v); }));
+  f.AddCustom(
+      "max-steps", "N", "no cap", "stop after N optimizer steps",
+      Uint64([s](uint64_t v) { s->mutable_training()->set_max_steps(v); }));
+  f.AddCustom(
+      "lr", "RATE", "0.1 * B * K / 256", "peak learning rate",
+      Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
+  f.AddCustom(
+      "momentum", "M", "0.9", "SGD momentum, in [0, 1)",
+      Double([s](double v) { s->mutable_optimizer()->set_momentum(v); }));
   f.AddCustom("nesterov", "", "true when momentum > 0", "Nesterov momentum",
               Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));
-  f.AddCustom("weight-decay", "WD", "5e-4",
-              "L2 weight decay (never on BatchNorm parameters or biases)",
-              Double([s](double v) { s->mutable_optimizer()->set_weight_decay(v); }));
+  f.AddCustom(
+      "weight-decay", "WD", "5e-4",
+      "L2 weight decay (never on BatchNorm parameters or biases)",
+      Double([s](double v) { s->mutable_optimizer()->set_weight_decay(v); }));
   f.AddCustom("warmup-epochs", "E", "0, or 5 from 10 epochs",
-              "epochs of linear warm-up from 0",
-              Double([s](double v) { s->mutable_schedule()->set_warmup_epochs(v); }));
-  f.AddCustom("decay", Choices(decay), "cosine", "learning-rate decay after warm-up",
-              Enum(decay, [s](int v) {
+              "epochs of linear warm-up from 0", Double([s](double v) {
+                s->mutable_schedule()->set_warmup_epochs(v);
+              }));
+  f.AddCustom("decay", Choices(decay), "cosine",
+              "learning-rate decay after warm-up", Enum(decay, [s](int v) {
                 s->mutable_schedule()->set_decay(
                     static_cast<petra::v1::ScheduleSpec::Decay>(v));
               }));
-  f.AddCustom("step-epochs", "E1,E2,...", "", "decay step: epochs where the rate drops",
+  f.AddCustom("step-epochs", "E1,E2,...", "",
+              "decay step: epochs where the rate drops",
               [s](const std::string& v) -> absl::Status {
                 s->mutable_schedule()->clear_step_epochs();
-                for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+                for (absl::string_view part :
+                     absl::StrSplit(v, ',', absl::SkipEmpty())) {
                   uint32_t e;
-                  if (!absl::SimpleAtoi(part, &e)) return Bad(v, "comma-separated epochs");
+                  if (!absl::SimpleAtoi(part, &e))
+                    return Bad(v, "comma-separated epochs");
                   s->mutable_schedule()->add_step_epochs(e);
                 }
                 return absl::OkStatus();
               });
-  f.AddCustom("step-factor", "F", "0.1", "decay step: factor per drop, in (0, 1]",
-              Double([s](double v) { s->mutable_schedule()->set_step_factor(v); }));
-  f.AddCustom("eval-every", "N", "1", "evaluate on the test split every N epochs",
-              Uint32([s](uint32_t v) { s->mutable_evaluation()->set_every_epochs(v); }));
+  f.AddCustom(
+      "step-factor", "F", "0.1", "decay step: factor per drop, in (0, 1]",
+      Double([s](double v) { s->mutable_schedule()->set_step_factor(v); }));
+  f.AddCustom("eval-every", "N", "1",
+              "evaluate on the test split every N epochs",
+              Uint32([s](uint32_t v) {
+                s->mutable_evaluation()->set_every_epochs(v);
+              }));
   f.AddCustom("checkpoint-every", "N", "0 (at the end only)",
-              "checkpoint every N epochs",
-              Uint32([s](uint32_t v) { s->mutable_checkpoint()->set_every_epochs(v); }));
+              "checkpoint every N epochs", Uint32([s](uint32_t v) {
+                s->mutable_checkpoint()->set_every_epochs(v);
+              }));
   f.AddCustom("seed", "N", "0", "seed of every random choice",
               Uint64([s](uint64_t v) { s->set_seed(v); }));
-  f.AddCustom("devices", "D1,D2,...", "cpu",
-              "device of every stage (one entry) or of each stage: cpu, cuda, cuda:N",
-              [s](const std::string& v) {
-                s->clear_devices();
-                for (absl::string_view d : absl::StrSplit(v, ',')) {
-                  s->add_devices(std::string(d));
-                }
-                return absl::OkStatus();
-              });
+  f.AddCustom(
+      "devices", "D1,D2,...", "cpu",
+      "device of every stage (one entry) or of each stage: cpu, cuda, cuda:N",
+      [s](const std::string& v) {
+        s->clear_devices();
+        for (absl::string_view d : absl::StrSplit(v, ',')) {
+          s->add_devices(std::string(d));
+        }
+        return absl::OkStatus();
+      });
 }
 
 void OverlayJobSpec(const petra::v1::JobSpec& overrides,

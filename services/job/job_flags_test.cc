@@ -19,12 +19,34 @@ absl::Status ParseInto(const std::vector<std::string>& args,
 
 TEST(JobFlags, MapToSpecFields) {
   petra::v1::JobSpec spec;
-  ASSERT_TRUE(ParseInto({"--arch", "revnet34", "--dataset=cifar10", "--width",
-                         "0.5", "--stages", "4", "--mode", "delayed",
-                         "--stash-inputs", "--accumulation", "2",
-                         "--micro-batch", "32", "--epochs", "12", "--lr", "0.05",
-                         "--momentum", "0", "--decay", "step", "--step-epochs",
-                         "5,9", "--seed", "3", "--devices", "cuda:0,cuda:1,cpu,cpu"},
+  ASSERT_TRUE(ParseInto({"--arch",
+                         "revnet34",
+                         "--dataset=cifar10",
+                         "--width",
+                         "0.5",
+                         "--stages",
+                         "4",
+                         "--mode",
+                         "delayed",
+                         "--stash-inputs",
+                         "--accumulation",
+                         "2",
+                         "--micro-batch",
+                         "32",
+                         "--epochs",
+                         "12",
+                         "--lr",
+                         "0.05",
+                         "--momentum",
+                         "0",
+                         "--decay",
+                         "step",
+                         "--step-epochs",
+                         "5,9",
+                         "--seed",
+                         "3",
+                         "--devices",
+                         "cuda:0,cuda:1,cpu,cpu"},
                         &spec)
                   .ok());
   EXPECT_EQ(spec.model().architecture(), petra::v1::ARCHITECTURE_REVNET34);
@@ -57,7 +79,8 @@ TEST(JobFlags, BadValuesNameTheFlag) {
     std::string expected;
   };
   for (const Case& c : std::vector<Case>{
-           {{"--arch", "revnet19"}, "flag --arch: value: unknown value \"revnet19\""},
+           {{"--arch", "revnet19"},
+            "flag --arch: value: unknown value \"revnet19\""},
            {{"--epochs", "-1"}, "flag --epochs: bad value \"-1\""},
            {{"--lr", "fast"}, "flag --lr: bad value \"fast\""},
            {{"--stages", "many"}, "flag --stages: bad value \"many\""},

@@ -7,10 +7,14 @@ using petra::v1::DatasetKind;
 const char* DefaultDatasetPath(DatasetKind kind) {
   switch (kind) {
     // Debian's dataset-fashion-mnist installs here (under /usr/share/datasets).
-    case petra::v1::DATASET_KIND_FASHION_MNIST: return "fashion-mnist";
-    case petra::v1::DATASET_KIND_MNIST: return "mnist";
-    case petra::v1::DATASET_KIND_CIFAR10: return "cifar-10-batches-bin";
-    default: return "";
+    case petra::v1::DATASET_KIND_FASHION_MNIST:
+      return "fashion-mnist";
+    case petra::v1::DATASET_KIND_MNIST:
+      return "mnist";
+    case petra::v1::DATASET_KIND_CIFAR10:
+      return "cifar-10-batches-bin";
+    default:
+      return "";
   }
 }
 
@@ -28,15 +32,16 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   const bool cifar = model->variant() == petra::v1::VARIANT_CIFAR;
   if (!model->has_width()) model->set_width(1.0);
   if (!model->has_num_classes()) {
-    model->set_num_classes(model->variant() == petra::v1::VARIANT_IMAGENET ? 1000
-                                                                          : 10);
+    model->set_num_classes(
+        model->variant() == petra::v1::VARIANT_IMAGENET ? 1000 : 10);
   }
 
   if (data->path().empty()) data->set_path(DefaultDatasetPath(kind));
   if (!data->has_synthetic_train_size()) data->set_synthetic_train_size(4096);
   if (!data->has_synthetic_test_size()) data->set_synthetic_test_size(1024);
   petra::v1::AugmentationSpec* aug = data->mutable_augmentation();
-  if (!aug->has_random_crop_padding()) aug->set_random_crop_padding(cifar ? 4 : 0);
+  if (!aug->has_random_crop_padding())
+    aug->set_random_crop_padding(cifar ? 4 : 0);
   if (!aug->has_horizontal_flip()) aug->set_horizontal_flip(cifar);
   if (!aug->has_normalize()) aug->set_normalize(true);
 
@@ -55,7 +60,8 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   if (!train->has_accumulation_steps()) train->set_accumulation_steps(1);
   if (!train->has_micro_batch_size()) train->set_micro_batch_size(64);
   if (!train->has_epochs()) train->set_epochs(1);
-  if (train->non_finite() == petra::v1::TrainingSpec::NON_FINITE_POLICY_UNSPECIFIED) {
+  if (train->non_finite() ==
+      petra::v1::TrainingSpec::NON_FINITE_POLICY_UNSPECIFIED) {
     train->set_non_finite(petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL);
   }
 

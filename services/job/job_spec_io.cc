@@ -38,7 +38,8 @@ absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
   if (format == SpecFormat::kJson) {
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = false;
-    auto status = google::protobuf::util::JsonStringToMessage(text, &spec, options);
+    auto status =
+        google::protobuf::util::JsonStringToMessage(text, &spec, options);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("job spec JSON: ", status.message().as_string()));
@@ -60,7 +61,8 @@ absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
   if (!in) {
     const int err = errno;
     std::string why = std::strerror(err);
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": ", why));
+    if (err == ENOENT)
+      return absl::NotFoundError(absl::StrCat(path, ": ", why));
     if (err == EACCES) {
       return absl::PermissionDeniedError(absl::StrCat(path, ": ", why));
     }
@@ -82,8 +84,8 @@ absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
   const bool text_proto = absl::EndsWith(path, ".txtpb") ||
                           absl::EndsWith(path, ".textproto") ||
                           absl::EndsWith(path, ".pbtxt");
-  absl::StatusOr<petra::v1::JobSpec> spec =
-      ParseJobSpec(text, text_proto ? SpecFormat::kTextProto : SpecFormat::kJson);
+  absl::StatusOr<petra::v1::JobSpec> spec = ParseJobSpec(
+      text, text_proto ? SpecFormat::kTextProto : SpecFormat::kJson);
   if (!spec.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", spec.status().message()));

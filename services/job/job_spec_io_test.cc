@@ -36,7 +36,8 @@ TEST(JobSpecIo, ParsesJsonWithEnumNamesAndOptionalZeros) {
     "training": {"accumulation_steps": 0},
     "optimizer": {"momentum": 0},
     "devices": ["cpu"]
-  })", SpecFormat::kJson);
+  })",
+                                                      SpecFormat::kJson);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->model().architecture(), petra::v1::ARCHITECTURE_REVNET18);
   EXPECT_EQ(s->model().width(), 0.25);
@@ -47,9 +48,9 @@ TEST(JobSpecIo, ParsesJsonWithEnumNamesAndOptionalZeros) {
 }
 
 TEST(JobSpecIo, JsonErrorsAreInvalidArgument) {
-  for (const char* bad : {"{", R"({"modle": {}})",
-                          R"({"model": {"architecture": "REVNET99"}})",
-                          R"({"training": {"epochs": -1}})"}) {
+  for (const char* bad :
+       {"{", R"({"modle": {}})", R"({"model": {"architecture": "REVNET99"}})",
+        R"({"training": {"epochs": -1}})"}) {
     absl::StatusOr<petra::v1::JobSpec> s = ParseJobSpec(bad, SpecFormat::kJson);
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
@@ -77,9 +78,11 @@ TEST(JobSpecIo, ReadsFilesByExtension) {
 }
 
 TEST(JobSpecIo, MissingFileIsNotFoundNamingThePath) {
-  absl::StatusOr<petra::v1::JobSpec> s = ReadJobSpecFile("/nonexistent/spec.json");
+  absl::StatusOr<petra::v1::JobSpec> s =
+      ReadJobSpecFile("/nonexistent/spec.json");
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/nonexistent/spec.json"));
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("/nonexistent/spec.json"));
 }
 
 TEST(JobSpecIo, BadFileNamesThePath) {
@@ -103,7 +106,8 @@ TEST(JobSpecIo, JsonRoundTrip) {
   spec.add_devices("cuda:0");
   std::string json = JobSpecToJson(spec);
   EXPECT_THAT(json, HasSubstr("\"architecture\": \"ARCHITECTURE_RESNET50\""));
-  absl::StatusOr<petra::v1::JobSpec> back = ParseJobSpec(json, SpecFormat::kJson);
+  absl::StatusOr<petra::v1::JobSpec> back =
+      ParseJobSpec(json, SpecFormat::kJson);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->SerializeAsString(), spec.SerializeAsString());
 }

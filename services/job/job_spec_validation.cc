@@ -55,9 +55,9 @@ bool CheckEnum(Problems& p, const std::string& field, int value,
                bool required) {
   const EnumDescriptor* type = GetEnumDescriptor<E>();
   if (type->FindValueByNumber(value) == nullptr) {
-    p.Add(field, value, absl::StrCat("unknown value (expected one of ",
-                                     absl::StrJoin(EnumShortNames(type), ", "),
-                                     ")"));
+    p.Add(field, value,
+          absl::StrCat("unknown value (expected one of ",
+                       absl::StrJoin(EnumShortNames(type), ", "), ")"));
     return false;
   }
   if (required && value == 0) {
@@ -85,8 +85,8 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
   }
 
   const petra::v1::DatasetSpec& d = s.dataset();
-  bool kind_ok = CheckEnum<petra::v1::DatasetKind>(p, "dataset.kind", d.kind(),
-                                                   true);
+  bool kind_ok =
+      CheckEnum<petra::v1::DatasetKind>(p, "dataset.kind", d.kind(), true);
   if (kind_ok && variant_ok && d.kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
     const bool mnist_like = d.kind() == petra::v1::DATASET_KIND_FASHION_MNIST ||
                             d.kind() == petra::v1::DATASET_KIND_MNIST;
@@ -94,13 +94,13 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
         mnist_like ? petra::v1::VARIANT_MNIST : petra::v1::VARIANT_CIFAR;
     if (m.variant() != needed) {
       p.Add("model.variant", EnumShortName(m.variant()),
-            absl::StrCat("dataset ", EnumShortName(d.kind()),
-                         " needs variant ", EnumShortName(needed)));
+            absl::StrCat("dataset ", EnumShortName(d.kind()), " needs variant ",
+                         EnumShortName(needed)));
     }
     if (m.num_classes() != 10) {
-      p.Add("model.num_classes", m.num_classes(),
-            absl::StrCat("dataset ", EnumShortName(d.kind()),
-                         " has 10 classes"));
+      p.Add(
+          "model.num_classes", m.num_classes(),
+          absl::StrCat("dataset ", EnumShortName(d.kind()), " has 10 classes"));
     }
   }
   // Paths are resolved under --data-root; they may not climb out of it.
@@ -138,8 +138,8 @@ void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
   if (part.layout_case() == petra::v1::PartitionSpec::kStageCount) {
     if (part.stage_count() == 0) {
       p.Add("partition.stage_count", 0, "must be at least 1");
-    } else if (arch.ok() &&
-               part.stage_count() > static_cast<uint32_t>(arch->per_block_stages)) {
+    } else if (arch.ok() && part.stage_count() >
+                                static_cast<uint32_t>(arch->per_block_stages)) {
       p.Add("partition.stage_count", part.stage_count(),
             absl::StrCat(arch->display_name, " has ", arch->per_block_stages,
                          " blocks (stem, ", arch->residual_blocks,
@@ -181,7 +181,8 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
             "mode petra)");
     }
   }
-  if (t.accumulation_steps() < 1 || t.accumulation_steps() > kMaxAccumulationSteps) {
+  if (t.accumulation_steps() < 1 ||
+      t.accumulation_steps() > kMaxAccumulationSteps) {
     p.Add("training.accumulation_steps", t.accumulation_steps(),
           absl::StrCat("must be in [1, ", kMaxAccumulationSteps, "]"));
   }
@@ -234,7 +235,8 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
     }
     if (sc.decay() == petra::v1::ScheduleSpec::DECAY_STEP &&
         sc.step_epochs_size() == 0) {
-      p.Add("schedule.step_epochs", "[]", "decay step needs at least one epoch");
+      p.Add("schedule.step_epochs", "[]",
+            "decay step needs at least one epoch");
     }
   }
   for (int i = 0; i < sc.step_epochs_size(); ++i) {

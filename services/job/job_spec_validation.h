@@ -11,7 +11,8 @@ namespace petra::job {
 // Applies the defaults (job_spec_defaults.h) to a copy of `spec` and checks
 // the result. On failure: INVALID_ARGUMENT listing every problem as
 // "<field> = <value>: <reason>", separated by "; ".
-absl::StatusOr<petra::v1::JobSpec> ResolveJobSpec(const petra::v1::JobSpec& spec);
+absl::StatusOr<petra::v1::JobSpec> ResolveJobSpec(
+    const petra::v1::JobSpec& spec);
 
 // ResolveJobSpec without the result.
 absl::Status ValidateJobSpec(const petra::v1::JobSpec& spec);

@@ -9,8 +9,8 @@
 namespace petra::job {
 namespace {
 
-using ::testing::HasSubstr;
 using petra::v1::JobSpec;
+using ::testing::HasSubstr;
 
 JobSpec MinimalSpec() {
   JobSpec s;
@@ -83,7 +83,8 @@ TEST(ResolveJobSpec, ReportsEveryProblemAtOnce) {
   s.mutable_training()->set_micro_batch_size(0);
   absl::Status st = ValidateJobSpec(s);
   EXPECT_THAT(std::string(st.message()), HasSubstr("training.epochs = 0"));
-  EXPECT_THAT(std::string(st.message()), HasSubstr("training.micro_batch_size = 0"));
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("training.micro_batch_size = 0"));
 }
 
 struct RejectCase {
@@ -96,7 +97,6 @@ struct RejectCase {
 
 // Test names carry the case name; print only that, not the bytes.
 void PrintTo(const RejectCase& c, std::ostream* os) { *os << c.name; }
-
 
 class RejectedSpec : public ::testing::TestWithParam<RejectCase> {};
 
@@ -115,59 +115,72 @@ INSTANTIATE_TEST_SUITE_P(
     AllRules, RejectedSpec,
     ::testing::Values(
         RejectCase{"AccumulationZero",
-                   [](JobSpec* s) { s->mutable_training()->set_accumulation_steps(0); },
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_accumulation_steps(0);
+                   },
                    "training.accumulation_steps = 0", "must be in [1, 4096]"},
-        RejectCase{"MicroBatchZero",
-                   [](JobSpec* s) { s->mutable_training()->set_micro_batch_size(0); },
-                   "training.micro_batch_size = 0", "must be in [1,"},
+        RejectCase{
+            "MicroBatchZero",
+            [](JobSpec* s) { s->mutable_training()->set_micro_batch_size(0); },
+            "training.micro_batch_size = 0", "must be in [1,"},
         RejectCase{"EpochsZero",
                    [](JobSpec* s) { s->mutable_training()->set_epochs(0); },
                    "training.epochs = 0", "must be in [1,"},
         RejectCase{"ArchitectureMissing",
                    [](JobSpec* s) { s->mutable_model()->clear_architecture(); },
-                   "model.architecture = unspecified", "required (one of revnet18"},
+                   "model.architecture = unspecified",
+                   "required (one of revnet18"},
         RejectCase{"ArchitectureUnknown",
                    [](JobSpec* s) {
-                     s->mutable_model()->set_architecture(static_cast<petra::v1::Architecture>(42));
+                     s->mutable_model()->set_architecture(
+                         static_cast<petra::v1::Architecture>(42));
                    },
                    "model.architecture = 42", "unknown value"},
         RejectCase{"DatasetMissing",
                    [](JobSpec* s) { s->mutable_dataset()->clear_kind(); },
-                   "dataset.kind = unspecified", "required (one of fashion_mnist"},
+                   "dataset.kind = unspecified",
+                   "required (one of fashion_mnist"},
         RejectCase{"DatasetUnknown",
                    [](JobSpec* s) {
-                     s->mutable_dataset()->set_kind(static_cast<petra::v1::DatasetKind>(17));
+                     s->mutable_dataset()->set_kind(
+                         static_cast<petra::v1::DatasetKind>(17));
                    },
                    "dataset.kind = 17", "unknown value"},
-        RejectCase{"MoreStagesThanBlocks",
-                   [](JobSpec* s) { s->mutable_partition()->set_stage_count(11); },
-                   "partition.stage_count = 11", "RevNet18 has 10 blocks"},
-        RejectCase{"ZeroStages",
-                   [](JobSpec* s) { s->mutable_partition()->set_stage_count(0); },
-                   "partition.stage_count = 0", "at least 1"},
-        RejectCase{"PerBlockFalse",
-                   [](JobSpec* s) { s->mutable_partition()->set_per_block(false); },
-                   "partition.per_block = false", "give stage_count"},
-        RejectCase{"NegativeLearningRate",
-                   [](JobSpec* s) { s->mutable_optimizer()->set_learning_rate(-0.1); },
-                   "optimizer.learning_rate = -0.1", "must be finite and >= 0"},
-        RejectCase{"NanLearningRate",
-                   [](JobSpec* s) { s->mutable_optimizer()->set_learning_rate(NAN); },
-                   "optimizer.learning_rate = nan", "finite"},
-        RejectCase{"MomentumOne",
-                   [](JobSpec* s) { s->mutable_optimizer()->set_momentum(1.0); },
-                   "optimizer.momentum = 1", "[0, 1)"},
+        RejectCase{
+            "MoreStagesThanBlocks",
+            [](JobSpec* s) { s->mutable_partition()->set_stage_count(11); },
+            "partition.stage_count = 11", "RevNet18 has 10 blocks"},
+        RejectCase{
+            "ZeroStages",
+            [](JobSpec* s) { s->mutable_partition()->set_stage_count(0); },
+            "partition.stage_count = 0", "at least 1"},
+        RejectCase{
+            "PerBlockFalse",
+            [](JobSpec* s) { s->mutable_partition()->set_per_block(false); },
+            "partition.per_block = false", "give stage_count"},
+        RejectCase{
+            "NegativeLearningRate",
+            [](JobSpec* s) { s->mutable_optimizer()->set_learning_rate(-0.1); },
+            "optimizer.learning_rate = -0.1", "must be finite and >= 0"},
+        RejectCase{
+            "NanLearningRate",
+            [](JobSpec* s) { s->mutable_optimizer()->set_learning_rate(NAN); },
+            "optimizer.learning_rate = nan", "finite"},
+        RejectCase{
+            "MomentumOne",
+            [](JobSpec* s) { s->mutable_optimizer()->set_momentum(1.0); },
+            "optimizer.momentum = 1", "[0, 1)"},
         RejectCase{"NesterovWithoutMomentum",
                    [](JobSpec* s) {
                      s->mutable_optimizer()->set_momentum(0);
                      s->mutable_optimizer()->set_nesterov(true);
                    },
                    "optimizer.nesterov = true", "needs momentum > 0"},
-        RejectCase{"NegativeWeightDecay",
-                   [](JobSpec* s) { s->mutable_optimizer()->set_weight_decay(-1e-4); },
-                   "optimizer.weight_decay = -0.0001", ">= 0"},
-        RejectCase{"UnknownDevice",
-                   [](JobSpec* s) { s->add_devices("gpu0"); },
+        RejectCase{
+            "NegativeWeightDecay",
+            [](JobSpec* s) { s->mutable_optimizer()->set_weight_decay(-1e-4); },
+            "optimizer.weight_decay = -0.0001", ">= 0"},
+        RejectCase{"UnknownDevice", [](JobSpec* s) { s->add_devices("gpu0"); },
                    "devices[0]: unknown device \"gpu0\"", "cuda:N"},
         RejectCase{"BadCudaOrdinal",
                    [](JobSpec* s) { s->add_devices("cuda:-1"); },
@@ -186,25 +199,33 @@ INSTANTIATE_TEST_SUITE_P(
                    [](JobSpec* s) { s->mutable_model()->set_num_classes(1); },
                    "model.num_classes = 1", "[2,"},
         RejectCase{"VariantDoesNotFitDataset",
-                   [](JobSpec* s) { s->mutable_model()->set_variant(petra::v1::VARIANT_CIFAR); },
+                   [](JobSpec* s) {
+                     s->mutable_model()->set_variant(petra::v1::VARIANT_CIFAR);
+                   },
                    "model.variant = cifar", "needs variant mnist"},
         RejectCase{"ClassesDoNotFitDataset",
                    [](JobSpec* s) { s->mutable_model()->set_num_classes(100); },
                    "model.num_classes = 100", "has 10 classes"},
-        RejectCase{"DatasetPathEscapes",
-                   [](JobSpec* s) { s->mutable_dataset()->set_path("../../etc"); },
-                   "dataset.path = \"../../etc\"", "\"..\""},
-        RejectCase{"StashWithoutDelayedMode",
-                   [](JobSpec* s) { s->mutable_training()->set_stash_inputs(true); },
-                   "training.stash_inputs = true", "only valid with mode delayed, not petra"},
+        RejectCase{
+            "DatasetPathEscapes",
+            [](JobSpec* s) { s->mutable_dataset()->set_path("../../etc"); },
+            "dataset.path = \"../../etc\"", "\"..\""},
+        RejectCase{
+            "StashWithoutDelayedMode",
+            [](JobSpec* s) { s->mutable_training()->set_stash_inputs(true); },
+            "training.stash_inputs = true",
+            "only valid with mode delayed, not petra"},
         RejectCase{"DelayedWithoutBuffers",
                    [](JobSpec* s) {
-                     s->mutable_training()->set_mode(petra::v1::TRAINING_MODE_DELAYED);
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_DELAYED);
                    },
-                   "training.mode = delayed", "needs stash_inputs and/or stash_weights"},
+                   "training.mode = delayed",
+                   "needs stash_inputs and/or stash_weights"},
         RejectCase{"UnknownMode",
                    [](JobSpec* s) {
-                     s->mutable_training()->set_mode(static_cast<petra::v1::TrainingMode>(9));
+                     s->mutable_training()->set_mode(
+                         static_cast<petra::v1::TrainingMode>(9));
                    },
                    "training.mode = 9", "unknown value"},
         RejectCase{"WarmupLongerThanTraining",
@@ -213,11 +234,15 @@ INSTANTIATE_TEST_SUITE_P(
                      s->mutable_schedule()->set_warmup_epochs(5);
                    },
                    "schedule.warmup_epochs = 5", "[0, training.epochs = 3]"},
-        RejectCase{"StepEpochsWithoutStepDecay",
-                   [](JobSpec* s) { s->mutable_schedule()->add_step_epochs(1); },
-                   "schedule.step_epochs = [1]", "only valid with decay step, not cosine"},
+        RejectCase{
+            "StepEpochsWithoutStepDecay",
+            [](JobSpec* s) { s->mutable_schedule()->add_step_epochs(1); },
+            "schedule.step_epochs = [1]",
+            "only valid with decay step, not cosine"},
         RejectCase{"StepDecayWithoutEpochs",
-                   [](JobSpec* s) { s->mutable_schedule()->set_decay(ScheduleSpec::DECAY_STEP); },
+                   [](JobSpec* s) {
+                     s->mutable_schedule()->set_decay(ScheduleSpec::DECAY_STEP);
+                   },
                    "schedule.step_epochs = []", "at least one epoch"},
         RejectCase{"StepEpochsNotIncreasing",
                    [](JobSpec* s) {
@@ -227,26 +252,33 @@ INSTANTIATE_TEST_SUITE_P(
                      s->mutable_schedule()->add_step_epochs(5);
                    },
                    "schedule.step_epochs[1] = 5", "must increase"},
-        RejectCase{"StepFactorZero",
-                   [](JobSpec* s) { s->mutable_schedule()->set_step_factor(0); },
-                   "schedule.step_factor = 0", "(0, 1]"},
-        RejectCase{"EvalEveryZero",
-                   [](JobSpec* s) { s->mutable_evaluation()->set_every_epochs(0); },
-                   "evaluation.every_epochs = 0", "at least 1"},
-        RejectCase{"KeepLastZero",
-                   [](JobSpec* s) { s->mutable_checkpoint()->set_keep_last(0); },
-                   "checkpoint.keep_last = 0", "at least 1"},
+        RejectCase{
+            "StepFactorZero",
+            [](JobSpec* s) { s->mutable_schedule()->set_step_factor(0); },
+            "schedule.step_factor = 0", "(0, 1]"},
+        RejectCase{
+            "EvalEveryZero",
+            [](JobSpec* s) { s->mutable_evaluation()->set_every_epochs(0); },
+            "evaluation.every_epochs = 0", "at least 1"},
+        RejectCase{
+            "KeepLastZero",
+            [](JobSpec* s) { s->mutable_checkpoint()->set_keep_last(0); },
+            "checkpoint.keep_last = 0", "at least 1"},
         RejectCase{"ResumeFromPath",
-                   [](JobSpec* s) { s->mutable_checkpoint()->set_resume_from_job("../x"); },
+                   [](JobSpec* s) {
+                     s->mutable_checkpoint()->set_resume_from_job("../x");
+                   },
                    "checkpoint.resume_from_job = \"../x\"", "not a path"},
         RejectCase{"NameTooLong",
                    [](JobSpec* s) { s->set_name(std::string(200, 'a')); },
                    "name = <200 characters>", "at most 128"},
         RejectCase{"NameWithControlCharacters",
-                   [](JobSpec* s) { s->set_name("a\nb"); },
-                   "name = \"a\\nb\"", "control characters"},
+                   [](JobSpec* s) { s->set_name("a\nb"); }, "name = \"a\\nb\"",
+                   "control characters"},
         RejectCase{"SyntheticSizeZero",
-                   [](JobSpec* s) { s->mutable_dataset()->set_synthetic_train_size(0); },
+                   [](JobSpec* s) {
+                     s->mutable_dataset()->set_synthetic_train_size(0);
+                   },
                    "dataset.synthetic_train_size = 0", "at least 1"}),
     [](const auto& info) { return info.param.name; });
 

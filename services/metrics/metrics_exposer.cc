@@ -1,10 +1,9 @@
 #include "services/metrics/metrics_exposer.h"
 
+#include <dlfcn.h>
 #include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
-
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include <algorithm>

@@ -8,12 +8,18 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(int architecture) {
   // Block counts follow the ResNet paper: 18 = [2,2,2,2] basic blocks,
   // 34 = [3,4,6,3] basic, 50 = [3,4,6,3] bottleneck.
   switch (architecture) {
-    case petra::v1::ARCHITECTURE_REVNET18: return ArchitectureInfo{"RevNet18", true, 8, 10};
-    case petra::v1::ARCHITECTURE_REVNET34: return ArchitectureInfo{"RevNet34", true, 16, 18};
-    case petra::v1::ARCHITECTURE_REVNET50: return ArchitectureInfo{"RevNet50", true, 16, 18};
-    case petra::v1::ARCHITECTURE_RESNET18: return ArchitectureInfo{"ResNet18", false, 8, 10};
-    case petra::v1::ARCHITECTURE_RESNET34: return ArchitectureInfo{"ResNet34", false, 16, 18};
-    case petra::v1::ARCHITECTURE_RESNET50: return ArchitectureInfo{"ResNet50", false, 16, 18};
+    case petra::v1::ARCHITECTURE_REVNET18:
+      return ArchitectureInfo{"RevNet18", true, 8, 10};
+    case petra::v1::ARCHITECTURE_REVNET34:
+      return ArchitectureInfo{"RevNet34", true, 16, 18};
+    case petra::v1::ARCHITECTURE_REVNET50:
+      return ArchitectureInfo{"RevNet50", true, 16, 18};
+    case petra::v1::ARCHITECTURE_RESNET18:
+      return ArchitectureInfo{"ResNet18", false, 8, 10};
+    case petra::v1::ARCHITECTURE_RESNET34:
+      return ArchitectureInfo{"ResNet34", false, 16, 18};
+    case petra::v1::ARCHITECTURE_RESNET50:
+      return ArchitectureInfo{"ResNet50", false, 16, 18};
     case petra::v1::ARCHITECTURE_UNSPECIFIED:
       return absl::InvalidArgumentError(
           "model.architecture: required (one of revnet18, revnet34, revnet50, "

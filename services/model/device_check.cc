@@ -20,9 +20,9 @@ absl::Status CheckDeviceAvailable(const std::string& device,
   }
   const int count = static_cast<int>(torch::cuda::device_count());
   if (name->index >= count) {
-    return absl::UnavailableError(
-        absl::StrCat(field, ": device \"", device, "\" requested, but only ",
-                     count, " CUDA device(s) are visible"));
+    return absl::UnavailableError(absl::StrCat(field, ": device \"", device,
+                                               "\" requested, but only ", count,
+                                               " CUDA device(s) are visible"));
   }
   return absl::OkStatus();
 }

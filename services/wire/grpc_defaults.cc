@@ -35,7 +35,8 @@ void ApplyServerDefaults(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Accept the clients' pings at the keepalive rate above.
   builder.AddChannelArgument(
-      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveTimeMs / 2);
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      kKeepaliveTimeMs / 2);
 }
 
 grpc::ChannelArguments ClientChannelArguments() {
@@ -62,9 +63,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        flag, ": cannot listen on ", listen,
-        " (address in use, or not an address of this host)"));
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": cannot listen on ", listen,
+                     " (address in use, or not an address of this host)"));
   }
   return server;
 }
@@ -80,7 +81,8 @@ absl::Status ValidateAddress(const std::string& address,
   size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) return bad("has no host");
   std::string host = address.substr(0, colon);
-  if (host.front() == '[' && host.back() != ']') return bad("has an unclosed [");
+  if (host.front() == '[' && host.back() != ']')
+    return bad("has an unclosed [");
   if (host.front() != '[' && host.find(':') != std::string::npos) {
     return bad("is an IPv6 address without [brackets]");
   }

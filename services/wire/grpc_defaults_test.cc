@@ -12,7 +12,9 @@ using ::testing::HasSubstr;
 TEST(ValidateAddress, AcceptsHostPortForms) {
   EXPECT_TRUE(ValidateAddress("127.0.0.1:50051", "--listen", false).ok());
   EXPECT_TRUE(ValidateAddress("[::1]:50051", "--listen", false).ok());
-  EXPECT_TRUE(ValidateAddress("petra-stage-0.petra-stage:50051", "--stages", false).ok());
+  EXPECT_TRUE(
+      ValidateAddress("petra-stage-0.petra-stage:50051", "--stages", false)
+          .ok());
   EXPECT_TRUE(ValidateAddress("0.0.0.0:0", "--listen", true).ok());
 }
 

@@ -19,8 +19,8 @@ std::vector<petra::v1::Tensor> SplitTensor(const petra::v1::Tensor& whole,
     *part.mutable_shape() = whole.shape();
     part.mutable_chunk()->set_offset(offset);
     part.mutable_chunk()->set_total_bytes(data.size());
-    part.set_data(data.substr(offset, std::min<uint64_t>(chunk_bytes,
-                                                         data.size() - offset)));
+    part.set_data(data.substr(
+        offset, std::min<uint64_t>(chunk_bytes, data.size() - offset)));
   }
   return parts;
 }
@@ -53,9 +53,9 @@ absl::Status TensorAssembler::Add(const petra::v1::Tensor& part) {
           ", but the shape needs ", *expected));
     }
     if (part.chunk().offset() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field_, ".chunk.offset: first chunk starts at ",
-          part.chunk().offset(), ", not 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field_, ".chunk.offset: first chunk starts at ",
+                       part.chunk().offset(), ", not 0"));
     }
     total_ = *expected;
     pending_.emplace();
@@ -71,8 +71,8 @@ absl::Status TensorAssembler::Add(const petra::v1::Tensor& part) {
     if (part.dtype() != head.dtype() ||
         !std::equal(part.shape().begin(), part.shape().end(),
                     head.shape().begin(), head.shape().end())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field_, ": dtype or shape changed between chunks"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field_, ": dtype or shape changed between chunks"));
     }
     if (part.chunk().total_bytes() != total_) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -102,10 +102,10 @@ absl::Status TensorAssembler::Add(const petra::v1::Tensor& part) {
 
 absl::StatusOr<petra::v1::Tensor> TensorAssembler::Take() {
   if (!complete_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field_, ": incomplete, ",
-        pending_.has_value() ? pending_->data().size() : 0, " of ", total_,
-        " bytes received"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(field_, ": incomplete, ",
+                     pending_.has_value() ? pending_->data().size() : 0, " of ",
+                     total_, " bytes received"));
   }
   petra::v1::Tensor out = std::move(*pending_);
   pending_.reset();

@@ -76,7 +76,6 @@ struct BadChunkCase {
 // Test names carry the case name; print only that, not the bytes.
 void PrintTo(const BadChunkCase& c, std::ostream* os) { *os << c.name; }
 
-
 class BadChunks : public ::testing::TestWithParam<BadChunkCase> {};
 
 TEST_P(BadChunks, AreRefused) {
@@ -100,30 +99,32 @@ TEST_P(BadChunks, AreRefused) {
 INSTANTIATE_TEST_SUITE_P(
     AllCases, BadChunks,
     ::testing::Values(
-        BadChunkCase{"OutOfOrder",
-                     [](auto& p) { std::swap(p[1], p[2]); },
+        BadChunkCase{"OutOfOrder", [](auto& p) { std::swap(p[1], p[2]); },
                      "expected 128"},
-        BadChunkCase{"FirstNotAtZero",
-                     [](auto& p) { p.erase(p.begin()); },
+        BadChunkCase{"FirstNotAtZero", [](auto& p) { p.erase(p.begin()); },
                      "first chunk starts at 128"},
         BadChunkCase{"Duplicate",
                      [](auto& p) { p.insert(p.begin() + 2, p[1]); },
                      "offset: 128, expected 256"},
         BadChunkCase{"TotalDisagreesWithShape",
-                     [](auto& p) { for (auto& c : p) c.mutable_chunk()->set_total_bytes(404); },
+                     [](auto& p) {
+                       for (auto& c : p)
+                         c.mutable_chunk()->set_total_bytes(404);
+                     },
                      "total_bytes: 404, but the shape needs 400"},
-        BadChunkCase{"TotalChangesMidway",
-                     [](auto& p) { p[2].mutable_chunk()->set_total_bytes(512); },
-                     "differs"},
+        BadChunkCase{
+            "TotalChangesMidway",
+            [](auto& p) { p[2].mutable_chunk()->set_total_bytes(512); },
+            "differs"},
         BadChunkCase{"ShapeChangesMidway",
                      [](auto& p) { p[1].set_shape(0, 99); },
                      "dtype or shape changed"},
         BadChunkCase{"ContinuationWithoutChunkInfo",
-                     [](auto& p) { p[1].clear_chunk(); },
-                     "missing"},
-        BadChunkCase{"Overrun",
-                     [](auto& p) { p[3].mutable_data()->append(std::string(100, 'x')); },
-                     "overruns"},
+                     [](auto& p) { p[1].clear_chunk(); }, "missing"},
+        BadChunkCase{
+            "Overrun",
+            [](auto& p) { p[3].mutable_data()->append(std::string(100, 'x')); },
+            "overruns"},
         BadChunkCase{"ExtraChunkAfterComplete",
                      [](auto& p) { p.push_back(p[3]); },
                      "after the tensor was complete"},
@@ -133,8 +134,7 @@ INSTANTIATE_TEST_SUITE_P(
                        p[0].mutable_chunk()->set_total_bytes(4 << 20);
                      },
                      "over the limit"},
-        BadChunkCase{"EmptyChunk",
-                     [](auto& p) { p[1].clear_data(); },
+        BadChunkCase{"EmptyChunk", [](auto& p) { p[1].clear_data(); },
                      "empty chunk"}),
     [](const auto& info) { return info.param.name; });
 

@@ -16,13 +16,20 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 absl::StatusOr<petra::v1::DType> ToWire(c10::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return petra::v1::DTYPE_FLOAT32;
-    case torch::kFloat16: return petra::v1::DTYPE_FLOAT16;
-    case torch::kBFloat16: return petra::v1::DTYPE_BFLOAT16;
-    case torch::kFloat64: return petra::v1::DTYPE_FLOAT64;
-    case torch::kInt64: return petra::v1::DTYPE_INT64;
-    case torch::kInt32: return petra::v1::DTYPE_INT32;
-    case torch::kUInt8: return petra::v1::DTYPE_UINT8;
+    case torch::kFloat32:
+      return petra::v1::DTYPE_FLOAT32;
+    case torch::kFloat16:
+      return petra::v1::DTYPE_FLOAT16;
+    case torch::kBFloat16:
+      return petra::v1::DTYPE_BFLOAT16;
+    case torch::kFloat64:
+      return petra::v1::DTYPE_FLOAT64;
+    case torch::kInt64:
+      return petra::v1::DTYPE_INT64;
+    case torch::kInt32:
+      return petra::v1::DTYPE_INT32;
+    case torch::kUInt8:
+      return petra::v1::DTYPE_UINT8;
     default:
       return absl::UnimplementedError(absl::StrCat(
           "tensor dtype ", c10::toString(t), " has no wire encoding"));
@@ -31,13 +38,20 @@ absl::StatusOr<petra::v1::DType> ToWire(c10::ScalarType t) {
 
 c10::ScalarType FromWire(int dtype) {
   switch (dtype) {
-    case petra::v1::DTYPE_FLOAT16: return torch::kFloat16;
-    case petra::v1::DTYPE_BFLOAT16: return torch::kBFloat16;
-    case petra::v1::DTYPE_FLOAT64: return torch::kFloat64;
-    case petra::v1::DTYPE_INT64: return torch::kInt64;
-    case petra::v1::DTYPE_INT32: return torch::kInt32;
-    case petra::v1::DTYPE_UINT8: return torch::kUInt8;
-    default: return torch::kFloat32;  // validated before we get here
+    case petra::v1::DTYPE_FLOAT16:
+      return torch::kFloat16;
+    case petra::v1::DTYPE_BFLOAT16:
+      return torch::kBFloat16;
+    case petra::v1::DTYPE_FLOAT64:
+      return torch::kFloat64;
+    case petra::v1::DTYPE_INT64:
+      return torch::kInt64;
+    case petra::v1::DTYPE_INT32:
+      return torch::kInt32;
+    case petra::v1::DTYPE_UINT8:
+      return torch::kUInt8;
+    default:
+      return torch::kFloat32;  // validated before we get here
   }
 }
 

@@ -21,7 +21,6 @@ void PrintTo(const DTypeCase& c, std::ostream* os) {
   *os << c10::toString(c.torch_type);
 }
 
-
 class CodecRoundTrip : public ::testing::TestWithParam<DTypeCase> {};
 
 // Values that exercise every dtype's range: negatives (signed), large
@@ -65,7 +64,8 @@ TEST_P(CodecRoundTrip, NonContiguousTensor) {
 
 TEST_P(CodecRoundTrip, EmptyTensor) {
   const DTypeCase& c = GetParam();
-  at::Tensor empty = torch::empty({3, 0, 2}, torch::TensorOptions().dtype(c.torch_type));
+  at::Tensor empty =
+      torch::empty({3, 0, 2}, torch::TensorOptions().dtype(c.torch_type));
   petra::v1::Tensor wire;
   ASSERT_TRUE(EncodeTensor(empty, &wire).ok());
   EXPECT_TRUE(wire.data().empty());
@@ -153,7 +153,6 @@ struct MalformedCase {
 // Test names carry the case name; print only that, not the bytes.
 void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.name; }
 
-
 class MalformedTensor : public ::testing::TestWithParam<MalformedCase> {};
 
 TEST_P(MalformedTensor, IsRefusedNamingTheField) {
@@ -167,7 +166,8 @@ TEST_P(MalformedTensor, IsRefusedNamingTheField) {
   ASSERT_FALSE(decoded.ok());
   EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string message(decoded.status().message());
-  EXPECT_THAT(message, HasSubstr("activation.first." + GetParam().expected_field));
+  EXPECT_THAT(message,
+              HasSubstr("activation.first." + GetParam().expected_field));
   EXPECT_THAT(message, HasSubstr(GetParam().expected_text));
 }
 
@@ -175,10 +175,14 @@ INSTANTIATE_TEST_SUITE_P(
     AllCases, MalformedTensor,
     ::testing::Values(
         MalformedCase{"UnspecifiedDtype",
-                      [](petra::v1::Tensor* t) { t->set_dtype(petra::v1::DTYPE_UNSPECIFIED); },
+                      [](petra::v1::Tensor* t) {
+                        t->set_dtype(petra::v1::DTYPE_UNSPECIFIED);
+                      },
                       "dtype", "not set"},
         MalformedCase{"UnknownDtype",
-                      [](petra::v1::Tensor* t) { t->set_dtype(static_cast<petra::v1::DType>(99)); },
+                      [](petra::v1::Tensor* t) {
+                        t->set_dtype(static_cast<petra::v1::DType>(99));
+                      },
                       "dtype", "unknown value 99"},
         MalformedCase{"RankOverEight",
                       [](petra::v1::Tensor* t) {
@@ -190,12 +194,14 @@ INSTANTIATE_TEST_SUITE_P(
         MalformedCase{"NegativeDimension",
                       [](petra::v1::Tensor* t) { t->set_shape(1, -3); },
                       "shape[1]", "dimension -3 is negative"},
-        MalformedCase{"TooFewBytes",
-                      [](petra::v1::Tensor* t) { t->mutable_data()->resize(20); },
-                      "data", "20 bytes, but shape [2, 3] of float32 needs 24"},
-        MalformedCase{"TooManyBytes",
-                      [](petra::v1::Tensor* t) { t->mutable_data()->append("x"); },
-                      "data", "25 bytes"},
+        MalformedCase{
+            "TooFewBytes",
+            [](petra::v1::Tensor* t) { t->mutable_data()->resize(20); }, "data",
+            "20 bytes, but shape [2, 3] of float32 needs 24"},
+        MalformedCase{
+            "TooManyBytes",
+            [](petra::v1::Tensor* t) { t->mutable_data()->append("x"); },
+            "data", "25 bytes"},
         MalformedCase{"OverTheByteCap",
                       [](petra::v1::Tensor* t) {
                         t->clear_shape();
@@ -210,7 +216,9 @@ INSTANTIATE_TEST_SUITE_P(
                       },
                       "shape", "overflows 64 bits"},
         MalformedCase{"UnassembledChunk",
-                      [](petra::v1::Tensor* t) { t->mutable_chunk()->set_total_bytes(24); },
+                      [](petra::v1::Tensor* t) {
+                        t->mutable_chunk()->set_total_bytes(24);
+                      },
                       "chunk", "assembled"}),
     [](const auto& info) { return info.param.name; });
 
@@ -222,7 +230,8 @@ TEST(TensorCodec, HugeShapeIsRefusedBeforeAllocation) {
   wire.add_shape(int64_t{1} << 58);
   absl::StatusOr<at::Tensor> decoded = DecodeTensor(wire);
   ASSERT_FALSE(decoded.ok());
-  EXPECT_THAT(std::string(decoded.status().message()), HasSubstr("over the limit"));
+  EXPECT_THAT(std::string(decoded.status().message()),
+              HasSubstr("over the limit"));
 }
 
 }  // namespace

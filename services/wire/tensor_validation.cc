@@ -36,14 +36,22 @@ absl::StatusOr<uint64_t> DTypeItemSize(int dtype, const std::string& field) {
 
 std::string DTypeName(int dtype) {
   switch (dtype) {
-    case petra::v1::DTYPE_FLOAT32: return "float32";
-    case petra::v1::DTYPE_FLOAT16: return "float16";
-    case petra::v1::DTYPE_BFLOAT16: return "bfloat16";
-    case petra::v1::DTYPE_FLOAT64: return "float64";
-    case petra::v1::DTYPE_INT64: return "int64";
-    case petra::v1::DTYPE_INT32: return "int32";
-    case petra::v1::DTYPE_UINT8: return "uint8";
-    default: return absl::StrCat("dtype(", dtype, ")");
+    case petra::v1::DTYPE_FLOAT32:
+      return "float32";
+    case petra::v1::DTYPE_FLOAT16:
+      return "float16";
+    case petra::v1::DTYPE_BFLOAT16:
+      return "bfloat16";
+    case petra::v1::DTYPE_FLOAT64:
+      return "float64";
+    case petra::v1::DTYPE_INT64:
+      return "int64";
+    case petra::v1::DTYPE_INT32:
+      return "int32";
+    case petra::v1::DTYPE_UINT8:
+      return "uint8";
+    default:
+      return absl::StrCat("dtype(", dtype, ")");
   }
 }
 
@@ -78,10 +86,10 @@ absl::StatusOr<uint64_t> ExpectedPayloadBytes(const petra::v1::Tensor& tensor,
     }
   }
   if (bytes > limits.max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".shape: ", ShapeText(tensor), " of ",
-        DTypeName(tensor.dtype()), " needs ", bytes,
-        " bytes, over the limit of ", limits.max_bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: ", ShapeText(tensor), " of ",
+                     DTypeName(tensor.dtype()), " needs ", bytes,
+                     " bytes, over the limit of ", limits.max_bytes, " bytes"));
   }
   return bytes;
 }
@@ -97,10 +105,10 @@ absl::Status ValidateTensor(const petra::v1::Tensor& tensor,
       ExpectedPayloadBytes(tensor, limits, field);
   if (!expected.ok()) return expected.status();
   if (tensor.data().size() != *expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".data: ", tensor.data().size(), " bytes, but shape ",
-        ShapeText(tensor), " of ", DTypeName(tensor.dtype()), " needs ",
-        *expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".data: ", tensor.data().size(),
+                     " bytes, but shape ", ShapeText(tensor), " of ",
+                     DTypeName(tensor.dtype()), " needs ", *expected));
   }
   return absl::OkStatus();
 }

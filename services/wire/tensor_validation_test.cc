@@ -30,23 +30,26 @@ TEST(TensorValidation, ItemSizes) {
 
 TEST(TensorValidation, ExpectedBytes) {
   TensorLimits limits;
-  EXPECT_EQ(*ExpectedPayloadBytes(Header(petra::v1::DTYPE_INT64, {3, 4}), limits, "t"),
+  EXPECT_EQ(*ExpectedPayloadBytes(Header(petra::v1::DTYPE_INT64, {3, 4}),
+                                  limits, "t"),
             96u);
-  EXPECT_EQ(*ExpectedPayloadBytes(Header(petra::v1::DTYPE_UINT8, {}), limits, "t"), 1u);
+  EXPECT_EQ(
+      *ExpectedPayloadBytes(Header(petra::v1::DTYPE_UINT8, {}), limits, "t"),
+      1u);
   // A zero dimension makes an empty tensor even beside dimensions whose
   // product would overflow.
-  EXPECT_EQ(*ExpectedPayloadBytes(
-                Header(petra::v1::DTYPE_FLOAT32,
-                       {int64_t{1} << 40, int64_t{1} << 40, 0}),
-                limits, "t"),
-            0u);
+  EXPECT_EQ(
+      *ExpectedPayloadBytes(Header(petra::v1::DTYPE_FLOAT32,
+                                   {int64_t{1} << 40, int64_t{1} << 40, 0}),
+                            limits, "t"),
+      0u);
 }
 
 TEST(TensorValidation, RankLimitIsConfigurable) {
   TensorLimits limits;
   limits.max_rank = 2;
-  absl::StatusOr<uint64_t> r =
-      ExpectedPayloadBytes(Header(petra::v1::DTYPE_FLOAT32, {1, 1, 1}), limits, "x");
+  absl::StatusOr<uint64_t> r = ExpectedPayloadBytes(
+      Header(petra::v1::DTYPE_FLOAT32, {1, 1, 1}), limits, "x");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("x.shape: rank 3"));
   // Exactly 8 is allowed by default.
@@ -59,8 +62,12 @@ TEST(TensorValidation, RankLimitIsConfigurable) {
 TEST(TensorValidation, ByteCapIsInclusive) {
   TensorLimits limits;
   limits.max_bytes = 16;
-  EXPECT_TRUE(ExpectedPayloadBytes(Header(petra::v1::DTYPE_FLOAT32, {4}), limits, "t").ok());
-  EXPECT_FALSE(ExpectedPayloadBytes(Header(petra::v1::DTYPE_FLOAT32, {5}), limits, "t").ok());
+  EXPECT_TRUE(
+      ExpectedPayloadBytes(Header(petra::v1::DTYPE_FLOAT32, {4}), limits, "t")
+          .ok());
+  EXPECT_FALSE(
+      ExpectedPayloadBytes(Header(petra::v1::DTYPE_FLOAT32, {5}), limits, "t")
+          .ok());
 }
 
 TEST(TensorValidation, DTypeNames) {

@@ -20,10 +20,12 @@ grpc::ByteBuffer ToBuffer(const std::string& bytes) {
 
 std::string FromBuffer(const grpc::ByteBuffer& buffer) {
   grpc::Slice slice;
-  if (!buffer.TrySingleSlice(&slice).ok() && !buffer.DumpToSingleSlice(&slice).ok()) {
+  if (!buffer.TrySingleSlice(&slice).ok() &&
+      !buffer.DumpToSingleSlice(&slice).ok()) {
     return "";
   }
-  return std::string(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  return std::string(reinterpret_cast<const char*>(slice.begin()),
+                     slice.size());
 }
 
 auto Deadline() {
@@ -58,11 +60,13 @@ std::string ReflectionListServices(const std::string& address) {
   context.set_deadline(Deadline());
   grpc::CompletionQueue cq;
   auto call = stub.PrepareCall(
-      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-      &cq);
+      &context,
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
-  auto step = [&](int id) { return cq.Next(&tag, &ok) && ok && tag == reinterpret_cast<void*>(id); };
+  auto step = [&](int id) {
+    return cq.Next(&tag, &ok) && ok && tag == reinterpret_cast<void*>(id);
+  };
   call->StartCall(reinterpret_cast<void*>(1));
   auto fail = [&]() {
     context.TryCancel();
@@ -102,7 +106,8 @@ std::string HttpGet(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    std::string request =
+        "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
     if (write(fd, request.data(), request.size()) ==
         static_cast<ssize_t>(request.size())) {
       char buf[4096];

@@ -32,11 +32,13 @@ TEST(Help, EveryBinaryDescribesItsFlags) {
     std::string binary;
     std::vector<std::string> flags;
   };
-  for (const Case& c : std::vector<Case>{
-           {kPetra, {"spec", "version"}},
-           {kStage, {"--listen", "--metrics-listen", "--device", "--threads",
-                     "--state-dir"}},
-           {kCoordinator, {"--listen", "--metrics-listen", "--stages",
+  for (const Case& c :
+       std::vector<Case>{{kPetra, {"spec", "version"}},
+                         {kStage,
+                          {"--listen", "--metrics-listen", "--device",
+                           "--threads", "--state-dir"}},
+                         {kCoordinator,
+                          {"--listen", "--metrics-listen", "--stages",
                            "--data-root", "--state-dir"}}}) {
     RunResult r = RunToExit(c.binary, {"--help"});
     EXPECT_EQ(r.exit_code, 0) << c.binary << "\n" << r.err;
@@ -47,9 +49,9 @@ TEST(Help, EveryBinaryDescribesItsFlags) {
   }
   RunResult spec = RunToExit(kPetra, {"spec", "--help"});
   EXPECT_EQ(spec.exit_code, 0);
-  for (const char* f : {"--arch", "--dataset", "--stages", "--mode",
-                        "--accumulation", "--micro-batch", "--epochs", "--lr",
-                        "--devices", "--seed"}) {
+  for (const char* f :
+       {"--arch", "--dataset", "--stages", "--mode", "--accumulation",
+        "--micro-batch", "--epochs", "--lr", "--devices", "--seed"}) {
     EXPECT_THAT(spec.out, HasSubstr(f));
   }
 }
@@ -80,22 +82,31 @@ TEST(BadOptions, AreRefusedBeforeServing) {
     std::string expected;
   };
   for (const Case& c : std::vector<Case>{
-           {kStage, {"--listen", "localhost", "--state-dir", dir.path()},
+           {kStage,
+            {"--listen", "localhost", "--state-dir", dir.path()},
             "--listen: \"localhost\" has no host"},
-           {kStage, {"--listen", "127.0.0.1:0", "--device", "tpu", "--state-dir", dir.path()},
+           {kStage,
+            {"--listen", "127.0.0.1:0", "--device", "tpu", "--state-dir",
+             dir.path()},
             "--device: unknown device \"tpu\""},
-           {kStage, {"--listen", "127.0.0.1:0", "--device", "cuda:0",
-                     "--metrics-listen", "", "--state-dir", dir.path()},
+           {kStage,
+            {"--listen", "127.0.0.1:0", "--device", "cuda:0",
+             "--metrics-listen", "", "--state-dir", dir.path()},
             "no CUDA"},
-           {kStage, {"--listen", "127.0.0.1:0", "--threads", "0", "--state-dir", dir.path()},
+           {kStage,
+            {"--listen", "127.0.0.1:0", "--threads", "0", "--state-dir",
+             dir.path()},
             "--threads: 0 is not in [1, 1024]"},
-           {kStage, {"--listen", "127.0.0.1:0", "--state-dir", "/proc/petra"},
+           {kStage,
+            {"--listen", "127.0.0.1:0", "--state-dir", "/proc/petra"},
             "--state-dir: cannot create directory"},
-           {kCoordinator, {"--listen", "127.0.0.1:0", "--state-dir", dir.path(),
-                           "--data-root", dir.path()},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--state-dir", dir.path(),
+             "--data-root", dir.path()},
             "--stages: no stage server addresses"},
-           {kCoordinator, {"--listen", "127.0.0.1:0", "--stages", "a:1",
-                           "--state-dir", dir.path(), "--data-root", "/nonexistent"},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
+             dir.path(), "--data-root", "/nonexistent"},
             "--data-root: \"/nonexistent\" is not an existing directory"}}) {
     RunResult r = RunToExit(c.binary, c.args);
     EXPECT_EQ(r.exit_code, 1) << c.expected << "\n" << r.err;
@@ -107,12 +118,13 @@ class StageServerProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = std::make_unique<Subprocess>(
-        kStage, std::vector<std::string>{"--listen", "127.0.0.1:0",
-                                         "--metrics-listen", "127.0.0.1:0",
-                                         "--state-dir", state_.path() + "/stage"});
+        kStage, std::vector<std::string>{
+                    "--listen", "127.0.0.1:0", "--metrics-listen",
+                    "127.0.0.1:0", "--state-dir", state_.path() + "/stage"});
     port_ = NumberAfter(server_->WaitForLine("listening on port"), "port ");
     ASSERT_GT(port_, 0) << server_->err();
-    metrics_port_ = NumberAfter(server_->WaitForLine("metrics on port"), "port ");
+    metrics_port_ =
+        NumberAfter(server_->WaitForLine("metrics on port"), "port ");
     ASSERT_GT(metrics_port_, 0) << server_->err();
   }
 
@@ -155,10 +167,12 @@ TEST_F(StageServerProcess, StopsCleanlyOnSigterm) {
 
 TEST_F(StageServerProcess, SecondServerOnTheSamePortFailsClearly) {
   TempDir other;
-  RunResult r = RunToExit(kStage, {"--listen", Loopback(port_), "--metrics-listen", "",
-                             "--state-dir", other.path()});
+  RunResult r =
+      RunToExit(kStage, {"--listen", Loopback(port_), "--metrics-listen", "",
+                         "--state-dir", other.path()});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("--listen: cannot listen on " + Loopback(port_)));
+  EXPECT_THAT(r.err,
+              HasSubstr("--listen: cannot listen on " + Loopback(port_)));
 }
 
 class CoordinatorProcess : public ::testing::Test {
@@ -167,9 +181,8 @@ class CoordinatorProcess : public ::testing::Test {
     server_ = std::make_unique<Subprocess>(
         kCoordinator,
         std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics-listen",
-                                 "127.0.0.1:0", "--stages",
-                                 "127.0.0.1:{1..2}", "--data-root",
-                                 state_.path(), "--state-dir",
+                                 "127.0.0.1:0", "--stages", "127.0.0.1:{1..2}",
+                                 "--data-root", state_.path(), "--state-dir",
                                  state_.path() + "/coordinator"});
     port_ = NumberAfter(server_->WaitForLine("listening on port"), "port ");
     ASSERT_GT(port_, 0) << server_->err();
@@ -210,7 +223,8 @@ TEST_F(CoordinatorProcess, BadSpecIsInvalidArgumentNamingTheField) {
 TEST_F(CoordinatorProcess, JobLargerThanTheFleetIsRefused) {
   grpc::Status s = Submit(RevNet18OnFashion());  // 10 stages per block
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(s.error_message(), HasSubstr("needs 10 stage servers but the fleet has 2"));
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("needs 10 stage servers but the fleet has 2"));
 }
 
 TEST_F(CoordinatorProcess, AnswersHealthReflectionAndQueries) {
@@ -232,8 +246,9 @@ TEST_F(CoordinatorProcess, AnswersHealthReflectionAndQueries) {
 }
 
 TEST(PetraSpec, PrintsTheResolvedSpec) {
-  RunResult r = RunToExit(kPetra, {"spec", "--arch", "revnet18", "--dataset",
-                             "fashion-mnist", "--stages", "2", "--width", "0.25"});
+  RunResult r =
+      RunToExit(kPetra, {"spec", "--arch", "revnet18", "--dataset",
+                         "fashion-mnist", "--stages", "2", "--width", "0.25"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"stage_count\": 2"));
   EXPECT_THAT(r.out, HasSubstr("\"variant\": \"VARIANT_MNIST\""));
@@ -241,8 +256,9 @@ TEST(PetraSpec, PrintsTheResolvedSpec) {
 }
 
 TEST(PetraSpec, ListsEveryProblem) {
-  RunResult r = RunToExit(kPetra, {"spec", "--arch", "revnet18", "--dataset", "cifar10",
-                             "--stages", "40", "--accumulation", "0"});
+  RunResult r =
+      RunToExit(kPetra, {"spec", "--arch", "revnet18", "--dataset", "cifar10",
+                         "--stages", "40", "--accumulation", "0"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("partition.stage_count = 40"));
   EXPECT_THAT(r.err, HasSubstr("training.accumulation_steps = 0"));

@@ -33,7 +33,8 @@ pid_t Spawn(const std::string& path, const std::vector<std::string>& args,
     sigprocmask(SIG_SETMASK, &none, nullptr);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(path.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execv(path.c_str(), argv.data());
     _exit(127);
@@ -70,8 +71,9 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
-RunResult RunToExit(const std::string& path, const std::vector<std::string>& args,
-              std::chrono::seconds timeout) {
+RunResult RunToExit(const std::string& path,
+                    const std::vector<std::string>& args,
+                    std::chrono::seconds timeout) {
   std::string out_path = TempPath("petra_out_");
   std::string err_path = TempPath("petra_err_");
   int out_fd = open(out_path.c_str(), O_WRONLY | O_TRUNC);
@@ -129,7 +131,8 @@ std::string Subprocess::WaitForLine(const std::string& marker,
         deadline - Clock::now());
     if (left.count() <= 0 || out_fd_ < 0) return "";
     pollfd p{out_fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200))) <= 0) {
+    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200))) <=
+        0) {
       continue;
     }
     char buf[4096];

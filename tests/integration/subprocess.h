@@ -19,8 +19,9 @@ struct RunResult {
 };
 
 // Runs `path args...` to completion (killed after `timeout`).
-RunResult RunToExit(const std::string& path, const std::vector<std::string>& args,
-              std::chrono::seconds timeout = std::chrono::seconds(60));
+RunResult RunToExit(const std::string& path,
+                    const std::vector<std::string>& args,
+                    std::chrono::seconds timeout = std::chrono::seconds(60));
 
 // A long-running child whose stdout is read line by line.
 class Subprocess {
@@ -32,8 +33,9 @@ class Subprocess {
 
   // Reads stdout until a line contains `marker`; returns that line, or ""
   // when the child exits or `timeout` passes first.
-  std::string WaitForLine(const std::string& marker,
-                          std::chrono::seconds timeout = std::chrono::seconds(30));
+  std::string WaitForLine(
+      const std::string& marker,
+      std::chrono::seconds timeout = std::chrono::seconds(30));
   // Sends `sig` and waits up to `timeout` for exit; returns the exit code,
   // -1 for death by signal, -2 on timeout (the child is then killed).
   int SignalAndWait(int sig, std::chrono::seconds timeout);
