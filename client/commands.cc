@@ -10,6 +10,8 @@
 namespace petra::client {
 
 int RunSpec(const std::string& program, const std::vector<std::string>& args);
+int RunModelInfo(const std::string& program,
+                 const std::vector<std::string>& args);
 
 namespace {
 
@@ -37,6 +39,8 @@ const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"spec", "resolve and validate a job spec from a file and/or job flags",
        &RunSpec},
+      {"model-info", "parameters and stages of a network of the model zoo",
+       &RunModelInfo},
       {"version", "print the version and compute backend", &RunVersion},
   };
   return commands;

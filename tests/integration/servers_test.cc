@@ -280,6 +280,40 @@ TEST(PetraSpec, ReadsAFileAndReportsItsErrors) {
   EXPECT_THAT(r.err, HasSubstr("missing.json"));
 }
 
+TEST(PetraModelInfo, PrintsParametersAndStages) {
+  RunResult r = RunToExit(
+      kPetra, {"model-info", "--arch", "revnet18", "--variant", "imagenet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("RevNet18 (imagenet, width 1): 12211048 parameters"));
+  EXPECT_THAT(r.out, HasSubstr("10 stages"));
+  EXPECT_THAT(r.out, HasSubstr("2 x 512x7x7"));
+}
+
+TEST(PetraModelInfo, JsonHasParamsAndStages) {
+  RunResult r =
+      RunToExit(kPetra, {"model-info", "--arch", "resnet18", "--variant",
+                         "cifar", "--width", "0.5", "--stages", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"params\": "));
+  EXPECT_THAT(r.out, HasSubstr("\"stages\": ["));
+  EXPECT_THAT(r.out, HasSubstr("\"index\": 2"));
+  EXPECT_THAT(r.out, Not(HasSubstr("\"index\": 3")));
+  EXPECT_THAT(r.out, HasSubstr("\"forward_flops\": "));
+}
+
+TEST(PetraModelInfo, RefusesBadInput) {
+  RunResult r = RunToExit(kPetra, {"model-info"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--arch is required"));
+  r = RunToExit(kPetra, {"model-info", "--arch", "revnet18", "--stages", "11"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("partition.stage_count = 11"));
+  r = RunToExit(kPetra, {"model-info", "--arch", "revnet18", "--width", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("model.width = 0"));
+}
+
 TEST(PetraVersion, NamesTheComputeBackend) {
   RunResult r = RunToExit(kPetra, {"version"});
   EXPECT_EQ(r.exit_code, 0);

@@ -1,0 +1,182 @@
+// `petra model-info`: parameter count and stage list of a network.
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/commands.h"
+#include "services/cli/flag_set.h"
+#include "services/job/enum_names.h"
+#include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
+#include "services/model/network_summary.h"
+
+namespace petra::client {
+namespace {
+
+std::string ShapeText(const model::StageSummary& s) {
+  std::string dims = absl::StrJoin(s.output_shape, "x");
+  return s.output_is_pair ? absl::StrCat("2 x ", dims) : dims;
+}
+
+std::string Json(const std::string& arch, const std::string& variant,
+                 double width, int64_t params,
+                 const std::vector<model::StageSummary>& stages,
+                 const std::vector<model::BlockSummary>& blocks) {
+  std::string out = absl::StrFormat(
+      "{\n  \"architecture\": \"%s\",\n  \"variant\": \"%s\",\n  \"width\": "
+      "%g,\n"
+      "  \"params\": %d,\n  \"stages\": [",
+      arch, variant, width, params);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const model::StageSummary& s = stages[i];
+    std::vector<std::string> kinds;
+    for (int b = s.blocks.begin; b < s.blocks.end; ++b) {
+      kinds.push_back(absl::StrCat("\"", blocks[b].kind, "\""));
+    }
+    absl::StrAppendFormat(
+        &out,
+        "%s\n    {\"index\": %d, \"blocks\": [%d, %d], \"kinds\": [%s], "
+        "\"reversible\": %s, \"params\": %d, \"output_shape\": [%s], "
+        "\"output_is_pair\": %s, \"forward_flops\": %d}",
+        i == 0 ? "" : ",", s.index, s.blocks.begin, s.blocks.end,
+        absl::StrJoin(kinds, ", "), s.reversible ? "true" : "false",
+        s.parameters, absl::StrJoin(s.output_shape, ", "),
+        s.output_is_pair ? "true" : "false", s.forward_flops);
+  }
+  absl::StrAppend(&out, "\n  ]\n}\n");
+  return out;
+}
+
+}  // namespace
+
+int RunModelInfo(const std::string& program,
+                 const std::vector<std::string>& args) {
+  petra::v1::JobSpec spec;
+  spec.mutable_model()->set_variant(petra::v1::VARIANT_IMAGENET);
+  // The dataset only matters for defaults; synthetic fits every variant.
+  spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  bool json = false;
+  cli::FlagSet flags(
+      absl::StrCat(program, " model-info --arch ARCH [flags]"),
+      "Prints a network's parameter count and its stages: index, blocks,\n"
+      "whether the stage is reversible, parameters, output shape per sample\n"
+      "(\"2 x CxHxW\" for a reversible pair) and estimated forward FLOPs per\n"
+      "sample.");
+  const auto* arch =
+      google::protobuf::GetEnumDescriptor<petra::v1::Architecture>();
+  const auto* variant =
+      google::protobuf::GetEnumDescriptor<petra::v1::Variant>();
+  flags.AddCustom("arch", absl::StrJoin(job::EnumShortNames(arch), "|"), "",
+                  "network architecture (required)",
+                  [&](const std::string& v) -> absl::Status {
+                    absl::StatusOr<int> a =
+                        job::ParseEnumShortName(arch, v, "value");
+                    if (!a.ok()) return a.status();
+                    spec.mutable_model()->set_architecture(
+                        static_cast<petra::v1::Architecture>(*a));
+                    return absl::OkStatus();
+                  });
+  flags.AddCustom(
+      "variant", absl::StrJoin(job::EnumShortNames(variant), "|"), "imagenet",
+      "input geometry and stem", [&](const std::string& v) -> absl::Status {
+        absl::StatusOr<int> a = job::ParseEnumShortName(variant, v, "value");
+        if (!a.ok()) return a.status();
+        spec.mutable_model()->set_variant(static_cast<petra::v1::Variant>(*a));
+        return absl::OkStatus();
+      });
+  double width = 1.0;
+  flags.AddDouble("width", &width, "channel width multiplier, in (0, 8]");
+  std::string stages = "per-block";
+  flags.AddString("stages", &stages,
+                  "N stages balanced by FLOPs, or per-block");
+  flags.AddBool("json", &json, "print JSON: {params, stages: [...]}");
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
+  }
+  if (parsed.ok() && !flags.positional().empty()) {
+    parsed = absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
+  }
+  if (parsed.ok() && spec.model().architecture() == 0) {
+    parsed = absl::InvalidArgumentError("--arch is required");
+  }
+  if (!parsed.ok()) {
+    std::cerr << program << " model-info: " << parsed.message() << "\nRun '"
+              << program << " model-info --help' for the list of flags.\n";
+    return 2;
+  }
+  spec.mutable_model()->set_width(width);
+  if (stages != "per-block") {
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(stages, &n)) {
+      std::cerr << program << " model-info: flag --stages: bad value \""
+                << stages << "\": expected a number or per-block\n";
+      return 2;
+    }
+    spec.mutable_partition()->set_stage_count(n);
+  }
+  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+  if (!resolved.ok()) {
+    std::cerr << program << " model-info: " << resolved.status().message()
+              << "\n";
+    return 1;
+  }
+  torch::manual_seed(0);
+  absl::StatusOr<model::Network> net = model::BuildNetwork(resolved->model());
+  if (!net.ok()) {
+    std::cerr << program << " model-info: " << net.status().message() << "\n";
+    return 1;
+  }
+  std::vector<model::BlockSummary> blocks = model::SummarizeBlocks(*net);
+  std::vector<model::BlockRange> ranges;
+  if (resolved->partition().has_stage_count()) {
+    std::vector<double> costs;
+    for (const auto& b : blocks)
+      costs.push_back(static_cast<double>(b.forward_flops));
+    absl::StatusOr<std::vector<model::BlockRange>> r = model::BalancedPartition(
+        costs, static_cast<int>(resolved->partition().stage_count()));
+    if (!r.ok()) {
+      std::cerr << program << " model-info: " << r.status().message() << "\n";
+      return 1;
+    }
+    ranges = *r;
+  } else {
+    ranges = model::PerBlockPartition(static_cast<int>(blocks.size()));
+  }
+  std::vector<model::StageSummary> summary =
+      model::SummarizeStages(blocks, ranges);
+  int64_t params = 0;
+  for (const auto& b : blocks) params += b.parameters;
+  const std::string arch_name =
+      job::EnumShortName(resolved->model().architecture());
+  const std::string variant_name =
+      job::EnumShortName(resolved->model().variant());
+  if (json) {
+    std::cout << Json(arch_name, variant_name, width, params, summary, blocks);
+    return 0;
+  }
+  auto info = model::GetArchitectureInfo(resolved->model().architecture());
+  std::cout << absl::StrFormat(
+      "%s (%s, width %g): %d parameters (%.2fM), %d stages\n\n",
+      info->display_name, variant_name, width, params, params / 1e6,
+      static_cast<int>(summary.size()));
+  std::cout << absl::StrFormat("%-6s %-8s %-11s %-10s %12s  %-18s %14s\n",
+                               "stage", "blocks", "kind", "reversible",
+                               "params", "output", "fwd MFLOP/smp");
+  for (const model::StageSummary& s : summary) {
+    std::string kind = blocks[s.blocks.begin].kind;
+    if (s.blocks.end - s.blocks.begin > 1) kind += "+";
+    std::cout << absl::StrFormat(
+        "%-6d %-8s %-11s %-10s %12d  %-18s %14.1f\n", s.index,
+        absl::StrCat(s.blocks.begin, "-", s.blocks.end - 1), kind,
+        s.reversible ? "yes" : "no", s.parameters, ShapeText(s),
+        s.forward_flops / 1e6);
+  }
+  return 0;
+}
+
+}  // namespace petra::client

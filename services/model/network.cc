@@ -1,0 +1,93 @@
+#include "services/model/network.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "services/model/architecture_catalog.h"
+
+namespace petra::model {
+namespace {
+
+struct Depth {
+  bool bottleneck;
+  std::vector<int> blocks_per_layer;
+};
+
+Depth DepthOf(int architecture) {
+  switch (architecture) {
+    case petra::v1::ARCHITECTURE_REVNET18:
+    case petra::v1::ARCHITECTURE_RESNET18:
+      return {false, {2, 2, 2, 2}};
+    case petra::v1::ARCHITECTURE_REVNET34:
+    case petra::v1::ARCHITECTURE_RESNET34:
+      return {false, {3, 4, 6, 3}};
+    default:  // 50-layer networks
+      return {true, {3, 4, 6, 3}};
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
+  absl::StatusOr<ArchitectureInfo> info =
+      GetArchitectureInfo(model.architecture());
+  if (!info.ok()) return info.status();
+  if (!(model.width() > 0) || model.num_classes() < 2) {
+    return absl::InvalidArgumentError(
+        "model: width and num_classes must be resolved before building");
+  }
+  const Depth depth = DepthOf(model.architecture());
+  const bool rev = info->reversible;
+  const bool imagenet = model.variant() == petra::v1::VARIANT_IMAGENET;
+  const bool mnist = model.variant() == petra::v1::VARIANT_MNIST;
+  auto scaled = [&](int64_t c) {
+    return std::max<int64_t>(1, std::llround(c * model.width()));
+  };
+
+  Network net;
+  net.num_classes = model.num_classes();
+  net.input_shape = imagenet ? std::vector<int64_t>{3, 224, 224}
+                    : mnist  ? std::vector<int64_t>{1, 28, 28}
+                             : std::vector<int64_t>{3, 32, 32};
+
+  // A RevNet carries two streams, each as wide as the matching ResNet.
+  const int64_t stem_width = scaled(64);
+  net.blocks.push_back(std::make_shared<StemBlock>(StemOptions{
+      net.input_shape[0], rev ? 2 * stem_width : stem_width, imagenet, rev}));
+
+  int64_t channels = stem_width;  // per stream
+  const int64_t base_widths[] = {64, 128, 256, 512};
+  for (int layer = 0; layer < 4; ++layer) {
+    const int64_t inner = scaled(base_widths[layer]);
+    const int64_t out = depth.bottleneck ? 4 * inner : inner;
+    for (int i = 0; i < depth.blocks_per_layer[layer]; ++i) {
+      ResidualOptions r;
+      r.bottleneck = depth.bottleneck;
+      r.in = channels;
+      r.width = inner;
+      r.out = out;
+      r.stride = (i == 0 && layer > 0) ? 2 : 1;
+      const bool changes_shape = r.stride != 1 || r.in != r.out;
+      if (!rev) {
+        net.blocks.push_back(std::make_shared<ResidualBlock>(r));
+      } else if (changes_shape) {
+        net.blocks.push_back(
+            std::make_shared<RevDownsampleBlock>(r, depth.bottleneck));
+      } else {
+        net.blocks.push_back(std::make_shared<ReversibleBlock>(r));
+      }
+      channels = out;
+    }
+  }
+  net.blocks.push_back(std::make_shared<HeadBlock>(
+      rev ? 2 * channels : channels, net.num_classes));
+
+  if (static_cast<int>(net.blocks.size()) != info->per_block_stages) {
+    return absl::InternalError(
+        absl::StrCat(info->display_name, " built ", net.blocks.size(),
+                     " blocks, expected ", info->per_block_stages));
+  }
+  return net;
+}
+
+}  // namespace petra::model

@@ -1,0 +1,43 @@
+// What `petra model-info` prints: parameters, and per stage whether it is
+// reversible, its parameters, output shape and estimated forward FLOPs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/model/network.h"
+#include "services/model/partition.h"
+
+namespace petra::model {
+
+struct BlockSummary {
+  std::string kind;
+  bool reversible = false;
+  int64_t parameters = 0;
+  std::vector<int64_t> output_shape;  // per sample; a pair reports one stream
+  bool output_is_pair = false;
+  int64_t forward_flops = 0;  // per sample
+};
+
+struct StageSummary {
+  int index = 0;
+  BlockRange blocks;
+  bool reversible = false;  // every block of the stage is reversible
+  int64_t parameters = 0;
+  std::vector<int64_t> output_shape;
+  bool output_is_pair = false;
+  int64_t forward_flops = 0;
+};
+
+// Runs one sample through the network (no gradients, running statistics)
+// to measure shapes and FLOPs.
+std::vector<BlockSummary> SummarizeBlocks(Network& network);
+
+std::vector<StageSummary> SummarizeStages(
+    const std::vector<BlockSummary>& blocks,
+    const std::vector<BlockRange>& ranges);
+
+int64_t CountParameters(torch::nn::Module& module);
+
+}  // namespace petra::model

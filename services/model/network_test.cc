@@ -1,0 +1,177 @@
+#include "services/model/network.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "services/job/job_spec_defaults.h"
+#include "services/model/network_summary.h"
+
+namespace petra::model {
+namespace {
+
+petra::v1::ModelSpec Spec(petra::v1::Architecture arch,
+                          petra::v1::Variant variant, double width = 1.0) {
+  petra::v1::JobSpec job;
+  job.mutable_model()->set_architecture(arch);
+  job.mutable_model()->set_variant(variant);
+  job.mutable_model()->set_width(width);
+  job.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  job::ApplyJobSpecDefaults(&job);
+  return job.model();
+}
+
+struct CountCase {
+  petra::v1::Architecture arch;
+  double paper_millions;
+  int blocks;
+};
+
+void PrintTo(const CountCase& c, std::ostream* os) {
+  *os << petra::v1::Architecture_Name(c.arch);
+}
+
+class ImagenetParameterCount : public ::testing::TestWithParam<CountCase> {};
+
+TEST_P(ImagenetParameterCount, WithinOnePercentOfThePaper) {
+  torch::manual_seed(0);
+  absl::StatusOr<Network> net =
+      BuildNetwork(Spec(GetParam().arch, petra::v1::VARIANT_IMAGENET));
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ(static_cast<int>(net->blocks.size()), GetParam().blocks);
+  int64_t params = 0;
+  for (auto& b : net->blocks) params += CountParameters(*b);
+  const double millions = params / 1e6;
+  EXPECT_NEAR(millions, GetParam().paper_millions,
+              0.01 * GetParam().paper_millions)
+      << params << " parameters";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Zoo, ImagenetParameterCount,
+    ::testing::Values(CountCase{petra::v1::ARCHITECTURE_REVNET18, 12.2, 10},
+                      CountCase{petra::v1::ARCHITECTURE_REVNET34, 22.3, 18},
+                      CountCase{petra::v1::ARCHITECTURE_REVNET50, 30.4, 18},
+                      CountCase{petra::v1::ARCHITECTURE_RESNET18, 11.7, 10},
+                      CountCase{petra::v1::ARCHITECTURE_RESNET34, 21.8, 18},
+                      CountCase{petra::v1::ARCHITECTURE_RESNET50, 25.6, 18}),
+    [](const auto& info) {
+      return petra::v1::Architecture_Name(info.param.arch).substr(13);
+    });
+
+struct InverseCase {
+  petra::v1::Architecture arch;
+  petra::v1::Variant variant;
+  double width;
+};
+
+void PrintTo(const InverseCase& c, std::ostream* os) {
+  *os << petra::v1::Architecture_Name(c.arch) << "/"
+      << petra::v1::Variant_Name(c.variant);
+}
+
+class ReversibleInverse : public ::testing::TestWithParam<InverseCase> {};
+
+// inverse(forward(x)) == x for every reversible block, on the activations the
+// network really produces at that depth.
+TEST_P(ReversibleInverse, RebuildsTheInput) {
+  torch::manual_seed(3);
+  absl::StatusOr<Network> net =
+      BuildNetwork(Spec(GetParam().arch, GetParam().variant, GetParam().width));
+  ASSERT_TRUE(net.ok()) << net.status();
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> shape = {4};
+  shape.insert(shape.end(), net->input_shape.begin(), net->input_shape.end());
+  TensorPair x{torch::randn(shape), {}};
+  int reversible = 0;
+  for (auto& block : net->blocks) {
+    TensorPair y = block->Forward(x);
+    if (block->reversible()) {
+      ++reversible;
+      TensorPair back = block->Inverse(y);
+      for (auto [orig, rebuilt] :
+           {std::pair{x.a, back.a}, std::pair{x.b, back.b}}) {
+        double scale = orig.abs().max().item<double>();
+        double err = (orig - rebuilt).abs().max().item<double>();
+        EXPECT_LE(err, 1e-5 * scale)
+            << block->kind() << " block " << reversible;
+      }
+    }
+    x = y;
+  }
+  EXPECT_GT(reversible, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Zoo, ReversibleInverse,
+    ::testing::Values(InverseCase{petra::v1::ARCHITECTURE_REVNET18,
+                                  petra::v1::VARIANT_MNIST, 0.25},
+                      InverseCase{petra::v1::ARCHITECTURE_REVNET18,
+                                  petra::v1::VARIANT_CIFAR, 0.25},
+                      InverseCase{petra::v1::ARCHITECTURE_REVNET18,
+                                  petra::v1::VARIANT_IMAGENET, 0.125},
+                      InverseCase{petra::v1::ARCHITECTURE_REVNET34,
+                                  petra::v1::VARIANT_CIFAR, 0.25},
+                      InverseCase{petra::v1::ARCHITECTURE_REVNET34,
+                                  petra::v1::VARIANT_MNIST, 0.25},
+                      InverseCase{petra::v1::ARCHITECTURE_REVNET50,
+                                  petra::v1::VARIANT_CIFAR, 0.125},
+                      InverseCase{petra::v1::ARCHITECTURE_REVNET50,
+                                  petra::v1::VARIANT_IMAGENET, 0.0625}),
+    [](const auto& info) {
+      return petra::v1::Architecture_Name(info.param.arch).substr(13) + "_" +
+             petra::v1::Variant_Name(info.param.variant).substr(8);
+    });
+
+TEST(Network, ShapesOfRevNet18OnMnist) {
+  torch::manual_seed(0);
+  absl::StatusOr<Network> net = BuildNetwork(
+      Spec(petra::v1::ARCHITECTURE_REVNET18, petra::v1::VARIANT_MNIST, 0.25));
+  ASSERT_TRUE(net.ok());
+  std::vector<BlockSummary> blocks = SummarizeBlocks(*net);
+  ASSERT_EQ(blocks.size(), 10u);
+  EXPECT_EQ(blocks[0].kind, "stem");
+  EXPECT_TRUE(blocks[0].output_is_pair);
+  EXPECT_THAT(blocks[0].output_shape, ::testing::ElementsAre(16, 28, 28));
+  EXPECT_EQ(blocks[1].kind, "reversible");
+  EXPECT_EQ(blocks[3].kind, "downsample");
+  EXPECT_THAT(blocks[3].output_shape, ::testing::ElementsAre(32, 14, 14));
+  EXPECT_THAT(blocks[8].output_shape, ::testing::ElementsAre(128, 4, 4));
+  EXPECT_EQ(blocks[9].kind, "head");
+  EXPECT_THAT(blocks[9].output_shape, ::testing::ElementsAre(10));
+  for (const BlockSummary& b : blocks) EXPECT_GT(b.forward_flops, 0) << b.kind;
+  // A reversible block at 28x28 with 16 channels: two 3x3 convs.
+  EXPECT_EQ(blocks[1].forward_flops, 2 * (2 * 16 * 9 * 16 * 28 * 28));
+}
+
+TEST(Network, SameSeedSameWeights) {
+  auto spec =
+      Spec(petra::v1::ARCHITECTURE_RESNET18, petra::v1::VARIANT_CIFAR, 0.25);
+  torch::manual_seed(7);
+  auto a = BuildNetwork(spec);
+  torch::manual_seed(7);
+  auto b = BuildNetwork(spec);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto pa = a->blocks[1]->parameters();
+  auto pb = b->blocks[1]->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+}
+
+TEST(Network, StageSummaryGroupsBlocks) {
+  torch::manual_seed(0);
+  auto net = BuildNetwork(
+      Spec(petra::v1::ARCHITECTURE_REVNET18, petra::v1::VARIANT_CIFAR, 0.25));
+  ASSERT_TRUE(net.ok());
+  std::vector<BlockSummary> blocks = SummarizeBlocks(*net);
+  std::vector<StageSummary> stages =
+      SummarizeStages(blocks, {{0, 1}, {1, 3}, {3, 10}});
+  ASSERT_EQ(stages.size(), 3u);
+  EXPECT_FALSE(stages[0].reversible);
+  EXPECT_TRUE(stages[1].reversible);  // two reversible blocks
+  EXPECT_FALSE(stages[2].reversible);
+  EXPECT_EQ(stages[1].parameters, blocks[1].parameters + blocks[2].parameters);
+}
+
+}  // namespace
+}  // namespace petra::model
