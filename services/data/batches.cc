@@ -1,0 +1,67 @@
+#include "services/data/batches.h"
+
+namespace petra::data {
+
+EpochBatches::EpochBatches(const Dataset& data, const BatchOptions& options,
+                           int64_t epoch)
+    : data_(data), options_(options), epoch_(epoch) {
+  const int64_t n = data.size();
+  if (options.shuffle) {
+    torch::Generator gen = at::detail::createCPUGenerator(
+        options.seed * 1000003 + static_cast<uint64_t>(epoch));
+    order_ = torch::randperm(n, gen);
+  } else {
+    order_ = torch::arange(n);
+  }
+  count_ = options.drop_last
+               ? n / options.batch_size
+               : (n + options.batch_size - 1) / options.batch_size;
+}
+
+Batch EpochBatches::Get(int64_t index) const {
+  const int64_t begin = index * options_.batch_size;
+  const int64_t len = std::min(options_.batch_size, data_.size() - begin);
+  torch::Tensor idx = order_.narrow(0, begin, len);
+  Batch b;
+  b.labels = data_.labels.index_select(0, idx);
+  torch::Tensor x =
+      data_.images.index_select(0, idx).to(torch::kFloat32).div_(255.0);
+  const int64_t pad = options_.crop_padding;
+  if (pad > 0 || options_.horizontal_flip) {
+    // One generator per batch: the same batch is augmented the same way
+    // however often and wherever it is built.
+    torch::Generator gen = at::detail::createCPUGenerator(
+        (options_.seed * 1000003 + static_cast<uint64_t>(epoch_)) * 1000003 +
+        static_cast<uint64_t>(index) + 1);
+    const int64_t h = x.size(2), w = x.size(3);
+    torch::Tensor padded =
+        pad > 0 ? torch::constant_pad_nd(x, {pad, pad, pad, pad}, 0.0) : x;
+    torch::Tensor offsets = torch::randint(2 * pad + 1, {len, 2}, gen);
+    torch::Tensor flips = torch::rand({len}, gen) < 0.5;
+    std::vector<torch::Tensor> out;
+    for (int64_t i = 0; i < len; ++i) {
+      torch::Tensor s = padded[i];
+      if (pad > 0) {
+        s = s.narrow(1, offsets[i][0].item<int64_t>(), h)
+                .narrow(2, offsets[i][1].item<int64_t>(), w);
+      }
+      if (options_.horizontal_flip && flips[i].item<bool>()) s = s.flip({2});
+      out.push_back(s);
+    }
+    x = torch::stack(out);
+  }
+  if (options_.normalize) {
+    const int64_t c = x.size(1);
+    torch::Tensor mean = torch::tensor(data_.mean, torch::kFloat64)
+                             .to(torch::kFloat32)
+                             .view({1, c, 1, 1});
+    torch::Tensor std = torch::tensor(data_.std, torch::kFloat64)
+                            .to(torch::kFloat32)
+                            .view({1, c, 1, 1});
+    x = (x - mean) / std;
+  }
+  b.images = x.contiguous();
+  return b;
+}
+
+}  // namespace petra::data

@@ -1,0 +1,42 @@
+// Micro-batches of one epoch: seeded shuffle, augmentation (random crop with
+// padding, horizontal flip) and per-channel normalisation. Batch i of an
+// epoch is the same whoever asks for it and in whatever order.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "services/data/dataset.h"
+
+namespace petra::data {
+
+struct Batch {
+  torch::Tensor images;  // float32 [B, C, H, W], normalised
+  torch::Tensor labels;  // int64 [B]
+};
+
+struct BatchOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  // Drop a last partial batch (training: every micro-batch the same size).
+  bool drop_last = true;
+  int64_t crop_padding = 0;
+  bool horizontal_flip = false;
+  bool normalize = true;
+  uint64_t seed = 0;
+};
+
+class EpochBatches {
+ public:
+  EpochBatches(const Dataset& data, const BatchOptions& options, int64_t epoch);
+  int64_t size() const { return count_; }
+  Batch Get(int64_t index) const;
+
+ private:
+  const Dataset& data_;
+  BatchOptions options_;
+  int64_t epoch_;
+  torch::Tensor order_;
+  int64_t count_;
+};
+
+}  // namespace petra::data

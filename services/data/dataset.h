@@ -1,0 +1,50 @@
+// Image classification datasets held in memory: the IDX format (MNIST,
+// Fashion-MNIST), CIFAR-10's binary format, and a learnable synthetic set.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/job.pb.h"
+
+namespace petra::data {
+
+struct Dataset {
+  torch::Tensor images;  // uint8 [N, C, H, W]
+  torch::Tensor labels;  // int64 [N]
+  int64_t classes = 10;
+  // Per-channel mean and std of the pixel values in [0, 1], for
+  // normalisation.
+  std::vector<double> mean, std;
+  int64_t size() const { return labels.size(0); }
+};
+
+struct Splits {
+  Dataset train, test;
+};
+
+// Reads an IDX image file and its label file (gzipped or not). A missing,
+// truncated or corrupt file is an error naming the file.
+absl::StatusOr<Dataset> ReadIdx(const std::string& images_path,
+                                const std::string& labels_path);
+
+// Reads the train and test splits of a dataset kind from `directory`:
+// IDX: train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-...
+// CIFAR-10: data_batch_1..5.bin and test_batch.bin.
+absl::StatusOr<Splits> LoadSplits(petra::v1::DatasetKind kind,
+                                  const std::string& directory);
+
+// A learnable synthetic set: each class is a random prototype image; a
+// sample is its class prototype plus noise. Deterministic for `seed`.
+Splits MakeSynthetic(const std::vector<int64_t>& chw, int64_t classes,
+                     int64_t train_size, int64_t test_size, uint64_t seed);
+
+// Loads what a resolved spec asks for (`data_root` prefixes relative paths),
+// applying train_limit / test_limit.
+absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
+                                  const std::string& data_root,
+                                  const std::vector<int64_t>& chw);
+
+}  // namespace petra::data

@@ -1,0 +1,144 @@
+#include "services/engine/in_process_runner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "services/job/job_spec_validation.h"
+
+namespace petra::engine {
+namespace {
+
+petra::v1::JobSpec Synthetic(petra::v1::TrainingMode mode, uint32_t epochs) {
+  petra::v1::JobSpec s;
+  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  s.mutable_model()->set_variant(petra::v1::VARIANT_MNIST);
+  s.mutable_model()->set_width(0.125);
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  s.mutable_dataset()->set_synthetic_train_size(1024);
+  s.mutable_dataset()->set_synthetic_test_size(512);
+  s.mutable_training()->set_mode(mode);
+  s.mutable_training()->set_micro_batch_size(32);
+  s.mutable_training()->set_epochs(epochs);
+  s.set_seed(5);
+  return s;
+}
+
+std::unique_ptr<InProcessRunner> Make(const petra::v1::JobSpec& raw) {
+  absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<data::Splits> data =
+      data::LoadForJob(*spec, PETRA_DATA_ROOT,
+                       spec->model().variant() == petra::v1::VARIANT_MNIST
+                           ? std::vector<int64_t>{1, 28, 28}
+                           : std::vector<int64_t>{3, 32, 32});
+  EXPECT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<std::unique_ptr<InProcessRunner>> r =
+      InProcessRunner::Create(*spec, std::move(*data), {});
+  EXPECT_TRUE(r.ok()) << r.status();
+  return std::move(*r);
+}
+
+TEST(InProcessRunner, DelayIsTwiceTheDistanceToTheLastStage) {
+  petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 1);
+  auto runner = Make(s);
+  absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int J = runner->stage_count();
+  ASSERT_EQ(J, 10);
+  const int64_t n = 1024 / 32;
+  for (const StageReport& st : r->stages) {
+    const int d = 2 * (J - 1 - st.index);
+    EXPECT_DOUBLE_EQ(st.delay_ticks_mean, d) << "stage " << st.index;
+    // k = 1: one step per tick, so the m-th micro-batch is min(m, d) steps
+    // stale (the pipeline fills first).
+    double expected = 0;
+    for (int64_t m = 0; m < n; ++m) expected += std::min<int64_t>(m, d);
+    EXPECT_NEAR(st.staleness_mean, expected / n, 1e-12) << "stage " << st.index;
+    EXPECT_EQ(st.forward_count, n);
+    EXPECT_EQ(st.backward_count, n);
+    EXPECT_EQ(st.optimizer_steps, n);
+  }
+}
+
+TEST(InProcessRunner, AccumulationDividesStaleness) {
+  petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 1);
+  s.mutable_training()->set_accumulation_steps(4);
+  auto runner = Make(s);
+  absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stages[0].optimizer_steps, 1024 / 32 / 4);
+  EXPECT_LE(r->stages[0].staleness_mean, 18.0 / 4 + 1);
+  EXPECT_GT(r->stages[0].staleness_mean, 0);
+}
+
+TEST(InProcessRunner, BackpropHasNoStaleness) {
+  auto runner = Make(Synthetic(petra::v1::TRAINING_MODE_BACKPROP, 1));
+  absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const StageReport& st : r->stages)
+    EXPECT_EQ(st.staleness_mean, 0) << st.index;
+}
+
+// The paper's Table 3 ordering: inputs+weights > inputs > weights > PETRA.
+TEST(InProcessRunner, BufferConfigurationsOrderTheirMemoryAsTable3) {
+  auto total_peak = [](bool inputs, bool weights) {
+    petra::v1::JobSpec s =
+        Synthetic(inputs || weights ? petra::v1::TRAINING_MODE_DELAYED
+                                    : petra::v1::TRAINING_MODE_PETRA,
+                  1);
+    s.mutable_model()->set_variant(petra::v1::VARIANT_CIFAR);
+    s.mutable_model()->set_width(0.25);
+    s.mutable_dataset()->set_synthetic_train_size(32 * 24);
+    s.mutable_training()->set_stash_inputs(inputs);
+    s.mutable_training()->set_stash_weights(weights);
+    auto runner = Make(s);
+    absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
+    EXPECT_TRUE(r.ok()) << r.status();
+    int64_t total = 0;
+    for (const StageReport& st : r->stages) total += st.memory.peak_bytes;
+    return total;
+  };
+  const int64_t both = total_peak(true, true);
+  const int64_t inputs = total_peak(true, false);
+  const int64_t weights = total_peak(false, true);
+  const int64_t petra = total_peak(false, false);
+  EXPECT_GT(both, inputs);
+  EXPECT_GT(inputs, weights);
+  EXPECT_GT(weights, petra);
+}
+
+TEST(InProcessRunner, PetraLearnsTheSyntheticSet) {
+  auto runner = Make(Synthetic(petra::v1::TRAINING_MODE_PETRA, 2));
+  absl::StatusOr<std::vector<EpochReport>> r = runner->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->back().test_accuracy, 0.9);
+}
+
+TEST(InProcessRunner, BackpropLearnsTheSyntheticSet) {
+  auto runner = Make(Synthetic(petra::v1::TRAINING_MODE_BACKPROP, 2));
+  absl::StatusOr<std::vector<EpochReport>> r = runner->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->back().test_accuracy, 0.9);
+}
+
+TEST(InProcessRunner, SameSeedSameLosses) {
+  std::vector<double> a, b;
+  for (std::vector<double>* out : {&a, &b}) {
+    petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 1);
+    s.mutable_dataset()->set_synthetic_train_size(320);
+    absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(s);
+    ASSERT_TRUE(spec.ok());
+    RunnerOptions o;
+    o.on_step = [out](const StepReport& r) { out->push_back(r.loss); };
+    auto data = data::LoadForJob(*spec, PETRA_DATA_ROOT, {1, 28, 28});
+    ASSERT_TRUE(data.ok());
+    auto runner = InProcessRunner::Create(*spec, std::move(*data), o);
+    ASSERT_TRUE(runner.ok());
+    ASSERT_TRUE((*runner)->RunEpoch(1).ok());
+  }
+  ASSERT_EQ(a.size(), 10u);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace petra::engine

@@ -1,0 +1,381 @@
+#include "services/engine/stage_worker.h"
+
+#include "absl/strings/str_cat.h"
+#include "services/model/batch_norm.h"
+
+namespace petra::engine {
+namespace {
+
+using model::BnMode;
+using model::ScopedBnMode;
+using model::TensorPair;
+
+int64_t Bytes(const std::vector<torch::Tensor>& ts) {
+  int64_t n = 0;
+  for (const torch::Tensor& t : ts) {
+    if (t.defined()) n += t.numel() * t.element_size();
+  }
+  return n;
+}
+
+// Torch reports errors by exception; they end at the worker's boundary.
+template <typename F>
+auto Guard(const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
+                         StageConfig config, const petra::v1::JobSpec& resolved,
+                         LrSchedule schedule)
+    : blocks_(std::move(blocks)),
+      config_(config),
+      schedule_(std::move(schedule)),
+      accumulation_(
+          static_cast<int>(resolved.training().accumulation_steps())) {
+  bool all_reversible = true;
+  for (const auto& b : blocks_) all_reversible &= b->reversible();
+  rebuilds_ = all_reversible && !config_.stash_inputs;
+
+  // Weight decay on convolution and linear weights only; never on BatchNorm
+  // parameters or biases (the one-dimensional tensors).
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& b : blocks_) {
+    for (const torch::Tensor& p : b->parameters()) {
+      params_.push_back(p);
+      (p.dim() > 1 ? decay : no_decay).push_back(p);
+    }
+  }
+  const petra::v1::OptimizerSpec& o = resolved.optimizer();
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::SGDOptions>(
+        torch::optim::SGDOptions(o.learning_rate())
+            .momentum(o.momentum())
+            .nesterov(o.nesterov())
+            .weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decay.empty()) groups.emplace_back(decay, options(o.weight_decay()));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  if (!groups.empty()) {
+    optimizer_ = std::make_unique<torch::optim::SGD>(
+        groups, torch::optim::SGDOptions(o.learning_rate()));
+  }
+  UpdatePeak();
+}
+
+StageWorker::~StageWorker() = default;
+
+TensorPair StageWorker::ForwardBlocks(const TensorPair& x) {
+  TensorPair y = x;
+  for (const auto& b : blocks_) y = b->Forward(y);
+  return y;
+}
+
+absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
+                                                const TensorPair& x,
+                                                int64_t tick) {
+  return Guard("forward", [&]() -> absl::StatusOr<TensorPair> {
+    if (records_.count(id) != 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
+                       config_.index, " and not yet backwarded"));
+    }
+    Record r;
+    r.tick = tick;
+    r.step = steps_;
+    TensorPair y;
+    {
+      torch::NoGradGuard no_grad;
+      ScopedBnMode mode(BnMode::kBatchStats);
+      y = ForwardBlocks(x);
+    }
+    if (!rebuilds_) {
+      r.input = x.detach();
+      buffer_bytes_ += r.input.nbytes();
+    }
+    if (config_.stash_weights) {
+      torch::NoGradGuard no_grad;
+      for (const torch::Tensor& p : params_)
+        r.weights.push_back(p.detach().clone());
+      stash_bytes_ += Bytes(r.weights);
+    }
+    records_.emplace(id, std::move(r));
+    ++forwards_;
+    UpdatePeak();
+    return y;
+  });
+}
+
+absl::StatusOr<StageWorker::Record> StageWorker::TakeRecord(uint64_t id) {
+  auto it = records_.find(id);
+  if (it == records_.end()) {
+    return absl::NotFoundError(absl::StrCat("stage ", config_.index,
+                                            " has no forward of micro-batch ",
+                                            id, " waiting for its backward"));
+  }
+  Record r = std::move(it->second);
+  records_.erase(it);
+  buffer_bytes_ -= r.input.nbytes();
+  stash_bytes_ -= Bytes(r.weights);
+  return r;
+}
+
+// Reversible stage: for each block, from the last, rebuild a = y2 and
+// R(a) with the current weights, b = y1 - R(a), and get delta_a and the
+// parameter gradient from one vector-Jacobian product of R: one forward of R
+// and one backward per block.
+BackwardOutput StageWorker::Rebuild(const TensorPair& output,
+                                    const TensorPair& output_grad) {
+  TensorPair y = output.detach();
+  TensorPair g = output_grad;
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+    auto* block = dynamic_cast<model::ReversibleBlock*>(it->get());
+    torch::Tensor a = y.b.detach().requires_grad_(true);
+    torch::Tensor r;
+    {
+      ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
+      r = block->residual()->forward(a);
+    }
+    torch::Tensor b = y.a - r.detach();
+    std::vector<torch::Tensor> block_params = block->parameters();
+    std::vector<torch::Tensor> inputs = {a};
+    inputs.insert(inputs.end(), block_params.begin(), block_params.end());
+    std::vector<torch::Tensor> grads =
+        torch::autograd::grad({r}, inputs, {g.a}, /*retain_graph=*/false,
+                              /*create_graph=*/false, /*allow_unused=*/true);
+    // (a, b) -> (b + R(a), a): d/da = dy2 + R'(a)^T dy1, d/db = dy1.
+    torch::Tensor da = grads[0].defined() ? g.b + grads[0] : g.b;
+    std::vector<torch::Tensor> param_grads(grads.begin() + 1, grads.end());
+    Accumulate(block_params, param_grads);
+    g = {da, g.a};
+    y = {a.detach(), b};
+  }
+  BackwardOutput out;
+  out.input = y;
+  out.input_grad = g;
+  return out;
+}
+
+// Any stage with a buffered input: recompute the forward graph from it with
+// the current (or stashed) weights, then one vector-Jacobian product.
+BackwardOutput StageWorker::Recompute(const TensorPair& input,
+                                      const TensorPair& output_grad) {
+  const bool want_input_grad = config_.index > 0;
+  TensorPair x{input.a.detach().requires_grad_(want_input_grad),
+               input.b.defined()
+                   ? input.b.detach().requires_grad_(want_input_grad)
+                   : torch::Tensor()};
+  TensorPair y;
+  {
+    ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
+    y = ForwardBlocks(x);
+  }
+  std::vector<torch::Tensor> outputs = {y.a};
+  std::vector<torch::Tensor> grad_outputs = {output_grad.a};
+  if (y.b.defined()) {
+    outputs.push_back(y.b);
+    grad_outputs.push_back(output_grad.b);
+  }
+  std::vector<torch::Tensor> inputs;
+  if (want_input_grad) {
+    inputs.push_back(x.a);
+    if (x.b.defined()) inputs.push_back(x.b);
+  }
+  const size_t first_param = inputs.size();
+  inputs.insert(inputs.end(), params_.begin(), params_.end());
+  std::vector<torch::Tensor> grads = torch::autograd::grad(
+      outputs, inputs, grad_outputs, false, false, /*allow_unused=*/true);
+  Accumulate(params_, std::vector<torch::Tensor>(grads.begin() + first_param,
+                                                 grads.end()));
+  BackwardOutput out;
+  out.input = input;
+  if (want_input_grad) {
+    out.input_grad = {grads[0], x.b.defined() ? grads[1] : torch::Tensor()};
+  }
+  return out;
+}
+
+absl::StatusOr<BackwardOutput> StageWorker::Backward(
+    uint64_t id, const TensorPair& output, const TensorPair& output_grad,
+    int64_t tick) {
+  return Guard("backward", [&]() -> absl::StatusOr<BackwardOutput> {
+    absl::StatusOr<Record> r = TakeRecord(id);
+    if (!r.ok()) return r.status();
+    // Stashed weights: run the backward with the weights the forward used,
+    // then put the current ones back and apply the update to those.
+    std::vector<torch::Tensor> current;
+    if (!r->weights.empty()) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        current.push_back(params_[i].detach().clone());
+        params_[i].detach().copy_(r->weights[i]);
+      }
+    }
+    BackwardOutput out = rebuilds_ ? Rebuild(output, output_grad)
+                                   : Recompute(r->input, output_grad);
+    if (!current.empty()) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params_.size(); ++i)
+        params_[i].detach().copy_(current[i]);
+    }
+    out.delay_ticks = tick - r->tick;
+    out.staleness_steps = steps_ - r->step;
+    delay_sum_ += out.delay_ticks;
+    staleness_sum_ += out.staleness_steps;
+    ++measured_;
+    FinishBackward();
+    return out;
+  });
+}
+
+absl::StatusOr<LossOutput> StageWorker::ForwardLoss(uint64_t id,
+                                                    const TensorPair& x,
+                                                    const torch::Tensor& labels,
+                                                    int64_t tick) {
+  return Guard("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
+    if (labels.dim() != 1 || labels.size(0) != x.a.size(0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("labels: ", labels.numel(),
+                       " labels for a micro-batch of ", x.a.size(0)));
+    }
+    // Forward and backward are one step here: the forward is the recompute,
+    // so it updates the BN running statistics.
+    const bool want_input_grad = config_.index > 0;
+    TensorPair in{x.a.detach().requires_grad_(want_input_grad),
+                  x.b.defined() ? x.b.detach().requires_grad_(want_input_grad)
+                                : torch::Tensor()};
+    TensorPair logits;
+    {
+      ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
+      logits = ForwardBlocks(in);
+    }
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.a, labels);
+    std::vector<torch::Tensor> inputs;
+    if (want_input_grad) {
+      inputs.push_back(in.a);
+      if (in.b.defined()) inputs.push_back(in.b);
+    }
+    const size_t first_param = inputs.size();
+    inputs.insert(inputs.end(), params_.begin(), params_.end());
+    std::vector<torch::Tensor> grads =
+        torch::autograd::grad({loss}, inputs, {}, false, false, true);
+    Accumulate(params_, std::vector<torch::Tensor>(grads.begin() + first_param,
+                                                   grads.end()));
+    LossOutput out;
+    out.loss = loss.item<double>();
+    out.samples = labels.size(0);
+    out.correct = logits.a.argmax(1).eq(labels).sum().item<int64_t>();
+    out.backward.input = x.detach();
+    if (want_input_grad) {
+      out.backward.input_grad = {grads[0],
+                                 in.b.defined() ? grads[1] : torch::Tensor()};
+    }
+    (void)id;
+    (void)tick;
+    ++forwards_;
+    ++measured_;  // delay and staleness 0
+    FinishBackward();
+    return out;
+  });
+}
+
+absl::StatusOr<TensorPair> StageWorker::Evaluate(const TensorPair& x) {
+  return Guard("evaluate", [&]() -> absl::StatusOr<TensorPair> {
+    torch::NoGradGuard no_grad;
+    ScopedBnMode mode(BnMode::kRunningStats);
+    return ForwardBlocks(x);
+  });
+}
+
+void StageWorker::Accumulate(const std::vector<torch::Tensor>& params,
+                             const std::vector<torch::Tensor>& grads) {
+  torch::NoGradGuard no_grad;
+  const double scale = 1.0 / accumulation_;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    torch::Tensor& acc = params[i].mutable_grad();
+    if (acc.defined()) {
+      acc.add_(grads[i], scale);
+    } else {
+      acc = grads[i] * scale;
+    }
+  }
+}
+
+void StageWorker::FinishBackward() {
+  ++backwards_;
+  if (++pending_ < accumulation_) {
+    UpdatePeak();
+    return;
+  }
+  pending_ = 0;
+  if (optimizer_ != nullptr) {
+    const double lr = schedule_.At(steps_);
+    for (auto& group : optimizer_->param_groups()) {
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+    }
+    UpdatePeak();  // gradients and momentum both held right now
+    optimizer_->step();
+    optimizer_->zero_grad();
+  }
+  ++steps_;
+  UpdatePeak();
+}
+
+MemoryStats StageWorker::memory() const {
+  MemoryStats m;
+  m.parameters_bytes = Bytes(params_);
+  for (const auto& b : blocks_) m.parameters_bytes += Bytes(b->buffers());
+  for (const torch::Tensor& p : params_) {
+    if (p.grad().defined())
+      m.optimizer_state_bytes += p.grad().numel() * p.grad().element_size();
+  }
+  if (optimizer_ != nullptr) {
+    for (const auto& [key, state] : optimizer_->state()) {
+      const auto& s = static_cast<const torch::optim::SGDParamState&>(*state);
+      if (s.momentum_buffer().defined()) {
+        m.optimizer_state_bytes +=
+            s.momentum_buffer().numel() * s.momentum_buffer().element_size();
+      }
+    }
+  }
+  m.activation_buffer_bytes = buffer_bytes_;
+  m.weight_stash_bytes = stash_bytes_;
+  m.peak_bytes = peak_bytes_;
+  m.peak_activation_buffer_bytes = peak_buffer_bytes_;
+  m.peak_weight_stash_bytes = peak_stash_bytes_;
+  return m;
+}
+
+void StageWorker::UpdatePeak() {
+  peak_buffer_bytes_ = std::max(peak_buffer_bytes_, buffer_bytes_);
+  peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
+  MemoryStats m = memory();
+  peak_bytes_ = std::max(peak_bytes_,
+                         m.parameters_bytes + m.optimizer_state_bytes +
+                             m.activation_buffer_bytes + m.weight_stash_bytes);
+}
+
+double StageWorker::delay_ticks_mean() const {
+  return measured_ == 0 ? 0.0 : static_cast<double>(delay_sum_) / measured_;
+}
+
+double StageWorker::staleness_mean() const {
+  return measured_ == 0 ? 0.0 : static_cast<double>(staleness_sum_) / measured_;
+}
+
+std::vector<torch::Tensor> StageWorker::state_tensors() const {
+  std::vector<torch::Tensor> out = params_;
+  for (const auto& b : blocks_) {
+    for (const torch::Tensor& t : b->buffers()) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace petra::engine

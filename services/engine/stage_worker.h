@@ -1,0 +1,139 @@
+// One stage of the pipeline and Algorithm 1's work on it: forward of a
+// micro-batch, backward of an (output, gradient) pair by rebuilding the input
+// (reversible stages) or recomputing from a buffered input, gradient
+// accumulation over k micro-batches and the optimizer step. No transport and
+// no scheduling here: a runner (in-process or the stage server) decides what
+// runs when, so the same object serves both.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/job.pb.h"
+#include "services/engine/lr_schedule.h"
+#include "services/model/blocks.h"
+
+namespace petra::engine {
+
+struct StageConfig {
+  int index = 0;  // 0-based position in the chain
+  int count = 1;  // stages in the chain
+  // Keep every input until its backward even when the stage could rebuild
+  // it (delayed mode with stash_inputs). Non-reversible stages always keep.
+  bool stash_inputs = false;
+  // Keep a copy of the weights each forward used; backward runs with it.
+  bool stash_weights = false;
+};
+
+struct MemoryStats {
+  int64_t parameters_bytes = 0;       // parameters and BN running statistics
+  int64_t optimizer_state_bytes = 0;  // momentum buffers and accumulated grads
+  int64_t activation_buffer_bytes = 0;
+  int64_t weight_stash_bytes = 0;
+  int64_t peak_bytes = 0;  // highest sum of the four since construction
+  int64_t peak_activation_buffer_bytes = 0;
+  int64_t peak_weight_stash_bytes = 0;
+};
+
+struct BackwardOutput {
+  model::TensorPair input;       // x~_{j-1}: rebuilt or buffered input
+  model::TensorPair input_grad;  // delta_j; undefined on the first stage
+  int64_t delay_ticks = 0;       // ticks between this forward and backward
+  int64_t staleness_steps = 0;   // optimizer steps taken in between
+};
+
+struct LossOutput {
+  double loss = 0;  // mean over the micro-batch
+  int64_t correct = 0;
+  int64_t samples = 0;
+  BackwardOutput backward;
+};
+
+class StageWorker {
+ public:
+  StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
+              StageConfig config, const petra::v1::JobSpec& resolved,
+              LrSchedule schedule);
+  ~StageWorker();
+
+  // True when backward rebuilds the input from the output (every block
+  // reversible and inputs not stashed): nothing is kept between the two.
+  bool rebuilds_input() const { return rebuilds_; }
+  bool last() const { return config_.index == config_.count - 1; }
+
+  // Training forward of micro-batch `id` at `tick`. Batch statistics;
+  // running statistics untouched.
+  absl::StatusOr<model::TensorPair> Forward(uint64_t id,
+                                            const model::TensorPair& x,
+                                            int64_t tick);
+  // Backward of micro-batch `id`: `output` is this stage's output x~_j
+  // (rebuilt by the next stage or its buffer), `output_grad` delta_{j+1}.
+  absl::StatusOr<BackwardOutput> Backward(uint64_t id,
+                                          const model::TensorPair& output,
+                                          const model::TensorPair& output_grad,
+                                          int64_t tick);
+  // Last stage: forward, cross-entropy loss and backward in one step.
+  absl::StatusOr<LossOutput> ForwardLoss(uint64_t id,
+                                         const model::TensorPair& x,
+                                         const torch::Tensor& labels,
+                                         int64_t tick);
+  // Evaluation forward: no gradients, running statistics.
+  absl::StatusOr<model::TensorPair> Evaluate(const model::TensorPair& x);
+
+  MemoryStats memory() const;
+  int64_t optimizer_steps() const { return steps_; }
+  int64_t forward_count() const { return forwards_; }
+  int64_t backward_count() const { return backwards_; }
+  double delay_ticks_mean() const;
+  double staleness_mean() const;
+  // Micro-batches forwarded and not yet backwarded.
+  int64_t in_flight() const { return static_cast<int64_t>(records_.size()); }
+  std::vector<torch::Tensor> parameters() const { return params_; }
+  // Parameters then BN running statistics, in block order (checkpoints).
+  std::vector<torch::Tensor> state_tensors() const;
+
+ private:
+  struct Record {
+    int64_t tick = 0;
+    int64_t step = 0;
+    model::TensorPair input;             // when buffered
+    std::vector<torch::Tensor> weights;  // when stashed
+  };
+
+  model::TensorPair ForwardBlocks(const model::TensorPair& x);
+  absl::StatusOr<Record> TakeRecord(uint64_t id);
+  // Gradients of one micro-batch, averaged over k; steps when k are in.
+  void Accumulate(const std::vector<torch::Tensor>& params,
+                  const std::vector<torch::Tensor>& grads);
+  void FinishBackward();
+  BackwardOutput Rebuild(const model::TensorPair& output,
+                         const model::TensorPair& output_grad);
+  BackwardOutput Recompute(const model::TensorPair& input,
+                           const model::TensorPair& output_grad);
+  void UpdatePeak();
+
+  std::vector<std::shared_ptr<model::Block>> blocks_;
+  StageConfig config_;
+  LrSchedule schedule_;
+  int accumulation_;
+  bool rebuilds_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::map<uint64_t, Record> records_;
+  int64_t buffer_bytes_ = 0;
+  int64_t stash_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
+  int64_t peak_buffer_bytes_ = 0;
+  int64_t peak_stash_bytes_ = 0;
+  int64_t steps_ = 0;
+  int64_t pending_ = 0;  // backward passes accumulated since the last step
+  int64_t forwards_ = 0;
+  int64_t backwards_ = 0;
+  int64_t delay_sum_ = 0;
+  int64_t staleness_sum_ = 0;
+  int64_t measured_ = 0;
+};
+
+}  // namespace petra::engine

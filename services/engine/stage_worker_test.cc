@@ -1,0 +1,300 @@
+#include "services/engine/stage_worker.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <deque>
+
+#include "services/data/batches.h"
+#include "services/engine/pipeline_schedule.h"
+#include "services/job/job_spec_validation.h"
+#include "services/model/network.h"
+#include "services/model/network_summary.h"
+
+namespace petra::engine {
+namespace {
+
+using model::TensorPair;
+
+petra::v1::JobSpec Job(petra::v1::Architecture arch, uint32_t k) {
+  petra::v1::JobSpec s;
+  s.mutable_model()->set_architecture(arch);
+  s.mutable_model()->set_width(0.125);
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  s.mutable_model()->set_variant(petra::v1::VARIANT_MNIST);
+  s.mutable_training()->set_accumulation_steps(k);
+  s.mutable_optimizer()->set_learning_rate(0.05);
+  s.set_seed(11);
+  return *job::ResolveJobSpec(s);
+}
+
+// J workers over `ranges` of a freshly seeded network.
+std::vector<std::unique_ptr<StageWorker>> Workers(
+    const petra::v1::JobSpec& spec,
+    const std::vector<model::BlockRange>& ranges, bool stash_inputs = false,
+    bool stash_weights = false) {
+  torch::manual_seed(spec.seed());
+  model::Network net = *model::BuildNetwork(spec.model());
+  std::vector<std::unique_ptr<StageWorker>> out;
+  for (size_t j = 0; j < ranges.size(); ++j) {
+    StageConfig c{static_cast<int>(j), static_cast<int>(ranges.size()),
+                  stash_inputs, stash_weights};
+    out.push_back(std::make_unique<StageWorker>(
+        std::vector<std::shared_ptr<model::Block>>(
+            net.blocks.begin() + ranges[j].begin,
+            net.blocks.begin() + ranges[j].end),
+        c, spec, LrSchedule(spec, 100)));
+  }
+  return out;
+}
+
+std::vector<data::Batch> Batches(int n, int size) {
+  data::Splits s = data::MakeSynthetic({1, 28, 28}, 10, n * size, 8, 4);
+  data::BatchOptions o;
+  o.batch_size = size;
+  data::EpochBatches e(s.train, o, 0);
+  std::vector<data::Batch> out;
+  for (int i = 0; i < n; ++i) out.push_back(e.Get(i));
+  return out;
+}
+
+// Drives the PETRA schedule in one thread; `observe(stage, tick)` runs after
+// each stage's work in a tick.
+void RunPetraSchedule(std::vector<std::unique_ptr<StageWorker>>& w,
+                      const std::vector<data::Batch>& batches,
+                      const std::function<void(int, int64_t)>& observe = {}) {
+  const int J = static_cast<int>(w.size());
+  struct Down {
+    TensorPair out, grad;
+  };
+  std::vector<std::deque<TensorPair>> up(J);
+  std::vector<std::deque<Down>> down(J);
+  const int64_t n = static_cast<int64_t>(batches.size());
+  for (int64_t t = 0; t < n + 2 * J - 2; ++t) {
+    for (int j = 0; j < J; ++j) {
+      PipelineSchedule s{j, J, n};
+      if (int64_t f = s.ForwardAt(t); f >= 0) {
+        TensorPair x;
+        if (j == 0) {
+          x = {batches[f].images, {}};
+        } else {
+          x = up[j - 1].front();
+          up[j - 1].pop_front();
+        }
+        if (j == J - 1) {
+          absl::StatusOr<LossOutput> o =
+              w[j]->ForwardLoss(f, x, batches[f].labels, t);
+          ASSERT_TRUE(o.ok()) << o.status();
+          if (j > 0)
+            down[j - 1].push_back({o->backward.input, o->backward.input_grad});
+        } else {
+          absl::StatusOr<TensorPair> y = w[j]->Forward(f, x, t);
+          ASSERT_TRUE(y.ok()) << y.status();
+          up[j].push_back(*y);
+        }
+      }
+      if (int64_t b = s.BackwardAt(t); b >= 0 && j < J - 1) {
+        Down d = down[j].front();
+        down[j].pop_front();
+        absl::StatusOr<BackwardOutput> o = w[j]->Backward(b, d.out, d.grad, t);
+        ASSERT_TRUE(o.ok()) << o.status();
+        if (j > 0) down[j - 1].push_back({o->input, o->input_grad});
+      }
+      if (observe) observe(j, t);
+    }
+  }
+}
+
+// Exact backprop gradients of the same micro-batches, summed.
+std::vector<torch::Tensor> ExactGradients(
+    const petra::v1::JobSpec& spec, const std::vector<data::Batch>& batches) {
+  torch::manual_seed(spec.seed());
+  model::Network net = *model::BuildNetwork(spec.model());
+  std::vector<torch::Tensor> params;
+  for (auto& b : net.blocks) {
+    for (auto& p : b->parameters()) params.push_back(p);
+  }
+  for (const data::Batch& batch : batches) {
+    TensorPair x{batch.images, {}};
+    for (auto& b : net.blocks) x = b->Forward(x);
+    torch::nn::functional::cross_entropy(x.a, batch.labels).backward();
+  }
+  std::vector<torch::Tensor> grads;
+  for (auto& p : params) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+struct GradCase {
+  std::string name;
+  petra::v1::Architecture arch;
+  int stages;  // 0 = per block
+};
+
+void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
+
+class FrozenWeights : public ::testing::TestWithParam<GradCase> {};
+
+// With every micro-batch in one accumulation (no optimizer step), the
+// weights stay frozen: the rebuilt inputs are exact and PETRA's accumulated
+// gradient equals backprop's.
+TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
+  const int n = 6;
+  const uint32_t k = 1000;  // never reached: no step
+  petra::v1::JobSpec spec = Job(GetParam().arch, k);
+  std::vector<data::Batch> batches = Batches(n, 8);
+  std::vector<model::BlockRange> ranges;
+  {
+    torch::manual_seed(spec.seed());
+    model::Network net = *model::BuildNetwork(spec.model());
+    std::vector<double> costs;
+    for (auto& s : model::SummarizeBlocks(net))
+      costs.push_back(s.forward_flops);
+    ranges = GetParam().stages == 0
+                 ? model::PerBlockPartition(net.blocks.size())
+                 : *model::BalancedPartition(costs, GetParam().stages);
+  }
+  auto workers = Workers(spec, ranges);
+  RunPetraSchedule(workers, batches);
+  std::vector<torch::Tensor> petra;
+  for (auto& w : workers) {
+    EXPECT_EQ(w->optimizer_steps(), 0);
+    for (auto& p : w->parameters()) petra.push_back(p.grad() * double(k));
+  }
+  std::vector<torch::Tensor> exact = ExactGradients(spec, batches);
+  ASSERT_EQ(petra.size(), exact.size());
+  double worst = 0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    double scale = exact[i].abs().max().item<double>();
+    double err = (petra[i] - exact[i]).abs().max().item<double>();
+    if (scale > 1e-8) worst = std::max(worst, err / scale);
+  }
+  EXPECT_LE(worst, 1e-4) << "max relative error over parameters";
+  int rebuilding = 0;
+  for (auto& w : workers) rebuilding += w->rebuilds_input();
+  if (GetParam().stages == 0 &&
+      GetParam().arch == petra::v1::ARCHITECTURE_REVNET18) {
+    EXPECT_EQ(rebuilding, 5);  // 2 + 1 + 1 + 1 same-shape reversible blocks
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Splits, FrozenWeights,
+    ::testing::Values(
+        GradCase{"RevNet18_J1", petra::v1::ARCHITECTURE_REVNET18, 1},
+        GradCase{"RevNet18_J2", petra::v1::ARCHITECTURE_REVNET18, 2},
+        GradCase{"RevNet18_PerBlock", petra::v1::ARCHITECTURE_REVNET18, 0},
+        GradCase{"RevNet34_PerBlock", petra::v1::ARCHITECTURE_REVNET34, 0},
+        GradCase{"ResNet18_PerBlock", petra::v1::ARCHITECTURE_RESNET18, 0}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(StageWorker, BufferBytesFollowTheSchedule) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  // More micro-batches than the deepest pipeline (2(J-1) + 1 = 19), so the
+  // steady state is reached.
+  std::vector<data::Batch> batches = Batches(24, 8);
+  auto ranges = model::PerBlockPartition(10);
+  auto workers = Workers(spec, ranges);
+  torch::manual_seed(spec.seed());
+  model::Network net = *model::BuildNetwork(spec.model());
+  std::vector<model::BlockSummary> blocks = model::SummarizeBlocks(net);
+  const int J = 10;
+  RunPetraSchedule(workers, batches, [&](int j, int64_t) {
+    // A rebuilding stage holds nothing, at every instant.
+    if (workers[j]->rebuilds_input()) {
+      ASSERT_EQ(workers[j]->memory().activation_buffer_bytes, 0)
+          << "stage " << j;
+    }
+  });
+  for (int j = 0; j < J - 1; ++j) {
+    MemoryStats m = workers[j]->memory();
+    EXPECT_EQ(m.activation_buffer_bytes, 0) << "drained, stage " << j;
+    if (workers[j]->rebuilds_input()) {
+      EXPECT_EQ(m.peak_activation_buffer_bytes, 0) << j;
+      continue;
+    }
+    // In steady state 2(J-1-j) + 1 inputs are in flight after a forward.
+    int64_t input_bytes = 8 * 4;
+    std::vector<int64_t> shape =
+        j == 0 ? std::vector<int64_t>{1, 28, 28} : blocks[j - 1].output_shape;
+    for (int64_t d : shape) input_bytes *= d;
+    if (j > 0 && blocks[j - 1].output_is_pair) input_bytes *= 2;
+    EXPECT_EQ(m.peak_activation_buffer_bytes,
+              (2 * (J - 1 - j) + 1) * input_bytes)
+        << j;
+    EXPECT_EQ(workers[j]->in_flight(), 0);
+  }
+}
+
+TEST(StageWorker, StashedWeightsAreHeldUntilBackward) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  auto workers = Workers(spec, model::PerBlockPartition(10), false, true);
+  RunPetraSchedule(workers, Batches(24, 8));
+  for (int j = 0; j < 9; ++j) {
+    MemoryStats m = workers[j]->memory();
+    int64_t param_bytes = 0;
+    for (auto& p : workers[j]->parameters()) param_bytes += p.numel() * 4;
+    EXPECT_EQ(m.peak_weight_stash_bytes, (2 * (10 - 1 - j) + 1) * param_bytes)
+        << j;
+    EXPECT_EQ(m.weight_stash_bytes, 0);
+  }
+}
+
+TEST(StageWorker, RunningStatisticsChangeOnlyInBackward) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  auto workers = Workers(spec, {{0, 1}, {1, 2}, {2, 10}});
+  std::vector<data::Batch> batches = Batches(1, 8);
+  auto running = [&](int j) {
+    std::vector<torch::Tensor> out;
+    for (auto& t : workers[j]->state_tensors()) out.push_back(t.clone());
+    return out;
+  };
+  auto same = [](const std::vector<torch::Tensor>& a,
+                 const std::vector<torch::Tensor>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!torch::equal(a[i], b[i])) return false;
+    }
+    return true;
+  };
+  auto before0 = running(0), before1 = running(1);
+  TensorPair h = *workers[0]->Forward(0, {batches[0].images, {}}, 0);
+  TensorPair y = *workers[1]->Forward(0, h, 1);
+  EXPECT_TRUE(same(before0, running(0)));
+  EXPECT_TRUE(same(before1, running(1)));
+  LossOutput l = *workers[2]->ForwardLoss(0, y, batches[0].labels, 2);
+  BackwardOutput b1 =
+      *workers[1]->Backward(0, l.backward.input, l.backward.input_grad, 3);
+  EXPECT_FALSE(
+      same(before1, running(1)));  // rebuild updated them (and the step)
+  EXPECT_TRUE(same(before0, running(0)));
+  ASSERT_TRUE(workers[0]->Backward(0, b1.input, b1.input_grad, 4).ok());
+  EXPECT_FALSE(same(before0, running(0)));
+  // Evaluation leaves them alone.
+  auto after0 = running(0);
+  ASSERT_TRUE(workers[0]->Evaluate({batches[0].images, {}}).ok());
+  EXPECT_TRUE(same(after0, running(0)));
+}
+
+TEST(StageWorker, RefusesUnknownAndDuplicateMicroBatches) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  auto workers = Workers(spec, {{0, 1}, {1, 10}});
+  std::vector<data::Batch> batches = Batches(1, 8);
+  ASSERT_TRUE(workers[0]->Forward(7, {batches[0].images, {}}, 0).ok());
+  absl::StatusOr<TensorPair> again =
+      workers[0]->Forward(7, {batches[0].images, {}}, 1);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  absl::StatusOr<BackwardOutput> unknown = workers[0]->Backward(8, {}, {}, 2);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(unknown.status().message()),
+              ::testing::HasSubstr("micro-batch 8"));
+  // A bad tensor is an error, not a crash.
+  absl::StatusOr<TensorPair> bad =
+      workers[0]->Forward(9, {torch::ones({2, 3}), {}}, 3);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInternal);
+  absl::StatusOr<LossOutput> mismatch =
+      workers[1]->ForwardLoss(1, {torch::ones({8, 1, 28, 28}), {}},
+                              torch::zeros({3}, torch::kInt64), 0);
+  EXPECT_FALSE(mismatch.ok());
+}
+
+}  // namespace
+}  // namespace petra::engine
