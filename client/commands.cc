@@ -12,6 +12,7 @@ namespace petra::client {
 int RunSpec(const std::string& program, const std::vector<std::string>& args);
 int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args);
+int RunTrain(const std::string& program, const std::vector<std::string>& args);
 
 namespace {
 
@@ -37,6 +38,10 @@ int RunVersion(const std::string& program,
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
+      {"train",
+       "train a job to the end on this machine (default: RevNet18 on "
+       "Fashion-MNIST)",
+       &RunTrain},
       {"spec", "resolve and validate a job spec from a file and/or job flags",
        &RunSpec},
       {"model-info", "parameters and stages of a network of the model zoo",

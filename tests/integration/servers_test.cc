@@ -314,6 +314,48 @@ TEST(PetraModelInfo, RefusesBadInput) {
   EXPECT_THAT(r.err, HasSubstr("model.width = 0"));
 }
 
+double JsonNumber(const std::string& json, const std::string& key) {
+  size_t at = json.find("\"" + key + "\": ");
+  return at == std::string::npos
+             ? -1
+             : std::atof(json.c_str() + at + key.size() + 4);
+}
+
+// A small RevNet trained with PETRA on real Fashion-MNIST (Debian's
+// dataset-fashion-mnist): one epoch, two stages, about two minutes on 2 cores.
+TEST(PetraTrain, FashionMnistBeats85Percent) {
+  TempDir dir;
+  const std::string report = dir.path() + "/report.json";
+  RunResult r = RunToExit(kPetra,
+                          {"train", "--stages", "2", "--width", "0.125",
+                           "--epochs", "1", "--report", report, "--quiet"},
+                          std::chrono::seconds(900));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(report);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_GT(JsonNumber(json, "test_accuracy"), 0.85) << json;
+  EXPECT_GT(JsonNumber(json, "samples_per_second"), 0);
+  EXPECT_GT(JsonNumber(json, "wall_seconds"), 0);
+  EXPECT_THAT(json, HasSubstr("\"staleness_mean\": "));
+  EXPECT_THAT(json, HasSubstr("\"memory_bytes\": {\"parameters\": "));
+}
+
+TEST(PetraTrain, RefusesBadJobsBeforeTraining) {
+  RunResult r = RunToExit(kPetra, {"train", "--epochs", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("training.epochs = 0"));
+  r = RunToExit(kPetra,
+                {"train", "--data-root", "/nonexistent", "--epochs", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/fashion-mnist"));
+  r = RunToExit(kPetra, {"train", "--report", "/nonexistent/dir/r.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--report: cannot write"));
+  r = RunToExit(kPetra, {"train", "--devices", "cuda:0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("CPU only"));
+}
+
 TEST(PetraVersion, NamesTheComputeBackend) {
   RunResult r = RunToExit(kPetra, {"version"});
   EXPECT_EQ(r.exit_code, 0);

@@ -1,0 +1,161 @@
+// Memory of the four buffer configurations of the paper's Table 3: delayed
+// gradients keeping inputs and weights (PipeDream), inputs only, weights
+// only, and PETRA (neither). Trains enough micro-batches of synthetic data to
+// fill the pipeline and reports each stage's peak bytes by kind.
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/cli/flag_set.h"
+#include "services/data/dataset.h"
+#include "services/engine/in_process_runner.h"
+#include "services/job/enum_names.h"
+#include "services/job/job_flags.h"
+#include "services/job/job_spec_validation.h"
+
+namespace {
+
+struct Config {
+  const char* name;
+  bool stash_inputs, stash_weights;
+};
+
+double MiB(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace petra;
+  std::string arch = "revnet18", variant = "cifar";
+  double width = 1.0;
+  int64_t micro_batch = 64;
+  int64_t micro_batches = 0;
+  cli::FlagSet flags(
+      "petra_bench_memory [flags]",
+      "Per-stage and total memory of the four buffer configurations (Table 3\n"
+      "of the PETRA paper), one stage per block, on synthetic data. Prints a\n"
+      "Markdown report.");
+  flags.AddString("arch", &arch, "architecture (revnet18, revnet34, revnet50)");
+  flags.AddString("variant", &variant, "variant (imagenet, cifar, mnist)");
+  flags.AddDouble("width", &width, "width multiplier");
+  flags.AddInt("micro-batch", &micro_batch, "samples per micro-batch");
+  flags.AddInt(
+      "micro-batches", &micro_batches,
+      "micro-batches to train; 0 = enough to fill the pipeline (2J - 1)");
+  if (int rc = cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+
+  petra::v1::JobSpec base;
+  auto set_enum = [&](const auto* type, const std::string& text,
+                      const char* flag, auto setter) {
+    absl::StatusOr<int> v = job::ParseEnumShortName(type, text, flag);
+    if (!v.ok()) {
+      std::cerr << v.status().message() << "\n";
+      std::exit(2);
+    }
+    setter(*v);
+  };
+  set_enum(google::protobuf::GetEnumDescriptor<petra::v1::Architecture>(), arch,
+           "--arch", [&](int v) {
+             base.mutable_model()->set_architecture(petra::v1::Architecture(v));
+           });
+  set_enum(google::protobuf::GetEnumDescriptor<petra::v1::Variant>(), variant,
+           "--variant", [&](int v) {
+             base.mutable_model()->set_variant(petra::v1::Variant(v));
+           });
+  base.mutable_model()->set_width(width);
+  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  base.mutable_training()->set_micro_batch_size(micro_batch);
+  base.set_seed(1);
+  absl::StatusOr<petra::v1::JobSpec> probe = job::ResolveJobSpec(base);
+  if (!probe.ok()) {
+    std::cerr << probe.status().message() << "\n";
+    return 2;
+  }
+  const int stages = job::StageCount(*probe);
+  if (micro_batches <= 0) micro_batches = 2 * stages - 1;
+  base.mutable_dataset()->set_synthetic_train_size(micro_batches * micro_batch);
+  base.mutable_dataset()->set_synthetic_test_size(micro_batch);
+
+  const Config configs[] = {{"inputs + weights (PipeDream)", true, true},
+                            {"inputs only", true, false},
+                            {"weights only", false, true},
+                            {"PETRA (neither)", false, false}};
+  std::vector<std::vector<engine::StageReport>> results;
+  for (const Config& c : configs) {
+    petra::v1::JobSpec spec = base;
+    const bool delayed = c.stash_inputs || c.stash_weights;
+    spec.mutable_training()->set_mode(delayed ? petra::v1::TRAINING_MODE_DELAYED
+                                              : petra::v1::TRAINING_MODE_PETRA);
+    spec.mutable_training()->set_stash_inputs(c.stash_inputs);
+    spec.mutable_training()->set_stash_weights(c.stash_weights);
+    absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+    if (!resolved.ok()) {
+      std::cerr << resolved.status().message() << "\n";
+      return 1;
+    }
+    const auto& m = resolved->model();
+    std::vector<int64_t> chw = m.variant() == petra::v1::VARIANT_MNIST
+                                   ? std::vector<int64_t>{1, 28, 28}
+                               : m.variant() == petra::v1::VARIANT_CIFAR
+                                   ? std::vector<int64_t>{3, 32, 32}
+                                   : std::vector<int64_t>{3, 224, 224};
+    absl::StatusOr<data::Splits> data = data::LoadForJob(*resolved, "", chw);
+    if (!data.ok()) {
+      std::cerr << data.status().message() << "\n";
+      return 1;
+    }
+    std::fprintf(stderr, "memory bench: %s ...\n", c.name);
+    auto runner =
+        engine::InProcessRunner::Create(*resolved, std::move(*data), {});
+    if (!runner.ok()) {
+      std::cerr << runner.status().message() << "\n";
+      return 1;
+    }
+    absl::StatusOr<engine::EpochReport> r = (*runner)->RunEpoch(1);
+    if (!r.ok()) {
+      std::cerr << r.status().message() << "\n";
+      return 1;
+    }
+    results.push_back(r->stages);
+  }
+
+  std::printf(
+      "%s, variant %s, width %g, micro-batch %lld, %d stages (one per block), "
+      "%lld micro-batches trained per configuration.\n\n",
+      arch.c_str(), variant.c_str(), width, static_cast<long long>(micro_batch),
+      stages, static_cast<long long>(micro_batches));
+  std::printf(
+      "| configuration | input buffers | weight stash | parameters + optimizer "
+      "| "
+      "total peak | saving vs PipeDream |\n|---|---:|---:|---:|---:|---:|\n");
+  int64_t reference = 0;
+  for (size_t c = 0; c < results.size(); ++c) {
+    int64_t inputs = 0, weights = 0, model = 0, total = 0;
+    for (const engine::StageReport& s : results[c]) {
+      inputs += s.memory.peak_activation_buffer_bytes;
+      weights += s.memory.peak_weight_stash_bytes;
+      model += s.memory.parameters_bytes + s.memory.optimizer_state_bytes;
+      total += s.memory.peak_bytes;
+    }
+    if (c == 0) reference = total;
+    std::printf("| %s | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f%% |\n",
+                configs[c].name, MiB(inputs), MiB(weights), MiB(model),
+                MiB(total), 100.0 * (reference - total) / reference);
+  }
+  std::printf("\nPeak bytes per stage (MiB):\n\n| stage | kind |");
+  for (const Config& c : configs) std::printf(" %s |", c.name);
+  std::printf("\n|---|---|");
+  for (size_t c = 0; c < results.size(); ++c) std::printf("---:|");
+  std::printf("\n");
+  for (size_t j = 0; j < results[0].size(); ++j) {
+    std::printf(
+        "| %zu | %s |", j,
+        results.back()[j].rebuilds_input ? "reversible" : "non-reversible");
+    for (size_t c = 0; c < results.size(); ++c) {
+      std::printf(" %.2f |", MiB(results[c][j].memory.peak_bytes));
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
