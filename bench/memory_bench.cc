@@ -13,6 +13,7 @@
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/network.h"
 
 namespace {
 
@@ -95,11 +96,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     const auto& m = resolved->model();
-    std::vector<int64_t> chw = m.variant() == petra::v1::VARIANT_MNIST
-                                   ? std::vector<int64_t>{1, 28, 28}
-                               : m.variant() == petra::v1::VARIANT_CIFAR
-                                   ? std::vector<int64_t>{3, 32, 32}
-                                   : std::vector<int64_t>{3, 224, 224};
+    std::vector<int64_t> chw = model::InputShape(m.variant());
     absl::StatusOr<data::Splits> data = data::LoadForJob(*resolved, "", chw);
     if (!data.ok()) {
       std::cerr << data.status().message() << "\n";

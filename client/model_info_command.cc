@@ -11,6 +11,7 @@
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/network_summary.h"
+#include "services/model/partition_plan.h"
 
 namespace petra::client {
 namespace {
@@ -92,21 +93,11 @@ int RunModelInfo(const std::string& program,
   flags.AddString("stages", &stages,
                   "N stages balanced by FLOPs, or per-block");
   flags.AddBool("json", &json, "print JSON: {params, stages: [...]}");
-  absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) {
-    std::cout << flags.Help();
-    return 0;
-  }
-  if (parsed.ok() && !flags.positional().empty()) {
-    parsed = absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
-  }
-  if (parsed.ok() && spec.model().architecture() == 0) {
-    parsed = absl::InvalidArgumentError("--arch is required");
-  }
-  if (!parsed.ok()) {
-    std::cerr << program << " model-info: " << parsed.message() << "\nRun '"
-              << program << " model-info --help' for the list of flags.\n";
+  const std::string command = program + " model-info";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) return rc;
+  if (spec.model().architecture() == 0) {
+    std::cerr << command << ": --arch is required\nRun '" << command
+              << " --help' for the list of flags.\n";
     return 2;
   }
   spec.mutable_model()->set_width(width);
@@ -132,23 +123,14 @@ int RunModelInfo(const std::string& program,
     return 1;
   }
   std::vector<model::BlockSummary> blocks = model::SummarizeBlocks(*net);
-  std::vector<model::BlockRange> ranges;
-  if (resolved->partition().has_stage_count()) {
-    std::vector<double> costs;
-    for (const auto& b : blocks)
-      costs.push_back(static_cast<double>(b.forward_flops));
-    absl::StatusOr<std::vector<model::BlockRange>> r = model::BalancedPartition(
-        costs, static_cast<int>(resolved->partition().stage_count()));
-    if (!r.ok()) {
-      std::cerr << program << " model-info: " << r.status().message() << "\n";
-      return 1;
-    }
-    ranges = *r;
-  } else {
-    ranges = model::PerBlockPartition(static_cast<int>(blocks.size()));
+  absl::StatusOr<std::vector<model::BlockRange>> ranges =
+      model::PlanPartition(*net, *resolved);
+  if (!ranges.ok()) {
+    std::cerr << program << " model-info: " << ranges.status().message() << "\n";
+    return 1;
   }
   std::vector<model::StageSummary> summary =
-      model::SummarizeStages(blocks, ranges);
+      model::SummarizeStages(blocks, *ranges);
   int64_t params = 0;
   for (const auto& b : blocks) params += b.parameters;
   const std::string arch_name =

@@ -23,20 +23,8 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args) {
       "the resolved spec as JSON, or every problem found (exit 1).");
   flags.AddString("from", &from, "job spec file to start from");
   job::AddJobFlags(flags, &overrides);
-  absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) {
-    std::cout << flags.Help();
-    return 0;
-  }
-  if (!parsed.ok()) {
-    std::cerr << program << " spec: " << parsed.message() << "\nRun '"
-              << program << " spec --help' for the list of flags.\n";
-    return 2;
-  }
-  if (!flags.positional().empty()) {
-    std::cerr << program << " spec: unexpected argument '"
-              << flags.positional()[0] << "'\n";
-    return 2;
+  if (int rc = cli::ParseCommandOrExit(flags, program + " spec", args); rc >= 0) {
+    return rc;
   }
   petra::v1::JobSpec spec;
   if (!from.empty()) {

@@ -122,22 +122,10 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                "torch threads per stage; 0 = cores / stages, at least 1");
   flags.AddBool("quiet", &quiet, "print only the final result");
   job::AddJobFlags(flags, &overrides);
-  absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) {
-    std::cout << flags.Help();
-    return 0;
-  }
-  if (parsed.ok() && !flags.positional().empty()) {
-    parsed = absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
-  }
-  if (parsed.ok() && threads < 0) {
-    parsed =
-        absl::InvalidArgumentError("flag --threads-per-stage: must be >= 0");
-  }
-  if (!parsed.ok()) {
-    std::cerr << program << " train: " << parsed.message() << "\nRun '"
-              << program << " train --help' for the list of flags.\n";
+  const std::string command = program + " train";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) return rc;
+  if (threads < 0) {
+    std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
     return 2;
   }
   petra::v1::JobSpec spec = DefaultTrainJob();
@@ -175,11 +163,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
 
   const auto start = Clock::now();
   const auto& m = resolved->model();
-  const std::vector<int64_t> chw = m.variant() == petra::v1::VARIANT_MNIST
-                                       ? std::vector<int64_t>{1, 28, 28}
-                                   : m.variant() == petra::v1::VARIANT_CIFAR
-                                       ? std::vector<int64_t>{3, 32, 32}
-                                       : std::vector<int64_t>{3, 224, 224};
+  const std::vector<int64_t> chw = model::InputShape(m.variant());
   if (!quiet) {
     std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
               << job::EnumShortName(m.variant()) << ", width " << m.width()

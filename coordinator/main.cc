@@ -27,11 +27,6 @@ int main(int argc, char** argv) {
                   "directory for job records and checkpoints (created when "
                   "missing)");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
-  if (!flags.positional().empty()) {
-    std::cerr << argv[0] << ": unexpected argument '" << flags.positional()[0]
-              << "'; run '" << argv[0] << " --help' for usage\n";
-    return 2;
-  }
 
   auto server = petra::coordinator::CoordinatorServer::Create(options);
   if (!server.ok()) {

@@ -25,11 +25,6 @@ int main(int argc, char** argv) {
   flags.AddString("state-dir", &options.state_dir,
                   "directory for checkpoints (created when missing)");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
-  if (!flags.positional().empty()) {
-    std::cerr << argv[0] << ": unexpected argument '" << flags.positional()[0]
-              << "'; run '" << argv[0] << " --help' for usage\n";
-    return 2;
-  }
 
   auto server = petra::stage_server::StageServer::Create(options);
   if (!server.ok()) {

@@ -190,21 +190,29 @@ std::string FlagSet::Help() const {
   return out;
 }
 
-int ParseOrExit(FlagSet& flags, int argc, char** argv, int first) {
-  std::vector<std::string> args(argv + std::min(first, argc), argv + argc);
+int ParseCommandOrExit(FlagSet& flags, const std::string& command,
+                       const std::vector<std::string>& args,
+                       bool allow_positional) {
   absl::Status s = flags.Parse(args);
   if (flags.help_requested()) {
     std::cout << flags.Help();
     return 0;
   }
+  if (s.ok() && !allow_positional && !flags.positional().empty()) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
+  }
   if (!s.ok()) {
-    std::cerr << argv[0] << ": " << s.message() << "\n"
-              << "Run '" << argv[0]
-              << (first > 1 ? std::string(" ") + argv[1] : "")
+    std::cerr << command << ": " << s.message() << "\nRun '" << command
               << " --help' for the list of flags.\n";
     return 2;
   }
   return -1;
+}
+
+int ParseOrExit(FlagSet& flags, int argc, char** argv) {
+  return ParseCommandOrExit(flags, argv[0],
+                            std::vector<std::string>(argv + 1, argv + argc));
 }
 
 }  // namespace petra::cli

@@ -69,9 +69,15 @@ class FlagSet {
   bool help_requested_ = false;
 };
 
-// Runs `flags.Parse` on argv[first..]; prints help to stdout and returns 0
-// when asked, prints the error and a hint to stderr and returns 2 on bad
-// flags, and returns -1 when the program should go on.
-int ParseOrExit(FlagSet& flags, int argc, char** argv, int first = 1);
+// Parses `args` for the command `command` (e.g. "petra train"): prints help
+// to stdout and returns 0 when asked; prints the error and a hint to stderr
+// and returns 2 on bad flags or (unless allowed) positional arguments;
+// returns -1 when the program should go on.
+int ParseCommandOrExit(FlagSet& flags, const std::string& command,
+                       const std::vector<std::string>& args,
+                       bool allow_positional = false);
+
+// ParseCommandOrExit for a main: the command is argv[0], args argv[1..].
+int ParseOrExit(FlagSet& flags, int argc, char** argv);
 
 }  // namespace petra::cli

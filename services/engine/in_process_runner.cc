@@ -11,7 +11,7 @@
 #include "services/engine/pipeline_schedule.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
-#include "services/model/network_summary.h"
+#include "services/model/partition_plan.h"
 
 namespace petra::engine {
 namespace {
@@ -71,20 +71,10 @@ absl::StatusOr<std::unique_ptr<InProcessRunner>> InProcessRunner::Create(
   torch::manual_seed(resolved.seed());
   absl::StatusOr<model::Network> net = model::BuildNetwork(resolved.model());
   if (!net.ok()) return net.status();
-  const int blocks = static_cast<int>(net->blocks.size());
-  if (resolved.partition().has_stage_count()) {
-    std::vector<double> costs;
-    for (const model::BlockSummary& b : model::SummarizeBlocks(*net)) {
-      costs.push_back(static_cast<double>(b.forward_flops));
-    }
-    absl::StatusOr<std::vector<model::BlockRange>> ranges =
-        model::BalancedPartition(
-            costs, static_cast<int>(resolved.partition().stage_count()));
-    if (!ranges.ok()) return ranges.status();
-    r->ranges_ = *ranges;
-  } else {
-    r->ranges_ = model::PerBlockPartition(blocks);
-  }
+  absl::StatusOr<std::vector<model::BlockRange>> ranges =
+      model::PlanPartition(*net, resolved);
+  if (!ranges.ok()) return ranges.status();
+  r->ranges_ = std::move(*ranges);
   const int stages = static_cast<int>(r->ranges_.size());
   const bool delayed =
       resolved.training().mode() == petra::v1::TRAINING_MODE_DELAYED;

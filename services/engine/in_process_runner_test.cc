@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "services/job/job_spec_validation.h"
+#include "services/model/network.h"
 
 namespace petra::engine {
 namespace {
@@ -27,10 +28,7 @@ std::unique_ptr<InProcessRunner> Make(const petra::v1::JobSpec& raw) {
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   EXPECT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<data::Splits> data =
-      data::LoadForJob(*spec, PETRA_DATA_ROOT,
-                       spec->model().variant() == petra::v1::VARIANT_MNIST
-                           ? std::vector<int64_t>{1, 28, 28}
-                           : std::vector<int64_t>{3, 32, 32});
+      data::LoadForJob(*spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
   EXPECT_TRUE(data.ok()) << data.status();
   absl::StatusOr<std::unique_ptr<InProcessRunner>> r =
       InProcessRunner::Create(*spec, std::move(*data), {});

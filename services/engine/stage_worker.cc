@@ -1,5 +1,7 @@
 #include "services/engine/stage_worker.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "services/model/batch_norm.h"
 
@@ -36,8 +38,8 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
     : blocks_(std::move(blocks)),
       config_(config),
       schedule_(std::move(schedule)),
-      accumulation_(
-          static_cast<int>(resolved.training().accumulation_steps())) {
+      accumulation_(static_cast<int>(resolved.training().accumulation_steps())),
+      non_finite_(resolved.training().non_finite()) {
   bool all_reversible = true;
   for (const auto& b : blocks_) all_reversible &= b->reversible();
   rebuilds_ = all_reversible && !config_.stash_inputs;
@@ -162,25 +164,26 @@ BackwardOutput StageWorker::Rebuild(const TensorPair& output,
   return out;
 }
 
-// Any stage with a buffered input: recompute the forward graph from it with
-// the current (or stashed) weights, then one vector-Jacobian product.
-BackwardOutput StageWorker::Recompute(const TensorPair& input,
-                                      const TensorPair& output_grad) {
+// Runs the blocks on `input` with a graph (updating BN running statistics:
+// this is the backward recompute), lets `head` turn their output into the
+// tensors to differentiate and their gradients, and takes one
+// vector-Jacobian product. Parameter gradients are accumulated; the input
+// gradient is returned (undefined on the first stage, whose input is data).
+TensorPair StageWorker::Differentiate(const TensorPair& input, const Head& head) {
   const bool want_input_grad = config_.index > 0;
   TensorPair x{input.a.detach().requires_grad_(want_input_grad),
-               input.b.defined()
-                   ? input.b.detach().requires_grad_(want_input_grad)
-                   : torch::Tensor()};
+               input.b.defined() ? input.b.detach().requires_grad_(want_input_grad)
+                                 : torch::Tensor()};
   TensorPair y;
   {
     ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
     y = ForwardBlocks(x);
   }
-  std::vector<torch::Tensor> outputs = {y.a};
-  std::vector<torch::Tensor> grad_outputs = {output_grad.a};
-  if (y.b.defined()) {
-    outputs.push_back(y.b);
-    grad_outputs.push_back(output_grad.b);
+  auto [outputs, grad_outputs] = head(y);
+  if (outputs.empty()) {
+    // Nothing to differentiate (a skipped micro-batch): zero gradients down.
+    if (!want_input_grad) return {};
+    return {torch::zeros_like(x.a), x.b.defined() ? torch::zeros_like(x.b) : torch::Tensor()};
   }
   std::vector<torch::Tensor> inputs;
   if (want_input_grad) {
@@ -193,12 +196,8 @@ BackwardOutput StageWorker::Recompute(const TensorPair& input,
       outputs, inputs, grad_outputs, false, false, /*allow_unused=*/true);
   Accumulate(params_, std::vector<torch::Tensor>(grads.begin() + first_param,
                                                  grads.end()));
-  BackwardOutput out;
-  out.input = input;
-  if (want_input_grad) {
-    out.input_grad = {grads[0], x.b.defined() ? grads[1] : torch::Tensor()};
-  }
-  return out;
+  if (!want_input_grad) return {};
+  return {grads[0], x.b.defined() ? grads[1] : torch::Tensor()};
 }
 
 absl::StatusOr<BackwardOutput> StageWorker::Backward(
@@ -217,8 +216,21 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
         params_[i].detach().copy_(r->weights[i]);
       }
     }
-    BackwardOutput out = rebuilds_ ? Rebuild(output, output_grad)
-                                   : Recompute(r->input, output_grad);
+    BackwardOutput out;
+    if (rebuilds_) {
+      out = Rebuild(output, output_grad);
+    } else {
+      out.input = r->input;
+      out.input_grad = Differentiate(r->input, [&](const TensorPair& y) {
+        std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> og{
+            {y.a}, {output_grad.a}};
+        if (y.b.defined()) {
+          og.first.push_back(y.b);
+          og.second.push_back(output_grad.b);
+        }
+        return og;
+      });
+    }
     if (!current.empty()) {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < params_.size(); ++i)
@@ -246,37 +258,27 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(uint64_t id,
     }
     // Forward and backward are one step here: the forward is the recompute,
     // so it updates the BN running statistics.
-    const bool want_input_grad = config_.index > 0;
-    TensorPair in{x.a.detach().requires_grad_(want_input_grad),
-                  x.b.defined() ? x.b.detach().requires_grad_(want_input_grad)
-                                : torch::Tensor()};
-    TensorPair logits;
-    {
-      ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
-      logits = ForwardBlocks(in);
+    torch::Tensor logits, loss;
+    bool finite = true;
+    TensorPair input_grad = Differentiate(x, [&](const TensorPair& y) {
+      logits = y.a;
+      loss = torch::nn::functional::cross_entropy(logits, labels);
+      finite = std::isfinite(loss.item<double>());
+      using Result = std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>;
+      return finite ? Result{{loss}, {}} : Result{};
+    });
+    if (!finite && non_finite_ == petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the loss of micro-batch ", id, " is ", loss.item<double>(),
+          " (training diverged; lower the learning rate, or set "
+          "training.non_finite to skip such micro-batches)"));
     }
-    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.a, labels);
-    std::vector<torch::Tensor> inputs;
-    if (want_input_grad) {
-      inputs.push_back(in.a);
-      if (in.b.defined()) inputs.push_back(in.b);
-    }
-    const size_t first_param = inputs.size();
-    inputs.insert(inputs.end(), params_.begin(), params_.end());
-    std::vector<torch::Tensor> grads =
-        torch::autograd::grad({loss}, inputs, {}, false, false, true);
-    Accumulate(params_, std::vector<torch::Tensor>(grads.begin() + first_param,
-                                                   grads.end()));
     LossOutput out;
     out.loss = loss.item<double>();
     out.samples = labels.size(0);
-    out.correct = logits.a.argmax(1).eq(labels).sum().item<int64_t>();
+    out.correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
     out.backward.input = x.detach();
-    if (want_input_grad) {
-      out.backward.input_grad = {grads[0],
-                                 in.b.defined() ? grads[1] : torch::Tensor()};
-    }
-    (void)id;
+    out.backward.input_grad = input_grad;
     (void)tick;
     ++forwards_;
     ++measured_;  // delay and staleness 0

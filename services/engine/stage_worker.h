@@ -6,6 +6,7 @@
 // runs when, so the same object serves both.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -74,7 +75,9 @@ class StageWorker {
                                           const model::TensorPair& output,
                                           const model::TensorPair& output_grad,
                                           int64_t tick);
-  // Last stage: forward, cross-entropy loss and backward in one step.
+  // Last stage: forward, cross-entropy loss and backward in one step. A
+  // NaN or infinite loss fails (FAILED_PRECONDITION) or, when the spec says
+  // so, skips the micro-batch: nothing accumulated, zero gradients down.
   absl::StatusOr<LossOutput> ForwardLoss(uint64_t id,
                                          const model::TensorPair& x,
                                          const torch::Tensor& labels,
@@ -110,14 +113,18 @@ class StageWorker {
   void FinishBackward();
   BackwardOutput Rebuild(const model::TensorPair& output,
                          const model::TensorPair& output_grad);
-  BackwardOutput Recompute(const model::TensorPair& input,
-                           const model::TensorPair& output_grad);
+  // Maps the blocks' output to (tensors to differentiate, their gradients).
+  using Head = std::function<
+      std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>(
+          const model::TensorPair&)>;
+  model::TensorPair Differentiate(const model::TensorPair& input, const Head& head);
   void UpdatePeak();
 
   std::vector<std::shared_ptr<model::Block>> blocks_;
   StageConfig config_;
   LrSchedule schedule_;
   int accumulation_;
+  petra::v1::TrainingSpec::NonFinitePolicy non_finite_;
   bool rebuilds_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::SGD> optimizer_;

@@ -10,6 +10,7 @@
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/model/network_summary.h"
+#include "services/model/partition_plan.h"
 
 namespace petra::engine {
 namespace {
@@ -142,17 +143,11 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
   const uint32_t k = 1000;  // never reached: no step
   petra::v1::JobSpec spec = Job(GetParam().arch, k);
   std::vector<data::Batch> batches = Batches(n, 8);
-  std::vector<model::BlockRange> ranges;
-  {
-    torch::manual_seed(spec.seed());
-    model::Network net = *model::BuildNetwork(spec.model());
-    std::vector<double> costs;
-    for (auto& s : model::SummarizeBlocks(net))
-      costs.push_back(s.forward_flops);
-    ranges = GetParam().stages == 0
-                 ? model::PerBlockPartition(net.blocks.size())
-                 : *model::BalancedPartition(costs, GetParam().stages);
-  }
+  petra::v1::JobSpec planned = spec;
+  if (GetParam().stages > 0) planned.mutable_partition()->set_stage_count(GetParam().stages);
+  torch::manual_seed(spec.seed());
+  model::Network net = *model::BuildNetwork(spec.model());
+  std::vector<model::BlockRange> ranges = *model::PlanPartition(net, planned);
   auto workers = Workers(spec, ranges);
   RunPetraSchedule(workers, batches);
   std::vector<torch::Tensor> petra;
@@ -294,6 +289,29 @@ TEST(StageWorker, RefusesUnknownAndDuplicateMicroBatches) {
       workers[1]->ForwardLoss(1, {torch::ones({8, 1, 28, 28}), {}},
                               torch::zeros({3}, torch::kInt64), 0);
   EXPECT_FALSE(mismatch.ok());
+}
+
+TEST(StageWorker, NonFiniteLossFailsOrSkips) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  std::vector<data::Batch> batches = Batches(1, 8);
+  torch::Tensor poisoned = batches[0].images.clone();
+  poisoned[0][0][0][0] = std::numeric_limits<float>::quiet_NaN();
+  auto workers = Workers(spec, {{0, 10}});
+  absl::StatusOr<LossOutput> failed =
+      workers[0]->ForwardLoss(0, {poisoned, {}}, batches[0].labels, 0);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(failed.status().message()), ::testing::HasSubstr("micro-batch 0"));
+
+  spec.mutable_training()->set_non_finite(
+      petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH);
+  auto skipping = Workers(spec, {{0, 1}, {1, 10}});
+  TensorPair h = *skipping[0]->Forward(0, {poisoned, {}}, 0);
+  absl::StatusOr<LossOutput> skipped = skipping[1]->ForwardLoss(0, h, batches[0].labels, 1);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(skipped->backward.input_grad.a.abs().sum().item<double>(), 0.0);
+  for (auto& p : skipping[1]->parameters()) {
+    if (p.grad().defined()) EXPECT_EQ(p.grad().abs().sum().item<double>(), 0.0);
+  }
 }
 
 }  // namespace

@@ -134,6 +134,21 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                   s->mutable_partition()->set_stage_count(n);
                 })(v);
               });
+  const EnumDescriptor* cost = GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
+  f.AddCustom("partition-cost", Choices(cost), "estimated",
+              "with --stages N: balance by estimated FLOPs or measured times",
+              Enum(cost, [s](int v) {
+                s->mutable_partition()->set_cost(
+                    static_cast<petra::v1::PartitionSpec::Cost>(v));
+              }));
+  const EnumDescriptor* non_finite =
+      GetEnumDescriptor<petra::v1::TrainingSpec::NonFinitePolicy>();
+  f.AddCustom("non-finite", Choices(non_finite), "fail",
+              "a NaN or infinite loss fails the job, or skips the micro-batch",
+              Enum(non_finite, [s](int v) {
+                s->mutable_training()->set_non_finite(
+                    static_cast<petra::v1::TrainingSpec::NonFinitePolicy>(v));
+              }));
   f.AddCustom("mode", Choices(mode), "petra", "training mode",
               Enum(mode, [s](int v) {
                 s->mutable_training()->set_mode(

@@ -28,6 +28,14 @@ Depth DepthOf(int architecture) {
 
 }  // namespace
 
+std::vector<int64_t> InputShape(petra::v1::Variant variant) {
+  switch (variant) {
+    case petra::v1::VARIANT_IMAGENET: return {3, 224, 224};
+    case petra::v1::VARIANT_MNIST: return {1, 28, 28};
+    default: return {3, 32, 32};
+  }
+}
+
 absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
   absl::StatusOr<ArchitectureInfo> info =
       GetArchitectureInfo(model.architecture());
@@ -39,16 +47,13 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
   const Depth depth = DepthOf(model.architecture());
   const bool rev = info->reversible;
   const bool imagenet = model.variant() == petra::v1::VARIANT_IMAGENET;
-  const bool mnist = model.variant() == petra::v1::VARIANT_MNIST;
   auto scaled = [&](int64_t c) {
     return std::max<int64_t>(1, std::llround(c * model.width()));
   };
 
   Network net;
   net.num_classes = model.num_classes();
-  net.input_shape = imagenet ? std::vector<int64_t>{3, 224, 224}
-                    : mnist  ? std::vector<int64_t>{1, 28, 28}
-                             : std::vector<int64_t>{3, 32, 32};
+  net.input_shape = InputShape(model.variant());
 
   // A RevNet carries two streams, each as wide as the matching ResNet.
   const int64_t stem_width = scaled(64);

@@ -19,6 +19,9 @@ struct Network {
   int64_t num_classes = 0;
 };
 
+// One sample's input shape {channels, height, width} for a variant.
+std::vector<int64_t> InputShape(petra::v1::Variant variant);
+
 // `model` must be resolved (job::ResolveJobSpec): variant, width and
 // num_classes set. Parameters are drawn from torch's global generator, so
 // seed it first (torch::manual_seed) for a deterministic network.

@@ -5,6 +5,7 @@
 
 #include "services/job/job_spec_defaults.h"
 #include "services/model/network_summary.h"
+#include "services/model/partition_plan.h"
 
 namespace petra::model {
 namespace {
@@ -171,6 +172,35 @@ TEST(Network, StageSummaryGroupsBlocks) {
   EXPECT_TRUE(stages[1].reversible);  // two reversible blocks
   EXPECT_FALSE(stages[2].reversible);
   EXPECT_EQ(stages[1].parameters, blocks[1].parameters + blocks[2].parameters);
+}
+
+TEST(PlanPartition, FollowsTheSpec) {
+  torch::manual_seed(0);
+  auto net = BuildNetwork(Spec(petra::v1::ARCHITECTURE_REVNET18, petra::v1::VARIANT_MNIST, 0.125));
+  ASSERT_TRUE(net.ok());
+  petra::v1::JobSpec job;
+  job.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  job.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  job.mutable_training()->set_micro_batch_size(4);
+  job::ApplyJobSpecDefaults(&job);
+  EXPECT_EQ(PlanPartition(*net, job)->size(), 10u);  // per block
+  for (auto cost : {petra::v1::PartitionSpec::COST_ESTIMATED,
+                    petra::v1::PartitionSpec::COST_MEASURED}) {
+    job.mutable_partition()->set_stage_count(3);
+    job.mutable_partition()->set_cost(cost);
+    absl::StatusOr<std::vector<BlockRange>> r = PlanPartition(*net, job);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->size(), 3u);
+    EXPECT_EQ(r->front().begin, 0);
+    EXPECT_EQ(r->back().end, 10);
+  }
+  std::vector<double> seconds = MeasureBlockSeconds(*net, 4, 1);
+  ASSERT_EQ(seconds.size(), 10u);
+  for (double s : seconds) EXPECT_GT(s, 0);
+  // Measuring does not touch gradients or running statistics.
+  for (auto& b : net->blocks) {
+    for (auto& p : b->parameters()) EXPECT_FALSE(p.grad().defined());
+  }
 }
 
 }  // namespace

@@ -1,0 +1,58 @@
+#include "services/model/partition_plan.h"
+
+#include <chrono>
+
+#include "services/model/network_summary.h"
+
+namespace petra::model {
+
+std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch, int repeats) {
+  ScopedBnMode mode(BnMode::kBatchStats);  // running statistics untouched
+  std::vector<int64_t> shape = {batch};
+  shape.insert(shape.end(), network.input_shape.begin(), network.input_shape.end());
+  TensorPair x{torch::randn(shape), {}};
+  std::vector<double> seconds;
+  for (const std::shared_ptr<Block>& block : network.blocks) {
+    double best = 1e30;
+    TensorPair y;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      TensorPair in{x.a.detach().requires_grad_(true),
+                    x.b.defined() ? x.b.detach().requires_grad_(true) : torch::Tensor()};
+      y = block->Forward(in);
+      torch::Tensor total = y.a.sum();
+      if (y.b.defined()) total = total + y.b.sum();
+      // Gradients with respect to the inputs only: parameters' .grad stay
+      // untouched, and the parameters are still on the graph's path.
+      std::vector<torch::Tensor> inputs = {in.a};
+      if (in.b.defined()) inputs.push_back(in.b);
+      for (const torch::Tensor& p : block->parameters()) inputs.push_back(p);
+      torch::autograd::grad({total}, inputs, {}, false, false, true);
+      best = std::min(best, std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - start)
+                                .count());
+    }
+    seconds.push_back(best);
+    x = y.detach();
+  }
+  return seconds;
+}
+
+absl::StatusOr<std::vector<BlockRange>> PlanPartition(
+    Network& network, const petra::v1::JobSpec& resolved) {
+  const petra::v1::PartitionSpec& p = resolved.partition();
+  if (!p.has_stage_count()) {
+    return PerBlockPartition(static_cast<int>(network.blocks.size()));
+  }
+  std::vector<double> costs;
+  if (p.cost() == petra::v1::PartitionSpec::COST_MEASURED) {
+    costs = MeasureBlockSeconds(network, resolved.training().micro_batch_size());
+  } else {
+    for (const BlockSummary& b : SummarizeBlocks(network)) {
+      costs.push_back(static_cast<double>(b.forward_flops));
+    }
+  }
+  return BalancedPartition(costs, static_cast<int>(p.stage_count()));
+}
+
+}  // namespace petra::model

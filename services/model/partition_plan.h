@@ -1,0 +1,22 @@
+// The partition a job asks for: one stage per block, or N stages balanced
+// by estimated FLOPs or by forward+backward times measured here.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/job.pb.h"
+#include "services/model/network.h"
+#include "services/model/partition.h"
+
+namespace petra::model {
+
+// `resolved` from job::ResolveJobSpec.
+absl::StatusOr<std::vector<BlockRange>> PlanPartition(Network& network,
+                                                      const petra::v1::JobSpec& resolved);
+
+// Seconds of one forward and backward of each block on a micro-batch of
+// `batch` random inputs (the best of `repeats`), on this thread's CPU.
+std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch, int repeats = 2);
+
+}  // namespace petra::model
