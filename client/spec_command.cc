@@ -26,17 +26,8 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args) {
   if (int rc = cli::ParseCommandOrExit(flags, program + " spec", args); rc >= 0) {
     return rc;
   }
-  petra::v1::JobSpec spec;
-  if (!from.empty()) {
-    absl::StatusOr<petra::v1::JobSpec> file = job::ReadJobSpecFile(from);
-    if (!file.ok()) {
-      std::cerr << program << " spec: " << file.status().message() << "\n";
-      return 1;
-    }
-    spec = std::move(*file);
-  }
-  job::OverlayJobSpec(overrides, &spec);
-  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+  absl::StatusOr<petra::v1::JobSpec> resolved =
+      job::AssembleJobSpec(petra::v1::JobSpec(), from, overrides);
   if (!resolved.ok()) {
     std::cerr << program << " spec: " << resolved.status().message() << "\n";
     return 1;

@@ -128,19 +128,10 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
     return 2;
   }
-  petra::v1::JobSpec spec = DefaultTrainJob();
-  if (!from.empty()) {
-    absl::StatusOr<petra::v1::JobSpec> file = job::ReadJobSpecFile(from);
-    if (!file.ok()) {
-      std::cerr << program << " train: " << file.status().message() << "\n";
-      return 1;
-    }
-    spec = std::move(*file);
-  }
-  job::OverlayJobSpec(overrides, &spec);
-  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+  absl::StatusOr<petra::v1::JobSpec> resolved =
+      job::AssembleJobSpec(DefaultTrainJob(), from, overrides);
   if (!resolved.ok()) {
-    std::cerr << program << " train: " << resolved.status().message() << "\n";
+    std::cerr << command << ": " << resolved.status().message() << "\n";
     return 1;
   }
   for (int j = 0; j < job::StageCount(*resolved); ++j) {

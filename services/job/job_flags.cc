@@ -8,6 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "services/job/enum_names.h"
+#include "services/job/job_spec_io.h"
+#include "services/job/job_spec_validation.h"
 
 namespace petra::job {
 namespace {
@@ -249,6 +251,19 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
     base->mutable_partition()->clear_layout();
   }
   base->MergeFrom(overrides);
+}
+
+absl::StatusOr<petra::v1::JobSpec> AssembleJobSpec(
+    const petra::v1::JobSpec& base, const std::string& from_file,
+    const petra::v1::JobSpec& overrides) {
+  petra::v1::JobSpec spec = base;
+  if (!from_file.empty()) {
+    absl::StatusOr<petra::v1::JobSpec> file = ReadJobSpecFile(from_file);
+    if (!file.ok()) return file.status();
+    spec = std::move(*file);
+  }
+  OverlayJobSpec(overrides, &spec);
+  return ResolveJobSpec(spec);
 }
 
 }  // namespace petra::job

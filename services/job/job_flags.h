@@ -3,6 +3,9 @@
 // means the same everywhere.
 #pragma once
 
+#include <string>
+
+#include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 #include "services/cli/flag_set.h"
 
@@ -16,5 +19,12 @@ void AddJobFlags(cli::FlagSet& flags, petra::v1::JobSpec* spec);
 // `overrides` replace those of `base`).
 void OverlayJobSpec(const petra::v1::JobSpec& overrides,
                     petra::v1::JobSpec* base);
+
+// The spec a command runs: `base`, replaced by the file `from_file` when one
+// is named, with `overrides` (the job flags) on top; then resolved and
+// validated (job_spec_validation.h). Errors name the file or the fields.
+absl::StatusOr<petra::v1::JobSpec> AssembleJobSpec(
+    const petra::v1::JobSpec& base, const std::string& from_file,
+    const petra::v1::JobSpec& overrides);
 
 }  // namespace petra::job
