@@ -94,7 +94,8 @@ int RunModelInfo(const std::string& program,
                   "N stages balanced by FLOPs, or per-block");
   flags.AddBool("json", &json, "print JSON: {params, stages: [...]}");
   const std::string command = program + " model-info";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) return rc;
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+    return rc;
   if (spec.model().architecture() == 0) {
     std::cerr << command << ": --arch is required\nRun '" << command
               << " --help' for the list of flags.\n";
@@ -126,7 +127,8 @@ int RunModelInfo(const std::string& program,
   absl::StatusOr<std::vector<model::BlockRange>> ranges =
       model::PlanPartition(*net, *resolved);
   if (!ranges.ok()) {
-    std::cerr << program << " model-info: " << ranges.status().message() << "\n";
+    std::cerr << program << " model-info: " << ranges.status().message()
+              << "\n";
     return 1;
   }
   std::vector<model::StageSummary> summary =

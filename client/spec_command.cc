@@ -23,7 +23,8 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args) {
       "the resolved spec as JSON, or every problem found (exit 1).");
   flags.AddString("from", &from, "job spec file to start from");
   job::AddJobFlags(flags, &overrides);
-  if (int rc = cli::ParseCommandOrExit(flags, program + " spec", args); rc >= 0) {
+  if (int rc = cli::ParseCommandOrExit(flags, program + " spec", args);
+      rc >= 0) {
     return rc;
   }
   absl::StatusOr<petra::v1::JobSpec> resolved =

@@ -123,7 +123,8 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   flags.AddBool("quiet", &quiet, "print only the final result");
   job::AddJobFlags(flags, &overrides);
   const std::string command = program + " train";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) return rc;
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+    return rc;
   if (threads < 0) {
     std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
     return 2;

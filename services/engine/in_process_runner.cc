@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/data/batches.h"
 #include "services/engine/blocking_queue.h"
-#include "services/engine/pipeline_schedule.h"
+#include "services/engine/stage_io.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/model/partition_plan.h"
@@ -17,20 +17,6 @@ namespace petra::engine {
 namespace {
 
 using model::TensorPair;
-
-struct UpMessage {
-  int64_t id;
-  TensorPair x;
-};
-struct DownMessage {
-  int64_t id;
-  TensorPair output;
-  TensorPair grad;
-};
-struct Labels {
-  int64_t id;
-  torch::Tensor labels;
-};
 
 data::BatchOptions TrainBatchOptions(const petra::v1::JobSpec& s) {
   data::BatchOptions o;
@@ -96,6 +82,98 @@ absl::StatusOr<std::unique_ptr<InProcessRunner>> InProcessRunner::Create(
 
 InProcessRunner::~InProcessRunner() = default;
 
+namespace {
+
+// The queues joining the stages of one epoch. up[j] carries stage j's
+// output to stage j + 1; down[j] carries into stage j from stage j + 1;
+// `labels` carries the data's labels from the feed to the last stage.
+struct Channels {
+  Channels(int stages, int64_t micro_batches)
+      : labels(static_cast<size_t>(micro_batches) + 1) {
+    const size_t capacity = static_cast<size_t>(2 * stages + 2);
+    for (int j = 0; j < stages; ++j) {
+      up.push_back(std::make_unique<BlockingQueue<ForwardItem>>(capacity));
+      down.push_back(std::make_unique<BlockingQueue<BackwardItem>>(capacity));
+    }
+  }
+  void Close() {
+    for (auto& q : up) q->Close();
+    for (auto& q : down) q->Close();
+    labels.Close();
+  }
+  std::vector<std::unique_ptr<BlockingQueue<ForwardItem>>> up;
+  std::vector<std::unique_ptr<BlockingQueue<BackwardItem>>> down;
+  BlockingQueue<torch::Tensor> labels;
+};
+
+absl::Status Closed() { return absl::CancelledError("the run is stopping"); }
+
+class QueueInbox : public StageInbox {
+ public:
+  QueueInbox(int stage, int stages, Channels& c,
+             const data::EpochBatches& batches)
+      : stage_(stage), stages_(stages), c_(c), batches_(batches) {}
+
+  absl::StatusOr<ForwardItem> NextForward(int64_t id) override {
+    ForwardItem item;
+    if (stage_ == 0) {
+      // The data feed: the batch, and its labels for the last stage.
+      data::Batch b = batches_.Get(id);
+      item = {id, {b.images, {}}, {}};
+      if (stages_ == 1) {
+        item.labels = b.labels;
+      } else if (!c_.labels.Push(b.labels)) {
+        return Closed();
+      }
+      return item;
+    }
+    std::optional<ForwardItem> in = c_.up[stage_ - 1]->Pop();
+    if (!in) return Closed();
+    item = std::move(*in);
+    if (stage_ == stages_ - 1) {
+      std::optional<torch::Tensor> labels = c_.labels.Pop();
+      if (!labels) return Closed();
+      item.labels = std::move(*labels);
+    }
+    return item;
+  }
+
+  absl::StatusOr<BackwardItem> NextBackward(int64_t id) override {
+    std::optional<BackwardItem> in = c_.down[stage_]->Pop();
+    if (!in) return Closed();
+    return std::move(*in);
+  }
+
+ private:
+  const int stage_, stages_;
+  Channels& c_;
+  const data::EpochBatches& batches_;
+};
+
+class QueueOutbox : public StageOutbox {
+ public:
+  QueueOutbox(int stage, Channels& c,
+              std::function<void(int64_t, const LossOutput&)> loss)
+      : stage_(stage), c_(c), loss_(std::move(loss)) {}
+  absl::Status SendForward(ForwardItem item) override {
+    return c_.up[stage_]->Push(std::move(item)) ? absl::OkStatus() : Closed();
+  }
+  absl::Status SendBackward(BackwardItem item) override {
+    return c_.down[stage_ - 1]->Push(std::move(item)) ? absl::OkStatus()
+                                                      : Closed();
+  }
+  void ReportLoss(int64_t id, const LossOutput& loss) override {
+    loss_(id, loss);
+  }
+
+ private:
+  const int stage_;
+  Channels& c_;
+  std::function<void(int64_t, const LossOutput&)> loss_;
+};
+
+}  // namespace
+
 absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
   const int stages = stage_count();
   const bool overlap =
@@ -110,115 +188,41 @@ absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
     micro_batches = std::min(micro_batches, std::max<int64_t>(0, left) * k);
   }
 
-  // Queue i carries stage i's output up; down[i] carries into stage i.
-  const size_t capacity = static_cast<size_t>(2 * stages + 2);
-  std::vector<std::unique_ptr<BlockingQueue<UpMessage>>> up;
-  std::vector<std::unique_ptr<BlockingQueue<DownMessage>>> down;
-  for (int j = 0; j < stages; ++j) {
-    up.push_back(std::make_unique<BlockingQueue<UpMessage>>(capacity));
-    down.push_back(std::make_unique<BlockingQueue<DownMessage>>(capacity));
-  }
-  BlockingQueue<Labels> labels(static_cast<size_t>(micro_batches) + 1);
-
+  Channels channels(stages, micro_batches);
   std::mutex mu;
   absl::Status failure;
   double loss_sum = 0;
   int64_t correct = 0, samples = 0;
-  auto fail = [&](absl::Status s) {
+  auto on_loss = [&](int64_t id, const LossOutput& out) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (failure.ok()) failure = std::move(s);
+      loss_sum += out.loss;
+      correct += out.correct;
+      samples += out.samples;
     }
-    for (auto& q : up) q->Close();
-    for (auto& q : down) q->Close();
-    labels.Close();
+    if (options_.on_step) options_.on_step({id, out.loss});
   };
-
   const int threads =
       options_.threads_per_stage > 0
           ? options_.threads_per_stage
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                             stages);
-
   auto run_stage = [&](int j) {
     at::set_num_threads(threads);
-    StageWorker& w = *workers_[j];
-    const bool last = j == stages - 1;
-    // Forward of micro-batch m at tick t.
-    auto forward = [&](int64_t m, int64_t t) -> bool {
-      TensorPair x;
-      if (j == 0) {
-        data::Batch b = batches.Get(m);
-        x = {b.images, {}};
-        if (!labels.Push({m, b.labels})) return false;
-      } else {
-        std::optional<UpMessage> msg = up[j - 1]->Pop();
-        if (!msg) return false;
-        if (msg->id != m) {
-          fail(absl::InternalError(absl::StrCat(
-              "stage ", j, " expected micro-batch ", m, " got ", msg->id)));
-          return false;
-        }
-        x = std::move(msg->x);
-      }
-      if (!last) {
-        absl::StatusOr<TensorPair> y = w.Forward(m, x, t);
-        if (!y.ok()) {
-          fail(y.status());
-          return false;
-        }
-        return up[j]->Push({m, std::move(*y)});
-      }
-      std::optional<Labels> l = labels.Pop();
-      if (!l) return false;
-      absl::StatusOr<LossOutput> out = w.ForwardLoss(m, x, l->labels, t);
-      if (!out.ok()) {
-        fail(out.status());
-        return false;
-      }
+    QueueInbox inbox(j, stages, channels, batches);
+    QueueOutbox outbox(j, channels, on_loss);
+    absl::Status s =
+        RunStageEpoch(*workers_[j], inbox, outbox, micro_batches, overlap);
+    if (!s.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu);
-        loss_sum += out->loss;
-        correct += out->correct;
-        samples += out->samples;
+        // The first real error wins; the others only saw the shutdown.
+        if (failure.ok() && !absl::IsCancelled(s)) {
+          failure = absl::Status(s.code(),
+                                 absl::StrCat("stage ", j, ": ", s.message()));
+        }
       }
-      if (options_.on_step) options_.on_step({m, out->loss});
-      if (j > 0) {
-        return down[j - 1]->Push({m, std::move(out->backward.input),
-                                  std::move(out->backward.input_grad)});
-      }
-      return true;
-    };
-    auto backward = [&](int64_t m, int64_t t) -> bool {
-      std::optional<DownMessage> msg = down[j]->Pop();
-      if (!msg) return false;
-      absl::StatusOr<BackwardOutput> out =
-          w.Backward(m, msg->output, msg->grad, t);
-      if (!out.ok()) {
-        fail(out.status());
-        return false;
-      }
-      if (j > 0)
-        return down[j - 1]->Push(
-            {m, std::move(out->input), std::move(out->input_grad)});
-      return true;
-    };
-
-    if (overlap) {
-      PipelineSchedule schedule{j, stages, micro_batches};
-      for (int64_t t = 0; t < schedule.ticks(); ++t) {
-        if (int64_t f = schedule.ForwardAt(t); f >= 0 && !forward(f, t)) return;
-        if (last) continue;
-        if (int64_t b = schedule.BackwardAt(t); b >= 0 && !backward(b, t))
-          return;
-      }
-    } else {
-      // Backprop: a micro-batch goes all the way up and down before the
-      // next one starts; stage 0 waits for its backward before feeding on.
-      for (int64_t m = 0; m < micro_batches; ++m) {
-        if (!forward(m, 2 * m)) return;
-        if (!last && !backward(m, 2 * m + 1)) return;
-      }
+      channels.Close();
     }
   };
 

@@ -27,8 +27,8 @@ petra::v1::JobSpec Synthetic(petra::v1::TrainingMode mode, uint32_t epochs) {
 std::unique_ptr<InProcessRunner> Make(const petra::v1::JobSpec& raw) {
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   EXPECT_TRUE(spec.ok()) << spec.status();
-  absl::StatusOr<data::Splits> data =
-      data::LoadForJob(*spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
+  absl::StatusOr<data::Splits> data = data::LoadForJob(
+      *spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
   EXPECT_TRUE(data.ok()) << data.status();
   absl::StatusOr<std::unique_ptr<InProcessRunner>> r =
       InProcessRunner::Create(*spec, std::move(*data), {});
@@ -117,6 +117,20 @@ TEST(InProcessRunner, BackpropLearnsTheSyntheticSet) {
   absl::StatusOr<std::vector<EpochReport>> r = runner->Run();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_GT(r->back().test_accuracy, 0.9);
+}
+
+// A failing stage stops every stage (none hangs on its queues) and the
+// error names the stage.
+TEST(InProcessRunner, DivergenceFailsTheRunCleanly) {
+  petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 1);
+  s.mutable_optimizer()->set_learning_rate(1e12);
+  auto runner = Make(s);
+  absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+      << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("stage 9: the loss"));
 }
 
 TEST(InProcessRunner, SameSeedSameLosses) {

@@ -169,11 +169,13 @@ BackwardOutput StageWorker::Rebuild(const TensorPair& output,
 // tensors to differentiate and their gradients, and takes one
 // vector-Jacobian product. Parameter gradients are accumulated; the input
 // gradient is returned (undefined on the first stage, whose input is data).
-TensorPair StageWorker::Differentiate(const TensorPair& input, const Head& head) {
+TensorPair StageWorker::Differentiate(const TensorPair& input,
+                                      const Head& head) {
   const bool want_input_grad = config_.index > 0;
   TensorPair x{input.a.detach().requires_grad_(want_input_grad),
-               input.b.defined() ? input.b.detach().requires_grad_(want_input_grad)
-                                 : torch::Tensor()};
+               input.b.defined()
+                   ? input.b.detach().requires_grad_(want_input_grad)
+                   : torch::Tensor()};
   TensorPair y;
   {
     ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
@@ -183,7 +185,8 @@ TensorPair StageWorker::Differentiate(const TensorPair& input, const Head& head)
   if (outputs.empty()) {
     // Nothing to differentiate (a skipped micro-batch): zero gradients down.
     if (!want_input_grad) return {};
-    return {torch::zeros_like(x.a), x.b.defined() ? torch::zeros_like(x.b) : torch::Tensor()};
+    return {torch::zeros_like(x.a),
+            x.b.defined() ? torch::zeros_like(x.b) : torch::Tensor()};
   }
   std::vector<torch::Tensor> inputs;
   if (want_input_grad) {
@@ -264,10 +267,12 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(uint64_t id,
       logits = y.a;
       loss = torch::nn::functional::cross_entropy(logits, labels);
       finite = std::isfinite(loss.item<double>());
-      using Result = std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>;
+      using Result =
+          std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>;
       return finite ? Result{{loss}, {}} : Result{};
     });
-    if (!finite && non_finite_ == petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL) {
+    if (!finite &&
+        non_finite_ == petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the loss of micro-batch ", id, " is ", loss.item<double>(),
           " (training diverged; lower the learning rate, or set "

@@ -63,6 +63,8 @@ class StageWorker {
   // reversible and inputs not stashed): nothing is kept between the two.
   bool rebuilds_input() const { return rebuilds_; }
   bool last() const { return config_.index == config_.count - 1; }
+  int index() const { return config_.index; }
+  int count() const { return config_.count; }
 
   // Training forward of micro-batch `id` at `tick`. Batch statistics;
   // running statistics untouched.
@@ -117,7 +119,8 @@ class StageWorker {
   using Head = std::function<
       std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>(
           const model::TensorPair&)>;
-  model::TensorPair Differentiate(const model::TensorPair& input, const Head& head);
+  model::TensorPair Differentiate(const model::TensorPair& input,
+                                  const Head& head);
   void UpdatePeak();
 
   std::vector<std::shared_ptr<model::Block>> blocks_;

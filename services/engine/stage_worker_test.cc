@@ -144,7 +144,8 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
   petra::v1::JobSpec spec = Job(GetParam().arch, k);
   std::vector<data::Batch> batches = Batches(n, 8);
   petra::v1::JobSpec planned = spec;
-  if (GetParam().stages > 0) planned.mutable_partition()->set_stage_count(GetParam().stages);
+  if (GetParam().stages > 0)
+    planned.mutable_partition()->set_stage_count(GetParam().stages);
   torch::manual_seed(spec.seed());
   model::Network net = *model::BuildNetwork(spec.model());
   std::vector<model::BlockRange> ranges = *model::PlanPartition(net, planned);
@@ -300,17 +301,21 @@ TEST(StageWorker, NonFiniteLossFailsOrSkips) {
   absl::StatusOr<LossOutput> failed =
       workers[0]->ForwardLoss(0, {poisoned, {}}, batches[0].labels, 0);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(failed.status().message()), ::testing::HasSubstr("micro-batch 0"));
+  EXPECT_THAT(std::string(failed.status().message()),
+              ::testing::HasSubstr("micro-batch 0"));
 
   spec.mutable_training()->set_non_finite(
       petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH);
   auto skipping = Workers(spec, {{0, 1}, {1, 10}});
   TensorPair h = *skipping[0]->Forward(0, {poisoned, {}}, 0);
-  absl::StatusOr<LossOutput> skipped = skipping[1]->ForwardLoss(0, h, batches[0].labels, 1);
+  absl::StatusOr<LossOutput> skipped =
+      skipping[1]->ForwardLoss(0, h, batches[0].labels, 1);
   ASSERT_TRUE(skipped.ok()) << skipped.status();
   EXPECT_EQ(skipped->backward.input_grad.a.abs().sum().item<double>(), 0.0);
   for (auto& p : skipping[1]->parameters()) {
-    if (p.grad().defined()) EXPECT_EQ(p.grad().abs().sum().item<double>(), 0.0);
+    if (p.grad().defined()) {
+      EXPECT_EQ(p.grad().abs().sum().item<double>(), 0.0);
+    }
   }
 }
 

@@ -136,7 +136,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                   s->mutable_partition()->set_stage_count(n);
                 })(v);
               });
-  const EnumDescriptor* cost = GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
+  const EnumDescriptor* cost =
+      GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
   f.AddCustom("partition-cost", Choices(cost), "estimated",
               "with --stages N: balance by estimated FLOPs or measured times",
               Enum(cost, [s](int v) {

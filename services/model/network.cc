@@ -30,9 +30,12 @@ Depth DepthOf(int architecture) {
 
 std::vector<int64_t> InputShape(petra::v1::Variant variant) {
   switch (variant) {
-    case petra::v1::VARIANT_IMAGENET: return {3, 224, 224};
-    case petra::v1::VARIANT_MNIST: return {1, 28, 28};
-    default: return {3, 32, 32};
+    case petra::v1::VARIANT_IMAGENET:
+      return {3, 224, 224};
+    case petra::v1::VARIANT_MNIST:
+      return {1, 28, 28};
+    default:
+      return {3, 32, 32};
   }
 }
 

@@ -176,7 +176,8 @@ TEST(Network, StageSummaryGroupsBlocks) {
 
 TEST(PlanPartition, FollowsTheSpec) {
   torch::manual_seed(0);
-  auto net = BuildNetwork(Spec(petra::v1::ARCHITECTURE_REVNET18, petra::v1::VARIANT_MNIST, 0.125));
+  auto net = BuildNetwork(
+      Spec(petra::v1::ARCHITECTURE_REVNET18, petra::v1::VARIANT_MNIST, 0.125));
   ASSERT_TRUE(net.ok());
   petra::v1::JobSpec job;
   job.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);

@@ -6,10 +6,12 @@
 
 namespace petra::model {
 
-std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch, int repeats) {
+std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch,
+                                        int repeats) {
   ScopedBnMode mode(BnMode::kBatchStats);  // running statistics untouched
   std::vector<int64_t> shape = {batch};
-  shape.insert(shape.end(), network.input_shape.begin(), network.input_shape.end());
+  shape.insert(shape.end(), network.input_shape.begin(),
+               network.input_shape.end());
   TensorPair x{torch::randn(shape), {}};
   std::vector<double> seconds;
   for (const std::shared_ptr<Block>& block : network.blocks) {
@@ -17,8 +19,9 @@ std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch, int rep
     TensorPair y;
     for (int r = 0; r < repeats; ++r) {
       const auto start = std::chrono::steady_clock::now();
-      TensorPair in{x.a.detach().requires_grad_(true),
-                    x.b.defined() ? x.b.detach().requires_grad_(true) : torch::Tensor()};
+      TensorPair in{
+          x.a.detach().requires_grad_(true),
+          x.b.defined() ? x.b.detach().requires_grad_(true) : torch::Tensor()};
       y = block->Forward(in);
       torch::Tensor total = y.a.sum();
       if (y.b.defined()) total = total + y.b.sum();
@@ -46,7 +49,8 @@ absl::StatusOr<std::vector<BlockRange>> PlanPartition(
   }
   std::vector<double> costs;
   if (p.cost() == petra::v1::PartitionSpec::COST_MEASURED) {
-    costs = MeasureBlockSeconds(network, resolved.training().micro_batch_size());
+    costs =
+        MeasureBlockSeconds(network, resolved.training().micro_batch_size());
   } else {
     for (const BlockSummary& b : SummarizeBlocks(network)) {
       costs.push_back(static_cast<double>(b.forward_flops));

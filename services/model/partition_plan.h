@@ -12,11 +12,12 @@
 namespace petra::model {
 
 // `resolved` from job::ResolveJobSpec.
-absl::StatusOr<std::vector<BlockRange>> PlanPartition(Network& network,
-                                                      const petra::v1::JobSpec& resolved);
+absl::StatusOr<std::vector<BlockRange>> PlanPartition(
+    Network& network, const petra::v1::JobSpec& resolved);
 
 // Seconds of one forward and backward of each block on a micro-batch of
 // `batch` random inputs (the best of `repeats`), on this thread's CPU.
-std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch, int repeats = 2);
+std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch,
+                                        int repeats = 2);
 
 }  // namespace petra::model

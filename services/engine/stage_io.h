@@ -1,0 +1,59 @@
+// What a stage receives and sends, as interfaces: the stage loop does
+// Algorithm 1's work through them and knows nothing of the transport. The
+// in-process runner implements them with queues between threads; the stage
+// server implements them with gRPC streams.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/engine/stage_worker.h"
+#include "services/model/tensor_pair.h"
+
+namespace petra::engine {
+
+// A micro-batch going up: the previous stage's output (or, on the first
+// stage, the data batch) and, on the last stage, its labels.
+struct ForwardItem {
+  int64_t id = 0;
+  model::TensorPair x;
+  torch::Tensor labels;  // last stage only
+};
+
+// A micro-batch going down: the receiving stage's output x~_j and delta_{j+1}.
+struct BackwardItem {
+  int64_t id = 0;
+  model::TensorPair output;
+  model::TensorPair grad;
+};
+
+class StageInbox {
+ public:
+  virtual ~StageInbox() = default;
+  // The next micro-batch to forward, which the schedule says is `id`.
+  // CANCELLED when the run is being torn down.
+  virtual absl::StatusOr<ForwardItem> NextForward(int64_t id) = 0;
+  // The next (output, gradient) pair to backward, micro-batch `id`.
+  virtual absl::StatusOr<BackwardItem> NextBackward(int64_t id) = 0;
+};
+
+class StageOutbox {
+ public:
+  virtual ~StageOutbox() = default;
+  // To the next stage (never called on the last stage).
+  virtual absl::Status SendForward(ForwardItem item) = 0;
+  // To the previous stage (never called on the first stage).
+  virtual absl::Status SendBackward(BackwardItem item) = 0;
+  // The last stage finished micro-batch `id` (forward, loss and backward).
+  virtual void ReportLoss(int64_t id, const LossOutput& loss) = 0;
+};
+
+// Runs one epoch of `micro_batches` on one stage: the PETRA/delayed tick
+// schedule when `overlap`, else backprop's one micro-batch at a time. Returns
+// the first error of the worker or the transport.
+absl::Status RunStageEpoch(StageWorker& worker, StageInbox& inbox,
+                           StageOutbox& outbox, int64_t micro_batches,
+                           bool overlap);
+
+}  // namespace petra::engine

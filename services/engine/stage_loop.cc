@@ -1,0 +1,80 @@
+#include "absl/strings/str_cat.h"
+#include "services/engine/pipeline_schedule.h"
+#include "services/engine/stage_io.h"
+
+namespace petra::engine {
+namespace {
+
+absl::Status Forward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
+                     int64_t m, int64_t tick, bool first) {
+  absl::StatusOr<ForwardItem> in = inbox.NextForward(m);
+  if (!in.ok()) return in.status();
+  if (in->id != m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected micro-batch ", m, " to forward, received ", in->id));
+  }
+  if (!w.last()) {
+    absl::StatusOr<model::TensorPair> y = w.Forward(m, in->x, tick);
+    if (!y.ok()) return y.status();
+    return outbox.SendForward({m, std::move(*y), {}});
+  }
+  absl::StatusOr<LossOutput> out = w.ForwardLoss(m, in->x, in->labels, tick);
+  if (!out.ok()) return out.status();
+  outbox.ReportLoss(m, *out);
+  if (first) return absl::OkStatus();
+  return outbox.SendBackward(
+      {m, std::move(out->backward.input), std::move(out->backward.input_grad)});
+}
+
+absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
+                      int64_t m, int64_t tick, bool first) {
+  absl::StatusOr<BackwardItem> in = inbox.NextBackward(m);
+  if (!in.ok()) return in.status();
+  if (in->id != m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected micro-batch ", m, " to backward, received ", in->id));
+  }
+  absl::StatusOr<BackwardOutput> out =
+      w.Backward(m, in->output, in->grad, tick);
+  if (!out.ok()) return out.status();
+  if (first) return absl::OkStatus();
+  return outbox.SendBackward(
+      {m, std::move(out->input), std::move(out->input_grad)});
+}
+
+}  // namespace
+
+absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
+                           StageOutbox& outbox, int64_t micro_batches,
+                           bool overlap) {
+  const bool first = w.index() == 0;
+  if (overlap) {
+    PipelineSchedule s{w.index(), w.count(), micro_batches};
+    for (int64_t t = 0; t < s.ticks(); ++t) {
+      if (int64_t f = s.ForwardAt(t); f >= 0) {
+        if (absl::Status st = Forward(w, inbox, outbox, f, t, first); !st.ok())
+          return st;
+      }
+      if (w.last()) continue;  // its backward is part of its forward
+      if (int64_t b = s.BackwardAt(t); b >= 0) {
+        if (absl::Status st = Backward(w, inbox, outbox, b, t, first); !st.ok())
+          return st;
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Backprop: a micro-batch goes all the way up and down before the next
+  // one starts (the first stage waits for its backward before feeding on).
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    if (absl::Status st = Forward(w, inbox, outbox, m, 2 * m, first); !st.ok())
+      return st;
+    if (w.last()) continue;
+    if (absl::Status st = Backward(w, inbox, outbox, m, 2 * m + 1, first);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace petra::engine
