@@ -1,0 +1,287 @@
+#include "services/wire/stage_messages.h"
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "services/wire/tensor_codec.h"
+
+namespace petra::wire {
+namespace {
+
+// One tensor slot of a message: its encoded chunks and where they go.
+struct Slot {
+  std::vector<petra::v1::Tensor> chunks;
+};
+
+absl::StatusOr<Slot> Chunked(const torch::Tensor& t, uint64_t chunk_bytes) {
+  Slot slot;
+  if (!t.defined()) return slot;
+  petra::v1::Tensor whole;
+  if (absl::Status s = EncodeTensor(t, &whole); !s.ok()) return s;
+  slot.chunks = SplitTensor(whole, chunk_bytes);
+  return slot;
+}
+
+// Packs the slots' chunks into parts: in order, at most one chunk per slot
+// per part, and at most `budget` payload bytes per part (a single chunk is
+// never over budget: SplitTensor cut it to size).
+std::vector<std::vector<std::pair<int, const petra::v1::Tensor*>>> Pack(
+    const std::vector<Slot>& slots, uint64_t budget) {
+  std::vector<std::vector<std::pair<int, const petra::v1::Tensor*>>> parts(1);
+  uint64_t used = 0;
+  for (int s = 0; s < static_cast<int>(slots.size()); ++s) {
+    for (const petra::v1::Tensor& c : slots[s].chunks) {
+      bool has_slot = false;
+      for (const auto& [slot, _] : parts.back()) has_slot |= slot == s;
+      if (has_slot || (used > 0 && used + c.data().size() > budget)) {
+        parts.emplace_back();
+        used = 0;
+      }
+      parts.back().push_back({s, &c});
+      used += c.data().size();
+    }
+  }
+  return parts;
+}
+
+void SetHeader(const MessageHeader& h, petra::v1::ForwardMessage* m) {
+  m->set_job_id(h.job_id);
+  m->set_micro_batch_id(h.micro_batch_id);
+  m->set_step(h.step);
+  m->set_phase(h.phase);
+  m->set_sender_stage(h.sender_stage);
+  m->set_epoch(h.epoch);
+}
+
+void SetHeader(const MessageHeader& h, petra::v1::BackwardMessage* m) {
+  m->set_job_id(h.job_id);
+  m->set_micro_batch_id(h.micro_batch_id);
+  m->set_step(h.step);
+  m->set_sender_stage(h.sender_stage);
+}
+
+template <typename M>
+MessageHeader HeaderOf(const M& m) {
+  MessageHeader h;
+  h.job_id = m.job_id();
+  h.micro_batch_id = m.micro_batch_id();
+  h.step = m.step();
+  h.sender_stage = m.sender_stage();
+  if constexpr (std::is_same_v<M, petra::v1::ForwardMessage>) {
+    h.phase = m.phase();
+    h.epoch = m.epoch();
+  }
+  return h;
+}
+
+// Shared part of both assemblers: checks the part continues the micro-batch
+// being assembled, feeds each present slot, and returns whether it is the
+// last part.
+template <typename M>
+absl::StatusOr<bool> AddPart(
+    const M& m, const std::vector<const petra::v1::Tensor*>& tensors,
+    const std::vector<std::string>& names, const TensorLimits& limits,
+    std::optional<MessageHeader>& header,
+    std::vector<std::optional<TensorAssembler>>& slots) {
+  const std::string where = absl::StrCat("micro-batch ", m.micro_batch_id());
+  if (header.has_value() && (header->micro_batch_id != m.micro_batch_id() ||
+                             header->job_id != m.job_id())) {
+    const uint64_t pending = header->micro_batch_id;
+    header.reset();
+    slots.assign(names.size(), std::nullopt);
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": arrived before the last part of micro-batch ",
+                     pending, " (dropped)"));
+  }
+  if (!header.has_value()) {
+    header = HeaderOf(m);
+    slots.assign(names.size(), std::nullopt);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i] == nullptr) continue;
+    if (!slots[i].has_value()) slots[i].emplace(names[i], limits);
+    if (absl::Status s = slots[i]->Add(*tensors[i]); !s.ok()) {
+      header.reset();
+      slots.assign(names.size(), std::nullopt);
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+    }
+  }
+  if (!m.last_part()) return false;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].has_value() && !slots[i]->complete()) {
+      header.reset();
+      slots.assign(names.size(), std::nullopt);
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", names[i], " incomplete at the last part"));
+    }
+  }
+  return true;
+}
+
+// Decodes the assembled slot `i` (undefined when it never arrived).
+absl::StatusOr<torch::Tensor> Decode(
+    std::vector<std::optional<TensorAssembler>>& slots, size_t i,
+    const std::vector<std::string>& names, const TensorLimits& limits) {
+  if (!slots[i].has_value()) return torch::Tensor();
+  absl::StatusOr<petra::v1::Tensor> whole = slots[i]->Take();
+  if (!whole.ok()) return whole.status();
+  return DecodeTensor(*whole, limits, names[i]);
+}
+
+const std::vector<std::string>& ForwardNames() {
+  static const std::vector<std::string> n = {"activation.first",
+                                             "activation.second", "labels"};
+  return n;
+}
+
+const std::vector<std::string>& BackwardNames() {
+  static const std::vector<std::string> n = {
+      "activation.first", "activation.second", "gradient.first",
+      "gradient.second"};
+  return n;
+}
+
+const petra::v1::Tensor* Present(bool has, const petra::v1::Tensor& t) {
+  return has ? &t : nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
+    const ForwardPayload& p, uint64_t chunk_bytes) {
+  std::vector<Slot> slots;
+  for (const torch::Tensor* t : {&p.x.a, &p.x.b, &p.labels}) {
+    absl::StatusOr<Slot> s = Chunked(*t, chunk_bytes);
+    if (!s.ok()) return s.status();
+    slots.push_back(std::move(*s));
+  }
+  std::vector<petra::v1::ForwardMessage> out;
+  for (const auto& part : Pack(slots, chunk_bytes)) {
+    petra::v1::ForwardMessage& m = out.emplace_back();
+    SetHeader(p.header, &m);
+    for (const auto& [slot, chunk] : part) {
+      if (slot == 0) *m.mutable_activation()->mutable_first() = *chunk;
+      if (slot == 1) *m.mutable_activation()->mutable_second() = *chunk;
+      if (slot == 2) *m.mutable_labels() = *chunk;
+    }
+  }
+  out.back().set_last_part(true);
+  return out;
+}
+
+absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
+    const BackwardPayload& p, uint64_t chunk_bytes) {
+  std::vector<Slot> slots;
+  for (const torch::Tensor* t :
+       {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b}) {
+    absl::StatusOr<Slot> s = Chunked(*t, chunk_bytes);
+    if (!s.ok()) return s.status();
+    slots.push_back(std::move(*s));
+  }
+  std::vector<petra::v1::BackwardMessage> out;
+  for (const auto& part : Pack(slots, chunk_bytes)) {
+    petra::v1::BackwardMessage& m = out.emplace_back();
+    SetHeader(p.header, &m);
+    for (const auto& [slot, chunk] : part) {
+      if (slot == 0) *m.mutable_activation()->mutable_first() = *chunk;
+      if (slot == 1) *m.mutable_activation()->mutable_second() = *chunk;
+      if (slot == 2) *m.mutable_gradient()->mutable_first() = *chunk;
+      if (slot == 3) *m.mutable_gradient()->mutable_second() = *chunk;
+    }
+  }
+  out.back().set_last_part(true);
+  return out;
+}
+
+ForwardAssembler::ForwardAssembler(TensorLimits limits) : limits_(limits) {}
+
+absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
+    const petra::v1::ForwardMessage& m) {
+  const auto& names = ForwardNames();
+  absl::StatusOr<bool> last =
+      AddPart(m,
+              {Present(m.activation().has_first(), m.activation().first()),
+               Present(m.activation().has_second(), m.activation().second()),
+               Present(m.has_labels(), m.labels())},
+              names, limits_, header_, slots_);
+  if (!last.ok()) return last.status();
+  if (!*last) return std::nullopt;
+  ForwardPayload p;
+  p.header = *header_;
+  header_.reset();
+  const std::string where =
+      absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
+  absl::StatusOr<torch::Tensor> a = Decode(slots_, 0, names, limits_);
+  absl::StatusOr<torch::Tensor> b = Decode(slots_, 1, names, limits_);
+  absl::StatusOr<torch::Tensor> labels = Decode(slots_, 2, names, limits_);
+  slots_.clear();
+  for (const auto* s : {&a, &b, &labels}) {
+    if (!s->ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, s->status().message()));
+    }
+  }
+  if (b->defined() && !a->defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "activation.second without activation.first"));
+  }
+  if (labels->defined()) {
+    if (labels->scalar_type() != torch::kInt64 || labels->dim() != 1 ||
+        (a->defined() && labels->size(0) != a->size(0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "labels must be int64 of shape [micro-batch size]"));
+    }
+  }
+  p.x = {*a, *b};
+  p.labels = *labels;
+  return p;
+}
+
+BackwardAssembler::BackwardAssembler(TensorLimits limits) : limits_(limits) {}
+
+absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
+    const petra::v1::BackwardMessage& m) {
+  const auto& names = BackwardNames();
+  absl::StatusOr<bool> last =
+      AddPart(m,
+              {Present(m.activation().has_first(), m.activation().first()),
+               Present(m.activation().has_second(), m.activation().second()),
+               Present(m.gradient().has_first(), m.gradient().first()),
+               Present(m.gradient().has_second(), m.gradient().second())},
+              names, limits_, header_, slots_);
+  if (!last.ok()) return last.status();
+  if (!*last) return std::nullopt;
+  BackwardPayload p;
+  p.header = *header_;
+  header_.reset();
+  const std::string where =
+      absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
+  std::vector<torch::Tensor> t(4);
+  for (size_t i = 0; i < 4; ++i) {
+    absl::StatusOr<torch::Tensor> d = Decode(slots_, i, names, limits_);
+    if (!d.ok()) {
+      slots_.clear();
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, d.status().message()));
+    }
+    t[i] = *d;
+  }
+  slots_.clear();
+  if (!t[0].defined() || !t[2].defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "a backward message needs activation.first and gradient.first"));
+  }
+  // Each gradient must match its activation's shape.
+  for (size_t i = 0; i < 2; ++i) {
+    if (t[i].defined() != t[i + 2].defined() ||
+        (t[i].defined() && t[i].sizes() != t[i + 2].sizes())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, names[i + 2], " does not match the shape of ", names[i]));
+    }
+  }
+  p.output = {t[0], t[1]};
+  p.grad = {t[2], t[3]};
+  return p;
+}
+
+}  // namespace petra::wire

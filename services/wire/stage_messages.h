@@ -1,0 +1,77 @@
+// Micro-batches <-> the StageService stream messages. A micro-batch whose
+// tensors are larger than the chunk size goes out as several messages (each
+// carrying at most `chunk_bytes` of payload, at most one chunk per tensor)
+// and is put back together, with every tensor check of the codec, before
+// anything reaches the engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/stage.pb.h"
+#include "services/model/tensor_pair.h"
+#include "services/wire/tensor_chunks.h"
+#include "services/wire/tensor_limits.h"
+
+namespace petra::wire {
+
+// Fields every message of a micro-batch repeats.
+struct MessageHeader {
+  std::string job_id;
+  uint64_t micro_batch_id = 0;
+  uint64_t step = 0;
+  petra::v1::Phase phase = petra::v1::PHASE_TRAIN;
+  int32_t sender_stage = -1;
+  uint32_t epoch = 0;
+};
+
+struct ForwardPayload {
+  MessageHeader header;
+  model::TensorPair x;   // undefined in a labels-only message
+  torch::Tensor labels;  // undefined unless sent
+};
+
+struct BackwardPayload {
+  MessageHeader header;
+  model::TensorPair output;  // x~_j
+  model::TensorPair grad;    // delta_{j+1}
+};
+
+absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
+    const ForwardPayload& payload, uint64_t chunk_bytes);
+absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
+    const BackwardPayload& payload, uint64_t chunk_bytes);
+
+// Joins the messages of one stream. Add returns the micro-batch once its
+// last part has arrived, nothing while parts are missing, and
+// INVALID_ARGUMENT (naming the micro-batch and field) for a malformed part;
+// after an error the partial micro-batch is dropped and the stream goes on.
+class ForwardAssembler {
+ public:
+  explicit ForwardAssembler(TensorLimits limits = {});
+  absl::StatusOr<std::optional<ForwardPayload>> Add(
+      const petra::v1::ForwardMessage& m);
+
+ private:
+  TensorLimits limits_;
+  std::optional<MessageHeader> header_;
+  std::vector<std::optional<TensorAssembler>> slots_;  // first, second, labels
+};
+
+class BackwardAssembler {
+ public:
+  explicit BackwardAssembler(TensorLimits limits = {});
+  absl::StatusOr<std::optional<BackwardPayload>> Add(
+      const petra::v1::BackwardMessage& m);
+
+ private:
+  TensorLimits limits_;
+  std::optional<MessageHeader> header_;
+  // output.first, output.second, grad.first, grad.second
+  std::vector<std::optional<TensorAssembler>> slots_;
+};
+
+}  // namespace petra::wire

@@ -1,0 +1,198 @@
+#include "services/wire/stage_messages.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace petra::wire {
+namespace {
+
+using ::testing::HasSubstr;
+
+MessageHeader Header(uint64_t id) {
+  MessageHeader h;
+  h.job_id = "job-1";
+  h.micro_batch_id = id;
+  h.step = 3;
+  h.phase = petra::v1::PHASE_TRAIN;
+  h.sender_stage = 2;
+  h.epoch = 1;
+  return h;
+}
+
+ForwardPayload Forward(uint64_t id, int64_t batch = 4) {
+  torch::manual_seed(id);
+  ForwardPayload p;
+  p.header = Header(id);
+  p.x = {torch::randn({batch, 8, 6, 6}), torch::randn({batch, 8, 6, 6})};
+  p.labels = torch::randint(10, {batch}, torch::kInt64);
+  return p;
+}
+
+std::optional<ForwardPayload> Feed(
+    ForwardAssembler& a, const std::vector<petra::v1::ForwardMessage>& parts) {
+  std::optional<ForwardPayload> out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    absl::StatusOr<std::optional<ForwardPayload>> r = a.Add(parts[i]);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return std::nullopt;
+    EXPECT_EQ(r->has_value(), i + 1 == parts.size()) << "part " << i;
+    if (r->has_value()) out = std::move(**r);
+  }
+  return out;
+}
+
+TEST(StageMessages, ForwardRoundTripInOneMessage) {
+  ForwardPayload p = Forward(7);
+  auto parts = EncodeForward(p, 1 << 20);
+  ASSERT_TRUE(parts.ok());
+  ASSERT_EQ(parts->size(), 1u);
+  EXPECT_TRUE(parts->front().last_part());
+  ForwardAssembler a;
+  std::optional<ForwardPayload> back = Feed(a, *parts);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->header.micro_batch_id, 7u);
+  EXPECT_EQ(back->header.job_id, "job-1");
+  EXPECT_EQ(back->header.sender_stage, 2);
+  EXPECT_TRUE(torch::equal(back->x.a, p.x.a));
+  EXPECT_TRUE(torch::equal(back->x.b, p.x.b));
+  EXPECT_TRUE(torch::equal(back->labels, p.labels));
+}
+
+TEST(StageMessages, LargeTensorsAreChunkedWithinTheBudget) {
+  ForwardPayload p = Forward(1, 64);  // 2 x 73,728 bytes of activations
+  const uint64_t budget = 20000;
+  auto parts = EncodeForward(p, budget);
+  ASSERT_TRUE(parts.ok());
+  EXPECT_GT(parts->size(), 7u);
+  for (const auto& m : *parts) {
+    EXPECT_LE(m.activation().first().data().size() +
+                  m.activation().second().data().size() +
+                  m.labels().data().size(),
+              budget);
+  }
+  ForwardAssembler a;
+  std::optional<ForwardPayload> back = Feed(a, *parts);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(torch::equal(back->x.a, p.x.a));
+  EXPECT_TRUE(torch::equal(back->x.b, p.x.b));
+  EXPECT_TRUE(torch::equal(back->labels, p.labels));
+  // The stream goes on with the next micro-batch.
+  ForwardPayload q = Forward(2, 64);
+  std::optional<ForwardPayload> next = Feed(a, *EncodeForward(q, budget));
+  ASSERT_TRUE(next.has_value());
+  EXPECT_TRUE(torch::equal(next->x.a, q.x.a));
+}
+
+TEST(StageMessages, SingleTensorAndLabelsOnly) {
+  ForwardPayload p;
+  p.header = Header(3);
+  p.x = {torch::ones({2, 3}), {}};
+  ForwardAssembler a;
+  auto back = Feed(a, *EncodeForward(p, 1 << 20));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_FALSE(back->x.b.defined());
+  EXPECT_FALSE(back->labels.defined());
+
+  ForwardPayload labels_only;
+  labels_only.header = Header(4);
+  labels_only.labels = torch::zeros({5}, torch::kInt64);
+  back = Feed(a, *EncodeForward(labels_only, 1 << 20));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_FALSE(back->x.a.defined());
+  EXPECT_EQ(back->labels.size(0), 5);
+}
+
+TEST(StageMessages, BackwardRoundTrip) {
+  BackwardPayload p;
+  p.header = Header(9);
+  p.output = {torch::randn({4, 2, 3, 3}), torch::randn({4, 2, 3, 3})};
+  p.grad = {torch::randn({4, 2, 3, 3}), torch::randn({4, 2, 3, 3})};
+  auto parts = EncodeBackward(p, 100);  // 288-byte tensors: 3 chunks each
+  ASSERT_TRUE(parts.ok());
+  EXPECT_GT(parts->size(), 4u);
+  BackwardAssembler a;
+  std::optional<BackwardPayload> back;
+  for (const auto& m : *parts) {
+    auto r = a.Add(m);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (r->has_value()) back = std::move(**r);
+  }
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(torch::equal(back->output.b, p.output.b));
+  EXPECT_TRUE(torch::equal(back->grad.a, p.grad.a));
+  EXPECT_EQ(back->header.step, 3u);
+}
+
+TEST(StageMessages, InterleavedMicroBatchIsRefusedAndTheStreamRecovers) {
+  auto first = *EncodeForward(Forward(1, 64), 20000);
+  auto second = *EncodeForward(Forward(2, 64), 20000);
+  ForwardAssembler a;
+  ASSERT_TRUE(a.Add(first[0]).ok());
+  absl::StatusOr<std::optional<ForwardPayload>> r = a.Add(second[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(
+      std::string(r.status().message()),
+      HasSubstr(
+          "micro-batch 2: arrived before the last part of micro-batch 1"));
+  // The partial micro-batch 1 was dropped; micro-batch 2 from its start works.
+  std::optional<ForwardPayload> back = Feed(a, second);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->header.micro_batch_id, 2u);
+}
+
+TEST(StageMessages, MalformedPartsNameTheMicroBatchAndField) {
+  auto parts = *EncodeForward(Forward(5), 1 << 20);
+  petra::v1::ForwardMessage bad = parts[0];
+  bad.mutable_activation()->mutable_second()->mutable_data()->resize(10);
+  ForwardAssembler a;
+  auto r = a.Add(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("micro-batch 5: activation.second.data"));
+
+  bad = parts[0];
+  bad.mutable_labels()->set_dtype(petra::v1::DTYPE_FLOAT32);
+  bad.mutable_labels()->mutable_data()->resize(16);
+  r = a.Add(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("labels must be int64"));
+
+  // Last part arrives while a chunked tensor is still incomplete.
+  auto chunked = *EncodeForward(Forward(6, 64), 20000);
+  petra::v1::ForwardMessage early = chunked[0];
+  early.set_last_part(true);
+  r = a.Add(early);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("incomplete at the last part"));
+
+  // Huge declared shapes are refused before allocation.
+  bad = parts[0];
+  bad.mutable_activation()->mutable_first()->set_shape(0, int64_t{1} << 40);
+  r = a.Add(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("over the limit"));
+}
+
+TEST(StageMessages, BackwardGradientMustMatchItsActivation) {
+  BackwardPayload p;
+  p.header = Header(1);
+  p.output = {torch::ones({2, 3}), {}};
+  p.grad = {torch::ones({2, 4}), {}};
+  BackwardAssembler a;
+  auto r = a.Add((*EncodeBackward(p, 1 << 20))[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(
+      std::string(r.status().message()),
+      HasSubstr("gradient.first does not match the shape of activation.first"));
+  p.grad = {};
+  r = a.Add((*EncodeBackward(p, 1 << 20))[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("needs activation.first and gradient.first"));
+}
+
+}  // namespace
+}  // namespace petra::wire
