@@ -240,6 +240,29 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   std::printf("test accuracy %.2f%%, train loss %.4f, %s\n",
               100 * reports->back().test_accuracy, reports->back().train_loss,
               Duration(wall).c_str());
+  if (!quiet) {
+    // Where the memory went and how stale each stage's gradients were.
+    std::printf("\n%-6s %-7s %-9s %6s %10s %12s %14s %12s %10s\n", "stage",
+                "blocks", "rebuilds", "delay", "staleness", "params+opt",
+                "input buffer", "weight stash", "peak");
+    for (const engine::StageReport& st : reports->back().stages) {
+      const engine::MemoryStats& mem = st.memory;
+      std::printf(
+          "%-6d %-7s %-9s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB\n",
+          st.index,
+          absl::StrCat(st.blocks.begin, "-", st.blocks.end - 1).c_str(),
+          st.rebuilds_input ? "yes" : "no", st.delay_ticks_mean,
+          st.staleness_mean,
+          (mem.parameters_bytes + mem.optimizer_state_bytes) / 1e6,
+          mem.peak_activation_buffer_bytes / 1e6,
+          mem.peak_weight_stash_bytes / 1e6, mem.peak_bytes / 1e6);
+    }
+    std::printf(
+        "(delay in ticks and staleness in optimizer steps between a "
+        "micro-batch's\n"
+        " forward and its backward; buffer, stash and peak are highest "
+        "values)\n");
+  }
   if (!report_path.empty()) {
     std::ofstream out(report_path, std::ios::trunc);
     out << ReportJson(*resolved, *reports, wall);

@@ -252,6 +252,13 @@ absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
     if (!test.ok()) return test.status();
     report.test_loss = test->first;
     report.test_accuracy = test->second;
+    if (spec_.evaluation().full_train_pass()) {
+      // Accuracy of the trained weights on the whole training split, in
+      // place of the running accuracy gathered while the weights moved.
+      absl::StatusOr<std::pair<double, double>> train = Evaluate(data_.train);
+      if (!train.ok()) return train.status();
+      report.train_accuracy = train->second;
+    }
   }
   report.stages = Reports();
   return report;

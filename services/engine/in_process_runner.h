@@ -31,6 +31,8 @@ struct StageReport {
 struct EpochReport {
   int epoch = 0;  // 1-based
   double train_loss = 0;
+  // Running accuracy during the epoch, or with evaluation.full_train_pass
+  // the accuracy of the epoch's final weights on the whole training split.
   double train_accuracy = 0;
   double test_loss = 0;
   double test_accuracy = 0;

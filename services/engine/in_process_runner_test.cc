@@ -133,6 +133,21 @@ TEST(InProcessRunner, DivergenceFailsTheRunCleanly) {
               ::testing::HasSubstr("stage 9: the loss"));
 }
 
+TEST(InProcessRunner, FullTrainPassReportsTheFinalWeightsAccuracy) {
+  petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 1);
+  s.mutable_evaluation()->set_full_train_pass(true);
+  auto runner = Make(s);
+  absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  petra::v1::JobSpec resolved = *job::ResolveJobSpec(s);
+  auto data = data::LoadForJob(resolved, PETRA_DATA_ROOT, {1, 28, 28});
+  ASSERT_TRUE(data.ok());
+  absl::StatusOr<std::pair<double, double>> train =
+      runner->Evaluate(data->train);
+  ASSERT_TRUE(train.ok());
+  EXPECT_DOUBLE_EQ(r->train_accuracy, train->second);
+}
+
 TEST(InProcessRunner, SameSeedSameLosses) {
   std::vector<double> a, b;
   for (std::vector<double>* out : {&a, &b}) {

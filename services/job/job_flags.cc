@@ -222,6 +222,10 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               Uint32([s](uint32_t v) {
                 s->mutable_evaluation()->set_every_epochs(v);
               }));
+  f.AddCustom(
+      "eval-train", "", "false",
+      "also evaluate on the whole training split after each evaluation",
+      Bool([s](bool v) { s->mutable_evaluation()->set_full_train_pass(v); }));
   f.AddCustom("checkpoint-every", "N", "0 (at the end only)",
               "checkpoint every N epochs", Uint32([s](uint32_t v) {
                 s->mutable_checkpoint()->set_every_epochs(v);
