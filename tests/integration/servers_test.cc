@@ -309,6 +309,10 @@ TEST(PetraModelInfo, RefusesBadInput) {
   r = RunToExit(kPetra, {"model-info", "--arch", "revnet18", "--stages", "11"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("partition.stage_count = 11"));
+  r = RunToExit(kPetra,
+                {"model-info", "--arch", "revnet18", "--stages", "many"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --stages: bad value \"many\""));
   r = RunToExit(kPetra, {"model-info", "--arch", "revnet18", "--width", "0"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("model.width = 0"));
@@ -354,6 +358,15 @@ TEST(PetraTrain, RefusesBadJobsBeforeTraining) {
   r = RunToExit(kPetra, {"train", "--devices", "cuda:0"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("CPU only"));
+  r = RunToExit(kPetra, {"train", "--threads-per-stage", "-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--threads-per-stage: must be >= 0"));
+  r = RunToExit(kPetra, {"train", "--from", "/nonexistent/job.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/job.json"));
+  r = RunToExit(kPetra, {"train", "--partition-cost", "guessed"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --partition-cost"));
 }
 
 TEST(PetraVersion, NamesTheComputeBackend) {
