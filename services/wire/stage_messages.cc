@@ -118,14 +118,28 @@ absl::StatusOr<bool> AddPart(
   return true;
 }
 
-// Decodes the assembled slot `i` (undefined when it never arrived).
-absl::StatusOr<torch::Tensor> Decode(
-    std::vector<std::optional<TensorAssembler>>& slots, size_t i,
-    const std::vector<std::string>& names, const TensorLimits& limits) {
-  if (!slots[i].has_value()) return torch::Tensor();
-  absl::StatusOr<petra::v1::Tensor> whole = slots[i]->Take();
-  if (!whole.ok()) return whole.status();
-  return DecodeTensor(*whole, limits, names[i]);
+// Decodes every assembled slot (undefined where a slot never arrived) and
+// clears them for the next micro-batch.
+absl::StatusOr<std::vector<torch::Tensor>> DecodeAll(
+    std::vector<std::optional<TensorAssembler>>& slots,
+    const std::vector<std::string>& names, const TensorLimits& limits,
+    const std::string& where) {
+  std::vector<torch::Tensor> out(names.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!slots[i].has_value()) continue;
+    absl::StatusOr<petra::v1::Tensor> whole = slots[i]->Take();
+    absl::StatusOr<torch::Tensor> t =
+        whole.ok() ? DecodeTensor(*whole, limits, names[i])
+                   : absl::StatusOr<torch::Tensor>(whole.status());
+    if (!t.ok()) {
+      slots.clear();
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, t.status().message()));
+    }
+    out[i] = std::move(*t);
+  }
+  slots.clear();
+  return out;
 }
 
 const std::vector<std::string>& ForwardNames() {
@@ -211,16 +225,10 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
   header_.reset();
   const std::string where =
       absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
-  absl::StatusOr<torch::Tensor> a = Decode(slots_, 0, names, limits_);
-  absl::StatusOr<torch::Tensor> b = Decode(slots_, 1, names, limits_);
-  absl::StatusOr<torch::Tensor> labels = Decode(slots_, 2, names, limits_);
-  slots_.clear();
-  for (const auto* s : {&a, &b, &labels}) {
-    if (!s->ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, s->status().message()));
-    }
-  }
+  absl::StatusOr<std::vector<torch::Tensor>> t =
+      DecodeAll(slots_, names, limits_, where);
+  if (!t.ok()) return t.status();
+  const torch::Tensor *a = &(*t)[0], *b = &(*t)[1], *labels = &(*t)[2];
   if (b->defined() && !a->defined()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "activation.second without activation.first"));
@@ -256,17 +264,10 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
   header_.reset();
   const std::string where =
       absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
-  std::vector<torch::Tensor> t(4);
-  for (size_t i = 0; i < 4; ++i) {
-    absl::StatusOr<torch::Tensor> d = Decode(slots_, i, names, limits_);
-    if (!d.ok()) {
-      slots_.clear();
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, d.status().message()));
-    }
-    t[i] = *d;
-  }
-  slots_.clear();
+  absl::StatusOr<std::vector<torch::Tensor>> decoded =
+      DecodeAll(slots_, names, limits_, where);
+  if (!decoded.ok()) return decoded.status();
+  const std::vector<torch::Tensor>& t = *decoded;
   if (!t[0].defined() || !t[2].defined()) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, "a backward message needs activation.first and gradient.first"));
