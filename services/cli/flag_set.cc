@@ -16,12 +16,32 @@ namespace {
 
 std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
 
+}  // namespace
+
 absl::Status BadValue(const std::string& value, const std::string& expected) {
   return absl::InvalidArgumentError(
       absl::StrCat("bad value ", Quote(value), ": expected ", expected));
 }
 
-}  // namespace
+absl::StatusOr<int64_t> ParseIntValue(const std::string& value) {
+  int64_t n;
+  if (!absl::SimpleAtoi(value, &n)) return BadValue(value, "an integer");
+  return n;
+}
+
+absl::StatusOr<double> ParseDoubleValue(const std::string& value) {
+  double d;
+  if (!absl::SimpleAtod(value, &d) || !std::isfinite(d)) {
+    return BadValue(value, "a finite number");
+  }
+  return d;
+}
+
+absl::StatusOr<bool> ParseBoolValue(const std::string& value) {
+  bool b;
+  if (!absl::SimpleAtob(value, &b)) return BadValue(value, "true or false");
+  return b;
+}
 
 FlagSet::FlagSet(std::string usage, std::string description)
     : usage_(std::move(usage)), description_(std::move(description)) {}
@@ -35,49 +55,41 @@ void FlagSet::AddString(const std::string& name, std::string* target,
             });
 }
 
+namespace {
+// A setter storing what `parse` returns into *target.
+template <typename T, typename Parse>
+std::function<absl::Status(const std::string&)> Store(T* target, Parse parse) {
+  return [target, parse](const std::string& v) -> absl::Status {
+    absl::StatusOr<T> value = parse(v);
+    if (!value.ok()) return value.status();
+    *target = *value;
+    return absl::OkStatus();
+  };
+}
+}  // namespace
+
 void FlagSet::AddInt(const std::string& name, int64_t* target,
                      const std::string& help) {
   AddCustom(name, "INT", absl::StrCat(*target), help,
-            [target](const std::string& v) {
-              if (!absl::SimpleAtoi(v, target))
-                return BadValue(v, "an integer");
-              return absl::OkStatus();
-            });
+            Store(target, ParseIntValue));
 }
 
 void FlagSet::AddUint(const std::string& name, uint64_t* target,
                       const std::string& help) {
   AddCustom(name, "N", absl::StrCat(*target), help,
-            [target](const std::string& v) {
-              if (v.empty() || v[0] == '-' || !absl::SimpleAtoi(v, target)) {
-                return BadValue(v, "a non-negative integer");
-              }
-              return absl::OkStatus();
-            });
+            Store(target, ParseUnsignedValue<uint64_t>));
 }
 
 void FlagSet::AddDouble(const std::string& name, double* target,
                         const std::string& help) {
   AddCustom(name, "NUMBER", absl::StrFormat("%g", *target), help,
-            [target](const std::string& v) {
-              double d;
-              if (!absl::SimpleAtod(v, &d) || !std::isfinite(d)) {
-                return BadValue(v, "a finite number");
-              }
-              *target = d;
-              return absl::OkStatus();
-            });
+            Store(target, ParseDoubleValue));
 }
 
 void FlagSet::AddBool(const std::string& name, bool* target,
                       const std::string& help) {
   AddCustom(name, "", *target ? "true" : "false", help,
-            [target](const std::string& v) {
-              if (!absl::SimpleAtob(v, target)) {
-                return BadValue(v, "true or false");
-              }
-              return absl::OkStatus();
-            });
+            Store(target, ParseBoolValue));
 }
 
 void FlagSet::AddCustom(

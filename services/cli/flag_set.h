@@ -9,8 +9,27 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 
 namespace petra::cli {
+
+// The value parsers behind the typed flags, for AddCustom setters that store
+// into something other than a plain variable (a proto field, say). Errors
+// read `bad value "V": expected ...`.
+absl::Status BadValue(const std::string& value, const std::string& expected);
+absl::StatusOr<int64_t> ParseIntValue(const std::string& value);
+absl::StatusOr<double> ParseDoubleValue(const std::string& value);  // finite
+absl::StatusOr<bool> ParseBoolValue(const std::string& value);
+// uint32_t or uint64_t; a minus sign or an out-of-range value is refused.
+template <typename T>
+absl::StatusOr<T> ParseUnsignedValue(const std::string& value) {
+  T n;
+  if (value.empty() || value[0] == '-' || !absl::SimpleAtoi(value, &n)) {
+    return BadValue(value, "a non-negative integer");
+  }
+  return n;
+}
 
 class FlagSet {
  public:

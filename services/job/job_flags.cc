@@ -18,51 +18,28 @@ using google::protobuf::EnumDescriptor;
 using google::protobuf::GetEnumDescriptor;
 using Setter = std::function<absl::Status(const std::string&)>;
 
-absl::Status Bad(const std::string& v, const std::string& expected) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad value \"", v, "\": expected ", expected));
+// A setter passing what `parse` returns to `set` (a proto field setter).
+template <typename T, typename Parse>
+Setter Parsed(Parse parse, std::function<void(T)> set) {
+  return [parse, set](const std::string& v) -> absl::Status {
+    absl::StatusOr<T> value = parse(v);
+    if (!value.ok()) return value.status();
+    set(*value);
+    return absl::OkStatus();
+  };
 }
 
 Setter Uint32(std::function<void(uint32_t)> set) {
-  return [set](const std::string& v) {
-    uint32_t n;
-    if (v.empty() || v[0] == '-' || !absl::SimpleAtoi(v, &n)) {
-      return Bad(v, "a non-negative integer");
-    }
-    set(n);
-    return absl::OkStatus();
-  };
+  return Parsed<uint32_t>(cli::ParseUnsignedValue<uint32_t>, std::move(set));
 }
-
 Setter Uint64(std::function<void(uint64_t)> set) {
-  return [set](const std::string& v) {
-    uint64_t n;
-    if (v.empty() || v[0] == '-' || !absl::SimpleAtoi(v, &n)) {
-      return Bad(v, "a non-negative integer");
-    }
-    set(n);
-    return absl::OkStatus();
-  };
+  return Parsed<uint64_t>(cli::ParseUnsignedValue<uint64_t>, std::move(set));
 }
-
 Setter Double(std::function<void(double)> set) {
-  return [set](const std::string& v) {
-    double d;
-    if (!absl::SimpleAtod(v, &d) || !std::isfinite(d)) {
-      return Bad(v, "a finite number");
-    }
-    set(d);
-    return absl::OkStatus();
-  };
+  return Parsed<double>(cli::ParseDoubleValue, std::move(set));
 }
-
 Setter Bool(std::function<void(bool)> set) {
-  return [set](const std::string& v) {
-    bool b;
-    if (!absl::SimpleAtob(v, &b)) return Bad(v, "true or false");
-    set(b);
-    return absl::OkStatus();
-  };
+  return Parsed<bool>(cli::ParseBoolValue, std::move(set));
 }
 
 Setter Enum(const EnumDescriptor* type, std::function<void(int)> set) {
@@ -209,7 +186,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                      absl::StrSplit(v, ',', absl::SkipEmpty())) {
                   uint32_t e;
                   if (!absl::SimpleAtoi(part, &e))
-                    return Bad(v, "comma-separated epochs");
+                    return cli::BadValue(v, "comma-separated epochs");
                   s->mutable_schedule()->add_step_epochs(e);
                 }
                 return absl::OkStatus();
