@@ -13,6 +13,8 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args);
 int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args);
 int RunTrain(const std::string& program, const std::vector<std::string>& args);
+int RunFleetCommand(const std::string& name, const std::string& program,
+                    const std::vector<std::string>& args);
 
 namespace {
 
@@ -34,6 +36,13 @@ int RunVersion(const std::string& program,
   return 0;
 }
 
+template <const char* kName>
+int Fleet(const std::string& program, const std::vector<std::string>& args) {
+  return RunFleetCommand(kName, program, args);
+}
+constexpr char kSubmit[] = "submit", kWatch[] = "watch", kStatus[] = "status",
+               kList[] = "list", kCancel[] = "cancel", kExport[] = "export";
+
 }  // namespace
 
 const std::vector<Command>& Commands() {
@@ -42,6 +51,15 @@ const std::vector<Command>& Commands() {
        "train a job to the end on this machine (default: RevNet18 on "
        "Fashion-MNIST)",
        &RunTrain},
+      {"submit", "submit a job to a coordinator (flags or a JSON JobSpec file)",
+       &Fleet<kSubmit>},
+      {"watch", "follow a job: progress bar with ETA, loss, accuracy",
+       &Fleet<kWatch>},
+      {"status", "a job's state, progress and stages", &Fleet<kStatus>},
+      {"list", "the coordinator's jobs, newest first", &Fleet<kList>},
+      {"cancel", "cancel a queued or running job", &Fleet<kCancel>},
+      {"export", "download a job's weights for Python's torch.load",
+       &Fleet<kExport>},
       {"spec", "resolve and validate a job spec from a file and/or job flags",
        &RunSpec},
       {"model-info", "parameters and stages of a network of the model zoo",

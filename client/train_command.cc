@@ -1,28 +1,38 @@
 // `petra train`: trains a job to the end on this machine and reports it.
 // With no flags: the embedded default, a small RevNet18 on Fashion-MNIST.
 //
-// Runs on the in-process runner (every stage a thread). The gRPC fleet on
-// loopback replaces it as the default once stage servers run the engine.
+// By default it starts a fleet inside the process (a coordinator and one
+// stage server per stage, real gRPC on loopback) and drives it as any client
+// would; --runner in-process runs the same job on threads and queues (the
+// reference the fleet is checked against).
+#include <stdlib.h>
 #include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "client/job_progress.h"
+#include "client/local_fleet.h"
+#include "petra/v1/coordinator.grpc.pb.h"
 #include "services/cli/flag_set.h"
+#include "services/cli/shutdown_signal.h"
 #include "services/data/dataset.h"
 #include "services/engine/in_process_runner.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
-#include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
+#include "services/wire/grpc_defaults.h"
 
 namespace petra::client {
 namespace {
@@ -41,66 +51,193 @@ petra::v1::JobSpec DefaultTrainJob() {
   return s;
 }
 
-std::string Duration(double seconds) {
-  const int s = static_cast<int>(seconds + 0.5);
-  return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60)
-                 : absl::StrFormat("%ds", s);
+struct TrainOptions {
+  std::string data_root;
+  std::string state_dir;  // fleet only; empty = a temporary directory
+  int threads_per_stage = 1;
+  bool quiet = false;
+};
+
+// The final Job and the epoch-end progress of a run, whichever runner ran it.
+struct TrainResult {
+  petra::v1::Job job;
+  std::vector<petra::v1::Progress> epochs;
+};
+
+petra::v1::StageStats ToStats(const engine::StageReport& r) {
+  petra::v1::StageStats s;
+  s.set_stage_index(r.index);
+  s.set_forward_count(r.forward_count);
+  s.set_backward_count(r.backward_count);
+  s.set_optimizer_steps(r.optimizer_steps);
+  s.set_delay_ticks_mean(r.delay_ticks_mean);
+  s.set_staleness_mean(r.staleness_mean);
+  petra::v1::MemoryBreakdown* m = s.mutable_memory();
+  m->set_parameters_bytes(r.memory.parameters_bytes);
+  m->set_optimizer_state_bytes(r.memory.optimizer_state_bytes);
+  m->set_activation_buffer_bytes(r.memory.activation_buffer_bytes);
+  m->set_weight_stash_bytes(r.memory.weight_stash_bytes);
+  m->set_peak_bytes(r.memory.peak_bytes);
+  return s;
 }
 
-std::string ReportJson(const petra::v1::JobSpec& spec,
-                       const std::vector<engine::EpochReport>& epochs,
-                       double wall) {
-  const engine::EpochReport& last = epochs.back();
-  double samples = 0, train_seconds = 0;
-  for (const auto& e : epochs) {
-    samples += e.samples_per_second * e.train_seconds;
-    train_seconds += e.train_seconds;
+absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
+                                         const TrainOptions& options) {
+  absl::StatusOr<data::Splits> data = data::LoadForJob(
+      spec, options.data_root, model::InputShape(spec.model().variant()));
+  if (!data.ok()) return data.status();
+  const int64_t per_epoch =
+      data->train.size() / spec.training().micro_batch_size();
+  const int64_t epochs = spec.training().epochs();
+  const auto start = Clock::now();
+  const bool tty = isatty(STDOUT_FILENO);
+  std::mutex mu;
+  int current_epoch = 1;
+  int64_t done = 0;
+  double loss_sum = 0;
+  auto last_print = Clock::now();
+  TrainResult result;
+  result.job.set_id("in-process");
+  *result.job.mutable_spec() = spec;
+  engine::RunnerOptions o;
+  o.threads_per_stage = options.threads_per_stage;
+  o.on_step = [&](const engine::StepReport& r) {
+    if (options.quiet) return;
+    std::lock_guard<std::mutex> lock(mu);
+    ++done;
+    loss_sum += r.loss;
+    const auto now = Clock::now();
+    if (now - last_print < std::chrono::seconds(tty ? 1 : 15)) return;
+    last_print = now;
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    const int64_t overall = (current_epoch - 1) * per_epoch + r.micro_batch + 1;
+    const double eta =
+        elapsed / std::max<int64_t>(1, overall) * (per_epoch * epochs - overall);
+    std::printf("%sepoch %d/%lld  micro-batch %lld/%lld  loss %.4f  elapsed "
+                "%s  ETA %s%s",
+                tty ? "\r" : "", current_epoch, static_cast<long long>(epochs),
+                static_cast<long long>(r.micro_batch + 1),
+                static_cast<long long>(per_epoch), loss_sum / done,
+                Duration(elapsed).c_str(), Duration(eta).c_str(),
+                tty ? "   " : "\n");
+    std::fflush(stdout);
+  };
+  o.on_epoch = [&](const engine::EpochReport& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++current_epoch;
+    done = 0;
+    loss_sum = 0;
+    petra::v1::Progress p;
+    p.set_epoch(e.epoch);
+    p.set_total_epochs(static_cast<uint32_t>(epochs));
+    p.set_step(e.stages.empty() ? 0 : e.stages[0].optimizer_steps);
+    p.set_train_loss(e.train_loss);
+    p.set_train_accuracy(e.train_accuracy);
+    p.set_test_loss(e.test_loss);
+    p.set_test_accuracy(e.test_accuracy);
+    p.set_samples_per_second(e.samples_per_second);
+    p.set_learning_rate(e.learning_rate);
+    p.set_elapsed_seconds(
+        std::chrono::duration<double>(Clock::now() - start).count());
+    for (const engine::StageReport& r : e.stages) *p.add_stages() = ToStats(r);
+    result.epochs.push_back(p);
+    *result.job.mutable_progress() = p;
+    if (options.quiet) return;
+    std::printf("%sepoch %d/%lld: train loss %.4f, train acc %.2f%%, test acc "
+                "%.2f%%, %.0f samples/s, %s\n",
+                tty ? "\r" : "", e.epoch, static_cast<long long>(epochs),
+                e.train_loss, 100 * e.train_accuracy, 100 * e.test_accuracy,
+                e.samples_per_second, Duration(e.train_seconds).c_str());
+    std::fflush(stdout);
+  };
+  absl::StatusOr<std::unique_ptr<engine::InProcessRunner>> runner =
+      engine::InProcessRunner::Create(spec, std::move(*data), o);
+  if (!runner.ok()) return runner.status();
+  for (const model::BlockRange& r : (*runner)->partition()) {
+    petra::v1::StagePlacement* p = result.job.add_stages();
+    p->set_stage_index(result.job.stages_size() - 1);
+    p->set_layer_begin(r.begin);
+    p->set_layer_end(r.end);
   }
-  std::string out = absl::StrFormat(
-      "{\n  \"job\": \"%s\",\n  \"runner\": \"in-process\",\n"
-      "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n  \"train_loss\": "
-      "%.6f,\n"
-      "  \"train_accuracy\": %.6f,\n  \"samples_per_second\": %.2f,\n"
-      "  \"wall_seconds\": %.2f,\n  \"epochs\": [",
-      spec.name(), last.test_accuracy, last.test_loss, last.train_loss,
-      last.train_accuracy, train_seconds > 0 ? samples / train_seconds : 0.0,
-      wall);
-  for (size_t i = 0; i < epochs.size(); ++i) {
-    const auto& e = epochs[i];
-    absl::StrAppendFormat(
-        &out,
-        "%s\n    {\"epoch\": %d, \"train_loss\": %.6f, \"train_accuracy\": "
-        "%.6f, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
-        "\"samples_per_second\": %.2f, \"train_seconds\": %.2f}",
-        i ? "," : "", e.epoch, e.train_loss, e.train_accuracy, e.test_accuracy,
-        e.test_loss, e.samples_per_second, e.train_seconds);
+  absl::StatusOr<std::vector<engine::EpochReport>> reports = (*runner)->Run();
+  if (!reports.ok()) return reports.status();
+  if (reports->empty()) return absl::InternalError("no epoch ran");
+  result.job.set_state(petra::v1::JOB_STATE_SUCCEEDED);
+  return result;
+}
+
+// Removes the temporary state directory however the run ends.
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
   }
-  absl::StrAppend(&out, "\n  ],\n  \"stages\": [");
-  for (size_t i = 0; i < last.stages.size(); ++i) {
-    const engine::StageReport& s = last.stages[i];
-    absl::StrAppendFormat(
-        &out,
-        "%s\n    {\"index\": %d, \"blocks\": [%d, %d], \"rebuilds_input\": %s, "
-        "\"memory_bytes\": {\"parameters\": %d, \"optimizer_state\": %d, "
-        "\"activation_buffer\": %d, \"weight_stash\": %d, \"peak\": %d, "
-        "\"peak_activation_buffer\": %d, \"peak_weight_stash\": %d}, "
-        "\"staleness_mean\": %.4f, \"delay_ticks_mean\": %.4f, "
-        "\"optimizer_steps\": %d}",
-        i ? "," : "", s.index, s.blocks.begin, s.blocks.end,
-        s.rebuilds_input ? "true" : "false", s.memory.parameters_bytes,
-        s.memory.optimizer_state_bytes, s.memory.activation_buffer_bytes,
-        s.memory.weight_stash_bytes, s.memory.peak_bytes,
-        s.memory.peak_activation_buffer_bytes, s.memory.peak_weight_stash_bytes,
-        s.staleness_mean, s.delay_ticks_mean, s.optimizer_steps);
+};
+
+absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
+                                     TrainOptions options, bool* interrupted) {
+  TempDir temp;
+  if (options.state_dir.empty()) {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "petra-train-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError("cannot create a temporary state directory");
+    }
+    temp.path = options.state_dir = pattern;
   }
-  absl::StrAppend(&out, "\n  ]\n}\n");
-  return out;
+  LocalFleet::Options fo;
+  fo.stages = job::StageCount(spec);
+  fo.threads_per_stage = options.threads_per_stage;
+  fo.data_root = options.data_root;
+  fo.state_dir = options.state_dir;
+  absl::StatusOr<std::unique_ptr<LocalFleet>> fleet = LocalFleet::Start(fo);
+  if (!fleet.ok()) return fleet.status();
+  auto stub = petra::v1::CoordinatorService::NewStub(
+      wire::CreateChannel((*fleet)->coordinator_address()));
+
+  grpc::ClientContext context;
+  petra::v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  petra::v1::Job job;
+  if (grpc::Status s = stub->SubmitJob(&context, request, &job); !s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        s.error_message());
+  }
+  // Ctrl-C cancels the job; the watch then ends and everything stops.
+  cli::InstallShutdownHandlers();
+  std::thread on_signal([&] {
+    if (cli::WaitForShutdownSignal() == 0) return;
+    *interrupted = true;
+    std::fprintf(stderr, "\ninterrupted: cancelling %s and stopping the "
+                 "servers\n", job.id().c_str());
+    grpc::ClientContext c;
+    petra::v1::CancelJobRequest cancel;
+    cancel.set_job_id(job.id());
+    petra::v1::Job ignored;
+    (void)stub->CancelJob(&c, cancel, &ignored);
+  });
+  ProgressPrinter printer(options.quiet);
+  absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, job.id(), printer);
+  cli::WakeShutdownWaiter();
+  on_signal.join();
+  (*fleet)->Stop();
+  if (!end.ok()) return end.status();
+  if (end->state() != petra::v1::JOB_STATE_SUCCEEDED) {
+    if (end->state() == petra::v1::JOB_STATE_CANCELLED) {
+      return absl::CancelledError(absl::StrCat(end->id(), " was cancelled"));
+    }
+    return absl::Status(static_cast<absl::StatusCode>(end->error().code()),
+                        end->error().message());
+  }
+  return TrainResult{*end, printer.epochs()};
 }
 
 }  // namespace
 
 int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   std::string from, report_path, data_root = "/usr/share/datasets";
+  std::string runner = "fleet", state_dir;
   int64_t threads = 0;
   bool quiet = false;
   petra::v1::JobSpec overrides;
@@ -110,14 +247,22 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
       "terminal,\n"
       "and prints the final accuracy. With no flags it trains the embedded\n"
       "default: RevNet18 (width 0.25, one stage per block) on Fashion-MNIST\n"
-      "for 3 epochs with PETRA. Every stage runs on its own thread (the\n"
-      "in-process runner).");
+      "for 3 epochs with PETRA.\n\n"
+      "The job runs on a fleet started inside this process: a coordinator\n"
+      "and one stage server per stage on loopback (ephemeral ports, real\n"
+      "gRPC), driven like any client drives a cluster. Ctrl-C cancels the\n"
+      "job and stops every server. --runner in-process trains the same job\n"
+      "on threads joined by queues instead.");
   flags.AddString("from", &from,
                   "job spec file (JSON or text proto) to start from");
   flags.AddString("data-root", &data_root,
                   "directory dataset paths are resolved under");
   flags.AddString("report", &report_path,
                   "write a JSON report of the run to this file");
+  flags.AddString("runner", &runner, "fleet (loopback gRPC) or in-process");
+  flags.AddString("state-dir", &state_dir,
+                  "fleet: where checkpoints and job records go (default: a "
+                  "temporary directory, removed at the end)");
   flags.AddInt("threads-per-stage", &threads,
                "torch threads per stage; 0 = cores / stages, at least 1");
   flags.AddBool("quiet", &quiet, "print only the final result");
@@ -129,6 +274,12 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
     return 2;
   }
+  if (runner != "fleet" && runner != "in-process") {
+    std::cerr << command << ": flag --runner: \"" << runner
+              << "\" is not fleet or in-process\n";
+    return 2;
+  }
+  const bool in_process = runner == "in-process";
   absl::StatusOr<petra::v1::JobSpec> resolved =
       job::AssembleJobSpec(DefaultTrainJob(), from, overrides);
   if (!resolved.ok()) {
@@ -139,7 +290,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     if (job::DeviceForStage(*resolved, j) != "cpu") {
       std::cerr << program << " train: device \""
                 << job::DeviceForStage(*resolved, j)
-                << "\": the in-process runner runs on the CPU only\n";
+                << "\": petra train runs every stage on this machine's CPU\n";
       return 1;
     }
   }
@@ -155,119 +306,51 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
 
   const auto start = Clock::now();
   const auto& m = resolved->model();
-  const std::vector<int64_t> chw = model::InputShape(m.variant());
+  const int stages = job::StageCount(*resolved);
+  TrainOptions options;
+  options.data_root = data_root;
+  options.state_dir = state_dir;
+  options.quiet = quiet;
+  options.threads_per_stage =
+      threads > 0 ? static_cast<int>(threads)
+                  : std::max(1, static_cast<int>(
+                                    std::thread::hardware_concurrency()) /
+                                    stages);
   if (!quiet) {
     std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
               << job::EnumShortName(m.variant()) << ", width " << m.width()
               << ") on " << job::EnumShortName(resolved->dataset().kind())
               << ", mode " << job::EnumShortName(resolved->training().mode())
-              << ", " << job::StageCount(*resolved) << " stages, micro-batch "
+              << ", " << stages << " stages, micro-batch "
               << resolved->training().micro_batch_size()
               << ", k = " << resolved->training().accumulation_steps() << ", "
-              << resolved->training().epochs() << " epochs" << std::endl;
+              << resolved->training().epochs() << " epochs, "
+              << (in_process ? "in-process runner"
+                             : "fleet on loopback (a coordinator and " +
+                                   std::to_string(stages) + " stage servers)")
+              << std::endl;
   }
-  absl::StatusOr<data::Splits> data =
-      data::LoadForJob(*resolved, data_root, chw);
-  if (!data.ok()) {
-    std::cerr << program << " train: " << data.status().message() << "\n";
-    return 1;
-  }
-  const int64_t per_epoch =
-      data->train.size() / resolved->training().micro_batch_size();
-  const int64_t epochs = resolved->training().epochs();
-
-  std::mutex mu;
-  int current_epoch = 1;
-  int64_t done = 0;
-  double loss_sum = 0;
-  auto last_print = Clock::now();
-  const bool tty = isatty(STDOUT_FILENO);
-  engine::RunnerOptions options;
-  options.threads_per_stage = static_cast<int>(threads);
-  options.on_step = [&](const engine::StepReport& r) {
-    if (quiet) return;
-    std::lock_guard<std::mutex> lock(mu);
-    ++done;
-    loss_sum += r.loss;
-    const auto now = Clock::now();
-    if (now - last_print < std::chrono::seconds(tty ? 1 : 15)) return;
-    last_print = now;
-    const double elapsed = std::chrono::duration<double>(now - start).count();
-    const int64_t total = per_epoch * epochs;
-    const int64_t overall = (current_epoch - 1) * per_epoch + r.micro_batch + 1;
-    const double eta =
-        elapsed / std::max<int64_t>(1, overall) * (total - overall);
-    std::printf(
-        "%sepoch %d/%lld  micro-batch %lld/%lld  loss %.4f  elapsed %s  ETA "
-        "%s%s",
-        tty ? "\r" : "", current_epoch, static_cast<long long>(epochs),
-        static_cast<long long>(r.micro_batch + 1),
-        static_cast<long long>(per_epoch), loss_sum / done,
-        Duration(elapsed).c_str(), Duration(eta).c_str(), tty ? "   " : "\n");
-    std::fflush(stdout);
-  };
-  options.on_epoch = [&](const engine::EpochReport& e) {
-    std::lock_guard<std::mutex> lock(mu);
-    ++current_epoch;
-    done = 0;
-    loss_sum = 0;
-    if (quiet) return;
-    std::printf(
-        "%sepoch %d/%lld: train loss %.4f, train acc %.2f%%, test acc %.2f%%, "
-        "%.0f samples/s, %s\n",
-        tty ? "\r" : "", e.epoch, static_cast<long long>(epochs), e.train_loss,
-        100 * e.train_accuracy, 100 * e.test_accuracy, e.samples_per_second,
-        Duration(e.train_seconds).c_str());
-    std::fflush(stdout);
-  };
-  absl::StatusOr<std::unique_ptr<engine::InProcessRunner>> runner =
-      engine::InProcessRunner::Create(*resolved, std::move(*data), options);
-  if (!runner.ok()) {
-    std::cerr << program << " train: " << runner.status().message() << "\n";
-    return 1;
-  }
-  absl::StatusOr<std::vector<engine::EpochReport>> reports = (*runner)->Run();
-  if (!reports.ok()) {
-    std::cerr << program << " train: " << reports.status().message() << "\n";
-    return 1;
-  }
-  if (reports->empty()) {
-    std::cerr << program << " train: no epoch ran\n";
-    return 1;
+  bool interrupted = false;
+  absl::StatusOr<TrainResult> result =
+      in_process ? RunInProcess(*resolved, options)
+                 : RunFleet(*resolved, options, &interrupted);
+  if (!result.ok()) {
+    std::cerr << command << ": " << result.status().message() << "\n";
+    return interrupted ? 130 : 1;
   }
   const double wall =
       std::chrono::duration<double>(Clock::now() - start).count();
+  const petra::v1::Progress& last = result->job.progress();
   std::printf("test accuracy %.2f%%, train loss %.4f, %s\n",
-              100 * reports->back().test_accuracy, reports->back().train_loss,
+              100 * last.test_accuracy(), last.train_loss(),
               Duration(wall).c_str());
-  if (!quiet) {
-    // Where the memory went and how stale each stage's gradients were.
-    std::printf("\n%-6s %-7s %-9s %6s %10s %12s %14s %12s %10s\n", "stage",
-                "blocks", "rebuilds", "delay", "staleness", "params+opt",
-                "input buffer", "weight stash", "peak");
-    for (const engine::StageReport& st : reports->back().stages) {
-      const engine::MemoryStats& mem = st.memory;
-      std::printf(
-          "%-6d %-7s %-9s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB\n",
-          st.index,
-          absl::StrCat(st.blocks.begin, "-", st.blocks.end - 1).c_str(),
-          st.rebuilds_input ? "yes" : "no", st.delay_ticks_mean,
-          st.staleness_mean,
-          (mem.parameters_bytes + mem.optimizer_state_bytes) / 1e6,
-          mem.peak_activation_buffer_bytes / 1e6,
-          mem.peak_weight_stash_bytes / 1e6, mem.peak_bytes / 1e6);
-    }
-    std::printf(
-        "(delay in ticks and staleness in optimizer steps between a "
-        "micro-batch's\n"
-        " forward and its backward; buffer, stash and peak are highest "
-        "values)\n");
-  }
+  if (!quiet) PrintStageTable(result->job);
   if (!report_path.empty()) {
     std::ofstream out(report_path, std::ios::trunc);
-    out << ReportJson(*resolved, *reports, wall);
+    out << ReportJson(result->job, result->epochs, wall,
+                      in_process ? "in-process" : "fleet");
     if (!out) {
-      std::cerr << program << " train: --report: writing \"" << report_path
+      std::cerr << command << ": --report: writing \"" << report_path
                 << "\" failed\n";
       return 1;
     }

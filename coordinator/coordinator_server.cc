@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "coordinator/coordinator_service.h"
+#include "coordinator/job_manager.h"
 #include "coordinator/stage_list.h"
 #include "services/cli/paths.h"
 #include "services/metrics/metrics_exposer.h"
@@ -55,8 +56,9 @@ absl::Status CoordinatorServer::Start() {
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }
-  service_ = std::make_unique<CoordinatorServiceImpl>(
-      static_cast<int>(stages_.size()));
+  jobs_ = std::make_unique<JobManager>(
+      RunnerEnvironment{stages_, options_.data_root, options_.state_dir});
+  service_ = std::make_unique<CoordinatorServiceImpl>(jobs_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
   if (!server.ok()) return server.status();
@@ -66,9 +68,14 @@ absl::Status CoordinatorServer::Start() {
 
 void CoordinatorServer::GracefulStop() {
   if (server_ == nullptr) return;
+  // Jobs first: the running one releases its stages, and every watch stream
+  // gets the job's last event and ends, so the server stops promptly.
+  jobs_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();
   server_.reset();
+  service_.reset();
+  jobs_.reset();
   metrics_.reset();
 }
 

@@ -19,6 +19,7 @@ class MetricsExposer;
 namespace petra::coordinator {
 
 class CoordinatorServiceImpl;
+class JobManager;
 
 class CoordinatorServer {
  public:
@@ -51,6 +52,7 @@ class CoordinatorServer {
   CoordinatorServer(Options options, std::vector<std::string> stages);
   Options options_;
   std::vector<std::string> stages_;
+  std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<metrics::MetricsExposer> metrics_;

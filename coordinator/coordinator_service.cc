@@ -1,67 +1,199 @@
 #include "coordinator/coordinator_service.h"
 
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
-#include "services/job/job_spec_validation.h"
 #include "services/wire/status_map.h"
 
 namespace petra::coordinator {
 namespace {
 
-grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
-                                     const absl::Status& status) {
+constexpr size_t kExportChunkBytes = 1 << 20;
+
+template <typename Response>
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
+                                const absl::StatusOr<Response>& result,
+                                Response* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(wire::ToGrpcStatus(status));
+  if (result.ok()) *response = *result;
+  reactor->Finish(wire::ToGrpcStatus(result.status()));
   return reactor;
 }
 
-absl::Status NoSuchJob(const std::string& id) {
-  return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
-}
+// A job's events to one client. Events queue and are written one at a
+// time; the stream finishes after the job's last event. The queue outlives
+// the reactor (the job record holds it); after the stream ends, events are
+// dropped.
+class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
+ public:
+  class Events : public JobWatcher {
+   public:
+    explicit Events(WatchReactor* r) : reactor_(r) {}
+    void OnEvent(const petra::v1::JobEvent& event, bool last) override {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (reactor_ == nullptr || ended_) return;
+        // A slow client gets the latest progress, not a growing backlog.
+        if (event.kind() == petra::v1::JobEvent::KIND_PROGRESS &&
+            queue_.size() > 1 &&
+            queue_.back().kind() == petra::v1::JobEvent::KIND_PROGRESS) {
+          queue_.back() = event;
+          return;
+        }
+        queue_.push_back(event);
+        last_queued_ |= last;
+        if (writing_) return;
+        writing_ = true;
+      }
+      reactor_->StartWrite(&queue_.front());
+    }
+    void WriteDone(bool ok) {
+      const petra::v1::JobEvent* next = nullptr;
+      bool finish = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.pop_front();
+        if (!ok) ended_ = true;
+        if (!ended_ && !queue_.empty()) {
+          next = &queue_.front();
+        } else {
+          writing_ = false;
+          finish = !ended_ && last_queued_;
+          ended_ |= finish;
+        }
+      }
+      if (next != nullptr) reactor_->StartWrite(next);
+      if (finish) reactor_->Finish(grpc::Status::OK);
+    }
+    void Detach() {
+      std::lock_guard<std::mutex> lock(mu_);
+      reactor_ = nullptr;
+      ended_ = true;
+    }
+
+   private:
+    std::mutex mu_;
+    WatchReactor* reactor_;
+    std::deque<petra::v1::JobEvent> queue_;
+    bool writing_ = false, ended_ = false, last_queued_ = false;
+  };
+
+  WatchReactor(JobManager* jobs, const std::string& id)
+      : events_(std::make_shared<Events>(this)) {
+    if (absl::Status s = jobs->Watch(id, events_); !s.ok()) {
+      events_->Detach();
+      Finish(wire::ToGrpcStatus(s));
+    }
+  }
+  void OnWriteDone(bool ok) override { events_->WriteDone(ok); }
+  void OnCancel() override {}
+  void OnDone() override {
+    events_->Detach();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<Events> events_;
+};
+
+// Streams a file in chunks, one write at a time.
+class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
+ public:
+  ExportReactor(JobManager* jobs, const petra::v1::ExportJobRequest& request) {
+    if (request.format() != petra::v1::ExportJobRequest::FORMAT_UNSPECIFIED &&
+        request.format() !=
+            petra::v1::ExportJobRequest::FORMAT_TORCH_STATE_DICT) {
+      Finish(wire::ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("format ", request.format(), " is not supported"))));
+      return;
+    }
+    absl::StatusOr<std::string> path = jobs->ExportFile(request.job_id());
+    if (!path.ok()) {
+      Finish(wire::ToGrpcStatus(path.status()));
+      return;
+    }
+    in_.open(*path, std::ios::binary);
+    total_ = std::filesystem::file_size(*path);
+    chunk_.set_filename(request.job_id() + ".pt");
+    chunk_.set_total_bytes(total_);
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    chunk_.Clear();
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (sent_ >= total_ && sent_ > 0) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    std::string data(std::min<uint64_t>(kExportChunkBytes, total_ - sent_),
+                     '\0');
+    in_.read(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!in_) {
+      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          "the export file could not be read"));
+      return;
+    }
+    sent_ += data.size();
+    chunk_.set_data(std::move(data));
+    StartWrite(&chunk_);
+  }
+  std::ifstream in_;
+  uint64_t total_ = 0, sent_ = 0;
+  petra::v1::ExportChunk chunk_;
+};
 
 }  // namespace
 
-CoordinatorServiceImpl::CoordinatorServiceImpl(int fleet_size)
-    : fleet_size_(fleet_size) {}
+CoordinatorServiceImpl::CoordinatorServiceImpl(JobManager* jobs)
+    : jobs_(jobs) {}
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::SubmitJob(
     grpc::CallbackServerContext* context,
-    const petra::v1::SubmitJobRequest* request, petra::v1::Job* /*response*/) {
-  absl::StatusOr<petra::v1::JobSpec> spec =
-      job::ResolveJobSpec(request->spec());
-  if (!spec.ok()) return FinishWith(context, spec.status());
-  const int stages = job::StageCount(*spec);
-  if (stages > fleet_size_) {
-    return FinishWith(context, absl::FailedPreconditionError(
-                                   absl::StrCat("the job needs ", stages,
-                                                " stage servers but the "
-                                                "fleet has ",
-                                                fleet_size_, " (--stages)")));
-  }
-  // The stage engine is not wired to the fleet in this build: say so rather
-  // than accept a job that would never run.
-  return FinishWith(context, absl::UnimplementedError(
-                                 "the spec is valid, but this coordinator "
-                                 "build cannot run jobs yet"));
+    const petra::v1::SubmitJobRequest* request, petra::v1::Job* response) {
+  return Reply(context, jobs_->Submit(request->spec()), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetJob(
     grpc::CallbackServerContext* context,
-    const petra::v1::GetJobRequest* request, petra::v1::Job* /*response*/) {
-  return FinishWith(context, NoSuchJob(request->job_id()));
+    const petra::v1::GetJobRequest* request, petra::v1::Job* response) {
+  return Reply(context, jobs_->Get(request->job_id()), response);
+}
+
+grpc::ServerWriteReactor<petra::v1::JobEvent>*
+CoordinatorServiceImpl::WatchJob(grpc::CallbackServerContext* /*context*/,
+                                 const petra::v1::WatchJobRequest* request) {
+  return new WatchReactor(jobs_, request->job_id());
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::ListJobs(
     grpc::CallbackServerContext* context,
-    const petra::v1::ListJobsRequest* /*request*/,
-    petra::v1::ListJobsResponse* /*response*/) {
-  // No job can have been accepted (see SubmitJob), so the list is empty.
-  return FinishWith(context, absl::OkStatus());
+    const petra::v1::ListJobsRequest* request,
+    petra::v1::ListJobsResponse* response) {
+  return Reply(context, jobs_->List(*request), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::CancelJob(
     grpc::CallbackServerContext* context,
-    const petra::v1::CancelJobRequest* request, petra::v1::Job* /*response*/) {
-  return FinishWith(context, NoSuchJob(request->job_id()));
+    const petra::v1::CancelJobRequest* request, petra::v1::Job* response) {
+  return Reply(context, jobs_->Cancel(request->job_id()), response);
+}
+
+grpc::ServerWriteReactor<petra::v1::ExportChunk>*
+CoordinatorServiceImpl::ExportJob(grpc::CallbackServerContext* /*context*/,
+                                  const petra::v1::ExportJobRequest* request) {
+  return new ExportReactor(jobs_, *request);
 }
 
 }  // namespace petra::coordinator

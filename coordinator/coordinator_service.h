@@ -1,6 +1,9 @@
-// CoordinatorService over gRPC's callback API.
+// CoordinatorService over gRPC's callback API: a thin adapter over the job
+// manager. Watch and Export are server streams written one message at a
+// time.
 #pragma once
 
+#include "coordinator/job_manager.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 
 namespace petra::coordinator {
@@ -8,7 +11,7 @@ namespace petra::coordinator {
 class CoordinatorServiceImpl final
     : public petra::v1::CoordinatorService::CallbackService {
  public:
-  explicit CoordinatorServiceImpl(int fleet_size);
+  explicit CoordinatorServiceImpl(JobManager* jobs);
 
   grpc::ServerUnaryReactor* SubmitJob(
       grpc::CallbackServerContext* context,
@@ -17,6 +20,9 @@ class CoordinatorServiceImpl final
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const petra::v1::GetJobRequest* request,
                                    petra::v1::Job* response) override;
+  grpc::ServerWriteReactor<petra::v1::JobEvent>* WatchJob(
+      grpc::CallbackServerContext* context,
+      const petra::v1::WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* ListJobs(
       grpc::CallbackServerContext* context,
       const petra::v1::ListJobsRequest* request,
@@ -25,9 +31,12 @@ class CoordinatorServiceImpl final
       grpc::CallbackServerContext* context,
       const petra::v1::CancelJobRequest* request,
       petra::v1::Job* response) override;
+  grpc::ServerWriteReactor<petra::v1::ExportChunk>* ExportJob(
+      grpc::CallbackServerContext* context,
+      const petra::v1::ExportJobRequest* request) override;
 
  private:
-  const int fleet_size_;
+  JobManager* jobs_;
 };
 
 }  // namespace petra::coordinator

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
       "Long-running PETRA stage server: one per device. Idle until a\n"
       "coordinator assigns it a layer range of a job; then it trains that\n"
       "range, streaming activations to the next stage and gradients to the\n"
-      "previous one. Stops cleanly on SIGINT or SIGTERM.");
+      "previous one. On SIGINT or SIGTERM it refuses new work, lets the\n"
+      "running pass finish (--drain-seconds) and exits.");
   flags.AddString("listen", &options.listen,
                   "gRPC address, host:port (port 0 picks a free port)");
   flags.AddString("metrics-listen", &options.metrics_listen,
@@ -24,6 +25,9 @@ int main(int argc, char** argv) {
   flags.AddInt("threads", &options.threads, "threads for the stage's compute");
   flags.AddString("state-dir", &options.state_dir,
                   "directory for checkpoints (created when missing)");
+  flags.AddInt("drain-seconds", &options.drain_seconds,
+               "on SIGTERM, seconds the passes already started may take to "
+               "finish");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   auto server = petra::stage_server::StageServer::Create(options);

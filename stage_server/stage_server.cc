@@ -7,6 +7,7 @@
 #include "services/metrics/metrics_exposer.h"
 #include "services/model/device_check.h"
 #include "services/wire/grpc_defaults.h"
+#include "stage_server/stage_host.h"
 #include "stage_server/stage_service.h"
 
 namespace petra::stage_server {
@@ -34,6 +35,10 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "--threads: ", options.threads, " is not in [1, ", kMaxThreads, "]"));
   }
+  if (options.drain_seconds < 0 || options.drain_seconds > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--drain-seconds: ", options.drain_seconds, " is not in [0, 86400]"));
+  }
   if (absl::Status s = model::CheckDeviceAvailable(options.device, "--device");
       !s.ok()) {
     return s;
@@ -56,7 +61,10 @@ absl::Status StageServer::Start() {
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }
-  service_ = std::make_unique<StageServiceImpl>(options_.device);
+  host_ = std::make_unique<StageHost>(
+      StageHost::Options{options_.device, static_cast<int>(options_.threads),
+                         options_.state_dir});
+  service_ = std::make_unique<StageServiceImpl>(host_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
   if (!server.ok()) return server.status();
@@ -66,11 +74,14 @@ absl::Status StageServer::Start() {
 
 void StageServer::GracefulStop() {
   if (server_ == nullptr) return;
+  host_->Drain(std::chrono::seconds(options_.drain_seconds));
   // Running calls get a few seconds to finish; then they are cancelled so a
   // stuck peer cannot hold the process up.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();
   server_.reset();
+  service_.reset();
+  host_.reset();
   metrics_.reset();
 }
 

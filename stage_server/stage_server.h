@@ -19,6 +19,7 @@ class MetricsExposer;
 namespace petra::stage_server {
 
 class StageServiceImpl;
+class StageHost;
 
 class StageServer {
  public:
@@ -33,6 +34,8 @@ class StageServer {
     int64_t threads = 2;
     // Where checkpoints are written; created when missing.
     std::string state_dir = "/var/lib/petra/stage";
+    // On SIGTERM, how long passes already started may take to finish.
+    int64_t drain_seconds = 30;
   };
 
   // Checks the options (addresses, device, threads, state dir) without
@@ -42,7 +45,8 @@ class StageServer {
 
   // Binds and starts serving.
   absl::Status Start();
-  // Stops accepting calls, lets running ones finish, and returns.
+  // Refuses new work, lets the passes already started finish (up to
+  // drain_seconds), releases the job; then stops serving and returns.
   void GracefulStop();
 
   // Ports actually bound (after Start).
@@ -53,6 +57,7 @@ class StageServer {
  private:
   explicit StageServer(Options options);
   Options options_;
+  std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<metrics::MetricsExposer> metrics_;

@@ -1,24 +1,211 @@
 #include "stage_server/stage_service.h"
 
-#include "services/version.h"
+#include <deque>
+#include <mutex>
+
+#include "services/wire/stage_messages.h"
+#include "services/wire/status_map.h"
 
 namespace petra::stage_server {
+namespace {
 
-StageServiceImpl::StageServiceImpl(std::string device)
-    : device_(std::move(device)) {}
+using petra::v1::StreamReply;
+
+grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
+                                   const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(wire::ToGrpcStatus(status));
+  return reactor;
+}
+
+// A unary reactor finished later, from the host's executor.
+StageHost::Done FinishLater(grpc::ServerUnaryReactor* reactor) {
+  return [reactor](absl::Status s) { reactor->Finish(wire::ToGrpcStatus(s)); };
+}
+
+// One incoming stream. Reads one message at a time; replies queue and are
+// written one at a time. The reply queue outlives the reactor (the mailbox
+// holds it to send credits later); once the stream is over, replies are
+// dropped.
+template <typename In, typename Assembler, typename Deliver>
+class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
+ public:
+  class Replies : public ReplySink {
+   public:
+    explicit Replies(StreamReactor* r) : reactor_(r) {}
+    void Send(StreamReply reply) override {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (reactor_ == nullptr || over_) return;
+        queue_.push_back(std::move(reply));
+        if (writing_) return;
+        writing_ = true;
+      }
+      // Safe outside the lock: the reactor cannot finish while writing_.
+      reactor_->StartWrite(&queue_.front());
+    }
+    // After a write: starts the next or, when the stream's reading is over
+    // and nothing is left, finishes it.
+    void WriteDone(bool ok) {
+      const StreamReply* next = nullptr;
+      bool finish = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.pop_front();
+        if (!ok) over_ = true;
+        if (!over_ && !queue_.empty()) {
+          next = &queue_.front();
+        } else {
+          writing_ = false;
+          queue_.clear();
+          finish = reading_over_ && !finished_;
+          finished_ |= finish;
+          over_ |= finish;
+        }
+      }
+      if (next != nullptr) reactor_->StartWrite(next);
+      if (finish) reactor_->Finish(grpc::Status::OK);
+    }
+    void ReadingOver() {
+      bool finish = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reading_over_ = true;
+        finish = !writing_ && !finished_;
+        finished_ |= finish;
+        over_ |= finish;
+      }
+      if (finish) reactor_->Finish(grpc::Status::OK);
+    }
+    void Detach() {
+      std::lock_guard<std::mutex> lock(mu_);
+      reactor_ = nullptr;
+      over_ = true;
+    }
+
+   private:
+    std::mutex mu_;
+    StreamReactor* reactor_;
+    std::deque<StreamReply> queue_;
+    bool writing_ = false, reading_over_ = false, finished_ = false,
+         over_ = false;
+  };
+
+  StreamReactor(uint32_t window, Deliver deliver)
+      : deliver_(std::move(deliver)),
+        replies_(std::make_shared<Replies>(this)) {
+    replies_->Send(CreditReply(window));
+    this->StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      replies_->ReadingOver();
+      return;
+    }
+    const uint64_t id = in_.micro_batch_id();
+    absl::Status status;
+    auto whole = assembler_.Add(in_);
+    if (!whole.ok()) {
+      status = whole.status();
+    } else if (whole->has_value()) {
+      status = deliver_(std::move(**whole), replies_);
+    }
+    if (!status.ok()) {
+      // The refused micro-batch holds no slot: its credit comes back.
+      replies_->Send(ErrorReply(id, status));
+      replies_->Send(CreditReply(1));
+    }
+    this->StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override { replies_->WriteDone(ok); }
+
+  void OnDone() override {
+    replies_->Detach();
+    delete this;
+  }
+
+  void OnCancel() override {}
+
+ private:
+  In in_;
+  Assembler assembler_;
+  Deliver deliver_;
+  std::shared_ptr<Replies> replies_;
+};
+
+}  // namespace
+
+StageServiceImpl::StageServiceImpl(StageHost* host) : host_(host) {}
+
+grpc::ServerUnaryReactor* StageServiceImpl::Assign(
+    grpc::CallbackServerContext* context,
+    const petra::v1::AssignRequest* request,
+    petra::v1::AssignResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  host_->Assign(*request, response, FinishLater(reactor));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StageServiceImpl::Start(
+    grpc::CallbackServerContext* context,
+    const petra::v1::StartRequest* request,
+    petra::v1::StartResponse* /*response*/) {
+  return Finished(context, host_->Start(*request));
+}
+
+grpc::ServerUnaryReactor* StageServiceImpl::Checkpoint(
+    grpc::CallbackServerContext* context,
+    const petra::v1::CheckpointRequest* request,
+    petra::v1::CheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  host_->Checkpoint(*request, response, FinishLater(reactor));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StageServiceImpl::ReadCheckpoint(
+    grpc::CallbackServerContext* context,
+    const petra::v1::ReadCheckpointRequest* request,
+    petra::v1::ReadCheckpointResponse* response) {
+  return Finished(context, host_->ReadCheckpoint(*request, response));
+}
+
+grpc::ServerUnaryReactor* StageServiceImpl::Release(
+    grpc::CallbackServerContext* context,
+    const petra::v1::ReleaseRequest* request,
+    petra::v1::ReleaseResponse* /*response*/) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  host_->Release(*request, FinishLater(reactor));
+  return reactor;
+}
 
 grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
     grpc::CallbackServerContext* context,
     const petra::v1::GetStatusRequest* /*request*/,
     petra::v1::StageStatus* response) {
-  // No engine is attached yet, so the server is always idle; Assign and the
-  // data-plane RPCs answer UNIMPLEMENTED (the generated defaults).
-  response->set_state(petra::v1::StageStatus::STATE_IDLE);
-  response->set_device(device_);
-  response->set_version(kVersion);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  *response = host_->Status();
+  return Finished(context, absl::OkStatus());
+}
+
+grpc::ServerBidiReactor<petra::v1::ForwardMessage, StreamReply>*
+StageServiceImpl::Forward(grpc::CallbackServerContext* /*context*/) {
+  auto deliver = [host = host_](wire::ForwardPayload p,
+                                std::shared_ptr<ReplySink> from) {
+    return host->DeliverForward(std::move(p), std::move(from));
+  };
+  return new StreamReactor<petra::v1::ForwardMessage, wire::ForwardAssembler,
+                           decltype(deliver)>(host_->window(), deliver);
+}
+
+grpc::ServerBidiReactor<petra::v1::BackwardMessage, StreamReply>*
+StageServiceImpl::Backward(grpc::CallbackServerContext* /*context*/) {
+  auto deliver = [host = host_](wire::BackwardPayload p,
+                                std::shared_ptr<ReplySink> from) {
+    return host->DeliverBackward(std::move(p), std::move(from));
+  };
+  return new StreamReactor<petra::v1::BackwardMessage, wire::BackwardAssembler,
+                           decltype(deliver)>(host_->window(), deliver);
 }
 
 }  // namespace petra::stage_server

@@ -1,24 +1,47 @@
-// StageService over gRPC's callback API: each RPC hands its work to the
-// stage and never blocks the gRPC threads.
+// StageService over gRPC's callback API: a thin adapter over StageHost.
+// Unary calls hand their work to the host and finish when it is done; each
+// Forward/Backward stream has one reactor that assembles messages into
+// micro-batches, hands them to the host's mailbox, and writes the replies
+// (credits, per-message errors, completions) one at a time.
 #pragma once
 
-#include <string>
-
 #include "petra/v1/stage.grpc.pb.h"
+#include "stage_server/stage_host.h"
 
 namespace petra::stage_server {
 
 class StageServiceImpl final : public petra::v1::StageService::CallbackService {
  public:
-  explicit StageServiceImpl(std::string device);
+  explicit StageServiceImpl(StageHost* host);
 
+  grpc::ServerUnaryReactor* Assign(grpc::CallbackServerContext* context,
+                                   const petra::v1::AssignRequest* request,
+                                   petra::v1::AssignResponse* response) override;
+  grpc::ServerUnaryReactor* Start(grpc::CallbackServerContext* context,
+                                  const petra::v1::StartRequest* request,
+                                  petra::v1::StartResponse* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(
+      grpc::CallbackServerContext* context,
+      const petra::v1::CheckpointRequest* request,
+      petra::v1::CheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* ReadCheckpoint(
+      grpc::CallbackServerContext* context,
+      const petra::v1::ReadCheckpointRequest* request,
+      petra::v1::ReadCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
+                                    const petra::v1::ReleaseRequest* request,
+                                    petra::v1::ReleaseResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(
       grpc::CallbackServerContext* context,
       const petra::v1::GetStatusRequest* request,
       petra::v1::StageStatus* response) override;
+  grpc::ServerBidiReactor<petra::v1::ForwardMessage, petra::v1::StreamReply>*
+  Forward(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<petra::v1::BackwardMessage, petra::v1::StreamReply>*
+  Backward(grpc::CallbackServerContext* context) override;
 
  private:
-  const std::string device_;
+  StageHost* host_;
 };
 
 }  // namespace petra::stage_server

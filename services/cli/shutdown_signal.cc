@@ -45,4 +45,9 @@ int WaitForShutdownSignal() {
   }
 }
 
+void WakeShutdownWaiter() {
+  const unsigned char byte = 0;
+  [[maybe_unused]] ssize_t n = write(pipe_fds[1], &byte, 1);
+}
+
 }  // namespace petra::cli

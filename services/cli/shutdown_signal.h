@@ -9,7 +9,11 @@ namespace petra::cli {
 // Installs the SIGINT/SIGTERM handlers. Call first thing in main.
 void InstallShutdownHandlers();
 
-// Waits until SIGINT or SIGTERM arrives; returns the signal number.
+// Waits until SIGINT or SIGTERM arrives; returns the signal number, or 0
+// after WakeShutdownWaiter.
 int WaitForShutdownSignal();
+
+// Wakes WaitForShutdownSignal with 0: the program is ending by itself.
+void WakeShutdownWaiter();
 
 }  // namespace petra::cli

@@ -8,27 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "services/data/batches.h"
 #include "services/engine/blocking_queue.h"
+#include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
-#include "services/job/job_spec_validation.h"
-#include "services/model/network.h"
-#include "services/model/partition_plan.h"
 
 namespace petra::engine {
 namespace {
 
 using model::TensorPair;
-
-data::BatchOptions TrainBatchOptions(const petra::v1::JobSpec& s) {
-  data::BatchOptions o;
-  o.batch_size = s.training().micro_batch_size();
-  o.shuffle = true;
-  o.drop_last = true;
-  o.crop_padding = s.dataset().augmentation().random_crop_padding();
-  o.horizontal_flip = s.dataset().augmentation().horizontal_flip();
-  o.normalize = s.dataset().augmentation().normalize();
-  o.seed = s.seed();
-  return o;
-}
 
 }  // namespace
 
@@ -39,44 +25,16 @@ absl::StatusOr<std::unique_ptr<InProcessRunner>> InProcessRunner::Create(
   r->spec_ = resolved;
   r->data_ = std::move(data);
   r->options_ = std::move(options);
-  const int64_t batch = resolved.training().micro_batch_size();
-  const int64_t micro_batches = r->data_.train.size() / batch;
-  if (micro_batches < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the training split has ", r->data_.train.size(),
-                     " examples, fewer than one micro-batch of ", batch));
-  }
-  r->steps_per_epoch_ =
-      micro_batches / resolved.training().accumulation_steps();
-  if (r->steps_per_epoch_ < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "one epoch holds ", micro_batches, " micro-batches, fewer than k = ",
-        resolved.training().accumulation_steps()));
-  }
-
-  torch::manual_seed(resolved.seed());
-  absl::StatusOr<model::Network> net = model::BuildNetwork(resolved.model());
-  if (!net.ok()) return net.status();
-  absl::StatusOr<std::vector<model::BlockRange>> ranges =
-      model::PlanPartition(*net, resolved);
+  absl::StatusOr<int64_t> steps = StepsPerEpoch(resolved, r->data_.train.size());
+  if (!steps.ok()) return steps.status();
+  r->steps_per_epoch_ = *steps;
+  absl::StatusOr<std::vector<model::BlockRange>> ranges = PlanStages(resolved);
   if (!ranges.ok()) return ranges.status();
   r->ranges_ = std::move(*ranges);
-  const int stages = static_cast<int>(r->ranges_.size());
-  const bool delayed =
-      resolved.training().mode() == petra::v1::TRAINING_MODE_DELAYED;
-  for (int j = 0; j < stages; ++j) {
-    StageConfig config;
-    config.index = j;
-    config.count = stages;
-    config.stash_inputs = delayed && resolved.training().stash_inputs();
-    config.stash_weights = delayed && resolved.training().stash_weights();
-    std::vector<std::shared_ptr<model::Block>> mine(
-        net->blocks.begin() + r->ranges_[j].begin,
-        net->blocks.begin() + r->ranges_[j].end);
-    r->workers_.push_back(std::make_unique<StageWorker>(
-        std::move(mine), config, resolved,
-        LrSchedule(resolved, r->steps_per_epoch_)));
-  }
+  absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> workers =
+      BuildStageWorkers(resolved, r->ranges_, r->steps_per_epoch_);
+  if (!workers.ok()) return workers.status();
+  r->workers_ = std::move(*workers);
   return r;
 }
 
@@ -179,14 +137,8 @@ absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
   const bool overlap =
       spec_.training().mode() != petra::v1::TRAINING_MODE_BACKPROP;
   data::EpochBatches batches(data_.train, TrainBatchOptions(spec_), epoch - 1);
-  int64_t micro_batches = batches.size();
-  const int64_t k = spec_.training().accumulation_steps();
-  micro_batches -= micro_batches % k;  // whole optimizer steps only
-  if (spec_.training().max_steps() > 0) {
-    const int64_t left = static_cast<int64_t>(spec_.training().max_steps()) -
-                         workers_[0]->optimizer_steps();
-    micro_batches = std::min(micro_batches, std::max<int64_t>(0, left) * k);
-  }
+  const int64_t micro_batches = TrainMicroBatches(
+      spec_, batches.size(), workers_[0]->optimizer_steps());
 
   Channels channels(stages, micro_batches);
   std::mutex mu;
@@ -266,29 +218,22 @@ absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
 
 absl::StatusOr<std::pair<double, double>> InProcessRunner::Evaluate(
     const data::Dataset& split) {
-  data::BatchOptions o;
-  o.batch_size = spec_.training().micro_batch_size();
-  o.shuffle = false;
-  o.drop_last = false;
-  o.normalize = spec_.dataset().augmentation().normalize();
-  data::EpochBatches batches(split, o, 0);
+  data::EpochBatches batches(split, EvalBatchOptions(spec_), 0);
   double loss = 0;
   int64_t correct = 0, samples = 0;
   for (int64_t i = 0; i < batches.size(); ++i) {
     data::Batch b = batches.Get(i);
     TensorPair x{b.images, {}};
-    for (auto& w : workers_) {
-      absl::StatusOr<TensorPair> y = w->Evaluate(x);
+    for (size_t j = 0; j + 1 < workers_.size(); ++j) {
+      absl::StatusOr<TensorPair> y = workers_[j]->Evaluate(x);
       if (!y.ok()) return y.status();
       x = std::move(*y);
     }
-    loss += torch::nn::functional::cross_entropy(
-                x.a, b.labels,
-                torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                    torch::kSum))
-                .item<double>();
-    correct += x.a.argmax(1).eq(b.labels).sum().item<int64_t>();
-    samples += b.labels.size(0);
+    absl::StatusOr<LossOutput> out = workers_.back()->EvaluateLoss(x, b.labels);
+    if (!out.ok()) return out.status();
+    loss += out->loss * out->samples;
+    correct += out->correct;
+    samples += out->samples;
   }
   if (samples == 0) return std::make_pair(0.0, 0.0);
   return std::make_pair(loss / samples, static_cast<double>(correct) / samples);

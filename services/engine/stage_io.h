@@ -45,8 +45,12 @@ class StageOutbox {
   virtual absl::Status SendForward(ForwardItem item) = 0;
   // To the previous stage (never called on the first stage).
   virtual absl::Status SendBackward(BackwardItem item) = 0;
-  // The last stage finished micro-batch `id` (forward, loss and backward).
+  // The last stage finished micro-batch `id` (forward, loss and backward;
+  // or, in an evaluation, forward and loss).
   virtual void ReportLoss(int64_t id, const LossOutput& loss) = 0;
+  // The first stage (not also the last) finished the backward of `id`: the
+  // micro-batch has left the pipeline.
+  virtual void Finished(int64_t /*id*/) {}
 };
 
 // Runs one epoch of `micro_batches` on one stage: the PETRA/delayed tick
@@ -55,5 +59,10 @@ class StageOutbox {
 absl::Status RunStageEpoch(StageWorker& worker, StageInbox& inbox,
                            StageOutbox& outbox, int64_t micro_batches,
                            bool overlap);
+
+// Runs an evaluation of `micro_batches` on one stage: forward only with BN
+// running statistics; the last stage reports each micro-batch's loss.
+absl::Status RunStageEval(StageWorker& worker, StageInbox& inbox,
+                          StageOutbox& outbox, int64_t micro_batches);
 
 }  // namespace petra::engine

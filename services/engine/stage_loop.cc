@@ -37,7 +37,10 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   absl::StatusOr<BackwardOutput> out =
       w.Backward(m, in->output, in->grad, tick);
   if (!out.ok()) return out.status();
-  if (first) return absl::OkStatus();
+  if (first) {
+    outbox.Finished(m);
+    return absl::OkStatus();
+  }
   return outbox.SendBackward(
       {m, std::move(out->input), std::move(out->input_grad)});
 }
@@ -73,6 +76,25 @@ absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
         !st.ok()) {
       return st;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunStageEval(StageWorker& w, StageInbox& inbox,
+                          StageOutbox& outbox, int64_t micro_batches) {
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    absl::StatusOr<ForwardItem> in = inbox.NextForward(m);
+    if (!in.ok()) return in.status();
+    if (!w.last()) {
+      absl::StatusOr<model::TensorPair> y = w.Evaluate(in->x);
+      if (!y.ok()) return y.status();
+      if (absl::Status s = outbox.SendForward({m, std::move(*y), {}}); !s.ok())
+        return s;
+      continue;
+    }
+    absl::StatusOr<LossOutput> out = w.EvaluateLoss(in->x, in->labels);
+    if (!out.ok()) return out.status();
+    outbox.ReportLoss(m, *out);
   }
   return absl::OkStatus();
 }

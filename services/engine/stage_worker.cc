@@ -385,4 +385,116 @@ std::vector<torch::Tensor> StageWorker::state_tensors() const {
   return out;
 }
 
+absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(
+    const TensorPair& x, const torch::Tensor& labels) {
+  absl::StatusOr<TensorPair> y = Evaluate(x);
+  if (!y.ok()) return y.status();
+  return Guard("evaluate", [&]() -> absl::StatusOr<LossOutput> {
+    if (labels.dim() != 1 || labels.size(0) != y->a.size(0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("labels: ", labels.numel(),
+                       " labels for a micro-batch of ", y->a.size(0)));
+    }
+    LossOutput out;
+    out.loss =
+        torch::nn::functional::cross_entropy(y->a, labels).item<double>();
+    out.correct = y->a.argmax(1).eq(labels).sum().item<int64_t>();
+    out.samples = labels.size(0);
+    return out;
+  });
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> StageWorker::NamedState(
+    bool with_optimizer) const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::map<const void*, std::string> names;  // parameter -> name
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const std::string prefix =
+        absl::StrCat("blocks.", config_.first_block + i, ".");
+    for (const auto& p : blocks_[i]->named_parameters()) {
+      out.emplace_back(prefix + p.key(), p.value().detach());
+      names[p.value().unsafeGetTensorImpl()] = prefix + p.key();
+    }
+    for (const auto& b : blocks_[i]->named_buffers()) {
+      out.emplace_back(prefix + b.key(), b.value().detach());
+    }
+  }
+  if (!with_optimizer) return out;
+  for (const torch::Tensor& p : params_) {
+    const std::string& name = names[p.unsafeGetTensorImpl()];
+    if (p.grad().defined()) out.emplace_back("grad." + name, p.grad());
+    if (optimizer_ == nullptr) continue;
+    auto it = optimizer_->state().find(
+        c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == optimizer_->state().end()) continue;
+    const auto& s =
+        static_cast<const torch::optim::SGDParamState&>(*it->second);
+    if (s.momentum_buffer().defined()) {
+      out.emplace_back("optimizer." + name + ".momentum_buffer",
+                       s.momentum_buffer());
+    }
+  }
+  return out;
+}
+
+absl::Status StageWorker::LoadNamedState(
+    const std::map<std::string, torch::Tensor>& state, int64_t steps) {
+  return Guard("restore", [&]() -> absl::Status {
+    torch::NoGradGuard no_grad;
+    auto find = [&](const std::string& name,
+                    const torch::Tensor& like) -> absl::StatusOr<torch::Tensor> {
+      auto it = state.find(name);
+      if (it == state.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: tensor \"", name, "\" is missing"));
+      }
+      if (it->second.sizes() != like.sizes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: tensor \"", name, "\" has shape ",
+            c10::str(it->second.sizes()), ", the model needs ",
+            c10::str(like.sizes())));
+      }
+      return it->second;
+    };
+    // Check everything before changing anything.
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
+    for (const auto& [name, t] : NamedState(false)) {
+      absl::StatusOr<torch::Tensor> src = find(name, t);
+      if (!src.ok()) return src.status();
+      copies.emplace_back(t, *src);
+    }
+    for (auto& [dst, src] : copies) dst.copy_(src);
+    for (const auto& [name, p] : NamedState(false)) {
+      if (auto it = state.find("grad." + name); it != state.end()) {
+        for (const torch::Tensor& q : params_) {
+          if (q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl())
+            q.mutable_grad() = it->second.clone();
+        }
+      }
+    }
+    if (optimizer_ != nullptr) {
+      std::map<const void*, std::string> names;
+      for (size_t i = 0; i < blocks_.size(); ++i) {
+        for (const auto& p : blocks_[i]->named_parameters()) {
+          names[p.value().unsafeGetTensorImpl()] =
+              absl::StrCat("blocks.", config_.first_block + i, ".", p.key());
+        }
+      }
+      for (const torch::Tensor& p : params_) {
+        auto it = state.find("optimizer." + names[p.unsafeGetTensorImpl()] +
+                             ".momentum_buffer");
+        if (it == state.end()) continue;
+        auto s = std::make_unique<torch::optim::SGDParamState>();
+        s->momentum_buffer(it->second.clone());
+        optimizer_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] =
+            std::move(s);
+      }
+    }
+    steps_ = steps;
+    pending_ = 0;
+    UpdatePeak();
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace petra::engine

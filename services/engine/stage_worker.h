@@ -21,6 +21,8 @@ namespace petra::engine {
 struct StageConfig {
   int index = 0;  // 0-based position in the chain
   int count = 1;  // stages in the chain
+  // Index of the stage's first block in the whole network (state names).
+  int first_block = 0;
   // Keep every input until its backward even when the stage could rebuild
   // it (delayed mode with stash_inputs). Non-reversible stages always keep.
   bool stash_inputs = false;
@@ -86,6 +88,10 @@ class StageWorker {
                                          int64_t tick);
   // Evaluation forward: no gradients, running statistics.
   absl::StatusOr<model::TensorPair> Evaluate(const model::TensorPair& x);
+  // Last stage: evaluation forward, mean cross-entropy and correct count
+  // (no backward; `backward` stays empty).
+  absl::StatusOr<LossOutput> EvaluateLoss(const model::TensorPair& x,
+                                          const torch::Tensor& labels);
 
   MemoryStats memory() const;
   int64_t optimizer_steps() const { return steps_; }
@@ -98,6 +104,18 @@ class StageWorker {
   std::vector<torch::Tensor> parameters() const { return params_; }
   // Parameters then BN running statistics, in block order (checkpoints).
   std::vector<torch::Tensor> state_tensors() const;
+
+  // The stage's state by name: "blocks.<i>.<parameter or buffer>" with i the
+  // block's index in the whole network (the export's names), and with
+  // `with_optimizer` also "optimizer.<same name>.momentum_buffer" and the
+  // accumulated gradients "grad.<same name>" (checkpoints).
+  std::vector<std::pair<std::string, torch::Tensor>> NamedState(
+      bool with_optimizer) const;
+  // Restores what NamedState(true) returned and the step counter. Every
+  // model tensor must be present with its shape; INVALID_ARGUMENT naming the
+  // first one that is not.
+  absl::Status LoadNamedState(
+      const std::map<std::string, torch::Tensor>& state, int64_t steps);
 
  private:
   struct Record {

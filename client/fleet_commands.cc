@@ -1,0 +1,335 @@
+// The coordinator's client commands: submit, watch, status, list, cancel,
+// export. Each maps flags to one CoordinatorService call.
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/job_progress.h"
+#include "petra/v1/coordinator.grpc.pb.h"
+#include "services/cli/flag_set.h"
+#include "services/job/enum_names.h"
+#include "services/job/job_flags.h"
+#include "services/wire/grpc_defaults.h"
+#include "services/wire/status_map.h"
+
+namespace petra::client {
+namespace {
+
+using petra::v1::CoordinatorService;
+
+constexpr char kDefaultCoordinator[] = "localhost:50050";
+
+void AddCoordinatorFlag(cli::FlagSet& flags, std::string* address) {
+  flags.AddString("coordinator", address,
+                  "coordinator address, host:port");
+}
+
+// Connects, or explains why the address is not one.
+std::unique_ptr<CoordinatorService::Stub> Connect(const std::string& command,
+                                                  const std::string& address) {
+  if (absl::Status s = wire::ValidateAddress(address, "--coordinator", false);
+      !s.ok()) {
+    std::cerr << command << ": " << s.message() << "\n";
+    return nullptr;
+  }
+  return CoordinatorService::NewStub(wire::CreateChannel(address));
+}
+
+int Fail(const std::string& command, const grpc::Status& s,
+         const std::string& address) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    std::cerr << command << ": cannot reach the coordinator at " << address
+              << " (" << s.error_message() << ")\n";
+  } else {
+    std::cerr << command << ": " << s.error_message() << "\n";
+  }
+  return 1;
+}
+
+// Positional JOB_ID after the flags.
+int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
+              std::string* id) {
+  if (rest.size() != 1) {
+    std::cerr << command << ": expected one JOB_ID argument, got "
+              << rest.size() << "; see --help\n";
+    return 2;
+  }
+  *id = rest[0];
+  return -1;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &json, o);
+  return json;
+}
+
+void PrintJobLine(const petra::v1::Job& job) {
+  const petra::v1::Progress& p = job.progress();
+  std::printf("%-10s %-10s %-28s epoch %u/%u  step %llu/%llu  test acc %s\n",
+              job.id().c_str(), StateName(job.state()).c_str(),
+              job.spec().name().empty() ? "-" : job.spec().name().c_str(),
+              p.epoch(), job.spec().training().epochs(),
+              static_cast<unsigned long long>(p.step()),
+              static_cast<unsigned long long>(p.total_steps()),
+              p.has_test_accuracy()
+                  ? absl::StrFormat("%.2f%%", 100 * p.test_accuracy()).c_str()
+                  : "-");
+}
+
+int RunSubmit(const std::string& program, const std::vector<std::string>& args) {
+  std::string address = kDefaultCoordinator, from;
+  bool watch = false;
+  petra::v1::JobSpec overrides;
+  cli::FlagSet flags(
+      absl::StrCat(program, " submit [--from FILE] [job flags] [--watch]"),
+      "Submits a training job to the coordinator and prints its id. The spec\n"
+      "is the file given with --from (JSON or text proto), with the job\n"
+      "flags laid over it; the coordinator applies defaults and validates.");
+  AddCoordinatorFlag(flags, &address);
+  flags.AddString("from", &from, "job spec file (JSON or text proto)");
+  flags.AddBool("watch", &watch, "follow the job until it ends");
+  job::AddJobFlags(flags, &overrides);
+  const std::string command = program + " submit";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+    return rc;
+  // Only assembled here; the coordinator resolves and validates, so the
+  // spec a cluster runs is checked by the cluster's own build.
+  absl::StatusOr<petra::v1::JobSpec> assembled =
+      job::AssembleJobSpec(petra::v1::JobSpec(), from, overrides);
+  if (!assembled.ok()) {
+    std::cerr << command << ": " << assembled.status().message() << "\n";
+    return 1;
+  }
+  auto stub = Connect(command, address);
+  if (stub == nullptr) return 2;
+  grpc::ClientContext context;
+  petra::v1::SubmitJobRequest request;
+  *request.mutable_spec() = *assembled;
+  petra::v1::Job job;
+  grpc::Status s = stub->SubmitJob(&context, request, &job);
+  if (!s.ok()) return Fail(command, s, address);
+  std::cout << job.id() << std::endl;
+  if (!watch) return 0;
+  ProgressPrinter printer(false);
+  absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, job.id(), printer);
+  if (!end.ok()) {
+    std::cerr << command << ": " << end.status().message() << "\n";
+    return 1;
+  }
+  return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+}
+
+int RunWatch(const std::string& program, const std::vector<std::string>& args) {
+  std::string address = kDefaultCoordinator;
+  cli::FlagSet flags(absl::StrCat(program, " watch [flags] JOB_ID"),
+                     "Follows a job until it ends: a progress bar with ETA, "
+                     "loss, accuracy and\nsamples/s, a line per epoch, and the "
+                     "per-stage table at the end. Exits 0\nwhen the job "
+                     "succeeded, 1 otherwise.");
+  AddCoordinatorFlag(flags, &address);
+  const std::string command = program + " watch";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
+    return rc;
+  std::string id;
+  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+    return rc;
+  auto stub = Connect(command, address);
+  if (stub == nullptr) return 2;
+  ProgressPrinter printer(false);
+  absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, id, printer);
+  if (!end.ok()) {
+    std::cerr << command << ": " << end.status().message() << "\n";
+    return 1;
+  }
+  if (end->progress().stages_size() > 0) PrintStageTable(*end);
+  return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+}
+
+int RunStatus(const std::string& program, const std::vector<std::string>& args) {
+  std::string address = kDefaultCoordinator;
+  bool json = false;
+  cli::FlagSet flags(absl::StrCat(program, " status [flags] JOB_ID"),
+                     "Prints a job's state and progress (or the whole Job as "
+                     "JSON).");
+  AddCoordinatorFlag(flags, &address);
+  flags.AddBool("json", &json, "print the Job message as JSON");
+  const std::string command = program + " status";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
+    return rc;
+  std::string id;
+  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+    return rc;
+  auto stub = Connect(command, address);
+  if (stub == nullptr) return 2;
+  grpc::ClientContext context;
+  petra::v1::GetJobRequest request;
+  request.set_job_id(id);
+  petra::v1::Job job;
+  grpc::Status s = stub->GetJob(&context, request, &job);
+  if (!s.ok()) return Fail(command, s, address);
+  if (json) {
+    std::cout << ToJson(job) << "\n";
+    return 0;
+  }
+  PrintJobLine(job);
+  if (job.has_error()) std::printf("error: %s\n", job.error().message().c_str());
+  if (!job.last_checkpoint().empty()) {
+    std::printf("last checkpoint: %s\n", job.last_checkpoint().c_str());
+  }
+  if (job.progress().stages_size() > 0) PrintStageTable(job);
+  return 0;
+}
+
+int RunList(const std::string& program, const std::vector<std::string>& args) {
+  std::string address = kDefaultCoordinator, state;
+  bool json = false;
+  cli::FlagSet flags(absl::StrCat(program, " list [flags]"),
+                     "Lists the coordinator's jobs, newest first (every page).");
+  AddCoordinatorFlag(flags, &address);
+  flags.AddString("state", &state,
+                  "only jobs in this state: queued, starting, running, "
+                  "recovering, succeeded, failed, cancelled");
+  flags.AddBool("json", &json, "print each Job as JSON");
+  const std::string command = program + " list";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+    return rc;
+  petra::v1::ListJobsRequest request;
+  if (!state.empty()) {
+    petra::v1::JobState parsed;
+    if (!petra::v1::JobState_Parse(
+            "JOB_STATE_" + absl::AsciiStrToUpper(state), &parsed) ||
+        parsed == petra::v1::JOB_STATE_UNSPECIFIED) {
+      std::cerr << command << ": flag --state: unknown state \"" << state
+                << "\"\n";
+      return 2;
+    }
+    request.set_state(parsed);
+  }
+  auto stub = Connect(command, address);
+  if (stub == nullptr) return 2;
+  int shown = 0;
+  do {
+    grpc::ClientContext context;
+    petra::v1::ListJobsResponse response;
+    grpc::Status s = stub->ListJobs(&context, request, &response);
+    if (!s.ok()) return Fail(command, s, address);
+    for (const petra::v1::Job& job : response.jobs()) {
+      if (json) {
+        std::cout << ToJson(job) << "\n";
+      } else {
+        PrintJobLine(job);
+      }
+      ++shown;
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  if (shown == 0 && !json) std::printf("no jobs\n");
+  return 0;
+}
+
+int RunCancel(const std::string& program, const std::vector<std::string>& args) {
+  std::string address = kDefaultCoordinator;
+  cli::FlagSet flags(absl::StrCat(program, " cancel [flags] JOB_ID"),
+                     "Cancels a queued or running job. A running job stops "
+                     "within seconds and\nreleases its stages; its "
+                     "checkpoints stay.");
+  AddCoordinatorFlag(flags, &address);
+  const std::string command = program + " cancel";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
+    return rc;
+  std::string id;
+  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+    return rc;
+  auto stub = Connect(command, address);
+  if (stub == nullptr) return 2;
+  grpc::ClientContext context;
+  petra::v1::CancelJobRequest request;
+  request.set_job_id(id);
+  petra::v1::Job job;
+  grpc::Status s = stub->CancelJob(&context, request, &job);
+  if (!s.ok()) return Fail(command, s, address);
+  std::printf("%s: %s\n", job.id().c_str(),
+              job.state() == petra::v1::JOB_STATE_CANCELLED
+                  ? "cancelled"
+                  : "cancelling (it stops within seconds)");
+  return 0;
+}
+
+int RunExport(const std::string& program, const std::vector<std::string>& args) {
+  std::string address = kDefaultCoordinator, output;
+  cli::FlagSet flags(
+      absl::StrCat(program, " export [flags] JOB_ID"),
+      "Downloads a job's trained weights (its newest checkpoint) as a file\n"
+      "that Python reads with torch.load(path): a dict from names to\n"
+      "tensors, \"blocks.<i>.<parameter or buffer>\" with i the block's index\n"
+      "in the network (see docs/EXPORT.md).");
+  AddCoordinatorFlag(flags, &address);
+  flags.AddString("output", &output, "file to write (default: JOB_ID.pt)");
+  const std::string command = program + " export";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
+    return rc;
+  std::string id;
+  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+    return rc;
+  auto stub = Connect(command, address);
+  if (stub == nullptr) return 2;
+  if (output.empty()) output = id + ".pt";
+  const std::string partial = output + ".partial";
+  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    std::cerr << command << ": cannot write \"" << partial << "\"\n";
+    return 1;
+  }
+  grpc::ClientContext context;
+  petra::v1::ExportJobRequest request;
+  request.set_job_id(id);
+  auto reader = stub->ExportJob(&context, request);
+  petra::v1::ExportChunk chunk;
+  uint64_t total = 0, got = 0;
+  while (reader->Read(&chunk)) {
+    if (chunk.total_bytes() > 0) total = chunk.total_bytes();
+    out.write(chunk.data().data(),
+              static_cast<std::streamsize>(chunk.data().size()));
+    got += chunk.data().size();
+  }
+  grpc::Status s = reader->Finish();
+  out.close();
+  if (!s.ok() || !out || got != total) {
+    std::remove(partial.c_str());
+    if (!s.ok()) return Fail(command, s, address);
+    std::cerr << command << ": received " << got << " of " << total
+              << " bytes\n";
+    return 1;
+  }
+  if (std::rename(partial.c_str(), output.c_str()) != 0) {
+    std::cerr << command << ": cannot write \"" << output << "\"\n";
+    return 1;
+  }
+  std::printf("wrote %s (%llu bytes)\n", output.c_str(),
+              static_cast<unsigned long long>(got));
+  return 0;
+}
+
+}  // namespace
+
+int RunFleetCommand(const std::string& name, const std::string& program,
+                    const std::vector<std::string>& args) {
+  if (name == "submit") return RunSubmit(program, args);
+  if (name == "watch") return RunWatch(program, args);
+  if (name == "status") return RunStatus(program, args);
+  if (name == "list") return RunList(program, args);
+  if (name == "cancel") return RunCancel(program, args);
+  return RunExport(program, args);
+}
+
+}  // namespace petra::client

@@ -1,0 +1,221 @@
+#include "client/job_progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/wire/status_map.h"
+
+namespace petra::client {
+
+using petra::v1::JobEvent;
+
+std::string StateName(petra::v1::JobState state) {
+  std::string name = petra::v1::JobState_Name(state);
+  const std::string prefix = "JOB_STATE_";
+  if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+std::string Duration(double seconds) {
+  const int s = static_cast<int>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60);
+  return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60)
+                 : absl::StrFormat("%ds", s);
+}
+
+ProgressPrinter::ProgressPrinter(bool quiet)
+    : quiet_(quiet), tty_(isatty(STDOUT_FILENO)) {}
+
+void ProgressPrinter::EndLine() {
+  if (line_open_) std::printf("\n");
+  line_open_ = false;
+}
+
+void ProgressPrinter::OnEvent(const JobEvent& event) {
+  const petra::v1::Job& job = event.job();
+  const petra::v1::Progress& p = job.progress();
+  if (event.kind() == JobEvent::KIND_EPOCH_END) epochs_.push_back(p);
+  if (quiet_) return;
+  switch (event.kind()) {
+    case JobEvent::KIND_STATE:
+      if (job.state() != state_) {
+        state_ = job.state();
+        EndLine();
+        std::printf("%s: %s%s\n", job.id().c_str(),
+                    StateName(job.state()).c_str(),
+                    job.has_error()
+                        ? absl::StrCat(": ", job.error().message()).c_str()
+                        : "");
+      }
+      break;
+    case JobEvent::KIND_PROGRESS: {
+      const auto now = std::chrono::steady_clock::now();
+      if (!tty_ && now - last_line_ < std::chrono::seconds(15)) break;
+      last_line_ = now;
+      const double done =
+          p.total_steps() > 0
+              ? static_cast<double>(p.step()) / p.total_steps()
+              : 0.0;
+      const int width = 20;
+      const int filled = static_cast<int>(done * width + 0.5);
+      std::printf(
+          "%sepoch %u/%u [%s%s] %3.0f%%  step %llu/%llu  loss %.4f  acc "
+          "%.2f%%  %.0f samples/s  elapsed %s  ETA %s%s",
+          tty_ ? "\r" : "", p.epoch(), p.total_epochs(),
+          std::string(filled, '#').c_str(),
+          std::string(width - filled, '.').c_str(), 100 * done,
+          static_cast<unsigned long long>(p.step()),
+          static_cast<unsigned long long>(p.total_steps()), p.train_loss(),
+          100 * p.train_accuracy(), p.samples_per_second(),
+          Duration(p.elapsed_seconds()).c_str(),
+          Duration(p.eta_seconds()).c_str(), tty_ ? "   " : "\n");
+      line_open_ = tty_;
+      std::fflush(stdout);
+      break;
+    }
+    case JobEvent::KIND_EPOCH_END:
+      EndLine();
+      std::printf(
+          "epoch %u/%u: train loss %.4f, train acc %.2f%%, test acc %s, %.0f "
+          "samples/s, elapsed %s\n",
+          p.epoch(), p.total_epochs(), p.train_loss(), 100 * p.train_accuracy(),
+          p.has_test_accuracy()
+              ? absl::StrFormat("%.2f%%", 100 * p.test_accuracy()).c_str()
+              : "-",
+          p.samples_per_second(), Duration(p.elapsed_seconds()).c_str());
+      break;
+    case JobEvent::KIND_CHECKPOINT:
+      EndLine();
+      std::printf("checkpoint %s\n", job.last_checkpoint().c_str());
+      break;
+    default:
+      break;
+  }
+  std::fflush(stdout);
+}
+
+absl::StatusOr<petra::v1::Job> FollowJob(
+    petra::v1::CoordinatorService::Stub& stub, const std::string& id,
+    ProgressPrinter& printer) {
+  grpc::ClientContext context;
+  petra::v1::WatchJobRequest request;
+  request.set_job_id(id);
+  auto reader = stub.WatchJob(&context, request);
+  JobEvent event;
+  petra::v1::Job last;
+  while (reader->Read(&event)) {
+    printer.OnEvent(event);
+    last = event.job();
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return wire::FromGrpcStatus(s);
+  return last;
+}
+
+void PrintStageTable(const petra::v1::Job& job) {
+  std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s\n", "stage",
+              "blocks", "delay", "staleness", "params+opt", "input buffer",
+              "weight stash", "peak", "rss");
+  for (const petra::v1::StageStats& s : job.progress().stages()) {
+    const petra::v1::MemoryBreakdown& m = s.memory();
+    std::string blocks = "-";
+    if (static_cast<int>(s.stage_index()) < job.stages_size()) {
+      const auto& placement = job.stages(s.stage_index());
+      blocks = absl::StrCat(placement.layer_begin(), "-",
+                            placement.layer_end() - 1);
+    }
+    std::printf("%-6u %-7s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
+                "%8.0fMB\n",
+                s.stage_index(), blocks.c_str(), s.delay_ticks_mean(),
+                s.staleness_mean(),
+                (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
+                m.activation_buffer_bytes() / 1e6,
+                m.weight_stash_bytes() / 1e6, m.peak_bytes() / 1e6,
+                m.process_rss_bytes() / 1e6);
+  }
+  std::printf(
+      "(delay in ticks and staleness in optimizer steps between a "
+      "micro-batch's\n"
+      " forward and its backward; buffer and stash now, peak the highest "
+      "sum)\n");
+}
+
+std::string ReportJson(const petra::v1::Job& job,
+                       const std::vector<petra::v1::Progress>& epochs,
+                       double wall, const std::string& runner) {
+  const petra::v1::Progress& last = job.progress();
+  // Training samples over training seconds, both summed over epochs (an
+  // epoch's samples from its optimizer steps, its seconds from its rate).
+  const double per_step = static_cast<double>(
+      job.spec().training().micro_batch_size() *
+      job.spec().training().accumulation_steps());
+  double samples = 0, seconds = 0;
+  uint64_t previous_step = 0;
+  for (const auto& e : epochs) {
+    const double n = (e.step() - previous_step) * per_step;
+    previous_step = e.step();
+    if (e.samples_per_second() > 0) {
+      samples += n;
+      seconds += n / e.samples_per_second();
+    }
+  }
+  const double rate = seconds > 0 ? samples / seconds : 0;
+  std::string out = absl::StrFormat(
+      "{\n  \"job\": \"%s\",\n  \"name\": \"%s\",\n  \"runner\": \"%s\",\n"
+      "  \"state\": \"%s\",\n"
+      "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n"
+      "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n"
+      "  \"samples_per_second\": %.2f,\n  \"wall_seconds\": %.2f,\n"
+      "  \"optimizer_steps\": %llu,\n  \"epochs\": [",
+      job.id(), job.spec().name(), runner, StateName(job.state()),
+      last.test_accuracy(), last.test_loss(), last.train_loss(),
+      last.train_accuracy(), rate, wall,
+      static_cast<unsigned long long>(last.step()));
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    const auto& e = epochs[i];
+    absl::StrAppendFormat(
+        &out,
+        "%s\n    {\"epoch\": %u, \"train_loss\": %.6f, \"train_accuracy\": "
+        "%.6f, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
+        "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f}",
+        i ? "," : "", e.epoch(), e.train_loss(), e.train_accuracy(),
+        e.test_accuracy(), e.test_loss(), e.samples_per_second(),
+        e.elapsed_seconds());
+  }
+  absl::StrAppend(&out, "\n  ],\n  \"stages\": [");
+  for (int i = 0; i < last.stages_size(); ++i) {
+    const petra::v1::StageStats& s = last.stages(i);
+    const petra::v1::MemoryBreakdown& m = s.memory();
+    int begin = 0, end = 0;
+    if (static_cast<int>(s.stage_index()) < job.stages_size()) {
+      begin = job.stages(s.stage_index()).layer_begin();
+      end = job.stages(s.stage_index()).layer_end();
+    }
+    absl::StrAppendFormat(
+        &out,
+        "%s\n    {\"index\": %u, \"address\": \"%s\", \"blocks\": [%d, %d], "
+        "\"memory_bytes\": {\"parameters\": %llu, \"optimizer_state\": %llu, "
+        "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
+        "\"process_rss\": %llu}, \"staleness_mean\": %.4f, "
+        "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
+        "\"wait_seconds\": %.2f}",
+        i ? "," : "", s.stage_index(), s.address(), begin, end,
+        static_cast<unsigned long long>(m.parameters_bytes()),
+        static_cast<unsigned long long>(m.optimizer_state_bytes()),
+        static_cast<unsigned long long>(m.activation_buffer_bytes()),
+        static_cast<unsigned long long>(m.weight_stash_bytes()),
+        static_cast<unsigned long long>(m.peak_bytes()),
+        static_cast<unsigned long long>(m.process_rss_bytes()),
+        s.staleness_mean(), s.delay_ticks_mean(),
+        static_cast<unsigned long long>(s.optimizer_steps()),
+        s.wait_seconds());
+  }
+  absl::StrAppend(&out, "\n  ]\n}\n");
+  return out;
+}
+
+}  // namespace petra::client

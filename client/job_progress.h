@@ -1,0 +1,51 @@
+// Following a job on the terminal: progress bar with ETA, loss, accuracy and
+// samples/s; a line per epoch; the per-stage table; and the JSON report.
+// Shared by `petra watch` and `petra train`.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/coordinator.grpc.pb.h"
+
+namespace petra::client {
+
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(bool quiet);
+  void OnEvent(const petra::v1::JobEvent& event);
+  // Epoch-end progress seen so far, in order.
+  const std::vector<petra::v1::Progress>& epochs() const { return epochs_; }
+
+ private:
+  void EndLine();
+  const bool quiet_, tty_;
+  bool line_open_ = false;
+  petra::v1::JobState state_ = petra::v1::JOB_STATE_UNSPECIFIED;
+  std::chrono::steady_clock::time_point last_line_{};
+  std::vector<petra::v1::Progress> epochs_;
+};
+
+// Follows job `id` until it ends, printing through `printer`; returns the
+// final Job.
+absl::StatusOr<petra::v1::Job> FollowJob(
+    petra::v1::CoordinatorService::Stub& stub, const std::string& id,
+    ProgressPrinter& printer);
+
+// "running", "succeeded", ...
+std::string StateName(petra::v1::JobState state);
+std::string Duration(double seconds);
+
+// Where each stage's memory went and how stale its gradients were.
+void PrintStageTable(const petra::v1::Job& job);
+
+// The `--report` JSON: test_accuracy, train_loss, samples_per_second,
+// wall_seconds, epochs, and stages (memory_bytes by kind, staleness_mean).
+std::string ReportJson(const petra::v1::Job& job,
+                       const std::vector<petra::v1::Progress>& epochs,
+                       double wall_seconds, const std::string& runner);
+
+}  // namespace petra::client

@@ -1,0 +1,44 @@
+// A whole fleet inside this process for `petra train`: J stage servers and
+// a coordinator, the same classes the distributed binaries run, on loopback
+// with ephemeral ports and real gRPC between them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace petra::stage_server {
+class StageServer;
+}
+namespace petra::coordinator {
+class CoordinatorServer;
+}
+
+namespace petra::client {
+
+class LocalFleet {
+ public:
+  struct Options {
+    int stages = 1;
+    int threads_per_stage = 1;
+    std::string data_root;
+    // Stage servers write under <state_dir>/stage-<j>, the coordinator under
+    // <state_dir>/coordinator.
+    std::string state_dir;
+  };
+  static absl::StatusOr<std::unique_ptr<LocalFleet>> Start(
+      const Options& options);
+  ~LocalFleet();
+  // Stops the coordinator (cancelling its jobs) and then every stage.
+  void Stop();
+  std::string coordinator_address() const;
+
+ private:
+  LocalFleet() = default;
+  std::vector<std::unique_ptr<stage_server::StageServer>> stages_;
+  std::unique_ptr<coordinator::CoordinatorServer> coordinator_;
+};
+
+}  // namespace petra::client

@@ -1,0 +1,240 @@
+#include "coordinator/job_manager.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/time_util.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "services/job/job_spec_validation.h"
+
+namespace petra::coordinator {
+namespace {
+
+using petra::v1::Job;
+
+constexpr uint32_t kDefaultPageSize = 100;
+constexpr uint32_t kMaxPageSize = 1000;
+
+absl::Status NoSuchJob(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
+}
+
+std::string RecordPath(const std::string& state_dir, const std::string& id) {
+  return (std::filesystem::path(state_dir) / JobDirectory(id) / "job.json")
+      .string();
+}
+
+}  // namespace
+
+JobManager::JobManager(RunnerEnvironment env) : env_(std::move(env)) {
+  LoadRecords();
+  runner_ = std::thread([this] { RunQueue(); });
+}
+
+JobManager::~JobManager() { Stop(); }
+
+void JobManager::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& [id, record] : jobs_) record->RequestCancel();
+    cv_.notify_all();
+  }
+  if (runner_.joinable()) runner_.join();
+}
+
+// Jobs of an earlier run of this coordinator: finished ones are listed and
+// exportable again; ones that were not finished are marked failed (resuming
+// them is the recovery work of a later change).
+void JobManager::LoadRecords() {
+  std::error_code ec;
+  const std::filesystem::path root =
+      std::filesystem::path(env_.state_dir) / "jobs";
+  std::vector<Job> found;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    std::ifstream in(entry.path() / "job.json");
+    std::string json((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    Job job;
+    if (json.empty() ||
+        !google::protobuf::util::JsonStringToMessage(json, &job).ok() ||
+        job.id() != entry.path().filename().string()) {
+      continue;  // not a record of ours
+    }
+    found.push_back(std::move(job));
+  }
+  std::sort(found.begin(), found.end(), [](const Job& a, const Job& b) {
+    return a.create_time() < b.create_time() ||
+           (a.create_time() == b.create_time() && a.id() < b.id());
+  });
+  for (Job& job : found) {
+    uint64_t n = 0;
+    if (absl::StartsWith(job.id(), "job-") &&
+        absl::SimpleAtoi(job.id().substr(4), &n)) {
+      next_id_ = std::max(next_id_, n + 1);
+    }
+    const bool unfinished = !IsTerminal(job.state());
+    if (unfinished) {
+      job.set_state(petra::v1::JOB_STATE_FAILED);
+      job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kAborted));
+      job.mutable_error()->set_message(
+          "the coordinator stopped while the job was running");
+    }
+    const std::string id = job.id();
+    jobs_[id] = std::make_shared<JobRecord>(std::move(job),
+                                            RecordPath(env_.state_dir, id));
+    order_.push_back(id);
+  }
+}
+
+absl::StatusOr<Job> JobManager::Submit(const petra::v1::JobSpec& spec) {
+  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+  if (!resolved.ok()) return resolved.status();
+  const int stages = job::StageCount(*resolved);
+  if (stages > static_cast<int>(env_.stage_addresses.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job needs ", stages, " stage servers but the fleet has ",
+        env_.stage_addresses.size(), " (--stages)"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("the coordinator is stopping");
+  Job job;
+  job.set_id(absl::StrCat("job-", next_id_++));
+  *job.mutable_spec() = *resolved;
+  job.set_state(petra::v1::JOB_STATE_QUEUED);
+  *job.mutable_create_time() =
+      google::protobuf::util::TimeUtil::GetCurrentTime();
+  std::error_code ec;
+  const std::filesystem::path dir =
+      std::filesystem::path(env_.state_dir) / JobDirectory(job.id());
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir.string(),
+                                            ": ", ec.message()));
+  }
+  const std::string id = job.id();
+  auto record =
+      std::make_shared<JobRecord>(job, RecordPath(env_.state_dir, id));
+  jobs_[id] = record;
+  order_.push_back(id);
+  queue_.push_back(id);
+  cv_.notify_all();
+  return job;
+}
+
+void JobManager::RunQueue() {
+  while (true) {
+    std::shared_ptr<JobRecord> record;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      record = jobs_[queue_.front()];
+      queue_.pop_front();
+    }
+    if (record->cancel_requested()) continue;  // cancelled while queued
+    RunJob(*record, env_);
+  }
+  // Whatever is still queued will not run in this process.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : queue_) {
+    jobs_[id]->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
+      job.set_state(petra::v1::JOB_STATE_CANCELLED);
+      job.mutable_error()->set_code(
+          static_cast<int>(absl::StatusCode::kCancelled));
+      job.mutable_error()->set_message("the coordinator stopped first");
+    });
+  }
+}
+
+std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<Job> JobManager::Get(const std::string& id) {
+  std::shared_ptr<JobRecord> r = Find(id);
+  if (r == nullptr) return NoSuchJob(id);
+  return r->Snapshot();
+}
+
+absl::StatusOr<petra::v1::ListJobsResponse> JobManager::List(
+    const petra::v1::ListJobsRequest& request) {
+  uint32_t size = request.page_size() == 0 ? kDefaultPageSize
+                                           : request.page_size();
+  size = std::min(size, kMaxPageSize);
+  // The token is the position (from the newest) where the page starts.
+  uint64_t start = 0;
+  if (!request.page_token().empty() &&
+      !absl::SimpleAtoi(request.page_token(), &start)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token \"", request.page_token(),
+        "\" is not one a ListJobs response returned"));
+  }
+  std::vector<std::shared_ptr<JobRecord>> records;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      records.push_back(jobs_[*it]);
+    }
+  }
+  petra::v1::ListJobsResponse response;
+  uint64_t position = 0;
+  for (const auto& r : records) {
+    Job job = r->Snapshot();
+    if (request.state() != petra::v1::JOB_STATE_UNSPECIFIED &&
+        job.state() != request.state()) {
+      continue;
+    }
+    if (position++ < start) continue;
+    if (response.jobs_size() == static_cast<int>(size)) {
+      response.set_next_page_token(absl::StrCat(position - 1));
+      break;
+    }
+    *response.add_jobs() = std::move(job);
+  }
+  return response;
+}
+
+absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
+  std::shared_ptr<JobRecord> r = Find(id);
+  if (r == nullptr) return NoSuchJob(id);
+  r->RequestCancel();
+  // A queued job ends here; a running one ends when its runner notices
+  // (within a second) and has released its stages.
+  r->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
+    if (job.state() == petra::v1::JOB_STATE_QUEUED) {
+      job.set_state(petra::v1::JOB_STATE_CANCELLED);
+      *job.mutable_end_time() =
+          google::protobuf::util::TimeUtil::GetCurrentTime();
+    }
+  });
+  return r->Snapshot();
+}
+
+absl::Status JobManager::Watch(const std::string& id,
+                               std::shared_ptr<JobWatcher> w) {
+  std::shared_ptr<JobRecord> r = Find(id);
+  if (r == nullptr) return NoSuchJob(id);
+  r->Subscribe(std::move(w));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> JobManager::ExportFile(const std::string& id) {
+  std::shared_ptr<JobRecord> r = Find(id);
+  if (r == nullptr) return NoSuchJob(id);
+  const std::string path = ExportPath(env_.state_dir, id);
+  if (!std::filesystem::exists(path)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", id, "\" has no checkpoint yet (state ",
+        petra::v1::JobState_Name(r->Snapshot().state()), ")"));
+  }
+  return path;
+}
+
+}  // namespace petra::coordinator

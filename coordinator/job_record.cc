@@ -1,0 +1,70 @@
+#include "coordinator/job_record.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/time_util.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace petra::coordinator {
+
+bool IsTerminal(petra::v1::JobState s) {
+  return s == petra::v1::JOB_STATE_SUCCEEDED ||
+         s == petra::v1::JOB_STATE_FAILED ||
+         s == petra::v1::JOB_STATE_CANCELLED;
+}
+
+JobRecord::JobRecord(petra::v1::Job job, std::string record_path)
+    : job_(std::move(job)), record_path_(std::move(record_path)) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SaveLocked();
+}
+
+petra::v1::Job JobRecord::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_;
+}
+
+void JobRecord::Update(petra::v1::JobEvent::Kind kind,
+                       const std::function<void(petra::v1::Job&)>& change) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (IsTerminal(job_.state())) return;  // nothing follows the end
+  change(job_);
+  if (kind != petra::v1::JobEvent::KIND_PROGRESS) SaveLocked();
+  petra::v1::JobEvent event;
+  event.set_kind(kind);
+  *event.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+  *event.mutable_job() = job_;
+  const bool last = IsTerminal(job_.state());
+  for (auto& w : watchers_) w->OnEvent(event, last);
+  if (last) watchers_.clear();
+}
+
+void JobRecord::Subscribe(std::shared_ptr<JobWatcher> watcher) {
+  std::lock_guard<std::mutex> lock(mu_);
+  petra::v1::JobEvent event;
+  event.set_kind(petra::v1::JobEvent::KIND_STATE);
+  *event.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+  *event.mutable_job() = job_;
+  const bool last = IsTerminal(job_.state());
+  watcher->OnEvent(event, last);
+  if (!last) watchers_.push_back(std::move(watcher));
+}
+
+void JobRecord::SaveLocked() const {
+  if (record_path_.empty()) return;
+  std::string json;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  if (!google::protobuf::util::MessageToJsonString(job_, &json, o).ok()) return;
+  // Temporary file and rename: a reader never sees half a record.
+  const std::string tmp = record_path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json;
+    if (!out) return;
+  }
+  std::rename(tmp.c_str(), record_path_.c_str());
+}
+
+}  // namespace petra::coordinator

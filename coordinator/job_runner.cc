@@ -1,0 +1,630 @@
+#include "coordinator/job_runner.h"
+
+#include <google/protobuf/util/time_util.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "petra/v1/stage.grpc.pb.h"
+#include "services/data/dataset.h"
+#include "services/engine/job_plan.h"
+#include "services/engine/lr_schedule.h"
+#include "services/engine/state_file.h"
+#include "services/job/job_spec_validation.h"
+#include "services/model/network.h"
+#include "services/wire/grpc_defaults.h"
+#include "services/wire/stage_messages.h"
+#include "services/wire/status_map.h"
+#include "services/wire/stream_sender.h"
+
+namespace petra::coordinator {
+namespace {
+
+using petra::v1::Job;
+using petra::v1::JobEvent;
+using petra::v1::StageService;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// How long a stage may take to answer a control call. A stage that does not
+// answer GetStatus within kProbeTimeout is unreachable.
+constexpr milliseconds kProbeTimeout{3000};
+constexpr milliseconds kControlTimeout{120000};
+// A pass in which no micro-batch finishes for this long has stalled.
+constexpr milliseconds kStallTimeout{300000};
+constexpr milliseconds kProgressInterval{2000};
+constexpr uint32_t kReadChunk = 4 << 20;
+
+absl::Status Prefixed(const std::string& prefix, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+// The stages of one job: stubs and the addresses they were given.
+class Fleet {
+ public:
+  explicit Fleet(std::vector<std::string> addresses)
+      : addresses_(std::move(addresses)) {
+    for (const std::string& a : addresses_) {
+      stubs_.push_back(StageService::NewStub(wire::CreateChannel(a)));
+    }
+  }
+  int size() const { return static_cast<int>(addresses_.size()); }
+  const std::string& address(int j) const { return addresses_[j]; }
+  StageService::Stub& stub(int j) { return *stubs_[j]; }
+  std::string Name(int j) const {
+    return absl::StrCat("stage ", j, " (", addresses_[j], ")");
+  }
+
+  template <typename Request, typename Response, typename Method>
+  absl::Status Call(int j, Method method, const Request& request,
+                    Response* response, milliseconds timeout) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    grpc::Status s = (stubs_[j].get()->*method)(&context, request, response);
+    if (s.ok()) return absl::OkStatus();
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return absl::UnavailableError(
+          absl::StrCat(Name(j), " is unreachable: ", s.error_message()));
+    }
+    return Prefixed(Name(j) + ": ", wire::FromGrpcStatus(s));
+  }
+
+ private:
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<StageService::Stub>> stubs_;
+};
+
+// Completions reported by the stages during one pass.
+struct PassCounters {
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t losses = 0, exits = 0, correct = 0, samples = 0;
+  double loss_sum = 0;  // sum over samples
+  uint64_t step = 0;
+  steady_clock::time_point last_done = steady_clock::now();
+  double seconds = 0;  // the pass's duration, once it is over
+};
+
+class Runner {
+ public:
+  Runner(JobRecord& record, const RunnerEnvironment& env)
+      : record_(record), env_(env) {
+    const Job job = record.Snapshot();
+    id_ = job.id();
+    spec_ = job.spec();
+  }
+
+  absl::Status Run();
+  void ReleaseAll();
+
+ private:
+  absl::Status Prepare();
+  absl::Status Assign();
+  absl::Status RunPass(petra::v1::Phase phase, uint32_t epoch,
+                       const data::EpochBatches& batches, int64_t n,
+                       PassCounters& counters);
+  absl::Status PollStages();
+  absl::Status CheckpointAll(uint32_t epoch);
+  void Progress(JobEvent::Kind kind, uint32_t epoch, const PassCounters* train,
+                std::optional<std::pair<double, double>> test);
+
+  JobRecord& record_;
+  const RunnerEnvironment& env_;
+  std::string id_;
+  petra::v1::JobSpec spec_;
+  data::Splits data_;
+  int64_t steps_per_epoch_ = 0;
+  std::vector<model::BlockRange> ranges_;
+  std::unique_ptr<Fleet> fleet_;
+  std::vector<petra::v1::StageStats> stage_stats_;
+  uint64_t steps_done_ = 0;
+  uint64_t samples_seen_ = 0;
+  steady_clock::time_point started_ = steady_clock::now();
+  steady_clock::time_point pass_started_ = steady_clock::now();
+  std::optional<std::pair<double, double>> last_test_;
+  std::vector<std::string> checkpoints_;  // kept, oldest first
+};
+
+absl::Status Runner::Prepare() {
+  absl::StatusOr<data::Splits> data = data::LoadForJob(
+      spec_, env_.data_root, model::InputShape(spec_.model().variant()));
+  if (!data.ok()) return Prefixed("loading the data: ", data.status());
+  data_ = std::move(*data);
+  absl::StatusOr<int64_t> steps =
+      engine::StepsPerEpoch(spec_, data_.train.size());
+  if (!steps.ok()) return steps.status();
+  steps_per_epoch_ = *steps;
+  absl::StatusOr<std::vector<model::BlockRange>> ranges =
+      engine::PlanStages(spec_);
+  if (!ranges.ok()) return Prefixed("planning the partition: ", ranges.status());
+  ranges_ = std::move(*ranges);
+  const int stages = static_cast<int>(ranges_.size());
+  if (stages > static_cast<int>(env_.stage_addresses.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job needs ", stages, " stage servers but the fleet has ",
+        env_.stage_addresses.size()));
+  }
+  fleet_ = std::make_unique<Fleet>(std::vector<std::string>(
+      env_.stage_addresses.begin(), env_.stage_addresses.begin() + stages));
+  return absl::OkStatus();
+}
+
+absl::Status Runner::Assign() {
+  const int stages = fleet_->size();
+  // Every stage must answer and be idle before any is assigned.
+  for (int j = 0; j < stages; ++j) {
+    petra::v1::StageStatus status;
+    if (absl::Status s = fleet_->Call(j, &StageService::Stub::GetStatus,
+                                      petra::v1::GetStatusRequest(), &status,
+                                      kProbeTimeout);
+        !s.ok()) {
+      return s;
+    }
+    if (status.state() != petra::v1::StageStatus::STATE_IDLE) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          fleet_->Name(j), " is not idle (it holds job \"", status.job_id(),
+          "\")"));
+    }
+  }
+  record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    job.clear_stages();
+    for (int j = 0; j < stages; ++j) {
+      petra::v1::StagePlacement* p = job.add_stages();
+      p->set_stage_index(j);
+      p->set_address(fleet_->address(j));
+      p->set_layer_begin(ranges_[j].begin);
+      p->set_layer_end(ranges_[j].end);
+      p->set_device(job::DeviceForStage(spec_, j));
+    }
+  });
+  for (int j = 0; j < stages; ++j) {
+    petra::v1::AssignRequest request;
+    request.set_job_id(id_);
+    *request.mutable_spec() = spec_;
+    request.set_stage_index(j);
+    request.set_stage_count(stages);
+    request.mutable_layers()->set_begin(ranges_[j].begin);
+    request.mutable_layers()->set_end(ranges_[j].end);
+    for (const model::BlockRange& r : ranges_) {
+      petra::v1::LayerRange* l = request.add_partition();
+      l->set_begin(r.begin);
+      l->set_end(r.end);
+    }
+    if (j > 0) request.set_previous_address(fleet_->address(j - 1));
+    if (j + 1 < stages) request.set_next_address(fleet_->address(j + 1));
+    request.set_device(job::DeviceForStage(spec_, j));
+    request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));
+    petra::v1::AssignResponse response;
+    if (absl::Status s = fleet_->Call(j, &StageService::Stub::Assign, request,
+                                      &response, kControlTimeout);
+        !s.ok()) {
+      return s;
+    }
+    record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+      job.mutable_stages(j)->set_parameter_count(response.parameter_count());
+    });
+  }
+  return absl::OkStatus();
+}
+
+void Runner::ReleaseAll() {
+  if (fleet_ == nullptr) return;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    petra::v1::ReleaseRequest request;
+    request.set_job_id(id_);
+    petra::v1::ReleaseResponse response;
+    // Best effort: a stage that is gone holds nothing.
+    fleet_->Call(j, &StageService::Stub::Release, request, &response,
+                 milliseconds(10000))
+        .IgnoreError();
+  }
+}
+
+absl::Status Runner::PollStages() {
+  std::vector<petra::v1::StageStats> stats;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    petra::v1::StageStatus status;
+    if (absl::Status s = fleet_->Call(j, &StageService::Stub::GetStatus,
+                                      petra::v1::GetStatusRequest(), &status,
+                                      kProbeTimeout);
+        !s.ok()) {
+      return s;
+    }
+    if (status.job_id() != id_) {
+      return absl::AbortedError(absl::StrCat(
+          fleet_->Name(j), " no longer holds the job (it was restarted?)"));
+    }
+    if (status.state() == petra::v1::StageStatus::STATE_FAILED) {
+      return wire::FromProtoStatus(status.error());
+    }
+    petra::v1::StageStats s = status.stats();
+    s.set_stage_index(j);
+    s.set_address(fleet_->address(j));
+    stats.push_back(std::move(s));
+  }
+  stage_stats_ = std::move(stats);
+  return absl::OkStatus();
+}
+
+void Runner::Progress(JobEvent::Kind kind, uint32_t epoch,
+                      const PassCounters* train,
+                      std::optional<std::pair<double, double>> test) {
+  const int64_t total_steps = [&] {
+    int64_t t = steps_per_epoch_ * spec_.training().epochs();
+    if (spec_.training().max_steps() > 0) {
+      t = std::min<int64_t>(t, spec_.training().max_steps());
+    }
+    return t;
+  }();
+  const double elapsed =
+      std::chrono::duration<double>(steady_clock::now() - started_).count();
+  petra::v1::Progress p;
+  p.set_epoch(epoch);
+  p.set_total_epochs(spec_.training().epochs());
+  p.set_total_steps(static_cast<uint64_t>(total_steps));
+  p.set_elapsed_seconds(elapsed);
+  uint64_t step = steps_done_;
+  if (train != nullptr) {
+    std::lock_guard<std::mutex> lock(const_cast<PassCounters*>(train)->mu);
+    // During the pass, steps_done_ holds the steps before it.
+    if (kind == JobEvent::KIND_PROGRESS) {
+      step += train->losses / spec_.training().accumulation_steps();
+    }
+    if (train->samples > 0) {
+      p.set_train_loss(train->loss_sum / train->samples);
+      p.set_train_accuracy(static_cast<double>(train->correct) /
+                           train->samples);
+      const double pass_seconds =
+          train->seconds > 0
+              ? train->seconds
+              : std::chrono::duration<double>(steady_clock::now() -
+                                              pass_started_)
+                    .count();
+      if (pass_seconds > 0) {
+        p.set_samples_per_second(train->samples / pass_seconds);
+      }
+    }
+  }
+  p.set_step(step);
+  if (step > 0 && total_steps > 0) {
+    p.set_eta_seconds(elapsed / step * (total_steps - static_cast<int64_t>(step)));
+  }
+  p.set_learning_rate(engine::LrSchedule(spec_, steps_per_epoch_)
+                          .At(std::max<int64_t>(0, step - 1)));
+  if (test) last_test_ = test;
+  if (last_test_) {
+    p.set_test_loss(last_test_->first);
+    p.set_test_accuracy(last_test_->second);
+  }
+  for (const auto& s : stage_stats_) *p.add_stages() = s;
+  record_.Update(kind, [&](Job& job) {
+    // An epoch-end event keeps the finished epoch's training figures.
+    if (kind != JobEvent::KIND_EPOCH_END && train == nullptr &&
+        job.has_progress()) {
+      p.set_train_loss(job.progress().train_loss());
+      p.set_train_accuracy(job.progress().train_accuracy());
+      p.set_samples_per_second(job.progress().samples_per_second());
+    }
+    *job.mutable_progress() = p;
+  });
+}
+
+absl::Status Runner::RunPass(petra::v1::Phase phase, uint32_t epoch,
+                             const data::EpochBatches& batches, int64_t n,
+                             PassCounters& c) {
+  const int stages = fleet_->size();
+  for (int j = 0; j < stages; ++j) {
+    petra::v1::StartRequest request;
+    request.set_job_id(id_);
+    request.set_phase(phase);
+    request.set_epoch(epoch);
+    request.set_micro_batches(static_cast<uint64_t>(n));
+    petra::v1::StartResponse response;
+    if (absl::Status s = fleet_->Call(j, &StageService::Stub::Start, request,
+                                      &response, kControlTimeout);
+        !s.ok()) {
+      return s;
+    }
+  }
+  pass_started_ = steady_clock::now();
+  auto on_done = [&c, stages, phase](const petra::v1::MicroBatchDone& d) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (d.phase() != phase) return;
+    if (static_cast<int>(d.stage_index()) == stages - 1) {
+      ++c.losses;
+      c.loss_sum += d.loss() * d.samples();
+      c.correct += d.correct();
+      c.samples += d.samples();
+    } else if (d.stage_index() == 0) {
+      ++c.exits;
+    }
+    c.step = std::max(c.step, d.step());
+    c.last_done = steady_clock::now();
+    c.cv.notify_all();
+  };
+  using FeedSender = wire::StreamSender<petra::v1::ForwardMessage>;
+  auto open = [&](int j) {
+    return std::make_unique<FeedSender>(
+        fleet_->Name(j),
+        [this, j](grpc::ClientContext* ctx) {
+          return fleet_->stub(j).Forward(ctx);
+        },
+        on_done);
+  };
+  std::unique_ptr<FeedSender> data = open(0);
+  std::unique_ptr<FeedSender> labels = stages > 1 ? open(stages - 1) : nullptr;
+
+  // The feed runs on its own thread so this one can watch the stages and
+  // the cancel flag while the feed waits for credits.
+  absl::Status feed_status;
+  std::atomic<bool> feed_over{false};
+  std::thread feeder([&] {
+    for (int64_t m = 0; m < n && feed_status.ok(); ++m) {
+      data::Batch b = batches.Get(m);
+      wire::ForwardPayload p;
+      p.header.job_id = id_;
+      p.header.micro_batch_id = static_cast<uint64_t>(m);
+      p.header.phase = phase;
+      p.header.sender_stage = -1;
+      p.header.epoch = epoch;
+      p.x = {b.images, {}};
+      if (stages == 1) p.labels = b.labels;
+      auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      feed_status = parts.ok() ? data->Send(*parts) : parts.status();
+      if (!feed_status.ok() || stages == 1) continue;
+      p.x = {};
+      p.labels = b.labels;
+      parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      feed_status = parts.ok() ? labels->Send(*parts) : parts.status();
+    }
+    feed_over = true;
+  });
+
+  absl::Status status;
+  auto last_poll = steady_clock::now();
+  auto last_progress = steady_clock::now();
+  while (true) {
+    bool complete = false;
+    steady_clock::time_point last_done;
+    {
+      std::unique_lock<std::mutex> lock(c.mu);
+      c.cv.wait_for(lock, milliseconds(250));
+      complete = c.losses >= n &&
+                 (phase == petra::v1::PHASE_EVAL || stages == 1 || c.exits >= n);
+      last_done = c.last_done;
+    }
+    if (complete) break;
+    if (record_.cancel_requested()) {
+      status = absl::CancelledError("cancelled");
+      break;
+    }
+    if (feed_over && !feed_status.ok()) {
+      status = feed_status;
+      break;
+    }
+    if (absl::Status s = data->health(); !s.ok()) {
+      status = s;
+      break;
+    }
+    if (labels != nullptr) {
+      if (absl::Status s = labels->health(); !s.ok()) {
+        status = s;
+        break;
+      }
+    }
+    if (steady_clock::now() - last_poll > milliseconds(1000)) {
+      last_poll = steady_clock::now();
+      if (absl::Status s = PollStages(); !s.ok()) {
+        status = s;
+        break;
+      }
+    }
+    if (steady_clock::now() - last_done > kStallTimeout) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "no micro-batch finished in ", kStallTimeout.count() / 1000,
+          " s; the pipeline is stuck"));
+      break;
+    }
+    if (phase == petra::v1::PHASE_TRAIN &&
+        steady_clock::now() - last_progress > kProgressInterval) {
+      last_progress = steady_clock::now();
+      Progress(JobEvent::KIND_PROGRESS, epoch, &c, std::nullopt);
+    }
+  }
+  if (!status.ok()) {
+    data->Cancel();
+    if (labels) labels->Cancel();
+  }
+  feeder.join();
+  for (FeedSender* s : {data.get(), labels.get()}) {
+    if (s == nullptr) continue;
+    absl::Status closed = s->Close();
+    if (status.ok() && !closed.ok()) status = closed;
+  }
+  if (status.ok()) status = PollStages();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.seconds =
+        std::chrono::duration<double>(steady_clock::now() - pass_started_)
+            .count();
+  }
+  return status;
+}
+
+absl::Status Runner::CheckpointAll(uint32_t epoch) {
+  const std::string name = absl::StrCat("epoch-", epoch);
+  const std::filesystem::path dir = std::filesystem::path(env_.state_dir) /
+                                    JobDirectory(id_) / "checkpoints" / name;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  }
+  std::vector<std::string> files;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    petra::v1::CheckpointRequest request;
+    request.set_job_id(id_);
+    request.set_name(name);
+    request.set_step(steps_done_);
+    request.set_epoch(epoch);
+    request.set_samples_seen(samples_seen_);
+    petra::v1::CheckpointResponse written;
+    if (absl::Status s = fleet_->Call(j, &StageService::Stub::Checkpoint,
+                                      request, &written, kControlTimeout);
+        !s.ok()) {
+      return s;
+    }
+    // Keep a copy: the stage's disk may be gone when the job is exported.
+    std::string bytes;
+    while (bytes.size() < written.size_bytes() || written.size_bytes() == 0) {
+      petra::v1::ReadCheckpointRequest read;
+      read.set_job_id(id_);
+      read.set_path(written.path());
+      read.set_offset(bytes.size());
+      read.set_max_bytes(kReadChunk);
+      petra::v1::ReadCheckpointResponse piece;
+      if (absl::Status s = fleet_->Call(j, &StageService::Stub::ReadCheckpoint,
+                                        read, &piece, kControlTimeout);
+          !s.ok()) {
+        return s;
+      }
+      if (piece.data().empty()) break;
+      bytes += piece.data();
+    }
+    if (bytes.size() != written.size_bytes()) {
+      return absl::DataLossError(absl::StrCat(
+          fleet_->Name(j), ": checkpoint read back as ", bytes.size(),
+          " bytes, written as ", written.size_bytes()));
+    }
+    std::ofstream out(dir / absl::StrCat("stage-", j, ".pt"),
+                      std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) {
+      return absl::InternalError(
+          absl::StrCat("cannot write the checkpoint under ", dir.string()));
+    }
+    files.push_back(std::move(bytes));
+  }
+  absl::StatusOr<std::string> exported = engine::MergeForExport(files);
+  if (!exported.ok()) return exported.status();
+  const std::string path = ExportPath(env_.state_dir, id_);
+  {
+    std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
+    out.write(exported->data(), static_cast<std::streamsize>(exported->size()));
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+
+  const std::string rel =
+      (std::filesystem::path(JobDirectory(id_)) / "checkpoints" / name)
+          .string();
+  checkpoints_.push_back(dir.string());
+  const uint32_t keep = spec_.checkpoint().has_keep_last()
+                            ? spec_.checkpoint().keep_last()
+                            : 2;
+  while (checkpoints_.size() > std::max<uint32_t>(1, keep)) {
+    std::filesystem::remove_all(checkpoints_.front(), ec);
+    checkpoints_.erase(checkpoints_.begin());
+  }
+  record_.Update(JobEvent::KIND_CHECKPOINT,
+                 [&](Job& job) { job.set_last_checkpoint(rel); });
+  return absl::OkStatus();
+}
+
+absl::Status Runner::Run() {
+  started_ = steady_clock::now();
+  if (absl::Status s = Prepare(); !s.ok()) return s;
+  if (record_.cancel_requested()) return absl::CancelledError("cancelled");
+  if (absl::Status s = Assign(); !s.ok()) return s;
+  record_.Update(JobEvent::KIND_STATE, [](Job& job) {
+    job.set_state(petra::v1::JOB_STATE_RUNNING);
+    *job.mutable_start_time() =
+        google::protobuf::util::TimeUtil::GetCurrentTime();
+  });
+  const uint32_t epochs = spec_.training().epochs();
+  const uint32_t eval_every = spec_.evaluation().every_epochs();
+  const uint32_t ckpt_every = spec_.checkpoint().every_epochs();
+  for (uint32_t e = 1; e <= epochs; ++e) {
+    data::EpochBatches batches(data_.train, engine::TrainBatchOptions(spec_),
+                               e - 1);
+    const int64_t n = engine::TrainMicroBatches(
+        spec_, batches.size(), static_cast<int64_t>(steps_done_));
+    if (n == 0) break;
+    PassCounters train;
+    if (absl::Status s = RunPass(petra::v1::PHASE_TRAIN, e, batches, n, train);
+        !s.ok()) {
+      return s;
+    }
+    steps_done_ += n / spec_.training().accumulation_steps();
+    samples_seen_ += train.samples;
+    const bool capped = spec_.training().max_steps() > 0 &&
+                        steps_done_ >= spec_.training().max_steps();
+    const bool final_epoch = e == epochs || capped;
+    std::optional<std::pair<double, double>> test;
+    if (e % eval_every == 0 || final_epoch) {
+      data::EpochBatches test_batches(data_.test,
+                                      engine::EvalBatchOptions(spec_), 0);
+      PassCounters eval;
+      if (test_batches.size() > 0) {
+        if (absl::Status s = RunPass(petra::v1::PHASE_EVAL, e, test_batches,
+                                     test_batches.size(), eval);
+            !s.ok()) {
+          return s;
+        }
+        if (eval.samples > 0) {
+          test = std::make_pair(eval.loss_sum / eval.samples,
+                                static_cast<double>(eval.correct) / eval.samples);
+        }
+      }
+    }
+    // Progress of the finished epoch, with the pass's own counters.
+    Progress(JobEvent::KIND_EPOCH_END, e, &train, test);
+    if ((ckpt_every > 0 && e % ckpt_every == 0) || final_epoch) {
+      if (absl::Status s = CheckpointAll(e); !s.ok()) {
+        return Prefixed("checkpoint: ", s);
+      }
+    }
+    if (capped) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string JobDirectory(const std::string& job_id) {
+  return "jobs/" + job_id;
+}
+
+std::string ExportPath(const std::string& state_dir,
+                       const std::string& job_id) {
+  return (std::filesystem::path(state_dir) / JobDirectory(job_id) / "model.pt")
+      .string();
+}
+
+void RunJob(JobRecord& record, const RunnerEnvironment& env) {
+  record.Update(JobEvent::KIND_STATE, [](Job& job) {
+    job.set_state(petra::v1::JOB_STATE_STARTING);
+  });
+  Runner runner(record, env);
+  absl::Status status = runner.Run();
+  runner.ReleaseAll();
+  record.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    *job.mutable_end_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+    if (status.ok()) {
+      job.set_state(petra::v1::JOB_STATE_SUCCEEDED);
+    } else if (record.cancel_requested()) {
+      job.set_state(petra::v1::JOB_STATE_CANCELLED);
+    } else {
+      job.set_state(petra::v1::JOB_STATE_FAILED);
+      *job.mutable_error() = wire::ToProtoStatus(status);
+    }
+  });
+}
+
+}  // namespace petra::coordinator

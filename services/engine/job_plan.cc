@@ -1,0 +1,117 @@
+#include "services/engine/job_plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "services/model/network.h"
+#include "services/model/partition_plan.h"
+
+namespace petra::engine {
+
+data::BatchOptions TrainBatchOptions(const petra::v1::JobSpec& s) {
+  data::BatchOptions o;
+  o.batch_size = s.training().micro_batch_size();
+  o.shuffle = true;
+  o.drop_last = true;
+  o.crop_padding = s.dataset().augmentation().random_crop_padding();
+  o.horizontal_flip = s.dataset().augmentation().horizontal_flip();
+  o.normalize = s.dataset().augmentation().normalize();
+  o.seed = s.seed();
+  return o;
+}
+
+data::BatchOptions EvalBatchOptions(const petra::v1::JobSpec& s) {
+  data::BatchOptions o;
+  o.batch_size = s.training().micro_batch_size();
+  o.shuffle = false;
+  o.drop_last = false;
+  o.normalize = s.dataset().augmentation().normalize();
+  return o;
+}
+
+absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& s,
+                                      int64_t train_examples) {
+  const int64_t batch = s.training().micro_batch_size();
+  const int64_t micro_batches = train_examples / batch;
+  if (micro_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the training split has ", train_examples,
+                     " examples, fewer than one micro-batch of ", batch));
+  }
+  const int64_t steps = micro_batches / s.training().accumulation_steps();
+  if (steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "one epoch holds ", micro_batches, " micro-batches, fewer than k = ",
+        s.training().accumulation_steps()));
+  }
+  return steps;
+}
+
+int64_t TrainMicroBatches(const petra::v1::JobSpec& s, int64_t available,
+                          int64_t steps_done) {
+  const int64_t k = s.training().accumulation_steps();
+  int64_t n = available - available % k;  // whole optimizer steps only
+  if (s.training().max_steps() > 0) {
+    const int64_t left =
+        static_cast<int64_t>(s.training().max_steps()) - steps_done;
+    n = std::min(n, std::max<int64_t>(0, left) * k);
+  }
+  return n;
+}
+
+absl::StatusOr<std::vector<model::BlockRange>> PlanStages(
+    const petra::v1::JobSpec& s) {
+  torch::manual_seed(s.seed());
+  absl::StatusOr<model::Network> net = model::BuildNetwork(s.model());
+  if (!net.ok()) return net.status();
+  return model::PlanPartition(*net, s);
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
+    const petra::v1::JobSpec& s, const std::vector<model::BlockRange>& ranges,
+    int64_t steps_per_epoch, const std::vector<int>& which) {
+  // The same seed before the same construction: every runner, and every
+  // stage server building only its own slice, gets the same initial weights.
+  torch::manual_seed(s.seed());
+  absl::StatusOr<model::Network> net = model::BuildNetwork(s.model());
+  if (!net.ok()) return net.status();
+  const int stages = static_cast<int>(ranges.size());
+  if (stages < 1 || ranges.front().begin != 0 ||
+      ranges.back().end != static_cast<int>(net->blocks.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the stage ranges do not cover the network's ", net->blocks.size(),
+        " blocks"));
+  }
+  for (int j = 1; j < stages; ++j) {
+    if (ranges[j].begin != ranges[j - 1].end ||
+        ranges[j].begin >= ranges[j].end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", j, ": block range [", ranges[j].begin, ", ",
+          ranges[j].end, ") does not follow stage ", j - 1, "'s"));
+    }
+  }
+  std::vector<int> order = which;
+  if (order.empty()) {
+    for (int j = 0; j < stages; ++j) order.push_back(j);
+  }
+  const bool delayed = s.training().mode() == petra::v1::TRAINING_MODE_DELAYED;
+  std::vector<std::unique_ptr<StageWorker>> out;
+  for (int j : order) {
+    if (j < 0 || j >= stages) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", j, " is not in [0, ", stages, ")"));
+    }
+    StageConfig config;
+    config.index = j;
+    config.count = stages;
+    config.first_block = ranges[j].begin;
+    config.stash_inputs = delayed && s.training().stash_inputs();
+    config.stash_weights = delayed && s.training().stash_weights();
+    std::vector<std::shared_ptr<model::Block>> mine(
+        net->blocks.begin() + ranges[j].begin,
+        net->blocks.begin() + ranges[j].end);
+    out.push_back(std::make_unique<StageWorker>(
+        std::move(mine), config, s, LrSchedule(s, steps_per_epoch)));
+  }
+  return out;
+}
+
+}  // namespace petra::engine

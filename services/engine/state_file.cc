@@ -1,0 +1,124 @@
+#include "services/engine/state_file.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace petra::engine {
+namespace {
+
+constexpr char kMetaStage[] = "meta.stage_index";
+constexpr char kMetaSteps[] = "meta.optimizer_steps";
+constexpr char kMetaEpoch[] = "meta.epoch";
+constexpr char kMetaSamples[] = "meta.samples_seen";
+
+torch::Tensor Scalar(int64_t v) { return torch::tensor(v, torch::kInt64); }
+
+absl::StatusOr<int64_t> ReadScalar(const NamedTensors& t, const char* name) {
+  auto it = t.find(name);
+  if (it == t.end() || it->second.numel() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: \"", name, "\" is missing"));
+  }
+  return it->second.item<int64_t>();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeStateFile(
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  try {
+    c10::Dict<std::string, at::Tensor> dict;
+    for (const auto& [name, t] : tensors) {
+      dict.insert(name, t.detach().to(torch::kCPU).contiguous());
+    }
+    std::vector<char> bytes = torch::pickle_save(dict);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("saving state: ", e.what()));
+  }
+}
+
+absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes) {
+  try {
+    c10::IValue v =
+        torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    if (!v.isGenericDict()) {
+      return absl::InvalidArgumentError(
+          "state file: not a dictionary of tensors");
+    }
+    NamedTensors out;
+    for (const auto& entry : v.toGenericDict()) {
+      if (!entry.key().isString() || !entry.value().isTensor()) {
+        return absl::InvalidArgumentError(
+            "state file: an entry is not a name and a tensor");
+      }
+      out[entry.key().toStringRef()] = entry.value().toTensor();
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state file: unreadable (", e.what(), ")"));
+  }
+}
+
+absl::StatusOr<std::string> EncodeStageCheckpoint(
+    const StageWorker& worker, const StageCheckpointMeta& meta) {
+  std::vector<std::pair<std::string, torch::Tensor>> t =
+      worker.NamedState(true);
+  t.emplace_back(kMetaStage, Scalar(meta.stage_index));
+  t.emplace_back(kMetaSteps, Scalar(meta.optimizer_steps));
+  t.emplace_back(kMetaEpoch, Scalar(meta.epoch));
+  t.emplace_back(kMetaSamples, Scalar(meta.samples_seen));
+  return EncodeStateFile(t);
+}
+
+absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
+    const std::string& bytes, StageWorker& worker) {
+  absl::StatusOr<NamedTensors> t = DecodeStateFile(bytes);
+  if (!t.ok()) return t.status();
+  StageCheckpointMeta meta;
+  for (auto [name, field] :
+       {std::pair{kMetaStage, &meta.stage_index},
+        std::pair{kMetaSteps, &meta.optimizer_steps},
+        std::pair{kMetaEpoch, &meta.epoch},
+        std::pair{kMetaSamples, &meta.samples_seen}}) {
+    absl::StatusOr<int64_t> v = ReadScalar(*t, name);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  if (meta.stage_index != worker.index()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: written by stage ", meta.stage_index,
+                     ", restoring stage ", worker.index()));
+  }
+  if (absl::Status s = worker.LoadNamedState(*t, meta.optimizer_steps);
+      !s.ok()) {
+    return s;
+  }
+  return meta;
+}
+
+absl::StatusOr<std::string> MergeForExport(
+    const std::vector<std::string>& stage_checkpoints) {
+  std::vector<std::pair<std::string, torch::Tensor>> all;
+  for (size_t j = 0; j < stage_checkpoints.size(); ++j) {
+    absl::StatusOr<NamedTensors> t = DecodeStateFile(stage_checkpoints[j]);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(), absl::StrCat("stage ", j, ": ",
+                                                          t.status().message()));
+    }
+    for (auto& [name, tensor] : *t) {
+      if (absl::StartsWith(name, "blocks.")) all.emplace_back(name, tensor);
+    }
+  }
+  // Block order, not the dictionary's lexical order ("blocks.10" < "blocks.2").
+  std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) {
+    auto block = [](const std::string& n) {
+      return std::atoi(n.c_str() + 7);
+    };
+    return block(x.first) < block(y.first);
+  });
+  return EncodeStateFile(all);
+}
+
+}  // namespace petra::engine

@@ -1,0 +1,45 @@
+// Stage state as files: named tensors in torch.save's zip format, which both
+// this code (pickle_load) and Python's torch.load read. A stage checkpoint
+// holds the stage's parameters, BN statistics, optimizer state and its
+// counters ("meta.*" int64 scalars); an export holds the model tensors of
+// every stage ("blocks.<i>.<name>") and nothing else.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/engine/stage_worker.h"
+
+namespace petra::engine {
+
+// Counters recorded beside a stage's tensors.
+struct StageCheckpointMeta {
+  int64_t stage_index = 0;
+  int64_t optimizer_steps = 0;
+  int64_t epoch = 0;         // epochs completed
+  int64_t samples_seen = 0;  // training samples fed so far (data cursor)
+};
+
+using NamedTensors = std::map<std::string, torch::Tensor>;
+
+// Serialises named tensors (a Python dict of str -> Tensor).
+absl::StatusOr<std::string> EncodeStateFile(
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+// Reads a file EncodeStateFile wrote (or Python's torch.save of such a
+// dict); INVALID_ARGUMENT when it is not one.
+absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes);
+
+absl::StatusOr<std::string> EncodeStageCheckpoint(
+    const StageWorker& worker, const StageCheckpointMeta& meta);
+// Restores `worker` from a checkpoint and returns its counters.
+absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
+    const std::string& bytes, StageWorker& worker);
+
+// The export: the "blocks.*" tensors of every stage's checkpoint, in order.
+absl::StatusOr<std::string> MergeForExport(
+    const std::vector<std::string>& stage_checkpoints);
+
+}  // namespace petra::engine

@@ -1,0 +1,616 @@
+#include "stage_server/stage_host.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/engine/job_plan.h"
+#include "services/engine/stage_io.h"
+#include "services/engine/stage_worker.h"
+#include "services/engine/state_file.h"
+#include "services/job/job_spec_validation.h"
+#include "services/metrics/process_memory.h"
+#include "services/version.h"
+#include "services/wire/grpc_defaults.h"
+#include "services/wire/stream_sender.h"
+
+namespace petra::stage_server {
+
+using petra::v1::StageStatus;
+
+struct StageJob {
+  StageJob(const petra::v1::AssignRequest& a)
+      : assign(a), mailbox(a.stage_index(), a.stage_count()) {}
+  const petra::v1::AssignRequest assign;
+  std::unique_ptr<engine::StageWorker> worker;  // set by the executor
+  StageMailbox mailbox;
+  // Guarded by StageHost::mu_.
+  StageStatus::State state = StageStatus::STATE_ASSIGNED;
+  absl::Status error;
+  petra::v1::StageStats stats;
+  std::atomic<bool> released{false};
+  // Aborts the outgoing streams of the running pass.
+  std::mutex streams_mu;
+  std::function<void()> cancel_streams;
+
+  const std::string& id() const { return assign.job_id(); }
+  int index() const { return static_cast<int>(assign.stage_index()); }
+  int count() const { return static_cast<int>(assign.stage_count()); }
+  void CancelStreams() {
+    std::lock_guard<std::mutex> lock(streams_mu);
+    if (cancel_streams) cancel_streams();
+  }
+};
+
+namespace {
+
+constexpr uint32_t kMaxReadBytes = 4 << 20;
+
+// Names the coordinator chooses (job ids, checkpoint names) become paths
+// under --state-dir: plain relative names only.
+absl::Status CheckRelativeName(const std::string& name, const char* what) {
+  if (name.empty() || name.size() > 200 || name.front() == '/' ||
+      absl::StrContains(name, "..") || absl::StrContains(name, "//")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " \"", name, "\" is not a relative name without \"..\""));
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.' &&
+        c != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " \"", name, "\": only letters, digits and -_./ are allowed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < n; ++i) hex += absl::StrFormat("%02x", digest[i]);
+  return hex;
+}
+
+// Temporary file, fsync, rename: a crash leaves the old file or the new one.
+absl::Status WriteFileAtomically(const std::filesystem::path& path,
+                                 const std::string& bytes) {
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create ",
+                                            path.parent_path().string(), ": ",
+                                            ec.message()));
+  }
+  const std::string tmp = path.string() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n <= 0) {
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot complete ", path.string()));
+  }
+  return absl::OkStatus();
+}
+
+petra::v1::MemoryBreakdown ToProto(const engine::MemoryStats& m) {
+  petra::v1::MemoryBreakdown p;
+  p.set_parameters_bytes(m.parameters_bytes);
+  p.set_optimizer_state_bytes(m.optimizer_state_bytes);
+  p.set_activation_buffer_bytes(m.activation_buffer_bytes);
+  p.set_weight_stash_bytes(m.weight_stash_bytes);
+  p.set_peak_bytes(m.peak_bytes);
+  p.set_process_rss_bytes(metrics::ProcessRssBytes());
+  return p;
+}
+
+template <typename Message>
+using Sender = wire::StreamSender<Message>;
+
+// The stage's outbox: encodes micro-batches onto the streams to its
+// neighbours and reports completions on the coordinator's streams.
+class NeighborOutbox : public engine::StageOutbox {
+ public:
+  NeighborOutbox(StageJob& job, const PassInfo& pass,
+                 Sender<petra::v1::ForwardMessage>* next,
+                 Sender<petra::v1::BackwardMessage>* previous,
+                 std::function<void()> after_each)
+      : job_(job),
+        pass_(pass),
+        next_(next),
+        previous_(previous),
+        after_each_(std::move(after_each)) {}
+
+  absl::Status SendForward(engine::ForwardItem item) override {
+    wire::ForwardPayload p;
+    p.header = Header(item.id);
+    p.x = std::move(item.x);
+    absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
+        wire::EncodeForward(p, wire::kTensorChunkBytes);
+    after_each_();
+    if (!parts.ok()) return parts.status();
+    return next_->Send(*parts);
+  }
+
+  absl::Status SendBackward(engine::BackwardItem item) override {
+    wire::BackwardPayload p;
+    p.header = Header(item.id);
+    p.output = std::move(item.output);
+    p.grad = std::move(item.grad);
+    absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =
+        wire::EncodeBackward(p, wire::kTensorChunkBytes);
+    after_each_();
+    if (!parts.ok()) return parts.status();
+    return previous_->Send(*parts);
+  }
+
+  void ReportLoss(int64_t id, const engine::LossOutput& loss) override {
+    petra::v1::StreamReply r = DoneReply(id);
+    r.mutable_done()->set_loss(loss.loss);
+    r.mutable_done()->set_correct(static_cast<uint32_t>(loss.correct));
+    r.mutable_done()->set_samples(static_cast<uint32_t>(loss.samples));
+    after_each_();
+    if (auto sink = job_.mailbox.labels_sink()) sink->Send(std::move(r));
+  }
+
+  void Finished(int64_t id) override {
+    after_each_();
+    if (auto sink = job_.mailbox.data_sink()) sink->Send(DoneReply(id));
+  }
+
+ private:
+  wire::MessageHeader Header(int64_t id) const {
+    wire::MessageHeader h;
+    h.job_id = job_.id();
+    h.micro_batch_id = static_cast<uint64_t>(id);
+    h.step = static_cast<uint64_t>(job_.worker->optimizer_steps());
+    h.phase = pass_.phase;
+    h.sender_stage = job_.index();
+    h.epoch = pass_.epoch;
+    return h;
+  }
+  petra::v1::StreamReply DoneReply(int64_t id) const {
+    petra::v1::StreamReply r;
+    petra::v1::MicroBatchDone* d = r.mutable_done();
+    d->set_micro_batch_id(static_cast<uint64_t>(id));
+    d->set_phase(pass_.phase);
+    d->set_stage_index(job_.index());
+    d->set_step(static_cast<uint64_t>(job_.worker->optimizer_steps()));
+    return r;
+  }
+
+  StageJob& job_;
+  const PassInfo pass_;
+  Sender<petra::v1::ForwardMessage>* next_;
+  Sender<petra::v1::BackwardMessage>* previous_;
+  std::function<void()> after_each_;
+};
+
+}  // namespace
+
+StageHost::StageHost(Options options)
+    : options_(std::move(options)), tasks_(1 << 16) {
+  executor_ = std::thread([this] {
+    // Intra-op threads are per calling thread: the stage's torch work all
+    // runs here.
+    at::set_num_threads(std::max(1, options_.threads));
+    while (std::optional<std::function<void()>> task = tasks_.Pop()) (*task)();
+  });
+}
+
+StageHost::~StageHost() {
+  std::shared_ptr<StageJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job = job_;
+    if (job != nullptr) {
+      job->released = true;
+      job->mailbox.Close("the stage server is stopping");
+    }
+  }
+  if (job != nullptr) job->CancelStreams();
+  tasks_.Close();
+  executor_.join();
+}
+
+void StageHost::Post(std::function<void()> task) { tasks_.Push(std::move(task)); }
+
+std::shared_ptr<StageJob> StageHost::CurrentJob(const std::string& id,
+                                                absl::Status* error) {
+  if (job_ == nullptr || job_->id() != id) {
+    *error = absl::NotFoundError(absl::StrCat(
+        "unknown job \"", id, "\": ",
+        job_ == nullptr ? std::string("this stage holds no job")
+                        : absl::StrCat("this stage holds job \"", job_->id(),
+                                       "\"")));
+    return nullptr;
+  }
+  return job_;
+}
+
+void StageHost::Assign(const petra::v1::AssignRequest& request,
+                       petra::v1::AssignResponse* response, Done done) {
+  absl::Status bad;
+  auto refuse = [&](absl::Status s) { done(std::move(s)); };
+  if (absl::Status s = CheckRelativeName(request.job_id(), "job_id"); !s.ok())
+    return refuse(s);
+  absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(request.spec());
+  if (!spec.ok()) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("spec: ", spec.status().message())));
+  }
+  const uint32_t count = request.stage_count();
+  if (count < 1 || request.stage_index() >= count ||
+      request.partition_size() != static_cast<int>(count)) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "stage_index ", request.stage_index(), ", stage_count ", count,
+        " and a partition of ", request.partition_size(),
+        " ranges do not fit together")));
+  }
+  if (request.steps_per_epoch() < 1) {
+    return refuse(absl::InvalidArgumentError("steps_per_epoch must be >= 1"));
+  }
+  if (!request.device().empty() && request.device() != options_.device) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        "the job places this stage on \"", request.device(),
+        "\" but this server runs on \"", options_.device, "\"")));
+  }
+  if (!request.restore_checkpoint().empty()) {
+    if (absl::Status s = CheckRelativeName(request.restore_checkpoint(),
+                                           "restore_checkpoint");
+        !s.ok()) {
+      return refuse(s);
+    }
+  }
+  auto job = std::make_shared<StageJob>(request);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) {
+      return refuse(absl::UnavailableError("the stage server is draining"));
+    }
+    if (job_ != nullptr) {
+      return refuse(absl::FailedPreconditionError(absl::StrCat(
+          "this stage already holds job \"", job_->id(),
+          "\"; release it first")));
+    }
+    job_ = job;
+  }
+  Post([this, job, spec = *spec, response, done = std::move(done)] {
+    std::vector<model::BlockRange> ranges;
+    for (const auto& r : job->assign.partition()) {
+      ranges.push_back({static_cast<int>(r.begin()), static_cast<int>(r.end())});
+    }
+    absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> w =
+        engine::BuildStageWorkers(
+            spec, ranges, static_cast<int64_t>(job->assign.steps_per_epoch()),
+            {job->index()});
+    absl::Status status = w.status();
+    if (status.ok()) {
+      job->worker = std::move(w->front());
+      const std::string& restore = job->assign.restore_checkpoint();
+      if (!restore.empty()) {
+        std::ifstream in(std::filesystem::path(options_.state_dir) / restore,
+                         std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+        if (!in && bytes.empty()) {
+          status = absl::NotFoundError(
+              absl::StrCat("restore_checkpoint \"", restore, "\" not found"));
+        } else {
+          status = engine::RestoreStageCheckpoint(bytes, *job->worker).status();
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok()) {
+      if (job_ == job) job_.reset();
+    } else {
+      int64_t params = 0;
+      for (const torch::Tensor& p : job->worker->parameters()) params += p.numel();
+      response->set_parameter_count(static_cast<uint64_t>(params));
+      *response->mutable_memory() = ToProto(job->worker->memory());
+    }
+    done(status);
+  });
+}
+
+absl::Status StageHost::Start(const petra::v1::StartRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status error;
+  std::shared_ptr<StageJob> job = CurrentJob(request.job_id(), &error);
+  if (job == nullptr) return error;
+  if (draining_) return absl::UnavailableError("the stage server is draining");
+  if (job->state == StageStatus::STATE_FAILED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job failed on this stage: ", job->error.message()));
+  }
+  if (request.phase() != petra::v1::PHASE_TRAIN &&
+      request.phase() != petra::v1::PHASE_EVAL) {
+    return absl::InvalidArgumentError("phase must be PHASE_TRAIN or PHASE_EVAL");
+  }
+  if (request.micro_batches() < 1 || request.micro_batches() > (1u << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro_batches ", request.micro_batches(), " is not in [1, 2^30]"));
+  }
+  PassInfo pass{request.phase(), request.epoch(),
+                static_cast<int64_t>(request.micro_batches())};
+  // Every micro-batch of the previous pass has been taken by now (the
+  // coordinator starts a pass only when the last one has left every stage).
+  job->mailbox.BeginPass(pass);
+  job->state = StageStatus::STATE_RUNNING;
+  ++pending_passes_;
+  Post([this, job, pass] { RunPass(job, pass); });
+  return absl::OkStatus();
+}
+
+void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
+  absl::Status status;
+  if (job->released) status = absl::CancelledError("released");
+  const bool train = pass.phase == petra::v1::PHASE_TRAIN;
+  std::unique_ptr<Sender<petra::v1::ForwardMessage>> next;
+  std::unique_ptr<Sender<petra::v1::BackwardMessage>> previous;
+  if (status.ok() && job->index() + 1 < job->count()) {
+    auto stub = petra::v1::StageService::NewStub(
+        wire::CreateChannel(job->assign.next_address()));
+    next = std::make_unique<Sender<petra::v1::ForwardMessage>>(
+        absl::StrCat("stage ", job->index() + 1, " (",
+                     job->assign.next_address(), ")"),
+        [stub = std::shared_ptr(std::move(stub))](grpc::ClientContext* c) {
+          return stub->Forward(c);
+        });
+  }
+  if (status.ok() && train && job->index() > 0) {
+    auto stub = petra::v1::StageService::NewStub(
+        wire::CreateChannel(job->assign.previous_address()));
+    previous = std::make_unique<Sender<petra::v1::BackwardMessage>>(
+        absl::StrCat("stage ", job->index() - 1, " (",
+                     job->assign.previous_address(), ")"),
+        [stub = std::shared_ptr(std::move(stub))](grpc::ClientContext* c) {
+          return stub->Backward(c);
+        });
+  }
+  {
+    std::lock_guard<std::mutex> lock(job->streams_mu);
+    job->cancel_streams = [&] {
+      if (next) next->Cancel();
+      if (previous) previous->Cancel();
+    };
+  }
+  if (job->released) job->CancelStreams();
+
+  auto snapshot = [this, &job] {
+    petra::v1::StageStats s;
+    const engine::StageWorker& w = *job->worker;
+    s.set_stage_index(job->index());
+    s.set_forward_count(w.forward_count());
+    s.set_backward_count(w.backward_count());
+    s.set_optimizer_steps(w.optimizer_steps());
+    s.set_in_flight(static_cast<uint32_t>(w.in_flight()));
+    s.set_delay_ticks_mean(w.delay_ticks_mean());
+    s.set_staleness_mean(w.staleness_mean());
+    *s.mutable_memory() = ToProto(w.memory());
+    s.set_wait_seconds(job->mailbox.wait_seconds());
+    std::lock_guard<std::mutex> lock(mu_);
+    job->stats = std::move(s);
+  };
+  if (status.ok()) {
+    NeighborOutbox outbox(*job, pass, next.get(), previous.get(), snapshot);
+    const bool overlap = job->assign.spec().training().mode() !=
+                         petra::v1::TRAINING_MODE_BACKPROP;
+    status = train ? engine::RunStageEpoch(*job->worker, job->mailbox, outbox,
+                                           pass.micro_batches, overlap)
+                   : engine::RunStageEval(*job->worker, job->mailbox, outbox,
+                                          pass.micro_batches);
+  }
+  if (!status.ok()) job->CancelStreams();
+  for (absl::Status s : {next ? next->Close() : absl::OkStatus(),
+                         previous ? previous->Close() : absl::OkStatus()}) {
+    if (status.ok() && !s.ok()) status = s;
+  }
+  {
+    std::lock_guard<std::mutex> lock(job->streams_mu);
+    job->cancel_streams = nullptr;
+  }
+  next.reset();
+  previous.reset();
+  if (job->worker != nullptr) snapshot();
+  std::lock_guard<std::mutex> lock(mu_);
+  --pending_passes_;
+  if (!status.ok() && !job->released) Fail(*job, status);
+}
+
+void StageHost::Fail(StageJob& job, const absl::Status& error) {
+  if (job.state == StageStatus::STATE_FAILED) return;
+  job.state = StageStatus::STATE_FAILED;
+  job.error = absl::Status(error.code(), absl::StrCat("stage ", job.index(),
+                                                      ": ", error.message()));
+  job.mailbox.Close(std::string(job.error.message()));
+}
+
+void StageHost::Checkpoint(const petra::v1::CheckpointRequest& request,
+                           petra::v1::CheckpointResponse* response, Done done) {
+  std::shared_ptr<StageJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Status error;
+    job = CurrentJob(request.job_id(), &error);
+    if (job == nullptr) return done(error);
+  }
+  if (absl::Status s = CheckRelativeName(request.name(), "name"); !s.ok())
+    return done(s);
+  Post([this, job, request, response, done = std::move(done)] {
+    if (job->worker == nullptr || job->released) {
+      return done(absl::FailedPreconditionError("the job was released"));
+    }
+    engine::StageCheckpointMeta meta;
+    meta.stage_index = job->index();
+    meta.optimizer_steps = job->worker->optimizer_steps();
+    meta.epoch = static_cast<int64_t>(request.epoch());
+    meta.samples_seen = static_cast<int64_t>(request.samples_seen());
+    absl::StatusOr<std::string> bytes =
+        engine::EncodeStageCheckpoint(*job->worker, meta);
+    if (!bytes.ok()) return done(bytes.status());
+    const std::string rel = absl::StrCat(job->id(), "/", request.name(),
+                                         "/stage-", job->index(), ".pt");
+    if (absl::Status s = WriteFileAtomically(
+            std::filesystem::path(options_.state_dir) / rel, *bytes);
+        !s.ok()) {
+      return done(s);
+    }
+    response->set_path(rel);
+    response->set_size_bytes(bytes->size());
+    response->set_sha256(Sha256Hex(*bytes));
+    done(absl::OkStatus());
+  });
+}
+
+absl::Status StageHost::ReadCheckpoint(
+    const petra::v1::ReadCheckpointRequest& request,
+    petra::v1::ReadCheckpointResponse* response) {
+  if (absl::Status s = CheckRelativeName(request.path(), "path"); !s.ok())
+    return s;
+  if (!absl::StartsWith(request.path(), request.job_id() + "/")) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "path \"", request.path(), "\" is not a checkpoint of job \"",
+        request.job_id(), "\""));
+  }
+  const std::filesystem::path path =
+      std::filesystem::path(options_.state_dir) / request.path();
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("no checkpoint \"", request.path(), "\""));
+  }
+  const uint64_t total = static_cast<uint64_t>(in.tellg());
+  if (request.offset() > total) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "offset ", request.offset(), " is past the end (", total, " bytes)"));
+  }
+  const uint32_t max = request.max_bytes() == 0
+                           ? kMaxReadBytes
+                           : std::min(request.max_bytes(), kMaxReadBytes);
+  std::string data(std::min<uint64_t>(max, total - request.offset()), '\0');
+  in.seekg(static_cast<std::streamoff>(request.offset()));
+  in.read(data.data(), static_cast<std::streamsize>(data.size()));
+  response->set_data(std::move(data));
+  response->set_total_bytes(total);
+  return absl::OkStatus();
+}
+
+void StageHost::Release(const petra::v1::ReleaseRequest& request, Done done) {
+  std::shared_ptr<StageJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Status error;
+    job = CurrentJob(request.job_id(), &error);
+    if (job == nullptr) {
+      // Releasing what is not held is done already; another job is not.
+      return done(job_ == nullptr ? absl::OkStatus() : error);
+    }
+    job->released = true;
+    job->mailbox.Close("the job was released");
+  }
+  job->CancelStreams();
+  Post([this, job, done = std::move(done)] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (job_ == job) job_.reset();
+    }
+    done(absl::OkStatus());
+  });
+}
+
+StageStatus StageHost::Status() {
+  StageStatus s;
+  s.set_device(options_.device);
+  s.set_version(kVersion);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_ == nullptr) {
+    s.set_state(draining_ ? StageStatus::STATE_DRAINING
+                          : StageStatus::STATE_IDLE);
+    return s;
+  }
+  s.set_state(draining_ && job_->state != StageStatus::STATE_FAILED
+                  ? StageStatus::STATE_DRAINING
+                  : job_->state);
+  s.set_job_id(job_->id());
+  s.set_stage_index(job_->assign.stage_index());
+  s.set_stage_count(job_->assign.stage_count());
+  *s.mutable_layers() = job_->assign.layers();
+  *s.mutable_stats() = job_->stats;
+  s.mutable_stats()->set_stage_index(job_->assign.stage_index());
+  if (!job_->error.ok()) *s.mutable_error() = wire::ToProtoStatus(job_->error);
+  return s;
+}
+
+absl::Status StageHost::DeliverForward(wire::ForwardPayload payload,
+                                       std::shared_ptr<ReplySink> from) {
+  std::shared_ptr<StageJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Status error;
+    job = CurrentJob(payload.header.job_id, &error);
+    if (job == nullptr) return error;
+  }
+  return job->mailbox.DeliverForward(std::move(payload), std::move(from));
+}
+
+absl::Status StageHost::DeliverBackward(wire::BackwardPayload payload,
+                                        std::shared_ptr<ReplySink> from) {
+  std::shared_ptr<StageJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Status error;
+    job = CurrentJob(payload.header.job_id, &error);
+    if (job == nullptr) return error;
+  }
+  return job->mailbox.DeliverBackward(std::move(payload), std::move(from));
+}
+
+uint32_t StageHost::window() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_ == nullptr) return 1;
+  const uint32_t w = job_->assign.spec().training().max_in_flight();
+  return w > 0 ? w : 2 * job_->assign.stage_count();
+}
+
+void StageHost::Drain(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (pending_passes_ > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::shared_ptr<StageJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job = job_;
+    if (job != nullptr) {
+      job->released = true;
+      job->mailbox.Close("the stage server was stopped");
+    }
+  }
+  if (job != nullptr) job->CancelStreams();
+}
+
+}  // namespace petra::stage_server

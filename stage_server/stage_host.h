@@ -1,0 +1,75 @@
+// What a stage server holds: at most one job (its worker and mailbox), the
+// executor thread that runs every piece of torch work in order (assignment,
+// passes, checkpoints, release), and the status the coordinator polls. The
+// gRPC service is a thin adapter over this; reactions hand work here and
+// never wait for it.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "petra/v1/stage.pb.h"
+#include "services/engine/blocking_queue.h"
+#include "stage_server/stage_mailbox.h"
+
+namespace petra::stage_server {
+
+struct StageJob;
+
+class StageHost {
+ public:
+  struct Options {
+    std::string device = "cpu";
+    int threads = 1;
+    std::string state_dir;
+  };
+  using Done = std::function<void(absl::Status)>;
+
+  explicit StageHost(Options options);
+  ~StageHost();
+
+  // Control calls. `done` runs on the executor when the work is finished.
+  void Assign(const petra::v1::AssignRequest& request,
+              petra::v1::AssignResponse* response, Done done);
+  absl::Status Start(const petra::v1::StartRequest& request);
+  void Checkpoint(const petra::v1::CheckpointRequest& request,
+                  petra::v1::CheckpointResponse* response, Done done);
+  absl::Status ReadCheckpoint(const petra::v1::ReadCheckpointRequest& request,
+                              petra::v1::ReadCheckpointResponse* response);
+  void Release(const petra::v1::ReleaseRequest& request, Done done);
+  petra::v1::StageStatus Status();
+
+  // Data plane, from the stream reactors: NOT_FOUND for another job.
+  absl::Status DeliverForward(wire::ForwardPayload payload,
+                              std::shared_ptr<ReplySink> from);
+  absl::Status DeliverBackward(wire::BackwardPayload payload,
+                               std::shared_ptr<ReplySink> from);
+  // Credits a new incoming stream is granted.
+  uint32_t window();
+
+  // SIGTERM: refuses new jobs and passes, waits up to `timeout` for the
+  // passes already started to end, then releases the job.
+  void Drain(std::chrono::milliseconds timeout);
+
+ private:
+  void Post(std::function<void()> task);
+  void RunPass(std::shared_ptr<StageJob> job, PassInfo pass);
+  void Fail(StageJob& job, const absl::Status& error);
+  std::shared_ptr<StageJob> CurrentJob(const std::string& id,
+                                       absl::Status* error);
+
+  const Options options_;
+  std::mutex mu_;
+  std::shared_ptr<StageJob> job_;
+  bool draining_ = false;
+  std::atomic<int> pending_passes_{0};
+  engine::BlockingQueue<std::function<void()>> tasks_;
+  std::thread executor_;
+};
+
+}  // namespace petra::stage_server

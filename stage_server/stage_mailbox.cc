@@ -1,0 +1,209 @@
+#include "stage_server/stage_mailbox.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "services/wire/status_map.h"
+
+namespace petra::stage_server {
+
+petra::v1::StreamReply CreditReply(uint32_t n) {
+  petra::v1::StreamReply r;
+  r.mutable_credit()->set_micro_batches(n);
+  return r;
+}
+
+petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status) {
+  petra::v1::StreamReply r;
+  r.mutable_error()->set_micro_batch_id(id);
+  *r.mutable_error()->mutable_status() = wire::ToProtoStatus(status);
+  return r;
+}
+
+StageMailbox::StageMailbox(int stage_index, int stage_count)
+    : index_(stage_index), count_(stage_count) {}
+
+void StageMailbox::BeginPass(const PassInfo& pass) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pass_ = pass;
+  open_pass_ = true;
+  next_forward_ = next_backward_ = 0;
+  forward_.clear();
+  backward_.clear();
+}
+
+void StageMailbox::EndPass() {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_pass_ = false;
+}
+
+void StageMailbox::Close(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  closed_why_ = why;
+  cv_.notify_all();
+}
+
+absl::Status StageMailbox::CheckId(uint64_t id, int64_t next,
+                                   const char* direction) const {
+  if (closed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the stage is stopping (", closed_why_, ")"));
+  }
+  if (!open_pass_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        direction, " micro-batch ", id, ": stage ", index_,
+        " is not running a pass (the coordinator has not started one)"));
+  }
+  if (id >= static_cast<uint64_t>(pass_.micro_batches)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        direction, " micro-batch id ", id, " is out of range: the pass has ",
+        pass_.micro_batches, " micro-batches (ids 0..",
+        pass_.micro_batches - 1, ")"));
+  }
+  if (static_cast<int64_t>(id) < next) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        direction, " micro-batch ", id, " is a duplicate: stage ", index_,
+        " already took it"));
+  }
+  return absl::OkStatus();
+}
+
+bool StageMailbox::ForwardReady(const ForwardSlot& s) const {
+  return s.has_x && (index_ != count_ - 1 || s.has_labels);
+}
+
+absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
+                                          std::shared_ptr<ReplySink> from) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = p.header.micro_batch_id;
+  if (absl::Status s = CheckId(id, next_forward_, "forward"); !s.ok()) return s;
+  if (p.header.phase != pass_.phase) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "forward micro-batch ", id, " is for phase ",
+        petra::v1::Phase_Name(p.header.phase), " but the pass is ",
+        petra::v1::Phase_Name(pass_.phase)));
+  }
+  const bool has_x = p.x.a.defined();
+  const bool has_labels = p.labels.defined();
+  if (!has_x && !has_labels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "forward micro-batch ", id, " carries neither activation nor labels"));
+  }
+  // Activations come from the previous stage (the coordinator's feed, -1,
+  // on stage 0); labels only from the coordinator, only to the last stage.
+  if (has_x && p.header.sender_stage != index_ - 1) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "forward micro-batch ", id, ": activations from stage ",
+        p.header.sender_stage, ", but stage ", index_, " takes them from ",
+        index_ == 0 ? std::string("the coordinator (-1)")
+                    : absl::StrCat("stage ", index_ - 1)));
+  }
+  if (has_labels && (index_ != count_ - 1 || p.header.sender_stage != -1)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "forward micro-batch ", id,
+        ": labels are taken only by the last stage, from the coordinator"));
+  }
+  ForwardSlot& slot = forward_[id];
+  if ((has_x && slot.has_x) || (has_labels && slot.has_labels)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "forward micro-batch ", id, " is a duplicate: it is already queued"));
+  }
+  if (has_x) {
+    slot.x = std::move(p.x);
+    slot.has_x = true;
+    if (index_ == 0) data_sink_ = from;
+  }
+  if (has_labels) {
+    slot.labels = std::move(p.labels);
+    slot.has_labels = true;
+    labels_sink_ = from;
+  }
+  slot.senders.push_back(std::move(from));
+  if (ForwardReady(slot)) cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
+                                           std::shared_ptr<ReplySink> from) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = p.header.micro_batch_id;
+  if (absl::Status s = CheckId(id, next_backward_, "backward"); !s.ok())
+    return s;
+  if (pass_.phase != petra::v1::PHASE_TRAIN) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "backward micro-batch ", id, ": the pass is an evaluation"));
+  }
+  if (p.header.sender_stage != index_ + 1) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "backward micro-batch ", id, " from stage ", p.header.sender_stage,
+        ", but stage ", index_, " takes gradients from stage ", index_ + 1));
+  }
+  if (backward_.count(id) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "backward micro-batch ", id, " is a duplicate: it is already queued"));
+  }
+  BackwardSlot& slot = backward_[id];
+  slot.item = {static_cast<int64_t>(id), std::move(p.output),
+               std::move(p.grad)};
+  slot.sender = std::move(from);
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+template <typename Map, typename Ready>
+absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(Map& map,
+                                                             int64_t id,
+                                                             int64_t& next,
+                                                             Ready ready) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto start = std::chrono::steady_clock::now();
+  cv_.wait(lock, [&] {
+    if (closed_) return true;
+    auto it = map.find(id);
+    return it != map.end() && ready(it->second);
+  });
+  wait_seconds_ += std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  if (closed_) return absl::CancelledError(closed_why_);
+  auto it = map.find(id);
+  typename Map::mapped_type slot = std::move(it->second);
+  map.erase(it);
+  next = id + 1;
+  return slot;
+}
+
+absl::StatusOr<engine::ForwardItem> StageMailbox::NextForward(int64_t id) {
+  absl::StatusOr<ForwardSlot> slot =
+      Take(forward_, id, next_forward_,
+           [this](const ForwardSlot& s) { return ForwardReady(s); });
+  if (!slot.ok()) return slot.status();
+  for (auto& sender : slot->senders) sender->Send(CreditReply(1));
+  return engine::ForwardItem{id, std::move(slot->x), std::move(slot->labels)};
+}
+
+absl::StatusOr<engine::BackwardItem> StageMailbox::NextBackward(int64_t id) {
+  absl::StatusOr<BackwardSlot> slot = Take(
+      backward_, id, next_backward_, [](const BackwardSlot&) { return true; });
+  if (!slot.ok()) return slot.status();
+  slot->sender->Send(CreditReply(1));
+  return std::move(slot->item);
+}
+
+std::shared_ptr<ReplySink> StageMailbox::labels_sink() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return labels_sink_;
+}
+
+std::shared_ptr<ReplySink> StageMailbox::data_sink() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return data_sink_;
+}
+
+double StageMailbox::wait_seconds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return wait_seconds_;
+}
+
+}  // namespace petra::stage_server

@@ -1,0 +1,105 @@
+// Where the stream reactors leave whole micro-batches for the stage's
+// executor, and the per-message checks that decide what a stream may
+// deliver: the job's current pass, ids in range, no duplicates, the right
+// sender. A refused message gets an error on its own stream and the stream
+// goes on. No gRPC here: replies go through the ReplySink interface.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "petra/v1/stage.pb.h"
+#include "services/engine/stage_io.h"
+#include "services/wire/stage_messages.h"
+
+namespace petra::stage_server {
+
+// The reply half of one incoming stream. Send never blocks; replies to a
+// stream that has ended are dropped.
+class ReplySink {
+ public:
+  virtual ~ReplySink() = default;
+  virtual void Send(petra::v1::StreamReply reply) = 0;
+};
+
+// A pass as the coordinator started it.
+struct PassInfo {
+  petra::v1::Phase phase = petra::v1::PHASE_TRAIN;
+  uint32_t epoch = 0;
+  int64_t micro_batches = 0;
+};
+
+class StageMailbox : public engine::StageInbox {
+ public:
+  StageMailbox(int stage_index, int stage_count);
+
+  // Resets the expectations for a new pass. Items of an earlier pass that
+  // were never taken are dropped.
+  void BeginPass(const PassInfo& pass);
+  // Ends the pass: later messages are refused until the next BeginPass.
+  void EndPass();
+  // Wakes every waiter with CANCELLED; later deliveries are refused.
+  void Close(const std::string& why);
+
+  // From the reactors. OK when the micro-batch was accepted; otherwise the
+  // reason, for a MessageError on `from`.
+  absl::Status DeliverForward(wire::ForwardPayload payload,
+                              std::shared_ptr<ReplySink> from);
+  absl::Status DeliverBackward(wire::BackwardPayload payload,
+                               std::shared_ptr<ReplySink> from);
+
+  // StageInbox, for the executor. Takes the item and grants its senders one
+  // credit each.
+  absl::StatusOr<engine::ForwardItem> NextForward(int64_t id) override;
+  absl::StatusOr<engine::BackwardItem> NextBackward(int64_t id) override;
+
+  // Where to report: the stream that brought the labels of the current pass
+  // (last stage) and the one that brought the data (first stage).
+  std::shared_ptr<ReplySink> labels_sink();
+  std::shared_ptr<ReplySink> data_sink();
+  // Seconds the executor spent waiting in Next* since construction.
+  double wait_seconds();
+
+ private:
+  struct ForwardSlot {
+    model::TensorPair x;
+    torch::Tensor labels;
+    bool has_x = false;
+    bool has_labels = false;
+    std::vector<std::shared_ptr<ReplySink>> senders;
+  };
+  struct BackwardSlot {
+    engine::BackwardItem item;
+    std::shared_ptr<ReplySink> sender;
+  };
+
+  absl::Status CheckId(uint64_t id, int64_t next, const char* direction) const;
+  bool ForwardReady(const ForwardSlot& s) const;
+  template <typename Map, typename Ready>
+  absl::StatusOr<typename Map::mapped_type> Take(Map& map, int64_t id,
+                                                 int64_t& next, Ready ready);
+
+  const int index_, count_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_pass_ = false;
+  bool closed_ = false;
+  std::string closed_why_;
+  PassInfo pass_;
+  int64_t next_forward_ = 0, next_backward_ = 0;
+  std::map<int64_t, ForwardSlot> forward_;
+  std::map<int64_t, BackwardSlot> backward_;
+  std::shared_ptr<ReplySink> labels_sink_, data_sink_;
+  double wait_seconds_ = 0;
+};
+
+// A reply granting `n` credits.
+petra::v1::StreamReply CreditReply(uint32_t n);
+// A reply refusing micro-batch `id`.
+petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status);
+
+}  // namespace petra::stage_server
