@@ -46,6 +46,9 @@ petra::v1::JobSpec DefaultTrainJob() {
   s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
   s.mutable_model()->set_width(0.25);
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+  // One stage per core of the 2-core machines it must run on: two stage
+  // servers, each busy on its own core.
+  s.mutable_partition()->set_stage_count(2);
   s.mutable_training()->set_epochs(3);
   s.set_seed(1);
   return s;
@@ -246,7 +249,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
       "Trains a job to the end on this machine, with progress on the "
       "terminal,\n"
       "and prints the final accuracy. With no flags it trains the embedded\n"
-      "default: RevNet18 (width 0.25, one stage per block) on Fashion-MNIST\n"
+      "default: RevNet18 (width 0.25, 2 stages) on Fashion-MNIST\n"
       "for 3 epochs with PETRA.\n\n"
       "The job runs on a fleet started inside this process: a coordinator\n"
       "and one stage server per stage on loopback (ephemeral ports, real\n"

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/data/dataset.h"
 #include "services/engine/job_plan.h"
@@ -88,6 +89,7 @@ struct PassCounters {
   uint64_t step = 0;
   steady_clock::time_point last_done = steady_clock::now();
   double seconds = 0;  // the pass's duration, once it is over
+  std::vector<std::pair<uint64_t, double>> losses_by_id;  // last stage's
 };
 
 class Runner {
@@ -110,6 +112,7 @@ class Runner {
                        PassCounters& counters);
   absl::Status PollStages();
   absl::Status CheckpointAll(uint32_t epoch);
+  absl::Status AppendTrainLog(uint32_t epoch, PassCounters& train);
   void Progress(JobEvent::Kind kind, uint32_t epoch, const PassCounters* train,
                 std::optional<std::pair<double, double>> test);
 
@@ -338,6 +341,7 @@ absl::Status Runner::RunPass(petra::v1::Phase phase, uint32_t epoch,
     if (static_cast<int>(d.stage_index()) == stages - 1) {
       ++c.losses;
       c.loss_sum += d.loss() * d.samples();
+      c.losses_by_id.emplace_back(d.micro_batch_id(), d.loss());
       c.correct += d.correct();
       c.samples += d.samples();
     } else if (d.stage_index() == 0) {
@@ -456,6 +460,29 @@ absl::Status Runner::RunPass(petra::v1::Phase phase, uint32_t epoch,
   return status;
 }
 
+// Every training micro-batch's loss, for plots and for comparing runners:
+// jobs/<id>/train_log.csv (epoch, micro-batch of the epoch, optimizer step
+// it counted towards, loss).
+absl::Status Runner::AppendTrainLog(uint32_t epoch, PassCounters& train) {
+  const std::filesystem::path path = std::filesystem::path(env_.state_dir) /
+                                     JobDirectory(id_) / "train_log.csv";
+  const bool fresh = !std::filesystem::exists(path);
+  std::ofstream out(path, std::ios::app);
+  if (fresh) out << "epoch,micro_batch,step,loss\n";
+  std::lock_guard<std::mutex> lock(train.mu);
+  std::sort(train.losses_by_id.begin(), train.losses_by_id.end());
+  const uint64_t k = spec_.training().accumulation_steps();
+  for (const auto& [id, loss] : train.losses_by_id) {
+    out << epoch << "," << id << "," << steps_done_ + id / k << ","
+        << absl::StrFormat("%.9g", loss) << "\n";
+  }
+  out.flush();
+  if (!out) {
+    return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Runner::CheckpointAll(uint32_t epoch) {
   const std::string name = absl::StrCat("epoch-", epoch);
   const std::filesystem::path dir = std::filesystem::path(env_.state_dir) /
@@ -561,6 +588,7 @@ absl::Status Runner::Run() {
         !s.ok()) {
       return s;
     }
+    if (absl::Status s = AppendTrainLog(e, train); !s.ok()) return s;
     steps_done_ += n / spec_.training().accumulation_steps();
     samples_seen_ += train.samples;
     const bool capped = spec_.training().max_steps() > 0 &&

@@ -14,6 +14,8 @@ PACKAGES=(
   prometheus-cpp-dev libabsl-dev zlib1g-dev libssl-dev
   # tests
   libgtest-dev libgmock-dev
+  # tests: Python's torch.load must read what `petra export` writes
+  python3-torch
   # data: the default training set
   dataset-fashion-mnist
 )

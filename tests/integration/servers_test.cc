@@ -357,7 +357,7 @@ TEST(PetraTrain, RefusesBadJobsBeforeTraining) {
   EXPECT_THAT(r.err, HasSubstr("--report: cannot write"));
   r = RunToExit(kPetra, {"train", "--devices", "cuda:0"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("CPU only"));
+  EXPECT_THAT(r.err, HasSubstr("on this machine's CPU"));
   r = RunToExit(kPetra, {"train", "--threads-per-stage", "-1"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--threads-per-stage: must be >= 0"));

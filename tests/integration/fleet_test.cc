@@ -1,0 +1,419 @@
+// The fleet as separate processes, started the way a user starts them: stage
+// servers and a coordinator on loopback ephemeral ports, driven by the
+// `petra` client (submit, status, watch, list, cancel, export) and by raw
+// StageService streams for the per-message errors.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "petra/v1/coordinator.grpc.pb.h"
+#include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/subprocess.h"
+
+namespace petra::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+const std::string kBin = PETRA_BIN_DIR;
+const std::string kPetra = kBin + "/petra";
+const std::string kStage = kBin + "/petra-stage-server";
+const std::string kCoordinator = kBin + "/petra-coordinator";
+
+std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
+
+// A port nothing listens on (bound, then released).
+int ClosedPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A small job on synthetic data: 64 micro-batches an epoch, seconds to run.
+std::vector<std::string> SmallJob(int epochs) {
+  return {"--arch",  "revnet18", "--width",  "0.125", "--dataset",
+          "synthetic", "--stages", "2",      "--epochs", std::to_string(epochs),
+          "--seed",  "3"};
+}
+
+class FleetProcesses : public ::testing::Test {
+ protected:
+  void StartStages(int n) {
+    for (int j = 0; j < n; ++j) {
+      stages_.push_back(std::make_unique<Subprocess>(
+          kStage, std::vector<std::string>{
+                      "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                      "--threads", "1", "--state-dir",
+                      dir_.path() + "/stage-" + std::to_string(j)}));
+      const int port =
+          NumberAfter(stages_.back()->WaitForLine("listening on port"), "port ");
+      ASSERT_GT(port, 0) << stages_.back()->err();
+      stage_addresses_.push_back(Loopback(port));
+    }
+  }
+
+  void StartCoordinator() {
+    std::string list;
+    for (const std::string& a : stage_addresses_) {
+      list += (list.empty() ? "" : ",") + a;
+    }
+    coordinator_ = std::make_unique<Subprocess>(
+        kCoordinator,
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics-listen",
+                                 "", "--stages", list, "--data-root",
+                                 "/usr/share/datasets", "--state-dir",
+                                 dir_.path() + "/coordinator"});
+    const int port =
+        NumberAfter(coordinator_->WaitForLine("listening on port"), "port ");
+    ASSERT_GT(port, 0) << coordinator_->err();
+    address_ = Loopback(port);
+  }
+
+  RunResult Petra(std::vector<std::string> args,
+                  std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    args.insert(args.begin() + 1, {"--coordinator", address_});
+    return RunToExit(kPetra, args, timeout);
+  }
+
+  std::string Submit(const std::vector<std::string>& job) {
+    std::vector<std::string> args = {"submit"};
+    args.insert(args.end(), job.begin(), job.end());
+    RunResult r = Petra(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string id = r.out.substr(0, r.out.find('\n'));
+    EXPECT_THAT(id, HasSubstr("job-"));
+    return id;
+  }
+
+  std::string StatusJson(const std::string& id) {
+    return Petra({"status", "--json", id}).out;
+  }
+
+  // Polls the job until its JSON contains `text` or `timeout` passes.
+  bool WaitForStatus(const std::string& id, const std::string& text,
+                     std::chrono::seconds timeout) {
+    const auto end = Clock::now() + timeout;
+    while (Clock::now() < end) {
+      if (StatusJson(id).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+
+  petra::v1::StageStatus StageStatus(int j) {
+    auto stub = petra::v1::StageService::NewStub(grpc::CreateChannel(
+        stage_addresses_[j], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    petra::v1::StageStatus status;
+    EXPECT_TRUE(stub->GetStatus(&context, {}, &status).ok());
+    return status;
+  }
+
+  TempDir dir_;
+  std::vector<std::unique_ptr<Subprocess>> stages_;
+  std::vector<std::string> stage_addresses_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+};
+
+TEST_F(FleetProcesses, JobsQueueReuseTheStagesAndExport) {
+  StartStages(2);
+  StartCoordinator();
+  const std::string first = Submit(SmallJob(2));
+  const std::string second = Submit(SmallJob(1));
+  // The fleet is busy with the first job: the second waits its turn.
+  EXPECT_THAT(StatusJson(second), HasSubstr("JOB_STATE_QUEUED"));
+
+  RunResult watch = Petra({"watch", second});
+  ASSERT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+  EXPECT_THAT(watch.out, HasSubstr("succeeded"));
+  EXPECT_THAT(watch.out, HasSubstr("epoch 1/1: train loss"));
+  EXPECT_THAT(watch.out, HasSubstr("staleness"));  // the stage table
+
+  // Both ran to the end on the same two servers.
+  const std::string a = StatusJson(first), b = StatusJson(second);
+  EXPECT_THAT(a, HasSubstr("JOB_STATE_SUCCEEDED"));
+  EXPECT_THAT(b, HasSubstr("JOB_STATE_SUCCEEDED"));
+  for (const std::string& address : stage_addresses_) {
+    EXPECT_THAT(a, HasSubstr(address));
+    EXPECT_THAT(b, HasSubstr(address));
+  }
+  EXPECT_THAT(a, HasSubstr("\"testAccuracy\""));
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(StageStatus(j).state(), petra::v1::StageStatus::STATE_IDLE);
+  }
+  // The coordinator kept a job record and a checkpoint of every stage.
+  const std::string jobs = dir_.path() + "/coordinator/jobs/" + first;
+  EXPECT_TRUE(std::filesystem::exists(jobs + "/job.json"));
+  EXPECT_TRUE(std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-0.pt"));
+  EXPECT_TRUE(std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-1.pt"));
+
+  RunResult list = Petra({"list"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr(first));
+  EXPECT_THAT(list.out, HasSubstr(second));
+
+  const std::string exported = dir_.path() + "/model.pt";
+  RunResult e = Petra({"export", "--output", exported, first});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  ASSERT_GT(std::filesystem::file_size(exported), 1000u);
+  // Python's torch.load reads it as a state_dict of the documented names.
+  RunResult py = RunToExit(
+      "/usr/bin/python3",
+      {"-c",
+       "import sys, torch\n"
+       "sd = torch.load(sys.argv[1])\n"
+       "assert isinstance(sd, dict), type(sd)\n"
+       "assert all(isinstance(v, torch.Tensor) for v in sd.values())\n"
+       "assert any(k.startswith('blocks.0.') for k in sd), list(sd)[:5]\n"
+       "assert any(k.startswith('blocks.9.') for k in sd), list(sd)[-5:]\n"
+       "print(len(sd), 'tensors')\n",
+       exported});
+  EXPECT_EQ(py.exit_code, 0) << py.out << py.err;
+  EXPECT_THAT(py.out, HasSubstr("tensors"));
+}
+
+TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
+  StartStages(2);
+  StartCoordinator();
+  const std::string id = Submit(SmallJob(200));
+  ASSERT_TRUE(WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)))
+      << StatusJson(id);
+  RunResult cancel = Petra({"cancel", id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_TRUE(WaitForStatus(id, "JOB_STATE_CANCELLED", std::chrono::seconds(15)))
+      << StatusJson(id);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(StageStatus(j).state(), petra::v1::StageStatus::STATE_IDLE);
+  }
+  // The freed servers take the next job.
+  const std::string next = Submit(SmallJob(1));
+  RunResult watch = Petra({"watch", next});
+  EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+}
+
+TEST_F(FleetProcesses, UnreachableStageFailsTheJobWithinTenSeconds) {
+  stage_addresses_ = {Loopback(ClosedPort())};
+  StartCoordinator();
+  const auto start = Clock::now();
+  std::vector<std::string> job = SmallJob(1);
+  job[7] = "1";  // --stages 1
+  const std::string id = Submit(job);
+  RunResult watch = Petra({"watch", id});
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(watch.exit_code, 1);
+  EXPECT_THAT(watch.out, HasSubstr("failed"));
+  EXPECT_THAT(watch.out, HasSubstr("stage 0 (" + stage_addresses_[0] +
+                                   ") is unreachable"));
+  EXPECT_LT(seconds, 10);
+}
+
+TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
+  StartStages(2);
+  StartCoordinator();
+  const std::string id = Submit(SmallJob(200));
+  ASSERT_TRUE(WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
+  EXPECT_EQ(stages_[1]->SignalAndWait(SIGTERM, std::chrono::seconds(60)), 0)
+      << stages_[1]->err();
+  EXPECT_THAT(stages_[1]->out(), HasSubstr("stopped"));
+  // The job cannot go on without the stage: it fails and says why.
+  EXPECT_TRUE(WaitForStatus(id, "JOB_STATE_FAILED", std::chrono::seconds(30)))
+      << StatusJson(id);
+  EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
+}
+
+// Raw streams against one stage server holding a one-stage job.
+class StageStreams : public FleetProcesses {
+ protected:
+  void SetUp() override {
+    StartStages(1);
+    stub_ = petra::v1::StageService::NewStub(grpc::CreateChannel(
+        stage_addresses_[0], grpc::InsecureChannelCredentials()));
+  }
+
+  void AssignAndStartEval(int micro_batches) {
+    petra::v1::AssignRequest assign;
+    assign.set_job_id("job-7");
+    petra::v1::JobSpec* spec = assign.mutable_spec();
+    spec->mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+    spec->mutable_model()->set_width(0.125);
+    spec->mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+    spec->mutable_partition()->set_stage_count(1);
+    assign.set_stage_index(0);
+    assign.set_stage_count(1);
+    assign.mutable_layers()->set_end(10);
+    assign.add_partition()->set_end(10);
+    assign.set_steps_per_epoch(100);
+    grpc::ClientContext c1;
+    petra::v1::AssignResponse assigned;
+    grpc::Status s = stub_->Assign(&c1, assign, &assigned);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_GT(assigned.parameter_count(), 0u);
+    petra::v1::StartRequest start;
+    start.set_job_id("job-7");
+    start.set_phase(petra::v1::PHASE_EVAL);
+    start.set_epoch(1);
+    start.set_micro_batches(micro_batches);
+    grpc::ClientContext c2;
+    petra::v1::StartResponse started;
+    s = stub_->Start(&c2, start, &started);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // A well-formed micro-batch of 4 images with labels, for job-7.
+  static petra::v1::ForwardMessage Good(uint64_t id) {
+    petra::v1::ForwardMessage m;
+    m.set_job_id("job-7");
+    m.set_micro_batch_id(id);
+    m.set_phase(petra::v1::PHASE_EVAL);
+    m.set_sender_stage(-1);
+    m.set_last_part(true);
+    petra::v1::Tensor* x = m.mutable_activation()->mutable_first();
+    x->set_dtype(petra::v1::DTYPE_FLOAT32);
+    for (int64_t d : {4, 1, 28, 28}) x->add_shape(d);
+    x->set_data(std::string(4 * 28 * 28 * sizeof(float), '\0'));
+    petra::v1::Tensor* y = m.mutable_labels();
+    y->set_dtype(petra::v1::DTYPE_INT64);
+    y->add_shape(4);
+    y->set_data(std::string(4 * sizeof(int64_t), '\0'));
+    return m;
+  }
+
+  // Writes `m` and returns the next reply that is not a credit.
+  petra::v1::StreamReply Exchange(
+      grpc::ClientReaderWriter<petra::v1::ForwardMessage,
+                               petra::v1::StreamReply>& stream,
+      const petra::v1::ForwardMessage& m) {
+    EXPECT_TRUE(stream.Write(m));
+    petra::v1::StreamReply reply;
+    while (stream.Read(&reply)) {
+      if (!reply.has_credit()) return reply;
+    }
+    ADD_FAILURE() << "the stream ended";
+    return reply;
+  }
+
+  std::unique_ptr<petra::v1::StageService::Stub> stub_;
+};
+
+TEST_F(StageStreams, MalformedMessagesGetPerMessageErrorsAndTheServerGoesOn) {
+  grpc::ClientContext context;
+  auto stream = stub_->Forward(&context);
+
+  // No job assigned yet: unknown job.
+  petra::v1::StreamReply r = Exchange(*stream, Good(0));
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(r.error().status().message(), HasSubstr("unknown job \"job-7\""));
+
+  AssignAndStartEval(3);
+
+  petra::v1::ForwardMessage bad = Good(0);
+  bad.mutable_activation()->mutable_first()->set_data("short");
+  r = Exchange(*stream, bad);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(r.error().micro_batch_id(), 0u);
+
+  r = Exchange(*stream, Good(99));
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(r.error().status().message(), HasSubstr("out of range"));
+
+  petra::v1::ForwardMessage stranger = Good(0);
+  stranger.set_sender_stage(5);
+  r = Exchange(*stream, stranger);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  petra::v1::ForwardMessage other_job = Good(0);
+  other_job.set_job_id("job-8");
+  r = Exchange(*stream, other_job);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::NOT_FOUND);
+
+  // The stream and the server still work: micro-batch 0 is evaluated ...
+  r = Exchange(*stream, Good(0));
+  ASSERT_TRUE(r.has_done()) << r.DebugString();
+  EXPECT_EQ(r.done().micro_batch_id(), 0u);
+  EXPECT_EQ(r.done().samples(), 4u);
+  // ... sending it again is a duplicate ...
+  r = Exchange(*stream, Good(0));
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::ALREADY_EXISTS);
+  // ... and the rest of the pass completes.
+  r = Exchange(*stream, Good(1));
+  EXPECT_TRUE(r.has_done());
+  r = Exchange(*stream, Good(2));
+  EXPECT_TRUE(r.has_done());
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+
+  grpc::ClientContext release_context;
+  petra::v1::ReleaseRequest release;
+  release.set_job_id("job-7");
+  petra::v1::ReleaseResponse released;
+  EXPECT_TRUE(stub_->Release(&release_context, release, &released).ok());
+  EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
+}
+
+TEST_F(StageStreams, ControlCallsRefuseBadRequests) {
+  AssignAndStartEval(1);
+  // A second job while the first is held.
+  grpc::ClientContext c1;
+  petra::v1::AssignRequest other;
+  other.set_job_id("job-9");
+  petra::v1::AssignResponse r1;
+  grpc::Status s = stub_->Assign(&c1, other, &r1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // empty spec
+  grpc::ClientContext c2;
+  petra::v1::StartRequest start;
+  start.set_job_id("job-9");
+  start.set_phase(petra::v1::PHASE_TRAIN);
+  start.set_micro_batches(1);
+  petra::v1::StartResponse r2;
+  s = stub_->Start(&c2, start, &r2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext c3;
+  petra::v1::ReadCheckpointRequest read;
+  read.set_job_id("job-7");
+  read.set_path("job-7/../../etc/passwd");
+  petra::v1::ReadCheckpointResponse r3;
+  s = stub_->ReadCheckpoint(&c3, read, &r3);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext c4;
+  petra::v1::CheckpointRequest ckpt;
+  ckpt.set_job_id("job-7");
+  ckpt.set_name("/abs");
+  petra::v1::CheckpointResponse r4;
+  s = stub_->Checkpoint(&c4, ckpt, &r4);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Released, the server stops at once on SIGTERM (nothing to drain).
+  grpc::ClientContext c5;
+  petra::v1::ReleaseRequest release;
+  release.set_job_id("job-7");
+  petra::v1::ReleaseResponse r5;
+  EXPECT_TRUE(stub_->Release(&c5, release, &r5).ok());
+  EXPECT_EQ(stages_[0]->SignalAndWait(SIGTERM, std::chrono::seconds(10)), 0);
+}
+
+}  // namespace
+}  // namespace petra::testing
