@@ -272,7 +272,7 @@ int RunExport(const std::string& program, const std::vector<std::string>& args) 
       "Downloads a job's trained weights (its newest checkpoint) as a file\n"
       "that Python reads with torch.load(path): a dict from names to\n"
       "tensors, \"blocks.<i>.<parameter or buffer>\" with i the block's index\n"
-      "in the network (see docs/EXPORT.md).");
+      "in the network (README, \"Exported weights\").");
   AddCoordinatorFlag(flags, &address);
   flags.AddString("output", &output, "file to write (default: JOB_ID.pt)");
   const std::string command = program + " export";

@@ -168,10 +168,25 @@ absl::Status Runner::Assign() {
         !s.ok()) {
       return s;
     }
-    if (status.state() != petra::v1::StageStatus::STATE_IDLE) {
+    if (status.state() != petra::v1::StageStatus::STATE_IDLE &&
+        !status.job_id().empty()) {
+      // This coordinator runs one job at a time and it is this one: a job
+      // still held is left over from an earlier run (the coordinator was
+      // restarted mid-job). Release it rather than wait for it forever.
+      petra::v1::ReleaseRequest release;
+      release.set_job_id(status.job_id());
+      petra::v1::ReleaseResponse released;
+      if (absl::Status s = fleet_->Call(j, &StageService::Stub::Release,
+                                        release, &released, kControlTimeout);
+          !s.ok()) {
+        return Prefixed(absl::StrCat("releasing the stale job \"",
+                                     status.job_id(), "\": "),
+                        s);
+      }
+    } else if (status.state() != petra::v1::StageStatus::STATE_IDLE) {
       return absl::FailedPreconditionError(absl::StrCat(
-          fleet_->Name(j), " is not idle (it holds job \"", status.job_id(),
-          "\")"));
+          fleet_->Name(j), " is not idle (",
+          petra::v1::StageStatus::State_Name(status.state()), ")"));
     }
   }
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {

@@ -422,7 +422,10 @@ std::vector<std::pair<std::string, torch::Tensor>> StageWorker::NamedState(
   if (!with_optimizer) return out;
   for (const torch::Tensor& p : params_) {
     const std::string& name = names[p.unsafeGetTensorImpl()];
-    if (p.grad().defined()) out.emplace_back("grad." + name, p.grad());
+    // Gradients matter only part-way through a k-step accumulation.
+    if (pending_ > 0 && p.grad().defined()) {
+      out.emplace_back("grad." + name, p.grad());
+    }
     if (optimizer_ == nullptr) continue;
     auto it = optimizer_->state().find(
         c10::guts::to_string(p.unsafeGetTensorImpl()));

@@ -240,6 +240,23 @@ TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
   EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
 }
 
+TEST_F(FleetProcesses, ANewCoordinatorReclaimsStagesLeftHoldingAJob) {
+  StartStages(2);
+  StartCoordinator();
+  const std::string id = Submit(SmallJob(200));
+  ASSERT_TRUE(WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
+  // The coordinator dies without releasing anything.
+  coordinator_->SignalAndWait(SIGKILL, std::chrono::seconds(10));
+  EXPECT_EQ(StageStatus(0).job_id(), id);
+  StartCoordinator();  // same --state-dir
+  // The old job is on record as failed, not lost.
+  EXPECT_THAT(StatusJson(id), HasSubstr("JOB_STATE_FAILED"));
+  const std::string next = Submit(SmallJob(1));
+  EXPECT_NE(next, id);
+  RunResult watch = Petra({"watch", next});
+  EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+}
+
 // Raw streams against one stage server holding a one-stage job.
 class StageStreams : public FleetProcesses {
  protected:
