@@ -1,12 +1,11 @@
 // The coordinator's client commands: submit, watch, status, list, cancel,
 // export. Each maps flags to one CoordinatorService call.
 #include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
 
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -27,8 +26,7 @@ using petra::v1::CoordinatorService;
 constexpr char kDefaultCoordinator[] = "localhost:50050";
 
 void AddCoordinatorFlag(cli::FlagSet& flags, std::string* address) {
-  flags.AddString("coordinator", address,
-                  "coordinator address, host:port");
+  flags.AddString("coordinator", address, "coordinator address, host:port");
 }
 
 // Connects, or explains why the address is not one.
@@ -65,6 +63,19 @@ int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
   return -1;
 }
 
+// What every command on one job starts with: flags parsed, the JOB_ID
+// argument, a stub. Returns an exit code to stop with, or -1 to go on.
+int PrepareJobCommand(cli::FlagSet& flags, const std::string& command,
+                      const std::vector<std::string>& args,
+                      const std::string& address, std::string* id,
+                      std::unique_ptr<CoordinatorService::Stub>* stub) {
+  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
+    return rc;
+  if (int rc = TakeJobId(command, flags.positional(), id); rc >= 0) return rc;
+  *stub = Connect(command, address);
+  return *stub == nullptr ? 2 : -1;
+}
+
 std::string ToJson(const google::protobuf::Message& m) {
   std::string json;
   google::protobuf::util::JsonPrintOptions o;
@@ -86,7 +97,8 @@ void PrintJobLine(const petra::v1::Job& job) {
                   : "-");
 }
 
-int RunSubmit(const std::string& program, const std::vector<std::string>& args) {
+int RunSubmit(const std::string& program,
+              const std::vector<std::string>& args) {
   std::string address = kDefaultCoordinator, from;
   bool watch = false;
   petra::v1::JobSpec overrides;
@@ -138,13 +150,12 @@ int RunWatch(const std::string& program, const std::vector<std::string>& args) {
                      "succeeded, 1 otherwise.");
   AddCoordinatorFlag(flags, &address);
   const std::string command = program + " watch";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
-    return rc;
   std::string id;
-  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+  std::unique_ptr<CoordinatorService::Stub> stub;
+  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+      rc >= 0) {
     return rc;
-  auto stub = Connect(command, address);
-  if (stub == nullptr) return 2;
+  }
   ProgressPrinter printer(false);
   absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, id, printer);
   if (!end.ok()) {
@@ -155,7 +166,8 @@ int RunWatch(const std::string& program, const std::vector<std::string>& args) {
   return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
 }
 
-int RunStatus(const std::string& program, const std::vector<std::string>& args) {
+int RunStatus(const std::string& program,
+              const std::vector<std::string>& args) {
   std::string address = kDefaultCoordinator;
   bool json = false;
   cli::FlagSet flags(absl::StrCat(program, " status [flags] JOB_ID"),
@@ -164,13 +176,12 @@ int RunStatus(const std::string& program, const std::vector<std::string>& args) 
   AddCoordinatorFlag(flags, &address);
   flags.AddBool("json", &json, "print the Job message as JSON");
   const std::string command = program + " status";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
-    return rc;
   std::string id;
-  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+  std::unique_ptr<CoordinatorService::Stub> stub;
+  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+      rc >= 0) {
     return rc;
-  auto stub = Connect(command, address);
-  if (stub == nullptr) return 2;
+  }
   grpc::ClientContext context;
   petra::v1::GetJobRequest request;
   request.set_job_id(id);
@@ -182,7 +193,8 @@ int RunStatus(const std::string& program, const std::vector<std::string>& args) 
     return 0;
   }
   PrintJobLine(job);
-  if (job.has_error()) std::printf("error: %s\n", job.error().message().c_str());
+  if (job.has_error())
+    std::printf("error: %s\n", job.error().message().c_str());
   if (!job.last_checkpoint().empty()) {
     std::printf("last checkpoint: %s\n", job.last_checkpoint().c_str());
   }
@@ -193,8 +205,9 @@ int RunStatus(const std::string& program, const std::vector<std::string>& args) 
 int RunList(const std::string& program, const std::vector<std::string>& args) {
   std::string address = kDefaultCoordinator, state;
   bool json = false;
-  cli::FlagSet flags(absl::StrCat(program, " list [flags]"),
-                     "Lists the coordinator's jobs, newest first (every page).");
+  cli::FlagSet flags(
+      absl::StrCat(program, " list [flags]"),
+      "Lists the coordinator's jobs, newest first (every page).");
   AddCoordinatorFlag(flags, &address);
   flags.AddString("state", &state,
                   "only jobs in this state: queued, starting, running, "
@@ -206,8 +219,8 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
   petra::v1::ListJobsRequest request;
   if (!state.empty()) {
     petra::v1::JobState parsed;
-    if (!petra::v1::JobState_Parse(
-            "JOB_STATE_" + absl::AsciiStrToUpper(state), &parsed) ||
+    if (!petra::v1::JobState_Parse("JOB_STATE_" + absl::AsciiStrToUpper(state),
+                                   &parsed) ||
         parsed == petra::v1::JOB_STATE_UNSPECIFIED) {
       std::cerr << command << ": flag --state: unknown state \"" << state
                 << "\"\n";
@@ -237,7 +250,8 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
   return 0;
 }
 
-int RunCancel(const std::string& program, const std::vector<std::string>& args) {
+int RunCancel(const std::string& program,
+              const std::vector<std::string>& args) {
   std::string address = kDefaultCoordinator;
   cli::FlagSet flags(absl::StrCat(program, " cancel [flags] JOB_ID"),
                      "Cancels a queued or running job. A running job stops "
@@ -245,13 +259,12 @@ int RunCancel(const std::string& program, const std::vector<std::string>& args) 
                      "checkpoints stay.");
   AddCoordinatorFlag(flags, &address);
   const std::string command = program + " cancel";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
-    return rc;
   std::string id;
-  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+  std::unique_ptr<CoordinatorService::Stub> stub;
+  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+      rc >= 0) {
     return rc;
-  auto stub = Connect(command, address);
-  if (stub == nullptr) return 2;
+  }
   grpc::ClientContext context;
   petra::v1::CancelJobRequest request;
   request.set_job_id(id);
@@ -265,7 +278,8 @@ int RunCancel(const std::string& program, const std::vector<std::string>& args) 
   return 0;
 }
 
-int RunExport(const std::string& program, const std::vector<std::string>& args) {
+int RunExport(const std::string& program,
+              const std::vector<std::string>& args) {
   std::string address = kDefaultCoordinator, output;
   cli::FlagSet flags(
       absl::StrCat(program, " export [flags] JOB_ID"),
@@ -276,13 +290,12 @@ int RunExport(const std::string& program, const std::vector<std::string>& args) 
   AddCoordinatorFlag(flags, &address);
   flags.AddString("output", &output, "file to write (default: JOB_ID.pt)");
   const std::string command = program + " export";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
-    return rc;
   std::string id;
-  if (int rc = TakeJobId(command, flags.positional(), &id); rc >= 0)
+  std::unique_ptr<CoordinatorService::Stub> stub;
+  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+      rc >= 0) {
     return rc;
-  auto stub = Connect(command, address);
-  if (stub == nullptr) return 2;
+  }
   if (output.empty()) output = id + ".pt";
   const std::string partial = output + ".partial";
   std::ofstream out(partial, std::ios::binary | std::ios::trunc);

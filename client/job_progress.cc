@@ -45,21 +45,19 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
       if (job.state() != state_) {
         state_ = job.state();
         EndLine();
-        std::printf("%s: %s%s\n", job.id().c_str(),
-                    StateName(job.state()).c_str(),
-                    job.has_error()
-                        ? absl::StrCat(": ", job.error().message()).c_str()
-                        : "");
+        std::printf(
+            "%s: %s%s\n", job.id().c_str(), StateName(job.state()).c_str(),
+            job.has_error() ? absl::StrCat(": ", job.error().message()).c_str()
+                            : "");
       }
       break;
     case JobEvent::KIND_PROGRESS: {
       const auto now = std::chrono::steady_clock::now();
       if (!tty_ && now - last_line_ < std::chrono::seconds(15)) break;
       last_line_ = now;
-      const double done =
-          p.total_steps() > 0
-              ? static_cast<double>(p.step()) / p.total_steps()
-              : 0.0;
+      const double done = p.total_steps() > 0
+                              ? static_cast<double>(p.step()) / p.total_steps()
+                              : 0.0;
       const int width = 20;
       const int filled = static_cast<int>(done * width + 0.5);
       std::printf(
@@ -125,17 +123,17 @@ void PrintStageTable(const petra::v1::Job& job) {
     std::string blocks = "-";
     if (static_cast<int>(s.stage_index()) < job.stages_size()) {
       const auto& placement = job.stages(s.stage_index());
-      blocks = absl::StrCat(placement.layer_begin(), "-",
-                            placement.layer_end() - 1);
+      blocks =
+          absl::StrCat(placement.layer_begin(), "-", placement.layer_end() - 1);
     }
-    std::printf("%-6u %-7s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
-                "%8.0fMB\n",
-                s.stage_index(), blocks.c_str(), s.delay_ticks_mean(),
-                s.staleness_mean(),
-                (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
-                m.activation_buffer_bytes() / 1e6,
-                m.weight_stash_bytes() / 1e6, m.peak_bytes() / 1e6,
-                m.process_rss_bytes() / 1e6);
+    std::printf(
+        "%-6u %-7s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
+        "%8.0fMB\n",
+        s.stage_index(), blocks.c_str(), s.delay_ticks_mean(),
+        s.staleness_mean(),
+        (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
+        m.activation_buffer_bytes() / 1e6, m.weight_stash_bytes() / 1e6,
+        m.peak_bytes() / 1e6, m.process_rss_bytes() / 1e6);
   }
   std::printf(
       "(delay in ticks and staleness in optimizer steps between a "
@@ -150,9 +148,9 @@ std::string ReportJson(const petra::v1::Job& job,
   const petra::v1::Progress& last = job.progress();
   // Training samples over training seconds, both summed over epochs (an
   // epoch's samples from its optimizer steps, its seconds from its rate).
-  const double per_step = static_cast<double>(
-      job.spec().training().micro_batch_size() *
-      job.spec().training().accumulation_steps());
+  const double per_step =
+      static_cast<double>(job.spec().training().micro_batch_size() *
+                          job.spec().training().accumulation_steps());
   double samples = 0, seconds = 0;
   uint64_t previous_step = 0;
   for (const auto& e : epochs) {
@@ -211,8 +209,7 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(m.peak_bytes()),
         static_cast<unsigned long long>(m.process_rss_bytes()),
         s.staleness_mean(), s.delay_ticks_mean(),
-        static_cast<unsigned long long>(s.optimizer_steps()),
-        s.wait_seconds());
+        static_cast<unsigned long long>(s.optimizer_steps()), s.wait_seconds());
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;

@@ -5,10 +5,9 @@
 // stage server per stage, real gRPC on loopback) and drives it as any client
 // would; --runner in-process runs the same job on threads and queues (the
 // reference the fleet is checked against).
+#include <grpcpp/grpcpp.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <cstdio>
@@ -114,15 +113,15 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     last_print = now;
     const double elapsed = std::chrono::duration<double>(now - start).count();
     const int64_t overall = (current_epoch - 1) * per_epoch + r.micro_batch + 1;
-    const double eta =
-        elapsed / std::max<int64_t>(1, overall) * (per_epoch * epochs - overall);
-    std::printf("%sepoch %d/%lld  micro-batch %lld/%lld  loss %.4f  elapsed "
-                "%s  ETA %s%s",
-                tty ? "\r" : "", current_epoch, static_cast<long long>(epochs),
-                static_cast<long long>(r.micro_batch + 1),
-                static_cast<long long>(per_epoch), loss_sum / done,
-                Duration(elapsed).c_str(), Duration(eta).c_str(),
-                tty ? "   " : "\n");
+    const double eta = elapsed / std::max<int64_t>(1, overall) *
+                       (per_epoch * epochs - overall);
+    std::printf(
+        "%sepoch %d/%lld  micro-batch %lld/%lld  loss %.4f  elapsed "
+        "%s  ETA %s%s",
+        tty ? "\r" : "", current_epoch, static_cast<long long>(epochs),
+        static_cast<long long>(r.micro_batch + 1),
+        static_cast<long long>(per_epoch), loss_sum / done,
+        Duration(elapsed).c_str(), Duration(eta).c_str(), tty ? "   " : "\n");
     std::fflush(stdout);
   };
   o.on_epoch = [&](const engine::EpochReport& e) {
@@ -146,11 +145,12 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     result.epochs.push_back(p);
     *result.job.mutable_progress() = p;
     if (options.quiet) return;
-    std::printf("%sepoch %d/%lld: train loss %.4f, train acc %.2f%%, test acc "
-                "%.2f%%, %.0f samples/s, %s\n",
-                tty ? "\r" : "", e.epoch, static_cast<long long>(epochs),
-                e.train_loss, 100 * e.train_accuracy, 100 * e.test_accuracy,
-                e.samples_per_second, Duration(e.train_seconds).c_str());
+    std::printf(
+        "%sepoch %d/%lld: train loss %.4f, train acc %.2f%%, test acc "
+        "%.2f%%, %.0f samples/s, %s\n",
+        tty ? "\r" : "", e.epoch, static_cast<long long>(epochs), e.train_loss,
+        100 * e.train_accuracy, 100 * e.test_accuracy, e.samples_per_second,
+        Duration(e.train_seconds).c_str());
     std::fflush(stdout);
   };
   absl::StatusOr<std::unique_ptr<engine::InProcessRunner>> runner =
@@ -183,7 +183,8 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   TempDir temp;
   if (options.state_dir.empty()) {
     std::string pattern =
-        (std::filesystem::temp_directory_path() / "petra-train-XXXXXX").string();
+        (std::filesystem::temp_directory_path() / "petra-train-XXXXXX")
+            .string();
     if (mkdtemp(pattern.data()) == nullptr) {
       return absl::InternalError("cannot create a temporary state directory");
     }
@@ -212,8 +213,10 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   std::thread on_signal([&] {
     if (cli::WaitForShutdownSignal() == 0) return;
     *interrupted = true;
-    std::fprintf(stderr, "\ninterrupted: cancelling %s and stopping the "
-                 "servers\n", job.id().c_str());
+    std::fprintf(stderr,
+                 "\ninterrupted: cancelling %s and stopping the "
+                 "servers\n",
+                 job.id().c_str());
     grpc::ClientContext c;
     petra::v1::CancelJobRequest cancel;
     cancel.set_job_id(job.id());
@@ -315,10 +318,10 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   options.state_dir = state_dir;
   options.quiet = quiet;
   options.threads_per_stage =
-      threads > 0 ? static_cast<int>(threads)
-                  : std::max(1, static_cast<int>(
-                                    std::thread::hardware_concurrency()) /
-                                    stages);
+      threads > 0
+          ? static_cast<int>(threads)
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                            stages);
   if (!quiet) {
     std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
               << job::EnumShortName(m.variant()) << ", width " << m.width()

@@ -171,9 +171,9 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetJob(
   return Reply(context, jobs_->Get(request->job_id()), response);
 }
 
-grpc::ServerWriteReactor<petra::v1::JobEvent>*
-CoordinatorServiceImpl::WatchJob(grpc::CallbackServerContext* /*context*/,
-                                 const petra::v1::WatchJobRequest* request) {
+grpc::ServerWriteReactor<petra::v1::JobEvent>* CoordinatorServiceImpl::WatchJob(
+    grpc::CallbackServerContext* /*context*/,
+    const petra::v1::WatchJobRequest* request) {
   return new WatchReactor(jobs_, request->job_id());
 }
 

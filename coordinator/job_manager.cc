@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "services/job/job_spec_validation.h"
 
 namespace petra::coordinator {
@@ -80,7 +80,8 @@ void JobManager::LoadRecords() {
     const bool unfinished = !IsTerminal(job.state());
     if (unfinished) {
       job.set_state(petra::v1::JOB_STATE_FAILED);
-      job.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kAborted));
+      job.mutable_error()->set_code(
+          static_cast<int>(absl::StatusCode::kAborted));
       job.mutable_error()->set_message(
           "the coordinator stopped while the job was running");
     }
@@ -113,8 +114,8 @@ absl::StatusOr<Job> JobManager::Submit(const petra::v1::JobSpec& spec) {
       std::filesystem::path(env_.state_dir) / JobDirectory(job.id());
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create ", dir.string(),
-                                            ": ", ec.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
   }
   const std::string id = job.id();
   auto record =
@@ -165,16 +166,16 @@ absl::StatusOr<Job> JobManager::Get(const std::string& id) {
 
 absl::StatusOr<petra::v1::ListJobsResponse> JobManager::List(
     const petra::v1::ListJobsRequest& request) {
-  uint32_t size = request.page_size() == 0 ? kDefaultPageSize
-                                           : request.page_size();
+  uint32_t size =
+      request.page_size() == 0 ? kDefaultPageSize : request.page_size();
   size = std::min(size, kMaxPageSize);
   // The token is the position (from the newest) where the page starts.
   uint64_t start = 0;
   if (!request.page_token().empty() &&
       !absl::SimpleAtoi(request.page_token(), &start)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "page_token \"", request.page_token(),
-        "\" is not one a ListJobs response returned"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token \"", request.page_token(),
+                     "\" is not one a ListJobs response returned"));
   }
   std::vector<std::shared_ptr<JobRecord>> records;
   {
@@ -230,9 +231,9 @@ absl::StatusOr<std::string> JobManager::ExportFile(const std::string& id) {
   if (r == nullptr) return NoSuchJob(id);
   const std::string path = ExportPath(env_.state_dir, id);
   if (!std::filesystem::exists(path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job \"", id, "\" has no checkpoint yet (state ",
-        petra::v1::JobState_Name(r->Snapshot().state()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", id, "\" has no checkpoint yet (state ",
+                     petra::v1::JobState_Name(r->Snapshot().state()), ")"));
   }
   return path;
 }

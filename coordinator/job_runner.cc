@@ -60,6 +60,16 @@ class Fleet {
     return absl::StrCat("stage ", j, " (", addresses_[j], ")");
   }
 
+  // GetStatus, with the short deadline that tells a dead stage apart.
+  absl::StatusOr<petra::v1::StageStatus> Status(int j) {
+    petra::v1::StageStatus status;
+    absl::Status s =
+        Call(j, &StageService::Stub::GetStatus, petra::v1::GetStatusRequest(),
+             &status, kProbeTimeout);
+    if (!s.ok()) return s;
+    return status;
+  }
+
   template <typename Request, typename Response, typename Method>
   absl::Status Call(int j, Method method, const Request& request,
                     Response* response, milliseconds timeout) {
@@ -144,7 +154,8 @@ absl::Status Runner::Prepare() {
   steps_per_epoch_ = *steps;
   absl::StatusOr<std::vector<model::BlockRange>> ranges =
       engine::PlanStages(spec_);
-  if (!ranges.ok()) return Prefixed("planning the partition: ", ranges.status());
+  if (!ranges.ok())
+    return Prefixed("planning the partition: ", ranges.status());
   ranges_ = std::move(*ranges);
   const int stages = static_cast<int>(ranges_.size());
   if (stages > static_cast<int>(env_.stage_addresses.size())) {
@@ -161,32 +172,27 @@ absl::Status Runner::Assign() {
   const int stages = fleet_->size();
   // Every stage must answer and be idle before any is assigned.
   for (int j = 0; j < stages; ++j) {
-    petra::v1::StageStatus status;
-    if (absl::Status s = fleet_->Call(j, &StageService::Stub::GetStatus,
-                                      petra::v1::GetStatusRequest(), &status,
-                                      kProbeTimeout);
-        !s.ok()) {
-      return s;
-    }
-    if (status.state() != petra::v1::StageStatus::STATE_IDLE &&
-        !status.job_id().empty()) {
+    absl::StatusOr<petra::v1::StageStatus> status = fleet_->Status(j);
+    if (!status.ok()) return status.status();
+    if (status->state() != petra::v1::StageStatus::STATE_IDLE &&
+        !status->job_id().empty()) {
       // This coordinator runs one job at a time and it is this one: a job
       // still held is left over from an earlier run (the coordinator was
       // restarted mid-job). Release it rather than wait for it forever.
       petra::v1::ReleaseRequest release;
-      release.set_job_id(status.job_id());
+      release.set_job_id(status->job_id());
       petra::v1::ReleaseResponse released;
       if (absl::Status s = fleet_->Call(j, &StageService::Stub::Release,
                                         release, &released, kControlTimeout);
           !s.ok()) {
         return Prefixed(absl::StrCat("releasing the stale job \"",
-                                     status.job_id(), "\": "),
+                                     status->job_id(), "\": "),
                         s);
       }
-    } else if (status.state() != petra::v1::StageStatus::STATE_IDLE) {
+    } else if (status->state() != petra::v1::StageStatus::STATE_IDLE) {
       return absl::FailedPreconditionError(absl::StrCat(
           fleet_->Name(j), " is not idle (",
-          petra::v1::StageStatus::State_Name(status.state()), ")"));
+          petra::v1::StageStatus::State_Name(status->state()), ")"));
     }
   }
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
@@ -237,8 +243,9 @@ void Runner::ReleaseAll() {
     request.set_job_id(id_);
     petra::v1::ReleaseResponse response;
     // Best effort: a stage that is gone holds nothing.
-    fleet_->Call(j, &StageService::Stub::Release, request, &response,
-                 milliseconds(10000))
+    fleet_
+        ->Call(j, &StageService::Stub::Release, request, &response,
+               milliseconds(10000))
         .IgnoreError();
   }
 }
@@ -246,21 +253,16 @@ void Runner::ReleaseAll() {
 absl::Status Runner::PollStages() {
   std::vector<petra::v1::StageStats> stats;
   for (int j = 0; j < fleet_->size(); ++j) {
-    petra::v1::StageStatus status;
-    if (absl::Status s = fleet_->Call(j, &StageService::Stub::GetStatus,
-                                      petra::v1::GetStatusRequest(), &status,
-                                      kProbeTimeout);
-        !s.ok()) {
-      return s;
-    }
-    if (status.job_id() != id_) {
+    absl::StatusOr<petra::v1::StageStatus> status = fleet_->Status(j);
+    if (!status.ok()) return status.status();
+    if (status->job_id() != id_) {
       return absl::AbortedError(absl::StrCat(
           fleet_->Name(j), " no longer holds the job (it was restarted?)"));
     }
-    if (status.state() == petra::v1::StageStatus::STATE_FAILED) {
-      return wire::FromProtoStatus(status.error());
+    if (status->state() == petra::v1::StageStatus::STATE_FAILED) {
+      return wire::FromProtoStatus(status->error());
     }
-    petra::v1::StageStats s = status.stats();
+    petra::v1::StageStats s = status->stats();
     s.set_stage_index(j);
     s.set_address(fleet_->address(j));
     stats.push_back(std::move(s));
@@ -297,12 +299,11 @@ void Runner::Progress(JobEvent::Kind kind, uint32_t epoch,
       p.set_train_loss(train->loss_sum / train->samples);
       p.set_train_accuracy(static_cast<double>(train->correct) /
                            train->samples);
-      const double pass_seconds =
-          train->seconds > 0
-              ? train->seconds
-              : std::chrono::duration<double>(steady_clock::now() -
-                                              pass_started_)
-                    .count();
+      const double pass_seconds = train->seconds > 0
+                                      ? train->seconds
+                                      : std::chrono::duration<double>(
+                                            steady_clock::now() - pass_started_)
+                                            .count();
       if (pass_seconds > 0) {
         p.set_samples_per_second(train->samples / pass_seconds);
       }
@@ -310,7 +311,8 @@ void Runner::Progress(JobEvent::Kind kind, uint32_t epoch,
   }
   p.set_step(step);
   if (step > 0 && total_steps > 0) {
-    p.set_eta_seconds(elapsed / step * (total_steps - static_cast<int64_t>(step)));
+    p.set_eta_seconds(elapsed / step *
+                      (total_steps - static_cast<int64_t>(step)));
   }
   p.set_learning_rate(engine::LrSchedule(spec_, steps_per_epoch_)
                           .At(std::max<int64_t>(0, step - 1)));
@@ -413,8 +415,8 @@ absl::Status Runner::RunPass(petra::v1::Phase phase, uint32_t epoch,
     {
       std::unique_lock<std::mutex> lock(c.mu);
       c.cv.wait_for(lock, milliseconds(250));
-      complete = c.losses >= n &&
-                 (phase == petra::v1::PHASE_EVAL || stages == 1 || c.exits >= n);
+      complete = c.losses >= n && (phase == petra::v1::PHASE_EVAL ||
+                                   stages == 1 || c.exits >= n);
       last_done = c.last_done;
     }
     if (complete) break;
@@ -567,9 +569,8 @@ absl::Status Runner::CheckpointAll(uint32_t epoch) {
       (std::filesystem::path(JobDirectory(id_)) / "checkpoints" / name)
           .string();
   checkpoints_.push_back(dir.string());
-  const uint32_t keep = spec_.checkpoint().has_keep_last()
-                            ? spec_.checkpoint().keep_last()
-                            : 2;
+  const uint32_t keep =
+      spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2;
   while (checkpoints_.size() > std::max<uint32_t>(1, keep)) {
     std::filesystem::remove_all(checkpoints_.front(), ec);
     checkpoints_.erase(checkpoints_.begin());
@@ -621,8 +622,9 @@ absl::Status Runner::Run() {
           return s;
         }
         if (eval.samples > 0) {
-          test = std::make_pair(eval.loss_sum / eval.samples,
-                                static_cast<double>(eval.correct) / eval.samples);
+          test =
+              std::make_pair(eval.loss_sum / eval.samples,
+                             static_cast<double>(eval.correct) / eval.samples);
         }
       }
     }
@@ -640,9 +642,7 @@ absl::Status Runner::Run() {
 
 }  // namespace
 
-std::string JobDirectory(const std::string& job_id) {
-  return "jobs/" + job_id;
-}
+std::string JobDirectory(const std::string& job_id) { return "jobs/" + job_id; }
 
 std::string ExportPath(const std::string& state_dir,
                        const std::string& job_id) {
@@ -651,14 +651,14 @@ std::string ExportPath(const std::string& state_dir,
 }
 
 void RunJob(JobRecord& record, const RunnerEnvironment& env) {
-  record.Update(JobEvent::KIND_STATE, [](Job& job) {
-    job.set_state(petra::v1::JOB_STATE_STARTING);
-  });
+  record.Update(JobEvent::KIND_STATE,
+                [](Job& job) { job.set_state(petra::v1::JOB_STATE_STARTING); });
   Runner runner(record, env);
   absl::Status status = runner.Run();
   runner.ReleaseAll();
   record.Update(JobEvent::KIND_STATE, [&](Job& job) {
-    *job.mutable_end_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+    *job.mutable_end_time() =
+        google::protobuf::util::TimeUtil::GetCurrentTime();
     if (status.ok()) {
       job.set_state(petra::v1::JOB_STATE_SUCCEEDED);
     } else if (record.cancel_requested()) {

@@ -77,7 +77,8 @@ std::string Sha256Hex(const std::string& bytes) {
   unsigned int n = 0;
   EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
   std::string hex;
-  for (unsigned int i = 0; i < n; ++i) hex += absl::StrFormat("%02x", digest[i]);
+  for (unsigned int i = 0; i < n; ++i)
+    hex += absl::StrFormat("%02x", digest[i]);
   return hex;
 }
 
@@ -87,9 +88,8 @@ absl::Status WriteFileAtomically(const std::filesystem::path& path,
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create ",
-                                            path.parent_path().string(), ": ",
-                                            ec.message()));
+    return absl::InternalError(absl::StrCat(
+        "cannot create ", path.parent_path().string(), ": ", ec.message()));
   }
   const std::string tmp = path.string() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -217,30 +217,23 @@ StageHost::StageHost(Options options)
 }
 
 StageHost::~StageHost() {
-  std::shared_ptr<StageJob> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job = job_;
-    if (job != nullptr) {
-      job->released = true;
-      job->mailbox.Close("the stage server is stopping");
-    }
-  }
-  if (job != nullptr) job->CancelStreams();
+  AbandonJob("the stage server is stopping");
   tasks_.Close();
   executor_.join();
 }
 
-void StageHost::Post(std::function<void()> task) { tasks_.Push(std::move(task)); }
+void StageHost::Post(std::function<void()> task) {
+  tasks_.Push(std::move(task));
+}
 
 std::shared_ptr<StageJob> StageHost::CurrentJob(const std::string& id,
                                                 absl::Status* error) {
   if (job_ == nullptr || job_->id() != id) {
     *error = absl::NotFoundError(absl::StrCat(
         "unknown job \"", id, "\": ",
-        job_ == nullptr ? std::string("this stage holds no job")
-                        : absl::StrCat("this stage holds job \"", job_->id(),
-                                       "\"")));
+        job_ == nullptr
+            ? std::string("this stage holds no job")
+            : absl::StrCat("this stage holds job \"", job_->id(), "\"")));
     return nullptr;
   }
   return job_;
@@ -260,18 +253,18 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   const uint32_t count = request.stage_count();
   if (count < 1 || request.stage_index() >= count ||
       request.partition_size() != static_cast<int>(count)) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "stage_index ", request.stage_index(), ", stage_count ", count,
-        " and a partition of ", request.partition_size(),
-        " ranges do not fit together")));
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("stage_index ", request.stage_index(), ", stage_count ",
+                     count, " and a partition of ", request.partition_size(),
+                     " ranges do not fit together")));
   }
   if (request.steps_per_epoch() < 1) {
     return refuse(absl::InvalidArgumentError("steps_per_epoch must be >= 1"));
   }
   if (!request.device().empty() && request.device() != options_.device) {
-    return refuse(absl::FailedPreconditionError(absl::StrCat(
-        "the job places this stage on \"", request.device(),
-        "\" but this server runs on \"", options_.device, "\"")));
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat("the job places this stage on \"", request.device(),
+                     "\" but this server runs on \"", options_.device, "\"")));
   }
   if (!request.restore_checkpoint().empty()) {
     if (absl::Status s = CheckRelativeName(request.restore_checkpoint(),
@@ -284,19 +277,22 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) {
-      return refuse(absl::UnavailableError("the stage server is draining"));
+      return refuse(
+          absl::FailedPreconditionError("the stage server is draining: it "
+                                        "takes no new work before it stops"));
     }
     if (job_ != nullptr) {
-      return refuse(absl::FailedPreconditionError(absl::StrCat(
-          "this stage already holds job \"", job_->id(),
-          "\"; release it first")));
+      return refuse(absl::FailedPreconditionError(
+          absl::StrCat("this stage already holds job \"", job_->id(),
+                       "\"; release it first")));
     }
     job_ = job;
   }
   Post([this, job, spec = *spec, response, done = std::move(done)] {
     std::vector<model::BlockRange> ranges;
     for (const auto& r : job->assign.partition()) {
-      ranges.push_back({static_cast<int>(r.begin()), static_cast<int>(r.end())});
+      ranges.push_back(
+          {static_cast<int>(r.begin()), static_cast<int>(r.end())});
     }
     absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> w =
         engine::BuildStageWorkers(
@@ -324,7 +320,8 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
       if (job_ == job) job_.reset();
     } else {
       int64_t params = 0;
-      for (const torch::Tensor& p : job->worker->parameters()) params += p.numel();
+      for (const torch::Tensor& p : job->worker->parameters())
+        params += p.numel();
       response->set_parameter_count(static_cast<uint64_t>(params));
       *response->mutable_memory() = ToProto(job->worker->memory());
     }
@@ -337,14 +334,17 @@ absl::Status StageHost::Start(const petra::v1::StartRequest& request) {
   absl::Status error;
   std::shared_ptr<StageJob> job = CurrentJob(request.job_id(), &error);
   if (job == nullptr) return error;
-  if (draining_) return absl::UnavailableError("the stage server is draining");
+  if (draining_)
+    return absl::FailedPreconditionError(
+        "the stage server is draining: it takes no new work before it stops");
   if (job->state == StageStatus::STATE_FAILED) {
     return absl::FailedPreconditionError(
         absl::StrCat("the job failed on this stage: ", job->error.message()));
   }
   if (request.phase() != petra::v1::PHASE_TRAIN &&
       request.phase() != petra::v1::PHASE_EVAL) {
-    return absl::InvalidArgumentError("phase must be PHASE_TRAIN or PHASE_EVAL");
+    return absl::InvalidArgumentError(
+        "phase must be PHASE_TRAIN or PHASE_EVAL");
   }
   if (request.micro_batches() < 1 || request.micro_batches() > (1u << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -440,8 +440,8 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
 void StageHost::Fail(StageJob& job, const absl::Status& error) {
   if (job.state == StageStatus::STATE_FAILED) return;
   job.state = StageStatus::STATE_FAILED;
-  job.error = absl::Status(error.code(), absl::StrCat("stage ", job.index(),
-                                                      ": ", error.message()));
+  job.error = absl::Status(
+      error.code(), absl::StrCat("stage ", job.index(), ": ", error.message()));
   job.mailbox.Close(std::string(job.error.message()));
 }
 
@@ -601,16 +601,19 @@ void StageHost::Drain(std::chrono::milliseconds timeout) {
   while (pending_passes_ > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  AbandonJob("the stage server was stopped");
+}
+
+void StageHost::AbandonJob(const std::string& why) {
   std::shared_ptr<StageJob> job;
   {
     std::lock_guard<std::mutex> lock(mu_);
     job = job_;
-    if (job != nullptr) {
-      job->released = true;
-      job->mailbox.Close("the stage server was stopped");
-    }
+    if (job == nullptr) return;
+    job->released = true;
+    job->mailbox.Close(why);
   }
-  if (job != nullptr) job->CancelStreams();
+  job->CancelStreams();
 }
 
 }  // namespace petra::stage_server

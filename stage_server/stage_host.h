@@ -60,6 +60,8 @@ class StageHost {
   void Post(std::function<void()> task);
   void RunPass(std::shared_ptr<StageJob> job, PassInfo pass);
   void Fail(StageJob& job, const absl::Status& error);
+  // Stops the held job's work: closes its mailbox and aborts its streams.
+  void AbandonJob(const std::string& why);
   std::shared_ptr<StageJob> CurrentJob(const std::string& id,
                                        absl::Status* error);
 

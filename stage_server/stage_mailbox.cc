@@ -56,15 +56,15 @@ absl::Status StageMailbox::CheckId(uint64_t id, int64_t next,
         " is not running a pass (the coordinator has not started one)"));
   }
   if (id >= static_cast<uint64_t>(pass_.micro_batches)) {
-    return absl::OutOfRangeError(absl::StrCat(
-        direction, " micro-batch id ", id, " is out of range: the pass has ",
-        pass_.micro_batches, " micro-batches (ids 0..",
-        pass_.micro_batches - 1, ")"));
+    return absl::OutOfRangeError(
+        absl::StrCat(direction, " micro-batch id ", id,
+                     " is out of range: the pass has ", pass_.micro_batches,
+                     " micro-batches (ids 0..", pass_.micro_batches - 1, ")"));
   }
   if (static_cast<int64_t>(id) < next) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        direction, " micro-batch ", id, " is a duplicate: stage ", index_,
-        " already took it"));
+    return absl::AlreadyExistsError(absl::StrCat(direction, " micro-batch ", id,
+                                                 " is a duplicate: stage ",
+                                                 index_, " already took it"));
   }
   return absl::OkStatus();
 }
@@ -79,10 +79,10 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
   const uint64_t id = p.header.micro_batch_id;
   if (absl::Status s = CheckId(id, next_forward_, "forward"); !s.ok()) return s;
   if (p.header.phase != pass_.phase) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "forward micro-batch ", id, " is for phase ",
-        petra::v1::Phase_Name(p.header.phase), " but the pass is ",
-        petra::v1::Phase_Name(pass_.phase)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("forward micro-batch ", id, " is for phase ",
+                     petra::v1::Phase_Name(p.header.phase), " but the pass is ",
+                     petra::v1::Phase_Name(pass_.phase)));
   }
   const bool has_x = p.x.a.defined();
   const bool has_labels = p.labels.defined();
@@ -163,9 +163,9 @@ absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(Map& map,
     auto it = map.find(id);
     return it != map.end() && ready(it->second);
   });
-  wait_seconds_ += std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  wait_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   if (closed_) return absl::CancelledError(closed_why_);
   auto it = map.find(id);
   typename Map::mapped_type slot = std::move(it->second);

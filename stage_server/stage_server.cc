@@ -61,9 +61,8 @@ absl::Status StageServer::Start() {
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }
-  host_ = std::make_unique<StageHost>(
-      StageHost::Options{options_.device, static_cast<int>(options_.threads),
-                         options_.state_dir});
+  host_ = std::make_unique<StageHost>(StageHost::Options{
+      options_.device, static_cast<int>(options_.threads), options_.state_dir});
   service_ = std::make_unique<StageServiceImpl>(host_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);

@@ -14,9 +14,10 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
  public:
   explicit StageServiceImpl(StageHost* host);
 
-  grpc::ServerUnaryReactor* Assign(grpc::CallbackServerContext* context,
-                                   const petra::v1::AssignRequest* request,
-                                   petra::v1::AssignResponse* response) override;
+  grpc::ServerUnaryReactor* Assign(
+      grpc::CallbackServerContext* context,
+      const petra::v1::AssignRequest* request,
+      petra::v1::AssignResponse* response) override;
   grpc::ServerUnaryReactor* Start(grpc::CallbackServerContext* context,
                                   const petra::v1::StartRequest* request,
                                   petra::v1::StartResponse* response) override;
@@ -28,9 +29,10 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
       grpc::CallbackServerContext* context,
       const petra::v1::ReadCheckpointRequest* request,
       petra::v1::ReadCheckpointResponse* response) override;
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
-                                    const petra::v1::ReleaseRequest* request,
-                                    petra::v1::ReleaseResponse* response) override;
+  grpc::ServerUnaryReactor* Release(
+      grpc::CallbackServerContext* context,
+      const petra::v1::ReleaseRequest* request,
+      petra::v1::ReleaseResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(
       grpc::CallbackServerContext* context,
       const petra::v1::GetStatusRequest* request,

@@ -25,7 +25,8 @@ absl::StatusOr<std::unique_ptr<InProcessRunner>> InProcessRunner::Create(
   r->spec_ = resolved;
   r->data_ = std::move(data);
   r->options_ = std::move(options);
-  absl::StatusOr<int64_t> steps = StepsPerEpoch(resolved, r->data_.train.size());
+  absl::StatusOr<int64_t> steps =
+      StepsPerEpoch(resolved, r->data_.train.size());
   if (!steps.ok()) return steps.status();
   r->steps_per_epoch_ = *steps;
   absl::StatusOr<std::vector<model::BlockRange>> ranges = PlanStages(resolved);
@@ -137,8 +138,8 @@ absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
   const bool overlap =
       spec_.training().mode() != petra::v1::TRAINING_MODE_BACKPROP;
   data::EpochBatches batches(data_.train, TrainBatchOptions(spec_), epoch - 1);
-  const int64_t micro_batches = TrainMicroBatches(
-      spec_, batches.size(), workers_[0]->optimizer_steps());
+  const int64_t micro_batches =
+      TrainMicroBatches(spec_, batches.size(), workers_[0]->optimizer_steps());
 
   Channels channels(stages, micro_batches);
   std::mutex mu;

@@ -39,8 +39,8 @@ absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& s,
   const int64_t steps = micro_batches / s.training().accumulation_steps();
   if (steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "one epoch holds ", micro_batches, " micro-batches, fewer than k = ",
-        s.training().accumulation_steps()));
+        "one epoch holds ", micro_batches,
+        " micro-batches, fewer than k = ", s.training().accumulation_steps()));
   }
   return steps;
 }
@@ -76,16 +76,16 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
   const int stages = static_cast<int>(ranges.size());
   if (stages < 1 || ranges.front().begin != 0 ||
       ranges.back().end != static_cast<int>(net->blocks.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the stage ranges do not cover the network's ", net->blocks.size(),
-        " blocks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the stage ranges do not cover the network's ",
+                     net->blocks.size(), " blocks"));
   }
   for (int j = 1; j < stages; ++j) {
     if (ranges[j].begin != ranges[j - 1].end ||
         ranges[j].begin >= ranges[j].end) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stage ", j, ": block range [", ranges[j].begin, ", ",
-          ranges[j].end, ") does not follow stage ", j - 1, "'s"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", j, ": block range [", ranges[j].begin, ", ",
+                       ranges[j].end, ") does not follow stage ", j - 1, "'s"));
     }
   }
   std::vector<int> order = which;

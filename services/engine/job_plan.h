@@ -27,8 +27,8 @@ absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& resolved,
 // Micro-batches to train in an epoch of `available` batches when the stages
 // have taken `steps_done` optimizer steps: whole steps only, and no more
 // than max_steps allows.
-int64_t TrainMicroBatches(const petra::v1::JobSpec& resolved,
-                          int64_t available, int64_t steps_done);
+int64_t TrainMicroBatches(const petra::v1::JobSpec& resolved, int64_t available,
+                          int64_t steps_done);
 
 // The partition of the job's network into stages (builds the network).
 absl::StatusOr<std::vector<model::BlockRange>> PlanStages(

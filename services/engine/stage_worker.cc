@@ -427,8 +427,8 @@ std::vector<std::pair<std::string, torch::Tensor>> StageWorker::NamedState(
       out.emplace_back("grad." + name, p.grad());
     }
     if (optimizer_ == nullptr) continue;
-    auto it = optimizer_->state().find(
-        c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it =
+        optimizer_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
     if (it == optimizer_->state().end()) continue;
     const auto& s =
         static_cast<const torch::optim::SGDParamState&>(*it->second);
@@ -444,18 +444,19 @@ absl::Status StageWorker::LoadNamedState(
     const std::map<std::string, torch::Tensor>& state, int64_t steps) {
   return Guard("restore", [&]() -> absl::Status {
     torch::NoGradGuard no_grad;
-    auto find = [&](const std::string& name,
-                    const torch::Tensor& like) -> absl::StatusOr<torch::Tensor> {
+    auto find =
+        [&](const std::string& name,
+            const torch::Tensor& like) -> absl::StatusOr<torch::Tensor> {
       auto it = state.find(name);
       if (it == state.end()) {
         return absl::InvalidArgumentError(
             absl::StrCat("checkpoint: tensor \"", name, "\" is missing"));
       }
       if (it->second.sizes() != like.sizes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint: tensor \"", name, "\" has shape ",
-            c10::str(it->second.sizes()), ", the model needs ",
-            c10::str(like.sizes())));
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: tensor \"", name, "\" has shape ",
+                         c10::str(it->second.sizes()), ", the model needs ",
+                         c10::str(like.sizes())));
       }
       return it->second;
     };

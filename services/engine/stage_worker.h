@@ -21,13 +21,13 @@ namespace petra::engine {
 struct StageConfig {
   int index = 0;  // 0-based position in the chain
   int count = 1;  // stages in the chain
-  // Index of the stage's first block in the whole network (state names).
-  int first_block = 0;
   // Keep every input until its backward even when the stage could rebuild
   // it (delayed mode with stash_inputs). Non-reversible stages always keep.
   bool stash_inputs = false;
   // Keep a copy of the weights each forward used; backward runs with it.
   bool stash_weights = false;
+  // Index of the stage's first block in the whole network (state names).
+  int first_block = 0;
 };
 
 struct MemoryStats {
@@ -114,8 +114,8 @@ class StageWorker {
   // Restores what NamedState(true) returned and the step counter. Every
   // model tensor must be present with its shape; INVALID_ARGUMENT naming the
   // first one that is not.
-  absl::Status LoadNamedState(
-      const std::map<std::string, torch::Tensor>& state, int64_t steps);
+  absl::Status LoadNamedState(const std::map<std::string, torch::Tensor>& state,
+                              int64_t steps);
 
  private:
   struct Record {

@@ -77,11 +77,10 @@ absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
   absl::StatusOr<NamedTensors> t = DecodeStateFile(bytes);
   if (!t.ok()) return t.status();
   StageCheckpointMeta meta;
-  for (auto [name, field] :
-       {std::pair{kMetaStage, &meta.stage_index},
-        std::pair{kMetaSteps, &meta.optimizer_steps},
-        std::pair{kMetaEpoch, &meta.epoch},
-        std::pair{kMetaSamples, &meta.samples_seen}}) {
+  for (auto [name, field] : {std::pair{kMetaStage, &meta.stage_index},
+                             std::pair{kMetaSteps, &meta.optimizer_steps},
+                             std::pair{kMetaEpoch, &meta.epoch},
+                             std::pair{kMetaSamples, &meta.samples_seen}}) {
     absl::StatusOr<int64_t> v = ReadScalar(*t, name);
     if (!v.ok()) return v.status();
     *field = *v;
@@ -104,8 +103,9 @@ absl::StatusOr<std::string> MergeForExport(
   for (size_t j = 0; j < stage_checkpoints.size(); ++j) {
     absl::StatusOr<NamedTensors> t = DecodeStateFile(stage_checkpoints[j]);
     if (!t.ok()) {
-      return absl::Status(t.status().code(), absl::StrCat("stage ", j, ": ",
-                                                          t.status().message()));
+      return absl::Status(
+          t.status().code(),
+          absl::StrCat("stage ", j, ": ", t.status().message()));
     }
     for (auto& [name, tensor] : *t) {
       if (absl::StartsWith(name, "blocks.")) all.emplace_back(name, tensor);
@@ -113,9 +113,7 @@ absl::StatusOr<std::string> MergeForExport(
   }
   // Block order, not the dictionary's lexical order ("blocks.10" < "blocks.2").
   std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) {
-    auto block = [](const std::string& n) {
-      return std::atoi(n.c_str() + 7);
-    };
+    auto block = [](const std::string& n) { return std::atoi(n.c_str() + 7); };
     return block(x.first) < block(y.first);
   });
   return EncodeStateFile(all);

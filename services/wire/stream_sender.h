@@ -81,8 +81,7 @@ class StreamSender {
     grpc::Status s = stream_->Finish();
     std::lock_guard<std::mutex> lock(mu_);
     final_ = !error_.ok() ? error_ : FromGrpcStatus(s);
-    if (!final_.ok() && s.error_code() != grpc::StatusCode::OK &&
-        error_.ok()) {
+    if (!final_.ok() && s.error_code() != grpc::StatusCode::OK && error_.ok()) {
       final_ = absl::Status(final_.code(),
                             absl::StrCat(peer_, ": ", final_.message()));
     }
@@ -108,9 +107,9 @@ class StreamSender {
         if (error_.ok()) {
           absl::Status e = FromProtoStatus(reply.error().status());
           error_ = absl::Status(
-              e.code(), absl::StrCat(peer_, " refused micro-batch ",
-                                     reply.error().micro_batch_id(), ": ",
-                                     e.message()));
+              e.code(),
+              absl::StrCat(peer_, " refused micro-batch ",
+                           reply.error().micro_batch_id(), ": ", e.message()));
         }
       } else if (reply.has_done() && on_done_) {
         on_done_(reply.done());

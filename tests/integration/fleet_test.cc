@@ -48,9 +48,10 @@ int ClosedPort() {
 
 // A small job on synthetic data: 64 micro-batches an epoch, seconds to run.
 std::vector<std::string> SmallJob(int epochs) {
-  return {"--arch",  "revnet18", "--width",  "0.125", "--dataset",
-          "synthetic", "--stages", "2",      "--epochs", std::to_string(epochs),
-          "--seed",  "3"};
+  return {
+      "--arch",    "revnet18", "--width", "0.125",    "--dataset",
+      "synthetic", "--stages", "2",       "--epochs", std::to_string(epochs),
+      "--seed",    "3"};
 }
 
 class FleetProcesses : public ::testing::Test {
@@ -62,8 +63,8 @@ class FleetProcesses : public ::testing::Test {
                       "--listen", "127.0.0.1:0", "--metrics-listen", "",
                       "--threads", "1", "--state-dir",
                       dir_.path() + "/stage-" + std::to_string(j)}));
-      const int port =
-          NumberAfter(stages_.back()->WaitForLine("listening on port"), "port ");
+      const int port = NumberAfter(
+          stages_.back()->WaitForLine("listening on port"), "port ");
       ASSERT_GT(port, 0) << stages_.back()->err();
       stage_addresses_.push_back(Loopback(port));
     }
@@ -162,8 +163,10 @@ TEST_F(FleetProcesses, JobsQueueReuseTheStagesAndExport) {
   // The coordinator kept a job record and a checkpoint of every stage.
   const std::string jobs = dir_.path() + "/coordinator/jobs/" + first;
   EXPECT_TRUE(std::filesystem::exists(jobs + "/job.json"));
-  EXPECT_TRUE(std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-0.pt"));
-  EXPECT_TRUE(std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-1.pt"));
+  EXPECT_TRUE(
+      std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-0.pt"));
+  EXPECT_TRUE(
+      std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-1.pt"));
 
   RunResult list = Petra({"list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;
@@ -194,11 +197,13 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
   StartStages(2);
   StartCoordinator();
   const std::string id = Submit(SmallJob(200));
-  ASSERT_TRUE(WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)))
+  ASSERT_TRUE(
+      WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)))
       << StatusJson(id);
   RunResult cancel = Petra({"cancel", id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
-  EXPECT_TRUE(WaitForStatus(id, "JOB_STATE_CANCELLED", std::chrono::seconds(15)))
+  EXPECT_TRUE(
+      WaitForStatus(id, "JOB_STATE_CANCELLED", std::chrono::seconds(15)))
       << StatusJson(id);
   for (int j = 0; j < 2; ++j) {
     EXPECT_EQ(StageStatus(j).state(), petra::v1::StageStatus::STATE_IDLE);
@@ -230,7 +235,8 @@ TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
   StartStages(2);
   StartCoordinator();
   const std::string id = Submit(SmallJob(200));
-  ASSERT_TRUE(WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
+  ASSERT_TRUE(
+      WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
   EXPECT_EQ(stages_[1]->SignalAndWait(SIGTERM, std::chrono::seconds(60)), 0)
       << stages_[1]->err();
   EXPECT_THAT(stages_[1]->out(), HasSubstr("stopped"));
@@ -244,7 +250,8 @@ TEST_F(FleetProcesses, ANewCoordinatorReclaimsStagesLeftHoldingAJob) {
   StartStages(2);
   StartCoordinator();
   const std::string id = Submit(SmallJob(200));
-  ASSERT_TRUE(WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
+  ASSERT_TRUE(
+      WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
   // The coordinator dies without releasing anything.
   coordinator_->SignalAndWait(SIGKILL, std::chrono::seconds(10));
   EXPECT_EQ(StageStatus(0).job_id(), id);
