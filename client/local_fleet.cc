@@ -14,7 +14,7 @@ absl::StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Start(
   for (int j = 0; j < options.stages; ++j) {
     stage_server::StageServer::Options o;
     o.listen = "127.0.0.1:0";
-    o.metrics_listen = "";
+    o.metrics_listen = options.metrics ? "127.0.0.1:0" : "";
     o.device = "cpu";
     o.threads = options.threads_per_stage;
     o.state_dir = absl::StrCat(options.state_dir, "/stage-", j);
@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Start(
   }
   coordinator::CoordinatorServer::Options o;
   o.listen = "127.0.0.1:0";
-  o.metrics_listen = "";
+  o.metrics_listen = options.metrics ? "127.0.0.1:0" : "";
   o.stages = absl::StrJoin(addresses, ",");
   o.data_root = options.data_root;
   o.state_dir = options.state_dir + "/coordinator";
@@ -47,6 +47,14 @@ void LocalFleet::Stop() {
   coordinator_.reset();
   for (auto& s : stages_) s->GracefulStop();
   stages_.clear();
+}
+
+std::vector<int> LocalFleet::metrics_ports() const {
+  std::vector<int> ports;
+  if (coordinator_ == nullptr || coordinator_->metrics_port() == 0) return ports;
+  ports.push_back(coordinator_->metrics_port());
+  for (const auto& s : stages_) ports.push_back(s->metrics_port());
+  return ports;
 }
 
 std::string LocalFleet::coordinator_address() const {

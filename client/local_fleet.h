@@ -27,6 +27,8 @@ class LocalFleet {
     // Stage servers write under <state_dir>/stage-<j>, the coordinator under
     // <state_dir>/coordinator.
     std::string state_dir;
+    // Serve every process's /metrics on an ephemeral loopback port.
+    bool metrics = true;
   };
   static absl::StatusOr<std::unique_ptr<LocalFleet>> Start(
       const Options& options);
@@ -34,6 +36,9 @@ class LocalFleet {
   // Stops the coordinator (cancelling its jobs) and then every stage.
   void Stop();
   std::string coordinator_address() const;
+  // Ports of the /metrics endpoints: the coordinator's, then each stage's
+  // (empty when metrics are off).
+  std::vector<int> metrics_ports() const;
 
  private:
   LocalFleet() = default;

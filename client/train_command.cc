@@ -199,6 +199,15 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   if (!fleet.ok()) return fleet.status();
   auto stub = petra::v1::CoordinatorService::NewStub(
       wire::CreateChannel((*fleet)->coordinator_address()));
+  if (!options.quiet) {
+    const std::vector<int> ports = (*fleet)->metrics_ports();
+    for (size_t i = 0; i < ports.size(); ++i) {
+      std::printf("metrics: %s http://127.0.0.1:%d/metrics\n",
+                  i == 0 ? "coordinator"
+                         : absl::StrCat("stage ", i - 1).c_str(),
+                  ports[i]);
+    }
+  }
 
   grpc::ClientContext context;
   petra::v1::SubmitJobRequest request;

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "coordinator/coordinator_service.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/stage_list.h"
 #include "services/cli/paths.h"
@@ -56,9 +57,12 @@ absl::Status CoordinatorServer::Start() {
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }
-  jobs_ = std::make_unique<JobManager>(
-      RunnerEnvironment{stages_, options_.data_root, options_.state_dir});
-  service_ = std::make_unique<CoordinatorServiceImpl>(jobs_.get());
+  job_metrics_ = std::make_unique<CoordinatorMetrics>(
+      metrics_ != nullptr ? &metrics_->registry() : nullptr);
+  jobs_ = std::make_unique<JobManager>(RunnerEnvironment{
+      stages_, options_.data_root, options_.state_dir, job_metrics_.get()});
+  service_ = std::make_unique<CoordinatorServiceImpl>(jobs_.get(),
+                                                      job_metrics_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
   if (!server.ok()) return server.status();
@@ -76,6 +80,7 @@ void CoordinatorServer::GracefulStop() {
   server_.reset();
   service_.reset();
   jobs_.reset();
+  job_metrics_.reset();
   metrics_.reset();
 }
 

@@ -20,6 +20,7 @@ namespace petra::coordinator {
 
 class CoordinatorServiceImpl;
 class JobManager;
+class CoordinatorMetrics;
 
 class CoordinatorServer {
  public:
@@ -52,6 +53,7 @@ class CoordinatorServer {
   CoordinatorServer(Options options, std::vector<std::string> stages);
   Options options_;
   std::vector<std::string> stages_;
+  std::unique_ptr<CoordinatorMetrics> job_metrics_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

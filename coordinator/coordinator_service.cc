@@ -16,7 +16,9 @@ constexpr size_t kExportChunkBytes = 1 << 20;
 template <typename Response>
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
                                 const absl::StatusOr<Response>& result,
-                                Response* response) {
+                                Response* response,
+                                CoordinatorMetrics* metrics) {
+  if (!result.ok()) metrics->Error(result.status().code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) *response = *result;
   reactor->Finish(wire::ToGrpcStatus(result.status()));
@@ -156,19 +158,20 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
 
 }  // namespace
 
-CoordinatorServiceImpl::CoordinatorServiceImpl(JobManager* jobs)
-    : jobs_(jobs) {}
+CoordinatorServiceImpl::CoordinatorServiceImpl(JobManager* jobs,
+                                               CoordinatorMetrics* metrics)
+    : jobs_(jobs), metrics_(metrics) {}
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::SubmitJob(
     grpc::CallbackServerContext* context,
     const petra::v1::SubmitJobRequest* request, petra::v1::Job* response) {
-  return Reply(context, jobs_->Submit(request->spec()), response);
+  return Reply(context, jobs_->Submit(request->spec()), response, metrics_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetJob(
     grpc::CallbackServerContext* context,
     const petra::v1::GetJobRequest* request, petra::v1::Job* response) {
-  return Reply(context, jobs_->Get(request->job_id()), response);
+  return Reply(context, jobs_->Get(request->job_id()), response, metrics_);
 }
 
 grpc::ServerWriteReactor<petra::v1::JobEvent>* CoordinatorServiceImpl::WatchJob(
@@ -181,13 +184,13 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::ListJobs(
     grpc::CallbackServerContext* context,
     const petra::v1::ListJobsRequest* request,
     petra::v1::ListJobsResponse* response) {
-  return Reply(context, jobs_->List(*request), response);
+  return Reply(context, jobs_->List(*request), response, metrics_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::CancelJob(
     grpc::CallbackServerContext* context,
     const petra::v1::CancelJobRequest* request, petra::v1::Job* response) {
-  return Reply(context, jobs_->Cancel(request->job_id()), response);
+  return Reply(context, jobs_->Cancel(request->job_id()), response, metrics_);
 }
 
 grpc::ServerWriteReactor<petra::v1::ExportChunk>*

@@ -3,6 +3,7 @@
 // time.
 #pragma once
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 
@@ -11,7 +12,7 @@ namespace petra::coordinator {
 class CoordinatorServiceImpl final
     : public petra::v1::CoordinatorService::CallbackService {
  public:
-  explicit CoordinatorServiceImpl(JobManager* jobs);
+  CoordinatorServiceImpl(JobManager* jobs, CoordinatorMetrics* metrics);
 
   grpc::ServerUnaryReactor* SubmitJob(
       grpc::CallbackServerContext* context,
@@ -37,6 +38,7 @@ class CoordinatorServiceImpl final
 
  private:
   JobManager* jobs_;
+  CoordinatorMetrics* metrics_;
 };
 
 }  // namespace petra::coordinator

@@ -86,13 +86,13 @@ void JobManager::LoadRecords() {
           "the coordinator stopped while the job was running");
     }
     const std::string id = job.id();
-    jobs_[id] = std::make_shared<JobRecord>(std::move(job),
-                                            RecordPath(env_.state_dir, id));
+    jobs_[id] = std::make_shared<JobRecord>(
+        std::move(job), RecordPath(env_.state_dir, id), [this] { Count(); });
     order_.push_back(id);
   }
 }
 
-absl::StatusOr<Job> JobManager::Submit(const petra::v1::JobSpec& spec) {
+absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
   if (!resolved.ok()) return resolved.status();
   const int stages = job::StageCount(*resolved);
@@ -118,13 +118,31 @@ absl::StatusOr<Job> JobManager::Submit(const petra::v1::JobSpec& spec) {
         absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
   }
   const std::string id = job.id();
-  auto record =
-      std::make_shared<JobRecord>(job, RecordPath(env_.state_dir, id));
+  auto record = std::make_shared<JobRecord>(
+      job, RecordPath(env_.state_dir, id), [this] { Count(); });
   jobs_[id] = record;
   order_.push_back(id);
   queue_.push_back(id);
   cv_.notify_all();
   return job;
+}
+
+absl::StatusOr<Job> JobManager::Submit(const petra::v1::JobSpec& spec) {
+  absl::StatusOr<Job> job = Queue(spec);
+  if (job.ok()) Count();
+  return job;
+}
+
+void JobManager::Count() {
+  if (env_.metrics == nullptr) return;
+  std::vector<std::shared_ptr<JobRecord>> records;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, r] : jobs_) records.push_back(r);
+  }
+  std::vector<petra::v1::JobState> states;
+  for (const auto& r : records) states.push_back(r->Snapshot().state());
+  env_.metrics->JobStates(states);
 }
 
 void JobManager::RunQueue() {
@@ -141,9 +159,13 @@ void JobManager::RunQueue() {
     RunJob(*record, env_);
   }
   // Whatever is still queued will not run in this process.
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const std::string& id : queue_) {
-    jobs_[id]->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
+  std::vector<std::shared_ptr<JobRecord>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& id : queue_) queued.push_back(jobs_[id]);
+  }
+  for (const auto& record : queued) {
+    record->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
       job.set_state(petra::v1::JOB_STATE_CANCELLED);
       job.mutable_error()->set_code(
           static_cast<int>(absl::StatusCode::kCancelled));

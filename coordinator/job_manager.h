@@ -37,6 +37,9 @@ class JobManager {
   absl::StatusOr<std::string> ExportFile(const std::string& id);
 
  private:
+  absl::StatusOr<petra::v1::Job> Queue(const petra::v1::JobSpec& spec);
+  // Jobs by state, to the metrics.
+  void Count();
   void RunQueue();
   void LoadRecords();
   std::shared_ptr<JobRecord> Find(const std::string& id);

@@ -14,8 +14,11 @@ bool IsTerminal(petra::v1::JobState s) {
          s == petra::v1::JOB_STATE_CANCELLED;
 }
 
-JobRecord::JobRecord(petra::v1::Job job, std::string record_path)
-    : job_(std::move(job)), record_path_(std::move(record_path)) {
+JobRecord::JobRecord(petra::v1::Job job, std::string record_path,
+                     std::function<void()> on_change)
+    : job_(std::move(job)),
+      record_path_(std::move(record_path)),
+      on_change_(std::move(on_change)) {
   std::lock_guard<std::mutex> lock(mu_);
   SaveLocked();
 }
@@ -27,17 +30,20 @@ petra::v1::Job JobRecord::Snapshot() const {
 
 void JobRecord::Update(petra::v1::JobEvent::Kind kind,
                        const std::function<void(petra::v1::Job&)>& change) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (IsTerminal(job_.state())) return;  // nothing follows the end
-  change(job_);
-  if (kind != petra::v1::JobEvent::KIND_PROGRESS) SaveLocked();
-  petra::v1::JobEvent event;
-  event.set_kind(kind);
-  *event.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
-  *event.mutable_job() = job_;
-  const bool last = IsTerminal(job_.state());
-  for (auto& w : watchers_) w->OnEvent(event, last);
-  if (last) watchers_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (IsTerminal(job_.state())) return;  // nothing follows the end
+    change(job_);
+    if (kind != petra::v1::JobEvent::KIND_PROGRESS) SaveLocked();
+    petra::v1::JobEvent event;
+    event.set_kind(kind);
+    *event.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+    *event.mutable_job() = job_;
+    const bool last = IsTerminal(job_.state());
+    for (auto& w : watchers_) w->OnEvent(event, last);
+    if (last) watchers_.clear();
+  }
+  if (kind != petra::v1::JobEvent::KIND_PROGRESS && on_change_) on_change_();
 }
 
 void JobRecord::Subscribe(std::shared_ptr<JobWatcher> watcher) {

@@ -27,7 +27,9 @@ bool IsTerminal(petra::v1::JobState state);
 class JobRecord {
  public:
   // `record_path`: where the record is saved as JSON ("" = not saved).
-  JobRecord(petra::v1::Job job, std::string record_path);
+  // `on_change` runs after every change but progress, outside the lock.
+  JobRecord(petra::v1::Job job, std::string record_path,
+            std::function<void()> on_change = nullptr);
 
   petra::v1::Job Snapshot() const;
   // Applies `change` under the lock, saves the record (except for progress
@@ -46,6 +48,7 @@ class JobRecord {
   mutable std::mutex mu_;
   petra::v1::Job job_;
   const std::string record_path_;
+  const std::function<void()> on_change_;
   std::vector<std::shared_ptr<JobWatcher>> watchers_;
   std::atomic<bool> cancel_requested_{false};
 };

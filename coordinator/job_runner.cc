@@ -322,6 +322,7 @@ void Runner::Progress(JobEvent::Kind kind, uint32_t epoch,
     p.set_test_accuracy(last_test_->second);
   }
   for (const auto& s : stage_stats_) *p.add_stages() = s;
+  if (env_.metrics != nullptr) env_.metrics->Progress(p);
   record_.Update(kind, [&](Job& job) {
     // An epoch-end event keeps the finished epoch's training figures.
     if (kind != JobEvent::KIND_EPOCH_END && train == nullptr &&
@@ -352,13 +353,17 @@ absl::Status Runner::RunPass(petra::v1::Phase phase, uint32_t epoch,
     }
   }
   pass_started_ = steady_clock::now();
-  auto on_done = [&c, stages, phase](const petra::v1::MicroBatchDone& d) {
+  CoordinatorMetrics* metrics =
+      phase == petra::v1::PHASE_TRAIN ? env_.metrics : nullptr;
+  auto on_done = [&c, stages, phase,
+                  metrics](const petra::v1::MicroBatchDone& d) {
     std::lock_guard<std::mutex> lock(c.mu);
     if (d.phase() != phase) return;
     if (static_cast<int>(d.stage_index()) == stages - 1) {
       ++c.losses;
       c.loss_sum += d.loss() * d.samples();
       c.losses_by_id.emplace_back(d.micro_batch_id(), d.loss());
+      if (metrics != nullptr) metrics->TrainSamples(d.samples());
       c.correct += d.correct();
       c.samples += d.samples();
     } else if (d.stage_index() == 0) {

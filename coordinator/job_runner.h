@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_record.h"
 
 namespace petra::coordinator {
@@ -17,6 +18,7 @@ struct RunnerEnvironment {
   std::vector<std::string> stage_addresses;  // the whole fleet
   std::string data_root;
   std::string state_dir;  // the coordinator's
+  CoordinatorMetrics* metrics = nullptr;  // none when null
 };
 
 // Sets the record's final state (SUCCEEDED, FAILED with the reason, or

@@ -125,6 +125,13 @@ petra::v1::MemoryBreakdown ToProto(const engine::MemoryStats& m) {
 template <typename Message>
 using Sender = wire::StreamSender<Message>;
 
+template <typename Message>
+int64_t PayloadBytes(const std::vector<Message>& parts) {
+  int64_t n = 0;
+  for (const Message& m : parts) n += static_cast<int64_t>(m.ByteSizeLong());
+  return n;
+}
+
 // The stage's outbox: encodes micro-batches onto the streams to its
 // neighbours and reports completions on the coordinator's streams.
 class NeighborOutbox : public engine::StageOutbox {
@@ -132,12 +139,20 @@ class NeighborOutbox : public engine::StageOutbox {
   NeighborOutbox(StageJob& job, const PassInfo& pass,
                  Sender<petra::v1::ForwardMessage>* next,
                  Sender<petra::v1::BackwardMessage>* previous,
-                 std::function<void()> after_each)
+                 StageMetrics& metrics, std::function<void()> after_each)
       : job_(job),
         pass_(pass),
         next_(next),
         previous_(previous),
+        metrics_(metrics),
         after_each_(std::move(after_each)) {}
+
+  void Observe(const Work& w) override {
+    metrics_.Computed(job_.index(), w.backward, w.samples, w.seconds);
+    if (w.backward) {
+      metrics_.Staleness(job_.index(), w.delay_ticks, w.staleness_steps);
+    }
+  }
 
   absl::Status SendForward(engine::ForwardItem item) override {
     wire::ForwardPayload p;
@@ -147,6 +162,7 @@ class NeighborOutbox : public engine::StageOutbox {
         wire::EncodeForward(p, wire::kTensorChunkBytes);
     after_each_();
     if (!parts.ok()) return parts.status();
+    metrics_.Sent(false, PayloadBytes(*parts));
     return next_->Send(*parts);
   }
 
@@ -159,6 +175,7 @@ class NeighborOutbox : public engine::StageOutbox {
         wire::EncodeBackward(p, wire::kTensorChunkBytes);
     after_each_();
     if (!parts.ok()) return parts.status();
+    metrics_.Sent(true, PayloadBytes(*parts));
     return previous_->Send(*parts);
   }
 
@@ -201,13 +218,16 @@ class NeighborOutbox : public engine::StageOutbox {
   const PassInfo pass_;
   Sender<petra::v1::ForwardMessage>* next_;
   Sender<petra::v1::BackwardMessage>* previous_;
+  StageMetrics& metrics_;
   std::function<void()> after_each_;
 };
 
 }  // namespace
 
 StageHost::StageHost(Options options)
-    : options_(std::move(options)), tasks_(1 << 16) {
+    : options_(std::move(options)),
+      metrics_(options_.metrics != nullptr ? options_.metrics : &no_metrics_),
+      tasks_(1 << 16) {
   executor_ = std::thread([this] {
     // Intra-op threads are per calling thread: the stage's torch work all
     // runs here.
@@ -301,6 +321,10 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
     absl::Status status = w.status();
     if (status.ok()) {
       job->worker = std::move(w->front());
+      job->mailbox.set_wait_observer(
+          [m = metrics_, j = job->index()](bool backward, double seconds) {
+            m->Waited(j, backward, seconds);
+          });
       const std::string& restore = job->assign.restore_checkpoint();
       if (!restore.empty()) {
         std::ifstream in(std::filesystem::path(options_.state_dir) / restore,
@@ -408,11 +432,14 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     s.set_staleness_mean(w.staleness_mean());
     *s.mutable_memory() = ToProto(w.memory());
     s.set_wait_seconds(job->mailbox.wait_seconds());
+    metrics_->State(job->index(), w.in_flight(), w.optimizer_steps(),
+                    s.memory());
     std::lock_guard<std::mutex> lock(mu_);
     job->stats = std::move(s);
   };
   if (status.ok()) {
-    NeighborOutbox outbox(*job, pass, next.get(), previous.get(), snapshot);
+    NeighborOutbox outbox(*job, pass, next.get(), previous.get(), *metrics_,
+                          snapshot);
     const bool overlap = job->assign.spec().training().mode() !=
                          petra::v1::TRAINING_MODE_BACKPROP;
     status = train ? engine::RunStageEpoch(*job->worker, job->mailbox, outbox,
@@ -534,6 +561,7 @@ void StageHost::Release(const petra::v1::ReleaseRequest& request, Done done) {
       std::lock_guard<std::mutex> lock(mu_);
       if (job_ == job) job_.reset();
     }
+    metrics_->Idle(job->index());
     done(absl::OkStatus());
   });
 }

@@ -16,6 +16,7 @@
 #include "petra/v1/stage.pb.h"
 #include "services/engine/blocking_queue.h"
 #include "stage_server/stage_mailbox.h"
+#include "stage_server/stage_metrics.h"
 
 namespace petra::stage_server {
 
@@ -27,6 +28,8 @@ class StageHost {
     std::string device = "cpu";
     int threads = 1;
     std::string state_dir;
+    // Where the stage's metrics go; none when null.
+    StageMetrics* metrics = nullptr;
   };
   using Done = std::function<void(absl::Status)>;
 
@@ -51,6 +54,7 @@ class StageHost {
                                std::shared_ptr<ReplySink> from);
   // Credits a new incoming stream is granted.
   uint32_t window();
+  StageMetrics& metrics() { return *metrics_; }
 
   // SIGTERM: refuses new jobs and passes, waits up to `timeout` for the
   // passes already started to end, then releases the job.
@@ -66,6 +70,8 @@ class StageHost {
                                        absl::Status* error);
 
   const Options options_;
+  StageMetrics no_metrics_{nullptr};
+  StageMetrics* const metrics_;
   std::mutex mu_;
   std::shared_ptr<StageJob> job_;
   bool draining_ = false;

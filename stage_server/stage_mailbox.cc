@@ -152,10 +152,8 @@ absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
 }
 
 template <typename Map, typename Ready>
-absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(Map& map,
-                                                             int64_t id,
-                                                             int64_t& next,
-                                                             Ready ready) {
+absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(
+    Map& map, int64_t id, int64_t& next, Ready ready, bool backward) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto start = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] {
@@ -163,9 +161,11 @@ absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(Map& map,
     auto it = map.find(id);
     return it != map.end() && ready(it->second);
   });
-  wait_seconds_ +=
+  const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
+  wait_seconds_ += waited;
+  if (on_wait_) on_wait_(backward, waited);
   if (closed_) return absl::CancelledError(closed_why_);
   auto it = map.find(id);
   typename Map::mapped_type slot = std::move(it->second);
@@ -177,7 +177,7 @@ absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(Map& map,
 absl::StatusOr<engine::ForwardItem> StageMailbox::NextForward(int64_t id) {
   absl::StatusOr<ForwardSlot> slot =
       Take(forward_, id, next_forward_,
-           [this](const ForwardSlot& s) { return ForwardReady(s); });
+           [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
   if (!slot.ok()) return slot.status();
   for (auto& sender : slot->senders) sender->Send(CreditReply(1));
   return engine::ForwardItem{id, std::move(slot->x), std::move(slot->labels)};
@@ -185,7 +185,8 @@ absl::StatusOr<engine::ForwardItem> StageMailbox::NextForward(int64_t id) {
 
 absl::StatusOr<engine::BackwardItem> StageMailbox::NextBackward(int64_t id) {
   absl::StatusOr<BackwardSlot> slot = Take(
-      backward_, id, next_backward_, [](const BackwardSlot&) { return true; });
+      backward_, id, next_backward_, [](const BackwardSlot&) { return true; },
+      true);
   if (!slot.ok()) return slot.status();
   slot->sender->Send(CreditReply(1));
   return std::move(slot->item);

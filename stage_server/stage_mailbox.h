@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,10 @@ class StageMailbox : public engine::StageInbox {
   std::shared_ptr<ReplySink> data_sink();
   // Seconds the executor spent waiting in Next* since construction.
   double wait_seconds();
+  // Called (on the executor) with each wait: direction and seconds.
+  void set_wait_observer(std::function<void(bool backward, double)> f) {
+    on_wait_ = std::move(f);
+  }
 
  private:
   struct ForwardSlot {
@@ -81,7 +86,8 @@ class StageMailbox : public engine::StageInbox {
   bool ForwardReady(const ForwardSlot& s) const;
   template <typename Map, typename Ready>
   absl::StatusOr<typename Map::mapped_type> Take(Map& map, int64_t id,
-                                                 int64_t& next, Ready ready);
+                                                 int64_t& next, Ready ready,
+                                                 bool backward);
 
   const int index_, count_;
   std::mutex mu_;
@@ -95,6 +101,7 @@ class StageMailbox : public engine::StageInbox {
   std::map<int64_t, BackwardSlot> backward_;
   std::shared_ptr<ReplySink> labels_sink_, data_sink_;
   double wait_seconds_ = 0;
+  std::function<void(bool, double)> on_wait_;
 };
 
 // A reply granting `n` credits.

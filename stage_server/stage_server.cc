@@ -8,6 +8,7 @@
 #include "services/model/device_check.h"
 #include "services/wire/grpc_defaults.h"
 #include "stage_server/stage_host.h"
+#include "stage_server/stage_metrics.h"
 #include "stage_server/stage_service.h"
 
 namespace petra::stage_server {
@@ -61,8 +62,11 @@ absl::Status StageServer::Start() {
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }
+  stage_metrics_ = std::make_unique<StageMetrics>(
+      metrics_ != nullptr ? &metrics_->registry() : nullptr);
   host_ = std::make_unique<StageHost>(StageHost::Options{
-      options_.device, static_cast<int>(options_.threads), options_.state_dir});
+      options_.device, static_cast<int>(options_.threads), options_.state_dir,
+      stage_metrics_.get()});
   service_ = std::make_unique<StageServiceImpl>(host_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
@@ -81,6 +85,7 @@ void StageServer::GracefulStop() {
   server_.reset();
   service_.reset();
   host_.reset();
+  stage_metrics_.reset();
   metrics_.reset();
 }
 

@@ -20,6 +20,7 @@ namespace petra::stage_server {
 
 class StageServiceImpl;
 class StageHost;
+class StageMetrics;
 
 class StageServer {
  public:
@@ -57,6 +58,7 @@ class StageServer {
  private:
   explicit StageServer(Options options);
   Options options_;
+  std::unique_ptr<StageMetrics> stage_metrics_;
   std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

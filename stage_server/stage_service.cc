@@ -12,15 +12,21 @@ namespace {
 using petra::v1::StreamReply;
 
 grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
-                                   const absl::Status& status) {
+                                   const absl::Status& status,
+                                   StageMetrics& metrics) {
+  if (!status.ok()) metrics.Error(status.code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(wire::ToGrpcStatus(status));
   return reactor;
 }
 
 // A unary reactor finished later, from the host's executor.
-StageHost::Done FinishLater(grpc::ServerUnaryReactor* reactor) {
-  return [reactor](absl::Status s) { reactor->Finish(wire::ToGrpcStatus(s)); };
+StageHost::Done FinishLater(grpc::ServerUnaryReactor* reactor,
+                            StageMetrics& metrics) {
+  return [reactor, &metrics](absl::Status s) {
+    if (!s.ok()) metrics.Error(s.code());
+    reactor->Finish(wire::ToGrpcStatus(s));
+  };
 }
 
 // One incoming stream. Reads one message at a time; replies queue and are
@@ -91,8 +97,11 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
          over_ = false;
   };
 
-  StreamReactor(uint32_t window, Deliver deliver)
+  StreamReactor(uint32_t window, Deliver deliver, StageMetrics& metrics,
+                bool backward)
       : deliver_(std::move(deliver)),
+        metrics_(metrics),
+        backward_(backward),
         replies_(std::make_shared<Replies>(this)) {
     replies_->Send(CreditReply(window));
     this->StartRead(&in_);
@@ -104,6 +113,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
       return;
     }
     const uint64_t id = in_.micro_batch_id();
+    metrics_.Received(backward_, static_cast<int64_t>(in_.ByteSizeLong()));
     absl::Status status;
     auto whole = assembler_.Add(in_);
     if (!whole.ok()) {
@@ -113,6 +123,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
     }
     if (!status.ok()) {
       // The refused micro-batch holds no slot: its credit comes back.
+      metrics_.Error(status.code());
       replies_->Send(ErrorReply(id, status));
       replies_->Send(CreditReply(1));
     }
@@ -132,6 +143,8 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
   In in_;
   Assembler assembler_;
   Deliver deliver_;
+  StageMetrics& metrics_;
+  const bool backward_;
   std::shared_ptr<Replies> replies_;
 };
 
@@ -144,7 +157,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Assign(
     const petra::v1::AssignRequest* request,
     petra::v1::AssignResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  host_->Assign(*request, response, FinishLater(reactor));
+  host_->Assign(*request, response, FinishLater(reactor, host_->metrics()));
   return reactor;
 }
 
@@ -152,7 +165,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Start(
     grpc::CallbackServerContext* context,
     const petra::v1::StartRequest* request,
     petra::v1::StartResponse* /*response*/) {
-  return Finished(context, host_->Start(*request));
+  return Finished(context, host_->Start(*request), host_->metrics());
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::Checkpoint(
@@ -160,7 +173,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Checkpoint(
     const petra::v1::CheckpointRequest* request,
     petra::v1::CheckpointResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  host_->Checkpoint(*request, response, FinishLater(reactor));
+  host_->Checkpoint(*request, response, FinishLater(reactor, host_->metrics()));
   return reactor;
 }
 
@@ -168,7 +181,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::ReadCheckpoint(
     grpc::CallbackServerContext* context,
     const petra::v1::ReadCheckpointRequest* request,
     petra::v1::ReadCheckpointResponse* response) {
-  return Finished(context, host_->ReadCheckpoint(*request, response));
+  return Finished(context, host_->ReadCheckpoint(*request, response), host_->metrics());
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::Release(
@@ -176,7 +189,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::Release(
     const petra::v1::ReleaseRequest* request,
     petra::v1::ReleaseResponse* /*response*/) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  host_->Release(*request, FinishLater(reactor));
+  host_->Release(*request, FinishLater(reactor, host_->metrics()));
   return reactor;
 }
 
@@ -185,7 +198,7 @@ grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
     const petra::v1::GetStatusRequest* /*request*/,
     petra::v1::StageStatus* response) {
   *response = host_->Status();
-  return Finished(context, absl::OkStatus());
+  return Finished(context, absl::OkStatus(), host_->metrics());
 }
 
 grpc::ServerBidiReactor<petra::v1::ForwardMessage, StreamReply>*
@@ -195,7 +208,8 @@ StageServiceImpl::Forward(grpc::CallbackServerContext* /*context*/) {
     return host->DeliverForward(std::move(p), std::move(from));
   };
   return new StreamReactor<petra::v1::ForwardMessage, wire::ForwardAssembler,
-                           decltype(deliver)>(host_->window(), deliver);
+                           decltype(deliver)>(host_->window(), deliver,
+                                              host_->metrics(), false);
 }
 
 grpc::ServerBidiReactor<petra::v1::BackwardMessage, StreamReply>*
@@ -205,7 +219,8 @@ StageServiceImpl::Backward(grpc::CallbackServerContext* /*context*/) {
     return host->DeliverBackward(std::move(p), std::move(from));
   };
   return new StreamReactor<petra::v1::BackwardMessage, wire::BackwardAssembler,
-                           decltype(deliver)>(host_->window(), deliver);
+                           decltype(deliver)>(host_->window(), deliver,
+                                              host_->metrics(), true);
 }
 
 }  // namespace petra::stage_server

@@ -51,6 +51,18 @@ class StageOutbox {
   // The first stage (not also the last) finished the backward of `id`: the
   // micro-batch has left the pipeline.
   virtual void Finished(int64_t /*id*/) {}
+
+  // What the stage just computed, for monitoring. The last stage's loss step
+  // (its forward and backward in one) is reported as a forward with its time
+  // and a backward of no time.
+  struct Work {
+    bool backward = false;
+    int64_t samples = 0;
+    double seconds = 0;
+    int64_t delay_ticks = 0;      // backward only
+    int64_t staleness_steps = 0;  // backward only
+  };
+  virtual void Observe(const Work& /*work*/) {}
 };
 
 // Runs one epoch of `micro_batches` on one stage: the PETRA/delayed tick

@@ -1,9 +1,16 @@
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_io.h"
 
 namespace petra::engine {
 namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 absl::Status Forward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
                      int64_t m, int64_t tick, bool first) {
@@ -13,13 +20,18 @@ absl::Status Forward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
     return absl::InvalidArgumentError(absl::StrCat(
         "expected micro-batch ", m, " to forward, received ", in->id));
   }
+  const int64_t samples = in->x.a.size(0);
+  const auto start = std::chrono::steady_clock::now();
   if (!w.last()) {
     absl::StatusOr<model::TensorPair> y = w.Forward(m, in->x, tick);
     if (!y.ok()) return y.status();
+    outbox.Observe({false, samples, SecondsSince(start)});
     return outbox.SendForward({m, std::move(*y), {}});
   }
   absl::StatusOr<LossOutput> out = w.ForwardLoss(m, in->x, in->labels, tick);
   if (!out.ok()) return out.status();
+  outbox.Observe({false, samples, SecondsSince(start)});
+  outbox.Observe({true, samples, 0.0});
   outbox.ReportLoss(m, *out);
   if (first) return absl::OkStatus();
   return outbox.SendBackward(
@@ -34,9 +46,12 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
     return absl::InvalidArgumentError(absl::StrCat(
         "expected micro-batch ", m, " to backward, received ", in->id));
   }
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<BackwardOutput> out =
       w.Backward(m, in->output, in->grad, tick);
   if (!out.ok()) return out.status();
+  outbox.Observe({true, in->grad.a.size(0), SecondsSince(start),
+                  out->delay_ticks, out->staleness_steps});
   if (first) {
     outbox.Finished(m);
     return absl::OkStatus();

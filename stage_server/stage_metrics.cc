@@ -1,0 +1,185 @@
+#include "stage_server/stage_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "services/metrics/error_codes.h"
+
+namespace petra::stage_server {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+struct StageMetrics::Families {
+  explicit Families(prometheus::Registry& r)
+      : samples(prometheus::BuildCounter()
+                    .Name("petra_stage_samples_total")
+                    .Help("Training samples a stage computed, by direction")
+                    .Register(r)),
+        micro_batches(prometheus::BuildCounter()
+                          .Name("petra_stage_micro_batches_total")
+                          .Help("Training micro-batches a stage computed, by "
+                                "direction")
+                          .Register(r)),
+        compute(prometheus::BuildHistogram()
+                    .Name("petra_stage_compute_seconds")
+                    .Help("Time a stage's worker spent on one micro-batch, by "
+                          "direction")
+                    .Register(r)),
+        wait(prometheus::BuildCounter()
+                 .Name("petra_stage_input_wait_seconds_total")
+                 .Help("Time a stage waited for its next input (the pipeline "
+                       "bubble), by direction")
+                 .Register(r)),
+        staleness(prometheus::BuildHistogram()
+                      .Name("petra_stage_staleness_steps")
+                      .Help("Optimizer steps between a micro-batch's forward "
+                            "and its backward on a stage")
+                      .Register(r)),
+        delay(prometheus::BuildHistogram()
+                  .Name("petra_stage_delay_ticks")
+                  .Help("Pipeline ticks between a micro-batch's forward and "
+                        "its backward on a stage")
+                  .Register(r)),
+        in_flight(prometheus::BuildGauge()
+                      .Name("petra_stage_in_flight_micro_batches")
+                      .Help("Micro-batches a stage has forwarded and not yet "
+                            "backwarded")
+                      .Register(r)),
+        steps(prometheus::BuildGauge()
+                  .Name("petra_stage_optimizer_steps")
+                  .Help("Optimizer steps a stage has taken in its job")
+                  .Register(r)),
+        memory(prometheus::BuildGauge()
+                   .Name("petra_stage_memory_bytes")
+                   .Help("Memory a stage holds, by kind")
+                   .Register(r)),
+        sent(prometheus::BuildCounter()
+                 .Name("petra_stage_stream_sent_bytes_total")
+                 .Help("Payload bytes a stage sent on its streams, by stream")
+                 .Register(r)),
+        received(prometheus::BuildCounter()
+                     .Name("petra_stage_stream_received_bytes_total")
+                     .Help("Payload bytes a stage received on its streams, by "
+                           "stream")
+                     .Register(r)),
+        errors(prometheus::BuildCounter()
+                   .Name("petra_stage_rpc_errors_total")
+                   .Help("Errors a stage server returned for RPCs and stream "
+                         "messages, by gRPC code")
+                   .Register(r)) {}
+
+  Family<Counter>& samples;
+  Family<Counter>& micro_batches;
+  Family<Histogram>& compute;
+  Family<Counter>& wait;
+  Family<Histogram>& staleness;
+  Family<Histogram>& delay;
+  Family<Gauge>& in_flight;
+  Family<Gauge>& steps;
+  Family<Gauge>& memory;
+  Family<Counter>& sent;
+  Family<Counter>& received;
+  Family<Counter>& errors;
+};
+
+namespace {
+
+const char* Direction(bool backward) {
+  return backward ? "backward" : "forward";
+}
+
+const Histogram::BucketBoundaries& SecondsBuckets() {
+  static const Histogram::BucketBoundaries b = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  return b;
+}
+
+const Histogram::BucketBoundaries& CountBuckets() {
+  static const Histogram::BucketBoundaries b = {0, 1, 2, 4, 8, 16, 32, 64, 128};
+  return b;
+}
+
+}  // namespace
+
+StageMetrics::StageMetrics(prometheus::Registry* registry)
+    : f_(registry == nullptr ? nullptr
+                             : std::make_unique<Families>(*registry)) {
+  if (f_) metrics::AddErrorCodes(f_->errors);
+}
+
+StageMetrics::~StageMetrics() = default;
+
+void StageMetrics::Computed(int stage, bool backward, int64_t samples,
+                            double seconds) {
+  if (!f_) return;
+  const prometheus::Labels l = {{"stage", absl::StrCat(stage)},
+                                {"direction", Direction(backward)}};
+  f_->samples.Add(l).Increment(static_cast<double>(samples));
+  f_->micro_batches.Add(l).Increment();
+  f_->compute.Add(l, SecondsBuckets()).Observe(seconds);
+}
+
+void StageMetrics::Staleness(int stage, int64_t delay_ticks,
+                             int64_t staleness_steps) {
+  if (!f_) return;
+  const prometheus::Labels l = {{"stage", absl::StrCat(stage)}};
+  f_->staleness.Add(l, CountBuckets())
+      .Observe(static_cast<double>(staleness_steps));
+  f_->delay.Add(l, CountBuckets()).Observe(static_cast<double>(delay_ticks));
+}
+
+void StageMetrics::Waited(int stage, bool backward, double seconds) {
+  if (!f_) return;
+  f_->wait
+      .Add({{"stage", absl::StrCat(stage)}, {"direction", Direction(backward)}})
+      .Increment(seconds);
+}
+
+void StageMetrics::State(int stage, int64_t in_flight, int64_t optimizer_steps,
+                         const petra::v1::MemoryBreakdown& m) {
+  if (!f_) return;
+  const std::string s = absl::StrCat(stage);
+  f_->in_flight.Add({{"stage", s}}).Set(static_cast<double>(in_flight));
+  f_->steps.Add({{"stage", s}}).Set(static_cast<double>(optimizer_steps));
+  for (const auto& [kind, bytes] :
+       {std::pair{"parameters", m.parameters_bytes()},
+        std::pair{"optimizer_state", m.optimizer_state_bytes()},
+        std::pair{"activation_buffer", m.activation_buffer_bytes()},
+        std::pair{"weight_stash", m.weight_stash_bytes()},
+        std::pair{"process_rss", m.process_rss_bytes()},
+        std::pair{"device", m.device_bytes()}}) {
+    f_->memory.Add({{"stage", s}, {"kind", kind}})
+        .Set(static_cast<double>(bytes));
+  }
+}
+
+void StageMetrics::Sent(bool backward, int64_t bytes) {
+  if (!f_) return;
+  f_->sent.Add({{"stream", Direction(backward)}})
+      .Increment(static_cast<double>(bytes));
+}
+
+void StageMetrics::Received(bool backward, int64_t bytes) {
+  if (!f_) return;
+  f_->received.Add({{"stream", Direction(backward)}})
+      .Increment(static_cast<double>(bytes));
+}
+
+void StageMetrics::Error(absl::StatusCode code) {
+  if (!f_) return;
+  f_->errors.Add(metrics::ErrorCodeLabel(code)).Increment();
+}
+
+void StageMetrics::Idle(int stage) {
+  if (!f_) return;
+  State(stage, 0, 0, petra::v1::MemoryBreakdown());
+}
+
+}  // namespace petra::stage_server

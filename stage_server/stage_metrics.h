@@ -1,0 +1,46 @@
+// The stage server's Prometheus metrics, all in this one place: names, help,
+// labels and buckets. Labels are bounded: the stage's index in its job, the
+// direction (forward, backward), the memory kind, the gRPC code. Without a
+// registry (metrics off) every call does nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "petra/v1/common.pb.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace petra::stage_server {
+
+class StageMetrics {
+ public:
+  explicit StageMetrics(prometheus::Registry* registry);
+  ~StageMetrics();
+
+  // A micro-batch computed by stage `stage` in `direction`.
+  void Computed(int stage, bool backward, int64_t samples, double seconds);
+  // Delay (ticks) and staleness (optimizer steps) of one backward.
+  void Staleness(int stage, int64_t delay_ticks, int64_t staleness_steps);
+  // Seconds the executor waited for the input of a micro-batch.
+  void Waited(int stage, bool backward, double seconds);
+  void State(int stage, int64_t in_flight, int64_t optimizer_steps,
+             const petra::v1::MemoryBreakdown& memory);
+  // Stream payload: `backward` selects the Backward stream.
+  void Sent(bool backward, int64_t bytes);
+  void Received(bool backward, int64_t bytes);
+  // An error sent back for a message or returned by an RPC.
+  void Error(absl::StatusCode code);
+  // The stage no longer holds a job: its per-stage gauges go to zero.
+  void Idle(int stage);
+
+ private:
+  struct Families;
+  std::unique_ptr<Families> f_;
+};
+
+}  // namespace petra::stage_server
