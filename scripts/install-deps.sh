@@ -14,8 +14,9 @@ PACKAGES=(
   prometheus-cpp-dev libabsl-dev zlib1g-dev libssl-dev
   # tests
   libgtest-dev libgmock-dev
-  # tests: Python's torch.load must read what `petra export` writes
-  python3-torch
+  # tests: Python's torch.load must read what `petra export` writes;
+  # a real Prometheus (and promtool) must scrape and accept our metrics
+  python3-torch prometheus
   # data: the default training set
   dataset-fashion-mnist
 )

@@ -1,8 +1,12 @@
 // Scraping a running `petra train`: every process serves /metrics, and the
 // training metrics are there and move while the job runs.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -42,15 +46,20 @@ double Sum(const std::map<std::string, double>& m, const std::string& prefix) {
   return s;
 }
 
+// The /metrics ports `petra train` prints: coordinator, stage 0, stage 1.
+std::vector<int> MetricsPorts(Subprocess& train) {
+  std::vector<int> ports;
+  for (int i = 0; i < 3; ++i) {
+    ports.push_back(NumberAfter(train.WaitForLine("metrics: "), "127.0.0.1:"));
+  }
+  return ports;
+}
+
 TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
   Subprocess train(kPetra, {"train", "--dataset", "synthetic", "--width",
                             "0.125", "--stages", "2", "--epochs", "100"});
-  std::vector<int> ports;
-  for (int i = 0; i < 3; ++i) {
-    const std::string line = train.WaitForLine("metrics: ");
-    ports.push_back(NumberAfter(line, "127.0.0.1:"));
-    ASSERT_GT(ports.back(), 0) << train.out() << train.err();
-  }
+  const std::vector<int> ports = MetricsPorts(train);
+  for (int p : ports) ASSERT_GT(p, 0) << train.out() << train.err();
   ASSERT_THAT(train.WaitForLine("epoch 1/100 ["), HasSubstr("step"));
   auto scrape = [&] {
     std::vector<std::map<std::string, double>> all;
@@ -137,6 +146,79 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
     }
   }
   EXPECT_GT(names, 15);
+  EXPECT_EQ(train.SignalAndWait(SIGINT, std::chrono::seconds(30)), 130);
+}
+
+// A port free a moment ago (for servers that cannot report the one they
+// bound, like Prometheus).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Debian's Prometheus scrapes a running job; its query API sees every
+// stage's throughput above zero. promtool finds nothing wrong with what
+// each process exports.
+TEST(Metrics, PrometheusScrapesEveryStageAndPromtoolAcceptsTheOutput) {
+  Subprocess train(kPetra, {"train", "--dataset", "synthetic", "--width",
+                            "0.125", "--stages", "2", "--epochs", "100"});
+  const std::vector<int> ports = MetricsPorts(train);
+  for (int p : ports) ASSERT_GT(p, 0) << train.out() << train.err();
+
+  TempDir dir;
+  for (size_t i = 0; i < ports.size(); ++i) {
+    const std::string file = dir.path() + "/scrape-" + std::to_string(i);
+    std::ofstream(file) << HttpGet(ports[i], "/metrics");
+    RunResult check = RunToExit(
+        "/bin/sh", {"-c", "/usr/bin/promtool check metrics < " + file});
+    EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+    EXPECT_EQ(check.out + check.err, "") << "process " << i;
+  }
+
+  std::string targets;
+  for (int p : ports) {
+    targets += (targets.empty() ? "'" : ", '") + std::string("127.0.0.1:") +
+               std::to_string(p) + "'";
+  }
+  std::ofstream(dir.path() + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n"
+      << "scrape_configs:\n  - job_name: petra\n    static_configs:\n"
+      << "      - targets: [" << targets << "]\n";
+  const int port = FreePort();
+  Subprocess prometheus(
+      "/usr/bin/prometheus",
+      {"--config.file=" + dir.path() + "/prometheus.yml",
+       "--storage.tsdb.path=" + dir.path() + "/data",
+       "--web.listen-address=127.0.0.1:" + std::to_string(port)});
+  // sum by (stage) (rate(petra_stage_samples_total[5s])), URL-encoded.
+  const std::string query =
+      "/api/v1/query?query=sum%20by%20(stage)%20(rate("
+      "petra_stage_samples_total%5B5s%5D))";
+  const std::regex sample(
+      "\"stage\":\"([0-9]+)\"\\},\"value\":\\[[0-9.]+,\"([^\"]+)\"");
+  std::map<std::string, double> rate;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::string answer;
+  while (std::chrono::steady_clock::now() < end && rate.size() < 2) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    answer = HttpGet(port, query);
+    rate.clear();
+    for (auto m = std::sregex_iterator(answer.begin(), answer.end(), sample);
+         m != std::sregex_iterator(); ++m) {
+      if (std::atof((*m)[2].str().c_str()) > 0) {
+        rate[(*m)[1].str()] = std::atof((*m)[2].str().c_str());
+      }
+    }
+  }
+  EXPECT_GT(rate["0"], 0) << answer;
+  EXPECT_GT(rate["1"], 0) << answer;
   EXPECT_EQ(train.SignalAndWait(SIGINT, std::chrono::seconds(30)), 130);
 }
 
