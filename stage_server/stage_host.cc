@@ -434,6 +434,9 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     s.set_wait_seconds(job->mailbox.wait_seconds());
     metrics_->State(job->index(), w.in_flight(), w.optimizer_steps(),
                     s.memory());
+    if (std::optional<engine::GradientDiagnostic> d = w.last_diagnostic()) {
+      metrics_->Diagnostic(job->index(), d->cosine_similarity, d->norm_ratio);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     job->stats = std::move(s);
   };

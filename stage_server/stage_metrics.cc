@@ -69,6 +69,17 @@ struct StageMetrics::Families {
                      .Help("Payload bytes a stage received on its streams, by "
                            "stream")
                      .Register(r)),
+        cosine(prometheus::BuildGauge()
+                   .Name("petra_stage_grad_cosine_similarity")
+                   .Help("Cosine similarity of PETRA's gradient to the exact "
+                         "delayed gradient, newest diagnostic (off unless "
+                         "--grad-diagnostics)")
+                   .Register(r)),
+        norm_ratio(prometheus::BuildGauge()
+                       .Name("petra_stage_grad_norm_ratio")
+                       .Help("Norm of PETRA's gradient over the exact delayed "
+                             "gradient's, newest diagnostic")
+                       .Register(r)),
         errors(prometheus::BuildCounter()
                    .Name("petra_stage_rpc_errors_total")
                    .Help("Errors a stage server returned for RPCs and stream "
@@ -86,6 +97,8 @@ struct StageMetrics::Families {
   Family<Gauge>& memory;
   Family<Counter>& sent;
   Family<Counter>& received;
+  Family<Gauge>& cosine;
+  Family<Gauge>& norm_ratio;
   Family<Counter>& errors;
 };
 
@@ -158,6 +171,14 @@ void StageMetrics::State(int stage, int64_t in_flight, int64_t optimizer_steps,
     f_->memory.Add({{"stage", s}, {"kind", kind}})
         .Set(static_cast<double>(bytes));
   }
+}
+
+void StageMetrics::Diagnostic(int stage, double cosine_similarity,
+                              double norm_ratio) {
+  if (!f_) return;
+  const prometheus::Labels l = {{"stage", absl::StrCat(stage)}};
+  f_->cosine.Add(l).Set(cosine_similarity);
+  f_->norm_ratio.Add(l).Set(norm_ratio);
 }
 
 void StageMetrics::Sent(bool backward, int64_t bytes) {

@@ -39,7 +39,8 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
       config_(config),
       schedule_(std::move(schedule)),
       accumulation_(static_cast<int>(resolved.training().accumulation_steps())),
-      non_finite_(resolved.training().non_finite()) {
+      non_finite_(resolved.training().non_finite()),
+      diagnostics_every_(resolved.training().grad_diagnostics_every()) {
   bool all_reversible = true;
   for (const auto& b : blocks_) all_reversible &= b->reversible();
   rebuilds_ = all_reversible && !config_.stash_inputs;
@@ -106,6 +107,19 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
       for (const torch::Tensor& p : params_)
         r.weights.push_back(p.detach().clone());
       stash_bytes_ += Bytes(r.weights);
+    }
+    // One micro-batch per diagnostic period, wherever the backward may use
+    // other weights than the forward did (no weight stash); kept apart from
+    // the memory accounting.
+    if (diagnostics_every_ > 0 && !config_.stash_weights &&
+        steps_ % diagnostics_every_ == 0 && steps_ != last_diagnosed_step_) {
+      torch::NoGradGuard no_grad;
+      last_diagnosed_step_ = steps_;
+      r.diagnostic_input = {x.a.detach().clone(), x.b.defined()
+                                                      ? x.b.detach().clone()
+                                                      : torch::Tensor()};
+      for (const torch::Tensor& p : params_)
+        r.diagnostic_weights.push_back(p.detach().clone());
     }
     records_.emplace(id, std::move(r));
     ++forwards_;
@@ -219,6 +233,13 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
         params_[i].detach().copy_(r->weights[i]);
       }
     }
+    std::vector<torch::Tensor> before;
+    if (!r->diagnostic_weights.empty()) {
+      for (const torch::Tensor& p : params_) {
+        before.push_back(p.grad().defined() ? p.grad().clone()
+                                            : torch::zeros_like(p));
+      }
+    }
     BackwardOutput out;
     if (rebuilds_) {
       out = Rebuild(output, output_grad);
@@ -239,6 +260,7 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
       for (size_t i = 0; i < params_.size(); ++i)
         params_[i].detach().copy_(current[i]);
     }
+    if (!before.empty()) Diagnose(*r, output_grad, before);
     out.delay_ticks = tick - r->tick;
     out.staleness_steps = steps_ - r->step;
     delay_sum_ += out.delay_ticks;
@@ -383,6 +405,66 @@ std::vector<torch::Tensor> StageWorker::state_tensors() const {
     for (const torch::Tensor& t : b->buffers()) out.push_back(t);
   }
   return out;
+}
+
+void StageWorker::Diagnose(const Record& r, const TensorPair& output_grad,
+                           const std::vector<torch::Tensor>& before) {
+  // PETRA's gradient of this micro-batch: what the backward just added.
+  std::vector<torch::Tensor> petra;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    petra.push_back(params_[i].grad().defined()
+                        ? (params_[i].grad() - before[i]).flatten()
+                        : torch::zeros({params_[i].numel()}));
+  }
+  // The exact delayed gradient: the forward's weights and input, the same
+  // delta, BN with batch statistics and its running statistics untouched.
+  std::vector<torch::Tensor> current;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      current.push_back(params_[i].detach().clone());
+      params_[i].detach().copy_(r.diagnostic_weights[i]);
+    }
+  }
+  TensorPair x{r.diagnostic_input.a.detach(),
+               r.diagnostic_input.b.defined() ? r.diagnostic_input.b.detach()
+                                              : torch::Tensor()};
+  TensorPair y;
+  {
+    ScopedBnMode mode(BnMode::kBatchStats);
+    y = ForwardBlocks(x);
+  }
+  // Only outputs that depend on the weights (a coupling passes one stream
+  // through unchanged).
+  std::vector<torch::Tensor> outputs, grads;
+  for (const auto& [out, g] :
+       {std::pair{y.a, output_grad.a}, std::pair{y.b, output_grad.b}}) {
+    if (out.defined() && out.requires_grad()) {
+      outputs.push_back(out);
+      grads.push_back(g);
+    }
+  }
+  std::vector<torch::Tensor> exact = torch::autograd::grad(
+      outputs, params_, grads, false, false, /*allow_unused=*/true);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].detach().copy_(current[i]);
+  }
+  torch::Tensor p = torch::cat(petra);
+  std::vector<torch::Tensor> flat;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    flat.push_back(exact[i].defined() ? exact[i].flatten() / accumulation_
+                                      : torch::zeros({params_[i].numel()}));
+  }
+  torch::Tensor e = torch::cat(flat);
+  const double pn = p.norm().item<double>(), en = e.norm().item<double>();
+  GradientDiagnostic d;
+  d.step = steps_;
+  d.cosine_similarity =
+      pn > 0 && en > 0 ? p.dot(e).item<double>() / (pn * en) : 0.0;
+  d.norm_ratio = en > 0 ? pn / en : 0.0;
+  last_diagnostic_ = d;
 }
 
 absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(

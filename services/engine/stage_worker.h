@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +46,14 @@ struct BackwardOutput {
   model::TensorPair input_grad;  // delta_j; undefined on the first stage
   int64_t delay_ticks = 0;       // ticks between this forward and backward
   int64_t staleness_steps = 0;   // optimizer steps taken in between
+};
+
+// PETRA's parameter gradient for one micro-batch against the exact delayed
+// gradient (the input and weights its forward used, the same delta).
+struct GradientDiagnostic {
+  int64_t step = 0;
+  double cosine_similarity = 0;
+  double norm_ratio = 0;  // |PETRA| / |exact|
 };
 
 struct LossOutput {
@@ -102,6 +111,10 @@ class StageWorker {
   // Micro-batches forwarded and not yet backwarded.
   int64_t in_flight() const { return static_cast<int64_t>(records_.size()); }
   std::vector<torch::Tensor> parameters() const { return params_; }
+  // The newest gradient diagnostic (training.grad_diagnostics_every), if any.
+  std::optional<GradientDiagnostic> last_diagnostic() const {
+    return last_diagnostic_;
+  }
   // Parameters then BN running statistics, in block order (checkpoints).
   std::vector<torch::Tensor> state_tensors() const;
 
@@ -123,6 +136,9 @@ class StageWorker {
     int64_t step = 0;
     model::TensorPair input;             // when buffered
     std::vector<torch::Tensor> weights;  // when stashed
+    // For a gradient diagnostic: the forward's input and weights.
+    model::TensorPair diagnostic_input;
+    std::vector<torch::Tensor> diagnostic_weights;
   };
 
   model::TensorPair ForwardBlocks(const model::TensorPair& x);
@@ -140,6 +156,10 @@ class StageWorker {
   model::TensorPair Differentiate(const model::TensorPair& input,
                                   const Head& head);
   void UpdatePeak();
+  // The exact delayed gradient of `r` against PETRA's, just accumulated
+  // into the parameters' .grad on top of `before`.
+  void Diagnose(const Record& r, const model::TensorPair& output_grad,
+                const std::vector<torch::Tensor>& before);
 
   std::vector<std::shared_ptr<model::Block>> blocks_;
   StageConfig config_;
@@ -162,6 +182,9 @@ class StageWorker {
   int64_t delay_sum_ = 0;
   int64_t staleness_sum_ = 0;
   int64_t measured_ = 0;
+  int64_t diagnostics_every_ = 0;
+  int64_t last_diagnosed_step_ = -1;
+  std::optional<GradientDiagnostic> last_diagnostic_;
 };
 
 }  // namespace petra::engine

@@ -157,6 +157,12 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   f.AddCustom(
       "max-steps", "N", "no cap", "stop after N optimizer steps",
       Uint64([s](uint64_t v) { s->mutable_training()->set_max_steps(v); }));
+  f.AddCustom("grad-diagnostics", "N", "0 (off)",
+              "every N steps, compare PETRA's gradient with the exact delayed "
+              "one (cosine, norm ratio; exported as metrics)",
+              Uint32([s](uint32_t v) {
+                s->mutable_training()->set_grad_diagnostics_every(v);
+              }));
   f.AddCustom(
       "lr", "RATE", "0.1 * B * K / 256", "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));

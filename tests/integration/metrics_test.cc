@@ -56,8 +56,9 @@ std::vector<int> MetricsPorts(Subprocess& train) {
 }
 
 TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
-  Subprocess train(kPetra, {"train", "--dataset", "synthetic", "--width",
-                            "0.125", "--stages", "2", "--epochs", "100"});
+  Subprocess train(
+      kPetra, {"train", "--dataset", "synthetic", "--width", "0.125",
+               "--stages", "2", "--epochs", "100", "--grad-diagnostics", "5"});
   const std::vector<int> ports = MetricsPorts(train);
   for (int p : ports) ASSERT_GT(p, 0) << train.out() << train.err();
   ASSERT_THAT(train.WaitForLine("epoch 1/100 ["), HasSubstr("step"));
@@ -98,15 +99,16 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
           "petra_stage_optimizer_steps{" + stage}) {
       EXPECT_GT(Sum(a, moving), Sum(b, moving)) << moving;
     }
-    const std::string sent = j == 0 ? "petra_stage_stream_sent_bytes_total{stream=\"forward\"}"
-                                    : "petra_stage_stream_sent_bytes_total{stream=\"backward\"}";
-    const std::string received = j == 0 ? "petra_stage_stream_received_bytes_total{stream=\"backward\"}"
-                                        : "petra_stage_stream_received_bytes_total{stream=\"forward\"}";
+    const std::string sent =
+        j == 0 ? "petra_stage_stream_sent_bytes_total{stream=\"forward\"}"
+               : "petra_stage_stream_sent_bytes_total{stream=\"backward\"}";
+    const std::string received =
+        j == 0 ? "petra_stage_stream_received_bytes_total{stream=\"backward\"}"
+               : "petra_stage_stream_received_bytes_total{stream=\"forward\"}";
     EXPECT_GT(Sum(a, sent), Sum(b, sent)) << sent << " stage " << j;
     EXPECT_GT(Sum(a, received), Sum(b, received)) << received << " stage " << j;
     EXPECT_GT(Sum(a, "petra_stage_input_wait_seconds_total{"), 0);
-    for (const char* kind :
-         {"parameters", "optimizer_state", "process_rss"}) {
+    for (const char* kind : {"parameters", "optimizer_state", "process_rss"}) {
       EXPECT_GT(Sum(a, "petra_stage_memory_bytes{kind=\"" + std::string(kind) +
                            "\"," + stage),
                 0)
@@ -115,6 +117,13 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
     EXPECT_THAT(HttpGet(ports[j + 1], "/metrics"),
                 HasSubstr("petra_stage_in_flight_micro_batches{" + stage));
   }
+
+  // --grad-diagnostics: stage 0 compares its gradient with the exact one.
+  const double cosine =
+      Sum(after[1], "petra_stage_grad_cosine_similarity{stage=\"0\"}");
+  EXPECT_GT(cosine, 0);
+  EXPECT_LE(cosine, 1.0 + 1e-6);
+  EXPECT_GT(Sum(after[1], "petra_stage_grad_norm_ratio{stage=\"0\"}"), 0);
 
   // Every metric the dashboard's queries name is exported by some process.
   std::string exported;
