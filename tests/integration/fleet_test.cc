@@ -2,14 +2,10 @@
 // servers and a coordinator on loopback ephemeral ports, driven by the
 // `petra` client (submit, status, watch, list, cancel, export) and by raw
 // StageService streams for the per-message errors.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -18,6 +14,7 @@
 
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/probes.h"
 #include "tests/integration/subprocess.h"
 
 namespace petra::testing {
@@ -32,19 +29,6 @@ const std::string kStage = kBin + "/petra-stage-server";
 const std::string kCoordinator = kBin + "/petra-coordinator";
 
 std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
-
-// A port nothing listens on (bound, then released).
-int ClosedPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // A small job on synthetic data: 64 micro-batches an epoch, seconds to run.
 std::vector<std::string> SmallJob(int epochs) {
@@ -215,7 +199,7 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
 }
 
 TEST_F(FleetProcesses, UnreachableStageFailsTheJobWithinTenSeconds) {
-  stage_addresses_ = {Loopback(ClosedPort())};
+  stage_addresses_ = {Loopback(UnusedLoopbackPort())};
   StartCoordinator();
   const auto start = Clock::now();
   std::vector<std::string> job = SmallJob(1);

@@ -1,12 +1,8 @@
 // Scraping a running `petra train`: every process serves /metrics, and the
 // training metrics are there and move while the job runs.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -158,20 +154,6 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
   EXPECT_EQ(train.SignalAndWait(SIGINT, std::chrono::seconds(30)), 130);
 }
 
-// A port free a moment ago (for servers that cannot report the one they
-// bound, like Prometheus).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Debian's Prometheus scrapes a running job; its query API sees every
 // stage's throughput above zero. promtool finds nothing wrong with what
 // each process exports.
@@ -200,7 +182,7 @@ TEST(Metrics, PrometheusScrapesEveryStageAndPromtoolAcceptsTheOutput) {
       << "global:\n  scrape_interval: 1s\n"
       << "scrape_configs:\n  - job_name: petra\n    static_configs:\n"
       << "      - targets: [" << targets << "]\n";
-  const int port = FreePort();
+  const int port = UnusedLoopbackPort();
   Subprocess prometheus(
       "/usr/bin/prometheus",
       {"--config.file=" + dir.path() + "/prometheus.yml",

@@ -18,4 +18,9 @@ std::string ReflectionListServices(const std::string& address);
 // Body of GET http://127.0.0.1:<port><path>; empty on failure.
 std::string HttpGet(int port, const std::string& path);
 
+// A loopback port nothing listens on: bound, then released. For an address
+// that must be unreachable, or for a server that cannot report the port it
+// bound (Prometheus).
+int UnusedLoopbackPort();
+
 }  // namespace petra::testing
