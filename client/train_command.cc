@@ -27,6 +27,7 @@
 #include "services/cli/shutdown_signal.h"
 #include "services/data/dataset.h"
 #include "services/engine/in_process_runner.h"
+#include "services/engine/stage_report.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
@@ -65,23 +66,6 @@ struct TrainResult {
   petra::v1::Job job;
   std::vector<petra::v1::Progress> epochs;
 };
-
-petra::v1::StageStats ToStats(const engine::StageReport& r) {
-  petra::v1::StageStats s;
-  s.set_stage_index(r.index);
-  s.set_forward_count(r.forward_count);
-  s.set_backward_count(r.backward_count);
-  s.set_optimizer_steps(r.optimizer_steps);
-  s.set_delay_ticks_mean(r.delay_ticks_mean);
-  s.set_staleness_mean(r.staleness_mean);
-  petra::v1::MemoryBreakdown* m = s.mutable_memory();
-  m->set_parameters_bytes(r.memory.parameters_bytes);
-  m->set_optimizer_state_bytes(r.memory.optimizer_state_bytes);
-  m->set_activation_buffer_bytes(r.memory.activation_buffer_bytes);
-  m->set_weight_stash_bytes(r.memory.weight_stash_bytes);
-  m->set_peak_bytes(r.memory.peak_bytes);
-  return s;
-}
 
 absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
                                          const TrainOptions& options) {
@@ -141,7 +125,8 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     p.set_learning_rate(e.learning_rate);
     p.set_elapsed_seconds(
         std::chrono::duration<double>(Clock::now() - start).count());
-    for (const engine::StageReport& r : e.stages) *p.add_stages() = ToStats(r);
+    for (const engine::StageReport& r : e.stages)
+      *p.add_stages() = engine::ToProto(r);
     result.epochs.push_back(p);
     *result.job.mutable_progress() = p;
     if (options.quiet) return;
@@ -202,10 +187,10 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   if (!options.quiet) {
     const std::vector<int> ports = (*fleet)->metrics_ports();
     for (size_t i = 0; i < ports.size(); ++i) {
-      std::printf("metrics: %s http://127.0.0.1:%d/metrics\n",
-                  i == 0 ? "coordinator"
-                         : absl::StrCat("stage ", i - 1).c_str(),
-                  ports[i]);
+      std::printf(
+          "metrics: %s http://127.0.0.1:%d/metrics\n",
+          i == 0 ? "coordinator" : absl::StrCat("stage ", i - 1).c_str(),
+          ports[i]);
     }
   }
 

@@ -92,7 +92,7 @@ class Fleet {
 
 // Completions reported by the stages during one pass.
 struct PassCounters {
-  std::mutex mu;
+  mutable std::mutex mu;
   std::condition_variable cv;
   int64_t losses = 0, exits = 0, correct = 0, samples = 0;
   double loss_sum = 0;  // sum over samples
@@ -290,7 +290,7 @@ void Runner::Progress(JobEvent::Kind kind, uint32_t epoch,
   p.set_elapsed_seconds(elapsed);
   uint64_t step = steps_done_;
   if (train != nullptr) {
-    std::lock_guard<std::mutex> lock(const_cast<PassCounters*>(train)->mu);
+    std::lock_guard<std::mutex> lock(train->mu);
     // During the pass, steps_done_ holds the steps before it.
     if (kind == JobEvent::KIND_PROGRESS) {
       step += train->losses / spec_.training().accumulation_steps();

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
+#include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
 #include "services/engine/state_file.h"
 #include "services/job/job_spec_validation.h"
@@ -111,13 +112,9 @@ absl::Status WriteFileAtomically(const std::filesystem::path& path,
   return absl::OkStatus();
 }
 
-petra::v1::MemoryBreakdown ToProto(const engine::MemoryStats& m) {
-  petra::v1::MemoryBreakdown p;
-  p.set_parameters_bytes(m.parameters_bytes);
-  p.set_optimizer_state_bytes(m.optimizer_state_bytes);
-  p.set_activation_buffer_bytes(m.activation_buffer_bytes);
-  p.set_weight_stash_bytes(m.weight_stash_bytes);
-  p.set_peak_bytes(m.peak_bytes);
+// Memory as the wire carries it, with this process's resident set.
+petra::v1::MemoryBreakdown MemoryWithRss(const engine::MemoryStats& m) {
+  petra::v1::MemoryBreakdown p = engine::ToProto(m);
   p.set_process_rss_bytes(metrics::ProcessRssBytes());
   return p;
 }
@@ -347,7 +344,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
       for (const torch::Tensor& p : job->worker->parameters())
         params += p.numel();
       response->set_parameter_count(static_cast<uint64_t>(params));
-      *response->mutable_memory() = ToProto(job->worker->memory());
+      *response->mutable_memory() = MemoryWithRss(job->worker->memory());
     }
     done(status);
   });
@@ -421,19 +418,14 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
   if (job->released) job->CancelStreams();
 
   auto snapshot = [this, &job] {
-    petra::v1::StageStats s;
     const engine::StageWorker& w = *job->worker;
-    s.set_stage_index(job->index());
-    s.set_forward_count(w.forward_count());
-    s.set_backward_count(w.backward_count());
-    s.set_optimizer_steps(w.optimizer_steps());
-    s.set_in_flight(static_cast<uint32_t>(w.in_flight()));
-    s.set_delay_ticks_mean(w.delay_ticks_mean());
-    s.set_staleness_mean(w.staleness_mean());
-    *s.mutable_memory() = ToProto(w.memory());
+    const engine::StageReport r =
+        engine::ReportOf(w, {static_cast<int>(job->assign.layers().begin()),
+                             static_cast<int>(job->assign.layers().end())});
+    petra::v1::StageStats s = engine::ToProto(r);
+    *s.mutable_memory() = MemoryWithRss(r.memory);
     s.set_wait_seconds(job->mailbox.wait_seconds());
-    metrics_->State(job->index(), w.in_flight(), w.optimizer_steps(),
-                    s.memory());
+    metrics_->State(job->index(), r.in_flight, r.optimizer_steps, s.memory());
     if (std::optional<engine::GradientDiagnostic> d = w.last_diagnostic()) {
       metrics_->Diagnostic(job->index(), d->cosine_similarity, d->norm_ratio);
     }
@@ -477,16 +469,11 @@ void StageHost::Fail(StageJob& job, const absl::Status& error) {
 
 void StageHost::Checkpoint(const petra::v1::CheckpointRequest& request,
                            petra::v1::CheckpointResponse* response, Done done) {
-  std::shared_ptr<StageJob> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    absl::Status error;
-    job = CurrentJob(request.job_id(), &error);
-    if (job == nullptr) return done(error);
-  }
+  absl::StatusOr<std::shared_ptr<StageJob>> found = FindJob(request.job_id());
+  if (!found.ok()) return done(found.status());
   if (absl::Status s = CheckRelativeName(request.name(), "name"); !s.ok())
     return done(s);
-  Post([this, job, request, response, done = std::move(done)] {
+  Post([this, job = *found, request, response, done = std::move(done)] {
     if (job->worker == nullptr || job->released) {
       return done(absl::FailedPreconditionError("the job was released"));
     }
@@ -592,28 +579,29 @@ StageStatus StageHost::Status() {
   return s;
 }
 
+absl::StatusOr<std::shared_ptr<StageJob>> StageHost::FindJob(
+    const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status error;
+  std::shared_ptr<StageJob> job = CurrentJob(id, &error);
+  if (job == nullptr) return error;
+  return job;
+}
+
 absl::Status StageHost::DeliverForward(wire::ForwardPayload payload,
                                        std::shared_ptr<ReplySink> from) {
-  std::shared_ptr<StageJob> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    absl::Status error;
-    job = CurrentJob(payload.header.job_id, &error);
-    if (job == nullptr) return error;
-  }
-  return job->mailbox.DeliverForward(std::move(payload), std::move(from));
+  absl::StatusOr<std::shared_ptr<StageJob>> job =
+      FindJob(payload.header.job_id);
+  if (!job.ok()) return job.status();
+  return (*job)->mailbox.DeliverForward(std::move(payload), std::move(from));
 }
 
 absl::Status StageHost::DeliverBackward(wire::BackwardPayload payload,
                                         std::shared_ptr<ReplySink> from) {
-  std::shared_ptr<StageJob> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    absl::Status error;
-    job = CurrentJob(payload.header.job_id, &error);
-    if (job == nullptr) return error;
-  }
-  return job->mailbox.DeliverBackward(std::move(payload), std::move(from));
+  absl::StatusOr<std::shared_ptr<StageJob>> job =
+      FindJob(payload.header.job_id);
+  if (!job.ok()) return job.status();
+  return (*job)->mailbox.DeliverBackward(std::move(payload), std::move(from));
 }
 
 uint32_t StageHost::window() {

@@ -66,8 +66,12 @@ class StageHost {
   void Fail(StageJob& job, const absl::Status& error);
   // Stops the held job's work: closes its mailbox and aborts its streams.
   void AbandonJob(const std::string& why);
+  // The held job if it is `id`; NOT_FOUND naming both otherwise. With mu_
+  // held.
   std::shared_ptr<StageJob> CurrentJob(const std::string& id,
                                        absl::Status* error);
+  // The same, taking mu_.
+  absl::StatusOr<std::shared_ptr<StageJob>> FindJob(const std::string& id);
 
   const Options options_;
   StageMetrics no_metrics_{nullptr};

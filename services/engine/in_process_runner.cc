@@ -243,18 +243,7 @@ absl::StatusOr<std::pair<double, double>> InProcessRunner::Evaluate(
 std::vector<StageReport> InProcessRunner::Reports() const {
   std::vector<StageReport> out;
   for (size_t j = 0; j < workers_.size(); ++j) {
-    const StageWorker& w = *workers_[j];
-    StageReport s;
-    s.index = static_cast<int>(j);
-    s.blocks = ranges_[j];
-    s.rebuilds_input = w.rebuilds_input();
-    s.memory = w.memory();
-    s.delay_ticks_mean = w.delay_ticks_mean();
-    s.staleness_mean = w.staleness_mean();
-    s.forward_count = w.forward_count();
-    s.backward_count = w.backward_count();
-    s.optimizer_steps = w.optimizer_steps();
-    out.push_back(s);
+    out.push_back(ReportOf(*workers_[j], ranges_[j]));
   }
   return out;
 }

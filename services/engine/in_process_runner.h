@@ -11,22 +11,11 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 #include "services/data/dataset.h"
+#include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
 #include "services/model/partition.h"
 
 namespace petra::engine {
-
-struct StageReport {
-  int index = 0;
-  model::BlockRange blocks;
-  bool rebuilds_input = false;
-  MemoryStats memory;
-  double delay_ticks_mean = 0;
-  double staleness_mean = 0;
-  int64_t forward_count = 0;
-  int64_t backward_count = 0;
-  int64_t optimizer_steps = 0;
-};
 
 struct EpochReport {
   int epoch = 0;  // 1-based

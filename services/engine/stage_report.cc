@@ -1,0 +1,43 @@
+#include "services/engine/stage_report.h"
+
+namespace petra::engine {
+
+StageReport ReportOf(const StageWorker& w, const model::BlockRange& blocks) {
+  StageReport s;
+  s.index = w.index();
+  s.blocks = blocks;
+  s.rebuilds_input = w.rebuilds_input();
+  s.memory = w.memory();
+  s.delay_ticks_mean = w.delay_ticks_mean();
+  s.staleness_mean = w.staleness_mean();
+  s.forward_count = w.forward_count();
+  s.backward_count = w.backward_count();
+  s.optimizer_steps = w.optimizer_steps();
+  s.in_flight = w.in_flight();
+  return s;
+}
+
+petra::v1::MemoryBreakdown ToProto(const MemoryStats& m) {
+  petra::v1::MemoryBreakdown p;
+  p.set_parameters_bytes(m.parameters_bytes);
+  p.set_optimizer_state_bytes(m.optimizer_state_bytes);
+  p.set_activation_buffer_bytes(m.activation_buffer_bytes);
+  p.set_weight_stash_bytes(m.weight_stash_bytes);
+  p.set_peak_bytes(m.peak_bytes);
+  return p;
+}
+
+petra::v1::StageStats ToProto(const StageReport& r) {
+  petra::v1::StageStats s;
+  s.set_stage_index(r.index);
+  s.set_forward_count(r.forward_count);
+  s.set_backward_count(r.backward_count);
+  s.set_optimizer_steps(r.optimizer_steps);
+  s.set_in_flight(static_cast<uint32_t>(r.in_flight));
+  s.set_delay_ticks_mean(r.delay_ticks_mean);
+  s.set_staleness_mean(r.staleness_mean);
+  *s.mutable_memory() = ToProto(r.memory);
+  return s;
+}
+
+}  // namespace petra::engine

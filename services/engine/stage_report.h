@@ -1,0 +1,34 @@
+// What a stage worker did and holds, taken at one moment, and the same as the
+// StageStats message that status calls, progress events and reports carry:
+// one conversion for the in-process runner and the stage server alike.
+#pragma once
+
+#include <cstdint>
+
+#include "petra/v1/common.pb.h"
+#include "services/engine/stage_worker.h"
+#include "services/model/partition.h"
+
+namespace petra::engine {
+
+struct StageReport {
+  int index = 0;
+  model::BlockRange blocks;
+  bool rebuilds_input = false;
+  MemoryStats memory;
+  double delay_ticks_mean = 0;
+  double staleness_mean = 0;
+  int64_t forward_count = 0;
+  int64_t backward_count = 0;
+  int64_t optimizer_steps = 0;
+  int64_t in_flight = 0;
+};
+
+StageReport ReportOf(const StageWorker& worker,
+                     const model::BlockRange& blocks);
+
+// Memory as the wire carries it (process RSS and device bytes left unset).
+petra::v1::MemoryBreakdown ToProto(const MemoryStats& memory);
+petra::v1::StageStats ToProto(const StageReport& report);
+
+}  // namespace petra::engine
