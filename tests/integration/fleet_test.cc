@@ -248,6 +248,63 @@ TEST_F(FleetProcesses, ANewCoordinatorReclaimsStagesLeftHoldingAJob) {
   EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
 }
 
+// Bad input to the client commands and the coordinator: a clear error and
+// exit code, and the coordinator goes on serving.
+TEST_F(FleetProcesses, ClientCommandsRefuseBadInputClearly) {
+  StartStages(1);
+  StartCoordinator();
+  RunResult r = Petra({"watch"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("expected one JOB_ID argument, got 0"));
+  r = Petra({"list", "--state", "sleeping"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --state: unknown state \"sleeping\""));
+  for (const char* command : {"status", "cancel", "export", "watch"}) {
+    r = Petra({command, "job-404"});
+    EXPECT_EQ(r.exit_code, 1) << command;
+    EXPECT_THAT(r.err, HasSubstr("no job with id \"job-404\"")) << command;
+  }
+  r = Petra({"submit", "--epochs", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("training.epochs = 0"));
+  r = RunToExit(kPetra, {"status", "--coordinator", "nohost", "job-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--coordinator"));
+  r = RunToExit(kPetra, {"status", "--coordinator",
+                         Loopback(UnusedLoopbackPort()), "job-1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach the coordinator"));
+  r = RunToExit(kPetra, {"train", "--runner", "threads"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --runner: \"threads\""));
+  r = RunToExit(kStage, {"--listen", "127.0.0.1:0", "--drain-seconds", "-1",
+                         "--state-dir", dir_.path() + "/other"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--drain-seconds: -1 is not in [0, 86400]"));
+
+  auto stub = petra::v1::CoordinatorService::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c1;
+  petra::v1::ListJobsRequest list;
+  list.set_page_token("page-two");
+  petra::v1::ListJobsResponse listed;
+  grpc::Status s = stub->ListJobs(&c1, list, &listed);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("page_token \"page-two\""));
+  grpc::ClientContext c2;
+  petra::v1::ExportJobRequest format;
+  format.set_job_id("job-1");
+  format.set_format(static_cast<petra::v1::ExportJobRequest::Format>(7));
+  auto reader = stub->ExportJob(&c2, format);
+  petra::v1::ExportChunk chunk;
+  EXPECT_FALSE(reader->Read(&chunk));
+  s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("format 7"));
+  // Still serving.
+  EXPECT_EQ(Petra({"list"}).exit_code, 0);
+}
+
 // Raw streams against one stage server holding a one-stage job.
 class StageStreams : public FleetProcesses {
  protected:
@@ -257,14 +314,19 @@ class StageStreams : public FleetProcesses {
         stage_addresses_[0], grpc::InsecureChannelCredentials()));
   }
 
+  static petra::v1::JobSpec JobSevenSpec() {
+    petra::v1::JobSpec spec;
+    spec.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+    spec.mutable_model()->set_width(0.125);
+    spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+    spec.mutable_partition()->set_stage_count(1);
+    return spec;
+  }
+
   void AssignAndStartEval(int micro_batches) {
     petra::v1::AssignRequest assign;
     assign.set_job_id("job-7");
-    petra::v1::JobSpec* spec = assign.mutable_spec();
-    spec->mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
-    spec->mutable_model()->set_width(0.125);
-    spec->mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
-    spec->mutable_partition()->set_stage_count(1);
+    *assign.mutable_spec() = JobSevenSpec();
     assign.set_stage_index(0);
     assign.set_stage_count(1);
     assign.mutable_layers()->set_end(10);
@@ -414,6 +476,27 @@ TEST_F(StageStreams, ControlCallsRefuseBadRequests) {
   petra::v1::CheckpointResponse r4;
   s = stub_->Checkpoint(&c4, ckpt, &r4);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // A job placed on another device than the server's.
+  grpc::ClientContext c6;
+  petra::v1::AssignRequest elsewhere;
+  elsewhere.set_job_id("job-10");
+  *elsewhere.mutable_spec() = JobSevenSpec();
+  elsewhere.set_stage_count(1);
+  elsewhere.add_partition()->set_end(10);
+  elsewhere.set_steps_per_epoch(1);
+  elsewhere.set_device("cuda:0");
+  petra::v1::AssignResponse r6;
+  s = stub_->Assign(&c6, elsewhere, &r6);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("this server runs on \"cpu\""));
+  // A checkpoint path of another job.
+  grpc::ClientContext c7;
+  petra::v1::ReadCheckpointRequest foreign;
+  foreign.set_job_id("job-7");
+  foreign.set_path("job-8/epoch-1/stage-0.pt");
+  petra::v1::ReadCheckpointResponse r7;
+  s = stub_->ReadCheckpoint(&c7, foreign, &r7);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   // Released, the server stops at once on SIGTERM (nothing to drain).
   grpc::ClientContext c5;
   petra::v1::ReleaseRequest release;
