@@ -13,6 +13,7 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args);
 int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args);
 int RunTrain(const std::string& program, const std::vector<std::string>& args);
+int RunHealth(const std::string& program, const std::vector<std::string>& args);
 int RunFleetCommand(const std::string& name, const std::string& program,
                     const std::vector<std::string>& args);
 
@@ -64,6 +65,8 @@ const std::vector<Command>& Commands() {
        &RunSpec},
       {"model-info", "parameters and stages of a network of the model zoo",
        &RunModelInfo},
+      {"health", "check that a stage server or coordinator is serving",
+       &RunHealth},
       {"version", "print the version and compute backend", &RunVersion},
   };
   return commands;

@@ -1,9 +1,10 @@
 #include "coordinator/coordinator_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
-#include "coordinator/coordinator_service.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/stage_list.h"
 #include "services/cli/paths.h"
@@ -61,8 +62,8 @@ absl::Status CoordinatorServer::Start() {
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
   jobs_ = std::make_unique<JobManager>(RunnerEnvironment{
       stages_, options_.data_root, options_.state_dir, job_metrics_.get()});
-  service_ = std::make_unique<CoordinatorServiceImpl>(jobs_.get(),
-                                                      job_metrics_.get());
+  service_ =
+      std::make_unique<CoordinatorServiceImpl>(jobs_.get(), job_metrics_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
   if (!server.ok()) return server.status();
@@ -72,6 +73,7 @@ absl::Status CoordinatorServer::Start() {
 
 void CoordinatorServer::GracefulStop() {
   if (server_ == nullptr) return;
+  server_->GetHealthCheckService()->SetServingStatus(false);
   // Jobs first: the running one releases its stages, and every watch stream
   // gets the job's last event and ends, so the server stops promptly.
   jobs_->Stop();

@@ -4,39 +4,97 @@
 # nothing is missing. Run as root (or with sudo available).
 set -euo pipefail
 
-# One source of truth for the package list: the Dockerfile and CI call this script.
-PACKAGES=(
-  # toolchain
+# One source of truth for the package lists: CI (scripts/test.sh), the
+# README's commands and the container image (deploy/docker/Dockerfile) all
+# install through this script.
+# build: what compiles PETRA fleet.
+BUILD_PACKAGES=(
   g++ cmake make pkg-config ca-certificates
-  # libraries
-  libtorch-dev libopenblas0-pthread
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libabsl-dev zlib1g-dev libssl-dev
-  # tests
-  libgtest-dev libgmock-dev
-  # tests: Python's torch.load must read what `petra export` writes;
-  # a real Prometheus (and promtool) must scrape and accept our metrics
-  python3-torch prometheus
-  # data: the default training set
-  dataset-fashion-mnist
 )
+# runtime: what the programs need beyond the libraries they link (those are
+# listed by scripts/runtime-packages.sh): libtorch's BLAS backend, the fast
+# multi-threaded OpenBLAS rather than the reference BLAS.
+RUNTIME_PACKAGES=(libopenblas0-pthread)
+BUILD_PACKAGES+=("${RUNTIME_PACKAGES[@]}")
+# PETRA_TORCH=external: a libtorch of your own (a CUDA build) is used instead
+# of Debian's CPU-only one; pass -DTorch_DIR=... through CMAKE_ARGS.
+if [[ "${PETRA_TORCH:-debian}" != external ]]; then
+  BUILD_PACKAGES+=(libtorch-dev)
+fi
+# test: the test suite's tools. Python's torch.load must read what
+# `petra export` writes; a real Prometheus (and promtool) must scrape and
+# accept our metrics; the deployment tests render the compose file and read
+# YAML, and validate the Kubernetes manifests with npm packages.
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev python3-yaml prometheus docker-compose
+)
+if [[ "${PETRA_TORCH:-debian}" != external ]]; then
+  TEST_PACKAGES+=(python3-torch)
+fi
+# A Node.js from elsewhere (NodeSource) already brings npm; Debian's nodejs
+# needs its npm package.
+if ! command -v npm >/dev/null 2>&1; then
+  TEST_PACKAGES+=(npm)
+fi
+# data: the default training set (Fashion-MNIST in /usr/share/datasets).
+DATA_PACKAGES=(dataset-fashion-mnist)
 
 usage() {
   cat <<USAGE
-Usage: scripts/install-deps.sh [--list] [--help]
+Usage: scripts/install-deps.sh [--only GROUPS] [--add-from FILE] [--list]
 
-Installs the Debian packages PETRA fleet needs (skipping those present).
-  --list   print the package list and exit
-  --help   show this help
+Installs the Debian packages PETRA fleet needs, skipping those present.
+  --only GROUPS    comma-separated subset of: build, runtime, test, data
+                   (default: build,test,data; build includes runtime)
+  --add-from FILE  also install the packages listed in FILE, one per line
+                   (the container image's runtime libraries)
+  --list           print the selected packages and exit
+  --help           show this help
+Environment: PETRA_TORCH=external skips Debian's libtorch (bring your own).
 USAGE
 }
 
-case "${1:-}" in
-  --help|-h) usage; exit 0 ;;
-  --list) printf '%s\n' "${PACKAGES[@]}"; exit 0 ;;
-  "") ;;
-  *) echo "install-deps.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-esac
+groups="build,test,data"
+extra_file=""
+list_only=0
+while (($#)); do
+  case "$1" in
+    --help|-h) usage; exit 0 ;;
+    --list) list_only=1 ;;
+    --only)
+      [[ $# -ge 2 ]] || { echo "install-deps.sh: --only needs a value" >&2; exit 2; }
+      groups="$2"; shift ;;
+    --add-from)
+      [[ $# -ge 2 ]] || { echo "install-deps.sh: --add-from needs a file" >&2; exit 2; }
+      extra_file="$2"; shift ;;
+    *) echo "install-deps.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+
+PACKAGES=()
+IFS=',' read -r -a selected <<<"$groups"
+for g in "${selected[@]}"; do
+  case "$g" in
+    build) PACKAGES+=("${BUILD_PACKAGES[@]}") ;;
+    runtime) PACKAGES+=("${RUNTIME_PACKAGES[@]}") ;;
+    test) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
+    data) PACKAGES+=("${DATA_PACKAGES[@]}") ;;
+    *) echo "install-deps.sh: unknown group '$g' (expected build, runtime, test or data)" >&2; exit 2 ;;
+  esac
+done
+if [[ -n "$extra_file" ]]; then
+  [[ -r "$extra_file" ]] || { echo "install-deps.sh: cannot read '$extra_file'" >&2; exit 2; }
+  while read -r p; do
+    [[ -n "$p" && "$p" != \#* ]] && PACKAGES+=("$p")
+  done <"$extra_file"
+fi
+if ((list_only)); then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 
 bash scripts/build.sh
+if [[ "${PETRA_SKIP_INSTALL:-0}" != 1 ]]; then
+  bash scripts/install-test-tools.sh
+fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 echo "test: running the suite"

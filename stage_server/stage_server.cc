@@ -1,6 +1,7 @@
 #include "stage_server/stage_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
 #include "services/cli/paths.h"
@@ -64,9 +65,9 @@ absl::Status StageServer::Start() {
   }
   stage_metrics_ = std::make_unique<StageMetrics>(
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
-  host_ = std::make_unique<StageHost>(StageHost::Options{
-      options_.device, static_cast<int>(options_.threads), options_.state_dir,
-      stage_metrics_.get()});
+  host_ = std::make_unique<StageHost>(
+      StageHost::Options{options_.device, static_cast<int>(options_.threads),
+                         options_.state_dir, stage_metrics_.get()});
   service_ = std::make_unique<StageServiceImpl>(host_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
@@ -77,6 +78,8 @@ absl::Status StageServer::Start() {
 
 void StageServer::GracefulStop() {
   if (server_ == nullptr) return;
+  // Readiness probes see the drain at once, so no new job is routed here.
+  server_->GetHealthCheckService()->SetServingStatus(false);
   host_->Drain(std::chrono::seconds(options_.drain_seconds));
   // Running calls get a few seconds to finish; then they are cancelled so a
   // stuck peer cannot hold the process up.

@@ -221,7 +221,18 @@ TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
   const std::string id = Submit(SmallJob(200));
   ASSERT_TRUE(
       WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
-  EXPECT_EQ(stages_[1]->SignalAndWait(SIGTERM, std::chrono::seconds(60)), 0)
+  // While it drains, its health check says NOT_SERVING (2), so readiness
+  // probes stop routing work to it.
+  ASSERT_EQ(kill(stages_[1]->pid(), SIGTERM), 0);
+  ASSERT_NE(stages_[1]->WaitForLine("stopping"), "");
+  int health = -1;
+  for (int i = 0; i < 50 && health != 2; ++i) {
+    health = HealthCheck(stage_addresses_[1]);
+    if (health != 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(health, 2);
+  // Signal 0 only waits for the drained server to exit.
+  EXPECT_EQ(stages_[1]->SignalAndWait(0, std::chrono::seconds(60)), 0)
       << stages_[1]->err();
   EXPECT_THAT(stages_[1]->out(), HasSubstr("stopped"));
   // The job cannot go on without the stage: it fails and says why.
@@ -274,6 +285,24 @@ TEST_F(FleetProcesses, ClientCommandsRefuseBadInputClearly) {
                          Loopback(UnusedLoopbackPort()), "job-1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("cannot reach the coordinator"));
+  // petra health: the probe the container image and compose use.
+  r = RunToExit(kPetra, {"health", "--address", stage_addresses_[0]});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(": SERVING"));
+  r = RunToExit(kPetra, {"health", "--address", stage_addresses_[0],
+                         "--service", "no.such.Service"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("SERVICE_UNKNOWN"));
+  r = RunToExit(kPetra, {"health", "--address", Loopback(UnusedLoopbackPort()),
+                         "--timeout-seconds", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("health check of"));
+  r = RunToExit(kPetra, {"health", "--address", "nohost"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--address"));
+  r = RunToExit(kPetra, {"health", "--timeout-seconds", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--timeout-seconds must be in (0, 3600]"));
   r = RunToExit(kPetra, {"train", "--runner", "threads"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("flag --runner: \"threads\""));

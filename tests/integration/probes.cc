@@ -10,6 +10,8 @@
 #include <chrono>
 #include <future>
 
+#include "services/wire/health_check.h"
+
 namespace petra::testing {
 namespace {
 
@@ -35,22 +37,9 @@ auto Deadline() {
 }  // namespace
 
 int HealthCheck(const std::string& address) {
-  grpc::GenericStub stub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(Deadline());
-  // HealthCheckRequest{service: ""} serialises to zero bytes.
-  grpc::ByteBuffer request = ToBuffer("");
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response,
-                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
-  if (!done.get_future().get().ok()) return -1;
-  // HealthCheckResponse{status = 1}: tag 0x08, varint value.
-  std::string bytes = FromBuffer(response);
-  if (bytes.empty()) return 0;
-  return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
+  absl::StatusOr<wire::ServingStatus> status =
+      wire::CheckHealth(address, "", std::chrono::seconds(10));
+  return status.ok() ? static_cast<int>(*status) : -1;
 }
 
 std::string ReflectionListServices(const std::string& address) {

@@ -1,0 +1,53 @@
+// `petra health`: one grpc.health.v1 check, for container health checks and
+// scripts (Kubernetes probes use the kubelet's own gRPC probe).
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "services/cli/flag_set.h"
+#include "services/wire/grpc_defaults.h"
+#include "services/wire/health_check.h"
+
+namespace petra::client {
+
+int RunHealth(const std::string& program,
+              const std::vector<std::string>& args) {
+  std::string address = "localhost:50051", service;
+  double timeout_seconds = 5;
+  cli::FlagSet flags(
+      absl::StrCat(program, " health [--address HOST:PORT] [--service NAME]"),
+      "Asks a stage server or coordinator whether it is serving, through the\n"
+      "standard gRPC health service. Exit 0 when SERVING; 1 when it answers\n"
+      "anything else or cannot be reached; 2 on bad flags.");
+  flags.AddString("address", &address, "server to check, host:port");
+  flags.AddString("service", &service,
+                  "service name to check; empty means the whole server");
+  flags.AddDouble("timeout-seconds", &timeout_seconds,
+                  "give up after this long");
+  if (int rc = cli::ParseCommandOrExit(flags, program + " health", args);
+      rc >= 0) {
+    return rc;
+  }
+  const std::string command = program + " health";
+  if (absl::Status s = wire::ValidateAddress(address, "--address", false);
+      !s.ok()) {
+    std::cerr << command << ": " << s.message() << "\n";
+    return 2;
+  }
+  if (!(timeout_seconds > 0 && timeout_seconds <= 3600)) {
+    std::cerr << command << ": --timeout-seconds must be in (0, 3600], got "
+              << timeout_seconds << "\n";
+    return 2;
+  }
+  absl::StatusOr<wire::ServingStatus> status = wire::CheckHealth(
+      address, service,
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  if (!status.ok()) {
+    std::cerr << command << ": " << status.status().message() << "\n";
+    return 1;
+  }
+  std::cout << address << (service.empty() ? "" : " " + service) << ": "
+            << wire::ServingStatusName(*status) << "\n";
+  return *status == wire::ServingStatus::kServing ? 0 : 1;
+}
+
+}  // namespace petra::client
