@@ -114,16 +114,28 @@ int RunSubmit(const std::string& program,
   const std::string command = program + " submit";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
-  // Only assembled here; the coordinator resolves and validates, so the
-  // spec a cluster runs is checked by the cluster's own build.
+  auto stub = Connect(command, address);
+  if (stub == nullptr) return 2;
+  // --resume-from without --from: the resumed job's own spec is the base,
+  // so the flags given change only what they name (--epochs, say).
+  petra::v1::JobSpec base;
+  if (const std::string& resumed = overrides.checkpoint().resume_from_job();
+      !resumed.empty() && from.empty()) {
+    grpc::ClientContext get_context;
+    petra::v1::GetJobRequest get;
+    get.set_job_id(resumed);
+    petra::v1::Job earlier;
+    if (grpc::Status g = stub->GetJob(&get_context, get, &earlier); !g.ok())
+      return Fail(command, g, address);
+    base = earlier.spec();
+    base.clear_name();
+  }
   absl::StatusOr<petra::v1::JobSpec> assembled =
-      job::AssembleJobSpec(petra::v1::JobSpec(), from, overrides);
+      job::AssembleJobSpec(base, from, overrides);
   if (!assembled.ok()) {
     std::cerr << command << ": " << assembled.status().message() << "\n";
     return 1;
   }
-  auto stub = Connect(command, address);
-  if (stub == nullptr) return 2;
   grpc::ClientContext context;
   petra::v1::SubmitJobRequest request;
   *request.mutable_spec() = *assembled;

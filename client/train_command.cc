@@ -286,6 +286,14 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     std::cerr << command << ": " << resolved.status().message() << "\n";
     return 1;
   }
+  // A resumed job's checkpoints live in a coordinator's state directory.
+  if (!resolved->checkpoint().resume_from_job().empty() &&
+      (in_process || state_dir.empty())) {
+    std::cerr << command
+              << ": --resume-from needs the fleet runner and the --state-dir "
+                 "of the run that wrote the job's checkpoints\n";
+    return 2;
+  }
   for (int j = 0; j < job::StageCount(*resolved); ++j) {
     if (job::DeviceForStage(*resolved, j) != "cpu") {
       std::cerr << program << " train: device \""

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/job_resume.h"
 #include "services/job/job_spec_validation.h"
 
 namespace petra::coordinator {
@@ -103,6 +104,33 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is stopping");
+  if (const std::string& from = resolved->checkpoint().resume_from_job();
+      !from.empty()) {
+    auto it = jobs_.find(from);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("no job with id \"", from, "\" to resume"));
+    }
+    const Job earlier = it->second->Snapshot();
+    switch (earlier.state()) {
+      case petra::v1::JOB_STATE_QUEUED:
+      case petra::v1::JOB_STATE_STARTING:
+      case petra::v1::JOB_STATE_RUNNING:
+      case petra::v1::JOB_STATE_RECOVERING:
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job \"", from, "\" has not ended; resume it once it has"));
+      default:
+        break;
+    }
+    if (earlier.last_checkpoint().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job \"", from, "\" wrote no checkpoint to resume from"));
+    }
+    if (absl::Status s = CheckResumable(earlier.spec(), *resolved); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot resume job \"", from, "\": ", s.message()));
+    }
+  }
   Job job;
   job.set_id(absl::StrCat("job-", next_id_++));
   *job.mutable_spec() = *resolved;
@@ -118,8 +146,8 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
         absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
   }
   const std::string id = job.id();
-  auto record = std::make_shared<JobRecord>(
-      job, RecordPath(env_.state_dir, id), [this] { Count(); });
+  auto record = std::make_shared<JobRecord>(job, RecordPath(env_.state_dir, id),
+                                            [this] { Count(); });
   jobs_[id] = record;
   order_.push_back(id);
   queue_.push_back(id);

@@ -6,11 +6,15 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/job_resume.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "services/cli/durable_file.h"
 #include "services/data/dataset.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/lr_schedule.h"
@@ -117,6 +121,9 @@ class Runner {
  private:
   absl::Status Prepare();
   absl::Status Assign();
+  // Loads the newest usable checkpoint of the job named by
+  // checkpoint.resume_from_job into every stage; returns its epoch.
+  absl::StatusOr<uint32_t> Restore();
   absl::Status RunPass(petra::v1::Phase phase, uint32_t epoch,
                        const data::EpochBatches& batches, int64_t n,
                        PassCounters& counters);
@@ -234,6 +241,59 @@ absl::Status Runner::Assign() {
     });
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> Runner::Restore() {
+  const std::string& from = spec_.checkpoint().resume_from_job();
+  absl::StatusOr<ResumePoint> point =
+      FindResumePoint(env_.state_dir, from, fleet_->size());
+  if (!point.ok()) return point.status();
+  for (const std::string& why : point->skipped) {
+    std::cout << id_ << ": passed over a checkpoint of " << from << ": " << why
+              << std::endl;
+  }
+  if (point->epoch >= spec_.training().epochs()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the newest usable checkpoint of job \"", from, "\" is after epoch ",
+        point->epoch, " and this job trains ", spec_.training().epochs(),
+        " epochs: nothing is left to train (ask for more epochs)"));
+  }
+  std::optional<uint64_t> steps, samples;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    const std::string& bytes = point->files[j];
+    petra::v1::RestoreCheckpointResponse response;
+    for (uint64_t offset = 0; offset < bytes.size(); offset += kReadChunk) {
+      petra::v1::RestoreCheckpointRequest piece;
+      piece.set_job_id(id_);
+      piece.set_offset(offset);
+      piece.set_total_bytes(bytes.size());
+      piece.set_data(bytes.substr(offset, kReadChunk));
+      if (absl::Status s =
+              fleet_->Call(j, &StageService::Stub::RestoreCheckpoint, piece,
+                           &response, kControlTimeout);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (!response.restored() || response.epoch() != point->epoch ||
+        (steps && (*steps != response.optimizer_steps() ||
+                   *samples != response.samples_seen()))) {
+      return absl::DataLossError(
+          absl::StrCat(point->directory, ": stage ", j,
+                       "'s checkpoint disagrees with the "
+                       "others (epoch ",
+                       response.epoch(), ", ", response.optimizer_steps(),
+                       " optimizer steps)"));
+    }
+    steps = response.optimizer_steps();
+    samples = response.samples_seen();
+  }
+  steps_done_ = *steps;
+  samples_seen_ = *samples;
+  std::cout << id_ << ": resumed from " << point->directory << " (epoch "
+            << point->epoch << ", " << steps_done_ << " optimizer steps)"
+            << std::endl;
+  return point->epoch;
 }
 
 void Runner::ReleaseAll() {
@@ -551,24 +611,31 @@ absl::Status Runner::CheckpointAll(uint32_t epoch) {
           fleet_->Name(j), ": checkpoint read back as ", bytes.size(),
           " bytes, written as ", written.size_bytes()));
     }
-    std::ofstream out(dir / absl::StrCat("stage-", j, ".pt"),
-                      std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) {
-      return absl::InternalError(
-          absl::StrCat("cannot write the checkpoint under ", dir.string()));
+    const std::string sha256 = cli::Sha256Hex(bytes);
+    if (sha256 != written.sha256()) {
+      return absl::DataLossError(
+          absl::StrCat(fleet_->Name(j), ": checkpoint read back with SHA-256 ",
+                       sha256, ", written with ", written.sha256()));
+    }
+    // The checksum beside the file lets a resume tell a damaged copy.
+    const std::filesystem::path file = dir / absl::StrCat("stage-", j, ".pt");
+    if (absl::Status s = cli::WriteFileAtomically(file, bytes); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            cli::WriteFileAtomically(file.string() + ".sha256", sha256 + "\n");
+        !s.ok()) {
+      return s;
     }
     files.push_back(std::move(bytes));
   }
   absl::StatusOr<std::string> exported = engine::MergeForExport(files);
   if (!exported.ok()) return exported.status();
-  const std::string path = ExportPath(env_.state_dir, id_);
-  {
-    std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
-    out.write(exported->data(), static_cast<std::streamsize>(exported->size()));
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  if (absl::Status s =
+          cli::WriteFileAtomically(ExportPath(env_.state_dir, id_), *exported);
+      !s.ok()) {
+    return s;
   }
-  std::rename((path + ".tmp").c_str(), path.c_str());
 
   const std::string rel =
       (std::filesystem::path(JobDirectory(id_)) / "checkpoints" / name)
@@ -595,10 +662,17 @@ absl::Status Runner::Run() {
     *job.mutable_start_time() =
         google::protobuf::util::TimeUtil::GetCurrentTime();
   });
+  uint32_t first_epoch = 1;
+  if (!spec_.checkpoint().resume_from_job().empty()) {
+    absl::StatusOr<uint32_t> resumed = Restore();
+    if (!resumed.ok()) return Prefixed("resuming: ", resumed.status());
+    first_epoch = *resumed + 1;
+    Progress(JobEvent::KIND_PROGRESS, *resumed, nullptr, std::nullopt);
+  }
   const uint32_t epochs = spec_.training().epochs();
   const uint32_t eval_every = spec_.evaluation().every_epochs();
   const uint32_t ckpt_every = spec_.checkpoint().every_epochs();
-  for (uint32_t e = 1; e <= epochs; ++e) {
+  for (uint32_t e = first_epoch; e <= epochs; ++e) {
     data::EpochBatches batches(data_.train, engine::TrainBatchOptions(spec_),
                                e - 1);
     const int64_t n = engine::TrainMicroBatches(

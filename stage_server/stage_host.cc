@@ -1,7 +1,6 @@
 #include "stage_server/stage_host.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/cli/durable_file.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
@@ -41,6 +41,10 @@ struct StageJob {
   // Aborts the outgoing streams of the running pass.
   std::mutex streams_mu;
   std::function<void()> cancel_streams;
+  // A checkpoint being uploaded by RestoreCheckpoint; guarded by
+  // StageHost::mu_.
+  std::string restore_bytes;
+  uint64_t restore_total = 0;
 
   const std::string& id() const { return assign.job_id(); }
   int index() const { return static_cast<int>(assign.stage_index()); }
@@ -54,6 +58,9 @@ struct StageJob {
 namespace {
 
 constexpr uint32_t kMaxReadBytes = 4 << 20;
+// A restored checkpoint is held in memory until its last piece arrives.
+constexpr uint64_t kMaxRestoreBytes = uint64_t{8} << 30;
+constexpr uint64_t kMaxRestorePieceBytes = 16 << 20;
 
 // Names the coordinator chooses (job ids, checkpoint names) become paths
 // under --state-dir: plain relative names only.
@@ -69,45 +76,6 @@ absl::Status CheckRelativeName(const std::string& name, const char* what) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, " \"", name, "\": only letters, digits and -_./ are allowed"));
     }
-  }
-  return absl::OkStatus();
-}
-
-std::string Sha256Hex(const std::string& bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
-  std::string hex;
-  for (unsigned int i = 0; i < n; ++i)
-    hex += absl::StrFormat("%02x", digest[i]);
-  return hex;
-}
-
-// Temporary file, fsync, rename: a crash leaves the old file or the new one.
-absl::Status WriteFileAtomically(const std::filesystem::path& path,
-                                 const std::string& bytes) {
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat(
-        "cannot create ", path.parent_path().string(), ": ", ec.message()));
-  }
-  const std::string tmp = path.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n <= 0) {
-      ::close(fd);
-      return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
-    }
-    written += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot complete ", path.string()));
   }
   return absl::OkStatus();
 }
@@ -487,14 +455,14 @@ void StageHost::Checkpoint(const petra::v1::CheckpointRequest& request,
     if (!bytes.ok()) return done(bytes.status());
     const std::string rel = absl::StrCat(job->id(), "/", request.name(),
                                          "/stage-", job->index(), ".pt");
-    if (absl::Status s = WriteFileAtomically(
+    if (absl::Status s = cli::WriteFileAtomically(
             std::filesystem::path(options_.state_dir) / rel, *bytes);
         !s.ok()) {
       return done(s);
     }
     response->set_path(rel);
     response->set_size_bytes(bytes->size());
-    response->set_sha256(Sha256Hex(*bytes));
+    response->set_sha256(cli::Sha256Hex(*bytes));
     done(absl::OkStatus());
   });
 }
@@ -530,6 +498,65 @@ absl::Status StageHost::ReadCheckpoint(
   response->set_data(std::move(data));
   response->set_total_bytes(total);
   return absl::OkStatus();
+}
+
+void StageHost::RestoreCheckpoint(
+    const petra::v1::RestoreCheckpointRequest& request,
+    petra::v1::RestoreCheckpointResponse* response, Done done) {
+  std::shared_ptr<StageJob> job;
+  std::string bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Status error;
+    job = CurrentJob(request.job_id(), &error);
+    if (job == nullptr) return done(error);
+    const uint64_t total = request.total_bytes();
+    if (total == 0 || total > kMaxRestoreBytes) {
+      return done(absl::InvalidArgumentError(absl::StrCat(
+          "total_bytes ", total, " is not in [1, ", kMaxRestoreBytes, "]")));
+    }
+    if (request.data().empty() ||
+        request.data().size() > kMaxRestorePieceBytes) {
+      return done(absl::InvalidArgumentError(
+          absl::StrCat("a piece must hold 1 to ", kMaxRestorePieceBytes,
+                       " bytes, got ", request.data().size())));
+    }
+    if (request.offset() == 0) {
+      job->restore_bytes.clear();
+      job->restore_total = total;
+    }
+    if (request.offset() != job->restore_bytes.size() ||
+        total != job->restore_total) {
+      return done(absl::OutOfRangeError(
+          absl::StrCat("piece at offset ", request.offset(), " of ", total,
+                       " bytes does not follow the ", job->restore_bytes.size(),
+                       " bytes received of ", job->restore_total)));
+    }
+    if (request.offset() + request.data().size() > total) {
+      return done(absl::OutOfRangeError(absl::StrCat(
+          "piece ends at ", request.offset() + request.data().size(),
+          ", past total_bytes ", total)));
+    }
+    job->restore_bytes += request.data();
+    response->set_received_bytes(job->restore_bytes.size());
+    if (job->restore_bytes.size() < total) return done(absl::OkStatus());
+    bytes = std::move(job->restore_bytes);
+    job->restore_bytes.clear();
+    job->restore_total = 0;
+  }
+  Post([job, bytes = std::move(bytes), response, done = std::move(done)] {
+    if (job->worker == nullptr || job->released) {
+      return done(absl::FailedPreconditionError("the job was released"));
+    }
+    absl::StatusOr<engine::StageCheckpointMeta> meta =
+        engine::RestoreStageCheckpoint(bytes, *job->worker);
+    if (!meta.ok()) return done(meta.status());
+    response->set_restored(true);
+    response->set_epoch(static_cast<uint64_t>(meta->epoch));
+    response->set_optimizer_steps(static_cast<uint64_t>(meta->optimizer_steps));
+    response->set_samples_seen(static_cast<uint64_t>(meta->samples_seen));
+    done(absl::OkStatus());
+  });
 }
 
 void StageHost::Release(const petra::v1::ReleaseRequest& request, Done done) {

@@ -44,6 +44,9 @@ class StageHost {
                   petra::v1::CheckpointResponse* response, Done done);
   absl::Status ReadCheckpoint(const petra::v1::ReadCheckpointRequest& request,
                               petra::v1::ReadCheckpointResponse* response);
+  void RestoreCheckpoint(const petra::v1::RestoreCheckpointRequest& request,
+                         petra::v1::RestoreCheckpointResponse* response,
+                         Done done);
   void Release(const petra::v1::ReleaseRequest& request, Done done);
   petra::v1::StageStatus Status();
 

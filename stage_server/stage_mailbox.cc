@@ -175,9 +175,9 @@ absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(
 }
 
 absl::StatusOr<engine::ForwardItem> StageMailbox::NextForward(int64_t id) {
-  absl::StatusOr<ForwardSlot> slot =
-      Take(forward_, id, next_forward_,
-           [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
+  absl::StatusOr<ForwardSlot> slot = Take(
+      forward_, id, next_forward_,
+      [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
   if (!slot.ok()) return slot.status();
   for (auto& sender : slot->senders) sender->Send(CreditReply(1));
   return engine::ForwardItem{id, std::move(slot->x), std::move(slot->labels)};

@@ -177,11 +177,22 @@ grpc::ServerUnaryReactor* StageServiceImpl::Checkpoint(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* StageServiceImpl::RestoreCheckpoint(
+    grpc::CallbackServerContext* context,
+    const petra::v1::RestoreCheckpointRequest* request,
+    petra::v1::RestoreCheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  host_->RestoreCheckpoint(*request, response,
+                           FinishLater(reactor, host_->metrics()));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* StageServiceImpl::ReadCheckpoint(
     grpc::CallbackServerContext* context,
     const petra::v1::ReadCheckpointRequest* request,
     petra::v1::ReadCheckpointResponse* response) {
-  return Finished(context, host_->ReadCheckpoint(*request, response), host_->metrics());
+  return Finished(context, host_->ReadCheckpoint(*request, response),
+                  host_->metrics());
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::Release(

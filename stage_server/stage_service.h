@@ -25,6 +25,10 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
       grpc::CallbackServerContext* context,
       const petra::v1::CheckpointRequest* request,
       petra::v1::CheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* RestoreCheckpoint(
+      grpc::CallbackServerContext* context,
+      const petra::v1::RestoreCheckpointRequest* request,
+      petra::v1::RestoreCheckpointResponse* response) override;
   grpc::ServerUnaryReactor* ReadCheckpoint(
       grpc::CallbackServerContext* context,
       const petra::v1::ReadCheckpointRequest* request,

@@ -213,6 +213,13 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               "checkpoint every N epochs", Uint32([s](uint32_t v) {
                 s->mutable_checkpoint()->set_every_epochs(v);
               }));
+  f.AddCustom("resume-from", "JOB", "none",
+              "continue job JOB from its newest usable checkpoint (same "
+              "spec; more epochs allowed)",
+              [s](const std::string& v) {
+                s->mutable_checkpoint()->set_resume_from_job(v);
+                return absl::OkStatus();
+              });
   f.AddCustom("seed", "N", "0", "seed of every random choice",
               Uint64([s](uint64_t v) { s->set_seed(v); }));
   f.AddCustom(

@@ -278,11 +278,6 @@ void CheckRest(const petra::v1::JobSpec& s, Problems& p) {
       resume == ".") {
     p.Add("checkpoint.resume_from_job", absl::StrCat("\"", resume, "\""),
           "must be a job id, not a path");
-  } else if (!resume.empty()) {
-    // Refused rather than ignored: no runner restores a job's checkpoints
-    // yet (crash recovery and resume are the reliability work).
-    p.Add("checkpoint.resume_from_job", absl::StrCat("\"", resume, "\""),
-          "resuming from a checkpoint is not supported yet; submit without it");
   }
 }
 

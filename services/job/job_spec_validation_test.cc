@@ -269,12 +269,6 @@ INSTANTIATE_TEST_SUITE_P(
                      s->mutable_checkpoint()->set_resume_from_job("../x");
                    },
                    "checkpoint.resume_from_job = \"../x\"", "not a path"},
-        RejectCase{"ResumeNotSupportedYet",
-                   [](JobSpec* s) {
-                     s->mutable_checkpoint()->set_resume_from_job("job-3");
-                   },
-                   "checkpoint.resume_from_job = \"job-3\"",
-                   "not supported yet"},
         RejectCase{"NameTooLong",
                    [](JobSpec* s) { s->set_name(std::string(200, 'a')); },
                    "name = <200 characters>", "at most 128"},

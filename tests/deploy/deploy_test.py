@@ -413,6 +413,10 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
     def check_overlay(self, overlay):
         objects = kustomize(overlay)
         # Every object passes the API schema of its kind.
+        if not os.path.isdir(os.path.join(SOURCE, "tests", "deploy",
+                                          "node_modules", "kubernetes-models")):
+            self.fail("npm's kubernetes-models is not installed: run "
+                      "scripts/install-test-tools.sh")
         with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
             json.dump(objects, f)
             f.flush()

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "petra/v1/coordinator.grpc.pb.h"
@@ -198,6 +200,96 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
   EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
 }
 
+// Reads a job's train_log.csv: "epoch,micro_batch,step,loss" rows.
+std::vector<std::vector<std::string>> TrainLog(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::vector<std::string> row;
+    std::stringstream fields(line);
+    for (std::string f; std::getline(fields, f, ',');) row.push_back(f);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST_F(FleetProcesses, AResumedJobTrainsAsIfNeverInterrupted) {
+  StartStages(2);
+  StartCoordinator();
+  std::vector<std::string> job = SmallJob(2);
+  job.insert(job.end(), {"--checkpoint-every", "1"});
+  const std::string whole = Submit(job);
+  ASSERT_EQ(Petra({"watch", whole}, std::chrono::seconds(300)).exit_code, 0);
+  const std::string jobs = dir_.path() + "/coordinator/jobs/";
+  // Damage the newest checkpoint: the resume must notice and use epoch 1.
+  const std::string damaged = jobs + whole + "/checkpoints/epoch-2/stage-1.pt";
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f) << damaged;
+    f.seekp(200);
+    f.put('\x5a');
+  }
+
+  // Refusals first: unknown job, a spec that changes the network, a job
+  // still running.
+  RunResult r = Petra({"submit", "--resume-from", "job-404"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no job with id \"job-404\""));
+  r = Petra({"submit", "--resume-from", whole, "--width", "0.25"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot resume job \"" + whole + "\""));
+  EXPECT_THAT(r.err, HasSubstr("model.width"));
+  const std::string busy = Submit(SmallJob(200));
+  r = Petra({"submit", "--resume-from", busy});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("has not ended"));
+  ASSERT_EQ(Petra({"cancel", busy}).exit_code, 0);
+  ASSERT_TRUE(
+      WaitForStatus(busy, "JOB_STATE_CANCELLED", std::chrono::seconds(60)));
+
+  // The resumed job takes the whole job's own spec and trains epoch 2 only.
+  const std::string resumed = Submit({"--resume-from", whole});
+  RunResult watch = Petra({"watch", resumed}, std::chrono::seconds(300));
+  ASSERT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+  // The coordinator's log says which checkpoint it used and why.
+  EXPECT_THAT(coordinator_->WaitForLine("passed over a checkpoint of"),
+              HasSubstr(whole + ": epoch-2: stage-1.pt does not match its "
+                                "SHA-256"));
+  EXPECT_THAT(coordinator_->WaitForLine("resumed from"),
+              HasSubstr("epoch-1 (epoch 1, "));
+  const auto a = TrainLog(jobs + whole + "/train_log.csv");
+  const auto b = TrainLog(jobs + resumed + "/train_log.csv");
+  std::vector<std::vector<std::string>> a2;
+  for (const auto& row : a) {
+    if (row[0] == "2") a2.push_back(row);
+  }
+  ASSERT_EQ(b.size(), a2.size());
+  ASSERT_FALSE(b.empty());
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(b[i][0], "2");
+    EXPECT_EQ(b[i][1], a2[i][1]);
+    EXPECT_EQ(b[i][2], a2[i][2]);  // the same optimizer step
+    const double x = std::stod(a2[i][3]), y = std::stod(b[i][3]);
+    EXPECT_NEAR(y, x, 1e-5 * std::max(1.0, std::abs(x))) << "row " << i;
+  }
+  const std::string whole_json = StatusJson(whole);
+  const std::string resumed_json = StatusJson(resumed);
+  auto test_accuracy = [](const std::string& json) {
+    const size_t at = json.find("\"testAccuracy\":");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + 15));
+  };
+  EXPECT_GT(test_accuracy(whole_json), 0);
+  EXPECT_NEAR(test_accuracy(resumed_json), test_accuracy(whole_json), 1e-6);
+
+  // Nothing left to train: the resumed job's own checkpoint is at epoch 2.
+  const std::string again = Submit({"--resume-from", resumed});
+  EXPECT_TRUE(WaitForStatus(again, "nothing is left to train",
+                            std::chrono::seconds(60)))
+      << StatusJson(again);
+}
+
 TEST_F(FleetProcesses, UnreachableStageFailsTheJobWithinTenSeconds) {
   stage_addresses_ = {Loopback(UnusedLoopbackPort())};
   StartCoordinator();
@@ -303,6 +395,10 @@ TEST_F(FleetProcesses, ClientCommandsRefuseBadInputClearly) {
   r = RunToExit(kPetra, {"health", "--timeout-seconds", "0"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--timeout-seconds must be in (0, 3600]"));
+  r = RunToExit(kPetra, {"train", "--resume-from", "job-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--resume-from needs the fleet runner and the "
+                               "--state-dir"));
   r = RunToExit(kPetra, {"train", "--runner", "threads"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("flag --runner: \"threads\""));
