@@ -448,7 +448,7 @@ class StageStreams : public FleetProcesses {
     return spec;
   }
 
-  void AssignAndStartEval(int micro_batches) {
+  void AssignJobSeven() {
     petra::v1::AssignRequest assign;
     assign.set_job_id("job-7");
     *assign.mutable_spec() = JobSevenSpec();
@@ -462,6 +462,10 @@ class StageStreams : public FleetProcesses {
     grpc::Status s = stub_->Assign(&c1, assign, &assigned);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_GT(assigned.parameter_count(), 0u);
+  }
+
+  void AssignAndStartEval(int micro_batches) {
+    AssignJobSeven();
     petra::v1::StartRequest start;
     start.set_job_id("job-7");
     start.set_phase(petra::v1::PHASE_EVAL);
@@ -469,7 +473,7 @@ class StageStreams : public FleetProcesses {
     start.set_micro_batches(micro_batches);
     grpc::ClientContext c2;
     petra::v1::StartResponse started;
-    s = stub_->Start(&c2, start, &started);
+    grpc::Status s = stub_->Start(&c2, start, &started);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
 
@@ -568,6 +572,73 @@ TEST_F(StageStreams, MalformedMessagesGetPerMessageErrorsAndTheServerGoesOn) {
   petra::v1::ReleaseResponse released;
   EXPECT_TRUE(stub_->Release(&release_context, release, &released).ok());
   EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
+}
+
+TEST_F(StageStreams, RestoreCheckpointRefusesBadPiecesThenRestores) {
+  AssignJobSeven();
+  auto restore = [&](const std::string& job, uint64_t offset,
+                     const std::string& data, uint64_t total,
+                     petra::v1::RestoreCheckpointResponse* response) {
+    grpc::ClientContext c;
+    petra::v1::RestoreCheckpointRequest r;
+    r.set_job_id(job);
+    r.set_offset(offset);
+    r.set_data(data);
+    r.set_total_bytes(total);
+    return stub_->RestoreCheckpoint(&c, r, response);
+  };
+  petra::v1::RestoreCheckpointResponse out;
+  grpc::Status s = restore("job-9", 0, "x", 1, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  s = restore("job-7", 0, "x", 0, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("total_bytes 0 is not in"));
+  s = restore("job-7", 0, "", 10, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  s = restore("job-7", 5, "xxxxx", 10, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(s.error_message(), HasSubstr("does not follow"));
+  s = restore("job-7", 0, "xxxxxxxxxxxx", 10, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(s.error_message(), HasSubstr("past total_bytes 10"));
+  // Complete but not a checkpoint.
+  s = restore("job-7", 0, std::string(10, 'x'), 10, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+
+  // A real checkpoint of this stage, sent back in two pieces.
+  grpc::ClientContext c1;
+  petra::v1::CheckpointRequest ckpt;
+  ckpt.set_job_id("job-7");
+  ckpt.set_name("epoch-3");
+  ckpt.set_epoch(3);
+  ckpt.set_samples_seen(96);
+  petra::v1::CheckpointResponse written;
+  ASSERT_TRUE(stub_->Checkpoint(&c1, ckpt, &written).ok());
+  grpc::ClientContext c2;
+  petra::v1::ReadCheckpointRequest read;
+  read.set_job_id("job-7");
+  read.set_path(written.path());
+  petra::v1::ReadCheckpointResponse bytes;
+  ASSERT_TRUE(stub_->ReadCheckpoint(&c2, read, &bytes).ok());
+  const std::string& all = bytes.data();
+  ASSERT_EQ(all.size(), written.size_bytes());
+  const size_t half = all.size() / 2;
+  s = restore("job-7", 0, all.substr(0, half), all.size(), &out);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(out.restored());
+  EXPECT_EQ(out.received_bytes(), half);
+  s = restore("job-7", half, all.substr(half), all.size(), &out);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(out.restored());
+  EXPECT_EQ(out.epoch(), 3u);
+  EXPECT_EQ(out.samples_seen(), 96u);
+  // The server goes on: the job is still held and answers.
+  grpc::ClientContext c3;
+  petra::v1::StageStatus status;
+  ASSERT_TRUE(
+      stub_->GetStatus(&c3, petra::v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.job_id(), "job-7");
 }
 
 TEST_F(StageStreams, ControlCallsRefuseBadRequests) {
