@@ -14,6 +14,10 @@ int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args);
 int RunTrain(const std::string& program, const std::vector<std::string>& args);
 int RunHealth(const std::string& program, const std::vector<std::string>& args);
+int RunProfile(const std::string& program,
+               const std::vector<std::string>& args);
+int RunSimulate(const std::string& program,
+                const std::vector<std::string>& args);
 int RunFleetCommand(const std::string& name, const std::string& program,
                     const std::vector<std::string>& args);
 
@@ -65,6 +69,13 @@ const std::vector<Command>& Commands() {
        &RunSpec},
       {"model-info", "parameters and stages of a network of the model zoo",
        &RunModelInfo},
+      {"profile",
+       "measure each stage's forward and backward time of a job on this "
+       "machine",
+       &RunProfile},
+      {"simulate",
+       "predict each pipeline schedule's throughput and memory (no training)",
+       &RunSimulate},
       {"health", "check that a stage server or coordinator is serving",
        &RunHealth},
       {"version", "print the version and compute backend", &RunVersion},

@@ -1,17 +1,16 @@
 // `petra model-info`: parameter count and stage list of a network.
 #include <iostream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "client/model_flags.h"
 #include "services/cli/flag_set.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/network_summary.h"
-#include "services/model/partition_plan.h"
 
 namespace petra::client {
 namespace {
@@ -54,10 +53,7 @@ std::string Json(const std::string& arch, const std::string& variant,
 
 int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args) {
-  petra::v1::JobSpec spec;
-  spec.mutable_model()->set_variant(petra::v1::VARIANT_IMAGENET);
-  // The dataset only matters for defaults; synthetic fits every variant.
-  spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  ModelFlags model_flags;
   bool json = false;
   cli::FlagSet flags(
       absl::StrCat(program, " model-info --arch ARCH [flags]"),
@@ -65,76 +61,31 @@ int RunModelInfo(const std::string& program,
       "whether the stage is reversible, parameters, output shape per sample\n"
       "(\"2 x CxHxW\" for a reversible pair) and estimated forward FLOPs per\n"
       "sample.");
-  const auto* arch =
-      google::protobuf::GetEnumDescriptor<petra::v1::Architecture>();
-  const auto* variant =
-      google::protobuf::GetEnumDescriptor<petra::v1::Variant>();
-  flags.AddCustom("arch", absl::StrJoin(job::EnumShortNames(arch), "|"), "",
-                  "network architecture (required)",
-                  [&](const std::string& v) -> absl::Status {
-                    absl::StatusOr<int> a =
-                        job::ParseEnumShortName(arch, v, "value");
-                    if (!a.ok()) return a.status();
-                    spec.mutable_model()->set_architecture(
-                        static_cast<petra::v1::Architecture>(*a));
-                    return absl::OkStatus();
-                  });
-  flags.AddCustom(
-      "variant", absl::StrJoin(job::EnumShortNames(variant), "|"), "imagenet",
-      "input geometry and stem", [&](const std::string& v) -> absl::Status {
-        absl::StatusOr<int> a = job::ParseEnumShortName(variant, v, "value");
-        if (!a.ok()) return a.status();
-        spec.mutable_model()->set_variant(static_cast<petra::v1::Variant>(*a));
-        return absl::OkStatus();
-      });
-  double width = 1.0;
-  flags.AddDouble("width", &width, "channel width multiplier, in (0, 8]");
-  std::string stages = "per-block";
-  flags.AddString("stages", &stages,
-                  "N stages balanced by FLOPs, or per-block");
+  AddModelFlags(flags, &model_flags);
   flags.AddBool("json", &json, "print JSON: {params, stages: [...]}");
   const std::string command = program + " model-info";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
-  if (spec.model().architecture() == 0) {
-    std::cerr << command << ": --arch is required\nRun '" << command
-              << " --help' for the list of flags.\n";
+  absl::StatusOr<petra::v1::JobSpec> spec = ModelSpecFromFlags(model_flags);
+  if (!spec.ok()) {
+    std::cerr << command << ": " << spec.status().message() << "\nRun '"
+              << command << " --help' for the list of flags.\n";
     return 2;
   }
-  spec.mutable_model()->set_width(width);
-  if (stages != "per-block") {
-    uint32_t n = 0;
-    if (!absl::SimpleAtoi(stages, &n)) {
-      std::cerr << program << " model-info: flag --stages: bad value \""
-                << stages << "\": expected a number or per-block\n";
-      return 2;
-    }
-    spec.mutable_partition()->set_stage_count(n);
-  }
-  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(*spec);
   if (!resolved.ok()) {
-    std::cerr << program << " model-info: " << resolved.status().message()
-              << "\n";
+    std::cerr << command << ": " << resolved.status().message() << "\n";
     return 1;
   }
-  torch::manual_seed(0);
-  absl::StatusOr<model::Network> net = model::BuildNetwork(resolved->model());
-  if (!net.ok()) {
-    std::cerr << program << " model-info: " << net.status().message() << "\n";
+  absl::StatusOr<PartitionedModel> model = BuildPartitionedModel(*resolved);
+  if (!model.ok()) {
+    std::cerr << command << ": " << model.status().message() << "\n";
     return 1;
   }
-  std::vector<model::BlockSummary> blocks = model::SummarizeBlocks(*net);
-  absl::StatusOr<std::vector<model::BlockRange>> ranges =
-      model::PlanPartition(*net, *resolved);
-  if (!ranges.ok()) {
-    std::cerr << program << " model-info: " << ranges.status().message()
-              << "\n";
-    return 1;
-  }
-  std::vector<model::StageSummary> summary =
-      model::SummarizeStages(blocks, *ranges);
-  int64_t params = 0;
-  for (const auto& b : blocks) params += b.parameters;
+  const std::vector<model::BlockSummary>& blocks = model->blocks;
+  const std::vector<model::StageSummary>& summary = model->stages;
+  const int64_t params = model->parameters;
+  const double width = resolved->model().width();
   const std::string arch_name =
       job::EnumShortName(resolved->model().architecture());
   const std::string variant_name =

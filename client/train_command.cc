@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
+#include "client/default_job.h"
 #include "client/job_progress.h"
 #include "client/local_fleet.h"
 #include "petra/v1/coordinator.grpc.pb.h"
@@ -30,6 +31,7 @@
 #include "services/engine/stage_report.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
+#include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/wire/grpc_defaults.h"
@@ -38,21 +40,6 @@ namespace petra::client {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The embedded default job: the one place its values live.
-petra::v1::JobSpec DefaultTrainJob() {
-  petra::v1::JobSpec s;
-  s.set_name("default-revnet18-fashion-mnist");
-  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
-  s.mutable_model()->set_width(0.25);
-  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
-  // One stage per core of the 2-core machines it must run on: two stage
-  // servers, each busy on its own core.
-  s.mutable_partition()->set_stage_count(2);
-  s.mutable_training()->set_epochs(3);
-  s.set_seed(1);
-  return s;
-}
 
 struct TrainOptions {
   std::string data_root;
@@ -236,7 +223,7 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
 }  // namespace
 
 int RunTrain(const std::string& program, const std::vector<std::string>& args) {
-  std::string from, report_path, data_root = "/usr/share/datasets";
+  std::string from, report_path, data_root = job::kDefaultDataRoot;
   std::string runner = "fleet", state_dir;
   int64_t threads = 0;
   bool quiet = false;

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/job/job_spec_defaults.h"
 
 namespace grpc {
 class Server;
@@ -32,7 +33,7 @@ class CoordinatorServer {
     // The --stages flag value: host:port list or {A..B} pattern.
     std::string stages;
     // Root every dataset path is resolved under.
-    std::string data_root = "/usr/share/datasets";
+    std::string data_root = job::kDefaultDataRoot;
     // Job records and checkpoints; created when missing.
     std::string state_dir = "/var/lib/petra/coordinator";
   };

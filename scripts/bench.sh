@@ -1,39 +1,158 @@
 #!/usr/bin/env bash
-# Runs the benchmarks and rewrites docs/BENCHMARKS.md with their results, the
-# machine, the date and the command that produced each table.
-# BENCH_WIDTH (default 1) and BENCH_MICRO_BATCH (default 64) size the memory
-# benchmark; PETRA_SKIP_BUILD=1 reuses an existing build.
+# Runs the benchmarks and rewrites their sections of docs/BENCHMARKS.md with
+# the results, the machine, the date, the commit and the command that
+# produced each table.
+#
+#   bash scripts/bench.sh                  # every section (about 2 hours)
+#   bash scripts/bench.sh memory accuracy  # only these; the others are kept
+#   bash scripts/bench.sh --smoke          # seconds-long versions (CI), into
+#                                          # a scratch file, not the docs
+# Sections: throughput fleets memory accuracy peer.
+# Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
+# BENCH_DOC (default docs/BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
+BIN=$BUILD_DIR/bin
+PY=/usr/bin/python3
+ALL=(throughput fleets memory accuracy peer)
+
+smoke=0
+sections=()
+for arg in "$@"; do
+  case "$arg" in
+    --smoke) smoke=1 ;;
+    --help|-h) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    throughput|fleets|memory|accuracy|peer) sections+=("$arg") ;;
+    *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
+       exit 2 ;;
+  esac
+done
+((${#sections[@]})) || sections=("${ALL[@]}")
+if ((smoke)); then
+  DOC=${BENCH_DOC:-$(mktemp -t petra-bench-smoke-XXXXXX.md)}
+else
+  DOC=${BENCH_DOC:-docs/BENCHMARKS.md}
+fi
 if [[ "${PETRA_SKIP_BUILD:-0}" != 1 ]]; then bash scripts/build.sh; fi
+RESULTS=$(mktemp -d -t petra-bench-XXXXXX)
+trap 'rm -rf "$RESULTS"' EXIT
 
-width=${BENCH_WIDTH:-1}
-micro_batch=${BENCH_MICRO_BATCH:-64}
-memory_cmd="$BUILD_DIR/bin/petra_bench_memory --arch revnet18 --variant cifar --width $width --micro-batch $micro_batch"
-echo "bench: $memory_cmd"
-memory=$($memory_cmd)
+machine() {
+  echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) on" \
+    "$(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1))," \
+    "$(free -g | awk '/Mem:/{print $2}') GiB."
+}
 
-out=docs/BENCHMARKS.md
-mkdir -p docs
-{
-  echo "# Benchmarks"
+# Prints "Command: `...`", runs the command (its stderr is progress) and
+# prints its standard output.
+run() {
+  echo "Command: \`$*\`"
   echo
-  echo "Written by \`bash scripts/bench.sh\`; every table below comes from the command"
-  echo "printed above it. Do not edit by hand."
+  echo "bench: $*" >&2
+  "$@"
+}
+
+section_throughput() {
+  local args=(--stages 2,4 --repeats 3 --micro-batches 200 --simulate)
+  if ((smoke)); then
+    args=(--stages 2 --repeats 1 --micro-batches 4 --width 0.125
+          --micro-batch 16 --simulate)
+  fi
+  echo "## Throughput: PETRA against reversible backprop (paper, Table 5)"
   echo
-  echo "* Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "* Machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-  echo "* Commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  machine
   echo
+  run $PY bench/throughput.py --bin-dir "$BIN" "${args[@]}" \
+    --json "$RESULTS/throughput.json"
+}
+
+section_fleets() {
+  echo "## Predicted speed-ups of large fleets (simulator; paper, Table 5)"
+  echo
+  machine
+  echo
+  echo "The paper measured PETRA 3.0x faster than reversible backprop for"
+  echo "RevNet18 on 10 GPUs and 2.4x for RevNet34 on 18 GPUs (CIFAR-10,"
+  echo "micro-batch 256). First from FLOPs, with a V100-class device"
+  echo "(15 TFLOP/s sustained) and 10 GB/s links; the \"petra\" row's"
+  echo "speed-up is the prediction to set beside the paper's:"
+  echo
+  local archs=(revnet18 revnet34 revnet50) mb=1000
+  if ((smoke)); then archs=(revnet18); mb=64; fi
+  for arch in "${archs[@]}"; do
+    run "$BIN/petra" simulate --arch "$arch" --variant cifar \
+      --stages per-block --micro-batch 256 --schedule all \
+      --device-flops-per-second 1.5e13 --link-bandwidth 1e10 \
+      --link-latency 2e-5 --micro-batches "$mb"
+    echo
+  done
+  echo "Then from each block's time measured on this machine's CPU (one"
+  echo "core per stage), with the same links:"
+  echo
+  local width=1 batch=256 profile_archs=(revnet18 revnet34)
+  if ((smoke)); then width=0.125; batch=8; profile_archs=(revnet18); fi
+  for arch in "${profile_archs[@]}"; do
+    run taskset -c 0 "$BIN/petra" profile --arch "$arch" --variant cifar \
+      --dataset synthetic --width "$width" --stages per-block \
+      --micro-batch "$batch" --threads 1 --warmup 1 --repeats 3 \
+      --output "$RESULTS/profile-$arch.json"
+    echo
+    run "$BIN/petra" simulate --profile "$RESULTS/profile-$arch.json" \
+      --schedule all --link-bandwidth 1e10 --link-latency 2e-5 \
+      --micro-batches "$mb"
+    echo
+  done
+}
+
+section_memory() {
   echo "## Memory of the buffer configurations (paper, Table 3)"
   echo
-  echo "Command: \`$memory_cmd\`"
+  machine
   echo
-  echo "$memory"
+  local width=1 batch=64 archs=(revnet18 revnet50 irevnet18)
+  if ((smoke)); then width=0.125; batch=4; archs=(revnet18 irevnet18); fi
+  for arch in "${archs[@]}"; do
+    run "$BIN/petra_bench_memory" --arch "$arch" --variant cifar \
+      --width "$width" --micro-batch "$batch"
+    echo
+  done
+  echo "Peak bytes count parameters (with BatchNorm statistics), optimizer"
+  echo "state (momentum and accumulated gradients), input buffers and weight"
+  echo "stashes; the first stage's buffered data batch is included (the paper"
+  echo "leaves it out). CIFAR-size inputs (32x32), not ImageNet's 224x224: the"
+  echo "PipeDream configuration of RevNet50 at 224x224 would not fit this"
+  echo "machine's memory."
+}
+
+section_accuracy() {
+  local args=()
+  if ((smoke)); then args=(--smoke); fi
+  echo "## Accuracy: PETRA against backprop and delayed gradients (paper, Table 2, Figure 4)"
   echo
-  echo "Peak bytes count parameters (with BatchNorm statistics), optimizer state"
-  echo "(momentum and accumulated gradients), input buffers and weight stashes;"
-  echo "the first stage's buffered data batch is included (the paper leaves it out)."
-} > "$out"
-echo "bench: wrote $out"
+  machine
+  echo
+  run $PY bench/accuracy.py --petra "$BIN/petra" "${args[@]}" \
+    --json "$RESULTS/accuracy.json"
+}
+
+section_peer() {
+  local args=(--epochs 3)
+  if ((smoke)); then
+    args=(--epochs 1 --train-limit 640 --test-limit 256 --width 0.125)
+  fi
+  echo "## A peer: the same RevNet18 in plain PyTorch (Python)"
+  echo
+  machine
+  echo
+  run $PY bench/peer_pytorch.py "${args[@]}" --quiet \
+    --json "$RESULTS/peer.json"
+}
+
+for s in "${sections[@]}"; do
+  echo "bench: section $s" >&2
+  "section_$s" > "$RESULTS/$s.md"
+  $PY bench/update_doc.py "$DOC" "$s" < "$RESULTS/$s.md"
+done
+echo "bench: wrote ${sections[*]} into $DOC"

@@ -22,6 +22,7 @@
 #include "services/version.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/stream_sender.h"
+#include "stage_server/send_queue.h"
 
 namespace petra::stage_server {
 
@@ -97,8 +98,9 @@ int64_t PayloadBytes(const std::vector<Message>& parts) {
   return n;
 }
 
-// The stage's outbox: encodes micro-batches onto the streams to its
-// neighbours and reports completions on the coordinator's streams.
+// The stage's outbox: hands micro-batches to the send queues, whose
+// threads encode them onto the streams to its neighbours, and reports
+// completions on the coordinator's streams.
 class NeighborOutbox : public engine::StageOutbox {
  public:
   NeighborOutbox(StageJob& job, const PassInfo& pass,
@@ -112,6 +114,13 @@ class NeighborOutbox : public engine::StageOutbox {
         metrics_(metrics),
         after_each_(std::move(after_each)) {}
 
+  // Waits for every queued send; the first error.
+  absl::Status Flush() {
+    absl::Status forward = forward_queue_.Flush();
+    absl::Status backward = backward_queue_.Flush();
+    return forward.ok() ? backward : forward;
+  }
+
   void Observe(const Work& w) override {
     metrics_.Computed(job_.index(), w.backward, w.samples, w.seconds);
     if (w.backward) {
@@ -123,12 +132,14 @@ class NeighborOutbox : public engine::StageOutbox {
     wire::ForwardPayload p;
     p.header = Header(item.id);
     p.x = std::move(item.x);
-    absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
-        wire::EncodeForward(p, wire::kTensorChunkBytes);
     after_each_();
-    if (!parts.ok()) return parts.status();
-    metrics_.Sent(false, PayloadBytes(*parts));
-    return next_->Send(*parts);
+    return forward_queue_.Push([this, p = std::move(p)] {
+      absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
+          wire::EncodeForward(p, wire::kTensorChunkBytes);
+      if (!parts.ok()) return parts.status();
+      metrics_.Sent(false, PayloadBytes(*parts));
+      return next_->Send(*parts);
+    });
   }
 
   absl::Status SendBackward(engine::BackwardItem item) override {
@@ -136,12 +147,14 @@ class NeighborOutbox : public engine::StageOutbox {
     p.header = Header(item.id);
     p.output = std::move(item.output);
     p.grad = std::move(item.grad);
-    absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =
-        wire::EncodeBackward(p, wire::kTensorChunkBytes);
     after_each_();
-    if (!parts.ok()) return parts.status();
-    metrics_.Sent(true, PayloadBytes(*parts));
-    return previous_->Send(*parts);
+    return backward_queue_.Push([this, p = std::move(p)] {
+      absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =
+          wire::EncodeBackward(p, wire::kTensorChunkBytes);
+      if (!parts.ok()) return parts.status();
+      metrics_.Sent(true, PayloadBytes(*parts));
+      return previous_->Send(*parts);
+    });
   }
 
   void ReportLoss(int64_t id, const engine::LossOutput& loss) override {
@@ -185,6 +198,10 @@ class NeighborOutbox : public engine::StageOutbox {
   Sender<petra::v1::BackwardMessage>* previous_;
   StageMetrics& metrics_;
   std::function<void()> after_each_;
+  // Two micro-batches may wait per direction: enough to cover one tick's
+  // compute, while the receiver's credits bound what is in flight.
+  SendQueue forward_queue_{2};
+  SendQueue backward_queue_{2};
 };
 
 }  // namespace
@@ -409,6 +426,9 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
                                            pass.micro_batches, overlap)
                    : engine::RunStageEval(*job->worker, job->mailbox, outbox,
                                           pass.micro_batches);
+    // A failed pass cancels the streams first, so queued sends end at once.
+    if (!status.ok()) job->CancelStreams();
+    if (absl::Status sent = outbox.Flush(); status.ok()) status = sent;
   }
   if (!status.ok()) job->CancelStreams();
   for (absl::Status s : {next ? next->Close() : absl::OkStatus(),

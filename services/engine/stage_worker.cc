@@ -152,24 +152,26 @@ BackwardOutput StageWorker::Rebuild(const TensorPair& output,
   TensorPair g = output_grad;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
     auto* block = dynamic_cast<model::ReversibleBlock*>(it->get());
-    torch::Tensor a = y.b.detach().requires_grad_(true);
+    torch::Tensor a = block->Unsqueeze(y.b).detach().requires_grad_(true);
     torch::Tensor r;
     {
       ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
       r = block->residual()->forward(a);
     }
-    torch::Tensor b = y.a - r.detach();
+    torch::Tensor b = block->Unsqueeze(y.a - r.detach());
     std::vector<torch::Tensor> block_params = block->parameters();
     std::vector<torch::Tensor> inputs = {a};
     inputs.insert(inputs.end(), block_params.begin(), block_params.end());
     std::vector<torch::Tensor> grads =
         torch::autograd::grad({r}, inputs, {g.a}, /*retain_graph=*/false,
                               /*create_graph=*/false, /*allow_unused=*/true);
-    // (a, b) -> (b + R(a), a): d/da = dy2 + R'(a)^T dy1, d/db = dy1.
-    torch::Tensor da = grads[0].defined() ? g.b + grads[0] : g.b;
+    // (a, b) -> (S(b) + R(a), S(a)): d/da = S^T dy2 + R'(a)^T dy1,
+    // d/db = S^T dy1, and S^T = S^-1 (a permutation).
+    torch::Tensor g2 = block->Unsqueeze(g.b);
+    torch::Tensor da = grads[0].defined() ? g2 + grads[0] : g2;
     std::vector<torch::Tensor> param_grads(grads.begin() + 1, grads.end());
     Accumulate(block_params, param_grads);
-    g = {da, g.a};
+    g = {da, block->Unsqueeze(g.a)};
     y = {a.detach(), b};
   }
   BackwardOutput out;

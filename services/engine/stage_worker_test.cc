@@ -22,7 +22,10 @@ petra::v1::JobSpec Job(petra::v1::Architecture arch, uint32_t k) {
   s.mutable_model()->set_architecture(arch);
   s.mutable_model()->set_width(0.125);
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
-  s.mutable_model()->set_variant(petra::v1::VARIANT_MNIST);
+  // i-RevNet's squeezes need sides divisible by 8.
+  s.mutable_model()->set_variant(arch == petra::v1::ARCHITECTURE_IREVNET18
+                                     ? petra::v1::VARIANT_CIFAR
+                                     : petra::v1::VARIANT_MNIST);
   s.mutable_training()->set_accumulation_steps(k);
   s.mutable_optimizer()->set_learning_rate(0.05);
   s.set_seed(11);
@@ -49,8 +52,9 @@ std::vector<std::unique_ptr<StageWorker>> Workers(
   return out;
 }
 
-std::vector<data::Batch> Batches(int n, int size) {
-  data::Splits s = data::MakeSynthetic({1, 28, 28}, 10, n * size, 8, 4);
+std::vector<data::Batch> Batches(int n, int size,
+                                 std::vector<int64_t> chw = {1, 28, 28}) {
+  data::Splits s = data::MakeSynthetic(chw, 10, n * size, 8, 4);
   data::BatchOptions o;
   o.batch_size = size;
   data::EpochBatches e(s.train, o, 0);
@@ -142,7 +146,8 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
   const int n = 6;
   const uint32_t k = 1000;  // never reached: no step
   petra::v1::JobSpec spec = Job(GetParam().arch, k);
-  std::vector<data::Batch> batches = Batches(n, 8);
+  std::vector<data::Batch> batches =
+      Batches(n, 8, model::InputShape(spec.model().variant()));
   petra::v1::JobSpec planned = spec;
   if (GetParam().stages > 0)
     planned.mutable_partition()->set_stage_count(GetParam().stages);
@@ -171,6 +176,10 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
       GetParam().arch == petra::v1::ARCHITECTURE_REVNET18) {
     EXPECT_EQ(rebuilding, 5);  // 2 + 1 + 1 + 1 same-shape reversible blocks
   }
+  if (GetParam().stages == 0 &&
+      GetParam().arch == petra::v1::ARCHITECTURE_IREVNET18) {
+    EXPECT_EQ(rebuilding, 8);  // every block but the stem and the head
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -180,6 +189,8 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet18_J2", petra::v1::ARCHITECTURE_REVNET18, 2},
         GradCase{"RevNet18_PerBlock", petra::v1::ARCHITECTURE_REVNET18, 0},
         GradCase{"RevNet34_PerBlock", petra::v1::ARCHITECTURE_REVNET34, 0},
+        GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0},
+        GradCase{"IRevNet18_J3", petra::v1::ARCHITECTURE_IREVNET18, 3},
         GradCase{"ResNet18_PerBlock", petra::v1::ARCHITECTURE_RESNET18, 0}),
     [](const auto& info) { return info.param.name; });
 

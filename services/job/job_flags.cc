@@ -113,6 +113,20 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                   s->mutable_partition()->set_stage_count(n);
                 })(v);
               });
+  f.AddCustom("split-at", "B1,B2,...", "none",
+              "cut the stages by hand: stage i starts at block Bi (block 0 "
+              "for stage 0); replaces --stages",
+              [s](const std::string& v) -> absl::Status {
+                petra::v1::StageSplits splits;
+                for (absl::string_view part : absl::StrSplit(v, ',')) {
+                  absl::StatusOr<uint32_t> n =
+                      cli::ParseUnsignedValue<uint32_t>(std::string(part));
+                  if (!n.ok()) return n.status();
+                  splits.add_split_at(*n);
+                }
+                *s->mutable_partition()->mutable_splits() = splits;
+                return absl::OkStatus();
+              });
   const EnumDescriptor* cost =
       GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
   f.AddCustom("partition-cost", Choices(cost), "estimated",

@@ -8,6 +8,7 @@
 namespace petra::job {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 absl::Status ParseInto(const std::vector<std::string>& args,
@@ -66,6 +67,13 @@ TEST(JobFlags, MapToSpecFields) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
+TEST(JobFlags, SplitAtCutsTheStagesByHand) {
+  petra::v1::JobSpec spec;
+  ASSERT_TRUE(ParseInto({"--split-at", "4,7"}, &spec).ok());
+  ASSERT_TRUE(spec.partition().has_splits());
+  EXPECT_THAT(spec.partition().splits().split_at(), ElementsAre(4u, 7u));
+}
+
 TEST(JobFlags, UnsetFlagsLeaveFieldsUnset) {
   petra::v1::JobSpec spec;
   ASSERT_TRUE(ParseInto({"--arch", "revnet18"}, &spec).ok());
@@ -84,6 +92,7 @@ TEST(JobFlags, BadValuesNameTheFlag) {
            {{"--epochs", "-1"}, "flag --epochs: bad value \"-1\""},
            {{"--lr", "fast"}, "flag --lr: bad value \"fast\""},
            {{"--stages", "many"}, "flag --stages: bad value \"many\""},
+           {{"--split-at", "4,x"}, "flag --split-at: bad value \"x\""},
            {{"--step-epochs", "1,x"}, "flag --step-epochs"},
            {{"--micro-batch"}, "flag --micro-batch needs a value"}}) {
     petra::v1::JobSpec spec;

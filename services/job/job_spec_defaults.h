@@ -11,6 +11,9 @@ namespace petra::job {
 // validation reports them.
 void ApplyJobSpecDefaults(petra::v1::JobSpec* spec);
 
+// The default --data-root: where Debian's dataset packages install.
+inline constexpr char kDefaultDataRoot[] = "/usr/share/datasets";
+
 // The default location of a dataset kind, relative to --data-root.
 const char* DefaultDatasetPath(petra::v1::DatasetKind kind);
 

@@ -79,6 +79,13 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("model.width", Num(m.width()),
           absl::StrCat("must be in (0, ", Num(kMaxWidth), "]"));
   }
+  // Its squeezes halve the resolution three times exactly: 28x28 cannot.
+  if (variant_ok && m.architecture() == petra::v1::ARCHITECTURE_IREVNET18 &&
+      m.variant() == petra::v1::VARIANT_MNIST) {
+    p.Add("model.variant", "mnist",
+          "irevnet18 squeezes 2x2 pixels three times and needs sides "
+          "divisible by 8 (variant cifar or imagenet), not 28x28");
+  }
   if (m.num_classes() < 2 || m.num_classes() > kMaxClasses) {
     p.Add("model.num_classes", m.num_classes(),
           absl::StrCat("must be in [2, ", kMaxClasses, "]"));
@@ -134,6 +141,23 @@ void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
       !part.per_block()) {
     p.Add("partition.per_block", "false",
           "set per_block: true or give stage_count");
+  }
+  if (part.layout_case() == petra::v1::PartitionSpec::kSplits) {
+    const auto& at = part.splits().split_at();
+    for (int i = 0; i < at.size(); ++i) {
+      const uint32_t previous = i == 0 ? 0 : at[i - 1];
+      if (at[i] <= previous ||
+          (arch.ok() &&
+           at[i] >= static_cast<uint32_t>(arch->per_block_stages))) {
+        p.Add(absl::StrCat("partition.splits.split_at[", i, "]"), at[i],
+              absl::StrCat(
+                  "must be greater than ", previous,
+                  arch.ok()
+                      ? absl::StrCat(" and less than ", arch->per_block_stages,
+                                     " (", arch->display_name, "'s blocks)")
+                      : ""));
+      }
+    }
   }
   if (part.layout_case() == petra::v1::PartitionSpec::kStageCount) {
     if (part.stage_count() == 0) {
@@ -287,6 +311,9 @@ int StageCount(const petra::v1::JobSpec& resolved) {
   if (resolved.partition().layout_case() ==
       petra::v1::PartitionSpec::kStageCount) {
     return static_cast<int>(resolved.partition().stage_count());
+  }
+  if (resolved.partition().layout_case() == petra::v1::PartitionSpec::kSplits) {
+    return resolved.partition().splits().split_at_size() + 1;
   }
   absl::StatusOr<model::ArchitectureInfo> arch =
       model::GetArchitectureInfo(resolved.model().architecture());

@@ -77,6 +77,38 @@ TEST(ResolveJobSpec, DelayedModeWithBuffersIsValid) {
   EXPECT_TRUE(ValidateJobSpec(s).ok());
 }
 
+TEST(ResolveJobSpec, IRevNetNeedsSidesDivisibleByEight) {
+  JobSpec s = MinimalSpec();
+  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_IREVNET18);
+  absl::StatusOr<JobSpec> r = ResolveJobSpec(s);  // Fashion-MNIST: 28x28
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("model.variant = mnist: irevnet18 squeezes"));
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  s.mutable_model()->set_variant(petra::v1::VARIANT_CIFAR);
+  EXPECT_TRUE(ResolveJobSpec(s).ok());
+}
+
+TEST(ResolveJobSpec, SplitPointsMustIncreaseWithinTheBlocks) {
+  JobSpec s = MinimalSpec();
+  auto* splits = s.mutable_partition()->mutable_splits();
+  splits->add_split_at(4);
+  splits->add_split_at(7);
+  absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(StageCount(*r), 3);
+  splits->add_split_at(7);   // not increasing
+  splits->add_split_at(10);  // RevNet18 has blocks 0..9
+  r = ResolveJobSpec(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("partition.splits.split_at[2] = 7: must be greater "
+                        "than 7"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("partition.splits.split_at[3] = 10: must be greater "
+                        "than 7 and less than 10 (RevNet18's blocks)"));
+}
+
 TEST(ResolveJobSpec, ReportsEveryProblemAtOnce) {
   JobSpec s = MinimalSpec();
   s.mutable_training()->set_epochs(0);

@@ -14,6 +14,8 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(int architecture) {
       return ArchitectureInfo{"RevNet34", true, 16, 18};
     case petra::v1::ARCHITECTURE_REVNET50:
       return ArchitectureInfo{"RevNet50", true, 16, 18};
+    case petra::v1::ARCHITECTURE_IREVNET18:
+      return ArchitectureInfo{"i-RevNet18", true, 8, 10};
     case petra::v1::ARCHITECTURE_RESNET18:
       return ArchitectureInfo{"ResNet18", false, 8, 10};
     case petra::v1::ARCHITECTURE_RESNET34:
@@ -23,7 +25,7 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(int architecture) {
     case petra::v1::ARCHITECTURE_UNSPECIFIED:
       return absl::InvalidArgumentError(
           "model.architecture: required (one of revnet18, revnet34, revnet50, "
-          "resnet18, resnet34, resnet50)");
+          "irevnet18, resnet18, resnet34, resnet50)");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("model.architecture: unknown value ", architecture));

@@ -24,16 +24,26 @@ TensorPair StemBlock::Forward(const TensorPair& x) {
   return {halves[0], halves[1]};
 }
 
-ReversibleBlock::ReversibleBlock(const ResidualOptions& r) {
+ReversibleBlock::ReversibleBlock(const ResidualOptions& r)
+    : squeeze_(r.stride) {
   residual_ = register_module("residual", ResidualFunction(r));
 }
 
+torch::Tensor ReversibleBlock::Squeeze(const torch::Tensor& x) const {
+  return squeeze_ == 1 ? x : torch::pixel_unshuffle(x, squeeze_);
+}
+
+torch::Tensor ReversibleBlock::Unsqueeze(const torch::Tensor& x) const {
+  return squeeze_ == 1 ? x : torch::pixel_shuffle(x, squeeze_);
+}
+
 TensorPair ReversibleBlock::Forward(const TensorPair& x) {
-  return {x.b + residual_->forward(x.a), x.a};
+  return {Squeeze(x.b) + residual_->forward(x.a), Squeeze(x.a)};
 }
 
 TensorPair ReversibleBlock::Inverse(const TensorPair& y) {
-  return {y.b, y.a - residual_->forward(y.b)};
+  torch::Tensor a = Unsqueeze(y.b);
+  return {a, Unsqueeze(y.a - residual_->forward(a))};
 }
 
 RevDownsampleBlock::RevDownsampleBlock(const ResidualOptions& r,

@@ -41,8 +41,10 @@ class StemBlock : public Block {
   ConvBn conv_{nullptr};
 };
 
-// The reversible coupling (a, b) -> (b + R(a), a); inverse
-// (y1, y2) -> (y2, y1 - R(y2)).
+// The reversible coupling (a, b) -> (S(b) + R(a), S(a)); inverse
+// a = S^-1(y2), b = S^-1(y1 - R(a)). S squeezes s x s pixels into s^2 x the
+// channels (i-RevNet's invertible downsampling) when R has stride s > 1,
+// and is the identity otherwise: (a, b) -> (b + R(a), a).
 class ReversibleBlock : public Block {
  public:
   explicit ReversibleBlock(const ResidualOptions& r);
@@ -52,9 +54,14 @@ class ReversibleBlock : public Block {
   TensorPair Inverse(const TensorPair& y) override;
   // The residual function, for the engine's one-VJP backward.
   ResidualFunction& residual() { return residual_; }
+  // S and S^-1; S is a permutation, so S^-1 is also its transpose (what
+  // the engine applies to gradients).
+  torch::Tensor Squeeze(const torch::Tensor& x) const;
+  torch::Tensor Unsqueeze(const torch::Tensor& x) const;
 
  private:
   ResidualFunction residual_{nullptr};
+  int64_t squeeze_ = 1;
 };
 
 // A RevNet block that changes resolution or width (not invertible):

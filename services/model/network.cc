@@ -16,6 +16,7 @@ struct Depth {
 Depth DepthOf(int architecture) {
   switch (architecture) {
     case petra::v1::ARCHITECTURE_REVNET18:
+    case petra::v1::ARCHITECTURE_IREVNET18:
     case petra::v1::ARCHITECTURE_RESNET18:
       return {false, {2, 2, 2, 2}};
     case petra::v1::ARCHITECTURE_REVNET34:
@@ -49,6 +50,9 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
   }
   const Depth depth = DepthOf(model.architecture());
   const bool rev = info->reversible;
+  // i-RevNet: shape changes are invertible squeezes inside the coupling.
+  const bool invertible_downsampling =
+      model.architecture() == petra::v1::ARCHITECTURE_IREVNET18;
   const bool imagenet = model.variant() == petra::v1::VARIANT_IMAGENET;
   auto scaled = [&](int64_t c) {
     return std::max<int64_t>(1, std::llround(c * model.width()));
@@ -75,6 +79,13 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
       r.width = inner;
       r.out = out;
       r.stride = (i == 0 && layer > 0) ? 2 : 1;
+      if (invertible_downsampling) {
+        // A squeeze by the stride keeps every value: 4x the channels.
+        r.out = channels * r.stride * r.stride;
+        net.blocks.push_back(std::make_shared<ReversibleBlock>(r));
+        channels = r.out;
+        continue;
+      }
       const bool changes_shape = r.stride != 1 || r.in != r.out;
       if (!rev) {
         net.blocks.push_back(std::make_shared<ResidualBlock>(r));

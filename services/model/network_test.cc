@@ -117,6 +117,10 @@ INSTANTIATE_TEST_SUITE_P(
                       InverseCase{petra::v1::ARCHITECTURE_REVNET50,
                                   petra::v1::VARIANT_CIFAR, 0.125},
                       InverseCase{petra::v1::ARCHITECTURE_REVNET50,
+                                  petra::v1::VARIANT_IMAGENET, 0.0625},
+                      InverseCase{petra::v1::ARCHITECTURE_IREVNET18,
+                                  petra::v1::VARIANT_CIFAR, 0.25},
+                      InverseCase{petra::v1::ARCHITECTURE_IREVNET18,
                                   petra::v1::VARIANT_IMAGENET, 0.0625}),
     [](const auto& info) {
       return petra::v1::Architecture_Name(info.param.arch).substr(13) + "_" +
@@ -195,6 +199,15 @@ TEST(PlanPartition, FollowsTheSpec) {
     EXPECT_EQ(r->front().begin, 0);
     EXPECT_EQ(r->back().end, 10);
   }
+  job.mutable_partition()->mutable_splits()->add_split_at(4);
+  job.mutable_partition()->mutable_splits()->add_split_at(9);
+  absl::StatusOr<std::vector<BlockRange>> split = PlanPartition(*net, job);
+  ASSERT_TRUE(split.ok()) << split.status();
+  ASSERT_EQ(split->size(), 3u);
+  EXPECT_EQ((*split)[0].end, 4);
+  EXPECT_EQ((*split)[1].begin, 4);
+  EXPECT_EQ((*split)[1].end, 9);
+  EXPECT_EQ((*split)[2].end, 10);
   std::vector<double> seconds = MeasureBlockSeconds(*net, 4, 1);
   ASSERT_EQ(seconds.size(), 10u);
   for (double s : seconds) EXPECT_GT(s, 0);

@@ -44,9 +44,25 @@ std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch,
 absl::StatusOr<std::vector<BlockRange>> PlanPartition(
     Network& network, const petra::v1::JobSpec& resolved) {
   const petra::v1::PartitionSpec& p = resolved.partition();
-  if (!p.has_stage_count()) {
-    return PerBlockPartition(static_cast<int>(network.blocks.size()));
+  const int blocks = static_cast<int>(network.blocks.size());
+  if (p.has_splits()) {
+    std::vector<BlockRange> ranges;
+    int begin = 0;
+    for (uint32_t at : p.splits().split_at()) {
+      ranges.push_back({begin, static_cast<int>(at)});
+      begin = static_cast<int>(at);
+    }
+    ranges.push_back({begin, blocks});
+    for (const BlockRange& r : ranges) {
+      if (r.begin >= r.end || r.end > blocks) {
+        return absl::InvalidArgumentError(
+            "partition.splits: split points must increase within the "
+            "network's blocks");
+      }
+    }
+    return ranges;
   }
+  if (!p.has_stage_count()) return PerBlockPartition(blocks);
   std::vector<double> costs;
   if (p.cost() == petra::v1::PartitionSpec::COST_MEASURED) {
     costs =

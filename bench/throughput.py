@@ -1,0 +1,387 @@
+#!/usr/bin/python3
+"""Throughput benchmark (the paper's Table 5, on this machine).
+
+Starts J stage servers as separate processes, each pinned with `taskset` to
+its share of the cores (stage j on core floor(j * cores / J)), and a
+coordinator, all on loopback with ephemeral ports; trains the same job with
+PETRA and with reversible backprop (the engine's backprop mode: the same
+rebuild/recompute, no overlap of micro-batches) through them; and runs plain
+backprop in one process (petra_bench_backprop, every core) and the
+in-process runner (`petra train --runner in-process`, the transport-free
+reference). Each configuration runs --repeats times; the median samples/s is
+reported. Prints Markdown tables and, with --json, writes every run.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class BenchError(Exception):
+    """A benchmark step failed; the message says which and why."""
+
+
+class Fleet:
+    """A coordinator and J pinned stage servers on loopback."""
+
+    def __init__(self, bin_dir, stages, cores, workdir):
+        self.procs = []
+        self.logs = []
+        addresses = []
+        try:
+            for j in range(stages):
+                core = j * cores // stages
+                threads = max(1, cores // stages)
+                cpus = ",".join(str(core + t) for t in range(threads))
+                port = self._start(
+                    ["taskset", "-c", cpus,
+                     os.path.join(bin_dir, "petra-stage-server"),
+                     "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                     "--threads", str(threads),
+                     "--state-dir", os.path.join(workdir, f"stage{j}")],
+                    os.path.join(workdir, f"stage{j}.log"))
+                addresses.append(f"127.0.0.1:{port}")
+            self.port = self._start(
+                [os.path.join(bin_dir, "petra-coordinator"),
+                 "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                 "--stages", ",".join(addresses),
+                 "--state-dir", os.path.join(workdir, "coordinator")],
+                os.path.join(workdir, "coordinator.log"))
+        except BaseException:
+            self.stop()
+            raise
+        self.address = f"127.0.0.1:{self.port}"
+
+    def _start(self, argv, log_path):
+        log = open(log_path, "w+")
+        self.logs.append(log)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            log.seek(0)
+            m = re.search(r"listening on port (\d+)", log.read())
+            if m:
+                return int(m.group(1))
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        log.seek(0)
+        raise BenchError(f"{argv[0] if argv[0] != 'taskset' else argv[3]} did "
+                         f"not start:\n{log.read()[-2000:]}")
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in self.logs:
+            log.close()
+
+
+def run(argv, timeout):
+    """Runs a command; returns stdout; raises BenchError with its output."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"timed out after {timeout} s: {' '.join(argv)}")
+    if out.returncode != 0:
+        raise BenchError(f"exit {out.returncode}: {' '.join(argv)}\n"
+                         f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def fleet_job(bin_dir, fleet, job_flags, mode, timeout):
+    """Trains one job on the fleet; returns its last epoch's samples/s."""
+    petra = os.path.join(bin_dir, "petra")
+    # One client follows the job (`--watch`): polling with a new process
+    # each time would load libtorch again and again on the measured cores.
+    try:
+        watched = subprocess.run(
+            [petra, "submit", "--coordinator", fleet.address, "--watch",
+             "--mode", mode] + job_flags, capture_output=True, text=True,
+            timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"a {mode} job did not end in {timeout} s")
+    lines = watched.stdout.strip().splitlines()
+    if not lines or not lines[0].startswith("job-"):
+        raise BenchError(f"petra submit failed ({mode}):\n"
+                         f"{watched.stdout[-2000:]}{watched.stderr[-2000:]}")
+    job_id = lines[0]
+    job = json.loads(run([petra, "status", "--coordinator", fleet.address,
+                          "--json", job_id], 60))
+    if job.get("state") != "JOB_STATE_SUCCEEDED":
+        raise BenchError(f"{job_id} ({mode}) ended {job.get('state')}: "
+                         f"{job.get('error', '')}")
+    return float(job["progress"]["samplesPerSecond"])
+
+
+def in_process(bin_dir, job_flags, stages, cores, workdir, timeout):
+    report = os.path.join(workdir, "in-process.json")
+    run([os.path.join(bin_dir, "petra"), "train", "--runner", "in-process",
+         "--quiet", "--threads-per-stage", str(max(1, cores // stages)),
+         "--report", report] + job_flags, timeout)
+    with open(report) as f:
+        return float(json.load(f)["epochs"][-1]["samples_per_second"])
+
+
+def plain_backprop(bin_dir, model_flags, micro_batches, cores, timeout):
+    out = run([os.path.join(bin_dir, "petra_bench_backprop"),
+               "--threads", str(cores), "--micro-batches", str(micro_batches)]
+              + model_flags, timeout)
+    m = re.search(r"([0-9.]+) samples/s", out)
+    if not m:
+        raise BenchError(f"petra_bench_backprop printed no rate:\n{out}")
+    return float(m.group(1))
+
+
+def profile(bin_dir, job_flags, workdir, timeout):
+    """Measures every stage of the job on one core (one stage's share)."""
+    path = os.path.join(workdir, "profile.json")
+    run(["taskset", "-c", "0", os.path.join(bin_dir, "petra"), "profile",
+         "--threads", "1", "--output", path] + job_flags, timeout)
+    return path
+
+
+def simulate(bin_dir, profile_path, schedule, cores, micro_batches, timeout):
+    """The simulator's samples/s for one schedule on `cores` devices."""
+    out = run([os.path.join(bin_dir, "petra"), "simulate", "--profile",
+               profile_path, "--schedule", schedule, "--devices", str(cores),
+               "--micro-batches", str(micro_batches), "--json"], timeout)
+    return float(simulated_rate(json.loads(out), schedule))
+
+
+def simulated_rate(result, schedule):
+    for row in result["schedules"]:
+        if row["schedule"] == schedule:
+            return row["samples_per_second"]
+    raise BenchError(f"petra simulate printed no {schedule} row")
+
+
+def balanced_splits(costs, stages):
+    """Block indices where stages 1.. begin, minimising the slowest stage."""
+    n = len(costs)
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[k][i]: the slowest of k stages over blocks [0, i).
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for i in range(k, n + 1):
+            for b in range(k - 1, i):
+                v = max(best[k - 1][b], prefix[i] - prefix[b])
+                if v < best[k][i]:
+                    best[k][i], cut[k][i] = v, b
+    splits, i = [], n
+    for k in range(stages, 1, -1):
+        i = cut[k][i]
+        splits.append(i)
+    return sorted(splits)
+
+
+def per_block_costs(bin_dir, model_flags, workdir, timeout):
+    """Forward + backward seconds of every block, on one core."""
+    path = profile(bin_dir, model_flags + ["--stages", "per-block"], workdir,
+                   timeout)
+    with open(path) as f:
+        stages = json.load(f)["stages"]
+    return [s.get("forward_seconds", 0) + s.get("backward_seconds", 0)
+            for s in stages]
+
+
+def median_of(label, repeats, fn, progress):
+    values = []
+    for r in range(repeats):
+        values.append(fn())
+        progress(f"{label}: run {r + 1}/{repeats}: {values[-1]:.1f} samples/s")
+    return statistics.median(values), values
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"),
+                   help="where petra, petra-stage-server, petra-coordinator "
+                        "and petra_bench_backprop are (default: build/bin)")
+    p.add_argument("--stages", default="2,4",
+                   help="comma-separated stage counts J (default 2,4)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs per configuration; the median is reported")
+    p.add_argument("--cores", type=int, default=os.cpu_count(),
+                   help="cores to share among the stages (default: all)")
+    p.add_argument("--arch", default="revnet18")
+    p.add_argument("--width", default="0.25")
+    p.add_argument("--dataset", default="fashion_mnist")
+    p.add_argument("--micro-batch", type=int, default=64)
+    p.add_argument("--micro-batches", type=int, default=100,
+                   help="training micro-batches per run (default 100)")
+    p.add_argument("--partition", default="profiled",
+                   choices=["profiled", "estimated", "measured"],
+                   help="profiled (default): `petra profile --stages "
+                        "per-block` once, then the split that minimises the "
+                        "slowest stage, passed to every run as --split-at; "
+                        "estimated/measured: the coordinator balances by "
+                        "FLOPs or by its own timing, per job")
+    p.add_argument("--timeout", type=int, default=1800,
+                   help="seconds any one run may take")
+    p.add_argument("--simulate", action="store_true",
+                   help="also profile each J (petra profile, one core) and "
+                        "print petra simulate's prediction beside the "
+                        "measured throughput")
+    p.add_argument("--json", help="write every run's numbers to this file")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        args.stage_counts = [int(s) for s in args.stages.split(",")]
+    except ValueError:
+        p.error(f"--stages: '{args.stages}' is not a list of integers")
+    if any(j < 1 for j in args.stage_counts):
+        p.error("--stages: every stage count must be >= 1")
+    for name in ("repeats", "cores", "micro_batch", "micro_batches"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.cores > os.cpu_count():
+        p.error(f"--cores {args.cores}: this machine has {os.cpu_count()}")
+    for tool in ("petra", "petra-stage-server", "petra-coordinator",
+                 "petra_bench_backprop"):
+        if not os.access(os.path.join(args.bin_dir, tool), os.X_OK):
+            p.error(f"--bin-dir: no executable {tool} in {args.bin_dir} "
+                    "(build first: bash scripts/build.sh)")
+    if shutil.which("taskset") is None:
+        p.error("taskset (util-linux) is not installed")
+    return args
+
+
+def main(argv):
+    args = parse_args(argv)
+
+    def progress(text):
+        if not args.quiet:
+            print(f"throughput: {text}", file=sys.stderr, flush=True)
+
+    model_flags = ["--arch", args.arch, "--width", args.width,
+                   "--dataset", args.dataset,
+                   "--micro-batch", str(args.micro_batch), "--seed", "1"]
+    results = {"machine_cores": os.cpu_count(), "cores": args.cores,
+               "model_flags": model_flags, "micro_batches": args.micro_batches,
+               "repeats": args.repeats, "stages": {}}
+    plain, runs = median_of(
+        "plain backprop, one process", args.repeats,
+        lambda: plain_backprop(args.bin_dir, model_flags, args.micro_batches,
+                               args.cores, args.timeout), progress)
+    results["plain_backprop"] = {"median": plain, "runs": runs}
+    costs = None
+    if args.partition == "profiled":
+        progress("petra profile --stages per-block (one core)")
+        with tempfile.TemporaryDirectory(prefix="petra-bench-") as workdir:
+            costs = per_block_costs(args.bin_dir, model_flags, workdir,
+                                    args.timeout)
+        results["block_seconds"] = costs
+    for j in args.stage_counts:
+        if costs is not None:
+            splits = balanced_splits(costs, j)
+            layout = ["--split-at", ",".join(map(str, splits))] if splits \
+                else ["--stages", "1"]
+        else:
+            layout = ["--stages", str(j), "--partition-cost", args.partition]
+        results.setdefault("layouts", {})[str(j)] = layout
+
+        # Two epochs; the second's rate is the one reported, once every
+        # process has warmed up (thread pools, oneDNN's kernels).
+        job_flags = model_flags + layout + [
+            "--epochs", "2",
+            "--train-limit", str(args.micro_batches * args.micro_batch),
+            "--test-limit", str(args.micro_batch)]
+        row = {}
+        with tempfile.TemporaryDirectory(prefix="petra-bench-") as workdir:
+            progress(f"J = {j}: starting {j} stage servers and a coordinator")
+            fleet = Fleet(args.bin_dir, j, args.cores, workdir)
+            try:
+                for mode in ("petra", "backprop"):
+                    row[mode] = median_of(
+                        f"J = {j}, {mode} on the fleet", args.repeats,
+                        lambda: fleet_job(args.bin_dir, fleet, job_flags, mode,
+                                          args.timeout), progress)
+            finally:
+                fleet.stop()
+            row["in_process"] = median_of(
+                f"J = {j}, petra in-process", args.repeats,
+                lambda: in_process(args.bin_dir, job_flags, j, args.cores,
+                                   workdir, args.timeout), progress)
+            predicted = {}
+            if args.simulate:
+                progress(f"J = {j}: petra profile and petra simulate")
+                path = profile(args.bin_dir, job_flags, workdir, args.timeout)
+                for mode in ("petra", "backprop"):
+                    predicted[mode] = simulate(
+                        args.bin_dir, path, mode, args.cores,
+                        args.micro_batches, args.timeout)
+        results["stages"][str(j)] = {
+            k: {"median": v[0], "runs": v[1]} for k, v in row.items()}
+        results["stages"][str(j)]["predicted"] = predicted
+
+    layouts = "; ".join(f"J = {j}: {' '.join(results['layouts'][str(j)])}"
+                        for j in args.stage_counts)
+    print(f"{args.arch} (width {args.width}) on {args.dataset}, micro-batch "
+          f"{args.micro_batch}, {args.micro_batches} micro-batches an epoch, "
+          f"the second epoch of each run timed, median of {args.repeats} runs; stage j pinned to core "
+          f"floor(j * {args.cores} / J); partition {args.partition} "
+          f"({layouts}); plain backprop on all {args.cores} cores: "
+          f"{plain:.1f} samples/s.\n")
+    print("| J | plain backprop | reversible backprop (fleet) | PETRA (fleet) "
+          "| PETRA / rev. backprop | PETRA (in-process) "
+          "| fleet / in-process |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for j in args.stage_counts:
+        r = results["stages"][str(j)]
+        petra, rev, local = (r["petra"]["median"], r["backprop"]["median"],
+                             r["in_process"]["median"])
+        print(f"| {j} | {plain:.1f} | {rev:.1f} | {petra:.1f} "
+              f"| {petra / rev:.2f}x | {local:.1f} | {petra / local:.2f} |")
+    if args.simulate:
+        print("\nThe simulator's prediction (`petra profile` of each stage on "
+              "one core, then `petra simulate --profile FILE --devices "
+              f"{args.cores}` with its default loopback link) against the "
+              "measured medians above:\n")
+        print("| J | schedule | predicted samples/s | measured samples/s "
+              "| error |")
+        print("|---:|---|---:|---:|---:|")
+        for j in args.stage_counts:
+            r = results["stages"][str(j)]
+            for mode, label in (("petra", "PETRA"),
+                                ("backprop", "reversible backprop")):
+                pred, meas = r["predicted"][mode], r[mode]["median"]
+                print(f"| {j} | {label} | {pred:.1f} | {meas:.1f} "
+                      f"| {100 * (pred - meas) / meas:+.1f}% |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BenchError as e:
+        print(f"throughput: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,274 @@
+// `petra profile`: what one micro-batch costs on each stage of a job's
+// partition, measured on this machine with the stage engine itself (the
+// same StageWorker the stage servers run), for `petra simulate` and for
+// choosing a partition.
+#include <google/protobuf/util/json_util.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/commands.h"
+#include "client/default_job.h"
+#include "petra/v1/profile.pb.h"
+#include "services/cli/flag_set.h"
+#include "services/engine/job_plan.h"
+#include "services/job/enum_names.h"
+#include "services/job/job_flags.h"
+#include "services/job/job_spec_validation.h"
+#include "services/model/network.h"
+
+namespace petra::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct ProfileOptions {
+  int64_t repeats = 5;
+  int64_t warmup = 2;
+};
+
+// Runs warm-up + repeats micro-batches through every stage in order
+// (forwards up, then backwards down, as backprop would) and keeps the median
+// time of each stage's forward and backward.
+absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
+                                           const ProfileOptions& o) {
+  absl::StatusOr<std::vector<model::BlockRange>> ranges =
+      engine::PlanStages(spec);
+  if (!ranges.ok()) return ranges.status();
+  // Steps per epoch only shapes the learning-rate schedule: any value works.
+  absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> workers =
+      engine::BuildStageWorkers(spec, *ranges, /*steps_per_epoch=*/1000);
+  if (!workers.ok()) return workers.status();
+  const int stages = static_cast<int>(workers->size());
+  const int64_t batch = spec.training().micro_batch_size();
+  std::vector<int64_t> shape = {batch};
+  for (int64_t d : model::InputShape(spec.model().variant())) {
+    shape.push_back(d);
+  }
+  torch::manual_seed(spec.seed());
+  const model::TensorPair data{torch::randn(shape), {}};
+  const torch::Tensor labels =
+      torch::randint(0, static_cast<int64_t>(spec.model().num_classes()),
+                     {batch}, torch::kLong);
+
+  std::vector<std::vector<double>> fwd(stages), bwd(stages);
+  std::vector<int64_t> in_bytes(stages), out_bytes(stages);
+  for (int64_t r = 0; r < o.warmup + o.repeats; ++r) {
+    const bool keep = r >= o.warmup;
+    std::vector<model::TensorPair> outputs(stages);
+    model::TensorPair x = data;
+    engine::BackwardOutput down;
+    for (int j = 0; j < stages; ++j) {
+      engine::StageWorker& w = *(*workers)[j];
+      in_bytes[j] = x.nbytes();
+      if (!w.last()) {
+        auto start = Clock::now();
+        absl::StatusOr<model::TensorPair> y = w.Forward(r, x, r);
+        if (!y.ok()) return y.status();
+        if (keep) fwd[j].push_back(Since(start));
+        outputs[j] = *y;
+        out_bytes[j] = y->nbytes();
+        x = *y;
+        continue;
+      }
+      // The last stage's forward, loss and backward are one step: time an
+      // evaluation forward alone and call the rest its backward.
+      auto start = Clock::now();
+      absl::StatusOr<engine::LossOutput> eval = w.EvaluateLoss(x, labels);
+      if (!eval.ok()) return eval.status();
+      const double forward = Since(start);
+      start = Clock::now();
+      absl::StatusOr<engine::LossOutput> loss = w.ForwardLoss(r, x, labels, r);
+      if (!loss.ok()) return loss.status();
+      const double step = Since(start);
+      if (keep) {
+        fwd[j].push_back(std::min(forward, step));
+        bwd[j].push_back(std::max(0.0, step - forward));
+      }
+      out_bytes[j] = batch * spec.model().num_classes() * 4;
+      down = std::move(loss->backward);
+    }
+    for (int j = stages - 2; j >= 0; --j) {
+      engine::StageWorker& w = *(*workers)[j];
+      auto start = Clock::now();
+      absl::StatusOr<engine::BackwardOutput> b =
+          w.Backward(r, outputs[j], down.input_grad, r);
+      if (!b.ok()) return b.status();
+      if (keep) bwd[j].push_back(Since(start));
+      down = std::move(*b);
+    }
+  }
+
+  petra::v1::Profile p;
+  p.set_architecture(job::EnumShortName(spec.model().architecture()));
+  p.set_variant(job::EnumShortName(spec.model().variant()));
+  p.set_width(spec.model().width());
+  p.set_micro_batch_size(static_cast<uint32_t>(batch));
+  p.set_device("cpu");
+  p.set_threads_per_stage(static_cast<uint32_t>(torch::get_num_threads()));
+  p.set_source("measured");
+  for (int j = 0; j < stages; ++j) {
+    petra::v1::StageProfile* s = p.add_stages();
+    s->set_index(j);
+    s->set_first_block((*ranges)[j].begin);
+    s->set_end_block((*ranges)[j].end);
+    s->set_reversible((*workers)[j]->rebuilds_input());
+    int64_t params = 0;
+    for (const torch::Tensor& t : (*workers)[j]->parameters()) {
+      params += t.numel();
+    }
+    s->set_parameters(params);
+    s->set_input_bytes(in_bytes[j]);
+    s->set_output_bytes(out_bytes[j]);
+    s->set_forward_seconds(Median(fwd[j]));
+    s->set_backward_seconds(Median(bwd[j]));
+  }
+  return p;
+}
+
+void PrintTable(const petra::v1::Profile& p) {
+  std::printf(
+      "%s (%s, width %g), micro-batch %u, %s, %u thread(s) per stage; median "
+      "of the measured micro-batches\n\n",
+      p.architecture().c_str(), p.variant().c_str(), p.width(),
+      p.micro_batch_size(), p.device().c_str(), p.threads_per_stage());
+  std::printf("%5s  %-8s  %-10s  %10s  %10s  %12s  %12s  %12s\n", "stage",
+              "blocks", "kind", "params", "forward", "backward", "input",
+              "output");
+  double f_sum = 0, b_sum = 0, worst = 0;
+  for (const petra::v1::StageProfile& s : p.stages()) {
+    const double total = s.forward_seconds() + s.backward_seconds();
+    f_sum += s.forward_seconds();
+    b_sum += s.backward_seconds();
+    worst = std::max(worst, total);
+    std::printf(
+        "%5u  %-8s  %-10s  %10llu  %8.1f ms  %9.1f ms  %9.2f MiB  %9.2f MiB\n",
+        s.index(),
+        absl::StrFormat("[%u,%u)", s.first_block(), s.end_block()).c_str(),
+        s.reversible() ? "reversible" : "buffered",
+        static_cast<unsigned long long>(s.parameters()),
+        1e3 * s.forward_seconds(), 1e3 * s.backward_seconds(),
+        s.input_bytes() / 1048576.0, s.output_bytes() / 1048576.0);
+  }
+  std::printf(
+      "\nsum: forward %.1f ms, backward %.1f ms per micro-batch; slowest "
+      "stage %.1f ms (forward + backward): balance %.0f%%\n",
+      1e3 * f_sum, 1e3 * b_sum, 1e3 * worst,
+      worst > 0 ? 100.0 * (f_sum + b_sum) / (p.stages_size() * worst) : 0.0);
+}
+
+}  // namespace
+
+int RunProfile(const std::string& program,
+               const std::vector<std::string>& args) {
+  std::string from, output;
+  int64_t threads = 1;
+  bool json = false;
+  ProfileOptions o;
+  petra::v1::JobSpec overrides;
+  cli::FlagSet flags(
+      absl::StrCat(program, " profile [--from FILE] [job flags] [flags]"),
+      "Measures what one micro-batch costs on each stage of a job's partition\n"
+      "on this machine: the forward, and the backward as the stage engine\n"
+      "runs it (rebuild or recompute, then one vector-Jacobian product), with\n"
+      "the messages' sizes. Stages run one after another on this thread with\n"
+      "--threads torch threads, as a stage server pinned to that many cores\n"
+      "would. Starts from the same default job as `petra train`. The JSON\n"
+      "(--output, --json) is what `petra simulate --profile` reads.");
+  flags.AddString("from", &from, "job spec file (JSON or text proto)");
+  flags.AddInt("threads", &threads, "torch threads (one stage's share)");
+  flags.AddInt("repeats", &o.repeats, "micro-batches measured per stage");
+  flags.AddInt("warmup", &o.warmup, "micro-batches run first, not measured");
+  flags.AddString("output", &output, "write the profile as JSON to this file");
+  flags.AddBool("json", &json, "print the profile as JSON instead of a table");
+  job::AddJobFlags(flags, &overrides);
+  const std::string command = program + " profile";
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) {
+    return rc;
+  }
+  for (auto [name, value, min] :
+       {std::tuple<const char*, int64_t, int64_t>{"threads", threads, 1},
+        {"repeats", o.repeats, 1},
+        {"warmup", o.warmup, 0}}) {
+    if (value < min) {
+      std::cerr << command << ": flag --" << name << ": must be >= " << min
+                << "\n";
+      return 2;
+    }
+  }
+  absl::StatusOr<petra::v1::JobSpec> spec =
+      job::AssembleJobSpec(DefaultTrainJob(), from, overrides);
+  if (!spec.ok()) {
+    std::cerr << command << ": " << spec.status().message() << "\n";
+    return 1;
+  }
+  for (int j = 0; j < job::StageCount(*spec); ++j) {
+    if (job::DeviceForStage(*spec, j) != "cpu") {
+      std::cerr << command << ": device \"" << job::DeviceForStage(*spec, j)
+                << "\": profiles are measured on this machine's CPU\n";
+      return 1;
+    }
+  }
+  std::ofstream out;
+  if (!output.empty()) {
+    out.open(output, std::ios::trunc);
+    if (!out) {
+      std::cerr << command << ": --output: cannot write \"" << output << "\"\n";
+      return 1;
+    }
+  }
+  torch::set_num_threads(static_cast<int>(threads));
+  if (!json) {
+    std::fprintf(stderr, "%s: measuring %d stages, %lld micro-batches each\n",
+                 command.c_str(), job::StageCount(*spec),
+                 static_cast<long long>(o.warmup + o.repeats));
+  }
+  absl::StatusOr<petra::v1::Profile> p = Measure(*spec, o);
+  if (!p.ok()) {
+    std::cerr << command << ": " << p.status().message() << "\n";
+    return 1;
+  }
+  std::string text;
+  google::protobuf::util::JsonPrintOptions po;
+  po.add_whitespace = true;
+  po.preserve_proto_field_names = true;
+  if (auto s = google::protobuf::util::MessageToJsonString(*p, &text, po);
+      !s.ok()) {
+    std::cerr << command << ": " << s.ToString() << "\n";
+    return 1;
+  }
+  if (json) {
+    std::cout << text;
+  } else {
+    PrintTable(*p);
+  }
+  if (out.is_open()) {
+    out << text;
+    out.close();
+    if (!out) {
+      std::cerr << command << ": --output: writing \"" << output
+                << "\" failed\n";
+      return 1;
+    }
+    if (!json) std::cout << "profile written to " << output << "\n";
+  }
+  return 0;
+}
+
+}  // namespace petra::client

@@ -1,0 +1,33 @@
+// What `petra simulate` prints: the inputs, one row per schedule, and a
+// per-stage table per schedule; as text or as one JSON object.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "petra/v1/profile.pb.h"
+#include "services/sim/pipeline_sim.h"
+
+namespace petra::client {
+
+struct SimulationInputs {
+  // Where the stage costs come from, one line: the profile file, the
+  // estimate's model and rate, or the uniform stages.
+  std::string source;
+  petra::v1::Profile profile;  // the stages simulated
+  sim::SimConfig config;       // everything but the schedule
+};
+
+struct SimulationRuns {
+  sim::SimResult backprop;           // the baseline of every speed-up
+  std::vector<sim::SimResult> runs;  // the schedules asked for, in order
+};
+
+std::string SimulationText(const SimulationInputs& in,
+                           const SimulationRuns& runs);
+
+// {"inputs": {...}, "profile": {...}, "schedules": [{..., "stages": [...]}]}
+std::string SimulationJson(const SimulationInputs& in,
+                           const SimulationRuns& runs);
+
+}  // namespace petra::client

@@ -1,0 +1,404 @@
+#include "services/sim/pipeline_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/sim/schedule_order.h"
+
+namespace petra::sim {
+namespace {
+
+// Bounds that keep every byte count and array within int64 and memory:
+// J x M operations of 8 bytes, bytes x micro-batches summed over stages.
+constexpr int64_t kMaxStageMicroBatches = int64_t{1} << 22;
+constexpr int64_t kMaxMessageBytes = int64_t{1} << 40;
+constexpr int64_t kMaxParameters = int64_t{1} << 32;
+
+bool FiniteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
+
+bool Forwards(OpKind k) { return k != OpKind::kBackward; }
+bool Backwards(OpKind k) { return k != OpKind::kForward; }
+
+struct Event {
+  double time = 0;
+  int64_t seq = 0;        // equal times pop in the order they were pushed
+  bool arrival = false;   // else an operation ends
+  bool backward = false;  // arrival: a backward message (else forward)
+  int stage = 0;
+  int32_t micro_batch = 0;
+
+  bool operator>(const Event& o) const {
+    return time != o.time ? time > o.time : seq > o.seq;
+  }
+};
+
+struct StageState {
+  std::vector<SimOp> ops;
+  size_t next = 0;
+  bool running = false;
+  bool queued = false;  // waiting in its device's ready set
+  double prev_done = 0;
+  // Arrival time of each micro-batch's message from below / above; -1 until
+  // it has arrived.
+  std::vector<double> forward_arrival;
+  std::vector<double> backward_arrival;
+  double busy = 0;
+  int64_t in_flight = 0;
+  int64_t peak_in_flight = 0;
+};
+
+// One direction of one link: messages go one after another.
+struct LinkState {
+  double free_at = 0;
+};
+
+std::vector<int> DeviceMapping(const SimConfig& c, int* device_count) {
+  const int stages = static_cast<int>(c.stages.size());
+  if (!c.stage_devices.empty()) {
+    int d = c.devices;
+    if (d == 0) {
+      d = *std::max_element(c.stage_devices.begin(), c.stage_devices.end()) + 1;
+    }
+    *device_count = d;
+    return c.stage_devices;
+  }
+  const int d = c.devices == 0 ? stages : c.devices;
+  *device_count = d;
+  std::vector<int> map(stages);
+  for (int j = 0; j < stages; ++j) {
+    map[j] = static_cast<int>(static_cast<int64_t>(j) * d / stages);
+  }
+  return map;
+}
+
+}  // namespace
+
+std::string ScheduleName(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::kBackprop:
+      return "backprop";
+    case Schedule::kGpipe:
+      return "gpipe";
+    case Schedule::kOneFOneB:
+      return "1f1b";
+    case Schedule::kDelayed:
+      return "delayed";
+    case Schedule::kPetra:
+      return "petra";
+  }
+  return "unknown";
+}
+
+const std::vector<Schedule>& AllSchedules() {
+  static const std::vector<Schedule> all = {
+      Schedule::kBackprop, Schedule::kGpipe, Schedule::kOneFOneB,
+      Schedule::kDelayed, Schedule::kPetra};
+  return all;
+}
+
+absl::StatusOr<Schedule> ParseSchedule(absl::string_view name) {
+  std::vector<std::string> names;
+  for (Schedule s : AllSchedules()) {
+    if (ScheduleName(s) == name) return s;
+    names.push_back(ScheduleName(s));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown schedule \"", name, "\": expected ", absl::StrJoin(names, "|")));
+}
+
+bool SchedulesInGroups(Schedule schedule) {
+  return schedule == Schedule::kGpipe || schedule == Schedule::kOneFOneB;
+}
+
+int64_t DefaultGroup(int64_t stages, int64_t micro_batches) {
+  return std::max<int64_t>(1, std::min(4 * stages, micro_batches));
+}
+
+absl::Status ValidateSimConfig(const SimConfig& c) {
+  const int64_t stages = static_cast<int64_t>(c.stages.size());
+  if (stages < 1) {
+    return absl::InvalidArgumentError("the pipeline needs at least one stage");
+  }
+  for (int64_t j = 0; j < stages; ++j) {
+    const StageCost& s = c.stages[j];
+    const std::pair<const char*, double> times[] = {
+        {"forward_seconds", s.forward_seconds},
+        {"backward_seconds", s.backward_seconds},
+        {"backward_stored_seconds", s.backward_stored_seconds}};
+    for (const auto& [name, value] : times) {
+      if (!FiniteNonNegative(value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stage ", j, ": ", name, " = ", value,
+                         ": must be a finite number >= 0"));
+      }
+    }
+    const std::pair<const char*, int64_t> bytes[] = {
+        {"input_bytes", s.input_bytes}, {"output_bytes", s.output_bytes}};
+    for (const auto& [name, value] : bytes) {
+      if (value < 0 || value > kMaxMessageBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stage ", j, ": ", name, " = ", value,
+                         ": must be in [0, ", kMaxMessageBytes, "]"));
+      }
+    }
+    if (s.parameters < 0 || s.parameters > kMaxParameters) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", j, ": parameters = ", s.parameters,
+                       ": must be in [0, ", kMaxParameters, "]"));
+    }
+  }
+  if (c.micro_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batches = ", c.micro_batches, ": must be at least 1"));
+  }
+  if (c.micro_batches > kMaxStageMicroBatches / stages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stages x micro-batches = ", stages, " x ", c.micro_batches,
+        ": too large to simulate (at most ", kMaxStageMicroBatches, ")"));
+  }
+  if (c.micro_batch_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch size = ", c.micro_batch_size, ": must be at least 1"));
+  }
+  if (c.group < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group = ", c.group, ": must be at least 1 (0: default)"));
+  }
+  if (c.devices < 0 || c.devices > stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("devices = ", c.devices, ": must be in [1, ", stages,
+                     "] (the stage count; 0: one per stage)"));
+  }
+  if (!c.stage_devices.empty()) {
+    if (static_cast<int64_t>(c.stage_devices.size()) != stages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage devices: ", c.stage_devices.size(), " entries for ", stages,
+          " stages: give one device per stage"));
+    }
+    for (int64_t j = 0; j < stages; ++j) {
+      const int d = c.stage_devices[j];
+      const int64_t limit = c.devices > 0 ? c.devices : stages;
+      if (d < 0 || d >= limit) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stage devices: stage ", j, " on device ", d,
+                         ": must be in [0, ", limit, ")"));
+      }
+    }
+  }
+  if (std::isnan(c.link_bandwidth) || c.link_bandwidth <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "link bandwidth = ", c.link_bandwidth, " bytes/s: must be > 0"));
+  }
+  if (!FiniteNonNegative(c.link_latency)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "link latency = ", c.link_latency, " s: must be a finite number >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
+  if (absl::Status s = ValidateSimConfig(config); !s.ok()) return s;
+  const int stages = static_cast<int>(config.stages.size());
+  const int64_t micro_batches = config.micro_batches;
+  const Schedule schedule = config.schedule;
+  const int64_t group = config.group > 0 ? std::min(config.group, micro_batches)
+                                         : DefaultGroup(stages, micro_batches);
+  int devices = 0;
+  const std::vector<int> device_of = DeviceMapping(config, &devices);
+
+  // Our engine rebuilds or recomputes; only delayed keeps the graph.
+  std::vector<double> forward_cost(stages), backward_cost(stages);
+  for (int j = 0; j < stages; ++j) {
+    const StageCost& s = config.stages[j];
+    forward_cost[j] = s.forward_seconds;
+    backward_cost[j] =
+        schedule == Schedule::kDelayed && s.backward_stored_seconds > 0
+            ? s.backward_stored_seconds
+            : s.backward_seconds;
+  }
+
+  std::vector<StageState> st(stages);
+  for (int j = 0; j < stages; ++j) {
+    st[j].ops = StageOrder(schedule, j, stages, micro_batches, group);
+    if (j > 0) st[j].forward_arrival.assign(micro_batches, -1.0);
+    if (j < stages - 1) st[j].backward_arrival.assign(micro_batches, -1.0);
+  }
+  std::vector<LinkState> up(std::max(0, stages - 1)),
+      down(std::max(0, stages - 1));
+  // Per device: ready operations by (ready time, stage).
+  std::vector<std::set<std::pair<double, int>>> ready(devices);
+  std::vector<bool> device_busy(devices, false);
+  std::vector<double> device_seconds(devices, 0.0);
+  std::vector<int> dirty;  // devices whose state changed at this instant
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  int64_t seq = 0;
+  std::vector<double> leaving;  // stage 0's backward ends
+  leaving.reserve(micro_batches);
+  double makespan = 0;
+
+  auto try_ready = [&](int j) {
+    StageState& s = st[j];
+    if (s.running || s.queued || s.next >= s.ops.size()) return;
+    const SimOp op = s.ops[s.next];
+    double arrival = 0;  // the data and the loss are always at hand
+    if (op.kind != OpKind::kBackward && j > 0) {
+      arrival = s.forward_arrival[op.micro_batch];
+    } else if (op.kind == OpKind::kBackward && j < stages - 1) {
+      arrival = s.backward_arrival[op.micro_batch];
+    }
+    if (arrival < 0) return;
+    ready[device_of[j]].insert({std::max(s.prev_done, arrival), j});
+    s.queued = true;
+    dirty.push_back(device_of[j]);
+  };
+
+  auto send = [&](LinkState& link, double now, int64_t bytes, int to,
+                  bool backward, int32_t m) {
+    const double start = std::max(now, link.free_at);
+    link.free_at = start + static_cast<double>(bytes) / config.link_bandwidth;
+    events.push(
+        {link.free_at + config.link_latency, seq++, true, backward, to, m});
+  };
+
+  auto dispatch = [&](double now) {
+    for (size_t i = 0; i < dirty.size(); ++i) {
+      const int d = dirty[i];
+      if (device_busy[d] || ready[d].empty()) continue;
+      const int j = ready[d].begin()->second;
+      ready[d].erase(ready[d].begin());
+      StageState& s = st[j];
+      s.queued = false;
+      s.running = true;
+      device_busy[d] = true;
+      const SimOp op = s.ops[s.next];
+      double seconds = 0;
+      if (Forwards(op.kind)) seconds += forward_cost[j];
+      if (Backwards(op.kind)) seconds += backward_cost[j];
+      s.busy += seconds;
+      device_seconds[d] += seconds;
+      if (Forwards(op.kind)) {
+        s.peak_in_flight = std::max(s.peak_in_flight, ++s.in_flight);
+      }
+      events.push({now + seconds, seq++, false, false, j, op.micro_batch});
+    }
+    dirty.clear();
+  };
+
+  for (int j = 0; j < stages; ++j) try_ready(j);
+  dispatch(0);
+  while (!events.empty()) {
+    const double now = events.top().time;
+    while (!events.empty() && events.top().time == now) {
+      const Event e = events.top();
+      events.pop();
+      StageState& s = st[e.stage];
+      if (e.arrival) {
+        (e.backward ? s.backward_arrival : s.forward_arrival)[e.micro_batch] =
+            now;
+        try_ready(e.stage);
+        continue;
+      }
+      const SimOp op = s.ops[s.next++];
+      s.running = false;
+      s.prev_done = now;
+      makespan = std::max(makespan, now);
+      device_busy[device_of[e.stage]] = false;
+      dirty.push_back(device_of[e.stage]);
+      const int j = e.stage;
+      if (op.kind == OpKind::kForward && j < stages - 1) {
+        send(up[j], now, config.stages[j].output_bytes, j + 1, false,
+             op.micro_batch);
+      }
+      if (Backwards(op.kind)) {
+        --s.in_flight;
+        if (j > 0) {
+          // The rebuilt or buffered input goes down with its gradient.
+          send(down[j - 1], now, 2 * config.stages[j].input_bytes, j - 1, true,
+               op.micro_batch);
+        } else {
+          leaving.push_back(now);
+        }
+      }
+      try_ready(j);
+    }
+    dispatch(now);
+  }
+
+  for (int j = 0; j < stages; ++j) {
+    if (st[j].next != st[j].ops.size()) {
+      return absl::InternalError(
+          absl::StrCat(ScheduleName(schedule), ": stage ", j, " stopped after ",
+                       st[j].next, " of ", st[j].ops.size(), " operations"));
+    }
+  }
+  if (!std::isfinite(makespan)) {
+    return absl::InvalidArgumentError(
+        "the run takes longer than a double can count: times too large");
+  }
+  if (makespan <= 0) {
+    return absl::InvalidArgumentError(
+        "the run takes no time: give some stage a forward or backward time, "
+        "or the links a latency");
+  }
+
+  SimResult r;
+  r.schedule = schedule;
+  r.group = SchedulesInGroups(schedule) ? group : 0;
+  r.devices = devices;
+  r.makespan_seconds = makespan;
+  const double samples =
+      static_cast<double>(micro_batches) * config.micro_batch_size;
+  r.samples_per_second = samples / makespan;
+
+  // Middle half, in whole flush groups so the bubbles count once per group.
+  std::sort(leaving.begin(), leaving.end());
+  const int64_t unit = SchedulesInGroups(schedule) ? group : 1;
+  const int64_t lo = (micro_batches + 3) / 4;
+  const int64_t hi = 3 * micro_batches / 4;
+  const int64_t lo_done = (lo + unit - 1) / unit * unit;
+  const int64_t hi_done = hi / unit * unit;
+  r.steady_samples_per_second = r.samples_per_second;
+  if (hi_done > lo_done) {
+    const double t0 = lo_done == 0 ? 0.0 : leaving[lo_done - 1];
+    const double t1 = leaving[hi_done - 1];
+    if (t1 > t0) {
+      r.steady_samples_per_second = static_cast<double>(hi_done - lo_done) *
+                                    config.micro_batch_size / (t1 - t0);
+    }
+  }
+
+  double utilization = 0;
+  for (int d = 0; d < devices; ++d) utilization += device_seconds[d] / makespan;
+  r.mean_device_utilization = utilization / devices;
+
+  const bool keeps_nothing_reversible =
+      schedule == Schedule::kPetra || schedule == Schedule::kBackprop;
+  for (int j = 0; j < stages; ++j) {
+    const StageCost& c = config.stages[j];
+    StageResult s;
+    s.device = device_of[j];
+    s.busy_seconds = st[j].busy;
+    s.utilization = st[j].busy / makespan;
+    s.peak_in_flight = st[j].peak_in_flight;
+    if (!(c.reversible && keeps_nothing_reversible)) {
+      s.input_buffer_bytes = s.peak_in_flight * c.input_bytes;
+    }
+    if (schedule == Schedule::kDelayed) {
+      s.weight_stash_bytes = s.peak_in_flight * 4 * c.parameters;
+    }
+    s.parameter_bytes = 2 * 4 * c.parameters;
+    s.total_bytes =
+        s.input_buffer_bytes + s.weight_stash_bytes + s.parameter_bytes;
+    r.total_bytes += s.total_bytes;
+    r.stages.push_back(s);
+  }
+  return r;
+}
+
+}  // namespace petra::sim
