@@ -6,18 +6,20 @@ Trains the same small RevNet18 with the same epochs and seed by backprop
 delayed gradients keeping inputs and weights (PipeDream), each with
 `petra train --runner in-process` (the same engine and numbers as the
 fleet), and prints their test accuracies side by side. The pipelined modes
-use one stage per block, the paper's setting, where staleness is largest;
-backprop's exact gradient does not depend on the partition, so it runs as
-one stage on every core.
+run on each of --stages: by default one stage per block (the paper's
+setting, where staleness is largest: a delay of up to 18 ticks) and 2
+stages (the default job's, one per core); backprop's exact gradient does
+not depend on the partition, so it runs once, as one stage on every core.
 """
 
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+
+from bench_common import main_guard, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,23 +35,12 @@ CONFIGS = [
 ]
 
 
-class BenchError(Exception):
-    """A run failed; the message says which and why."""
-
-
 def train(petra, flags, threads, workdir, timeout):
     report = os.path.join(workdir, "report.json")
-    argv = [petra, "train", "--runner", "in-process", "--quiet",
-            "--threads-per-stage", str(threads), "--report", report] + flags
     start = time.time()
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True,
-                             timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"timed out after {timeout} s: {' '.join(argv)}")
-    if out.returncode != 0:
-        raise BenchError(f"exit {out.returncode}: {' '.join(argv)}\n"
-                         f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    run([petra, "train", "--runner", "in-process", "--quiet",
+         "--threads-per-stage", str(threads), "--report", report] + flags,
+        timeout)
     with open(report) as f:
         r = json.load(f)
     r["bench_wall_seconds"] = time.time() - start
@@ -67,8 +58,9 @@ def parse_args(argv):
     p.add_argument("--train-limit", default="0",
                    help="training examples used, 0 = all 60000")
     p.add_argument("--test-limit", default="0")
-    p.add_argument("--stages", default="per-block",
-                   help="stages of the pipelined modes (default per-block)")
+    p.add_argument("--stages", default="per-block,2",
+                   help="comma-separated stage settings the pipelined modes "
+                        "run on (default per-block,2)")
     p.add_argument("--only", default="",
                    help="comma-separated labels of CONFIGS to run (default "
                         "all), e.g. 'backprop,PETRA k=1'")
@@ -103,57 +95,62 @@ def main(argv):
               "--dataset", "fashion_mnist", "--epochs", args.epochs,
               "--seed", args.seed, "--train-limit", args.train_limit,
               "--test-limit", args.test_limit]
+    # (label, stages, flags, threads) of every run, in order.
+    plan = []
+    for label, flags in args.configs:
+        if "--stages" in flags:
+            plan.append((label, "1", flags, cores))
+            continue
+        for stages in args.stages.split(","):
+            plan.append((label, stages, ["--stages", stages] + flags, 1))
     rows = []
     start = time.time()
-    for label, flags in args.configs:
-        one_stage = "--stages" in flags
-        stage_flags = [] if one_stage else ["--stages", args.stages]
-        threads = cores if one_stage else 1
+    for label, stages, flags, threads in plan:
+        name = f"{label} on {stages} stages"
         if not args.quiet:
-            print(f"accuracy: {label} ...", file=sys.stderr, flush=True)
+            print(f"accuracy: {name} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="petra-acc-") as workdir:
-            r = train(args.petra, common + stage_flags + flags, threads,
-                      workdir, args.timeout)
-        rows.append((label, common + stage_flags + flags, r))
+            r = train(args.petra, common + flags, threads, workdir,
+                      args.timeout)
+        rows.append((label, stages, common + flags, r))
         if not args.quiet:
-            print(f"accuracy: {label}: {100 * r['test_accuracy']:.2f}% in "
+            print(f"accuracy: {name}: {100 * r['test_accuracy']:.2f}% in "
                   f"{r['bench_wall_seconds']:.0f} s", file=sys.stderr,
                   flush=True)
     total = time.time() - start
 
-    reference = next((r["test_accuracy"] for label, _, r in rows
+    reference = next((r["test_accuracy"] for label, _, _, r in rows
                       if label == "backprop"), None)
     print(f"RevNet18 (mnist variant, width {args.width}) on Fashion-MNIST, "
-          f"{args.epochs} epochs, seed {args.seed}, micro-batch 64; "
-          f"pipelined modes on {args.stages} stages. Whole sweep: "
-          f"{total / 60:.1f} min on {cores} cores.\n")
-    print("| training | test accuracy | vs backprop | samples/s | minutes |")
-    print("|---|---:|---:|---:|---:|")
-    for label, _, r in rows:
+          f"{args.epochs} epochs, seed {args.seed}, micro-batch 64. Whole "
+          f"sweep: {total / 60:.1f} min on {cores} cores.\n")
+    print("| training | stages | test accuracy | vs backprop | samples/s "
+          "| minutes |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, stages, _, r in rows:
         delta = ("" if reference is None or label == "backprop" else
                  f"{100 * (r['test_accuracy'] - reference):+.2f} pts")
-        print(f"| {label} | {100 * r['test_accuracy']:.2f}% | {delta} "
-              f"| {r['samples_per_second']:.0f} "
+        print(f"| {label} | {stages} | {100 * r['test_accuracy']:.2f}% "
+              f"| {delta} | {r['samples_per_second']:.0f} "
               f"| {r['bench_wall_seconds'] / 60:.1f} |")
-    petra = [(r["test_accuracy"], label) for label, _, r in rows
-             if label.startswith("PETRA")]
-    if petra and reference is not None:
-        best, label = max(petra)
-        print(f"\nBest PETRA: {label}, {100 * best:.2f}%, "
-              f"{100 * (best - reference):+.2f} points from backprop.")
+    if reference is not None:
+        print()
+        for stages in args.stages.split(","):
+            petra = [(r["test_accuracy"], label) for label, st, _, r in rows
+                     if label.startswith("PETRA") and st == stages]
+            if petra:
+                best, label = max(petra)
+                print(f"Best PETRA on {stages} stages: {label}, "
+                      f"{100 * best:.2f}%, {100 * (best - reference):+.2f} "
+                      f"points from backprop.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"total_seconds": total,
-                       "runs": [{"label": l, "flags": fl, "report": r}
-                                for l, fl, r in rows]}, f, indent=2)
+                       "runs": [{"label": l, "stages": st, "flags": fl,
+                                 "report": r}
+                                for l, st, fl, r in rows]}, f, indent=2)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except BenchError as e:
-        print(f"accuracy: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    main_guard("accuracy", main)

@@ -23,11 +23,9 @@ import sys
 import tempfile
 import time
 
+from bench_common import BenchError, main_guard, run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class BenchError(Exception):
-    """A benchmark step failed; the message says which and why."""
 
 
 class Fleet:
@@ -91,19 +89,6 @@ class Fleet:
                 p.wait()
         for log in self.logs:
             log.close()
-
-
-def run(argv, timeout):
-    """Runs a command; returns stdout; raises BenchError with its output."""
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True,
-                             timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"timed out after {timeout} s: {' '.join(argv)}")
-    if out.returncode != 0:
-        raise BenchError(f"exit {out.returncode}: {' '.join(argv)}\n"
-                         f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return out.stdout
 
 
 def fleet_job(bin_dir, fleet, job_flags, mode, timeout):
@@ -378,10 +363,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except BenchError as e:
-        print(f"throughput: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    main_guard("throughput", main)

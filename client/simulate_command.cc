@@ -47,6 +47,7 @@ struct SimulateOptions {
   double link_bandwidth = 1e9;
   double link_latency = 1e-4;
   bool json = false;
+  std::string per_stage = "auto";
 };
 
 // A setter for a number that must be finite and >= `min` (> when strict).
@@ -147,6 +148,9 @@ void AddFlags(cli::FlagSet& flags, SimulateOptions* o) {
                   "from the end of a transfer to its arrival",
                   StoreNumber(&o->link_latency, 0, false));
   flags.AddBool("json", &o->json, "print everything as one JSON object");
+  flags.AddString("per-stage", &o->per_stage,
+                  "yes, no, or auto: a table per schedule, stage by stage "
+                  "(auto: only when one schedule is asked for)");
 }
 
 // Exit code and message of a failed step.
@@ -324,6 +328,11 @@ int RunSimulate(const std::string& program,
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
 
+  if (o.per_stage != "yes" && o.per_stage != "no" && o.per_stage != "auto") {
+    std::cerr << command << ": flag --per-stage: \"" << o.per_stage
+              << "\" is not yes, no or auto\n";
+    return 2;
+  }
   std::vector<sim::Schedule> schedules;
   if (o.schedule == "all") {
     schedules = sim::AllSchedules();
@@ -369,7 +378,10 @@ int RunSimulate(const std::string& program,
     }
     runs.backprop = *std::move(r);
   }
-  std::cout << (o.json ? SimulationJson(*in, runs) : SimulationText(*in, runs));
+  const bool per_stage =
+      o.per_stage == "yes" || (o.per_stage == "auto" && schedules.size() == 1);
+  std::cout << (o.json ? SimulationJson(*in, runs)
+                       : SimulationText(*in, runs, per_stage));
   return 0;
 }
 

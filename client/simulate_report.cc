@@ -50,7 +50,7 @@ double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
 }  // namespace
 
 std::string SimulationText(const SimulationInputs& in,
-                           const SimulationRuns& runs) {
+                           const SimulationRuns& runs, bool per_stage) {
   const sim::SimConfig& c = in.config;
   const int stages = static_cast<int>(c.stages.size());
   std::string out = absl::StrFormat(
@@ -82,6 +82,7 @@ std::string SimulationText(const SimulationInputs& in,
       "input buffers, weight stashes,\nparameters and momentum, summed over "
       "stages (activations inside a stage not counted).\n");
   for (const sim::SimResult& r : runs.runs) {
+    if (!per_stage) break;
     absl::StrAppendFormat(&out, "\n%s, per stage (makespan %.4g s)\n",
                           sim::ScheduleName(r.schedule), r.makespan_seconds);
     absl::StrAppendFormat(&out, "%5s %6s %9s %9s %6s %9s %10s %10s %11s %10s\n",

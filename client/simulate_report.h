@@ -23,8 +23,9 @@ struct SimulationRuns {
   std::vector<sim::SimResult> runs;  // the schedules asked for, in order
 };
 
+// `per_stage`: also a table per schedule, stage by stage.
 std::string SimulationText(const SimulationInputs& in,
-                           const SimulationRuns& runs);
+                           const SimulationRuns& runs, bool per_stage);
 
 // {"inputs": {...}, "profile": {...}, "schedules": [{..., "stages": [...]}]}
 std::string SimulationJson(const SimulationInputs& in,

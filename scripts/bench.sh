@@ -140,16 +140,28 @@ section_accuracy() {
 }
 
 section_peer() {
-  local args=(--epochs 3)
+  local args=(--epochs 3) ours=(--micro-batches 937)
   if ((smoke)); then
     args=(--epochs 1 --train-limit 640 --test-limit 256 --width 0.125)
+    ours=(--micro-batches 4 --width 0.125)
   fi
   echo "## A peer: the same RevNet18 in plain PyTorch (Python)"
   echo
   machine
   echo
+  echo "The same network, data, recipe and seed as the accuracy section's"
+  echo "backprop row (\`petra train --mode backprop --stages 1\`, which it"
+  echo "matches loss for loss on one thread), trained by plain PyTorch on all"
+  echo "cores:"
+  echo
   run $PY bench/peer_pytorch.py "${args[@]}" --quiet \
     --json "$RESULTS/peer.json"
+  echo
+  echo "Beside it, our plain backprop in C++ (libtorch, the same network and"
+  echo "cores, graph kept, one SGD step per micro-batch; one epoch):"
+  echo
+  run "$BIN/petra_bench_backprop" --threads "$(nproc)" --arch revnet18 \
+    --width 0.25 --dataset fashion_mnist --seed 1 "${ours[@]}"
 }
 
 for s in "${sections[@]}"; do
