@@ -2,7 +2,6 @@
 // partition, measured on this machine with the stage engine itself (the
 // same StageWorker the stage servers run), for `petra simulate` and for
 // choosing a partition.
-#include <google/protobuf/util/json_util.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
+#include "services/sim/profile_io.h"
 
 namespace petra::client {
 namespace {
@@ -244,15 +244,7 @@ int RunProfile(const std::string& program,
     std::cerr << command << ": " << p.status().message() << "\n";
     return 1;
   }
-  std::string text;
-  google::protobuf::util::JsonPrintOptions po;
-  po.add_whitespace = true;
-  po.preserve_proto_field_names = true;
-  if (auto s = google::protobuf::util::MessageToJsonString(*p, &text, po);
-      !s.ok()) {
-    std::cerr << command << ": " << s.ToString() << "\n";
-    return 1;
-  }
+  const std::string text = sim::ProfileToJson(*p);
   if (json) {
     std::cout << text;
   } else {

@@ -9,6 +9,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/cli/small_file.h"
 
 namespace petra::job {
 namespace {
@@ -57,35 +58,14 @@ absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
 }
 
 absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    std::string why = std::strerror(err);
-    if (err == ENOENT)
-      return absl::NotFoundError(absl::StrCat(path, ": ", why));
-    if (err == EACCES) {
-      return absl::PermissionDeniedError(absl::StrCat(path, ": ", why));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
-  }
-  // Read at most one byte past the limit, so /dev/zero or a huge file is
-  // refused instead of read whole.
-  std::string text(static_cast<size_t>(kMaxSpecFileBytes) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
-  }
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<std::streamoff>(text.size()) > kMaxSpecFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": larger than ", kMaxSpecFileBytes,
-                     " bytes, too large for a job spec"));
-  }
+  absl::StatusOr<std::string> text =
+      cli::ReadSmallFile(path, kMaxSpecFileBytes, "a job spec");
+  if (!text.ok()) return text.status();
   const bool text_proto = absl::EndsWith(path, ".txtpb") ||
                           absl::EndsWith(path, ".textproto") ||
                           absl::EndsWith(path, ".pbtxt");
   absl::StatusOr<petra::v1::JobSpec> spec = ParseJobSpec(
-      text, text_proto ? SpecFormat::kTextProto : SpecFormat::kJson);
+      *text, text_proto ? SpecFormat::kTextProto : SpecFormat::kJson);
   if (!spec.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", spec.status().message()));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/cli/small_file.h"
 
 namespace petra::sim {
 namespace {
@@ -41,31 +42,10 @@ absl::StatusOr<petra::v1::Profile> ParseProfileJson(const std::string& text) {
 }
 
 absl::StatusOr<petra::v1::Profile> ReadProfileFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    const std::string why = std::strerror(err);
-    if (err == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(path, ": ", why));
-    }
-    if (err == EACCES) {
-      return absl::PermissionDeniedError(absl::StrCat(path, ": ", why));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
-  }
-  // One byte past the limit, so a huge file or /dev/zero is refused early.
-  std::string text(static_cast<size_t>(kMaxProfileFileBytes) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": read error (", std::strerror(errno), ")"));
-  }
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<std::streamoff>(text.size()) > kMaxProfileFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": larger than ", kMaxProfileFileBytes, " bytes: not a profile"));
-  }
-  absl::StatusOr<petra::v1::Profile> profile = ParseProfileJson(text);
+  absl::StatusOr<std::string> text =
+      cli::ReadSmallFile(path, kMaxProfileFileBytes, "a profile");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<petra::v1::Profile> profile = ParseProfileJson(*text);
   if (!profile.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", profile.status().message()));

@@ -1,0 +1,39 @@
+#include "services/cli/small_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace petra::cli {
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
+                                          int64_t max_bytes,
+                                          const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    const std::string why = std::strerror(err);
+    if (err == ENOENT)
+      return absl::NotFoundError(absl::StrCat(path, ": ", why));
+    if (err == EACCES) {
+      return absl::PermissionDeniedError(absl::StrCat(path, ": ", why));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
+  }
+  std::string text(static_cast<size_t>(max_bytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": read error (", std::strerror(errno), ")"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<int64_t>(text.size()) > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": larger than ", max_bytes, " bytes, too large for ", what));
+  }
+  return text;
+}
+
+}  // namespace petra::cli
