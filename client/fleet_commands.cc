@@ -11,10 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/job_progress.h"
+#include "client/tls_flags.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/cli/flag_set.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
+#include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/status_map.h"
 
@@ -25,26 +27,56 @@ using petra::v1::CoordinatorService;
 
 constexpr char kDefaultCoordinator[] = "localhost:50050";
 
-void AddCoordinatorFlag(cli::FlagSet& flags, std::string* address) {
-  flags.AddString("coordinator", address, "coordinator address, host:port");
+// Where the coordinator is and how to talk to it.
+struct Connection {
+  std::string address = kDefaultCoordinator;
+  wire::TlsOptions tls;
+  std::string token_file;
+};
+
+void AddCoordinatorFlag(cli::FlagSet& flags, Connection* c) {
+  flags.AddString("coordinator", &c->address, "coordinator address, host:port");
+  AddClientTlsFlags(flags, &c->tls);
+  flags.AddString("auth-token-file", &c->token_file,
+                  absl::StrCat("file holding the coordinator's bearer token "
+                               "(default: the ",
+                               wire::kAuthTokenEnv, " environment variable)"));
 }
 
-// Connects, or explains why the address is not one.
+// Connects, or explains why the address, the TLS files or the token are
+// not usable.
 std::unique_ptr<CoordinatorService::Stub> Connect(const std::string& command,
-                                                  const std::string& address) {
-  if (absl::Status s = wire::ValidateAddress(address, "--coordinator", false);
+                                                  const Connection& c) {
+  if (absl::Status s = wire::ValidateAddress(c.address, "--coordinator", false);
       !s.ok()) {
     std::cerr << command << ": " << s.message() << "\n";
     return nullptr;
   }
-  return CoordinatorService::NewStub(wire::CreateChannel(address));
+  absl::StatusOr<wire::TransportSecurity> security =
+      wire::LoadTransportSecurity(c.tls, wire::TlsRole::kClient);
+  if (!security.ok()) {
+    std::cerr << command << ": " << security.status().message() << "\n";
+    return nullptr;
+  }
+  absl::StatusOr<std::string> token =
+      wire::ClientBearerToken(c.token_file, "--auth-token-file");
+  if (!token.ok()) {
+    std::cerr << command << ": " << token.status().message() << "\n";
+    return nullptr;
+  }
+  return CoordinatorService::NewStub(
+      wire::CreateChannel(c.address, *security, *token));
 }
 
 int Fail(const std::string& command, const grpc::Status& s,
-         const std::string& address) {
+         const Connection& c) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    std::cerr << command << ": cannot reach the coordinator at " << address
-              << " (" << s.error_message() << ")\n";
+    std::cerr << command << ": cannot reach the coordinator at " << c.address
+              << " (" << s.error_message() << ")"
+              << (c.tls.empty() ? "; if it serves TLS, give --tls-ca"
+                                : "; check that --tls-ca, --tls-cert and "
+                                  "--tls-key match the coordinator's")
+              << "\n";
   } else {
     std::cerr << command << ": " << s.error_message() << "\n";
   }
@@ -67,12 +99,12 @@ int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
 // argument, a stub. Returns an exit code to stop with, or -1 to go on.
 int PrepareJobCommand(cli::FlagSet& flags, const std::string& command,
                       const std::vector<std::string>& args,
-                      const std::string& address, std::string* id,
+                      const Connection& coordinator, std::string* id,
                       std::unique_ptr<CoordinatorService::Stub>* stub) {
   if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
     return rc;
   if (int rc = TakeJobId(command, flags.positional(), id); rc >= 0) return rc;
-  *stub = Connect(command, address);
+  *stub = Connect(command, coordinator);
   return *stub == nullptr ? 2 : -1;
 }
 
@@ -99,7 +131,8 @@ void PrintJobLine(const petra::v1::Job& job) {
 
 int RunSubmit(const std::string& program,
               const std::vector<std::string>& args) {
-  std::string address = kDefaultCoordinator, from;
+  Connection coordinator;
+  std::string from;
   bool watch = false;
   petra::v1::JobSpec overrides;
   cli::FlagSet flags(
@@ -107,14 +140,14 @@ int RunSubmit(const std::string& program,
       "Submits a training job to the coordinator and prints its id. The spec\n"
       "is the file given with --from (JSON or text proto), with the job\n"
       "flags laid over it; the coordinator applies defaults and validates.");
-  AddCoordinatorFlag(flags, &address);
+  AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("from", &from, "job spec file (JSON or text proto)");
   flags.AddBool("watch", &watch, "follow the job until it ends");
   job::AddJobFlags(flags, &overrides);
   const std::string command = program + " submit";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
-  auto stub = Connect(command, address);
+  auto stub = Connect(command, coordinator);
   if (stub == nullptr) return 2;
   // --resume-from without --from: the resumed job's own spec is the base,
   // so the flags given change only what they name (--epochs, say).
@@ -126,7 +159,7 @@ int RunSubmit(const std::string& program,
     get.set_job_id(resumed);
     petra::v1::Job earlier;
     if (grpc::Status g = stub->GetJob(&get_context, get, &earlier); !g.ok())
-      return Fail(command, g, address);
+      return Fail(command, g, coordinator);
     base = earlier.spec();
     base.clear_name();
   }
@@ -141,7 +174,7 @@ int RunSubmit(const std::string& program,
   *request.mutable_spec() = *assembled;
   petra::v1::Job job;
   grpc::Status s = stub->SubmitJob(&context, request, &job);
-  if (!s.ok()) return Fail(command, s, address);
+  if (!s.ok()) return Fail(command, s, coordinator);
   std::cout << job.id() << std::endl;
   if (!watch) return 0;
   ProgressPrinter printer(false);
@@ -154,17 +187,17 @@ int RunSubmit(const std::string& program,
 }
 
 int RunWatch(const std::string& program, const std::vector<std::string>& args) {
-  std::string address = kDefaultCoordinator;
+  Connection coordinator;
   cli::FlagSet flags(absl::StrCat(program, " watch [flags] JOB_ID"),
                      "Follows a job until it ends: a progress bar with ETA, "
                      "loss, accuracy and\nsamples/s, a line per epoch, and the "
                      "per-stage table at the end. Exits 0\nwhen the job "
                      "succeeded, 1 otherwise.");
-  AddCoordinatorFlag(flags, &address);
+  AddCoordinatorFlag(flags, &coordinator);
   const std::string command = program + " watch";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
-  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+  if (int rc = PrepareJobCommand(flags, command, args, coordinator, &id, &stub);
       rc >= 0) {
     return rc;
   }
@@ -180,17 +213,17 @@ int RunWatch(const std::string& program, const std::vector<std::string>& args) {
 
 int RunStatus(const std::string& program,
               const std::vector<std::string>& args) {
-  std::string address = kDefaultCoordinator;
+  Connection coordinator;
   bool json = false;
   cli::FlagSet flags(absl::StrCat(program, " status [flags] JOB_ID"),
                      "Prints a job's state and progress (or the whole Job as "
                      "JSON).");
-  AddCoordinatorFlag(flags, &address);
+  AddCoordinatorFlag(flags, &coordinator);
   flags.AddBool("json", &json, "print the Job message as JSON");
   const std::string command = program + " status";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
-  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+  if (int rc = PrepareJobCommand(flags, command, args, coordinator, &id, &stub);
       rc >= 0) {
     return rc;
   }
@@ -199,7 +232,7 @@ int RunStatus(const std::string& program,
   request.set_job_id(id);
   petra::v1::Job job;
   grpc::Status s = stub->GetJob(&context, request, &job);
-  if (!s.ok()) return Fail(command, s, address);
+  if (!s.ok()) return Fail(command, s, coordinator);
   if (json) {
     std::cout << ToJson(job) << "\n";
     return 0;
@@ -215,12 +248,13 @@ int RunStatus(const std::string& program,
 }
 
 int RunList(const std::string& program, const std::vector<std::string>& args) {
-  std::string address = kDefaultCoordinator, state;
+  Connection coordinator;
+  std::string state;
   bool json = false;
   cli::FlagSet flags(
       absl::StrCat(program, " list [flags]"),
       "Lists the coordinator's jobs, newest first (every page).");
-  AddCoordinatorFlag(flags, &address);
+  AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("state", &state,
                   "only jobs in this state: queued, starting, running, "
                   "recovering, succeeded, failed, cancelled");
@@ -240,14 +274,14 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
     }
     request.set_state(parsed);
   }
-  auto stub = Connect(command, address);
+  auto stub = Connect(command, coordinator);
   if (stub == nullptr) return 2;
   int shown = 0;
   do {
     grpc::ClientContext context;
     petra::v1::ListJobsResponse response;
     grpc::Status s = stub->ListJobs(&context, request, &response);
-    if (!s.ok()) return Fail(command, s, address);
+    if (!s.ok()) return Fail(command, s, coordinator);
     for (const petra::v1::Job& job : response.jobs()) {
       if (json) {
         std::cout << ToJson(job) << "\n";
@@ -264,16 +298,16 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
 
 int RunCancel(const std::string& program,
               const std::vector<std::string>& args) {
-  std::string address = kDefaultCoordinator;
+  Connection coordinator;
   cli::FlagSet flags(absl::StrCat(program, " cancel [flags] JOB_ID"),
                      "Cancels a queued or running job. A running job stops "
                      "within seconds and\nreleases its stages; its "
                      "checkpoints stay.");
-  AddCoordinatorFlag(flags, &address);
+  AddCoordinatorFlag(flags, &coordinator);
   const std::string command = program + " cancel";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
-  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+  if (int rc = PrepareJobCommand(flags, command, args, coordinator, &id, &stub);
       rc >= 0) {
     return rc;
   }
@@ -282,7 +316,7 @@ int RunCancel(const std::string& program,
   request.set_job_id(id);
   petra::v1::Job job;
   grpc::Status s = stub->CancelJob(&context, request, &job);
-  if (!s.ok()) return Fail(command, s, address);
+  if (!s.ok()) return Fail(command, s, coordinator);
   std::printf("%s: %s\n", job.id().c_str(),
               job.state() == petra::v1::JOB_STATE_CANCELLED
                   ? "cancelled"
@@ -292,19 +326,20 @@ int RunCancel(const std::string& program,
 
 int RunExport(const std::string& program,
               const std::vector<std::string>& args) {
-  std::string address = kDefaultCoordinator, output;
+  Connection coordinator;
+  std::string output;
   cli::FlagSet flags(
       absl::StrCat(program, " export [flags] JOB_ID"),
       "Downloads a job's trained weights (its newest checkpoint) as a file\n"
       "that Python reads with torch.load(path): a dict from names to\n"
       "tensors, \"blocks.<i>.<parameter or buffer>\" with i the block's index\n"
       "in the network (README, \"Exported weights\").");
-  AddCoordinatorFlag(flags, &address);
+  AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("output", &output, "file to write (default: JOB_ID.pt)");
   const std::string command = program + " export";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
-  if (int rc = PrepareJobCommand(flags, command, args, address, &id, &stub);
+  if (int rc = PrepareJobCommand(flags, command, args, coordinator, &id, &stub);
       rc >= 0) {
     return rc;
   }
@@ -331,7 +366,7 @@ int RunExport(const std::string& program,
   out.close();
   if (!s.ok() || !out || got != total) {
     std::remove(partial.c_str());
-    if (!s.ok()) return Fail(command, s, address);
+    if (!s.ok()) return Fail(command, s, coordinator);
     std::cerr << command << ": received " << got << " of " << total
               << " bytes\n";
     return 1;

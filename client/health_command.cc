@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "client/tls_flags.h"
 #include "services/cli/flag_set.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/health_check.h"
@@ -13,16 +14,20 @@ int RunHealth(const std::string& program,
               const std::vector<std::string>& args) {
   std::string address = "localhost:50051", service;
   double timeout_seconds = 5;
+  wire::TlsOptions tls;
   cli::FlagSet flags(
       absl::StrCat(program, " health [--address HOST:PORT] [--service NAME]"),
       "Asks a stage server or coordinator whether it is serving, through the\n"
       "standard gRPC health service. Exit 0 when SERVING; 1 when it answers\n"
-      "anything else or cannot be reached; 2 on bad flags.");
+      "anything else or cannot be reached; 2 on bad flags. A TLS server\n"
+      "needs --tls-ca (and, under mutual TLS, --tls-cert and --tls-key);\n"
+      "no bearer token is needed.");
   flags.AddString("address", &address, "server to check, host:port");
   flags.AddString("service", &service,
                   "service name to check; empty means the whole server");
   flags.AddDouble("timeout-seconds", &timeout_seconds,
                   "give up after this long");
+  AddClientTlsFlags(flags, &tls);
   if (int rc = cli::ParseCommandOrExit(flags, program + " health", args);
       rc >= 0) {
     return rc;
@@ -38,9 +43,16 @@ int RunHealth(const std::string& program,
               << timeout_seconds << "\n";
     return 2;
   }
+  absl::StatusOr<wire::TransportSecurity> security =
+      wire::LoadTransportSecurity(tls, wire::TlsRole::kClient);
+  if (!security.ok()) {
+    std::cerr << command << ": " << security.status().message() << "\n";
+    return 2;
+  }
   absl::StatusOr<wire::ServingStatus> status = wire::CheckHealth(
       address, service,
-      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)),
+      *security);
   if (!status.ok()) {
     std::cerr << command << ": " << status.status().message() << "\n";
     return 1;

@@ -43,12 +43,22 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
   switch (event.kind()) {
     case JobEvent::KIND_STATE:
       if (job.state() != state_) {
+        const bool was_recovering = state_ == petra::v1::JOB_STATE_RECOVERING;
         state_ = job.state();
         EndLine();
-        std::printf(
-            "%s: %s%s\n", job.id().c_str(), StateName(job.state()).c_str(),
-            job.has_error() ? absl::StrCat(": ", job.error().message()).c_str()
-                            : "");
+        std::string detail;
+        if (job.has_error()) detail = absl::StrCat(": ", job.error().message());
+        if (job.recoveries_size() > 0) {
+          const petra::v1::Recovery& r = *job.recoveries().rbegin();
+          if (state_ == petra::v1::JOB_STATE_RECOVERING) {
+            detail = absl::StrCat(": ", r.reason());
+          } else if (was_recovering && state_ == petra::v1::JOB_STATE_RUNNING) {
+            detail = absl::StrFormat(" (recovered in %.1f s from epoch %u)",
+                                     r.seconds(), r.restored_epoch());
+          }
+        }
+        std::printf("%s: %s%s\n", job.id().c_str(),
+                    StateName(job.state()).c_str(), detail.c_str());
       }
       break;
     case JobEvent::KIND_PROGRESS: {

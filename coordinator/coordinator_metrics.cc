@@ -52,7 +52,13 @@ struct CoordinatorMetrics::Families {
                    .Name("petra_coordinator_rpc_errors_total")
                    .Help("Errors the coordinator returned to clients, by "
                          "gRPC code")
-                   .Register(r)) {}
+                   .Register(r)),
+        recoveries(prometheus::BuildCounter()
+                       .Name("petra_job_recoveries_total")
+                       .Help("Times a running job lost a stage server and "
+                             "began recovering, over all jobs")
+                       .Register(r)
+                       .Add({})) {}
   Family<Gauge>& loss;
   Family<Gauge>& accuracy;
   Family<Gauge>& epoch;
@@ -61,6 +67,7 @@ struct CoordinatorMetrics::Families {
   Family<Counter>& samples;
   Family<Gauge>& jobs;
   Family<Counter>& errors;
+  Counter& recoveries;
 };
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry* registry)
@@ -101,6 +108,10 @@ void CoordinatorMetrics::JobStates(
     std::string name = petra::v1::JobState_Name(state).substr(10);
     f_->jobs.Add({{"state", absl::AsciiStrToLower(name)}}).Set(n);
   }
+}
+
+void CoordinatorMetrics::Recovery() {
+  if (f_) f_->recoveries.Increment();
 }
 
 void CoordinatorMetrics::Error(absl::StatusCode code) {

@@ -28,6 +28,8 @@ class CoordinatorMetrics {
   void TrainSamples(int64_t samples);
   void JobStates(const std::vector<petra::v1::JobState>& states);
   void Error(absl::StatusCode code);
+  // A running job lost a stage server and began recovering.
+  void Recovery();
 
  private:
   struct Families;

@@ -3,19 +3,26 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/stage_list.h"
 #include "services/cli/paths.h"
 #include "services/metrics/metrics_exposer.h"
+#include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
 
 namespace petra::coordinator {
 
 CoordinatorServer::CoordinatorServer(Options options,
-                                     std::vector<std::string> stages)
-    : options_(std::move(options)), stages_(std::move(stages)) {}
+                                     std::vector<std::string> stages,
+                                     wire::TransportSecurity security,
+                                     std::string token)
+    : options_(std::move(options)),
+      stages_(std::move(stages)),
+      security_(std::move(security)),
+      token_(std::move(token)) {}
 CoordinatorServer::~CoordinatorServer() { GracefulStop(); }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
@@ -31,6 +38,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
       return s;
     }
   }
+  if (options.recovery_timeout_seconds < 0 ||
+      options.recovery_timeout_seconds > 7 * 24 * 3600) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recovery-timeout = ", options.recovery_timeout_seconds,
+                     ": must be between 0 and 604800 seconds (a week)"));
+  }
+  if (options.max_recoveries < 0 || options.max_recoveries > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-recoveries = ", options.max_recoveries,
+                     ": must be between 0 and 1000"));
+  }
   absl::StatusOr<std::vector<std::string>> stages =
       ExpandStageList(options.stages);
   if (!stages.ok()) return stages.status();
@@ -44,8 +62,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<wire::TransportSecurity> security =
+      wire::LoadTransportSecurity(options.tls, wire::TlsRole::kServer);
+  if (!security.ok()) return security.status();
+  absl::StatusOr<std::string> token =
+      wire::LoadBearerToken(options.auth_token_file, "--auth-token-file");
+  if (!token.ok()) return token.status();
   return std::unique_ptr<CoordinatorServer>(
-      new CoordinatorServer(std::move(options), std::move(*stages)));
+      new CoordinatorServer(std::move(options), std::move(*stages),
+                            std::move(*security), std::move(*token)));
 }
 
 absl::Status CoordinatorServer::Start() {
@@ -60,12 +85,20 @@ absl::Status CoordinatorServer::Start() {
   }
   job_metrics_ = std::make_unique<CoordinatorMetrics>(
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
-  jobs_ = std::make_unique<JobManager>(RunnerEnvironment{
-      stages_, options_.data_root, options_.state_dir, job_metrics_.get()});
-  service_ =
-      std::make_unique<CoordinatorServiceImpl>(jobs_.get(), job_metrics_.get());
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
+  RunnerEnvironment env;
+  env.stage_addresses = stages_;
+  env.data_root = options_.data_root;
+  env.state_dir = options_.state_dir;
+  env.metrics = job_metrics_.get();
+  env.security = security_;
+  env.recovery_timeout =
+      std::chrono::seconds(options_.recovery_timeout_seconds);
+  env.max_recoveries = static_cast<uint32_t>(options_.max_recoveries);
+  jobs_ = std::make_unique<JobManager>(std::move(env));
+  service_ = std::make_unique<CoordinatorServiceImpl>(
+      jobs_.get(), job_metrics_.get(), wire::BearerTokenCheck(token_));
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(
+      options_.listen, "--listen", {service_.get()}, &port_, security_);
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   return absl::OkStatus();

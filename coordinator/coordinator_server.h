@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/job/job_spec_defaults.h"
+#include "services/wire/transport_security.h"
 
 namespace grpc {
 class Server;
@@ -36,6 +37,18 @@ class CoordinatorServer {
     std::string data_root = job::kDefaultDataRoot;
     // Job records and checkpoints; created when missing.
     std::string state_dir = "/var/lib/petra/coordinator";
+    // TLS for clients and for the calls to the stages (the certificate is
+    // the identity the stages' --coordinator-identity names); empty =
+    // plaintext. With a CA, clients must present a certificate it signed.
+    wire::TlsOptions tls;
+    // File holding the bearer token every CoordinatorService call must
+    // carry; empty = no token needed.
+    std::string auth_token_file;
+    // How long a job that lost a stage server waits for it or a spare; 0
+    // fails such a job at once.
+    int64_t recovery_timeout_seconds = 120;
+    // Recoveries in a row without a finished epoch before a job fails.
+    int64_t max_recoveries = 3;
   };
 
   // Checks the options (addresses, stage list, directories) without binding.
@@ -49,11 +62,17 @@ class CoordinatorServer {
   int port() const { return port_; }
   int metrics_port() const;
   const std::vector<std::string>& stage_addresses() const { return stages_; }
+  // The TLS settings as loaded by Create, and whether a token is required.
+  const wire::TransportSecurity& security() const { return security_; }
+  bool requires_token() const { return !token_.empty(); }
 
  private:
-  CoordinatorServer(Options options, std::vector<std::string> stages);
+  CoordinatorServer(Options options, std::vector<std::string> stages,
+                    wire::TransportSecurity security, std::string token);
   Options options_;
   std::vector<std::string> stages_;
+  wire::TransportSecurity security_;
+  std::string token_;
   std::unique_ptr<CoordinatorMetrics> job_metrics_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;

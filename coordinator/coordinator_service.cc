@@ -18,7 +18,9 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
                                 const absl::StatusOr<Response>& result,
                                 Response* response,
                                 CoordinatorMetrics* metrics) {
-  if (!result.ok()) metrics->Error(result.status().code());
+  // metrics is null when the error was counted already.
+  if (!result.ok() && metrics != nullptr)
+    metrics->Error(result.status().code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) *response = *result;
   reactor->Finish(wire::ToGrpcStatus(result.status()));
@@ -156,27 +158,51 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
   petra::v1::ExportChunk chunk_;
 };
 
+// A server stream refused before it starts.
+template <typename Message>
+class RefusedStream : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit RefusedStream(const absl::Status& status) {
+    this->Finish(wire::ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 CoordinatorServiceImpl::CoordinatorServiceImpl(JobManager* jobs,
-                                               CoordinatorMetrics* metrics)
-    : jobs_(jobs), metrics_(metrics) {}
+                                               CoordinatorMetrics* metrics,
+                                               wire::BearerTokenCheck auth)
+    : jobs_(jobs), metrics_(metrics), auth_(std::move(auth)) {}
+
+absl::Status CoordinatorServiceImpl::Authenticate(
+    grpc::CallbackServerContext* context) const {
+  absl::Status s = auth_.Check(context->client_metadata());
+  if (!s.ok()) metrics_->Error(s.code());
+  return s;
+}
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::SubmitJob(
     grpc::CallbackServerContext* context,
     const petra::v1::SubmitJobRequest* request, petra::v1::Job* response) {
+  if (absl::Status s = Authenticate(context); !s.ok())
+    return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
   return Reply(context, jobs_->Submit(request->spec()), response, metrics_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetJob(
     grpc::CallbackServerContext* context,
     const petra::v1::GetJobRequest* request, petra::v1::Job* response) {
+  if (absl::Status s = Authenticate(context); !s.ok())
+    return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
   return Reply(context, jobs_->Get(request->job_id()), response, metrics_);
 }
 
 grpc::ServerWriteReactor<petra::v1::JobEvent>* CoordinatorServiceImpl::WatchJob(
-    grpc::CallbackServerContext* /*context*/,
+    grpc::CallbackServerContext* context,
     const petra::v1::WatchJobRequest* request) {
+  if (absl::Status s = Authenticate(context); !s.ok())
+    return new RefusedStream<petra::v1::JobEvent>(s);
   return new WatchReactor(jobs_, request->job_id());
 }
 
@@ -184,18 +210,26 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::ListJobs(
     grpc::CallbackServerContext* context,
     const petra::v1::ListJobsRequest* request,
     petra::v1::ListJobsResponse* response) {
+  if (absl::Status s = Authenticate(context); !s.ok()) {
+    return Reply(context, absl::StatusOr<petra::v1::ListJobsResponse>(s),
+                 response, nullptr);
+  }
   return Reply(context, jobs_->List(*request), response, metrics_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::CancelJob(
     grpc::CallbackServerContext* context,
     const petra::v1::CancelJobRequest* request, petra::v1::Job* response) {
+  if (absl::Status s = Authenticate(context); !s.ok())
+    return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
   return Reply(context, jobs_->Cancel(request->job_id()), response, metrics_);
 }
 
 grpc::ServerWriteReactor<petra::v1::ExportChunk>*
-CoordinatorServiceImpl::ExportJob(grpc::CallbackServerContext* /*context*/,
+CoordinatorServiceImpl::ExportJob(grpc::CallbackServerContext* context,
                                   const petra::v1::ExportJobRequest* request) {
+  if (absl::Status s = Authenticate(context); !s.ok())
+    return new RefusedStream<petra::v1::ExportChunk>(s);
   return new ExportReactor(jobs_, *request);
 }
 

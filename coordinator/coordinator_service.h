@@ -1,18 +1,22 @@
 // CoordinatorService over gRPC's callback API: a thin adapter over the job
 // manager. Watch and Export are server streams written one message at a
-// time.
+// time. Every call must carry the bearer token when one is configured
+// (UNAUTHENTICATED otherwise); the health and reflection services are not
+// part of this service and stay open.
 #pragma once
 
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "petra/v1/coordinator.grpc.pb.h"
+#include "services/wire/bearer_token.h"
 
 namespace petra::coordinator {
 
 class CoordinatorServiceImpl final
     : public petra::v1::CoordinatorService::CallbackService {
  public:
-  CoordinatorServiceImpl(JobManager* jobs, CoordinatorMetrics* metrics);
+  CoordinatorServiceImpl(JobManager* jobs, CoordinatorMetrics* metrics,
+                         wire::BearerTokenCheck auth = {});
 
   grpc::ServerUnaryReactor* SubmitJob(
       grpc::CallbackServerContext* context,
@@ -37,8 +41,12 @@ class CoordinatorServiceImpl final
       const petra::v1::ExportJobRequest* request) override;
 
  private:
+  // The caller's token, counted as an error when refused.
+  absl::Status Authenticate(grpc::CallbackServerContext* context) const;
+
   JobManager* jobs_;
   CoordinatorMetrics* metrics_;
+  const wire::BearerTokenCheck auth_;
 };
 
 }  // namespace petra::coordinator

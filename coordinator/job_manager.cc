@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_resume.h"
+#include "services/cli/paths.h"
 #include "services/job/job_spec_validation.h"
 
 namespace petra::coordinator {
@@ -42,20 +43,24 @@ void JobManager::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    for (auto& [id, record] : jobs_) record->RequestCancel();
+    // Not a cancel: the running job lets go of its stages and stays
+    // resumable; queued jobs stay queued for the next coordinator.
+    for (auto& [id, record] : jobs_) record->RequestStop();
     cv_.notify_all();
   }
   if (runner_.joinable()) runner_.join();
 }
 
 // Jobs of an earlier run of this coordinator: finished ones are listed and
-// exportable again; ones that were not finished are marked failed (resuming
-// them is the recovery work of a later change).
+// exportable again; a job that was running is recovered (from its newest
+// checkpoint, on its own servers or spares), then the queued ones run in
+// their order.
 void JobManager::LoadRecords() {
   std::error_code ec;
   const std::filesystem::path root =
       std::filesystem::path(env_.state_dir) / "jobs";
   std::vector<Job> found;
+  std::vector<std::string> recovering;
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     std::ifstream in(entry.path() / "job.json");
     std::string json((std::istreambuf_iterator<char>(in)),
@@ -78,24 +83,46 @@ void JobManager::LoadRecords() {
         absl::SimpleAtoi(job.id().substr(4), &n)) {
       next_id_ = std::max(next_id_, n + 1);
     }
-    const bool unfinished = !IsTerminal(job.state());
-    if (unfinished) {
-      job.set_state(petra::v1::JOB_STATE_FAILED);
-      job.mutable_error()->set_code(
-          static_cast<int>(absl::StatusCode::kAborted));
-      job.mutable_error()->set_message(
-          "the coordinator stopped while the job was running");
+    const bool queued = job.state() == petra::v1::JOB_STATE_QUEUED;
+    const bool interrupted = !queued && !IsTerminal(job.state());
+    if (interrupted) {
+      // A job RECOVERING already has the entry saying why (a stage was
+      // lost, or a graceful stop); a crash of the coordinator left none.
+      const bool noted = job.state() == petra::v1::JOB_STATE_RECOVERING &&
+                         job.recoveries_size() > 0 &&
+                         job.recoveries().rbegin()->seconds() == 0;
+      job.set_state(petra::v1::JOB_STATE_RECOVERING);
+      if (!noted) {
+        petra::v1::Recovery* r = job.add_recoveries();
+        *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+        r->set_reason("the coordinator stopped while the job was running");
+      }
     }
     const std::string id = job.id();
     jobs_[id] = std::make_shared<JobRecord>(
         std::move(job), RecordPath(env_.state_dir, id), [this] { Count(); });
     order_.push_back(id);
+    if (interrupted) {
+      recovering.push_back(id);
+    } else if (queued) {
+      queue_.push_back(id);
+    }
   }
+  // The interrupted job held the fleet: it goes first.
+  queue_.insert(queue_.begin(), recovering.begin(), recovering.end());
 }
 
 absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
   if (!resolved.ok()) return resolved.status();
+  // Refused at submission, not when the job starts: the path may not leave
+  // --data-root.
+  if (resolved->dataset().kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
+    absl::StatusOr<std::filesystem::path> data =
+        cli::ConfinedPath(env_.data_root, resolved->dataset().path(),
+                          "dataset.path", cli::AbsolutePath::kAllowInsideRoot);
+    if (!data.ok()) return data.status();
+  }
   const int stages = job::StageCount(*resolved);
   if (stages > static_cast<int>(env_.stage_addresses.size())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -183,23 +210,18 @@ void JobManager::RunQueue() {
       record = jobs_[queue_.front()];
       queue_.pop_front();
     }
-    if (record->cancel_requested()) continue;  // cancelled while queued
+    if (record->cancel_requested()) {  // cancelled while queued
+      record->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
+        job.set_state(petra::v1::JOB_STATE_CANCELLED);
+        *job.mutable_end_time() =
+            google::protobuf::util::TimeUtil::GetCurrentTime();
+      });
+      continue;
+    }
     RunJob(*record, env_);
   }
-  // Whatever is still queued will not run in this process.
-  std::vector<std::shared_ptr<JobRecord>> queued;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& id : queue_) queued.push_back(jobs_[id]);
-  }
-  for (const auto& record : queued) {
-    record->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
-      job.set_state(petra::v1::JOB_STATE_CANCELLED);
-      job.mutable_error()->set_code(
-          static_cast<int>(absl::StatusCode::kCancelled));
-      job.mutable_error()->set_message("the coordinator stopped first");
-    });
-  }
+  // Whatever is still queued stays queued on disk: the next coordinator
+  // on this --state-dir runs it.
 }
 
 std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) {

@@ -41,6 +41,10 @@ class JobRecord {
 
   void RequestCancel() { cancel_requested_ = true; }
   bool cancel_requested() const { return cancel_requested_; }
+  // The coordinator is stopping: the runner lets go of the job without
+  // ending it, so the next coordinator on the same --state-dir resumes it.
+  void RequestStop() { stop_requested_ = true; }
+  bool stop_requested() const { return stop_requested_; }
 
  private:
   void SaveLocked() const;
@@ -51,6 +55,7 @@ class JobRecord {
   const std::function<void()> on_change_;
   std::vector<std::shared_ptr<JobWatcher>> watchers_;
   std::atomic<bool> cancel_requested_{false};
+  std::atomic<bool> stop_requested_{false};
 };
 
 }  // namespace petra::coordinator

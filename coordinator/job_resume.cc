@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "coordinator/job_runner.h"
 #include "services/cli/durable_file.h"
+#include "services/cli/paths.h"
 #include "services/engine/state_file.h"
 
 namespace petra::coordinator {
@@ -67,11 +68,15 @@ absl::Status CheckResumable(const petra::v1::JobSpec& from,
 absl::StatusOr<ResumePoint> FindResumePoint(const std::string& state_dir,
                                             const std::string& from_id,
                                             int stages) {
-  const std::filesystem::path root =
-      std::filesystem::path(state_dir) / JobDirectory(from_id) / "checkpoints";
+  // The id comes from the submitted spec: it names a directory under
+  // --state-dir and may not lead out of it.
+  absl::StatusOr<std::filesystem::path> root =
+      cli::ConfinedPath(state_dir, JobDirectory(from_id) + "/checkpoints",
+                        "checkpoint.resume_from_job");
+  if (!root.ok()) return root.status();
   std::vector<std::pair<uint32_t, std::filesystem::path>> found;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(*root, ec)) {
     uint32_t epoch = 0;
     const std::string name = entry.path().filename().string();
     if (entry.is_directory() && absl::StartsWith(name, "epoch-") &&

@@ -132,5 +132,23 @@ TEST_F(FindResumePointTest, NotFoundSaysWhy) {
       HasSubstr("no usable checkpoint (epoch-1: stage-1.pt is missing)"));
 }
 
+TEST_F(FindResumePointTest, AJobIdMayNotLeadOutOfTheStateDir) {
+  // A complete checkpoint outside the state dir, reachable through a link.
+  Write(1, 0);
+  Write(1, 1);
+  const std::filesystem::path outside = root_.string() + "-outside";
+  std::filesystem::remove_all(outside);
+  std::filesystem::rename(root_ / "jobs" / "job-1", outside);
+  std::filesystem::create_directory_symlink(outside, root_ / "jobs" / "job-1");
+  absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      p.status().message(),
+      HasSubstr("checkpoint.resume_from_job \"jobs/job-1/checkpoints\""));
+  p = FindResumePoint(root_.string(), "../../etc", 2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(outside);
+}
+
 }  // namespace
 }  // namespace petra::coordinator

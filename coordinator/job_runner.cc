@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/time_util.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -10,8 +11,11 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/job_resume.h"
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/cli/durable_file.h"
@@ -51,18 +55,22 @@ absl::Status Prefixed(const std::string& prefix, const absl::Status& s) {
 // The stages of one job: stubs and the addresses they were given.
 class Fleet {
  public:
-  explicit Fleet(std::vector<std::string> addresses)
+  Fleet(std::vector<std::string> addresses,
+        const wire::TransportSecurity& security)
       : addresses_(std::move(addresses)) {
     for (const std::string& a : addresses_) {
-      stubs_.push_back(StageService::NewStub(wire::CreateChannel(a)));
+      stubs_.push_back(StageService::NewStub(wire::CreateChannel(a, security)));
     }
   }
   int size() const { return static_cast<int>(addresses_.size()); }
   const std::string& address(int j) const { return addresses_[j]; }
   StageService::Stub& stub(int j) { return *stubs_[j]; }
   std::string Name(int j) const {
-    return absl::StrCat("stage ", j, " (", addresses_[j], ")");
+    return probe_only_ ? absl::StrCat("stage server ", addresses_[j])
+                       : absl::StrCat("stage ", j, " (", addresses_[j], ")");
   }
+  // Servers probed for a place, not yet stages of the job.
+  void set_probe_only() { probe_only_ = true; }
 
   // GetStatus, with the short deadline that tells a dead stage apart.
   absl::StatusOr<petra::v1::StageStatus> Status(int j) {
@@ -92,6 +100,7 @@ class Fleet {
  private:
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<StageService::Stub>> stubs_;
+  bool probe_only_ = false;
 };
 
 // Completions reported by the stages during one pass.
@@ -121,9 +130,25 @@ class Runner {
  private:
   absl::Status Prepare();
   absl::Status Assign();
-  // Loads the newest usable checkpoint of the job named by
-  // checkpoint.resume_from_job into every stage; returns its epoch.
-  absl::StatusOr<uint32_t> Restore();
+  // Picks the job's servers and assigns them: those that answer and are
+  // free, the job's own first (after a loss), then the others of --stages
+  // in order. Waits up to `wait` for enough of them.
+  absl::Status Attach(std::chrono::seconds wait);
+  // Loads the newest usable checkpoint into every stage: the job's own, else
+  // that of checkpoint.resume_from_job, else none (the seeded initial
+  // weights). Sets first_epoch_ and the counters.
+  absl::Status RestoreNewest();
+  absl::Status LoadCheckpoint(const ResumePoint& point);
+  // The epochs from first_epoch_ on.
+  absl::Status Train();
+  // Whether `failure` came from losing a stage server (crashed, restarted or
+  // unreachable) rather than from the job itself.
+  bool LostAStage(const absl::Status& failure);
+  void BeginRecovery(const absl::Status& cause);
+  void EndRecovery(uint32_t restored_epoch);
+  // Drops train_log.csv rows of epochs after `epochs` (to be trained again).
+  void TrimTrainLog(uint32_t epochs);
+  absl::Status Interrupted() const;
   absl::Status RunPass(petra::v1::Phase phase, uint32_t epoch,
                        const data::EpochBatches& batches, int64_t n,
                        PassCounters& counters);
@@ -147,8 +172,19 @@ class Runner {
   steady_clock::time_point started_ = steady_clock::now();
   steady_clock::time_point pass_started_ = steady_clock::now();
   std::optional<std::pair<double, double>> last_test_;
-  std::vector<std::string> checkpoints_;  // kept, oldest first
+  uint32_t first_epoch_ = 1;
+  // Recoveries since the last finished epoch.
+  uint32_t lost_in_a_row_ = 0;
+  steady_clock::time_point recovery_started_ = steady_clock::now();
 };
+
+absl::Status Runner::Interrupted() const {
+  if (record_.cancel_requested()) return absl::CancelledError("cancelled");
+  if (record_.stop_requested()) {
+    return absl::AbortedError("the coordinator is stopping");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Runner::Prepare() {
   absl::StatusOr<data::Splits> data = data::LoadForJob(
@@ -170,8 +206,6 @@ absl::Status Runner::Prepare() {
         "the job needs ", stages, " stage servers but the fleet has ",
         env_.stage_addresses.size()));
   }
-  fleet_ = std::make_unique<Fleet>(std::vector<std::string>(
-      env_.stage_addresses.begin(), env_.stage_addresses.begin() + stages));
   return absl::OkStatus();
 }
 
@@ -243,24 +277,10 @@ absl::Status Runner::Assign() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> Runner::Restore() {
-  const std::string& from = spec_.checkpoint().resume_from_job();
-  absl::StatusOr<ResumePoint> point =
-      FindResumePoint(env_.state_dir, from, fleet_->size());
-  if (!point.ok()) return point.status();
-  for (const std::string& why : point->skipped) {
-    std::cout << id_ << ": passed over a checkpoint of " << from << ": " << why
-              << std::endl;
-  }
-  if (point->epoch >= spec_.training().epochs()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the newest usable checkpoint of job \"", from, "\" is after epoch ",
-        point->epoch, " and this job trains ", spec_.training().epochs(),
-        " epochs: nothing is left to train (ask for more epochs)"));
-  }
+absl::Status Runner::LoadCheckpoint(const ResumePoint& point) {
   std::optional<uint64_t> steps, samples;
   for (int j = 0; j < fleet_->size(); ++j) {
-    const std::string& bytes = point->files[j];
+    const std::string& bytes = point.files[j];
     petra::v1::RestoreCheckpointResponse response;
     for (uint64_t offset = 0; offset < bytes.size(); offset += kReadChunk) {
       petra::v1::RestoreCheckpointRequest piece;
@@ -275,11 +295,11 @@ absl::StatusOr<uint32_t> Runner::Restore() {
         return s;
       }
     }
-    if (!response.restored() || response.epoch() != point->epoch ||
+    if (!response.restored() || response.epoch() != point.epoch ||
         (steps && (*steps != response.optimizer_steps() ||
                    *samples != response.samples_seen()))) {
       return absl::DataLossError(
-          absl::StrCat(point->directory, ": stage ", j,
+          absl::StrCat(point.directory, ": stage ", j,
                        "'s checkpoint disagrees with the "
                        "others (epoch ",
                        response.epoch(), ", ", response.optimizer_steps(),
@@ -290,10 +310,186 @@ absl::StatusOr<uint32_t> Runner::Restore() {
   }
   steps_done_ = *steps;
   samples_seen_ = *samples;
-  std::cout << id_ << ": resumed from " << point->directory << " (epoch "
-            << point->epoch << ", " << steps_done_ << " optimizer steps)"
+  first_epoch_ = point.epoch + 1;
+  std::cout << id_ << ": resumed from " << point.directory << " (epoch "
+            << point.epoch << ", " << steps_done_ << " optimizer steps)"
             << std::endl;
-  return point->epoch;
+  return absl::OkStatus();
+}
+
+absl::Status Runner::RestoreNewest() {
+  // The job's own checkpoints first: it is recovering, or its coordinator
+  // restarted.
+  absl::StatusOr<ResumePoint> own =
+      FindResumePoint(env_.state_dir, id_, fleet_->size());
+  if (own.ok()) {
+    for (const std::string& why : own->skipped) {
+      std::cout << id_ << ": passed over a checkpoint: " << why << std::endl;
+    }
+    if (absl::Status s = LoadCheckpoint(*own); !s.ok()) return s;
+    TrimTrainLog(own->epoch);
+    return absl::OkStatus();
+  }
+  if (!absl::EndsWith(own.status().message(), "(none written)")) {
+    std::cout << id_ << ": " << own.status().message() << std::endl;
+  }
+  const std::string& from = spec_.checkpoint().resume_from_job();
+  if (from.empty()) {
+    // No checkpoint yet: start again from the seeded initial weights, which
+    // every stage rebuilt when it was assigned.
+    first_epoch_ = 1;
+    steps_done_ = 0;
+    samples_seen_ = 0;
+    TrimTrainLog(0);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ResumePoint> point =
+      FindResumePoint(env_.state_dir, from, fleet_->size());
+  if (!point.ok()) return Prefixed("resuming: ", point.status());
+  for (const std::string& why : point->skipped) {
+    std::cout << id_ << ": passed over a checkpoint of " << from << ": " << why
+              << std::endl;
+  }
+  if (point->epoch >= spec_.training().epochs()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resuming: the newest usable checkpoint of job \"", from,
+        "\" is after epoch ", point->epoch, " and this job trains ",
+        spec_.training().epochs(),
+        " epochs: nothing is left to train (ask for more epochs)"));
+  }
+  if (absl::Status s = LoadCheckpoint(*point); !s.ok()) {
+    return Prefixed("resuming: ", s);
+  }
+  TrimTrainLog(0);
+  return absl::OkStatus();
+}
+
+void Runner::TrimTrainLog(uint32_t epochs) {
+  const std::filesystem::path path = std::filesystem::path(env_.state_dir) /
+                                     JobDirectory(id_) / "train_log.csv";
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  bool trimmed = false;
+  while (std::getline(in, line)) {
+    uint32_t epoch = 0;
+    const bool row = absl::SimpleAtoi(line.substr(0, line.find(',')), &epoch);
+    if (row && epoch > epochs) {
+      trimmed = true;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  if (!trimmed) return;
+  // The rows of epochs trained again are written again; a crash here
+  // leaves the old file whole.
+  if (absl::Status s = cli::WriteFileAtomically(path, kept); !s.ok()) {
+    std::cout << id_ << ": " << s.message() << std::endl;
+  }
+}
+
+bool Runner::LostAStage(const absl::Status& failure) {
+  if (fleet_ == nullptr) return false;
+  if (failure.code() == absl::StatusCode::kUnavailable) return true;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    absl::StatusOr<petra::v1::StageStatus> status = fleet_->Status(j);
+    if (!status.ok() || status->job_id() != id_) return true;
+  }
+  return false;
+}
+
+void Runner::BeginRecovery(const absl::Status& cause) {
+  recovery_started_ = steady_clock::now();
+  std::cout << id_ << ": lost a stage server (" << cause.message()
+            << "); recovering" << std::endl;
+  if (env_.metrics != nullptr) env_.metrics->Recovery();
+  record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    job.set_state(petra::v1::JOB_STATE_RECOVERING);
+    petra::v1::Recovery* r = job.add_recoveries();
+    *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+    r->set_reason(std::string(cause.message()));
+  });
+}
+
+void Runner::EndRecovery(uint32_t restored_epoch) {
+  const double seconds =
+      std::chrono::duration<double>(steady_clock::now() - recovery_started_)
+          .count();
+  std::cout << id_ << ": recovered in " << absl::StrFormat("%.1f", seconds)
+            << " s from epoch " << restored_epoch << std::endl;
+  record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    if (job.recoveries_size() > 0) {
+      petra::v1::Recovery* r =
+          job.mutable_recoveries(job.recoveries_size() - 1);
+      r->set_restored_epoch(restored_epoch);
+      r->set_seconds(seconds);
+    }
+  });
+}
+
+absl::Status Runner::Attach(std::chrono::seconds wait) {
+  const int stages = static_cast<int>(ranges_.size());
+  // The job's own servers first (its record after a coordinator restart),
+  // then the rest of --stages in order.
+  std::vector<std::string> candidates;
+  // A named copy: ranging over Snapshot().stages() would read the
+  // temporary Job after it is destroyed (ASan: stack-use-after-scope).
+  const Job snapshot = record_.Snapshot();
+  for (const petra::v1::StagePlacement& p : snapshot.stages()) {
+    candidates.push_back(p.address());
+  }
+  for (const std::string& a : env_.stage_addresses) {
+    if (std::find(candidates.begin(), candidates.end(), a) ==
+        candidates.end()) {
+      candidates.push_back(a);
+    }
+  }
+  const auto deadline = steady_clock::now() + wait;
+  if (wait.count() > 0) {
+    std::cout << id_ << ": waiting up to " << wait.count() << " s for "
+              << stages << " free stage servers" << std::endl;
+  }
+  Fleet probe(candidates, env_.security);
+  probe.set_probe_only();
+  while (true) {
+    if (absl::Status s = Interrupted(); !s.ok()) return s;
+    std::vector<std::string> chosen, missing;
+    for (int i = 0; i < probe.size(); ++i) {
+      if (static_cast<int>(chosen.size()) == stages) break;
+      absl::StatusOr<petra::v1::StageStatus> status = probe.Status(i);
+      if (!status.ok()) {
+        missing.push_back(std::string(status.status().message()));
+        continue;
+      }
+      // This coordinator runs one job at a time: a job a server still
+      // holds is this one's, or left over from before a restart. Assign
+      // releases it.
+      if (status->state() == petra::v1::StageStatus::STATE_IDLE ||
+          !status->job_id().empty()) {
+        chosen.push_back(probe.address(i));
+      } else {
+        missing.push_back(
+            absl::StrCat(probe.Name(i), " is ",
+                         petra::v1::StageStatus::State_Name(status->state())));
+      }
+    }
+    if (static_cast<int>(chosen.size()) == stages) {
+      fleet_ = std::make_unique<Fleet>(std::move(chosen), env_.security);
+      return Assign();
+    }
+    if (steady_clock::now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "the job needs ", stages,
+          stages == 1 ? " stage server and " : " stage servers and only ",
+          chosen.size(), " answered and were free",
+          wait.count() > 0 ? absl::StrCat(" within ", wait.count(),
+                                          " s (--recovery-timeout)")
+                           : "",
+          ": ", absl::StrJoin(missing, "; ")));
+    }
+    std::this_thread::sleep_for(milliseconds(500));
+  }
 }
 
 void Runner::ReleaseAll() {
@@ -485,8 +681,8 @@ absl::Status Runner::RunPass(petra::v1::Phase phase, uint32_t epoch,
       last_done = c.last_done;
     }
     if (complete) break;
-    if (record_.cancel_requested()) {
-      status = absl::CancelledError("cancelled");
+    if (absl::Status s = Interrupted(); !s.ok()) {
+      status = s;
       break;
     }
     if (feed_over && !feed_status.ok()) {
@@ -640,12 +836,24 @@ absl::Status Runner::CheckpointAll(uint32_t epoch) {
   const std::string rel =
       (std::filesystem::path(JobDirectory(id_)) / "checkpoints" / name)
           .string();
-  checkpoints_.push_back(dir.string());
-  const uint32_t keep =
-      spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2;
-  while (checkpoints_.size() > std::max<uint32_t>(1, keep)) {
-    std::filesystem::remove_all(checkpoints_.front(), ec);
-    checkpoints_.erase(checkpoints_.begin());
+  // Keep the newest keep_last, by epoch: read from the disk, so checkpoints
+  // of an earlier coordinator process count too.
+  std::vector<std::pair<uint32_t, std::filesystem::path>> all;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir.parent_path(), ec)) {
+    uint32_t n = 0;
+    const std::string base = entry.path().filename().string();
+    if (absl::StartsWith(base, "epoch-") &&
+        absl::SimpleAtoi(base.substr(6), &n) && n <= epoch) {
+      all.emplace_back(n, entry.path());
+    }
+  }
+  std::sort(all.rbegin(), all.rend());
+  const uint32_t keep = std::max<uint32_t>(
+      1,
+      spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2);
+  for (size_t i = keep; i < all.size(); ++i) {
+    std::filesystem::remove_all(all[i].second, ec);
   }
   record_.Update(JobEvent::KIND_CHECKPOINT,
                  [&](Job& job) { job.set_last_checkpoint(rel); });
@@ -654,21 +862,56 @@ absl::Status Runner::CheckpointAll(uint32_t epoch) {
 
 absl::Status Runner::Run() {
   started_ = steady_clock::now();
+  // A job found RECOVERING was running when its coordinator stopped.
+  bool recovering =
+      record_.Snapshot().state() == petra::v1::JOB_STATE_RECOVERING;
   if (absl::Status s = Prepare(); !s.ok()) return s;
-  if (record_.cancel_requested()) return absl::CancelledError("cancelled");
-  if (absl::Status s = Assign(); !s.ok()) return s;
-  record_.Update(JobEvent::KIND_STATE, [](Job& job) {
-    job.set_state(petra::v1::JOB_STATE_RUNNING);
-    *job.mutable_start_time() =
-        google::protobuf::util::TimeUtil::GetCurrentTime();
-  });
-  uint32_t first_epoch = 1;
-  if (!spec_.checkpoint().resume_from_job().empty()) {
-    absl::StatusOr<uint32_t> resumed = Restore();
-    if (!resumed.ok()) return Prefixed("resuming: ", resumed.status());
-    first_epoch = *resumed + 1;
-    Progress(JobEvent::KIND_PROGRESS, *resumed, nullptr, std::nullopt);
+  while (true) {
+    if (absl::Status s = Interrupted(); !s.ok()) return s;
+    // Too few servers, even after the recovery wait, ends the job.
+    if (absl::Status s = Attach(recovering ? env_.recovery_timeout
+                                           : std::chrono::seconds(0));
+        !s.ok()) {
+      return s;
+    }
+    absl::Status status = RestoreNewest();
+    if (status.ok()) {
+      if (recovering) EndRecovery(first_epoch_ - 1);
+      record_.Update(JobEvent::KIND_STATE, [](Job& job) {
+        job.set_state(petra::v1::JOB_STATE_RUNNING);
+        if (!job.has_start_time()) {
+          *job.mutable_start_time() =
+              google::protobuf::util::TimeUtil::GetCurrentTime();
+        }
+      });
+      if (first_epoch_ > 1) {
+        Progress(JobEvent::KIND_PROGRESS, first_epoch_ - 1, nullptr,
+                 std::nullopt);
+      }
+      status = Train();
+    }
+    if (status.ok() || !Interrupted().ok()) return status;
+    // A job that never ran fails at once (its fleet is likely misnamed); a
+    // running one waits for its lost stage and resumes.
+    const bool ran = recovering || record_.Snapshot().has_start_time();
+    if (!ran || env_.recovery_timeout.count() == 0 || !LostAStage(status)) {
+      return status;
+    }
+    if (++lost_in_a_row_ > env_.max_recoveries) {
+      return Prefixed(
+          absl::StrCat("gave up after ", env_.max_recoveries,
+                       " recoveries in a row without finishing an epoch "
+                       "(--max-recoveries): "),
+          status);
+    }
+    BeginRecovery(status);
+    ReleaseAll();
+    recovering = true;
   }
+}
+
+absl::Status Runner::Train() {
+  const uint32_t first_epoch = first_epoch_;
   const uint32_t epochs = spec_.training().epochs();
   const uint32_t eval_every = spec_.evaluation().every_epochs();
   const uint32_t ckpt_every = spec_.checkpoint().every_epochs();
@@ -709,6 +952,7 @@ absl::Status Runner::Run() {
     }
     // Progress of the finished epoch, with the pass's own counters.
     Progress(JobEvent::KIND_EPOCH_END, e, &train, test);
+    lost_in_a_row_ = 0;
     if ((ckpt_every > 0 && e % ckpt_every == 0) || final_epoch) {
       if (absl::Status s = CheckpointAll(e); !s.ok()) {
         return Prefixed("checkpoint: ", s);
@@ -730,11 +974,26 @@ std::string ExportPath(const std::string& state_dir,
 }
 
 void RunJob(JobRecord& record, const RunnerEnvironment& env) {
-  record.Update(JobEvent::KIND_STATE,
-                [](Job& job) { job.set_state(petra::v1::JOB_STATE_STARTING); });
+  record.Update(JobEvent::KIND_STATE, [](Job& job) {
+    if (job.state() != petra::v1::JOB_STATE_RECOVERING) {
+      job.set_state(petra::v1::JOB_STATE_STARTING);
+    }
+  });
   Runner runner(record, env);
   absl::Status status = runner.Run();
   runner.ReleaseAll();
+  if (!status.ok() && record.stop_requested() && !record.cancel_requested()) {
+    // Not an end: the next coordinator on this --state-dir resumes it.
+    record.Update(JobEvent::KIND_STATE, [&](Job& job) {
+      job.set_state(petra::v1::JOB_STATE_RECOVERING);
+      petra::v1::Recovery* r = job.add_recoveries();
+      *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+      r->set_reason(
+          "the coordinator stopped while the job was running; it resumes "
+          "when a coordinator starts again on the same --state-dir");
+    });
+    return;
+  }
   record.Update(JobEvent::KIND_STATE, [&](Job& job) {
     *job.mutable_end_time() =
         google::protobuf::util::TimeUtil::GetCurrentTime();

@@ -6,11 +6,14 @@
 // releases the stages however the job ends. Progress goes to the record.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_record.h"
+#include "services/wire/transport_security.h"
 
 namespace petra::coordinator {
 
@@ -19,6 +22,14 @@ struct RunnerEnvironment {
   std::string data_root;
   std::string state_dir;  // the coordinator's
   CoordinatorMetrics* metrics = nullptr;  // none when null
+  // TLS of the calls to the stages: the coordinator's own certificate.
+  wire::TransportSecurity security;
+  // A running job that loses a stage server waits this long for it (or an
+  // idle spare) to answer before it fails.
+  std::chrono::seconds recovery_timeout{120};
+  // Recoveries in a row without a finished epoch before the job fails: a
+  // stage that crashes on every start must not loop forever.
+  uint32_t max_recoveries = 3;
 };
 
 // Sets the record's final state (SUCCEEDED, FAILED with the reason, or

@@ -26,6 +26,25 @@ int main(int argc, char** argv) {
   flags.AddString("state-dir", &options.state_dir,
                   "directory for job records and checkpoints (created when "
                   "missing)");
+  flags.AddString("tls-cert", &options.tls.cert_file,
+                  "PEM certificate: serve TLS (with --tls-key), and present "
+                  "it to the stage servers as the coordinator's identity");
+  flags.AddString("tls-key", &options.tls.key_file,
+                  "PEM private key of --tls-cert");
+  flags.AddString("tls-ca", &options.tls.ca_file,
+                  "PEM CA certificates: require and verify client "
+                  "certificates (mutual TLS) and verify the stage servers");
+  flags.AddString("auth-token-file", &options.auth_token_file,
+                  "file holding the bearer token every client call must "
+                  "carry (authorization: Bearer TOKEN); empty = no token; "
+                  "health checks need none");
+  flags.AddInt("recovery-timeout", &options.recovery_timeout_seconds,
+               "seconds a running job that lost a stage server waits for it "
+               "(or an idle spare listed in --stages) before it fails; 0 "
+               "fails at once");
+  flags.AddInt("max-recoveries", &options.max_recoveries,
+               "recoveries in a row without a finished epoch before a job "
+               "fails");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   auto server = petra::coordinator::CoordinatorServer::Create(options);
@@ -40,6 +59,15 @@ int main(int argc, char** argv) {
   std::cout << "petra-coordinator listening on port " << (*server)->port()
             << " (" << (*server)->stage_addresses().size() << " stage servers)"
             << std::endl;
+  std::cout << "petra-coordinator transport: "
+            << (*server)->security().Describe()
+            << ((*server)->requires_token() ? ", bearer token required" : "")
+            << std::endl;
+  if ((*server)->requires_token() && !(*server)->security().enabled()) {
+    std::cerr << argv[0]
+              << ": warning: --auth-token-file without --tls-cert: clients "
+                 "send the token in plaintext\n";
+  }
   if ((*server)->metrics_port() != 0) {
     std::cout << "petra-coordinator metrics on port "
               << (*server)->metrics_port() << std::endl;

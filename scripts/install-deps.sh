@@ -26,9 +26,13 @@ fi
 # test: the test suite's tools. Python's torch.load must read what
 # `petra export` writes; a real Prometheus (and promtool) must scrape and
 # accept our metrics; the deployment tests render the compose file and read
-# YAML, and validate the Kubernetes manifests with npm packages.
+# YAML, and validate the Kubernetes manifests with npm packages; the
+# security tests make certificates with openssl (scripts/make-certs.sh);
+# the fuzz targets need clang with libFuzzer and the sanitizer runtimes
+# (scripts/fuzz.sh).
 TEST_PACKAGES=(
-  libgtest-dev libgmock-dev python3-yaml prometheus docker-compose
+  libgtest-dev libgmock-dev python3-yaml prometheus docker-compose openssl
+  clang-14 libclang-rt-14-dev
 )
 if [[ "${PETRA_TORCH:-debian}" != external ]]; then
   TEST_PACKAGES+=(python3-torch)

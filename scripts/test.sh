@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, and runs every
-# test (unit and integration) with CTest. Exits non-zero when any test fails.
+# test (unit and integration) with CTest, then the fuzz targets for a short
+# while (scripts/fuzz.sh). Exits non-zero when any test or fuzz run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -13,4 +14,9 @@ fi
 BUILD_DIR=${BUILD_DIR:-build}
 echo "test: running the suite"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-2}" --timeout 300
+# The fuzz targets (clang, its own build dir), briefly: FUZZ_SECONDS each,
+# both at once; 0 skips them.
+if [[ "${FUZZ_SECONDS:-45}" != 0 ]]; then
+  bash scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-45}"
+fi
 echo "test: install + build + tests took $(( $(date +%s) - start )) s"

@@ -28,6 +28,18 @@ int main(int argc, char** argv) {
   flags.AddInt("drain-seconds", &options.drain_seconds,
                "on SIGTERM, seconds the passes already started may take to "
                "finish");
+  flags.AddString("tls-cert", &options.tls.cert_file,
+                  "PEM certificate: serve TLS (with --tls-key), and present "
+                  "it to the neighbour stages");
+  flags.AddString("tls-key", &options.tls.key_file,
+                  "PEM private key of --tls-cert");
+  flags.AddString("tls-ca", &options.tls.ca_file,
+                  "PEM CA certificates: require and verify client "
+                  "certificates (mutual TLS) and verify the neighbours");
+  flags.AddString("coordinator-identity", &options.coordinator_identity,
+                  "with mutual TLS, accept control calls (assign, start, "
+                  "checkpoint, release) only from a certificate with this CN "
+                  "or DNS name; empty accepts any certificate of --tls-ca");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   auto server = petra::stage_server::StageServer::Create(options);
@@ -42,6 +54,13 @@ int main(int argc, char** argv) {
   // Tests and scripts read the bound ports from these lines.
   std::cout << "petra-stage-server listening on port " << (*server)->port()
             << " (device " << options.device << ")" << std::endl;
+  std::cout << "petra-stage-server transport: "
+            << (*server)->security().Describe()
+            << (options.coordinator_identity.empty()
+                    ? ""
+                    : ", control calls only from \"" +
+                          options.coordinator_identity + "\"")
+            << std::endl;
   if ((*server)->metrics_port() != 0) {
     std::cout << "petra-stage-server metrics on port "
               << (*server)->metrics_port() << std::endl;

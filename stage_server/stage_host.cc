@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/cli/durable_file.h"
+#include "services/cli/paths.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
@@ -28,9 +29,19 @@ namespace petra::stage_server {
 
 using petra::v1::StageStatus;
 
+namespace {
+
+// Credits each incoming stream of the job is granted.
+uint32_t CreditWindow(const petra::v1::AssignRequest& a) {
+  const uint32_t w = a.spec().training().max_in_flight();
+  return w > 0 ? w : 2 * a.stage_count();
+}
+
+}  // namespace
+
 struct StageJob {
   StageJob(const petra::v1::AssignRequest& a)
-      : assign(a), mailbox(a.stage_index(), a.stage_count()) {}
+      : assign(a), mailbox(a.stage_index(), a.stage_count(), CreditWindow(a)) {}
   const petra::v1::AssignRequest assign;
   std::unique_ptr<engine::StageWorker> worker;  // set by the executor
   StageMailbox mailbox;
@@ -247,6 +258,11 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   auto refuse = [&](absl::Status s) { done(std::move(s)); };
   if (absl::Status s = CheckRelativeName(request.job_id(), "job_id"); !s.ok())
     return refuse(s);
+  // A job id names one directory under --state-dir, not a path.
+  if (absl::StrContains(request.job_id(), "/") || request.job_id() == ".") {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "job_id \"", request.job_id(), "\" must be one path component")));
+  }
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(request.spec());
   if (!spec.ok()) {
     return refuse(absl::InvalidArgumentError(
@@ -268,12 +284,17 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
         absl::StrCat("the job places this stage on \"", request.device(),
                      "\" but this server runs on \"", options_.device, "\"")));
   }
+  std::filesystem::path restore_file;
   if (!request.restore_checkpoint().empty()) {
     if (absl::Status s = CheckRelativeName(request.restore_checkpoint(),
                                            "restore_checkpoint");
         !s.ok()) {
       return refuse(s);
     }
+    absl::StatusOr<std::filesystem::path> confined = cli::ConfinedPath(
+        options_.state_dir, request.restore_checkpoint(), "restore_checkpoint");
+    if (!confined.ok()) return refuse(confined.status());
+    restore_file = std::move(*confined);
   }
   auto job = std::make_shared<StageJob>(request);
   {
@@ -290,7 +311,8 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
     }
     job_ = job;
   }
-  Post([this, job, spec = *spec, response, done = std::move(done)] {
+  Post([this, job, spec = *spec, restore_file, response,
+        done = std::move(done)] {
     std::vector<model::BlockRange> ranges;
     for (const auto& r : job->assign.partition()) {
       ranges.push_back(
@@ -309,8 +331,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
           });
       const std::string& restore = job->assign.restore_checkpoint();
       if (!restore.empty()) {
-        std::ifstream in(std::filesystem::path(options_.state_dir) / restore,
-                         std::ios::binary);
+        std::ifstream in(restore_file, std::ios::binary);
         std::string bytes((std::istreambuf_iterator<char>(in)),
                           std::istreambuf_iterator<char>());
         if (!in && bytes.empty()) {
@@ -375,7 +396,7 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
   std::unique_ptr<Sender<petra::v1::BackwardMessage>> previous;
   if (status.ok() && job->index() + 1 < job->count()) {
     auto stub = petra::v1::StageService::NewStub(
-        wire::CreateChannel(job->assign.next_address()));
+        wire::CreateChannel(job->assign.next_address(), options_.security));
     next = std::make_unique<Sender<petra::v1::ForwardMessage>>(
         absl::StrCat("stage ", job->index() + 1, " (",
                      job->assign.next_address(), ")"),
@@ -385,7 +406,7 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
   }
   if (status.ok() && train && job->index() > 0) {
     auto stub = petra::v1::StageService::NewStub(
-        wire::CreateChannel(job->assign.previous_address()));
+        wire::CreateChannel(job->assign.previous_address(), options_.security));
     previous = std::make_unique<Sender<petra::v1::BackwardMessage>>(
         absl::StrCat("stage ", job->index() - 1, " (",
                      job->assign.previous_address(), ")"),
@@ -461,7 +482,14 @@ void StageHost::Checkpoint(const petra::v1::CheckpointRequest& request,
   if (!found.ok()) return done(found.status());
   if (absl::Status s = CheckRelativeName(request.name(), "name"); !s.ok())
     return done(s);
-  Post([this, job = *found, request, response, done = std::move(done)] {
+  const std::string rel = absl::StrCat((*found)->id(), "/", request.name(),
+                                       "/stage-", (*found)->index(), ".pt");
+  // The job's directory or the name may be a symbolic link out of the root.
+  absl::StatusOr<std::filesystem::path> file =
+      cli::ConfinedPath(options_.state_dir, rel, "name");
+  if (!file.ok()) return done(file.status());
+  Post([this, job = *found, request, rel, file = *file, response,
+        done = std::move(done)] {
     if (job->worker == nullptr || job->released) {
       return done(absl::FailedPreconditionError("the job was released"));
     }
@@ -473,11 +501,7 @@ void StageHost::Checkpoint(const petra::v1::CheckpointRequest& request,
     absl::StatusOr<std::string> bytes =
         engine::EncodeStageCheckpoint(*job->worker, meta);
     if (!bytes.ok()) return done(bytes.status());
-    const std::string rel = absl::StrCat(job->id(), "/", request.name(),
-                                         "/stage-", job->index(), ".pt");
-    if (absl::Status s = cli::WriteFileAtomically(
-            std::filesystem::path(options_.state_dir) / rel, *bytes);
-        !s.ok()) {
+    if (absl::Status s = cli::WriteFileAtomically(file, *bytes); !s.ok()) {
       return done(s);
     }
     response->set_path(rel);
@@ -497,10 +521,13 @@ absl::Status StageHost::ReadCheckpoint(
         "path \"", request.path(), "\" is not a checkpoint of job \"",
         request.job_id(), "\""));
   }
-  const std::filesystem::path path =
-      std::filesystem::path(options_.state_dir) / request.path();
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
+  absl::StatusOr<std::filesystem::path> path =
+      cli::ConfinedPath(options_.state_dir, request.path(), "path");
+  if (!path.ok()) return path.status();
+  std::error_code ec;
+  std::ifstream in(*path, std::ios::binary | std::ios::ate);
+  // A directory opens too, and then reports a nonsense size.
+  if (!in || !std::filesystem::is_regular_file(*path, ec)) {
     return absl::NotFoundError(
         absl::StrCat("no checkpoint \"", request.path(), "\""));
   }
@@ -654,8 +681,7 @@ absl::Status StageHost::DeliverBackward(wire::BackwardPayload payload,
 uint32_t StageHost::window() {
   std::lock_guard<std::mutex> lock(mu_);
   if (job_ == nullptr) return 1;
-  const uint32_t w = job_->assign.spec().training().max_in_flight();
-  return w > 0 ? w : 2 * job_->assign.stage_count();
+  return CreditWindow(job_->assign);
 }
 
 void StageHost::Drain(std::chrono::milliseconds timeout) {

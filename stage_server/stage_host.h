@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
 #include "services/engine/blocking_queue.h"
+#include "services/wire/transport_security.h"
 #include "stage_server/stage_mailbox.h"
 #include "stage_server/stage_metrics.h"
 
@@ -30,6 +31,8 @@ class StageHost {
     std::string state_dir;
     // Where the stage's metrics go; none when null.
     StageMetrics* metrics = nullptr;
+    // How the streams to the neighbours are secured (the server's own).
+    wire::TransportSecurity security;
   };
   using Done = std::function<void(absl::Status)>;
 

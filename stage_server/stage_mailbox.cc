@@ -20,14 +20,15 @@ petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status) {
   return r;
 }
 
-StageMailbox::StageMailbox(int stage_index, int stage_count)
-    : index_(stage_index), count_(stage_count) {}
+StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window)
+    : index_(stage_index), count_(stage_count), window_(window) {}
 
 void StageMailbox::BeginPass(const PassInfo& pass) {
   std::lock_guard<std::mutex> lock(mu_);
   pass_ = pass;
   open_pass_ = true;
   next_forward_ = next_backward_ = 0;
+  last_x_ = last_labels_ = last_backward_ = -1;
   forward_.clear();
   backward_.clear();
 }
@@ -66,7 +67,21 @@ absl::Status StageMailbox::CheckId(uint64_t id, int64_t next,
                                                  " is a duplicate: stage ",
                                                  index_, " already took it"));
   }
+  if (window_ > 0 && id >= static_cast<uint64_t>(next) + window_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        direction, " micro-batch ", id, " is beyond the credit window: stage ",
+        index_, " takes micro-batch ", next, " next and grants ", window_,
+        " credits"));
+  }
   return absl::OkStatus();
+}
+
+absl::Status StageMailbox::CheckOrder(uint64_t id, int64_t last,
+                                      const char* what) {
+  if (static_cast<int64_t>(id) > last) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat(
+      what, " of micro-batch ", id, " arrived out of order: micro-batch ", last,
+      " came before it (ids increase in send order)"));
 }
 
 bool StageMailbox::ForwardReady(const ForwardSlot& s) const {
@@ -104,19 +119,34 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
         "forward micro-batch ", id,
         ": labels are taken only by the last stage, from the coordinator"));
   }
-  ForwardSlot& slot = forward_[id];
-  if ((has_x && slot.has_x) || (has_labels && slot.has_labels)) {
+  auto queued = forward_.find(id);
+  if (queued != forward_.end() && ((has_x && queued->second.has_x) ||
+                                   (has_labels && queued->second.has_labels))) {
     return absl::AlreadyExistsError(absl::StrCat(
         "forward micro-batch ", id, " is a duplicate: it is already queued"));
   }
   if (has_x) {
+    if (absl::Status s = CheckOrder(id, last_x_, "forward activation");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (has_labels) {
+    if (absl::Status s = CheckOrder(id, last_labels_, "labels"); !s.ok()) {
+      return s;
+    }
+  }
+  ForwardSlot& slot = forward_[id];
+  if (has_x) {
     slot.x = std::move(p.x);
     slot.has_x = true;
+    last_x_ = static_cast<int64_t>(id);
     if (index_ == 0) data_sink_ = from;
   }
   if (has_labels) {
     slot.labels = std::move(p.labels);
     slot.has_labels = true;
+    last_labels_ = static_cast<int64_t>(id);
     labels_sink_ = from;
   }
   slot.senders.push_back(std::move(from));
@@ -134,6 +164,12 @@ absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
     return absl::FailedPreconditionError(absl::StrCat(
         "backward micro-batch ", id, ": the pass is an evaluation"));
   }
+  if (index_ == count_ - 1) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("backward micro-batch ", id, " from stage ",
+                     p.header.sender_stage, ": stage ", index_,
+                     " is the last stage and computes its own gradients"));
+  }
   if (p.header.sender_stage != index_ + 1) {
     return absl::PermissionDeniedError(absl::StrCat(
         "backward micro-batch ", id, " from stage ", p.header.sender_stage,
@@ -143,6 +179,10 @@ absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
     return absl::AlreadyExistsError(absl::StrCat(
         "backward micro-batch ", id, " is a duplicate: it is already queued"));
   }
+  if (absl::Status s = CheckOrder(id, last_backward_, "gradient"); !s.ok()) {
+    return s;
+  }
+  last_backward_ = static_cast<int64_t>(id);
   BackwardSlot& slot = backward_[id];
   slot.item = {static_cast<int64_t>(id), std::move(p.output),
                std::move(p.grad)};

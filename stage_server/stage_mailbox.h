@@ -36,7 +36,11 @@ struct PassInfo {
 
 class StageMailbox : public engine::StageInbox {
  public:
-  StageMailbox(int stage_index, int stage_count);
+  // `window`: the credits a stream is granted (0: unchecked). A sender that
+  // keeps to its credits never sends a micro-batch `window` or more ahead of
+  // the one the stage takes next; one that does is refused, so a peer
+  // ignoring its credits cannot fill the stage's memory.
+  StageMailbox(int stage_index, int stage_count, uint32_t window = 0);
 
   // Resets the expectations for a new pass. Items of an earlier pass that
   // were never taken are dropped.
@@ -83,6 +87,9 @@ class StageMailbox : public engine::StageInbox {
   };
 
   absl::Status CheckId(uint64_t id, int64_t next, const char* direction) const;
+  // Ids on a stream increase: `id` must be above `last`, the highest id of
+  // that kind accepted in this pass (-1 for none).
+  static absl::Status CheckOrder(uint64_t id, int64_t last, const char* what);
   bool ForwardReady(const ForwardSlot& s) const;
   template <typename Map, typename Ready>
   absl::StatusOr<typename Map::mapped_type> Take(Map& map, int64_t id,
@@ -90,6 +97,7 @@ class StageMailbox : public engine::StageInbox {
                                                  bool backward);
 
   const int index_, count_;
+  const uint32_t window_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_pass_ = false;
@@ -97,6 +105,8 @@ class StageMailbox : public engine::StageInbox {
   std::string closed_why_;
   PassInfo pass_;
   int64_t next_forward_ = 0, next_backward_ = 0;
+  // Highest ids accepted this pass: activations, labels, gradients.
+  int64_t last_x_ = -1, last_labels_ = -1, last_backward_ = -1;
   std::map<int64_t, ForwardSlot> forward_;
   std::map<int64_t, BackwardSlot> backward_;
   std::shared_ptr<ReplySink> labels_sink_, data_sink_;

@@ -17,7 +17,8 @@ namespace petra::stage_server {
 // More intra-op threads than this is a typo, not a machine.
 constexpr int64_t kMaxThreads = 1024;
 
-StageServer::StageServer(Options options) : options_(std::move(options)) {}
+StageServer::StageServer(Options options, wire::TransportSecurity security)
+    : options_(std::move(options)), security_(std::move(security)) {}
 StageServer::~StageServer() { GracefulStop(); }
 
 absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
@@ -50,7 +51,17 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
       !s.ok()) {
     return s;
   }
-  return std::unique_ptr<StageServer>(new StageServer(std::move(options)));
+  absl::StatusOr<wire::TransportSecurity> security =
+      wire::LoadTransportSecurity(options.tls, wire::TlsRole::kServer);
+  if (!security.ok()) return security.status();
+  if (!options.coordinator_identity.empty() && !security->mutual()) {
+    return absl::InvalidArgumentError(
+        "--coordinator-identity needs mutual TLS (--tls-cert, --tls-key and "
+        "--tls-ca): without client certificates there is no identity to "
+        "check");
+  }
+  return std::unique_ptr<StageServer>(
+      new StageServer(std::move(options), std::move(*security)));
 }
 
 absl::Status StageServer::Start() {
@@ -67,10 +78,11 @@ absl::Status StageServer::Start() {
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
   host_ = std::make_unique<StageHost>(
       StageHost::Options{options_.device, static_cast<int>(options_.threads),
-                         options_.state_dir, stage_metrics_.get()});
-  service_ = std::make_unique<StageServiceImpl>(host_.get());
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      wire::StartServer(options_.listen, "--listen", {service_.get()}, &port_);
+                         options_.state_dir, stage_metrics_.get(), security_});
+  service_ = std::make_unique<StageServiceImpl>(host_.get(),
+                                                options_.coordinator_identity);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(
+      options_.listen, "--listen", {service_.get()}, &port_, security_);
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   return absl::OkStatus();

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/wire/transport_security.h"
 
 namespace grpc {
 class Server;
@@ -37,10 +38,17 @@ class StageServer {
     std::string state_dir = "/var/lib/petra/stage";
     // On SIGTERM, how long passes already started may take to finish.
     int64_t drain_seconds = 30;
+    // TLS for the server and for the streams to its neighbours; empty =
+    // plaintext. With a CA, peers must present a certificate it signed.
+    wire::TlsOptions tls;
+    // With mutual TLS: the identity (certificate CN or DNS name) whose
+    // control calls (Assign, Start, Checkpoint, ReadCheckpoint,
+    // RestoreCheckpoint, Release) are accepted; empty = any verified peer.
+    std::string coordinator_identity;
   };
 
-  // Checks the options (addresses, device, threads, state dir) without
-  // binding anything.
+  // Checks the options (addresses, device, threads, state dir, TLS files)
+  // without binding anything.
   static absl::StatusOr<std::unique_ptr<StageServer>> Create(Options options);
   ~StageServer();
 
@@ -54,10 +62,13 @@ class StageServer {
   int port() const { return port_; }
   int metrics_port() const;
   const Options& options() const { return options_; }
+  // The TLS settings as loaded by Create.
+  const wire::TransportSecurity& security() const { return security_; }
 
  private:
-  explicit StageServer(Options options);
+  StageServer(Options options, wire::TransportSecurity security);
   Options options_;
+  wire::TransportSecurity security_;
   std::unique_ptr<StageMetrics> stage_metrics_;
   std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;

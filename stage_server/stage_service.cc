@@ -5,6 +5,7 @@
 
 #include "services/wire/stage_messages.h"
 #include "services/wire/status_map.h"
+#include "services/wire/transport_security.h"
 
 namespace petra::stage_server {
 namespace {
@@ -150,12 +151,23 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
 
 }  // namespace
 
-StageServiceImpl::StageServiceImpl(StageHost* host) : host_(host) {}
+StageServiceImpl::StageServiceImpl(StageHost* host,
+                                   std::string coordinator_identity)
+    : host_(host), coordinator_identity_(std::move(coordinator_identity)) {}
+
+absl::Status StageServiceImpl::CheckController(
+    grpc::CallbackServerContext* context, const char* call) const {
+  if (coordinator_identity_.empty()) return absl::OkStatus();
+  return wire::RequirePeerIdentity(*context->auth_context(),
+                                   coordinator_identity_, call);
+}
 
 grpc::ServerUnaryReactor* StageServiceImpl::Assign(
     grpc::CallbackServerContext* context,
     const petra::v1::AssignRequest* request,
     petra::v1::AssignResponse* response) {
+  if (absl::Status s = CheckController(context, "Assign"); !s.ok())
+    return Finished(context, s, host_->metrics());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   host_->Assign(*request, response, FinishLater(reactor, host_->metrics()));
   return reactor;
@@ -165,6 +177,8 @@ grpc::ServerUnaryReactor* StageServiceImpl::Start(
     grpc::CallbackServerContext* context,
     const petra::v1::StartRequest* request,
     petra::v1::StartResponse* /*response*/) {
+  if (absl::Status s = CheckController(context, "Start"); !s.ok())
+    return Finished(context, s, host_->metrics());
   return Finished(context, host_->Start(*request), host_->metrics());
 }
 
@@ -172,6 +186,8 @@ grpc::ServerUnaryReactor* StageServiceImpl::Checkpoint(
     grpc::CallbackServerContext* context,
     const petra::v1::CheckpointRequest* request,
     petra::v1::CheckpointResponse* response) {
+  if (absl::Status s = CheckController(context, "Checkpoint"); !s.ok())
+    return Finished(context, s, host_->metrics());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   host_->Checkpoint(*request, response, FinishLater(reactor, host_->metrics()));
   return reactor;
@@ -181,6 +197,8 @@ grpc::ServerUnaryReactor* StageServiceImpl::RestoreCheckpoint(
     grpc::CallbackServerContext* context,
     const petra::v1::RestoreCheckpointRequest* request,
     petra::v1::RestoreCheckpointResponse* response) {
+  if (absl::Status s = CheckController(context, "RestoreCheckpoint"); !s.ok())
+    return Finished(context, s, host_->metrics());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   host_->RestoreCheckpoint(*request, response,
                            FinishLater(reactor, host_->metrics()));
@@ -191,6 +209,8 @@ grpc::ServerUnaryReactor* StageServiceImpl::ReadCheckpoint(
     grpc::CallbackServerContext* context,
     const petra::v1::ReadCheckpointRequest* request,
     petra::v1::ReadCheckpointResponse* response) {
+  if (absl::Status s = CheckController(context, "ReadCheckpoint"); !s.ok())
+    return Finished(context, s, host_->metrics());
   return Finished(context, host_->ReadCheckpoint(*request, response),
                   host_->metrics());
 }
@@ -199,6 +219,8 @@ grpc::ServerUnaryReactor* StageServiceImpl::Release(
     grpc::CallbackServerContext* context,
     const petra::v1::ReleaseRequest* request,
     petra::v1::ReleaseResponse* /*response*/) {
+  if (absl::Status s = CheckController(context, "Release"); !s.ok())
+    return Finished(context, s, host_->metrics());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   host_->Release(*request, FinishLater(reactor, host_->metrics()));
   return reactor;

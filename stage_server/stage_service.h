@@ -5,6 +5,8 @@
 // (credits, per-message errors, completions) one at a time.
 #pragma once
 
+#include <string>
+
 #include "petra/v1/stage.grpc.pb.h"
 #include "stage_server/stage_host.h"
 
@@ -12,7 +14,10 @@ namespace petra::stage_server {
 
 class StageServiceImpl final : public petra::v1::StageService::CallbackService {
  public:
-  explicit StageServiceImpl(StageHost* host);
+  // With a `coordinator_identity`, control calls from a peer whose verified
+  // certificate does not name it are PERMISSION_DENIED; GetStatus and the
+  // Forward/Backward streams are open to every peer the TLS layer admits.
+  StageServiceImpl(StageHost* host, std::string coordinator_identity);
 
   grpc::ServerUnaryReactor* Assign(
       grpc::CallbackServerContext* context,
@@ -47,7 +52,12 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
   Backward(grpc::CallbackServerContext* context) override;
 
  private:
+  // OK when the caller of the control call `call` may make it.
+  absl::Status CheckController(grpc::CallbackServerContext* context,
+                               const char* call) const;
+
   StageHost* host_;
+  const std::string coordinator_identity_;
 };
 
 }  // namespace petra::stage_server

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace petra::cli {
@@ -44,6 +45,48 @@ absl::Status CheckReadableDirectory(const std::string& path,
         absl::StrCat(flag, ": directory \"", path, "\" is not readable"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::filesystem::path> ConfinedPath(const std::string& root,
+                                                   const std::string& relative,
+                                                   const std::string& field,
+                                                   AbsolutePath absolute) {
+  namespace fs = std::filesystem;
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " \"", absl::CHexEscape(relative), "\": ", why));
+  };
+  if (relative.empty()) return refuse("must not be empty");
+  if (relative.find('\0') != std::string::npos) {
+    return refuse("may not contain a NUL character");
+  }
+  const fs::path given(relative);
+  for (const fs::path& part : given) {
+    if (part == "..") return refuse("may not contain \"..\"");
+  }
+  if (given.is_absolute() && absolute == AbsolutePath::kRefuse) {
+    return refuse("must be a relative path, not an absolute one");
+  }
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(fs::absolute(root, ec), ec);
+  if (ec || root.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": the server's directory cannot be resolved: ",
+                     ec ? ec.message() : std::string("it is not set")));
+  }
+  const fs::path resolved =
+      fs::weakly_canonical(given.is_absolute() ? given : base / given, ec);
+  if (ec) return refuse(absl::StrCat("cannot be resolved: ", ec.message()));
+  // Lexical after canonicalisation: "." is the root itself, anything that
+  // starts with ".." (or has another root) is outside it.
+  const fs::path inside = resolved.lexically_relative(base);
+  if (inside.empty() || *inside.begin() == "..") {
+    return refuse(given.is_absolute()
+                      ? "is outside the server's root directory"
+                      : "resolves outside the server's root directory "
+                        "(through a symbolic link)");
+  }
+  return resolved;
 }
 
 }  // namespace petra::cli

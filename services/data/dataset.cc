@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "services/cli/paths.h"
 
 namespace petra::data {
 namespace {
@@ -242,9 +243,12 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
                       d.synthetic_train_size(), d.synthetic_test_size(),
                       resolved.seed());
   } else {
-    std::filesystem::path dir(d.path());
-    if (dir.is_relative()) dir = std::filesystem::path(data_root) / dir;
-    absl::StatusOr<Splits> loaded = LoadSplits(d.kind(), dir.string());
+    // The path comes from a client: it may not leave the data root.
+    absl::StatusOr<std::filesystem::path> dir =
+        cli::ConfinedPath(data_root, d.path(), "dataset.path",
+                          cli::AbsolutePath::kAllowInsideRoot);
+    if (!dir.ok()) return dir.status();
+    absl::StatusOr<Splits> loaded = LoadSplits(d.kind(), dir->string());
     if (!loaded.ok()) return loaded.status();
     s = std::move(*loaded);
   }

@@ -1,6 +1,7 @@
 #include "services/engine/stage_worker.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "services/model/batch_norm.h"
@@ -18,6 +19,22 @@ int64_t Bytes(const std::vector<torch::Tensor>& ts) {
     if (t.defined()) n += t.numel() * t.element_size();
   }
   return n;
+}
+
+// One reduction per tensor: the check the non-finite policy costs.
+bool AllFinite(const TensorPair& p) {
+  for (const torch::Tensor* t : {&p.a, &p.b}) {
+    if (t->defined() && t->is_floating_point() &&
+        !torch::isfinite(*t).all().item<bool>()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TensorPair ZerosLike(const TensorPair& p) {
+  return {p.a.defined() ? torch::zeros_like(p.a) : torch::Tensor(),
+          p.b.defined() ? torch::zeros_like(p.b) : torch::Tensor()};
 }
 
 // Torch reports errors by exception; they end at the worker's boundary.
@@ -92,11 +109,24 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
     Record r;
     r.tick = tick;
     r.step = steps_;
+    if (absl::Status s = CheckFinite(x, id, "the input activation", &r.skipped);
+        !s.ok()) {
+      return s;
+    }
     TensorPair y;
     {
       torch::NoGradGuard no_grad;
       ScopedBnMode mode(BnMode::kBatchStats);
       y = ForwardBlocks(x);
+    }
+    // A skipped forward still goes up, NaN and all: the stages above skip
+    // it as well, and the ids stay in step.
+    if (!r.skipped) {
+      if (absl::Status s =
+              CheckFinite(y, id, "the output activation", &r.skipped);
+          !s.ok()) {
+        return s;
+      }
     }
     if (!rebuilds_) {
       r.input = x.detach();
@@ -225,6 +255,36 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
   return Guard("backward", [&]() -> absl::StatusOr<BackwardOutput> {
     absl::StatusOr<Record> r = TakeRecord(id);
     if (!r.ok()) return r.status();
+    bool skip = r->skipped;
+    if (!skip && rebuilds_) {
+      if (absl::Status s = CheckFinite(
+              output, id, "the activation received for the backward", &skip);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (!skip) {
+      if (absl::Status s =
+              CheckFinite(output_grad, id, "the gradient received", &skip);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (skip) {
+      BackwardOutput out = SkippedBackward(*r, output);
+      out.delay_ticks = tick - r->tick;
+      out.staleness_steps = steps_ - r->step;
+      delay_sum_ += out.delay_ticks;
+      staleness_sum_ += out.staleness_steps;
+      ++measured_;
+      ++skipped_;
+      FinishBackward();
+      return out;
+    }
+    // The parameter gradients wait until the gradient going down is known
+    // to be finite (skip policy).
+    held_.clear();
+    hold_gradients_ = skip_non_finite();
     // Stashed weights: run the backward with the weights the forward used,
     // then put the current ones back and apply the update to those.
     std::vector<torch::Tensor> current;
@@ -262,7 +322,21 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
       for (size_t i = 0; i < params_.size(); ++i)
         params_[i].detach().copy_(current[i]);
     }
-    if (!before.empty()) Diagnose(*r, output_grad, before);
+    hold_gradients_ = false;
+    bool bad = false;
+    if (absl::Status s = CheckFinite(
+            out.input_grad, id, "the gradient computed for the input", &bad);
+        !s.ok()) {
+      return s;
+    }
+    if (bad) {
+      held_.clear();
+      out.input_grad = ZerosLike(out.input_grad);
+      ++skipped_;
+    } else {
+      CommitHeld();
+      if (!before.empty()) Diagnose(*r, output_grad, before);
+    }
     out.delay_ticks = tick - r->tick;
     out.staleness_steps = steps_ - r->step;
     delay_sum_ += out.delay_ticks;
@@ -278,11 +352,34 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(uint64_t id,
                                                     const torch::Tensor& labels,
                                                     int64_t tick) {
   return Guard("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
+    held_.clear();
+    hold_gradients_ = false;
     if (labels.dim() != 1 || labels.size(0) != x.a.size(0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("labels: ", labels.numel(),
                        " labels for a micro-batch of ", x.a.size(0)));
     }
+    bool skip_input = false;
+    if (absl::Status s =
+            CheckFinite(x, id, "the input activation", &skip_input);
+        !s.ok()) {
+      return s;
+    }
+    if (skip_input) {
+      // Not even a forward: its recompute would take NaN into the BN
+      // running statistics.
+      LossOutput out;
+      out.loss = std::numeric_limits<double>::quiet_NaN();
+      out.samples = labels.size(0);
+      out.backward.input = x.detach();
+      if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
+      ++forwards_;
+      ++measured_;
+      ++skipped_;
+      FinishBackward();
+      return out;
+    }
+    hold_gradients_ = skip_non_finite();
     // Forward and backward are one step here: the forward is the recompute,
     // so it updates the BN running statistics.
     torch::Tensor logits, loss;
@@ -295,12 +392,27 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(uint64_t id,
           std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>;
       return finite ? Result{{loss}, {}} : Result{};
     });
-    if (!finite &&
-        non_finite_ == petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL) {
+    hold_gradients_ = false;
+    if (!finite && !skip_non_finite()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the loss of micro-batch ", id, " is ", loss.item<double>(),
           " (training diverged; lower the learning rate, or set "
           "training.non_finite to skip such micro-batches)"));
+    }
+    bool bad = !finite;
+    if (finite) {
+      if (absl::Status s = CheckFinite(
+              input_grad, id, "the gradient computed for the input", &bad);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (bad) {
+      held_.clear();
+      input_grad = ZerosLike(input_grad);
+      ++skipped_;
+    } else {
+      CommitHeld();
     }
     LossOutput out;
     out.loss = loss.item<double>();
@@ -324,8 +436,59 @@ absl::StatusOr<TensorPair> StageWorker::Evaluate(const TensorPair& x) {
   });
 }
 
+absl::Status StageWorker::CheckFinite(const TensorPair& t, uint64_t id,
+                                      const char* what, bool* skip) const {
+  if (AllFinite(t)) return absl::OkStatus();
+  if (skip_non_finite()) {
+    *skip = true;
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stage ", config_.index, ", micro-batch ", id, ": ", what,
+      " holds NaN or Inf (training diverged, or a neighbour sent bad values; "
+      "lower the learning rate, or set training.non_finite to skip such "
+      "micro-batches)"));
+}
+
+BackwardOutput StageWorker::SkippedBackward(const Record& r,
+                                            const TensorPair& output) {
+  torch::NoGradGuard no_grad;
+  BackwardOutput out;
+  if (rebuilds_) {
+    // The inverse alone, with batch statistics: the running ones stay as
+    // they are.
+    ScopedBnMode mode(BnMode::kBatchStats);
+    TensorPair y = output.detach();
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+      auto* block = dynamic_cast<model::ReversibleBlock*>(it->get());
+      torch::Tensor a = block->Unsqueeze(y.b);
+      torch::Tensor b = block->Unsqueeze(y.a - block->residual()->forward(a));
+      y = {a, b};
+    }
+    out.input = y;
+  } else {
+    out.input = r.input;
+  }
+  if (config_.index > 0) out.input_grad = ZerosLike(out.input);
+  return out;
+}
+
 void StageWorker::Accumulate(const std::vector<torch::Tensor>& params,
                              const std::vector<torch::Tensor>& grads) {
+  if (hold_gradients_) {
+    held_.emplace_back(params, grads);
+    return;
+  }
+  AddToGradients(params, grads);
+}
+
+void StageWorker::CommitHeld() {
+  for (const auto& [params, grads] : held_) AddToGradients(params, grads);
+  held_.clear();
+}
+
+void StageWorker::AddToGradients(const std::vector<torch::Tensor>& params,
+                                 const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
   const double scale = 1.0 / accumulation_;
   for (size_t i = 0; i < params.size(); ++i) {

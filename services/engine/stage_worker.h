@@ -77,6 +77,16 @@ class StageWorker {
   int index() const { return config_.index; }
   int count() const { return config_.count; }
 
+  // NaN and Inf at the stage boundary (training.non_finite): each tensor
+  // that comes in or goes out of Forward, Backward and ForwardLoss is checked
+  // (one isfinite().all() reduction each). With the fail policy the call
+  // fails with FAILED_PRECONDITION naming the stage, micro-batch and tensor.
+  // With the skip policy the micro-batch is skipped on this stage: a
+  // non-finite forward still goes up (so the stages above skip it too), and
+  // its backward accumulates nothing, leaves the BN running statistics
+  // alone and sends zero gradients down with the input x~_{j-1} (rebuilt
+  // without a graph, or buffered), so the stages below skip it or add zero.
+
   // Training forward of micro-batch `id` at `tick`. Batch statistics;
   // running statistics untouched.
   absl::StatusOr<model::TensorPair> Forward(uint64_t id,
@@ -89,8 +99,9 @@ class StageWorker {
                                           const model::TensorPair& output_grad,
                                           int64_t tick);
   // Last stage: forward, cross-entropy loss and backward in one step. A
-  // NaN or infinite loss fails (FAILED_PRECONDITION) or, when the spec says
-  // so, skips the micro-batch: nothing accumulated, zero gradients down.
+  // NaN or infinite loss (or input, or gradient going down) fails
+  // (FAILED_PRECONDITION) or, when the spec says so, skips the micro-batch:
+  // nothing accumulated, zero gradients down.
   absl::StatusOr<LossOutput> ForwardLoss(uint64_t id,
                                          const model::TensorPair& x,
                                          const torch::Tensor& labels,
@@ -106,6 +117,8 @@ class StageWorker {
   int64_t optimizer_steps() const { return steps_; }
   int64_t forward_count() const { return forwards_; }
   int64_t backward_count() const { return backwards_; }
+  // Micro-batches this stage skipped for NaN or Inf (skip policy).
+  int64_t skipped_count() const { return skipped_; }
   double delay_ticks_mean() const;
   double staleness_mean() const;
   // Micro-batches forwarded and not yet backwarded.
@@ -139,13 +152,32 @@ class StageWorker {
     // For a gradient diagnostic: the forward's input and weights.
     model::TensorPair diagnostic_input;
     std::vector<torch::Tensor> diagnostic_weights;
+    // Its forward met NaN or Inf (skip policy): the backward is skipped too.
+    bool skipped = false;
   };
 
   model::TensorPair ForwardBlocks(const model::TensorPair& x);
   absl::StatusOr<Record> TakeRecord(uint64_t id);
   // Gradients of one micro-batch, averaged over k; steps when k are in.
+  // While hold_gradients_ is set they are kept aside (held_) instead, until
+  // the micro-batch is known to be finite: CommitHeld adds them.
   void Accumulate(const std::vector<torch::Tensor>& params,
                   const std::vector<torch::Tensor>& grads);
+  void AddToGradients(const std::vector<torch::Tensor>& params,
+                      const std::vector<torch::Tensor>& grads);
+  void CommitHeld();
+  bool skip_non_finite() const {
+    return non_finite_ ==
+           petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH;
+  }
+  // OK when every element of `t` is finite; otherwise FAILED_PRECONDITION
+  // (fail policy) naming `what`, or `*skip` set (skip policy).
+  absl::Status CheckFinite(const model::TensorPair& t, uint64_t id,
+                           const char* what, bool* skip) const;
+  // A skipped micro-batch's backward: x~_{j-1} without a graph or BN update,
+  // zero gradients.
+  BackwardOutput SkippedBackward(const Record& r,
+                                 const model::TensorPair& output);
   void FinishBackward();
   BackwardOutput Rebuild(const model::TensorPair& output,
                          const model::TensorPair& output_grad);
@@ -179,6 +211,10 @@ class StageWorker {
   int64_t pending_ = 0;  // backward passes accumulated since the last step
   int64_t forwards_ = 0;
   int64_t backwards_ = 0;
+  int64_t skipped_ = 0;
+  bool hold_gradients_ = false;
+  std::vector<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>>
+      held_;
   int64_t delay_sum_ = 0;
   int64_t staleness_sum_ = 0;
   int64_t measured_ = 0;

@@ -223,8 +223,9 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "eval-train", "", "false",
       "also evaluate on the whole training split after each evaluation",
       Bool([s](bool v) { s->mutable_evaluation()->set_full_train_pass(v); }));
-  f.AddCustom("checkpoint-every", "N", "0 (at the end only)",
-              "checkpoint every N epochs", Uint32([s](uint32_t v) {
+  f.AddCustom("checkpoint-every", "N", "1",
+              "checkpoint every N epochs (0: at the end only); a crashed job "
+              "resumes from its newest checkpoint", Uint32([s](uint32_t v) {
                 s->mutable_checkpoint()->set_every_epochs(v);
               }));
   f.AddCustom("resume-from", "JOB", "none",

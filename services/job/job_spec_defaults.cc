@@ -91,6 +91,9 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   if (!spec->evaluation().has_every_epochs()) {
     spec->mutable_evaluation()->set_every_epochs(1);
   }
+  if (!spec->checkpoint().has_every_epochs()) {
+    spec->mutable_checkpoint()->set_every_epochs(1);
+  }
   if (!spec->checkpoint().has_keep_last()) {
     spec->mutable_checkpoint()->set_keep_last(2);
   }

@@ -49,6 +49,57 @@ class Problems {
 
 std::string Num(double v) { return absl::StrFormat("%g", v); }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
+// points past U+10FFFF). proto3 strings must be: a spec that is not cannot
+// be sent over gRPC or written as the JSON job record.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    int n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 1, cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2, cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // truncated sequence
+    for (int k = 1; k <= n; ++k) {
+      const unsigned char d = s[i + k];
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+// Every free-text field of the spec must be UTF-8 (devices are checked
+// against their few ASCII forms already).
+void CheckText(const petra::v1::JobSpec& s, Problems& p) {
+  using Field = std::pair<const char*, const std::string*>;
+  for (const auto& [field, value] :
+       {Field{"name", &s.name()}, Field{"dataset.path", &s.dataset().path()},
+        Field{"checkpoint.resume_from_job",
+              &s.checkpoint().resume_from_job()}}) {
+    if (!IsUtf8(*value)) {
+      p.Add(field, absl::StrCat("\"", absl::CHexEscape(*value), "\""),
+            "must be UTF-8 text");
+    }
+  }
+}
+
 // An enum must be a value the proto declares (proto3 keeps unknown numbers).
 template <typename E>
 bool CheckEnum(Problems& p, const std::string& field, int value,
@@ -336,6 +387,7 @@ absl::StatusOr<petra::v1::JobSpec> ResolveJobSpec(
   CheckTraining(resolved, problems);
   CheckOptimizerAndSchedule(resolved, problems);
   CheckRest(resolved, problems);
+  CheckText(resolved, problems);
   if (!problems.empty()) return problems.ToStatus();
   return resolved;
 }

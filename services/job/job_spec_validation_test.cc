@@ -40,6 +40,7 @@ TEST(ResolveJobSpec, MinimalSpecGetsTheDocumentedDefaults) {
   EXPECT_EQ(r->schedule().decay(), petra::v1::ScheduleSpec::DECAY_COSINE);
   EXPECT_EQ(r->evaluation().every_epochs(), 1u);
   EXPECT_EQ(r->checkpoint().keep_last(), 2u);
+  EXPECT_EQ(r->checkpoint().every_epochs(), 1u);
   EXPECT_EQ(StageCount(*r), 10);
   EXPECT_EQ(DeviceForStage(*r, 3), "cpu");
 }
@@ -67,6 +68,16 @@ TEST(ResolveJobSpec, ExplicitValuesAreKept) {
   EXPECT_EQ(r->optimizer().weight_decay(), 0);
   EXPECT_EQ(StageCount(*r), 2);
   EXPECT_EQ(DeviceForStage(*r, 1), "cuda:1");
+}
+
+TEST(ResolveJobSpec, TextFieldsMayBeAnyUtf8) {
+  JobSpec s = MinimalSpec();
+  // Two-, three- and four-byte sequences, the highest code point.
+  s.set_name("Mod\u00e8le \u2713 \U0001F680 \U0010FFFF");
+  s.mutable_dataset()->set_path("donn\u00e9es/fashion-mnist");
+  absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->name(), s.name());
 }
 
 TEST(ResolveJobSpec, DelayedModeWithBuffersIsValid) {
@@ -242,6 +253,33 @@ INSTANTIATE_TEST_SUITE_P(
             "DatasetPathEscapes",
             [](JobSpec* s) { s->mutable_dataset()->set_path("../../etc"); },
             "dataset.path = \"../../etc\"", "\"..\""},
+        // Found by tests/fuzz: accepted, then no JSON job record could be
+        // written and no gRPC peer could parse the spec.
+        RejectCase{"NameNotUtf8",
+                   [](JobSpec* s) {
+                     s->set_name(
+                         "mni\xff\xff\xff\xf6"
+                         "st");
+                   },
+                   "name = \"mni\\xff\\xff\\xff\\xf6st\"",
+                   "must be UTF-8 text"},
+        RejectCase{"DatasetPathNotUtf8",
+                   [](JobSpec* s) {
+                     // An overlong "/", then a lone surrogate.
+                     s->mutable_dataset()->set_path(
+                         "a\xc0\xaf"
+                         "b\xed\xa0\x80");
+                   },
+                   "dataset.path = \"a\\xc0\\xaf\\x62\\xed\\xa0\\x80\"",
+                   "must be UTF-8 text"},
+        RejectCase{"ResumeFromJobNotUtf8",
+                   [](JobSpec* s) {
+                     // A sequence cut short.
+                     s->mutable_checkpoint()->set_resume_from_job(
+                         "job-\xe2\x82");
+                   },
+                   "checkpoint.resume_from_job = \"job-\\xe2\\x82\"",
+                   "must be UTF-8 text"},
         RejectCase{
             "StashWithoutDelayedMode",
             [](JobSpec* s) { s->mutable_training()->set_stash_inputs(true); },

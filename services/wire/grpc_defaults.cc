@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "services/wire/bearer_token.h"
 
 namespace petra::wire {
 namespace {
@@ -44,22 +45,45 @@ grpc::ChannelArguments ClientChannelArguments() {
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   ApplyCommonArguments(args);
+  // A restarted stage server must be reached again within seconds (crash
+  // recovery); gRPC's default backoff grows to two minutes.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              kMaxReconnectBackoffMs / 2);
   return args;
 }
 
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   ClientChannelArguments());
+  return CreateChannel(address, TransportSecurity());
+}
+
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
+                                             const TransportSecurity& security,
+                                             const std::string& bearer_token) {
+  if (bearer_token.empty()) {
+    return grpc::CreateCustomChannel(address, MakeChannelCredentials(security),
+                                     ClientChannelArguments());
+  }
+  // An interceptor rather than call credentials: gRPC refuses to send call
+  // credentials over plaintext, and a token without TLS is still allowed
+  // (on a trusted network, or in docker-compose).
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(BearerTokenInterceptor(bearer_token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, MakeChannelCredentials(security), ClientChannelArguments(),
+      std::move(interceptors));
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& listen, const std::string& flag,
-    const std::vector<grpc::Service*>& services, int* bound_port) {
+    const std::vector<grpc::Service*>& services, int* bound_port,
+    const TransportSecurity& security) {
   if (absl::Status s = ValidateAddress(listen, flag, true); !s.ok()) return s;
   grpc::ServerBuilder builder;
   ApplyServerDefaults(builder);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           bound_port);
+  builder.AddListeningPort(listen, MakeServerCredentials(security), bound_port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *bound_port == 0) {

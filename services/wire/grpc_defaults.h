@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/wire/transport_security.h"
 
 namespace grpc {
 class Channel;
@@ -30,6 +31,8 @@ inline constexpr int kTensorChunkBytes = 16 << 20;
 // not answered within 10 s, so a dead neighbour is noticed in seconds.
 inline constexpr int kKeepaliveTimeMs = 20'000;
 inline constexpr int kKeepaliveTimeoutMs = 10'000;
+// Longest wait between attempts to reconnect to a server that went away.
+inline constexpr int kMaxReconnectBackoffMs = 1'000;
 
 // Applies the limits, keepalive, health service and reflection to a server
 // being built. Call before BuildAndStart.
@@ -40,13 +43,20 @@ grpc::ChannelArguments ClientChannelArguments();
 
 // An insecure channel to `address` (host:port) with the defaults above.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);
+// The same over `security` (plaintext when it is not enabled); a non-empty
+// `bearer_token` is sent as `authorization: Bearer <token>` on every call.
+std::shared_ptr<grpc::Channel> CreateChannel(
+    const std::string& address, const TransportSecurity& security,
+    const std::string& bearer_token = "");
 
 // Builds and starts a server on `listen` (host:port, port 0 = ephemeral)
-// with the defaults above and the given services. UNAVAILABLE naming `flag`
-// when the address cannot be bound. *bound_port receives the actual port.
+// with the defaults above and the given services, over `security`.
+// UNAVAILABLE naming `flag` when the address cannot be bound. *bound_port
+// receives the actual port.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& listen, const std::string& flag,
-    const std::vector<grpc::Service*>& services, int* bound_port);
+    const std::vector<grpc::Service*>& services, int* bound_port,
+    const TransportSecurity& security = {});
 
 // Checks a host:port listen or connect address; INVALID_ARGUMENT naming
 // `flag` when it is malformed. Port 0 (ephemeral) is allowed when

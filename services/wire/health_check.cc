@@ -51,9 +51,10 @@ const char* ServingStatusName(ServingStatus status) {
 
 absl::StatusOr<ServingStatus> CheckHealth(const std::string& address,
                                           const std::string& service,
-                                          std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout,
+                                          const TransportSecurity& security) {
   grpc::GenericStub stub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(address, MakeChannelCredentials(security)));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   std::string request_bytes = EncodeRequest(service);

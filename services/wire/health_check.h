@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "services/wire/transport_security.h"
 
 namespace petra::wire {
 
@@ -21,10 +22,12 @@ enum class ServingStatus {
 const char* ServingStatusName(ServingStatus status);
 
 // Asks the server at `address` for the status of `service` ("" means the
-// whole server). Fails when the call fails (unreachable, deadline, a server
-// without the health service) or the answer cannot be read.
-absl::StatusOr<ServingStatus> CheckHealth(const std::string& address,
-                                          const std::string& service,
-                                          std::chrono::milliseconds timeout);
+// whole server), over `security`. Fails when the call fails (unreachable,
+// deadline, a TLS handshake refused, a server without the health service)
+// or the answer cannot be read. The health service needs no bearer token.
+absl::StatusOr<ServingStatus> CheckHealth(
+    const std::string& address, const std::string& service,
+    std::chrono::milliseconds timeout,
+    const TransportSecurity& security = TransportSecurity());
 
 }  // namespace petra::wire

@@ -159,6 +159,32 @@ const petra::v1::Tensor* Present(bool has, const petra::v1::Tensor& t) {
   return has ? &t : nullptr;
 }
 
+// A stage boundary value: floating point, with the micro-batch as its first
+// dimension, the same in both halves of a pair. Checked here so that no
+// tensor reaching the engine makes torch throw (a 0-d tensor has no size(0)).
+absl::Status CheckBoundary(const torch::Tensor& a, const torch::Tensor& b,
+                           const std::string& where, const std::string& name) {
+  for (const auto& [t, half] :
+       {std::pair{&a, ".first"}, std::pair{&b, ".second"}}) {
+    if (!t->defined()) continue;
+    if (!t->is_floating_point()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, name, half, " must be floating point, not ",
+                       c10::toString(t->scalar_type())));
+    }
+    if (t->dim() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, name, half, " needs a first (micro-batch) dimension"));
+    }
+  }
+  if (a.defined() && b.defined() && a.size(0) != b.size(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, name, ".first and ", name, ".second hold ",
+                     a.size(0), " and ", b.size(0), " samples"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
@@ -229,9 +255,16 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
       DecodeAll(slots_, names, limits_, where);
   if (!t.ok()) return t.status();
   const torch::Tensor *a = &(*t)[0], *b = &(*t)[1], *labels = &(*t)[2];
+  if (!a->defined() && !labels->defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "a forward message needs activation.first or labels"));
+  }
   if (b->defined() && !a->defined()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "activation.second without activation.first"));
+  }
+  if (absl::Status s = CheckBoundary(*a, *b, where, "activation"); !s.ok()) {
+    return s;
   }
   if (labels->defined()) {
     if (labels->scalar_type() != torch::kInt64 || labels->dim() != 1 ||
@@ -271,6 +304,13 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
   if (!t[0].defined() || !t[2].defined()) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, "a backward message needs activation.first and gradient.first"));
+  }
+  for (size_t i : {0, 2}) {
+    if (absl::Status s = CheckBoundary(t[i], t[i + 1], where,
+                                       i == 0 ? "activation" : "gradient");
+        !s.ok()) {
+      return s;
+    }
   }
   // Each gradient must match its activation's shape.
   for (size_t i = 0; i < 2; ++i) {

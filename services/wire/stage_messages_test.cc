@@ -176,6 +176,62 @@ TEST(StageMessages, MalformedPartsNameTheMicroBatchAndField) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("over the limit"));
 }
 
+// A 0-d activation beside labels made torch throw from size(0) inside the
+// stream reaction, ending the stage server.
+TEST(StageMessages, BoundaryTensorsNeedAFloatingMicroBatchDimension) {
+  ForwardPayload p = Forward(3);
+  p.x = {torch::ones({}), {}};
+  p.labels = torch::zeros({1}, torch::kInt64);
+  ForwardAssembler a;
+  absl::StatusOr<std::optional<ForwardPayload>> r;
+  EXPECT_NO_THROW(r = a.Add((*EncodeForward(p, 1 << 20))[0]));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("micro-batch 3: activation.first needs a first "
+                        "(micro-batch) dimension"));
+
+  p.x = {torch::ones({4, 2}, torch::kInt64), {}};
+  r = a.Add((*EncodeForward(p, 1 << 20))[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("activation.first must be floating point"));
+
+  p = Forward(4);
+  p.x.b = torch::ones({5, 8, 6, 6});
+  r = a.Add((*EncodeForward(p, 1 << 20))[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("activation.first and activation.second hold 4 and 5"));
+
+  // Found by tests/fuzz: a last part without any tensor made an empty
+  // micro-batch (the mailbox refused it, but later and less clearly).
+  petra::v1::ForwardMessage empty;
+  empty.set_micro_batch_id(8);
+  empty.set_last_part(true);
+  r = a.Add(empty);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("micro-batch 8: a forward message needs "
+                        "activation.first or labels"));
+
+  BackwardPayload back;
+  back.header = Header(6);
+  back.output = {torch::ones({}), {}};
+  back.grad = {torch::ones({}), {}};
+  BackwardAssembler b;
+  absl::StatusOr<std::optional<BackwardPayload>> rb;
+  EXPECT_NO_THROW(rb = b.Add((*EncodeBackward(back, 1 << 20))[0]));
+  ASSERT_FALSE(rb.ok());
+  EXPECT_THAT(std::string(rb.status().message()),
+              HasSubstr("activation.first needs a first"));
+  // The assemblers go on with the next good micro-batch.
+  std::optional<ForwardPayload> good =
+      Feed(a, *EncodeForward(Forward(7), 1 << 20));
+  ASSERT_TRUE(good.has_value());
+  EXPECT_EQ(good->header.micro_batch_id, 7u);
+}
+
 TEST(StageMessages, BackwardGradientMustMatchItsActivation) {
   BackwardPayload p;
   p.header = Header(1);

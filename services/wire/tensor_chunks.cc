@@ -6,6 +6,13 @@
 #include "services/wire/tensor_validation.h"
 
 namespace petra::wire {
+namespace {
+
+// Up to this much of a chunked payload is reserved up front (four default
+// chunks); beyond it the buffer grows as bytes arrive.
+constexpr uint64_t kMaxAssemblerReserveBytes = uint64_t{64} << 20;
+
+}  // namespace
 
 std::vector<petra::v1::Tensor> SplitTensor(const petra::v1::Tensor& whole,
                                            uint64_t chunk_bytes) {
@@ -61,7 +68,10 @@ absl::Status TensorAssembler::Add(const petra::v1::Tensor& part) {
     pending_.emplace();
     pending_->set_dtype(part.dtype());
     *pending_->mutable_shape() = part.shape();
-    pending_->mutable_data()->reserve(total_);
+    // Reserve what the first chunks will fill, not what the header claims:
+    // a peer may declare a payload at the limit and send one byte.
+    pending_->mutable_data()->reserve(
+        std::min<uint64_t>(total_, kMaxAssemblerReserveBytes));
   } else {
     const petra::v1::Tensor& head = *pending_;
     if (!part.has_chunk()) {

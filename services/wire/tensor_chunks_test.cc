@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 namespace petra::wire {
 namespace {
@@ -55,6 +56,24 @@ TEST(TensorChunks, WholeTensorPassesThroughAssembler) {
   TensorAssembler assembler;
   ASSERT_TRUE(assembler.Add(Float32Tensor(3)).ok());
   EXPECT_TRUE(assembler.complete());
+}
+
+TEST(TensorChunks, AClaimedPayloadIsNotReservedWhole) {
+  // A first chunk declaring 1 GiB (the default limit) with one byte of data:
+  // memory grows with the bytes that arrive, not with the claim.
+  petra::v1::Tensor first;
+  first.set_dtype(petra::v1::DTYPE_UINT8);
+  first.add_shape(int64_t{1} << 30);
+  first.mutable_chunk()->set_total_bytes(uint64_t{1} << 30);
+  first.set_data("x");
+  const size_t mapped_before = mallinfo2().hblkhd;
+  TensorAssembler assembler;
+  ASSERT_TRUE(assembler.Add(first).ok());
+  const size_t mapped_after = mallinfo2().hblkhd;
+  EXPECT_LT(mapped_after, mapped_before + (size_t{128} << 20))
+      << "the assembler reserved " << (mapped_after - mapped_before)
+      << " bytes for one byte received";
+  EXPECT_FALSE(assembler.complete());
 }
 
 TEST(TensorChunks, TakeBeforeCompleteFails) {

@@ -234,5 +234,30 @@ TEST(TensorCodec, HugeShapeIsRefusedBeforeAllocation) {
               HasSubstr("over the limit"));
 }
 
+// Found by tests/fuzz: an empty tensor (a zero dimension) whose other
+// dimensions multiply past 64 bits passed validation as 0 bytes, then
+// torch::empty failed on it (RESOURCE_EXHAUSTED). It is a bad shape.
+TEST(TensorCodec, AZeroDimensionBesideHugeOnesIsABadShape) {
+  petra::v1::Tensor wire;
+  wire.set_dtype(petra::v1::DTYPE_UINT8);
+  for (int64_t d :
+       {int64_t{4}, int64_t{74}, int64_t{4}, int64_t{74},
+        int64_t{360287970189639679}, int64_t{7}, int64_t{0}, int64_t{7}}) {
+    wire.add_shape(d);
+  }
+  absl::StatusOr<at::Tensor> decoded = DecodeTensor(wire, {}, "labels");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(decoded.status().message()),
+              HasSubstr("labels.shape"));
+  // An ordinary empty tensor still decodes.
+  wire.clear_shape();
+  wire.add_shape(0);
+  wire.add_shape(28);
+  decoded = DecodeTensor(wire);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->numel(), 0);
+}
+
 }  // namespace
 }  // namespace petra::wire

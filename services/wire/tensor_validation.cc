@@ -74,24 +74,27 @@ absl::StatusOr<uint64_t> ExpectedPayloadBytes(const petra::v1::Tensor& tensor,
     }
     has_zero_dim |= dim == 0;
   }
-  if (has_zero_dim) return 0;  // an empty tensor, whatever its other dims
   // Multiply with overflow checks: a hostile shape must not wrap around to
-  // a small size that passes the byte-count check.
+  // a small size that passes the byte-count check. A zero dimension makes an
+  // empty tensor, but its other dimensions are held to the same bound (as
+  // if it were 1): torch multiplies them into strides, and [2^62, 2^62, 0]
+  // is no tensor anyone sends.
   uint64_t bytes = *item;
   for (int64_t dim : tensor.shape()) {
-    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes)) {
+    const uint64_t factor = dim == 0 ? 1 : static_cast<uint64_t>(dim);
+    if (__builtin_mul_overflow(bytes, factor, &bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".shape: ", ShapeText(tensor), " of ",
                        DTypeName(tensor.dtype()), " overflows 64 bits"));
     }
   }
   if (bytes > limits.max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".shape: ", ShapeText(tensor), " of ",
-                     DTypeName(tensor.dtype()), " needs ", bytes,
-                     " bytes, over the limit of ", limits.max_bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".shape: ", ShapeText(tensor), " of ", DTypeName(tensor.dtype()),
+        has_zero_dim ? " would need, without its zero dimension, " : " needs ",
+        bytes, " bytes, over the limit of ", limits.max_bytes, " bytes"));
   }
-  return bytes;
+  return has_zero_dim ? 0 : bytes;
 }
 
 absl::Status ValidateTensor(const petra::v1::Tensor& tensor,

@@ -8,6 +8,11 @@ commands and flags the manifests give the coordinator and the stage servers
 as local processes on loopback (addresses, ports and state directories
 rewritten), then run a short job through them with the petra client.
 
+The Kubernetes manifests and the compose TLS override run with mutual TLS
+and a bearer token: the launch tests make the certificates and the token
+with scripts/make-certs.sh, put them where the manifests mount the Secrets,
+and drive the fleet with client certificates.
+
 Run by CTest (tests/deploy/CMakeLists.txt), one test per method:
   python3 deploy_test.py ComposeTest.test_renders
 The environment names the programs: PETRA_SOURCE_DIR, PETRA_BIN_DIR,
@@ -102,6 +107,57 @@ def expand_stage_pattern(value):
     return out
 
 
+def make_certs(out):
+    """Runs scripts/make-certs.sh into `out`; returns {Secret name: {key:
+    file}} for the Secrets its instructions create."""
+    _, text, _ = run(["bash", os.path.join(SOURCE, "scripts", "make-certs.sh"),
+                      out])
+    text = text.replace("\\\n", " ")
+    secrets = {}
+    for m in re.finditer(r"create secret generic (\S+)[^\n]*?--from-file=(\S+)",
+                         text):
+        name, source = m.group(1), m.group(2)
+        if "=" in source:  # key=file
+            key, path = source.split("=", 1)
+            secrets[name] = {key: path}
+        else:  # a folder: one key per file
+            secrets[name] = {f: os.path.join(source, f)
+                             for f in os.listdir(source)}
+    return secrets
+
+
+def client_flags(out):
+    """What a `petra` user passes, from make-certs.sh's client folder."""
+    client = os.path.join(out, "client")
+    return ["--tls-ca", os.path.join(client, "ca.crt"),
+            "--tls-cert", os.path.join(client, "tls.crt"),
+            "--tls-key", os.path.join(client, "tls.key"),
+            "--auth-token-file", os.path.join(out, "token")]
+
+
+def localize(args, mounts):
+    """args with every path under a mount ({path in the container: path
+    here, or {key: path here} for a Secret}) rewritten to the local file."""
+    out = []
+    for arg in args:
+        for target, source in mounts.items():
+            m = re.search(re.escape(target) + r"(?:/([\w.-]+))?(?![\w./-])",
+                          arg)
+            if not m:
+                continue
+            if isinstance(source, dict):
+                if m.group(1) not in source:
+                    raise AssertionError("%s: the Secret mounted at %s has no "
+                                         "key %r" % (arg, target, m.group(1)))
+                local = source[m.group(1)]
+            else:
+                local = os.path.join(source, m.group(1)) if m.group(1) \
+                    else source
+            arg = arg[:m.start()] + local + arg[m.end():]
+        out.append(arg)
+    return out
+
+
 class Fleet:
     """Processes started from manifest commands; all stopped by stop()."""
 
@@ -176,9 +232,11 @@ class FleetLaunch:
     servers, then the coordinator with --stages rewritten to where they
     listen, checks health and metrics, and runs the short job."""
 
-    def launch_and_train(self, stages, coordinator, health_checks):
+    def launch_and_train(self, stages, coordinator, health_checks,
+                         client=()):
         """stages: [(name, command)] in stage order; coordinator: command;
-        health_checks: {name: (port in the manifest, check command or None)}.
+        health_checks: {name: (port in the manifest, check command or None)};
+        client: the TLS and token flags `petra` needs (none: plaintext).
         """
         workdir = tempfile.mkdtemp(prefix="petra-deploy-")
         fleet = Fleet(self, workdir)
@@ -222,17 +280,25 @@ class FleetLaunch:
                 self.assertIn("petra_build_info", body)
 
             coordinator_address = "127.0.0.1:%d" % ports["coordinator"][0]
+            client = list(client)
+            if client:
+                # Without the client's credentials the coordinator refuses.
+                code, _, err = run([os.path.join(BIN, "petra"), "list",
+                                    "--coordinator", coordinator_address],
+                                   check=False)
+                self.assertEqual(code, 1, err)
+                self.assertIn("cannot reach the coordinator", err)
             _, out, _ = run([os.path.join(BIN, "petra"), "submit",
                              "--coordinator", coordinator_address] +
-                            SHORT_JOB)
+                            client + SHORT_JOB)
             job_id = re.search(r"(job-[0-9a-zA-Z-]+)", out)
             self.assertIsNotNone(job_id, "no job id in: " + out)
             _, out, _ = run([os.path.join(BIN, "petra"), "watch",
-                             "--coordinator", coordinator_address,
-                             job_id.group(1)], timeout=600)
+                             "--coordinator", coordinator_address] + client +
+                            [job_id.group(1)], timeout=600)
             _, out, _ = run([os.path.join(BIN, "petra"), "status",
-                             "--coordinator", coordinator_address,
-                             job_id.group(1)])
+                             "--coordinator", coordinator_address] + client +
+                            [job_id.group(1)])
             self.assertRegex(out, r"^%s +succeeded " % job_id.group(1))
             # The job's records landed in the coordinator's --state-dir.
             state = os.path.join(workdir, "coordinator", "state", "jobs",
@@ -350,6 +416,66 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
                 expected.add("%s:%s" % (name, port))
         self.assertEqual(targets, expected)
 
+    def tls_config(self, certs):
+        return compose_config("docker-compose.yml", "docker-compose.tls.yml",
+                              env={"PETRA_TLS_DIR": certs})
+
+    def test_tls_override_renders(self):
+        with tempfile.TemporaryDirectory() as certs:
+            base = compose_config("docker-compose.yml")["services"]
+            services = self.tls_config(certs)["services"]
+        self.assertEqual(sorted(services), sorted(base))
+        for name, service in services.items():
+            if not is_petra(service):
+                continue
+            command = service["command"]
+            # The base command, unchanged, then the TLS flags.
+            self.assertEqual(command[:len(base[name]["command"])],
+                             base[name]["command"], name)
+            for flag in ("tls-cert", "tls-key", "tls-ca"):
+                self.assertIsNotNone(flag_value(command[1:], flag), name)
+            test = service["healthcheck"]["test"]
+            self.assertEqual(test[:len(base[name]["healthcheck"]["test"])],
+                             base[name]["healthcheck"]["test"], name)
+            # Only its own certificate folder (never the CA key) is mounted.
+            sources = [v.split(":")[0] for v in service["volumes"]]
+            self.assertNotIn(certs, sources, name)
+            self.assertTrue(any(s.startswith(certs + "/") for s in sources),
+                            name)
+        self.assertIsNotNone(flag_value(services["coordinator"]["command"][1:],
+                                        "auth-token-file"))
+        self.assertEqual(flag_value(services["stage-0"]["command"][1:],
+                                    "coordinator-identity"),
+                         "petra-coordinator")
+
+    def test_launch_tls_override(self):
+        certs = os.path.join(tempfile.mkdtemp(prefix="petra-certs-"), "out")
+        make_certs(certs)
+        services = self.tls_config(certs)["services"]
+
+        def local(service, args):
+            # Only the certificate mounts: state volumes are rewritten by
+            # Fleet.start.
+            mounts = {v.split(":")[1]: v.split(":")[0]
+                      for v in service["volumes"]
+                      if v.split(":")[0].startswith(certs)}
+            return localize(args, mounts)
+        stages = sorted((n, local(s, s["command"]))
+                        for n, s in services.items()
+                        if is_petra(s) and s["command"][0] ==
+                        "petra-stage-server")
+        checks = {}
+        for name, service in services.items():
+            if is_petra(service):
+                port = int(flag_value(service["command"][1:],
+                                      "listen").rsplit(":", 1)[1])
+                checks[name] = (port,
+                                local(service, service["healthcheck"]["test"][1:]))
+        coordinator = services["coordinator"]
+        self.launch_and_train(stages,
+                              local(coordinator, coordinator["command"]),
+                              checks, client=client_flags(certs))
+
     def test_launch_rendered_commands(self):
         services = compose_config("docker-compose.yml")["services"]
         stages = sorted((n, s["command"]) for n, s in services.items()
@@ -461,9 +587,18 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             self.assertEqual(
                 int(flag_value(command[1:], "metrics-listen").rsplit(":", 1)[1]),
                 ports["metrics"])
+            # Probes: `petra health` on the gRPC port with the container's
+            # own TLS files (the kubelet's gRPC probe speaks no TLS).
             for probe in ("livenessProbe", "readinessProbe"):
-                self.assertEqual(container[probe]["grpc"]["port"],
-                                 ports["grpc"], probe)
+                check = container[probe]["exec"]["command"]
+                self.assertEqual(check[:2], ["petra", "health"], probe)
+                self.assertEqual(
+                    int(flag_value(check, "address").rsplit(":", 1)[1]),
+                    ports["grpc"], probe)
+                for flag in ("tls-ca", "tls-cert", "tls-key"):
+                    self.assertIsNotNone(flag_value(check, flag), probe)
+                    self.assertEqual(flag_value(check, flag),
+                                     flag_value(command[1:], flag), probe)
             for bound in ("requests", "limits"):
                 self.assertIn("cpu", container["resources"][bound])
                 self.assertIn("memory", container["resources"][bound])
@@ -505,6 +640,8 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             stage_set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
             "state")
 
+        self.check_tls(objects, stage_set, coordinator)
+
         # Stages accept gRPC only from stages and the coordinator.
         (stage_policy,) = find(objects, "NetworkPolicy", "petra-stage")
         grpc_rules = [r for r in stage_policy["spec"]["ingress"]
@@ -523,6 +660,56 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             self.assertEqual(json.loads(dashboard["data"]["petra-fleet.json"]),
                              json.load(f))
         return objects, stage_set, coordinator
+
+    def secret_mounts(self, workload, secrets=None):
+        """{mount path: {key: file}} of the container's Secret volumes, the
+        files from make-certs.sh's `secrets` (or None when not given)."""
+        pod = workload["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        by_volume = {v["name"]: v["secret"]["secretName"]
+                     for v in pod["volumes"] if "secret" in v}
+        mounts = {}
+        for m in container["volumeMounts"]:
+            if m["name"] in by_volume:
+                self.assertTrue(m.get("readOnly"), m["mountPath"])
+                name = by_volume[m["name"]]
+                if secrets is not None:
+                    self.assertIn(name, secrets,
+                                  "the manifests mount Secret %s, which "
+                                  "scripts/make-certs.sh does not make" % name)
+                mounts[m["mountPath"]] = secrets[name] if secrets else name
+        return mounts
+
+    def check_tls(self, objects, stage_set, coordinator):
+        """Every gRPC connection is mutual TLS from Secrets that
+        scripts/make-certs.sh makes; the coordinator needs a token; the
+        stages take control calls from the coordinator's certificate."""
+        with tempfile.TemporaryDirectory() as out:
+            secrets = make_certs(os.path.join(out, "certs"))
+            for workload, name in ((stage_set, "stage-server"),
+                                   (coordinator, "coordinator")):
+                command = container_command(objects, workload, name)
+                mounts = self.secret_mounts(workload, secrets)
+                flags = ["tls-cert", "tls-key", "tls-ca"]
+                if workload is coordinator:
+                    flags.append("auth-token-file")
+                for flag in flags:
+                    value = flag_value(command[1:], flag)
+                    self.assertIsNotNone(value, "%s has no --%s" % (name, flag))
+                    (local,) = localize([value], mounts)
+                    self.assertNotEqual(local, value,
+                                        "%s --%s=%s is on no Secret mount" %
+                                        (name, flag, value))
+                    self.assertTrue(os.path.isfile(local), local)
+                if workload is coordinator:
+                    (cert,) = localize([flag_value(command[1:], "tls-cert")],
+                                       mounts)
+            _, subject, _ = run(["openssl", "x509", "-noout", "-subject",
+                                 "-nameopt", "multiline", "-in", cert])
+        cn = re.search(r"commonName\s*=\s*(\S+)", subject).group(1)
+        stage_command = container_command(objects, stage_set, "stage-server")
+        self.assertEqual(flag_value(stage_command[1:], "coordinator-identity"),
+                         cn)
 
     def test_cpu_overlay_renders_and_validates(self):
         objects, stage_set, _ = self.check_overlay("cpu")
@@ -553,18 +740,29 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         objects = kustomize("cpu")
         (stage_set,) = find(objects, "StatefulSet", "petra-stage")
         (coordinator,) = find(objects, "Deployment", "petra-coordinator")
+        certs = tempfile.mkdtemp(prefix="petra-certs-")
+        secrets = make_certs(os.path.join(certs, "out"))
+        stage_mounts = self.secret_mounts(stage_set, secrets)
+        coordinator_mounts = self.secret_mounts(coordinator, secrets)
         name = stage_set["metadata"]["name"]
-        stage_command = container_command(objects, stage_set, "stage-server")
+        stage_command = localize(
+            container_command(objects, stage_set, "stage-server"),
+            stage_mounts)
         stages = [("%s-%d" % (name, i), stage_command)
                   for i in range(stage_set["spec"]["replicas"])]
         checks = {}
-        for n, workload in [(s, stage_set) for s, _ in stages] + [
-                ("coordinator", coordinator)]:
+        for n, workload, mounts in [(s, stage_set, stage_mounts)
+                                    for s, _ in stages] + [
+                ("coordinator", coordinator, coordinator_mounts)]:
             (c,) = workload["spec"]["template"]["spec"]["containers"]
-            checks[n] = (c["readinessProbe"]["grpc"]["port"], None)
+            check = localize(c["readinessProbe"]["exec"]["command"], mounts)
+            port = int(flag_value(check, "address").rsplit(":", 1)[1])
+            checks[n] = (port, check)
         self.launch_and_train(
-            stages, container_command(objects, coordinator, "coordinator"),
-            checks)
+            stages,
+            localize(container_command(objects, coordinator, "coordinator"),
+                     coordinator_mounts),
+            checks, client=client_flags(os.path.join(certs, "out")))
 
 
 class DockerfileTest(unittest.TestCase):

@@ -16,109 +16,12 @@
 
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/fleet_fixture.h"
 #include "tests/integration/probes.h"
 #include "tests/integration/subprocess.h"
 
 namespace petra::testing {
 namespace {
-
-using ::testing::HasSubstr;
-using Clock = std::chrono::steady_clock;
-
-const std::string kBin = PETRA_BIN_DIR;
-const std::string kPetra = kBin + "/petra";
-const std::string kStage = kBin + "/petra-stage-server";
-const std::string kCoordinator = kBin + "/petra-coordinator";
-
-std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
-
-// A small job on synthetic data: 64 micro-batches an epoch, seconds to run.
-std::vector<std::string> SmallJob(int epochs) {
-  return {
-      "--arch",    "revnet18", "--width", "0.125",    "--dataset",
-      "synthetic", "--stages", "2",       "--epochs", std::to_string(epochs),
-      "--seed",    "3"};
-}
-
-class FleetProcesses : public ::testing::Test {
- protected:
-  void StartStages(int n) {
-    for (int j = 0; j < n; ++j) {
-      stages_.push_back(std::make_unique<Subprocess>(
-          kStage, std::vector<std::string>{
-                      "--listen", "127.0.0.1:0", "--metrics-listen", "",
-                      "--threads", "1", "--state-dir",
-                      dir_.path() + "/stage-" + std::to_string(j)}));
-      const int port = NumberAfter(
-          stages_.back()->WaitForLine("listening on port"), "port ");
-      ASSERT_GT(port, 0) << stages_.back()->err();
-      stage_addresses_.push_back(Loopback(port));
-    }
-  }
-
-  void StartCoordinator() {
-    std::string list;
-    for (const std::string& a : stage_addresses_) {
-      list += (list.empty() ? "" : ",") + a;
-    }
-    coordinator_ = std::make_unique<Subprocess>(
-        kCoordinator,
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics-listen",
-                                 "", "--stages", list, "--data-root",
-                                 "/usr/share/datasets", "--state-dir",
-                                 dir_.path() + "/coordinator"});
-    const int port =
-        NumberAfter(coordinator_->WaitForLine("listening on port"), "port ");
-    ASSERT_GT(port, 0) << coordinator_->err();
-    address_ = Loopback(port);
-  }
-
-  RunResult Petra(std::vector<std::string> args,
-                  std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    args.insert(args.begin() + 1, {"--coordinator", address_});
-    return RunToExit(kPetra, args, timeout);
-  }
-
-  std::string Submit(const std::vector<std::string>& job) {
-    std::vector<std::string> args = {"submit"};
-    args.insert(args.end(), job.begin(), job.end());
-    RunResult r = Petra(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    std::string id = r.out.substr(0, r.out.find('\n'));
-    EXPECT_THAT(id, HasSubstr("job-"));
-    return id;
-  }
-
-  std::string StatusJson(const std::string& id) {
-    return Petra({"status", "--json", id}).out;
-  }
-
-  // Polls the job until its JSON contains `text` or `timeout` passes.
-  bool WaitForStatus(const std::string& id, const std::string& text,
-                     std::chrono::seconds timeout) {
-    const auto end = Clock::now() + timeout;
-    while (Clock::now() < end) {
-      if (StatusJson(id).find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return false;
-  }
-
-  petra::v1::StageStatus StageStatus(int j) {
-    auto stub = petra::v1::StageService::NewStub(grpc::CreateChannel(
-        stage_addresses_[j], grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    petra::v1::StageStatus status;
-    EXPECT_TRUE(stub->GetStatus(&context, {}, &status).ok());
-    return status;
-  }
-
-  TempDir dir_;
-  std::vector<std::unique_ptr<Subprocess>> stages_;
-  std::vector<std::string> stage_addresses_;
-  std::unique_ptr<Subprocess> coordinator_;
-  std::string address_;
-};
 
 TEST_F(FleetProcesses, JobsQueueReuseTheStagesAndExport) {
   StartStages(2);
@@ -302,8 +205,9 @@ TEST_F(FleetProcesses, UnreachableStageFailsTheJobWithinTenSeconds) {
       std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_EQ(watch.exit_code, 1);
   EXPECT_THAT(watch.out, HasSubstr("failed"));
-  EXPECT_THAT(watch.out, HasSubstr("stage 0 (" + stage_addresses_[0] +
-                                   ") is unreachable"));
+  EXPECT_THAT(watch.out, HasSubstr("the job needs 1 stage server and 0 "
+                                   "answered and were free: stage server " +
+                                   stage_addresses_[0] + " is unreachable"));
   EXPECT_LT(seconds, 10);
 }
 
@@ -327,28 +231,17 @@ TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
   EXPECT_EQ(stages_[1]->SignalAndWait(0, std::chrono::seconds(60)), 0)
       << stages_[1]->err();
   EXPECT_THAT(stages_[1]->out(), HasSubstr("stopped"));
-  // The job cannot go on without the stage: it fails and says why.
+  // The job waits --recovery-timeout (5 s here) for the stage or a spare;
+  // none comes, so it fails and says why.
   EXPECT_TRUE(WaitForStatus(id, "JOB_STATE_FAILED", std::chrono::seconds(30)))
       << StatusJson(id);
+  const petra::v1::Job job = GetJob(id);
+  ASSERT_EQ(job.recoveries_size(), 1) << job.DebugString();
+  EXPECT_THAT(job.error().message(),
+              HasSubstr("only 1 answered and were free within 5 s "
+                        "(--recovery-timeout)"));
+  EXPECT_THAT(job.error().message(), HasSubstr(stage_addresses_[1]));
   EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
-}
-
-TEST_F(FleetProcesses, ANewCoordinatorReclaimsStagesLeftHoldingAJob) {
-  StartStages(2);
-  StartCoordinator();
-  const std::string id = Submit(SmallJob(200));
-  ASSERT_TRUE(
-      WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
-  // The coordinator dies without releasing anything.
-  coordinator_->SignalAndWait(SIGKILL, std::chrono::seconds(10));
-  EXPECT_EQ(StageStatus(0).job_id(), id);
-  StartCoordinator();  // same --state-dir
-  // The old job is on record as failed, not lost.
-  EXPECT_THAT(StatusJson(id), HasSubstr("JOB_STATE_FAILED"));
-  const std::string next = Submit(SmallJob(1));
-  EXPECT_NE(next, id);
-  RunResult watch = Petra({"watch", next});
-  EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
 }
 
 // Bad input to the client commands and the coordinator: a clear error and

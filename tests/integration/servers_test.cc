@@ -107,7 +107,15 @@ TEST(BadOptions, AreRefusedBeforeServing) {
            {kCoordinator,
             {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
              dir.path(), "--data-root", "/nonexistent"},
-            "--data-root: \"/nonexistent\" is not an existing directory"}}) {
+            "--data-root: \"/nonexistent\" is not an existing directory"},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
+             dir.path(), "--recovery-timeout", "-1"},
+            "--recovery-timeout = -1: must be between 0 and 604800"},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
+             dir.path(), "--max-recoveries", "1001"},
+            "--max-recoveries = 1001: must be between 0 and 1000"}}) {
     RunResult r = RunToExit(c.binary, c.args);
     EXPECT_EQ(r.exit_code, 1) << c.expected << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.expected));

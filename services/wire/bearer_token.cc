@@ -1,0 +1,134 @@
+#include "services/wire/bearer_token.h"
+
+#include <grpcpp/support/client_interceptor.h>
+#include <grpcpp/support/interceptor.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "services/cli/small_file.h"
+
+namespace petra::wire {
+namespace {
+
+constexpr char kAuthorization[] = "authorization";
+constexpr char kBearerPrefix[] = "Bearer ";
+// A token is a secret of some dozens of bytes; a big file is a wrong path.
+constexpr int64_t kMaxTokenFileBytes = 4096;
+
+class BearerInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace(kAuthorization, *header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class BearerInterceptorFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerInterceptorFactory(const std::string& token)
+      : header_(absl::StrCat(kBearerPrefix, token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new BearerInterceptor(&header_);
+  }
+
+ private:
+  // Outlives every interceptor: the channel owns the factory.
+  const std::string header_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> ParseBearerToken(const std::string& text,
+                                             const std::string& source) {
+  const std::string token(absl::StripAsciiWhitespace(text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the token is empty"));
+  }
+  for (char c : token) {
+    if (c <= 0x20 || c >= 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source,
+          ": the token must be printable ASCII without spaces (it is sent "
+          "as an HTTP/2 header)"));
+    }
+  }
+  return token;
+}
+
+absl::StatusOr<std::string> LoadBearerToken(const std::string& path,
+                                            const std::string& flag) {
+  if (path.empty()) return std::string();
+  absl::StatusOr<std::string> text =
+      cli::ReadSmallFile(path, kMaxTokenFileBytes, "a token");
+  if (!text.ok()) {
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat(flag, ": cannot read ", text.status().message()));
+  }
+  return ParseBearerToken(*text, absl::StrCat(flag, " \"", path, "\""));
+}
+
+absl::StatusOr<std::string> ClientBearerToken(const std::string& path,
+                                              const std::string& flag) {
+  if (!path.empty()) return LoadBearerToken(path, flag);
+  const char* env = std::getenv(kAuthTokenEnv);
+  if (env == nullptr || *env == '\0') return std::string();
+  return ParseBearerToken(env, kAuthTokenEnv);
+}
+
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+BearerTokenInterceptor(const std::string& token) {
+  return std::make_unique<BearerInterceptorFactory>(token);
+}
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  // Every byte of the longer one is visited whatever the contents.
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+absl::Status BearerTokenCheck::Check(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
+  if (token_.empty()) return absl::OkStatus();
+  auto it = metadata.find(kAuthorization);
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "this coordinator requires a bearer token: give the client "
+        "--auth-token-file FILE or set PETRA_AUTH_TOKEN");
+  }
+  const std::string value(it->second.data(), it->second.size());
+  if (!absl::StartsWithIgnoreCase(value, kBearerPrefix)) {
+    return absl::UnauthenticatedError(
+        "the authorization metadata is not \"Bearer <token>\"");
+  }
+  if (!ConstantTimeEquals(value.substr(sizeof(kBearerPrefix) - 1), token_)) {
+    return absl::UnauthenticatedError(
+        "the bearer token is not this coordinator's (check --auth-token-file "
+        "or PETRA_AUTH_TOKEN)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace petra::wire

@@ -1,0 +1,64 @@
+// The coordinator's bearer token: clients send `authorization: Bearer
+// <token>` metadata on every call, the coordinator compares it in constant
+// time. The token comes from a file (--auth-token-file) or, on the client,
+// from the PETRA_AUTH_TOKEN environment variable. No token: no check.
+#pragma once
+
+#include <grpcpp/support/string_ref.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace grpc {
+namespace experimental {
+class ClientInterceptorFactoryInterface;
+}  // namespace experimental
+}  // namespace grpc
+
+namespace petra::wire {
+
+inline constexpr char kAuthTokenEnv[] = "PETRA_AUTH_TOKEN";
+
+// A token as read from a file or the environment: surrounding whitespace is
+// dropped; what is left must be non-empty printable ASCII without spaces
+// (it travels as an HTTP/2 header). `source` names the flag or variable.
+absl::StatusOr<std::string> ParseBearerToken(const std::string& text,
+                                             const std::string& source);
+
+// The token in `path` for `flag`: "" when the path is "" (no auth).
+absl::StatusOr<std::string> LoadBearerToken(const std::string& path,
+                                            const std::string& flag);
+
+// A client's token: the file named by `path` (`flag`), else the
+// PETRA_AUTH_TOKEN variable, else "" (none sent).
+absl::StatusOr<std::string> ClientBearerToken(const std::string& path,
+                                              const std::string& flag);
+
+// Adds the token's metadata to every call of a channel.
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+BearerTokenInterceptor(const std::string& token);
+
+// The server's check. An empty token accepts every call.
+class BearerTokenCheck {
+ public:
+  BearerTokenCheck() = default;
+  explicit BearerTokenCheck(std::string token) : token_(std::move(token)) {}
+
+  bool enabled() const { return !token_.empty(); }
+  // OK, or UNAUTHENTICATED saying what was missing or wrong.
+  absl::Status Check(
+      const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
+
+ private:
+  std::string token_;
+};
+
+// Equal in time that depends only on the lengths, not on where they differ.
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+}  // namespace petra::wire

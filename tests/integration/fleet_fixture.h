@@ -1,0 +1,153 @@
+// The fleet as separate processes for integration tests: stage servers and
+// a coordinator on loopback ephemeral ports, driven by the `petra` client.
+#pragma once
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "petra/v1/coordinator.grpc.pb.h"
+#include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/subprocess.h"
+
+namespace petra::testing {
+
+using Clock = std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+inline const std::string kBin = PETRA_BIN_DIR;
+inline const std::string kPetra = kBin + "/petra";
+inline const std::string kStage = kBin + "/petra-stage-server";
+inline const std::string kCoordinator = kBin + "/petra-coordinator";
+
+inline std::string Loopback(int port) {
+  return "127.0.0.1:" + std::to_string(port);
+}
+
+// A small job on synthetic data: 64 micro-batches an epoch, seconds to run.
+inline std::vector<std::string> SmallJob(int epochs) {
+  return {
+      "--arch",    "revnet18", "--width", "0.125",    "--dataset",
+      "synthetic", "--stages", "2",       "--epochs", std::to_string(epochs),
+      "--seed",    "3"};
+}
+
+class FleetProcesses : public ::testing::Test {
+ protected:
+  void StartStages(int n) {
+    for (int j = 0; j < n; ++j) {
+      stages_.emplace_back();
+      stage_addresses_.emplace_back();
+      StartStage(static_cast<int>(stages_.size()) - 1, 0);
+    }
+  }
+
+  // Starts stage server `j` (again) on `port` (0: an ephemeral one) with a
+  // state dir of its own; a restarted server gets a fresh one, as a pod
+  // whose disk is gone.
+  void StartStage(int j, int port) {
+    stages_[j] = std::make_unique<Subprocess>(
+        kStage,
+        std::vector<std::string>{"--listen", Loopback(port), "--metrics-listen",
+                                 "", "--threads", "1", "--state-dir",
+                                 dir_.path() + "/stage-" + std::to_string(j) +
+                                     "-" + std::to_string(++stage_starts_)});
+    const int bound =
+        NumberAfter(stages_[j]->WaitForLine("listening on port"), "port ");
+    ASSERT_GT(bound, 0) << stages_[j]->err();
+    stage_addresses_[j] = Loopback(bound);
+  }
+
+  // A job that loses a stage waits `recovery_timeout` seconds for it.
+  void StartCoordinator(int recovery_timeout = 5,
+                        const std::vector<std::string>& extra = {}) {
+    std::string list;
+    for (const std::string& a : stage_addresses_) {
+      list += (list.empty() ? "" : ",") + a;
+    }
+    std::vector<std::string> args = {
+        "--listen",           "127.0.0.1:0",
+        "--metrics-listen",   "",
+        "--stages",           list,
+        "--data-root",        "/usr/share/datasets",
+        "--state-dir",        dir_.path() + "/coordinator",
+        "--recovery-timeout", std::to_string(recovery_timeout)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ = std::make_unique<Subprocess>(kCoordinator, args);
+    const int port =
+        NumberAfter(coordinator_->WaitForLine("listening on port"), "port ");
+    ASSERT_GT(port, 0) << coordinator_->err();
+    address_ = Loopback(port);
+  }
+
+  RunResult Petra(std::vector<std::string> args,
+                  std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    args.insert(args.begin() + 1, {"--coordinator", address_});
+    return RunToExit(kPetra, args, timeout);
+  }
+
+  std::string Submit(const std::vector<std::string>& job) {
+    std::vector<std::string> args = {"submit"};
+    args.insert(args.end(), job.begin(), job.end());
+    RunResult r = Petra(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string id = r.out.substr(0, r.out.find('\n'));
+    EXPECT_THAT(id, HasSubstr("job-"));
+    return id;
+  }
+
+  std::string StatusJson(const std::string& id) {
+    return Petra({"status", "--json", id}).out;
+  }
+
+  // Polls the job until its JSON contains `text` or `timeout` passes.
+  bool WaitForStatus(const std::string& id, const std::string& text,
+                     std::chrono::seconds timeout) {
+    const auto end = Clock::now() + timeout;
+    while (Clock::now() < end) {
+      if (StatusJson(id).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+
+  // The job as the coordinator answers GetJob (no client process: polling
+  // through `petra status` would start one each time).
+  petra::v1::Job GetJob(const std::string& id) {
+    auto stub = petra::v1::CoordinatorService::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    petra::v1::GetJobRequest request;
+    request.set_job_id(id);
+    petra::v1::Job job;
+    grpc::Status s = stub->GetJob(&context, request, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+
+  petra::v1::StageStatus StageStatus(int j) {
+    auto stub = petra::v1::StageService::NewStub(grpc::CreateChannel(
+        stage_addresses_[j], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    petra::v1::StageStatus status;
+    EXPECT_TRUE(stub->GetStatus(&context, {}, &status).ok());
+    return status;
+  }
+
+  TempDir dir_;
+  std::vector<std::unique_ptr<Subprocess>> stages_;
+  std::vector<std::string> stage_addresses_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+  int stage_starts_ = 0;
+};
+
+}  // namespace petra::testing

@@ -1,0 +1,255 @@
+// Crash recovery with real processes: a stage server or the coordinator is
+// killed (SIGKILL) mid-job; the job notices, recovers from its newest
+// checkpoint and finishes with the accuracy of an uninterrupted run.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "tests/integration/fleet_fixture.h"
+
+namespace petra::testing {
+namespace {
+
+// Real Fashion-MNIST, small enough for seconds per epoch; checkpoints after
+// every epoch (the default).
+std::vector<std::string> MnistJob(int epochs) {
+  return {"--arch",        "revnet18",
+          "--width",       "0.125",
+          "--dataset",     "fashion-mnist",
+          "--train-limit", "2048",
+          "--test-limit",  "1000",
+          "--stages",      "2",
+          "--epochs",      std::to_string(epochs),
+          "--seed",        "5"};
+}
+
+class Recovery : public FleetProcesses {
+ protected:
+  // Polls GetJob until `done(job)` or `timeout`; returns the last answer.
+  petra::v1::Job WaitFor(const std::string& id,
+                         const std::function<bool(const petra::v1::Job&)>& done,
+                         std::chrono::seconds timeout) {
+    const auto end = Clock::now() + timeout;
+    petra::v1::Job job = GetJob(id);
+    while (!done(job) && Clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      job = GetJob(id);
+    }
+    return job;
+  }
+
+  petra::v1::Job WaitForState(const std::string& id, petra::v1::JobState state,
+                              std::chrono::seconds timeout) {
+    return WaitFor(
+        id, [&](const petra::v1::Job& j) { return j.state() == state; },
+        timeout);
+  }
+
+  // Waits until the job has checkpointed `epochs` epochs and is training
+  // the next one.
+  void WaitUntilTrainingAfter(const std::string& id, uint32_t epochs) {
+    const petra::v1::Job job = WaitFor(
+        id,
+        [&](const petra::v1::Job& j) {
+          return j.last_checkpoint().find("epoch-" + std::to_string(epochs)) !=
+                     std::string::npos &&
+                 j.progress().epoch() == epochs + 1;
+        },
+        std::chrono::seconds(180));
+    ASSERT_EQ(job.progress().epoch(), epochs + 1) << job.DebugString();
+  }
+
+  // Runs `job` to the end without faults; returns its final test accuracy.
+  double Uninterrupted(const std::vector<std::string>& job) {
+    const std::string id = Submit(job);
+    const petra::v1::Job done = WaitForState(id, petra::v1::JOB_STATE_SUCCEEDED,
+                                             std::chrono::seconds(300));
+    EXPECT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED)
+        << done.DebugString() << coordinator_->out() << coordinator_->err();
+    EXPECT_GT(done.progress().test_accuracy(), 0.3);
+    return done.progress().test_accuracy();
+  }
+
+  // Port of stage j's address.
+  int Port(int j) {
+    const std::string& a = stage_addresses_[j];
+    return std::stoi(a.substr(a.rfind(':') + 1));
+  }
+};
+
+TEST_F(Recovery,
+       AStageKilledMidJobIsRestoredAndTheJobFinishesAsIfUninterrupted) {
+  StartStages(2);
+  StartCoordinator(/*recovery_timeout=*/120);
+  const double baseline = Uninterrupted(MnistJob(3));
+
+  const std::string id = Submit(MnistJob(3));
+  WaitUntilTrainingAfter(id, 1);
+  const int port = Port(1);
+  ASSERT_EQ(stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10)), -1);
+  const auto killed = Clock::now();
+  // The coordinator notices within 5 s.
+  const petra::v1::Job recovering = WaitForState(
+      id, petra::v1::JOB_STATE_RECOVERING, std::chrono::seconds(10));
+  const double noticed =
+      std::chrono::duration<double>(Clock::now() - killed).count();
+  ASSERT_EQ(recovering.state(), petra::v1::JOB_STATE_RECOVERING)
+      << recovering.DebugString();
+  EXPECT_LT(noticed, 5.0);
+  ASSERT_EQ(recovering.recoveries_size(), 1);
+  EXPECT_THAT(recovering.recoveries(0).reason(), HasSubstr("127.0.0.1:"));
+
+  // The server comes back on its address with an empty disk (a new pod).
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  StartStage(1, port);
+  const petra::v1::Job done = WaitFor(
+      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      std::chrono::seconds(300));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.recoveries_size(), 1);
+  EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
+  EXPECT_GT(done.recoveries(0).seconds(), 0);
+  // Restored from the epoch-1 checkpoint and trained on in the same order:
+  // the same accuracy (the issue asks for within 1 point).
+  EXPECT_NEAR(done.progress().test_accuracy(), baseline, 0.01);
+  // For docs/RELIABILITY.md.
+  std::cout << "stage killed: noticed in " << noticed << " s, recovered in "
+            << done.recoveries(0).seconds() << " s, test accuracy "
+            << done.progress().test_accuracy() << " (uninterrupted "
+            << baseline << ")" << std::endl;
+  EXPECT_THAT(coordinator_->WaitForLine("recovered in"),
+              HasSubstr("from epoch 1"));
+  // The training log has each epoch once.
+  std::ifstream log(dir_.path() + "/coordinator/jobs/" + id + "/train_log.csv");
+  std::string line;
+  std::map<std::string, int> rows;
+  while (std::getline(log, line)) ++rows[line.substr(0, line.find(','))];
+  EXPECT_EQ(rows["1"], rows["2"]);
+  EXPECT_EQ(rows["2"], rows["3"]);
+  EXPECT_GT(rows["1"], 0);
+}
+
+TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {
+  StartStages(3);  // the job uses two; the third is a spare
+  StartCoordinator(/*recovery_timeout=*/60);
+  const std::string id = Submit(SmallJob(3));
+  WaitUntilTrainingAfter(id, 1);
+  const std::string lost = stage_addresses_[1];
+  stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10));
+  const petra::v1::Job done = WaitFor(
+      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      std::chrono::seconds(300));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.stages_size(), 2);
+  EXPECT_EQ(done.stages(0).address(), stage_addresses_[0]);
+  EXPECT_EQ(done.stages(1).address(), stage_addresses_[2]);
+  EXPECT_THAT(done.recoveries(0).reason(), HasSubstr(lost));
+}
+
+TEST_F(Recovery, ARestartedCoordinatorResumesItsJobPastADamagedCheckpoint) {
+  StartStages(2);
+  StartCoordinator();
+  const double baseline = Uninterrupted(MnistJob(4));
+
+  const std::string id = Submit(MnistJob(4));
+  const std::string queued = Submit(SmallJob(1));
+  WaitUntilTrainingAfter(id, 2);
+  // The coordinator dies without releasing anything.
+  coordinator_->SignalAndWait(SIGKILL, std::chrono::seconds(10));
+  EXPECT_EQ(StageStatus(0).job_id(), id);
+  // Damage the newest checkpoint: the recovery must say so and use epoch 1.
+  const std::string jobs = dir_.path() + "/coordinator/jobs/";
+  {
+    std::fstream f(jobs + id + "/checkpoints/epoch-2/stage-1.pt",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f);
+    f.seekp(300);
+    f.put('\x5a');
+  }
+  StartCoordinator();  // same --state-dir
+  EXPECT_THAT(coordinator_->WaitForLine("passed over a checkpoint"),
+              HasSubstr("epoch-2: stage-1.pt does not match its SHA-256"));
+  EXPECT_THAT(coordinator_->WaitForLine("resumed from"),
+              HasSubstr("epoch-1 (epoch 1, "));
+  const petra::v1::Job done = WaitFor(
+      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      std::chrono::seconds(300));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.recoveries_size(), 1);
+  EXPECT_THAT(done.recoveries(0).reason(),
+              HasSubstr("the coordinator stopped while the job was running"));
+  EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
+  EXPECT_NEAR(done.progress().test_accuracy(), baseline, 0.01);
+  std::cout << "coordinator killed: recovered in "
+            << done.recoveries(0).seconds() << " s, test accuracy "
+            << done.progress().test_accuracy() << " (uninterrupted "
+            << baseline << ")" << std::endl;
+  // The job queued behind it was kept and runs next.
+  EXPECT_EQ(WaitForState(queued, petra::v1::JOB_STATE_SUCCEEDED,
+                         std::chrono::seconds(120))
+                .state(),
+            petra::v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(Recovery, AGracefulCoordinatorStopLeavesTheJobResumable) {
+  StartStages(2);
+  StartCoordinator();
+  const std::string id = Submit(SmallJob(3));
+  WaitUntilTrainingAfter(id, 1);
+  ASSERT_EQ(coordinator_->SignalAndWait(SIGTERM, std::chrono::seconds(30)), 0);
+  // It let go of the stages rather than cancel the job.
+  EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
+  StartCoordinator();
+  const petra::v1::Job done = WaitFor(
+      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      std::chrono::seconds(300));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.recoveries_size(), 1);
+  EXPECT_THAT(done.recoveries(0).reason(), HasSubstr("coordinator stopped"));
+  EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
+}
+
+TEST_F(Recovery, NoRecoveriesAllowedFailsTheJobAtOnce) {
+  StartStages(2);
+  StartCoordinator(/*recovery_timeout=*/60, {"--max-recoveries", "0"});
+  const std::string id = Submit(SmallJob(3));
+  WaitUntilTrainingAfter(id, 1);
+  stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10));
+  const petra::v1::Job done = WaitFor(
+      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      std::chrono::seconds(30));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_FAILED) << done.DebugString();
+  EXPECT_THAT(done.error().message(),
+              HasSubstr("gave up after 0 recoveries in a row without "
+                        "finishing an epoch (--max-recoveries)"));
+  EXPECT_EQ(done.recoveries_size(), 0);
+}
+
+TEST_F(Recovery, AStageThatNeverComesBackFailsTheJobAfterTheTimeout) {
+  StartStages(2);
+  StartCoordinator(/*recovery_timeout=*/2);
+  const std::string id = Submit(SmallJob(3));
+  WaitUntilTrainingAfter(id, 1);
+  const std::string lost = stage_addresses_[1];
+  stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10));
+  const petra::v1::Job done = WaitFor(
+      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      std::chrono::seconds(60));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_FAILED) << done.DebugString();
+  EXPECT_THAT(done.error().message(), HasSubstr("within 2 s"));
+  EXPECT_THAT(done.error().message(), HasSubstr(lost));
+  // The surviving server was released: a one-stage job runs on it.
+  std::vector<std::string> one = SmallJob(1);
+  one[7] = "1";  // --stages 1
+  const std::string next = Submit(one);
+  EXPECT_EQ(WaitForState(next, petra::v1::JOB_STATE_SUCCEEDED,
+                         std::chrono::seconds(120))
+                .state(),
+            petra::v1::JOB_STATE_SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace petra::testing
