@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -108,6 +109,7 @@ struct PassCounters {
   mutable std::mutex mu;
   std::condition_variable cv;
   int64_t losses = 0, exits = 0, correct = 0, samples = 0;
+  int64_t fed = 0;  // samples of every loss, finite or skipped
   double loss_sum = 0;  // sum over samples
   uint64_t step = 0;
   steady_clock::time_point last_done = steady_clock::now();
@@ -617,11 +619,16 @@ absl::Status Runner::RunPass(petra::v1::Phase phase, uint32_t epoch,
     if (d.phase() != phase) return;
     if (static_cast<int>(d.stage_index()) == stages - 1) {
       ++c.losses;
-      c.loss_sum += d.loss() * d.samples();
+      c.fed += d.samples();
       c.losses_by_id.emplace_back(d.micro_batch_id(), d.loss());
-      if (metrics != nullptr) metrics->TrainSamples(d.samples());
-      c.correct += d.correct();
-      c.samples += d.samples();
+      // A micro-batch skipped for a NaN or Inf (training.non_finite) is
+      // in the loss log but not in the epoch's mean loss and accuracy.
+      if (std::isfinite(d.loss())) {
+        c.loss_sum += d.loss() * d.samples();
+        if (metrics != nullptr) metrics->TrainSamples(d.samples());
+        c.correct += d.correct();
+        c.samples += d.samples();
+      }
     } else if (d.stage_index() == 0) {
       ++c.exits;
     }
@@ -928,7 +935,7 @@ absl::Status Runner::Train() {
     }
     if (absl::Status s = AppendTrainLog(e, train); !s.ok()) return s;
     steps_done_ += n / spec_.training().accumulation_steps();
-    samples_seen_ += train.samples;
+    samples_seen_ += train.fed;
     const bool capped = spec_.training().max_steps() > 0 &&
                         steps_done_ >= spec_.training().max_steps();
     const bool final_epoch = e == epochs || capped;

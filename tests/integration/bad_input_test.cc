@@ -18,6 +18,7 @@
 #include "petra/v1/stage.grpc.pb.h"
 #include "tests/integration/probes.h"
 #include "tests/integration/subprocess.h"
+#include "tests/integration/test_messages.h"
 
 namespace petra::testing {
 namespace {
@@ -126,21 +127,7 @@ class BadInput : public ::testing::Test {
 
   // Four 28x28 images with labels for job-7, from the coordinator.
   static petra::v1::ForwardMessage Images(uint64_t id, petra::v1::Phase phase) {
-    petra::v1::ForwardMessage m;
-    m.set_job_id("job-7");
-    m.set_micro_batch_id(id);
-    m.set_phase(phase);
-    m.set_sender_stage(-1);
-    m.set_last_part(true);
-    petra::v1::Tensor* x = m.mutable_activation()->mutable_first();
-    x->set_dtype(petra::v1::DTYPE_FLOAT32);
-    for (int64_t d : {4, 1, 28, 28}) x->add_shape(d);
-    x->set_data(std::string(4 * 28 * 28 * sizeof(float), '\0'));
-    petra::v1::Tensor* y = m.mutable_labels();
-    y->set_dtype(petra::v1::DTYPE_INT64);
-    y->add_shape(4);
-    y->set_data(std::string(4 * sizeof(int64_t), '\0'));
-    return m;
+    return ImagesWithLabels(id, phase);
   }
 
   // A gradient pair of job-7 from stage `sender`.
@@ -203,14 +190,14 @@ class BadInput : public ::testing::Test {
 
 TEST_F(BadInput, StagePathsStayInsideTheStateDir) {
   // Job ids name one directory.
-  for (const std::string& id : {"../evil", "a/b", "/abs", ".."}) {
+  for (const char* id : {"../evil", "a/b", "/abs", ".."}) {
     grpc::Status s = Assign(Assignment(id, 0, 1));
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << id;
     EXPECT_THAT(s.error_message(), HasSubstr("job_id")) << id;
   }
   // A checkpoint to restore: absolute, climbing, or through a link out.
   fs::create_directory_symlink(outside_, state_dir_ + "/escape");
-  for (const std::string& restore :
+  for (const char* restore :
        {"/etc/passwd", "../outside/secret", "escape/secret"}) {
     petra::v1::AssignRequest a = Assignment("job-7", 0, 1);
     a.set_restore_checkpoint(restore);
@@ -497,7 +484,7 @@ TEST_F(BadInput, CoordinatorRefusesDatasetPathsAndJobIdsLeavingItsDirectories) {
   s = submit("", "job-404");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   // Job ids a client names are looked up, never used as paths.
-  for (const std::string& id : {"../../etc/passwd", "/etc/passwd", ""}) {
+  for (const char* id : {"../../etc/passwd", "/etc/passwd", ""}) {
     grpc::ClientContext c;
     petra::v1::ExportJobRequest r;
     r.set_job_id(id);

@@ -19,6 +19,7 @@
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/probes.h"
 #include "tests/integration/subprocess.h"
+#include "tests/integration/test_messages.h"
 
 namespace petra::testing {
 namespace {
@@ -372,21 +373,7 @@ class StageStreams : public FleetProcesses {
 
   // A well-formed micro-batch of 4 images with labels, for job-7.
   static petra::v1::ForwardMessage Good(uint64_t id) {
-    petra::v1::ForwardMessage m;
-    m.set_job_id("job-7");
-    m.set_micro_batch_id(id);
-    m.set_phase(petra::v1::PHASE_EVAL);
-    m.set_sender_stage(-1);
-    m.set_last_part(true);
-    petra::v1::Tensor* x = m.mutable_activation()->mutable_first();
-    x->set_dtype(petra::v1::DTYPE_FLOAT32);
-    for (int64_t d : {4, 1, 28, 28}) x->add_shape(d);
-    x->set_data(std::string(4 * 28 * 28 * sizeof(float), '\0'));
-    petra::v1::Tensor* y = m.mutable_labels();
-    y->set_dtype(petra::v1::DTYPE_INT64);
-    y->add_shape(4);
-    y->set_data(std::string(4 * sizeof(int64_t), '\0'));
-    return m;
+    return ImagesWithLabels(id, petra::v1::PHASE_EVAL);
   }
 
   // Writes `m` and returns the next reply that is not a credit.

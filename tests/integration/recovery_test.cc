@@ -73,6 +73,18 @@ class Recovery : public FleetProcesses {
     return done.progress().test_accuracy();
   }
 
+  // Kills stage server j and waits up to `timeout` for the job to end.
+  petra::v1::Job KillStageAndWaitForTheEnd(int j, const std::string& id,
+                                           std::chrono::seconds timeout) {
+    stages_[j]->SignalAndWait(SIGKILL, std::chrono::seconds(10));
+    return WaitFor(
+        id,
+        [](const petra::v1::Job& job) {
+          return job.state() >= petra::v1::JOB_STATE_SUCCEEDED;
+        },
+        timeout);
+  }
+
   // Port of stage j's address.
   int Port(int j) {
     const std::string& a = stage_addresses_[j];
@@ -106,7 +118,10 @@ TEST_F(Recovery,
   std::this_thread::sleep_for(std::chrono::seconds(1));
   StartStage(1, port);
   const petra::v1::Job done = WaitFor(
-      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      id,
+      [](const petra::v1::Job& j) {
+        return j.state() >= petra::v1::JOB_STATE_SUCCEEDED;
+      },
       std::chrono::seconds(300));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
   ASSERT_EQ(done.recoveries_size(), 1);
@@ -118,8 +133,8 @@ TEST_F(Recovery,
   // For docs/RELIABILITY.md.
   std::cout << "stage killed: noticed in " << noticed << " s, recovered in "
             << done.recoveries(0).seconds() << " s, test accuracy "
-            << done.progress().test_accuracy() << " (uninterrupted "
-            << baseline << ")" << std::endl;
+            << done.progress().test_accuracy() << " (uninterrupted " << baseline
+            << ")" << std::endl;
   EXPECT_THAT(coordinator_->WaitForLine("recovered in"),
               HasSubstr("from epoch 1"));
   // The training log has each epoch once.
@@ -138,10 +153,8 @@ TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {
   const std::string id = Submit(SmallJob(3));
   WaitUntilTrainingAfter(id, 1);
   const std::string lost = stage_addresses_[1];
-  stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10));
-  const petra::v1::Job done = WaitFor(
-      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
-      std::chrono::seconds(300));
+  const petra::v1::Job done =
+      KillStageAndWaitForTheEnd(1, id, std::chrono::seconds(300));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
   ASSERT_EQ(done.stages_size(), 2);
   EXPECT_EQ(done.stages(0).address(), stage_addresses_[0]);
@@ -175,7 +188,10 @@ TEST_F(Recovery, ARestartedCoordinatorResumesItsJobPastADamagedCheckpoint) {
   EXPECT_THAT(coordinator_->WaitForLine("resumed from"),
               HasSubstr("epoch-1 (epoch 1, "));
   const petra::v1::Job done = WaitFor(
-      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      id,
+      [](const petra::v1::Job& j) {
+        return j.state() >= petra::v1::JOB_STATE_SUCCEEDED;
+      },
       std::chrono::seconds(300));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
   ASSERT_EQ(done.recoveries_size(), 1);
@@ -185,8 +201,8 @@ TEST_F(Recovery, ARestartedCoordinatorResumesItsJobPastADamagedCheckpoint) {
   EXPECT_NEAR(done.progress().test_accuracy(), baseline, 0.01);
   std::cout << "coordinator killed: recovered in "
             << done.recoveries(0).seconds() << " s, test accuracy "
-            << done.progress().test_accuracy() << " (uninterrupted "
-            << baseline << ")" << std::endl;
+            << done.progress().test_accuracy() << " (uninterrupted " << baseline
+            << ")" << std::endl;
   // The job queued behind it was kept and runs next.
   EXPECT_EQ(WaitForState(queued, petra::v1::JOB_STATE_SUCCEEDED,
                          std::chrono::seconds(120))
@@ -204,7 +220,10 @@ TEST_F(Recovery, AGracefulCoordinatorStopLeavesTheJobResumable) {
   EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
   StartCoordinator();
   const petra::v1::Job done = WaitFor(
-      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
+      id,
+      [](const petra::v1::Job& j) {
+        return j.state() >= petra::v1::JOB_STATE_SUCCEEDED;
+      },
       std::chrono::seconds(300));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
   ASSERT_EQ(done.recoveries_size(), 1);
@@ -217,10 +236,8 @@ TEST_F(Recovery, NoRecoveriesAllowedFailsTheJobAtOnce) {
   StartCoordinator(/*recovery_timeout=*/60, {"--max-recoveries", "0"});
   const std::string id = Submit(SmallJob(3));
   WaitUntilTrainingAfter(id, 1);
-  stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10));
-  const petra::v1::Job done = WaitFor(
-      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
-      std::chrono::seconds(30));
+  const petra::v1::Job done =
+      KillStageAndWaitForTheEnd(1, id, std::chrono::seconds(30));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_FAILED) << done.DebugString();
   EXPECT_THAT(done.error().message(),
               HasSubstr("gave up after 0 recoveries in a row without "
@@ -234,10 +251,8 @@ TEST_F(Recovery, AStageThatNeverComesBackFailsTheJobAfterTheTimeout) {
   const std::string id = Submit(SmallJob(3));
   WaitUntilTrainingAfter(id, 1);
   const std::string lost = stage_addresses_[1];
-  stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10));
-  const petra::v1::Job done = WaitFor(
-      id, [](const petra::v1::Job& j) { return j.state() >= 5; },
-      std::chrono::seconds(60));
+  const petra::v1::Job done =
+      KillStageAndWaitForTheEnd(1, id, std::chrono::seconds(60));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_FAILED) << done.DebugString();
   EXPECT_THAT(done.error().message(), HasSubstr("within 2 s"));
   EXPECT_THAT(done.error().message(), HasSubstr(lost));

@@ -1,0 +1,32 @@
+// Stage stream messages the integration tests send by hand.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "petra/v1/stage.pb.h"
+
+namespace petra::testing {
+
+// Four zero 28x28 images with their labels for job-7, as the coordinator
+// feeds a one-stage job.
+inline petra::v1::ForwardMessage ImagesWithLabels(uint64_t id,
+                                                  petra::v1::Phase phase) {
+  petra::v1::ForwardMessage m;
+  m.set_job_id("job-7");
+  m.set_micro_batch_id(id);
+  m.set_phase(phase);
+  m.set_sender_stage(-1);
+  m.set_last_part(true);
+  petra::v1::Tensor* x = m.mutable_activation()->mutable_first();
+  x->set_dtype(petra::v1::DTYPE_FLOAT32);
+  for (int64_t d : {4, 1, 28, 28}) x->add_shape(d);
+  x->set_data(std::string(4 * 28 * 28 * sizeof(float), '\0'));
+  petra::v1::Tensor* y = m.mutable_labels();
+  y->set_dtype(petra::v1::DTYPE_INT64);
+  y->add_shape(4);
+  y->set_data(std::string(4 * sizeof(int64_t), '\0'));
+  return m;
+}
+
+}  // namespace petra::testing
