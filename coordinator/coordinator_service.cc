@@ -28,9 +28,11 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
 }
 
 // A job's events to one client. Events queue and are written one at a
-// time; the stream finishes after the job's last event. The queue outlives
-// the reactor (the job record holds it); after the stream ends, events are
-// dropped.
+// time; the stream finishes after the job's last event, or as soon as the
+// client is gone (gRPC requires Finish even on a cancelled call: without it
+// the call is never freed and Server::Shutdown waits for it forever). The
+// queue outlives the reactor (the job record holds it); after the stream
+// ends, events are dropped.
 class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
  public:
   class Events : public JobWatcher {
@@ -65,12 +67,29 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
           next = &queue_.front();
         } else {
           writing_ = false;
-          finish = !ended_ && last_queued_;
+          // After the last event, or after a failed write (client gone).
+          finish = !finished_ && (ended_ || last_queued_);
+          finished_ |= finish;
           ended_ |= finish;
         }
       }
       if (next != nullptr) reactor_->StartWrite(next);
       if (finish) reactor_->Finish(grpc::Status::OK);
+    }
+    // The client went away: finish now unless a write is in flight (its
+    // WriteDone(false) finishes) or the stream already finished.
+    void Cancelled() {
+      WatchReactor* reactor = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (reactor_ != nullptr && !writing_ && !finished_) reactor = reactor_;
+        ended_ = true;
+        finished_ |= reactor != nullptr;
+      }
+      if (reactor != nullptr) {
+        reactor->Finish(
+            grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      }
     }
     void Detach() {
       std::lock_guard<std::mutex> lock(mu_);
@@ -82,7 +101,8 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
     std::mutex mu_;
     WatchReactor* reactor_;
     std::deque<petra::v1::JobEvent> queue_;
-    bool writing_ = false, ended_ = false, last_queued_ = false;
+    bool writing_ = false, ended_ = false, last_queued_ = false,
+         finished_ = false;
   };
 
   WatchReactor(JobManager* jobs, const std::string& id)
@@ -93,7 +113,7 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
     }
   }
   void OnWriteDone(bool ok) override { events_->WriteDone(ok); }
-  void OnCancel() override {}
+  void OnCancel() override { events_->Cancelled(); }
   void OnDone() override {
     events_->Detach();
     delete this;

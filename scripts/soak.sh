@@ -36,7 +36,7 @@
 #     nothing and ASan's own count of live heap bytes stays flat: allocator
 #     and thread-stack caching, not a leak (docs/RELIABILITY.md has the
 #     measurements). 8% (~52 MiB for a 650 MiB stage) leaves 1.5x margin; a
-#     leak of more than ~6 MiB/min fails a 10-minute soak, ~2 MiB/min a
+#     leak of more than ~5.5 MiB/min fails a 10-minute soak, ~1.8 MiB/min a
 #     30-minute one (--minutes 30).
 # Fails (exit 1) otherwise, and 2 on bad usage. Logs stay in --work-dir.
 set -euo pipefail
