@@ -109,7 +109,7 @@ struct PassCounters {
   mutable std::mutex mu;
   std::condition_variable cv;
   int64_t losses = 0, exits = 0, correct = 0, samples = 0;
-  int64_t fed = 0;  // samples of every loss, finite or skipped
+  int64_t fed = 0;      // samples of every loss, finite or skipped
   double loss_sum = 0;  // sum over samples
   uint64_t step = 0;
   steady_clock::time_point last_done = steady_clock::now();
@@ -213,31 +213,6 @@ absl::Status Runner::Prepare() {
 
 absl::Status Runner::Assign() {
   const int stages = fleet_->size();
-  // Every stage must answer and be idle before any is assigned.
-  for (int j = 0; j < stages; ++j) {
-    absl::StatusOr<petra::v1::StageStatus> status = fleet_->Status(j);
-    if (!status.ok()) return status.status();
-    if (status->state() != petra::v1::StageStatus::STATE_IDLE &&
-        !status->job_id().empty()) {
-      // This coordinator runs one job at a time and it is this one: a job
-      // still held is left over from an earlier run (the coordinator was
-      // restarted mid-job). Release it rather than wait for it forever.
-      petra::v1::ReleaseRequest release;
-      release.set_job_id(status->job_id());
-      petra::v1::ReleaseResponse released;
-      if (absl::Status s = fleet_->Call(j, &StageService::Stub::Release,
-                                        release, &released, kControlTimeout);
-          !s.ok()) {
-        return Prefixed(absl::StrCat("releasing the stale job \"",
-                                     status->job_id(), "\": "),
-                        s);
-      }
-    } else if (status->state() != petra::v1::StageStatus::STATE_IDLE) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          fleet_->Name(j), " is not idle (",
-          petra::v1::StageStatus::State_Name(status->state()), ")"));
-    }
-  }
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
     job.clear_stages();
     for (int j = 0; j < stages; ++j) {
@@ -456,7 +431,7 @@ absl::Status Runner::Attach(std::chrono::seconds wait) {
   probe.set_probe_only();
   while (true) {
     if (absl::Status s = Interrupted(); !s.ok()) return s;
-    std::vector<std::string> chosen, missing;
+    std::vector<std::string> chosen, held, missing;
     for (int i = 0; i < probe.size(); ++i) {
       if (static_cast<int>(chosen.size()) == stages) break;
       absl::StatusOr<petra::v1::StageStatus> status = probe.Status(i);
@@ -465,11 +440,12 @@ absl::Status Runner::Attach(std::chrono::seconds wait) {
         continue;
       }
       // This coordinator runs one job at a time: a job a server still
-      // holds is this one's, or left over from before a restart. Assign
-      // releases it.
+      // holds is this one's, or left over from before a restart. It is
+      // released below rather than waited for forever.
       if (status->state() == petra::v1::StageStatus::STATE_IDLE ||
           !status->job_id().empty()) {
         chosen.push_back(probe.address(i));
+        held.push_back(status->job_id());
       } else {
         missing.push_back(
             absl::StrCat(probe.Name(i), " is ",
@@ -478,6 +454,18 @@ absl::Status Runner::Attach(std::chrono::seconds wait) {
     }
     if (static_cast<int>(chosen.size()) == stages) {
       fleet_ = std::make_unique<Fleet>(std::move(chosen), env_.security);
+      for (int j = 0; j < stages; ++j) {
+        if (held[j].empty()) continue;
+        petra::v1::ReleaseRequest release;
+        release.set_job_id(held[j]);
+        petra::v1::ReleaseResponse released;
+        if (absl::Status s = fleet_->Call(j, &StageService::Stub::Release,
+                                          release, &released, kControlTimeout);
+            !s.ok()) {
+          return Prefixed(
+              absl::StrCat("releasing the stale job \"", held[j], "\": "), s);
+        }
+      }
       return Assign();
     }
     if (steady_clock::now() >= deadline) {
