@@ -148,18 +148,6 @@ class BadInput : public ::testing::Test {
     return m;
   }
 
-  // Writes `m` and returns the next reply that is not a credit.
-  template <typename Stream, typename Message>
-  static petra::v1::StreamReply Exchange(Stream& stream, const Message& m) {
-    EXPECT_TRUE(stream.Write(m));
-    petra::v1::StreamReply reply;
-    while (stream.Read(&reply)) {
-      if (!reply.has_credit()) return reply;
-    }
-    ADD_FAILURE() << "the stream ended";
-    return reply;
-  }
-
   // Half-closes and reads what is left: Finish waits for unread replies.
   template <typename Stream>
   static grpc::Status Close(Stream& stream) {

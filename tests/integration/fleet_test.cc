@@ -376,20 +376,6 @@ class StageStreams : public FleetProcesses {
     return ImagesWithLabels(id, petra::v1::PHASE_EVAL);
   }
 
-  // Writes `m` and returns the next reply that is not a credit.
-  petra::v1::StreamReply Exchange(
-      grpc::ClientReaderWriter<petra::v1::ForwardMessage,
-                               petra::v1::StreamReply>& stream,
-      const petra::v1::ForwardMessage& m) {
-    EXPECT_TRUE(stream.Write(m));
-    petra::v1::StreamReply reply;
-    while (stream.Read(&reply)) {
-      if (!reply.has_credit()) return reply;
-    }
-    ADD_FAILURE() << "the stream ended";
-    return reply;
-  }
-
   std::unique_ptr<petra::v1::StageService::Stub> stub_;
 };
 

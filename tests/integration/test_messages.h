@@ -1,6 +1,8 @@
 // Stage stream messages the integration tests send by hand.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 
@@ -27,6 +29,19 @@ inline petra::v1::ForwardMessage ImagesWithLabels(uint64_t id,
   y->add_shape(4);
   y->set_data(std::string(4 * sizeof(int64_t), '\0'));
   return m;
+}
+
+// Writes `m` on a stage stream and returns the next reply that is not a
+// credit.
+template <typename Stream, typename Message>
+petra::v1::StreamReply Exchange(Stream& stream, const Message& m) {
+  EXPECT_TRUE(stream.Write(m));
+  petra::v1::StreamReply reply;
+  while (stream.Read(&reply)) {
+    if (!reply.has_credit()) return reply;
+  }
+  ADD_FAILURE() << "the stream ended";
+  return reply;
 }
 
 }  // namespace petra::testing
