@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/cli/flag_set.h"
+#include "services/cli/large_allocations.h"
 #include "services/data/batches.h"
 #include "services/data/dataset.h"
 #include "services/engine/job_plan.h"
@@ -20,6 +21,7 @@
 int main(int argc, char** argv) {
   using namespace petra;
   using Clock = std::chrono::steady_clock;
+  cli::KeepLargeAllocationsInHeap();  // as every petra binary does
   int64_t threads = 2, warmup = 5, micro_batches = 0;
   std::string data_root = job::kDefaultDataRoot;
   petra::v1::JobSpec overrides;

@@ -213,11 +213,16 @@ def parse_args(argv):
     p.add_argument("--cores", type=int, default=os.cpu_count(),
                    help="cores to share among the stages (default: all)")
     p.add_argument("--arch", default="revnet18")
-    p.add_argument("--width", default="0.25")
+    p.add_argument("--width", default="1,0.25",
+                   help="comma-separated width multipliers, each measured "
+                        "in full (default 1,0.25: the paper's RevNet18, "
+                        "then our default job's, whose 16x less compute per "
+                        "message byte shows what the transport costs)")
     p.add_argument("--dataset", default="fashion_mnist")
     p.add_argument("--micro-batch", type=int, default=64)
-    p.add_argument("--micro-batches", type=int, default=100,
-                   help="training micro-batches per run (default 100)")
+    p.add_argument("--micro-batches", default="30,200",
+                   help="training micro-batches per epoch, one per --width "
+                        "or one for all (default 30,200)")
     p.add_argument("--partition", default="profiled",
                    choices=["profiled", "estimated", "measured"],
                    help="profiled (default): `petra profile --stages "
@@ -240,7 +245,21 @@ def parse_args(argv):
         p.error(f"--stages: '{args.stages}' is not a list of integers")
     if any(j < 1 for j in args.stage_counts):
         p.error("--stages: every stage count must be >= 1")
-    for name in ("repeats", "cores", "micro_batch", "micro_batches"):
+    try:
+        args.widths = [float(w) for w in args.width.split(",")]
+        args.batches = [int(m) for m in args.micro_batches.split(",")]
+    except ValueError:
+        p.error("--width and --micro-batches take comma-separated numbers")
+    if any(not 0 < w <= 8 for w in args.widths):
+        p.error("--width: every width must be in (0, 8]")
+    if len(args.batches) == 1:
+        args.batches *= len(args.widths)
+    if len(args.batches) != len(args.widths):
+        p.error(f"--micro-batches: {len(args.batches)} values for "
+                f"{len(args.widths)} widths")
+    if any(m < 1 for m in args.batches):
+        p.error("--micro-batches must be >= 1")
+    for name in ("repeats", "cores", "micro_batch"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.cores > os.cpu_count():
@@ -255,31 +274,26 @@ def parse_args(argv):
     return args
 
 
-def main(argv):
-    args = parse_args(argv)
-
-    def progress(text):
-        if not args.quiet:
-            print(f"throughput: {text}", file=sys.stderr, flush=True)
-
-    model_flags = ["--arch", args.arch, "--width", args.width,
+def measure_width(args, width, micro_batches, progress):
+    """Every row of one network width: plain backprop, then each J."""
+    model_flags = ["--arch", args.arch, "--width", f"{width:g}",
                    "--dataset", args.dataset,
                    "--micro-batch", str(args.micro_batch), "--seed", "1"]
-    results = {"machine_cores": os.cpu_count(), "cores": args.cores,
-               "model_flags": model_flags, "micro_batches": args.micro_batches,
-               "repeats": args.repeats, "stages": {}}
+    result = {"model_flags": model_flags, "micro_batches": micro_batches,
+              "stages": {}, "layouts": {}}
+    name = f"width {width:g}"
     plain, runs = median_of(
-        "plain backprop, one process", args.repeats,
-        lambda: plain_backprop(args.bin_dir, model_flags, args.micro_batches,
+        f"{name}: plain backprop, one process", args.repeats,
+        lambda: plain_backprop(args.bin_dir, model_flags, micro_batches,
                                args.cores, args.timeout), progress)
-    results["plain_backprop"] = {"median": plain, "runs": runs}
+    result["plain_backprop"] = {"median": plain, "runs": runs}
     costs = None
     if args.partition == "profiled":
-        progress("petra profile --stages per-block (one core)")
+        progress(f"{name}: petra profile --stages per-block (one core)")
         with tempfile.TemporaryDirectory(prefix="petra-bench-") as workdir:
             costs = per_block_costs(args.bin_dir, model_flags, workdir,
                                     args.timeout)
-        results["block_seconds"] = costs
+        result["block_seconds"] = costs
     for j in args.stage_counts:
         if costs is not None:
             splits = balanced_splits(costs, j)
@@ -287,75 +301,103 @@ def main(argv):
                 else ["--stages", "1"]
         else:
             layout = ["--stages", str(j), "--partition-cost", args.partition]
-        results.setdefault("layouts", {})[str(j)] = layout
+        result["layouts"][str(j)] = layout
 
         # Two epochs; the second's rate is the one reported, once every
         # process has warmed up (thread pools, oneDNN's kernels).
         job_flags = model_flags + layout + [
             "--epochs", "2",
-            "--train-limit", str(args.micro_batches * args.micro_batch),
+            "--train-limit", str(micro_batches * args.micro_batch),
             "--test-limit", str(args.micro_batch)]
         row = {}
         with tempfile.TemporaryDirectory(prefix="petra-bench-") as workdir:
-            progress(f"J = {j}: starting {j} stage servers and a coordinator")
+            progress(f"{name}, J = {j}: starting {j} stage servers and a "
+                     "coordinator")
             fleet = Fleet(args.bin_dir, j, args.cores, workdir)
             try:
                 for mode in ("petra", "backprop"):
                     row[mode] = median_of(
-                        f"J = {j}, {mode} on the fleet", args.repeats,
+                        f"{name}, J = {j}, {mode} on the fleet", args.repeats,
                         lambda: fleet_job(args.bin_dir, fleet, job_flags, mode,
                                           args.timeout), progress)
             finally:
                 fleet.stop()
             row["in_process"] = median_of(
-                f"J = {j}, petra in-process", args.repeats,
+                f"{name}, J = {j}, petra in-process", args.repeats,
                 lambda: in_process(args.bin_dir, job_flags, j, args.cores,
                                    workdir, args.timeout), progress)
             predicted = {}
             if args.simulate:
-                progress(f"J = {j}: petra profile and petra simulate")
+                progress(f"{name}, J = {j}: petra profile and petra simulate")
                 path = profile(args.bin_dir, job_flags, workdir, args.timeout)
                 for mode in ("petra", "backprop"):
                     predicted[mode] = simulate(
-                        args.bin_dir, path, mode, args.cores,
-                        args.micro_batches, args.timeout)
-        results["stages"][str(j)] = {
+                        args.bin_dir, path, mode, args.cores, micro_batches,
+                        args.timeout)
+        result["stages"][str(j)] = {
             k: {"median": v[0], "runs": v[1]} for k, v in row.items()}
-        results["stages"][str(j)]["predicted"] = predicted
+        result["stages"][str(j)]["predicted"] = predicted
+    return result
 
-    layouts = "; ".join(f"J = {j}: {' '.join(results['layouts'][str(j)])}"
-                        for j in args.stage_counts)
-    print(f"{args.arch} (width {args.width}) on {args.dataset}, micro-batch "
-          f"{args.micro_batch}, {args.micro_batches} micro-batches an epoch, "
-          f"the second epoch of each run timed, median of {args.repeats} runs; stage j pinned to core "
-          f"floor(j * {args.cores} / J); partition {args.partition} "
-          f"({layouts}); plain backprop on all {args.cores} cores: "
-          f"{plain:.1f} samples/s.\n")
-    print("| J | plain backprop | reversible backprop (fleet) | PETRA (fleet) "
-          "| PETRA / rev. backprop | PETRA (in-process) "
+
+def main(argv):
+    args = parse_args(argv)
+
+    def progress(text):
+        if not args.quiet:
+            print(f"throughput: {text}", file=sys.stderr, flush=True)
+
+    results = {"machine_cores": os.cpu_count(), "cores": args.cores,
+               "repeats": args.repeats, "widths": {}}
+    for width, micro_batches in zip(args.widths, args.batches):
+        results["widths"][f"{width:g}"] = measure_width(
+            args, width, micro_batches, progress)
+
+    print(f"{args.arch} on {args.dataset}, micro-batch {args.micro_batch}; "
+          "two epochs a run, the second timed; median of "
+          f"{args.repeats} runs; stage j pinned to core "
+          f"floor(j * {args.cores} / J); partition {args.partition}; "
+          f"plain backprop on all {args.cores} cores.\n")
+    for width, r in results["widths"].items():
+        layouts = "; ".join(f"J = {j}: {' '.join(r['layouts'][str(j)])}"
+                            for j in args.stage_counts)
+        print(f"* width {width}: {r['micro_batches']} micro-batches an "
+              f"epoch; {layouts}")
+    print()
+    print("| width | J | plain backprop | reversible backprop (fleet) "
+          "| PETRA (fleet) | PETRA / rev. backprop | PETRA (in-process) "
           "| fleet / in-process |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for j in args.stage_counts:
-        r = results["stages"][str(j)]
-        petra, rev, local = (r["petra"]["median"], r["backprop"]["median"],
-                             r["in_process"]["median"])
-        print(f"| {j} | {plain:.1f} | {rev:.1f} | {petra:.1f} "
-              f"| {petra / rev:.2f}x | {local:.1f} | {petra / local:.2f} |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for width, r in results["widths"].items():
+        plain = r["plain_backprop"]["median"]
+        for j in args.stage_counts:
+            row = r["stages"][str(j)]
+            petra, rev, local = (row["petra"]["median"],
+                                 row["backprop"]["median"],
+                                 row["in_process"]["median"])
+            print(f"| {width} | {j} | {plain:.1f} | {rev:.1f} | {petra:.1f} "
+                  f"| {petra / rev:.2f}x | {local:.1f} "
+                  f"| {petra / local:.2f} |")
+    print("\nsamples/s throughout; PETRA / rev. backprop is the paper's "
+          "speed-up; fleet / in-process is what the gRPC transport keeps of "
+          "the transport-free runner's rate.")
     if args.simulate:
         print("\nThe simulator's prediction (`petra profile` of each stage on "
               "one core, then `petra simulate --profile FILE --devices "
               f"{args.cores}` with its default loopback link) against the "
               "measured medians above:\n")
-        print("| J | schedule | predicted samples/s | measured samples/s "
-              "| error |")
-        print("|---:|---|---:|---:|---:|")
-        for j in args.stage_counts:
-            r = results["stages"][str(j)]
-            for mode, label in (("petra", "PETRA"),
-                                ("backprop", "reversible backprop")):
-                pred, meas = r["predicted"][mode], r[mode]["median"]
-                print(f"| {j} | {label} | {pred:.1f} | {meas:.1f} "
-                      f"| {100 * (pred - meas) / meas:+.1f}% |")
+        print("| width | J | schedule | predicted samples/s "
+              "| measured samples/s | error |")
+        print("|---:|---:|---|---:|---:|---:|")
+        for width, r in results["widths"].items():
+            for j in args.stage_counts:
+                row = r["stages"][str(j)]
+                for mode, label in (("petra", "PETRA"),
+                                    ("backprop", "reversible backprop")):
+                    pred, meas = row["predicted"][mode], row[mode]["median"]
+                    print(f"| {width} | {j} | {label} | {pred:.1f} "
+                          f"| {meas:.1f} "
+                          f"| {100 * (pred - meas) / meas:+.1f}% |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

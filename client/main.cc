@@ -4,8 +4,10 @@
 #include <vector>
 
 #include "client/commands.h"
+#include "services/cli/large_allocations.h"
 
 int main(int argc, char** argv) {
+  petra::cli::KeepLargeAllocationsInHeap();  // petra train runs stages
   const std::string program = "petra";
   if (argc < 2) {
     std::cerr << petra::client::TopLevelHelp();

@@ -4,9 +4,11 @@
 
 #include "coordinator/coordinator_server.h"
 #include "services/cli/flag_set.h"
+#include "services/cli/large_allocations.h"
 #include "services/cli/shutdown_signal.h"
 
 int main(int argc, char** argv) {
+  petra::cli::KeepLargeAllocationsInHeap();
   petra::cli::InstallShutdownHandlers();
   petra::coordinator::CoordinatorServer::Options options;
   petra::cli::FlagSet flags(

@@ -55,7 +55,8 @@ run() {
 }
 
 section_throughput() {
-  local args=(--stages 2,4 --repeats 3 --micro-batches 200 --simulate)
+  local args=(--stages 2,4 --width 1,0.25 --repeats 3 --micro-batches 30,200
+              --simulate)
   if ((smoke)); then
     args=(--stages 2 --repeats 1 --micro-batches 4 --width 0.125
           --micro-batch 16 --simulate)

@@ -3,10 +3,12 @@
 #include <iostream>
 
 #include "services/cli/flag_set.h"
+#include "services/cli/large_allocations.h"
 #include "services/cli/shutdown_signal.h"
 #include "stage_server/stage_server.h"
 
 int main(int argc, char** argv) {
+  petra::cli::KeepLargeAllocationsInHeap();
   petra::cli::InstallShutdownHandlers();
   petra::stage_server::StageServer::Options options;
   petra::cli::FlagSet flags(

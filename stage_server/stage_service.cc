@@ -116,7 +116,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
     const uint64_t id = in_.micro_batch_id();
     metrics_.Received(backward_, static_cast<int64_t>(in_.ByteSizeLong()));
     absl::Status status;
-    auto whole = assembler_.Add(in_);
+    auto whole = assembler_.Add(std::move(in_));  // takes its payload
     if (!whole.ok()) {
       status = whole.status();
     } else if (whole->has_value()) {

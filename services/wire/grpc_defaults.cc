@@ -4,6 +4,9 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <utility>
+#include <vector>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/wire/bearer_token.h"
@@ -11,11 +14,21 @@
 namespace petra::wire {
 namespace {
 
-void ApplyCommonArguments(grpc::ChannelArguments& args) {
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+// Integer arguments of both ends' channels.
+std::vector<std::pair<const char*, int>> CommonArguments() {
+  return {
+      {GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs},
+      {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs},
+      {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+      {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0},
+      // Activations are megabytes: HTTP/2's default 16 KiB frames and
+      // 8 KiB first reads cut each into hundreds of pieces, each with its
+      // own header, wake-up and window update.
+      {GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kHttp2FrameBytes},
+      {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kMaxMessageBytes},
+      {GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 256 << 10},
+      {GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kHttp2FrameBytes},
+  };
 }
 
 }  // namespace
@@ -29,11 +42,9 @@ void ApplyServerDefaults(grpc::ServerBuilder& builder) {
   // gRPC binds with SO_REUSEPORT by default, so a second server on a busy
   // port would start and silently take half the connections. Refuse it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                             kKeepaliveTimeoutMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  for (const auto& [name, value] : CommonArguments()) {
+    builder.AddChannelArgument(name, value);
+  }
   // Accept the clients' pings at the keepalive rate above.
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
@@ -44,7 +55,9 @@ grpc::ChannelArguments ClientChannelArguments() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  ApplyCommonArguments(args);
+  for (const auto& [name, value] : CommonArguments()) {
+    args.SetInt(name, value);
+  }
   // A restarted stage server must be reached again within seconds (crash
   // recovery); gRPC's default backoff grows to two minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);

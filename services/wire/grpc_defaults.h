@@ -26,6 +26,8 @@ namespace petra::wire {
 inline constexpr int kMaxMessageBytes = 64 << 20;
 // Payload bytes per tensor chunk on the wire.
 inline constexpr int kTensorChunkBytes = 16 << 20;
+// Largest HTTP/2 frame either end accepts (the protocol allows 16 MiB - 1).
+inline constexpr int kHttp2FrameBytes = 4 << 20;
 
 // Keepalive: ping an idle connection every 20 s and drop it when a ping is
 // not answered within 10 s, so a dead neighbour is noticed in seconds.

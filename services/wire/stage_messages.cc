@@ -8,7 +8,7 @@
 namespace petra::wire {
 namespace {
 
-// One tensor slot of a message: its encoded chunks and where they go.
+// One tensor slot of a message: its encoded chunks, in order.
 struct Slot {
   std::vector<petra::v1::Tensor> chunks;
 };
@@ -16,21 +16,23 @@ struct Slot {
 absl::StatusOr<Slot> Chunked(const torch::Tensor& t, uint64_t chunk_bytes) {
   Slot slot;
   if (!t.defined()) return slot;
-  petra::v1::Tensor whole;
-  if (absl::Status s = EncodeTensor(t, &whole); !s.ok()) return s;
-  slot.chunks = SplitTensor(whole, chunk_bytes);
+  absl::StatusOr<std::vector<petra::v1::Tensor>> chunks =
+      EncodeTensorChunks(t, chunk_bytes);
+  if (!chunks.ok()) return chunks.status();
+  slot.chunks = std::move(*chunks);
   return slot;
 }
 
 // Packs the slots' chunks into parts: in order, at most one chunk per slot
 // per part, and at most `budget` payload bytes per part (a single chunk is
-// never over budget: SplitTensor cut it to size).
-std::vector<std::vector<std::pair<int, const petra::v1::Tensor*>>> Pack(
-    const std::vector<Slot>& slots, uint64_t budget) {
-  std::vector<std::vector<std::pair<int, const petra::v1::Tensor*>>> parts(1);
+// never over budget: it was cut to size). The chunks are moved out of the
+// slots into the parts later, so the pointers are mutable.
+std::vector<std::vector<std::pair<int, petra::v1::Tensor*>>> Pack(
+    std::vector<Slot>& slots, uint64_t budget) {
+  std::vector<std::vector<std::pair<int, petra::v1::Tensor*>>> parts(1);
   uint64_t used = 0;
   for (int s = 0; s < static_cast<int>(slots.size()); ++s) {
-    for (const petra::v1::Tensor& c : slots[s].chunks) {
+    for (petra::v1::Tensor& c : slots[s].chunks) {
       bool has_slot = false;
       for (const auto& [slot, _] : parts.back()) has_slot |= slot == s;
       if (has_slot || (used > 0 && used + c.data().size() > budget)) {
@@ -79,7 +81,7 @@ MessageHeader HeaderOf(const M& m) {
 // last part.
 template <typename M>
 absl::StatusOr<bool> AddPart(
-    const M& m, const std::vector<const petra::v1::Tensor*>& tensors,
+    const M& m, const std::vector<petra::v1::Tensor*>& tensors,
     const std::vector<std::string>& names, const TensorLimits& limits,
     std::optional<MessageHeader>& header,
     std::vector<std::optional<TensorAssembler>>& slots) {
@@ -100,7 +102,7 @@ absl::StatusOr<bool> AddPart(
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] == nullptr) continue;
     if (!slots[i].has_value()) slots[i].emplace(names[i], limits);
-    if (absl::Status s = slots[i]->Add(*tensors[i]); !s.ok()) {
+    if (absl::Status s = slots[i]->Add(std::move(*tensors[i])); !s.ok()) {
       header.reset();
       slots.assign(names.size(), std::nullopt);
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
@@ -129,7 +131,7 @@ absl::StatusOr<std::vector<torch::Tensor>> DecodeAll(
     if (!slots[i].has_value()) continue;
     absl::StatusOr<petra::v1::Tensor> whole = slots[i]->Take();
     absl::StatusOr<torch::Tensor> t =
-        whole.ok() ? DecodeTensor(*whole, limits, names[i])
+        whole.ok() ? DecodeTensor(std::move(*whole), limits, names[i])
                    : absl::StatusOr<torch::Tensor>(whole.status());
     if (!t.ok()) {
       slots.clear();
@@ -155,8 +157,12 @@ const std::vector<std::string>& BackwardNames() {
   return n;
 }
 
-const petra::v1::Tensor* Present(bool has, const petra::v1::Tensor& t) {
-  return has ? &t : nullptr;
+// The pair's tensors that are set, as pointers the assembler may move from
+// (mutable_first() would create a missing one, so presence is read first).
+std::pair<petra::v1::Tensor*, petra::v1::Tensor*> Present(
+    petra::v1::TensorPair* pair) {
+  return {pair->has_first() ? pair->mutable_first() : nullptr,
+          pair->has_second() ? pair->mutable_second() : nullptr};
 }
 
 // A stage boundary value: floating point, with the micro-batch as its first
@@ -200,9 +206,9 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     petra::v1::ForwardMessage& m = out.emplace_back();
     SetHeader(p.header, &m);
     for (const auto& [slot, chunk] : part) {
-      if (slot == 0) *m.mutable_activation()->mutable_first() = *chunk;
-      if (slot == 1) *m.mutable_activation()->mutable_second() = *chunk;
-      if (slot == 2) *m.mutable_labels() = *chunk;
+      if (slot == 0) *m.mutable_activation()->mutable_first() = std::move(*chunk);
+      if (slot == 1) *m.mutable_activation()->mutable_second() = std::move(*chunk);
+      if (slot == 2) *m.mutable_labels() = std::move(*chunk);
     }
   }
   out.back().set_last_part(true);
@@ -223,10 +229,10 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
     petra::v1::BackwardMessage& m = out.emplace_back();
     SetHeader(p.header, &m);
     for (const auto& [slot, chunk] : part) {
-      if (slot == 0) *m.mutable_activation()->mutable_first() = *chunk;
-      if (slot == 1) *m.mutable_activation()->mutable_second() = *chunk;
-      if (slot == 2) *m.mutable_gradient()->mutable_first() = *chunk;
-      if (slot == 3) *m.mutable_gradient()->mutable_second() = *chunk;
+      if (slot == 0) *m.mutable_activation()->mutable_first() = std::move(*chunk);
+      if (slot == 1) *m.mutable_activation()->mutable_second() = std::move(*chunk);
+      if (slot == 2) *m.mutable_gradient()->mutable_first() = std::move(*chunk);
+      if (slot == 3) *m.mutable_gradient()->mutable_second() = std::move(*chunk);
     }
   }
   out.back().set_last_part(true);
@@ -236,13 +242,13 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
 ForwardAssembler::ForwardAssembler(TensorLimits limits) : limits_(limits) {}
 
 absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
-    const petra::v1::ForwardMessage& m) {
+    petra::v1::ForwardMessage m) {
   const auto& names = ForwardNames();
+  const auto activation = Present(m.mutable_activation());
   absl::StatusOr<bool> last =
       AddPart(m,
-              {Present(m.activation().has_first(), m.activation().first()),
-               Present(m.activation().has_second(), m.activation().second()),
-               Present(m.has_labels(), m.labels())},
+              {activation.first, activation.second,
+               m.has_labels() ? m.mutable_labels() : nullptr},
               names, limits_, header_, slots_);
   if (!last.ok()) return last.status();
   if (!*last) return std::nullopt;
@@ -281,14 +287,14 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
 BackwardAssembler::BackwardAssembler(TensorLimits limits) : limits_(limits) {}
 
 absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
-    const petra::v1::BackwardMessage& m) {
+    petra::v1::BackwardMessage m) {
   const auto& names = BackwardNames();
+  const auto activation = Present(m.mutable_activation());
+  const auto gradient = Present(m.mutable_gradient());
   absl::StatusOr<bool> last =
       AddPart(m,
-              {Present(m.activation().has_first(), m.activation().first()),
-               Present(m.activation().has_second(), m.activation().second()),
-               Present(m.gradient().has_first(), m.gradient().first()),
-               Present(m.gradient().has_second(), m.gradient().second())},
+              {activation.first, activation.second, gradient.first,
+               gradient.second},
               names, limits_, header_, slots_);
   if (!last.ok()) return last.status();
   if (!*last) return std::nullopt;

@@ -52,8 +52,10 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
 class ForwardAssembler {
  public:
   explicit ForwardAssembler(TensorLimits limits = {});
+  // Takes `m` by value: pass it with std::move and its payload becomes the
+  // tensors' storage without a copy.
   absl::StatusOr<std::optional<ForwardPayload>> Add(
-      const petra::v1::ForwardMessage& m);
+      petra::v1::ForwardMessage m);
 
  private:
   TensorLimits limits_;
@@ -65,7 +67,7 @@ class BackwardAssembler {
  public:
   explicit BackwardAssembler(TensorLimits limits = {});
   absl::StatusOr<std::optional<BackwardPayload>> Add(
-      const petra::v1::BackwardMessage& m);
+      petra::v1::BackwardMessage m);  // as ForwardAssembler::Add
 
  private:
   TensorLimits limits_;

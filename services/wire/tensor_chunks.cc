@@ -1,6 +1,7 @@
 #include "services/wire/tensor_chunks.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "services/wire/tensor_validation.h"
@@ -35,7 +36,7 @@ std::vector<petra::v1::Tensor> SplitTensor(const petra::v1::Tensor& whole,
 TensorAssembler::TensorAssembler(std::string field, TensorLimits limits)
     : field_(std::move(field)), limits_(limits) {}
 
-absl::Status TensorAssembler::Add(const petra::v1::Tensor& part) {
+absl::Status TensorAssembler::Add(petra::v1::Tensor&& part) {
   if (complete_) {
     return absl::InvalidArgumentError(absl::StrCat(
         field_, ": another chunk arrived after the tensor was complete"));
@@ -46,8 +47,8 @@ absl::Status TensorAssembler::Add(const petra::v1::Tensor& part) {
       if (absl::Status s = ValidateTensor(part, limits_, field_); !s.ok()) {
         return s;
       }
-      pending_ = part;
       total_ = part.data().size();
+      pending_ = std::move(part);
       complete_ = true;
       return absl::OkStatus();
     }

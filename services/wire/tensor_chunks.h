@@ -31,7 +31,11 @@ class TensorAssembler {
 
   // Adds the next chunk (or a whole, unchunked tensor). INVALID_ARGUMENT
   // naming the field when it does not continue the tensor being assembled.
-  absl::Status Add(const petra::v1::Tensor& part);
+  // A whole tensor is kept by moving it, so its payload is not copied.
+  absl::Status Add(petra::v1::Tensor&& part);
+  absl::Status Add(const petra::v1::Tensor& part) {
+    return Add(petra::v1::Tensor(part));
+  }
 
   // True once every byte of the payload has arrived.
   bool complete() const { return complete_; }

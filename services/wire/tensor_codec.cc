@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "services/wire/tensor_validation.h"
@@ -55,32 +57,67 @@ c10::ScalarType FromWire(int dtype) {
   }
 }
 
-}  // namespace
-
-absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out) {
+// The tensor as its bytes go out: on the CPU and contiguous (a no-op for a
+// contiguous CPU tensor or view; data_ptr() of a contiguous view points at
+// its first element, so only its own bytes go out).
+absl::StatusOr<at::Tensor> Dense(const at::Tensor& tensor) {
   if (!tensor.defined()) {
     return absl::InvalidArgumentError("cannot encode an undefined tensor");
   }
-  absl::StatusOr<petra::v1::DType> dtype = ToWire(tensor.scalar_type());
-  if (!dtype.ok()) return dtype.status();
-  // contiguous() is a no-op for a contiguous tensor or view; data_ptr() of a
-  // contiguous view points at its first element, so only its bytes go out.
-  at::Tensor dense;
   try {
-    dense = tensor.device().is_cpu() ? tensor.contiguous()
-                                     : tensor.to(torch::kCPU).contiguous();
+    return tensor.device().is_cpu() ? tensor.contiguous()
+                                    : tensor.to(torch::kCPU).contiguous();
   } catch (const std::exception& e) {
     // Torch reports device errors by exception; they stop here.
     return absl::InternalError(
         absl::StrCat("cannot copy tensor to the CPU: ", e.what()));
   }
+}
+
+void SetHeader(const at::Tensor& dense, petra::v1::DType dtype,
+               petra::v1::Tensor* out) {
   out->Clear();
-  out->set_dtype(*dtype);
+  out->set_dtype(dtype);
   for (int64_t d : dense.sizes()) out->add_shape(d);
-  const size_t bytes = dense.numel() * dense.element_size();
-  out->mutable_data()->assign(static_cast<const char*>(dense.data_ptr()),
-                              bytes);
+}
+
+}  // namespace
+
+absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out) {
+  absl::StatusOr<at::Tensor> dense = Dense(tensor);
+  if (!dense.ok()) return dense.status();
+  absl::StatusOr<petra::v1::DType> dtype = ToWire(dense->scalar_type());
+  if (!dtype.ok()) return dtype.status();
+  SetHeader(*dense, *dtype, out);
+  out->mutable_data()->assign(static_cast<const char*>(dense->data_ptr()),
+                              dense->numel() * dense->element_size());
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
+    const at::Tensor& tensor, uint64_t chunk_bytes) {
+  absl::StatusOr<at::Tensor> dense = Dense(tensor);
+  if (!dense.ok()) return dense.status();
+  absl::StatusOr<petra::v1::DType> dtype = ToWire(dense->scalar_type());
+  if (!dtype.ok()) return dtype.status();
+  const char* bytes = static_cast<const char*>(dense->data_ptr());
+  const uint64_t total = dense->numel() * dense->element_size();
+  std::vector<petra::v1::Tensor> parts;
+  if (chunk_bytes == 0 || total <= chunk_bytes) {
+    SetHeader(*dense, *dtype, &parts.emplace_back());
+    parts.back().mutable_data()->assign(bytes, total);
+    return parts;
+  }
+  parts.reserve((total + chunk_bytes - 1) / chunk_bytes);
+  for (uint64_t offset = 0; offset < total; offset += chunk_bytes) {
+    petra::v1::Tensor& part = parts.emplace_back();
+    SetHeader(*dense, *dtype, &part);
+    part.mutable_chunk()->set_offset(offset);
+    part.mutable_chunk()->set_total_bytes(total);
+    part.mutable_data()->assign(bytes + offset,
+                                std::min(chunk_bytes, total - offset));
+  }
+  return parts;
 }
 
 absl::StatusOr<at::Tensor> DecodeTensor(const petra::v1::Tensor& in,
@@ -99,6 +136,28 @@ absl::StatusOr<at::Tensor> DecodeTensor(const petra::v1::Tensor& in,
     std::memcpy(t.data_ptr(), in.data().data(), in.data().size());
   }
   return t;
+}
+
+absl::StatusOr<at::Tensor> DecodeTensor(petra::v1::Tensor&& in,
+                                        const TensorLimits& limits,
+                                        const std::string& field) {
+  if (absl::Status s = ValidateTensor(in, limits, field); !s.ok()) return s;
+  if (in.data().empty()) return DecodeTensor(in, limits, field);
+  std::vector<int64_t> shape(in.shape().begin(), in.shape().end());
+  // The tensor's storage is the received string itself; the deleter frees
+  // it with the last reference. Alignment: malloc's 16 bytes suffice for
+  // every wire dtype.
+  auto* payload = new std::string(std::move(*in.mutable_data()));
+  in.clear_data();
+  try {
+    return torch::from_blob(
+        payload->data(), shape, [payload](void*) { delete payload; },
+        torch::TensorOptions().dtype(FromWire(in.dtype())));
+  } catch (const std::exception& e) {
+    // Not deleted here: a storage built before the throw owns it by now.
+    return absl::InternalError(
+        absl::StrCat(field, ": cannot wrap the payload: ", e.what()));
+  }
 }
 
 }  // namespace petra::wire

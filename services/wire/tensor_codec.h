@@ -2,7 +2,9 @@
 // batch crosses the wire through these two functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,9 +22,22 @@ namespace petra::wire {
 // UNIMPLEMENTED for dtypes the wire does not carry (bool, complex, int8...).
 absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out);
 
+// EncodeTensor and SplitTensor in one pass: each byte is copied once, from
+// the tensor straight into its chunk (a 6 MiB activation crosses this on
+// every tick, so the intermediate whole message is worth skipping). One
+// element without ChunkInfo when the payload fits in `chunk_bytes` (> 0).
+absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
+    const at::Tensor& tensor, uint64_t chunk_bytes);
+
 // Builds a CPU tensor from `in` after ValidateTensor: nothing is allocated
 // for a tensor whose header or size is wrong. `field` names it in errors.
 absl::StatusOr<at::Tensor> DecodeTensor(const petra::v1::Tensor& in,
+                                        const TensorLimits& limits = {},
+                                        const std::string& field = "tensor");
+
+// The same, but the tensor takes over `in`'s payload instead of copying it
+// (`in.data` is left empty): the receiving stage's copy of every message.
+absl::StatusOr<at::Tensor> DecodeTensor(petra::v1::Tensor&& in,
                                         const TensorLimits& limits = {},
                                         const std::string& field = "tensor");
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "services/wire/tensor_chunks.h"
 #include "services/wire/tensor_validation.h"
 
 namespace petra::wire {
@@ -47,6 +48,52 @@ TEST_P(CodecRoundTrip, PreservesDtypeShapeAndValues) {
   EXPECT_EQ(decoded->scalar_type(), c.torch_type);
   EXPECT_EQ(decoded->sizes(), original.sizes());
   EXPECT_TRUE(torch::equal(*decoded, original));
+}
+
+TEST_P(CodecRoundTrip, TakingThePayloadKeepsTheValues) {
+  const DTypeCase& c = GetParam();
+  at::Tensor original = Sample(c.torch_type, {4, 3, 5});
+  petra::v1::Tensor wire;
+  ASSERT_TRUE(EncodeTensor(original, &wire).ok());
+  const void* payload = wire.data().data();
+  absl::StatusOr<at::Tensor> decoded = DecodeTensor(std::move(wire));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  // The received bytes became the tensor's storage: nothing was copied.
+  EXPECT_EQ(decoded->data_ptr(), payload);
+  EXPECT_TRUE(wire.data().empty());
+  EXPECT_EQ(decoded->scalar_type(), c.torch_type);
+  EXPECT_TRUE(torch::equal(*decoded, original));
+}
+
+TEST_P(CodecRoundTrip, ChunkedEncodingEqualsEncodeThenSplit) {
+  const DTypeCase& c = GetParam();
+  at::Tensor original = Sample(c.torch_type, {7, 3, 5}).transpose(0, 2);
+  petra::v1::Tensor whole;
+  ASSERT_TRUE(EncodeTensor(original, &whole).ok());
+  for (uint64_t chunk : {uint64_t{16}, uint64_t{100}, uint64_t{1} << 20}) {
+    absl::StatusOr<std::vector<petra::v1::Tensor>> parts =
+        EncodeTensorChunks(original, chunk);
+    ASSERT_TRUE(parts.ok()) << parts.status();
+    std::vector<petra::v1::Tensor> expected = SplitTensor(whole, chunk);
+    ASSERT_EQ(parts->size(), expected.size()) << "chunk " << chunk;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ((*parts)[i].SerializeAsString(),
+                expected[i].SerializeAsString())
+          << "chunk " << chunk << ", part " << i;
+    }
+  }
+}
+
+TEST(TensorCodec, TakingThePayloadStillValidatesFirst) {
+  petra::v1::Tensor wire;
+  ASSERT_TRUE(EncodeTensor(torch::ones({2, 3}), &wire).ok());
+  wire.mutable_data()->pop_back();
+  absl::StatusOr<at::Tensor> decoded =
+      DecodeTensor(std::move(wire), {}, "gradient.first");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(decoded.status().message()),
+              HasSubstr("gradient.first"));
 }
 
 TEST_P(CodecRoundTrip, NonContiguousTensor) {
