@@ -206,8 +206,10 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     petra::v1::ForwardMessage& m = out.emplace_back();
     SetHeader(p.header, &m);
     for (const auto& [slot, chunk] : part) {
-      if (slot == 0) *m.mutable_activation()->mutable_first() = std::move(*chunk);
-      if (slot == 1) *m.mutable_activation()->mutable_second() = std::move(*chunk);
+      if (slot == 0)
+        *m.mutable_activation()->mutable_first() = std::move(*chunk);
+      if (slot == 1)
+        *m.mutable_activation()->mutable_second() = std::move(*chunk);
       if (slot == 2) *m.mutable_labels() = std::move(*chunk);
     }
   }
@@ -229,10 +231,13 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
     petra::v1::BackwardMessage& m = out.emplace_back();
     SetHeader(p.header, &m);
     for (const auto& [slot, chunk] : part) {
-      if (slot == 0) *m.mutable_activation()->mutable_first() = std::move(*chunk);
-      if (slot == 1) *m.mutable_activation()->mutable_second() = std::move(*chunk);
+      if (slot == 0)
+        *m.mutable_activation()->mutable_first() = std::move(*chunk);
+      if (slot == 1)
+        *m.mutable_activation()->mutable_second() = std::move(*chunk);
       if (slot == 2) *m.mutable_gradient()->mutable_first() = std::move(*chunk);
-      if (slot == 3) *m.mutable_gradient()->mutable_second() = std::move(*chunk);
+      if (slot == 3)
+        *m.mutable_gradient()->mutable_second() = std::move(*chunk);
     }
   }
   out.back().set_last_part(true);
@@ -291,11 +296,9 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
   const auto& names = BackwardNames();
   const auto activation = Present(m.mutable_activation());
   const auto gradient = Present(m.mutable_gradient());
-  absl::StatusOr<bool> last =
-      AddPart(m,
-              {activation.first, activation.second, gradient.first,
-               gradient.second},
-              names, limits_, header_, slots_);
+  absl::StatusOr<bool> last = AddPart(
+      m, {activation.first, activation.second, gradient.first, gradient.second},
+      names, limits_, header_, slots_);
   if (!last.ok()) return last.status();
   if (!*last) return std::nullopt;
   BackwardPayload p;
