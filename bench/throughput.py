@@ -158,38 +158,29 @@ def simulated_rate(result, schedule):
     raise BenchError(f"petra simulate printed no {schedule} row")
 
 
-def balanced_splits(costs, stages):
-    """Block indices where stages 1.. begin, minimising the slowest stage."""
-    n = len(costs)
-    prefix = [0.0]
-    for c in costs:
-        prefix.append(prefix[-1] + c)
-    inf = float("inf")
-    # best[k][i]: the slowest of k stages over blocks [0, i).
-    best = [[inf] * (n + 1) for _ in range(stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(stages + 1)]
-    best[0][0] = 0.0
-    for k in range(1, stages + 1):
-        for i in range(k, n + 1):
-            for b in range(k - 1, i):
-                v = max(best[k - 1][b], prefix[i] - prefix[b])
-                if v < best[k][i]:
-                    best[k][i], cut[k][i] = v, b
-    splits, i = [], n
-    for k in range(stages, 1, -1):
-        i = cut[k][i]
-        splits.append(i)
-    return sorted(splits)
-
-
-def per_block_costs(bin_dir, model_flags, workdir, timeout):
-    """Forward + backward seconds of every block, on one core."""
-    path = profile(bin_dir, model_flags + ["--stages", "per-block"], workdir,
-                   timeout)
+def balanced_layouts(bin_dir, model_flags, stage_counts, workdir, timeout):
+    """Profiles every block on one core; for each J, the --split-at that
+    `petra profile --balance` prints (the coordinator's own balancing), and
+    the blocks' forward + backward seconds."""
+    path = os.path.join(workdir, "blocks.json")
+    out = run(["taskset", "-c", "0", os.path.join(bin_dir, "petra"),
+               "profile", "--threads", "1", "--output", path,
+               "--stages", "per-block",
+               "--balance", ",".join(map(str, stage_counts))] + model_flags,
+              timeout)
+    layouts = {}
+    for m in re.finditer(r"balanced for (\d+) stage\(s\): (--split-at \S+|"
+                         r"--stages 1)", out):
+        layouts[int(m.group(1))] = m.group(2).split()
+    missing = [j for j in stage_counts if j not in layouts]
+    if missing:
+        raise BenchError(f"petra profile printed no balanced split for J = "
+                         f"{missing}:\n{out[-2000:]}")
     with open(path) as f:
         stages = json.load(f)["stages"]
-    return [s.get("forward_seconds", 0) + s.get("backward_seconds", 0)
-            for s in stages]
+    costs = [s.get("forward_seconds", 0) + s.get("backward_seconds", 0)
+             for s in stages]
+    return layouts, costs
 
 
 def median_of(label, repeats, fn, progress):
@@ -287,20 +278,16 @@ def measure_width(args, width, micro_batches, progress):
         lambda: plain_backprop(args.bin_dir, model_flags, micro_batches,
                                args.cores, args.timeout), progress)
     result["plain_backprop"] = {"median": plain, "runs": runs}
-    costs = None
+    layouts = {}
     if args.partition == "profiled":
         progress(f"{name}: petra profile --stages per-block (one core)")
         with tempfile.TemporaryDirectory(prefix="petra-bench-") as workdir:
-            costs = per_block_costs(args.bin_dir, model_flags, workdir,
-                                    args.timeout)
-        result["block_seconds"] = costs
+            layouts, result["block_seconds"] = balanced_layouts(
+                args.bin_dir, model_flags, args.stage_counts, workdir,
+                args.timeout)
     for j in args.stage_counts:
-        if costs is not None:
-            splits = balanced_splits(costs, j)
-            layout = ["--split-at", ",".join(map(str, splits))] if splits \
-                else ["--stages", "1"]
-        else:
-            layout = ["--stages", str(j), "--partition-cost", args.partition]
+        layout = layouts.get(j) or [
+            "--stages", str(j), "--partition-cost", args.partition]
         result["layouts"][str(j)] = layout
 
         # Two epochs; the second's rate is the one reported, once every

@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/job_progress.h"
-#include "client/tls_flags.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/cli/flag_set.h"
 #include "services/job/enum_names.h"
@@ -19,6 +18,7 @@
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/status_map.h"
+#include "services/wire/tls_flags.h"
 
 namespace petra::client {
 namespace {
@@ -36,7 +36,7 @@ struct Connection {
 
 void AddCoordinatorFlag(cli::FlagSet& flags, Connection* c) {
   flags.AddString("coordinator", &c->address, "coordinator address, host:port");
-  AddClientTlsFlags(flags, &c->tls);
+  wire::AddClientTlsFlags(flags, &c->tls);
   flags.AddString("auth-token-file", &c->token_file,
                   absl::StrCat("file holding the coordinator's bearer token "
                                "(default: the ",

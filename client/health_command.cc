@@ -3,10 +3,10 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "client/tls_flags.h"
 #include "services/cli/flag_set.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/health_check.h"
+#include "services/wire/tls_flags.h"
 
 namespace petra::client {
 
@@ -27,7 +27,7 @@ int RunHealth(const std::string& program,
                   "service name to check; empty means the whole server");
   flags.AddDouble("timeout-seconds", &timeout_seconds,
                   "give up after this long");
-  AddClientTlsFlags(flags, &tls);
+  wire::AddClientTlsFlags(flags, &tls);
   if (int rc = cli::ParseCommandOrExit(flags, program + " health", args);
       rc >= 0) {
     return rc;

@@ -10,8 +10,11 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/default_job.h"
 #include "petra/v1/profile.pb.h"
@@ -21,6 +24,7 @@
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
+#include "services/model/partition.h"
 #include "services/sim/profile_io.h"
 
 namespace petra::client {
@@ -173,11 +177,68 @@ void PrintTable(const petra::v1::Profile& p) {
       worst > 0 ? 100.0 * (f_sum + b_sum) / (p.stages_size() * worst) : 0.0);
 }
 
+// Parses --balance: stage counts, each >= 1.
+absl::StatusOr<std::vector<int>> ParseStageCounts(const std::string& text) {
+  std::vector<int> counts;
+  if (text.empty()) return counts;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int j = 0;
+    if (!absl::SimpleAtoi(item, &j) || j < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "flag --balance: \"", text,
+          "\" is not a comma-separated list of stage counts >= 1"));
+    }
+    counts.push_back(j);
+  }
+  return counts;
+}
+
+// For each J: the cut of the profiled stages into J groups that minimises
+// the slowest group (model::BalancedPartition, the coordinator's own), as
+// the --split-at that asks for it. Group costs are sums of the profiled
+// stages' costs, so a per-block profile is the finest input.
+absl::Status PrintBalanced(const petra::v1::Profile& p,
+                           const std::vector<int>& counts) {
+  std::vector<double> costs;
+  for (const petra::v1::StageProfile& s : p.stages()) {
+    costs.push_back(s.forward_seconds() + s.backward_seconds());
+  }
+  double total = 0;
+  for (double c : costs) total += c;
+  for (int j : counts) {
+    absl::StatusOr<std::vector<model::BlockRange>> groups =
+        model::BalancedPartition(costs, j);
+    if (!groups.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --balance: ", j, " stages from a profile of ",
+                       p.stages_size(), ": ", groups.status().message()));
+    }
+    std::vector<std::string> splits;
+    double worst = 0;
+    for (const model::BlockRange& g : *groups) {
+      if (g.begin > 0) {
+        splits.push_back(absl::StrCat(p.stages(g.begin).first_block()));
+      }
+      double sum = 0;
+      for (int i = g.begin; i < g.end; ++i) sum += costs[i];
+      worst = std::max(worst, sum);
+    }
+    std::printf(
+        "balanced for %d stage(s): %s (slowest stage %.1f ms, balance "
+        "%.0f%%)\n",
+        j,
+        splits.empty() ? "--stages 1"
+                       : ("--split-at " + absl::StrJoin(splits, ",")).c_str(),
+        1e3 * worst, worst > 0 ? 100.0 * total / (j * worst) : 0.0);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunProfile(const std::string& program,
                const std::vector<std::string>& args) {
-  std::string from, output;
+  std::string from, output, balance;
   int64_t threads = 1;
   bool json = false;
   ProfileOptions o;
@@ -197,6 +258,10 @@ int RunProfile(const std::string& program,
   flags.AddInt("warmup", &o.warmup, "micro-batches run first, not measured");
   flags.AddString("output", &output, "write the profile as JSON to this file");
   flags.AddBool("json", &json, "print the profile as JSON instead of a table");
+  flags.AddString("balance", &balance,
+                  "stage counts J, comma-separated: after the table, print "
+                  "the --split-at that balances the profiled stages (best "
+                  "from --stages per-block) into J stages");
   job::AddJobFlags(flags, &overrides);
   const std::string command = program + " profile";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) {
@@ -211,6 +276,16 @@ int RunProfile(const std::string& program,
                 << "\n";
       return 2;
     }
+  }
+  absl::StatusOr<std::vector<int>> counts = ParseStageCounts(balance);
+  if (!counts.ok()) {
+    std::cerr << command << ": " << counts.status().message() << "\n";
+    return 2;
+  }
+  if (json && !counts->empty()) {
+    std::cerr << command << ": --balance prints after the table; use "
+              << "--output for the JSON instead of --json\n";
+    return 2;
   }
   absl::StatusOr<petra::v1::JobSpec> spec =
       job::AssembleJobSpec(DefaultTrainJob(), from, overrides);
@@ -249,6 +324,10 @@ int RunProfile(const std::string& program,
     std::cout << text;
   } else {
     PrintTable(*p);
+    if (absl::Status s = PrintBalanced(*p, *counts); !s.ok()) {
+      std::cerr << command << ": " << s.message() << "\n";
+      return 1;
+    }
   }
   if (out.is_open()) {
     out << text;

@@ -91,11 +91,11 @@ void JobManager::LoadRecords() {
       const bool noted = job.state() == petra::v1::JOB_STATE_RECOVERING &&
                          job.recoveries_size() > 0 &&
                          job.recoveries().rbegin()->seconds() == 0;
-      job.set_state(petra::v1::JOB_STATE_RECOVERING);
-      if (!noted) {
-        petra::v1::Recovery* r = job.add_recoveries();
-        *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
-        r->set_reason("the coordinator stopped while the job was running");
+      if (noted) {
+        job.set_state(petra::v1::JOB_STATE_RECOVERING);
+      } else {
+        MarkRecovering(job,
+                       "the coordinator stopped while the job was running");
       }
     }
     const std::string id = job.id();

@@ -14,6 +14,13 @@ bool IsTerminal(petra::v1::JobState s) {
          s == petra::v1::JOB_STATE_CANCELLED;
 }
 
+void MarkRecovering(petra::v1::Job& job, const std::string& reason) {
+  job.set_state(petra::v1::JOB_STATE_RECOVERING);
+  petra::v1::Recovery* r = job.add_recoveries();
+  *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+  r->set_reason(reason);
+}
+
 JobRecord::JobRecord(petra::v1::Job job, std::string record_path,
                      std::function<void()> on_change)
     : job_(std::move(job)),

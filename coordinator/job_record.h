@@ -24,6 +24,10 @@ class JobWatcher {
 
 bool IsTerminal(petra::v1::JobState state);
 
+// Turns `job` RECOVERING and appends a Recovery entry stamped now, saying
+// why; EndRecovery fills in its epoch and duration.
+void MarkRecovering(petra::v1::Job& job, const std::string& reason);
+
 class JobRecord {
  public:
   // `record_path`: where the record is saved as JSON ("" = not saved).

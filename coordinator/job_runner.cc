@@ -382,10 +382,7 @@ void Runner::BeginRecovery(const absl::Status& cause) {
             << "); recovering" << std::endl;
   if (env_.metrics != nullptr) env_.metrics->Recovery();
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
-    job.set_state(petra::v1::JOB_STATE_RECOVERING);
-    petra::v1::Recovery* r = job.add_recoveries();
-    *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
-    r->set_reason(std::string(cause.message()));
+    MarkRecovering(job, std::string(cause.message()));
   });
 }
 
@@ -980,12 +977,10 @@ void RunJob(JobRecord& record, const RunnerEnvironment& env) {
   if (!status.ok() && record.stop_requested() && !record.cancel_requested()) {
     // Not an end: the next coordinator on this --state-dir resumes it.
     record.Update(JobEvent::KIND_STATE, [&](Job& job) {
-      job.set_state(petra::v1::JOB_STATE_RECOVERING);
-      petra::v1::Recovery* r = job.add_recoveries();
-      *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
-      r->set_reason(
-          "the coordinator stopped while the job was running; it resumes "
-          "when a coordinator starts again on the same --state-dir");
+      MarkRecovering(job,
+                     "the coordinator stopped while the job was running; it "
+                     "resumes when a coordinator starts again on the same "
+                     "--state-dir");
     });
     return;
   }

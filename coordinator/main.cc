@@ -6,6 +6,7 @@
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
 #include "services/cli/shutdown_signal.h"
+#include "services/wire/tls_flags.h"
 
 int main(int argc, char** argv) {
   petra::cli::KeepLargeAllocationsInHeap();
@@ -28,14 +29,7 @@ int main(int argc, char** argv) {
   flags.AddString("state-dir", &options.state_dir,
                   "directory for job records and checkpoints (created when "
                   "missing)");
-  flags.AddString("tls-cert", &options.tls.cert_file,
-                  "PEM certificate: serve TLS (with --tls-key), and present "
-                  "it to the stage servers as the coordinator's identity");
-  flags.AddString("tls-key", &options.tls.key_file,
-                  "PEM private key of --tls-cert");
-  flags.AddString("tls-ca", &options.tls.ca_file,
-                  "PEM CA certificates: require and verify client "
-                  "certificates (mutual TLS) and verify the stage servers");
+  petra::wire::AddServerTlsFlags(flags, &options.tls, "the stage servers");
   flags.AddString("auth-token-file", &options.auth_token_file,
                   "file holding the bearer token every client call must "
                   "carry (authorization: Bearer TOKEN); empty = no token; "

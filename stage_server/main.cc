@@ -5,6 +5,7 @@
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
 #include "services/cli/shutdown_signal.h"
+#include "services/wire/tls_flags.h"
 #include "stage_server/stage_server.h"
 
 int main(int argc, char** argv) {
@@ -30,14 +31,7 @@ int main(int argc, char** argv) {
   flags.AddInt("drain-seconds", &options.drain_seconds,
                "on SIGTERM, seconds the passes already started may take to "
                "finish");
-  flags.AddString("tls-cert", &options.tls.cert_file,
-                  "PEM certificate: serve TLS (with --tls-key), and present "
-                  "it to the neighbour stages");
-  flags.AddString("tls-key", &options.tls.key_file,
-                  "PEM private key of --tls-cert");
-  flags.AddString("tls-ca", &options.tls.ca_file,
-                  "PEM CA certificates: require and verify client "
-                  "certificates (mutual TLS) and verify the neighbours");
+  petra::wire::AddServerTlsFlags(flags, &options.tls, "the neighbour stages");
   flags.AddString("coordinator-identity", &options.coordinator_identity,
                   "with mutual TLS, accept control calls (assign, start, "
                   "checkpoint, release) only from a certificate with this CN "

@@ -224,6 +224,19 @@ TEST_F(Recovery, AGracefulCoordinatorStopLeavesTheJobResumable) {
   EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
 }
 
+// A `petra watch` that dies mid-job left its stream unfinished, and the
+// coordinator's graceful stop then waited for it forever (found by the soak).
+TEST_F(Recovery, AVanishedWatchClientDoesNotHoldUpAGracefulStop) {
+  StartStages(2);
+  StartCoordinator();
+  const std::string id = Submit(SmallJob(3));
+  Subprocess watch(kPetra, {"watch", "--coordinator", address_, id});
+  WaitUntilTrainingAfter(id, 1);
+  ASSERT_EQ(watch.SignalAndWait(SIGKILL, std::chrono::seconds(10)), -1);
+  EXPECT_EQ(coordinator_->SignalAndWait(SIGTERM, std::chrono::seconds(30)), 0)
+      << coordinator_->err();
+}
+
 TEST_F(Recovery, NoRecoveriesAllowedFailsTheJobAtOnce) {
   StartStages(2);
   StartCoordinator(/*recovery_timeout=*/60, {"--max-recoveries", "0"});

@@ -1,0 +1,20 @@
+// --tls-cert, --tls-key and --tls-ca, declared once for every binary: the
+// client side (submit, watch, status, list, cancel, export, health) and the
+// server side (coordinator, stage server).
+#pragma once
+
+#include <string>
+
+#include "services/cli/flag_set.h"
+#include "services/wire/transport_security.h"
+
+namespace petra::wire {
+
+void AddClientTlsFlags(cli::FlagSet& flags, TlsOptions* tls);
+
+// `peers` names whom the server also connects to, with the same files
+// ("the stage servers", "the neighbour stages").
+void AddServerTlsFlags(cli::FlagSet& flags, TlsOptions* tls,
+                       const std::string& peers);
+
+}  // namespace petra::wire
