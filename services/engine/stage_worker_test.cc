@@ -129,6 +129,15 @@ std::vector<torch::Tensor> ExactGradients(
   return grads;
 }
 
+// Every tensor of `a` equals its counterpart in `b` (lists of one length).
+bool Same(const std::vector<torch::Tensor>& a,
+          const std::vector<torch::Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
 struct GradCase {
   std::string name;
   petra::v1::Architecture arch;
@@ -255,30 +264,23 @@ TEST(StageWorker, RunningStatisticsChangeOnlyInBackward) {
     for (auto& t : workers[j]->state_tensors()) out.push_back(t.clone());
     return out;
   };
-  auto same = [](const std::vector<torch::Tensor>& a,
-                 const std::vector<torch::Tensor>& b) {
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!torch::equal(a[i], b[i])) return false;
-    }
-    return true;
-  };
   auto before0 = running(0), before1 = running(1);
   TensorPair h = *workers[0]->Forward(0, {batches[0].images, {}}, 0);
   TensorPair y = *workers[1]->Forward(0, h, 1);
-  EXPECT_TRUE(same(before0, running(0)));
-  EXPECT_TRUE(same(before1, running(1)));
+  EXPECT_TRUE(Same(before0, running(0)));
+  EXPECT_TRUE(Same(before1, running(1)));
   LossOutput l = *workers[2]->ForwardLoss(0, y, batches[0].labels, 2);
   BackwardOutput b1 =
       *workers[1]->Backward(0, l.backward.input, l.backward.input_grad, 3);
   EXPECT_FALSE(
-      same(before1, running(1)));  // rebuild updated them (and the step)
-  EXPECT_TRUE(same(before0, running(0)));
+      Same(before1, running(1)));  // rebuild updated them (and the step)
+  EXPECT_TRUE(Same(before0, running(0)));
   ASSERT_TRUE(workers[0]->Backward(0, b1.input, b1.input_grad, 4).ok());
-  EXPECT_FALSE(same(before0, running(0)));
+  EXPECT_FALSE(Same(before0, running(0)));
   // Evaluation leaves them alone.
   auto after0 = running(0);
   ASSERT_TRUE(workers[0]->Evaluate({batches[0].images, {}}).ok());
-  EXPECT_TRUE(same(after0, running(0)));
+  EXPECT_TRUE(Same(after0, running(0)));
 }
 
 TEST(StageWorker, RefusesUnknownAndDuplicateMicroBatches) {
@@ -446,13 +448,6 @@ TEST(StageWorker, NonFiniteActivationsAreSkippedOnEveryStage) {
     }
     return out;
   };
-  auto same = [](const std::vector<torch::Tensor>& a,
-                 const std::vector<torch::Tensor>& b) {
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!torch::equal(a[i], b[i])) return false;
-    }
-    return true;
-  };
   std::vector<std::vector<torch::Tensor>> before = {state(0), state(1),
                                                     state(2)};
   torch::Tensor poisoned = batches[0].images.clone();
@@ -476,7 +471,7 @@ TEST(StageWorker, NonFiniteActivationsAreSkippedOnEveryStage) {
       workers[0]->Backward(0, b1->input, b1->input_grad, 4);
   ASSERT_TRUE(b0.ok()) << b0.status();
   for (int j = 0; j < 3; ++j) {
-    EXPECT_TRUE(same(before[j], state(j)))
+    EXPECT_TRUE(Same(before[j], state(j)))
         << "stage " << j << " changed its gradients or running statistics";
     EXPECT_EQ(workers[j]->skipped_count(), 1) << j;
     EXPECT_EQ(workers[j]->backward_count(), 1) << j;  // counted towards k

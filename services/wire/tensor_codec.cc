@@ -84,13 +84,11 @@ void SetHeader(const at::Tensor& dense, petra::v1::DType dtype,
 }  // namespace
 
 absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out) {
-  absl::StatusOr<at::Tensor> dense = Dense(tensor);
-  if (!dense.ok()) return dense.status();
-  absl::StatusOr<petra::v1::DType> dtype = ToWire(dense->scalar_type());
-  if (!dtype.ok()) return dtype.status();
-  SetHeader(*dense, *dtype, out);
-  out->mutable_data()->assign(static_cast<const char*>(dense->data_ptr()),
-                              dense->numel() * dense->element_size());
+  // Chunk size 0: one whole tensor.
+  absl::StatusOr<std::vector<petra::v1::Tensor>> whole =
+      EncodeTensorChunks(tensor, 0);
+  if (!whole.ok()) return whole.status();
+  *out = std::move(whole->front());
   return absl::OkStatus();
 }
 

@@ -25,7 +25,8 @@ absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out);
 // EncodeTensor and SplitTensor in one pass: each byte is copied once, from
 // the tensor straight into its chunk (a 6 MiB activation crosses this on
 // every tick, so the intermediate whole message is worth skipping). One
-// element without ChunkInfo when the payload fits in `chunk_bytes` (> 0).
+// element without ChunkInfo when the payload fits in `chunk_bytes`, or
+// when `chunk_bytes` is 0.
 absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
     const at::Tensor& tensor, uint64_t chunk_bytes);
 

@@ -16,6 +16,7 @@
 
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/binaries.h"
 #include "tests/integration/probes.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_messages.h"
@@ -26,12 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-const std::string kBadInputBin = PETRA_BIN_DIR;
-
-std::string LoopbackAddress(int port) {
-  return "127.0.0.1:" + std::to_string(port);
-}
 
 using ForwardStream =
     grpc::ClientReaderWriter<petra::v1::ForwardMessage, petra::v1::StreamReply>;
@@ -49,14 +44,13 @@ class BadInput : public ::testing::Test {
     fs::create_directories(outside_);
     std::ofstream(outside_ + "/secret") << "not for clients";
     stage_ = std::make_unique<Subprocess>(
-        kBadInputBin + "/petra-stage-server",
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics-listen",
-                                 "", "--threads", "1", "--state-dir",
-                                 state_dir_});
+        kStage, std::vector<std::string>{"--listen", "127.0.0.1:0",
+                                         "--metrics-listen", "", "--threads",
+                                         "1", "--state-dir", state_dir_});
     const int port =
         NumberAfter(stage_->WaitForLine("listening on port"), "port ");
     ASSERT_GT(port, 0) << stage_->err();
-    address_ = LoopbackAddress(port);
+    address_ = Loopback(port);
     stub_ = petra::v1::StageService::NewStub(
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   }
@@ -82,10 +76,10 @@ class BadInput : public ::testing::Test {
     a.set_steps_per_epoch(100);
     // A neighbour nobody listens on: the pass never gets that far.
     if (index + 1 < count) {
-      a.set_next_address(LoopbackAddress(UnusedLoopbackPort()));
+      a.set_next_address(Loopback(UnusedLoopbackPort()));
     }
     if (index > 0) {
-      a.set_previous_address(LoopbackAddress(UnusedLoopbackPort()));
+      a.set_previous_address(Loopback(UnusedLoopbackPort()));
     }
     return a;
   }
@@ -438,14 +432,14 @@ TEST_F(BadInput, CoordinatorRefusesDatasetPathsAndJobIdsLeavingItsDirectories) {
   fs::create_directories(data_root + "/fashion-mnist");
   fs::create_directory_symlink(outside_, data_root + "/escape");
   Subprocess coordinator(
-      kBadInputBin + "/petra-coordinator",
+      kCoordinator,
       {"--listen", "127.0.0.1:0", "--metrics-listen", "", "--stages", address_,
        "--data-root", data_root, "--state-dir", dir_.path() + "/coordinator"});
   const int port =
       NumberAfter(coordinator.WaitForLine("listening on port"), "port ");
   ASSERT_GT(port, 0) << coordinator.err();
-  auto stub = petra::v1::CoordinatorService::NewStub(grpc::CreateChannel(
-      LoopbackAddress(port), grpc::InsecureChannelCredentials()));
+  auto stub = petra::v1::CoordinatorService::NewStub(
+      grpc::CreateChannel(Loopback(port), grpc::InsecureChannelCredentials()));
 
   auto submit = [&](const std::string& path, const std::string& resume) {
     petra::v1::SubmitJobRequest r;

@@ -14,21 +14,13 @@
 
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/binaries.h"
 #include "tests/integration/subprocess.h"
 
 namespace petra::testing {
 
 using Clock = std::chrono::steady_clock;
 using ::testing::HasSubstr;
-
-inline const std::string kBin = PETRA_BIN_DIR;
-inline const std::string kPetra = kBin + "/petra";
-inline const std::string kStage = kBin + "/petra-stage-server";
-inline const std::string kCoordinator = kBin + "/petra-coordinator";
-
-inline std::string Loopback(int port) {
-  return "127.0.0.1:" + std::to_string(port);
-}
 
 // A small job on synthetic data: 64 micro-batches an epoch, seconds to run.
 inline std::vector<std::string> SmallJob(int epochs) {

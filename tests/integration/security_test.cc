@@ -15,6 +15,7 @@
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/transport_security.h"
+#include "tests/integration/binaries.h"
 #include "tests/integration/probes.h"
 #include "tests/integration/subprocess.h"
 
@@ -24,14 +25,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const std::string kBin = PETRA_BIN_DIR;
-const std::string kPetra = kBin + "/petra";
-const std::string kStage = kBin + "/petra-stage-server";
-const std::string kCoordinator = kBin + "/petra-coordinator";
 const std::string kOpenssl = "/usr/bin/openssl";
 const std::string kToken = "s3cret-Token.for_tests";
-
-std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
 
 // fleet_test.cc's small job: synthetic data, seconds to run.
 const std::vector<std::string> kSmallJob = {

@@ -11,6 +11,7 @@
 
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "tests/integration/binaries.h"
 #include "tests/integration/probes.h"
 #include "tests/integration/subprocess.h"
 
@@ -19,13 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-const std::string kBin = PETRA_BIN_DIR;
-const std::string kPetra = kBin + "/petra";
-const std::string kStage = kBin + "/petra-stage-server";
-const std::string kCoordinator = kBin + "/petra-coordinator";
-
-std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
 
 TEST(Help, EveryBinaryDescribesItsFlags) {
   struct Case {
