@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       std::cerr << r.status().message() << "\n";
       return 1;
     }
-    results.push_back(r->stages);
+    results.push_back((*runner)->Reports());
   }
 
   int64_t params = 0;

@@ -210,7 +210,7 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
         "\"process_rss\": %llu}, \"staleness_mean\": %.4f, "
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
-        "\"wait_seconds\": %.2f}",
+        "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu}",
         i ? "," : "", s.stage_index(), s.address(), begin, end,
         static_cast<unsigned long long>(m.parameters_bytes()),
         static_cast<unsigned long long>(m.optimizer_state_bytes()),
@@ -219,7 +219,8 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(m.peak_bytes()),
         static_cast<unsigned long long>(m.process_rss_bytes()),
         s.staleness_mean(), s.delay_ticks_mean(),
-        static_cast<unsigned long long>(s.optimizer_steps()), s.wait_seconds());
+        static_cast<unsigned long long>(s.optimizer_steps()), s.wait_seconds(),
+        static_cast<unsigned long long>(s.skipped_micro_batches()));
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;

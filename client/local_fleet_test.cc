@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,6 +47,40 @@ petra::v1::JobSpec FiftySteps(petra::v1::TrainingMode mode) {
   return s;
 }
 
+struct FleetRun {
+  absl::StatusOr<petra::v1::Job> job;
+  std::vector<petra::v1::Progress> epochs;  // epoch-end progress
+};
+
+// Submits `spec` to a fleet of its stage count on loopback and follows it
+// to the end.
+FleetRun RunOnFleet(const petra::v1::JobSpec& spec, const std::string& dir) {
+  FleetRun run;
+  auto fleet =
+      LocalFleet::Start({static_cast<int>(spec.partition().stage_count()), 1,
+                         "/usr/share/datasets", dir});
+  if (!fleet.ok()) {
+    run.job = fleet.status();
+    return run;
+  }
+  auto stub = petra::v1::CoordinatorService::NewStub(
+      wire::CreateChannel((*fleet)->coordinator_address()));
+  grpc::ClientContext context;
+  petra::v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  petra::v1::Job job;
+  grpc::Status s = stub->SubmitJob(&context, request, &job);
+  if (!s.ok()) {
+    run.job = absl::InternalError(s.error_message());
+    return run;
+  }
+  ProgressPrinter quiet(true);
+  run.job = FollowJob(*stub, job.id(), quiet);
+  run.epochs = quiet.epochs();
+  (*fleet)->Stop();
+  return run;
+}
+
 void ExpectSameRun(petra::v1::TrainingMode mode) {
   absl::StatusOr<petra::v1::JobSpec> spec =
       job::ResolveJobSpec(FiftySteps(mode));
@@ -71,23 +106,14 @@ void ExpectSameRun(petra::v1::TrainingMode mode) {
 
   // The fleet: a coordinator and three stage servers on loopback.
   ScopedDir dir;
-  auto fleet = LocalFleet::Start({3, 1, "/usr/share/datasets", dir.path});
-  ASSERT_TRUE(fleet.ok()) << fleet.status();
-  auto stub = petra::v1::CoordinatorService::NewStub(
-      wire::CreateChannel((*fleet)->coordinator_address()));
-  grpc::ClientContext context;
-  petra::v1::SubmitJobRequest request;
-  *request.mutable_spec() = *spec;
-  petra::v1::Job job;
-  ASSERT_TRUE(stub->SubmitJob(&context, request, &job).ok());
-  ProgressPrinter quiet(true);
-  absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, job.id(), quiet);
-  ASSERT_TRUE(end.ok()) << end.status();
-  ASSERT_EQ(end->state(), petra::v1::JOB_STATE_SUCCEEDED)
-      << end->error().message();
-  EXPECT_EQ(end->progress().step(), 50u);
+  FleetRun run = RunOnFleet(*spec, dir.path);
+  ASSERT_TRUE(run.job.ok()) << run.job.status();
+  const petra::v1::Job& end = *run.job;
+  ASSERT_EQ(end.state(), petra::v1::JOB_STATE_SUCCEEDED)
+      << end.error().message();
+  EXPECT_EQ(end.progress().step(), 50u);
 
-  const std::string job_dir = dir.path + "/coordinator/jobs/" + job.id();
+  const std::string job_dir = dir.path + "/coordinator/jobs/" + end.id();
   std::ifstream log(job_dir + "/train_log.csv");
   std::string line;
   std::getline(log, line);
@@ -123,7 +149,6 @@ void ExpectSameRun(petra::v1::TrainingMode mode) {
     }
   }
   EXPECT_EQ(exported->size(), expected);
-  (*fleet)->Stop();
 }
 
 TEST(LocalFleet, PetraMatchesTheInProcessRunnerForFiftySteps) {
@@ -132,6 +157,125 @@ TEST(LocalFleet, PetraMatchesTheInProcessRunnerForFiftySteps) {
 
 TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_BACKPROP);
+}
+
+}  // namespace
+}  // namespace petra::client
+
+namespace petra::client {
+namespace {
+
+// Runs `raw` on both runners and expects the same epoch reports; returns
+// the in-process ones.
+std::vector<engine::EpochReport> ExpectSameEpochs(
+    const petra::v1::JobSpec& raw, engine::InProcessRunner** runner_out,
+    std::unique_ptr<engine::InProcessRunner>* keep) {
+  absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<data::Splits> data = data::LoadForJob(
+      *spec, "/usr/share/datasets", model::InputShape(spec->model().variant()));
+  EXPECT_TRUE(data.ok()) << data.status();
+  engine::RunnerOptions o;
+  o.threads_per_stage = 1;
+  auto runner = engine::InProcessRunner::Create(*spec, std::move(*data), o);
+  EXPECT_TRUE(runner.ok()) << runner.status();
+  absl::StatusOr<std::vector<engine::EpochReport>> local = (*runner)->Run();
+  EXPECT_TRUE(local.ok()) << local.status();
+  *keep = std::move(*runner);
+  *runner_out = keep->get();
+
+  ScopedDir dir;
+  FleetRun fleet = RunOnFleet(*spec, dir.path);
+  EXPECT_TRUE(fleet.job.ok()) << fleet.job.status();
+  if (!fleet.job.ok() || !local.ok()) return {};
+  EXPECT_EQ(fleet.job->state(), petra::v1::JOB_STATE_SUCCEEDED)
+      << fleet.job->error().message();
+  EXPECT_EQ(fleet.epochs.size(), local->size());
+  for (size_t e = 0; e < local->size() && e < fleet.epochs.size(); ++e) {
+    const engine::EpochReport& l = (*local)[e];
+    const petra::v1::Progress& f = fleet.epochs[e];
+    SCOPED_TRACE(testing::Message() << "epoch " << e + 1);
+    EXPECT_TRUE(std::isfinite(l.train_loss));
+    EXPECT_EQ(f.epoch(), l.epoch);
+    EXPECT_EQ(f.step(), l.steps);
+    EXPECT_NEAR(f.train_loss(), l.train_loss, 1e-6 * std::abs(l.train_loss));
+    EXPECT_DOUBLE_EQ(f.train_accuracy(), l.train_accuracy);
+    EXPECT_DOUBLE_EQ(f.learning_rate(), l.learning_rate);
+    // Every stage's skipped micro-batches reach its statistics.
+    EXPECT_EQ(f.stages_size(), static_cast<int>(l.stages.size()));
+    for (int j = 0;
+         j < f.stages_size() && j < static_cast<int>(l.stages.size()); ++j) {
+      EXPECT_EQ(f.stages(j).skipped_micro_batches(),
+                l.stages[j].skipped_micro_batches())
+          << "stage " << j;
+    }
+    if (l.evaluated) {
+      EXPECT_NEAR(f.test_loss(), l.test_loss, 1e-6 * std::abs(l.test_loss));
+      EXPECT_DOUBLE_EQ(f.test_accuracy(), l.test_accuracy);
+    }
+  }
+  return *local;
+}
+
+petra::v1::JobSpec EpochPolicyJob() {
+  petra::v1::JobSpec raw = FiftySteps(petra::v1::TRAINING_MODE_PETRA);
+  raw.mutable_dataset()->set_synthetic_train_size(320);  // 5 steps an epoch
+  raw.mutable_training()->set_epochs(4);
+  raw.mutable_training()->set_max_steps(8);
+  raw.mutable_evaluation()->set_every_epochs(3);
+  return raw;
+}
+
+// One epoch policy for both runners (job_driver.h). With
+// evaluation.full_train_pass the evaluated epoch reports the final weights'
+// accuracy on the whole training split; max_steps ends training part-way
+// through epoch 2, and that epoch is evaluated although every_epochs is 3.
+TEST(LocalFleet, BothRunnersReportTheSameEpochsUpToMaxStepsWithAFullPass) {
+  petra::v1::JobSpec raw = EpochPolicyJob();
+  raw.mutable_evaluation()->set_full_train_pass(true);
+  engine::InProcessRunner* runner = nullptr;
+  std::unique_ptr<engine::InProcessRunner> keep;
+  std::vector<engine::EpochReport> local =
+      ExpectSameEpochs(raw, &runner, &keep);
+  ASSERT_EQ(local.size(), 2u);
+  EXPECT_FALSE(local[0].evaluated);
+  EXPECT_TRUE(local[1].evaluated);
+  EXPECT_EQ(local[1].steps, 8u);
+  EXPECT_GT(local[1].test_accuracy, 0);
+  // The final weights on the training split, not the running accuracy.
+  absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
+  absl::StatusOr<data::Splits> again = data::LoadForJob(
+      *spec, "/usr/share/datasets", model::InputShape(spec->model().variant()));
+  ASSERT_TRUE(again.ok());
+  absl::StatusOr<std::pair<double, double>> whole =
+      runner->Evaluate(again->train);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_DOUBLE_EQ(local[1].train_accuracy, whole->second);
+  EXPECT_GT(whole->second, 0);
+}
+
+// Under the skip policy a non-finite loss stays out of the epoch's mean
+// (per sample) on both runners: the in-process runner used to report NaN.
+TEST(LocalFleet, BothRunnersLeaveSkippedMicroBatchesOutOfTheMean) {
+  petra::v1::JobSpec raw = EpochPolicyJob();
+  raw.mutable_training()->set_max_steps(0);
+  raw.mutable_training()->set_epochs(1);
+  raw.mutable_dataset()->set_synthetic_train_size(640);  // 10 steps
+  raw.mutable_training()->set_non_finite(
+      petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH);
+  // Diverges part-way: the first losses are finite, the last are NaN.
+  raw.mutable_optimizer()->set_learning_rate(40);
+  engine::InProcessRunner* runner = nullptr;
+  std::unique_ptr<engine::InProcessRunner> keep;
+  std::vector<engine::EpochReport> local =
+      ExpectSameEpochs(raw, &runner, &keep);
+  ASSERT_EQ(local.size(), 1u);
+  EXPECT_GT(local[0].skipped_micro_batches, 0);
+  EXPECT_LT(local[0].skipped_micro_batches, 10);
+  EXPECT_EQ(
+      static_cast<int64_t>(local[0].stages.back().skipped_micro_batches()),
+      local[0].skipped_micro_batches);
+  EXPECT_GT(local[0].train_loss, 0);
 }
 
 }  // namespace

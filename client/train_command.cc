@@ -103,7 +103,7 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     petra::v1::Progress p;
     p.set_epoch(e.epoch);
     p.set_total_epochs(static_cast<uint32_t>(epochs));
-    p.set_step(e.stages.empty() ? 0 : e.stages[0].optimizer_steps);
+    p.set_step(e.steps);
     p.set_train_loss(e.train_loss);
     p.set_train_accuracy(e.train_accuracy);
     p.set_test_loss(e.test_loss);
@@ -112,8 +112,7 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     p.set_learning_rate(e.learning_rate);
     p.set_elapsed_seconds(
         std::chrono::duration<double>(Clock::now() - start).count());
-    for (const engine::StageReport& r : e.stages)
-      *p.add_stages() = engine::ToProto(r);
+    for (const petra::v1::StageStats& s : e.stages) *p.add_stages() = s;
     result.epochs.push_back(p);
     *result.job.mutable_progress() = p;
     if (options.quiet) return;

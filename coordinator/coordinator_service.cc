@@ -123,10 +123,16 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
   std::shared_ptr<Events> events_;
 };
 
-// Streams a file in chunks, one write at a time.
+// Streams a job's export file in chunks, one write at a time. Finding,
+// opening and reading the file happen on the service's I/O thread, never in
+// a reaction: each step posts the next, and the step that ends the stream
+// calls Finish as its last act (OnDone, which deletes the reactor, cannot
+// come before).
 class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
  public:
-  ExportReactor(JobManager* jobs, const petra::v1::ExportJobRequest& request) {
+  ExportReactor(JobManager* jobs, const petra::v1::ExportJobRequest& request,
+                engine::SerialExecutor* io)
+      : io_(io) {
     if (request.format() != petra::v1::ExportJobRequest::FORMAT_UNSPECIFIED &&
         request.format() !=
             petra::v1::ExportJobRequest::FORMAT_TORCH_STATE_DICT) {
@@ -134,16 +140,7 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
           absl::StrCat("format ", request.format(), " is not supported"))));
       return;
     }
-    absl::StatusOr<std::string> path = jobs->ExportFile(request.job_id());
-    if (!path.ok()) {
-      Finish(wire::ToGrpcStatus(path.status()));
-      return;
-    }
-    in_.open(*path, std::ios::binary);
-    total_ = std::filesystem::file_size(*path);
-    chunk_.set_filename(request.job_id() + ".pt");
-    chunk_.set_total_bytes(total_);
-    Next();
+    Later([this, jobs, id = request.job_id()] { Open(jobs, id); });
   }
   void OnWriteDone(bool ok) override {
     if (!ok) {
@@ -151,11 +148,37 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
       return;
     }
     chunk_.Clear();
-    Next();
+    Later([this] { Next(); });
   }
   void OnDone() override { delete this; }
 
  private:
+  void Later(std::function<void()> step) {
+    if (!io_->Post(std::move(step))) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the coordinator is stopping"));
+    }
+  }
+  void Open(JobManager* jobs, const std::string& id) {
+    absl::StatusOr<std::string> path = jobs->ExportFile(id);
+    if (!path.ok()) {
+      Finish(wire::ToGrpcStatus(path.status()));
+      return;
+    }
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(*path, ec);
+    in_.open(*path, std::ios::binary);
+    if (ec || !in_) {
+      Finish(wire::ToGrpcStatus(absl::DataLossError(absl::StrCat(
+          "the export file of job \"", id, "\" could not be opened",
+          ec ? absl::StrCat(": ", ec.message()) : std::string()))));
+      return;
+    }
+    total_ = size;
+    chunk_.set_filename(id + ".pt");
+    chunk_.set_total_bytes(total_);
+    Next();
+  }
   void Next() {
     if (sent_ >= total_ && sent_ > 0) {
       Finish(grpc::Status::OK);
@@ -173,6 +196,8 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
     chunk_.set_data(std::move(data));
     StartWrite(&chunk_);
   }
+
+  engine::SerialExecutor* io_;
   std::ifstream in_;
   uint64_t total_ = 0, sent_ = 0;
   petra::v1::ExportChunk chunk_;
@@ -250,7 +275,7 @@ CoordinatorServiceImpl::ExportJob(grpc::CallbackServerContext* context,
                                   const petra::v1::ExportJobRequest* request) {
   if (absl::Status s = Authenticate(context); !s.ok())
     return new RefusedStream<petra::v1::ExportChunk>(s);
-  return new ExportReactor(jobs_, *request);
+  return new ExportReactor(jobs_, *request, &io_);
 }
 
 }  // namespace petra::coordinator

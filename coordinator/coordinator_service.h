@@ -8,6 +8,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "petra/v1/coordinator.grpc.pb.h"
+#include "services/engine/serial_executor.h"
 #include "services/wire/bearer_token.h"
 
 namespace petra::coordinator {
@@ -47,6 +48,8 @@ class CoordinatorServiceImpl final
   JobManager* jobs_;
   CoordinatorMetrics* metrics_;
   const wire::BearerTokenCheck auth_;
+  // File reads for exports: reactions never block on the disk.
+  engine::SerialExecutor io_;
 };
 
 }  // namespace petra::coordinator

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/job_layout.h"
 #include "coordinator/job_resume.h"
 #include "services/cli/paths.h"
 #include "services/job/job_spec_validation.h"
@@ -26,8 +27,7 @@ absl::Status NoSuchJob(const std::string& id) {
 }
 
 std::string RecordPath(const std::string& state_dir, const std::string& id) {
-  return (std::filesystem::path(state_dir) / JobDirectory(id) / "job.json")
-      .string();
+  return JobLayout(state_dir, id).record().string();
 }
 
 }  // namespace
@@ -57,12 +57,12 @@ void JobManager::Stop() {
 // their order.
 void JobManager::LoadRecords() {
   std::error_code ec;
-  const std::filesystem::path root =
-      std::filesystem::path(env_.state_dir) / "jobs";
+  const std::filesystem::path root = JobLayout::JobsRoot(env_.state_dir);
   std::vector<Job> found;
   std::vector<std::string> recovering;
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-    std::ifstream in(entry.path() / "job.json");
+    std::ifstream in(
+        JobLayout(env_.state_dir, entry.path().filename().string()).record());
     std::string json((std::istreambuf_iterator<char>(in)),
                      std::istreambuf_iterator<char>());
     Job job;
@@ -166,7 +166,7 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
       google::protobuf::util::TimeUtil::GetCurrentTime();
   std::error_code ec;
   const std::filesystem::path dir =
-      std::filesystem::path(env_.state_dir) / JobDirectory(job.id());
+      JobLayout(env_.state_dir, job.id()).directory();
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     return absl::InternalError(
@@ -301,7 +301,7 @@ absl::Status JobManager::Watch(const std::string& id,
 absl::StatusOr<std::string> JobManager::ExportFile(const std::string& id) {
   std::shared_ptr<JobRecord> r = Find(id);
   if (r == nullptr) return NoSuchJob(id);
-  const std::string path = ExportPath(env_.state_dir, id);
+  const std::string path = JobLayout(env_.state_dir, id).export_file().string();
   if (!std::filesystem::exists(path)) {
     return absl::FailedPreconditionError(
         absl::StrCat("job \"", id, "\" has no checkpoint yet (state ",

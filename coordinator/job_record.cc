@@ -3,8 +3,9 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/time_util.h>
 
-#include <cstdio>
-#include <fstream>
+#include <iostream>
+
+#include "services/cli/durable_file.h"
 
 namespace petra::coordinator {
 
@@ -69,15 +70,19 @@ void JobRecord::SaveLocked() const {
   std::string json;
   google::protobuf::util::JsonPrintOptions o;
   o.add_whitespace = true;
-  if (!google::protobuf::util::MessageToJsonString(job_, &json, o).ok()) return;
-  // Temporary file and rename: a reader never sees half a record.
-  const std::string tmp = record_path_ + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << json;
-    if (!out) return;
+  if (auto s = google::protobuf::util::MessageToJsonString(job_, &json, o);
+      !s.ok()) {
+    std::cerr << "job " << job_.id()
+              << ": the record was not saved: " << s.ToString() << std::endl;
+    return;
   }
-  std::rename(tmp.c_str(), record_path_.c_str());
+  // A reader, or the next coordinator, never sees half a record. A record
+  // that cannot be saved is said once per failure, not ignored: the job
+  // itself goes on (it lives in memory, and its checkpoints are apart).
+  if (absl::Status s = cli::WriteFileAtomically(record_path_, json); !s.ok()) {
+    std::cerr << "job " << job_.id()
+              << ": the record was not saved: " << s.message() << std::endl;
+  }
 }
 
 }  // namespace petra::coordinator

@@ -1,9 +1,10 @@
-// Runs one job on the fleet, start to end: loads the data, plans the
-// partition, checks and assigns the stage servers, and for each epoch starts
-// a training pass on every stage and feeds it (batches to the first stage,
-// labels to the last), evaluates on the test split, checkpoints every stage
-// (a copy kept under --state-dir, and the export file built from it), and
-// releases the stages however the job ends. Progress goes to the record.
+// Runs one job on the fleet, start to end: the fleet adapter of the job
+// driver (services/engine/job_driver.h), which owns the epoch loop. Here:
+// loading the data and planning the partition, picking and assigning the
+// stage servers (fleet_control.h), running each pass (pass_feed.h), the
+// loss log (train_log.h), checkpoints (checkpoint_store.h), progress on the
+// job record, and recovering a job that lost a stage server
+// (recovery_policy.h). The stages are released however the job ends.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_record.h"
+#include "coordinator/stage_client.h"
 #include "services/wire/transport_security.h"
 
 namespace petra::coordinator {
@@ -20,10 +22,12 @@ namespace petra::coordinator {
 struct RunnerEnvironment {
   std::vector<std::string> stage_addresses;  // the whole fleet
   std::string data_root;
-  std::string state_dir;  // the coordinator's
+  std::string state_dir;                  // the coordinator's
   CoordinatorMetrics* metrics = nullptr;  // none when null
   // TLS of the calls to the stages: the coordinator's own certificate.
   wire::TransportSecurity security;
+  // How stages are reached; gRPC with `security` when empty.
+  StageConnector connect;
   // A running job that loses a stage server waits this long for it (or an
   // idle spare) to answer before it fails.
   std::chrono::seconds recovery_timeout{120};
@@ -33,12 +37,8 @@ struct RunnerEnvironment {
 };
 
 // Sets the record's final state (SUCCEEDED, FAILED with the reason, or
-// CANCELLED when the record's cancel was requested).
+// CANCELLED when the record's cancel was requested), or leaves it
+// RECOVERING when the coordinator is stopping.
 void RunJob(JobRecord& record, const RunnerEnvironment& env);
-
-// Where the coordinator keeps a job's files, relative to --state-dir.
-std::string JobDirectory(const std::string& job_id);
-// The export file of a job (absolute), present once a checkpoint exists.
-std::string ExportPath(const std::string& state_dir, const std::string& job_id);
 
 }  // namespace petra::coordinator

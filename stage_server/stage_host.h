@@ -1,8 +1,11 @@
-// What a stage server holds: at most one job (its worker and mailbox), the
-// executor thread that runs every piece of torch work in order (assignment,
-// passes, checkpoints, release), and the status the coordinator polls. The
-// gRPC service is a thin adapter over this; reactions hand work here and
-// never wait for it.
+// What a stage server holds, and the job's lifecycle on it: at most one job
+// (stage_job.h) from Assign to Release, its passes, and the status the
+// coordinator polls. The executor thread runs every piece of torch work in
+// order (assignment, passes, checkpoints, release); an I/O thread reads
+// checkpoint files. A pass's streams to the neighbours are
+// neighbor_links.h's, checkpoint files stage_checkpoints.h's. The gRPC
+// service is a thin adapter over this; reactions hand work here and never
+// wait for it.
 #pragma once
 
 #include <atomic>
@@ -14,14 +17,13 @@
 
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
-#include "services/engine/blocking_queue.h"
+#include "services/engine/serial_executor.h"
 #include "services/wire/transport_security.h"
+#include "stage_server/stage_checkpoints.h"
 #include "stage_server/stage_mailbox.h"
 #include "stage_server/stage_metrics.h"
 
 namespace petra::stage_server {
-
-struct StageJob;
 
 class StageHost {
  public:
@@ -45,8 +47,8 @@ class StageHost {
   absl::Status Start(const petra::v1::StartRequest& request);
   void Checkpoint(const petra::v1::CheckpointRequest& request,
                   petra::v1::CheckpointResponse* response, Done done);
-  absl::Status ReadCheckpoint(const petra::v1::ReadCheckpointRequest& request,
-                              petra::v1::ReadCheckpointResponse* response);
+  void ReadCheckpoint(const petra::v1::ReadCheckpointRequest& request,
+                      petra::v1::ReadCheckpointResponse* response, Done done);
   void RestoreCheckpoint(const petra::v1::RestoreCheckpointRequest& request,
                          petra::v1::RestoreCheckpointResponse* response,
                          Done done);
@@ -86,8 +88,9 @@ class StageHost {
   std::shared_ptr<StageJob> job_;
   bool draining_ = false;
   std::atomic<int> pending_passes_{0};
-  engine::BlockingQueue<std::function<void()>> tasks_;
-  std::thread executor_;
+  const StageCheckpoints checkpoints_;
+  std::unique_ptr<engine::SerialExecutor> executor_;
+  std::unique_ptr<engine::SerialExecutor> io_;
 };
 
 }  // namespace petra::stage_server

@@ -23,19 +23,24 @@ petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status) {
 StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window)
     : index_(stage_index), count_(stage_count), window_(window) {}
 
-void StageMailbox::BeginPass(const PassInfo& pass) {
+uint64_t StageMailbox::BeginPass(const PassInfo& pass) {
   std::lock_guard<std::mutex> lock(mu_);
   pass_ = pass;
+  pass_.generation = ++generation_;
   open_pass_ = true;
   next_forward_ = next_backward_ = 0;
   last_x_ = last_labels_ = last_backward_ = -1;
   forward_.clear();
   backward_.clear();
+  return generation_;
 }
 
-void StageMailbox::EndPass() {
+void StageMailbox::EndPass(uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (generation != generation_) return;
   open_pass_ = false;
+  forward_.clear();
+  backward_.clear();
 }
 
 void StageMailbox::Close(const std::string& why) {

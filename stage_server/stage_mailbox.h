@@ -32,6 +32,7 @@ struct PassInfo {
   petra::v1::Phase phase = petra::v1::PHASE_TRAIN;
   uint32_t epoch = 0;
   int64_t micro_batches = 0;
+  uint64_t generation = 0;  // set by StageMailbox::BeginPass
 };
 
 class StageMailbox : public engine::StageInbox {
@@ -43,10 +44,13 @@ class StageMailbox : public engine::StageInbox {
   StageMailbox(int stage_index, int stage_count, uint32_t window = 0);
 
   // Resets the expectations for a new pass. Items of an earlier pass that
-  // were never taken are dropped.
-  void BeginPass(const PassInfo& pass);
-  // Ends the pass: later messages are refused until the next BeginPass.
-  void EndPass();
+  // were never taken are dropped. Returns the pass's generation.
+  uint64_t BeginPass(const PassInfo& pass);
+  // Ends pass `generation` once its stage is done with it: later messages
+  // are refused until the next BeginPass, and anything left is dropped. A
+  // newer pass already begun is left alone (the coordinator may start the
+  // next pass while this stage is still finishing its sends).
+  void EndPass(uint64_t generation);
   // Wakes every waiter with CANCELLED; later deliveries are refused.
   void Close(const std::string& why);
 
@@ -101,6 +105,7 @@ class StageMailbox : public engine::StageInbox {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_pass_ = false;
+  uint64_t generation_ = 0;
   bool closed_ = false;
   std::string closed_why_;
   PassInfo pass_;

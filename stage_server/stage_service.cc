@@ -211,8 +211,10 @@ grpc::ServerUnaryReactor* StageServiceImpl::ReadCheckpoint(
     petra::v1::ReadCheckpointResponse* response) {
   if (absl::Status s = CheckController(context, "ReadCheckpoint"); !s.ok())
     return Finished(context, s, host_->metrics());
-  return Finished(context, host_->ReadCheckpoint(*request, response),
-                  host_->metrics());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  host_->ReadCheckpoint(*request, response,
+                        FinishLater(reactor, host_->metrics()));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* StageServiceImpl::Release(

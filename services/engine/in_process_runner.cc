@@ -28,14 +28,15 @@ absl::StatusOr<std::unique_ptr<InProcessRunner>> InProcessRunner::Create(
   absl::StatusOr<int64_t> steps =
       StepsPerEpoch(resolved, r->data_.train.size());
   if (!steps.ok()) return steps.status();
-  r->steps_per_epoch_ = *steps;
   absl::StatusOr<std::vector<model::BlockRange>> ranges = PlanStages(resolved);
   if (!ranges.ok()) return ranges.status();
   r->ranges_ = std::move(*ranges);
   absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> workers =
-      BuildStageWorkers(resolved, r->ranges_, r->steps_per_epoch_);
+      BuildStageWorkers(resolved, r->ranges_, *steps);
   if (!workers.ok()) return workers.status();
   r->workers_ = std::move(*workers);
+  r->driver_ =
+      std::make_unique<JobDriver>(r->spec_, r->data_, *steps, *r, r.get());
   return r;
 }
 
@@ -133,25 +134,30 @@ class QueueOutbox : public StageOutbox {
 
 }  // namespace
 
-absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
-  const int stages = stage_count();
-  const bool overlap =
-      spec_.training().mode() != petra::v1::TRAINING_MODE_BACKPROP;
-  data::EpochBatches batches(data_.train, TrainBatchOptions(spec_), epoch - 1);
-  const int64_t micro_batches =
-      TrainMicroBatches(spec_, batches.size(), workers_[0]->optimizer_steps());
+absl::StatusOr<TrainingCursor> InProcessRunner::Restore() {
+  return TrainingCursor();
+}
 
+absl::StatusOr<PassResult> InProcessRunner::RunPass(
+    petra::v1::Phase phase, uint32_t epoch, const data::EpochBatches& batches,
+    int64_t n) {
+  return phase == petra::v1::PHASE_TRAIN ? Train(epoch, batches, n)
+                                         : Eval(batches, n);
+}
+
+absl::StatusOr<PassResult> InProcessRunner::Train(
+    uint32_t /*epoch*/, const data::EpochBatches& batches,
+    int64_t micro_batches) {
+  const int stages = stage_count();
+  const ScheduleKind schedule = ScheduleForMode(spec_.training().mode());
   Channels channels(stages, micro_batches);
   std::mutex mu;
   absl::Status failure;
-  double loss_sum = 0;
-  int64_t correct = 0, samples = 0;
+  PassResult result;
   auto on_loss = [&](int64_t id, const LossOutput& out) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      loss_sum += out.loss;
-      correct += out.correct;
-      samples += out.samples;
+      result.Record(id, out.loss, out.correct, out.samples, true);
     }
     if (options_.on_step) options_.on_step({id, out.loss});
   };
@@ -165,7 +171,7 @@ absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
     QueueInbox inbox(j, stages, channels, batches);
     QueueOutbox outbox(j, channels, on_loss);
     absl::Status s =
-        RunStageEpoch(*workers_[j], inbox, outbox, micro_batches, overlap);
+        RunStageEpoch(*workers_[j], inbox, outbox, micro_batches, schedule);
     if (!s.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -183,46 +189,20 @@ absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
   std::vector<std::thread> threads_list;
   for (int j = 0; j < stages; ++j) threads_list.emplace_back(run_stage, j);
   for (std::thread& t : threads_list) t.join();
-  const double seconds =
+  if (!failure.ok()) return failure;
+  result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  if (!failure.ok()) return failure;
-
-  EpochReport report;
-  report.epoch = epoch;
-  report.train_seconds = seconds;
-  report.train_loss = micro_batches > 0 ? loss_sum / micro_batches : 0;
-  report.train_accuracy =
-      samples > 0 ? static_cast<double>(correct) / samples : 0;
-  report.samples_per_second = seconds > 0 ? samples / seconds : 0;
-  report.learning_rate =
-      LrSchedule(spec_, steps_per_epoch_)
-          .At(std::max<int64_t>(0, workers_[0]->optimizer_steps() - 1));
-  const uint32_t every = spec_.evaluation().every_epochs();
-  if (epoch % every == 0 ||
-      epoch == static_cast<int>(spec_.training().epochs())) {
-    absl::StatusOr<std::pair<double, double>> test = Evaluate(data_.test);
-    if (!test.ok()) return test.status();
-    report.test_loss = test->first;
-    report.test_accuracy = test->second;
-    if (spec_.evaluation().full_train_pass()) {
-      // Accuracy of the trained weights on the whole training split, in
-      // place of the running accuracy gathered while the weights moved.
-      absl::StatusOr<std::pair<double, double>> train = Evaluate(data_.train);
-      if (!train.ok()) return train.status();
-      report.train_accuracy = train->second;
-    }
-  }
-  report.stages = Reports();
-  return report;
+  return result;
 }
 
-absl::StatusOr<std::pair<double, double>> InProcessRunner::Evaluate(
-    const data::Dataset& split) {
-  data::EpochBatches batches(split, EvalBatchOptions(spec_), 0);
-  double loss = 0;
-  int64_t correct = 0, samples = 0;
-  for (int64_t i = 0; i < batches.size(); ++i) {
+// Stage after stage on this thread: an evaluation has no backward to
+// overlap.
+absl::StatusOr<PassResult> InProcessRunner::Eval(
+    const data::EpochBatches& batches, int64_t n) {
+  PassResult result;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; ++i) {
     data::Batch b = batches.Get(i);
     TensorPair x{b.images, {}};
     for (size_t j = 0; j + 1 < workers_.size(); ++j) {
@@ -232,12 +212,26 @@ absl::StatusOr<std::pair<double, double>> InProcessRunner::Evaluate(
     }
     absl::StatusOr<LossOutput> out = workers_.back()->EvaluateLoss(x, b.labels);
     if (!out.ok()) return out.status();
-    loss += out->loss * out->samples;
-    correct += out->correct;
-    samples += out->samples;
+    result.Record(i, out->loss, out->correct, out->samples, false);
   }
-  if (samples == 0) return std::make_pair(0.0, 0.0);
-  return std::make_pair(loss / samples, static_cast<double>(correct) / samples);
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {
+  TrainingCursor c = driver_->cursor();
+  c.next_epoch = static_cast<uint32_t>(epoch);
+  driver_->set_cursor(c);
+  return driver_->RunEpoch();
+}
+
+absl::StatusOr<std::pair<double, double>> InProcessRunner::Evaluate(
+    const data::Dataset& split) {
+  absl::StatusOr<PassResult> r = driver_->Evaluate(split, 0);
+  if (!r.ok()) return r.status();
+  return std::make_pair(r->mean_loss(), r->accuracy());
 }
 
 std::vector<StageReport> InProcessRunner::Reports() const {
@@ -248,20 +242,18 @@ std::vector<StageReport> InProcessRunner::Reports() const {
   return out;
 }
 
+std::vector<petra::v1::StageStats> InProcessRunner::StageStats() {
+  std::vector<petra::v1::StageStats> out;
+  for (const StageReport& r : Reports()) out.push_back(ToProto(r));
+  return out;
+}
+
+void InProcessRunner::OnEpoch(const EpochReport& report) {
+  if (options_.on_epoch) options_.on_epoch(report);
+}
+
 absl::StatusOr<std::vector<EpochReport>> InProcessRunner::Run() {
-  std::vector<EpochReport> reports;
-  for (int e = 1; e <= static_cast<int>(spec_.training().epochs()); ++e) {
-    absl::StatusOr<EpochReport> r = RunEpoch(e);
-    if (!r.ok()) return r.status();
-    if (options_.on_epoch) options_.on_epoch(*r);
-    reports.push_back(std::move(*r));
-    if (spec_.training().max_steps() > 0 &&
-        workers_[0]->optimizer_steps() >=
-            static_cast<int64_t>(spec_.training().max_steps())) {
-      break;
-    }
-  }
-  return reports;
+  return driver_->Run();
 }
 
 }  // namespace petra::engine

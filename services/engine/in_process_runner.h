@@ -1,7 +1,8 @@
 // Trains a whole job in one process: J stage workers on J threads joined by
-// bounded queues, following the pipeline schedule (PETRA / delayed) or
-// micro-batch after micro-batch (backprop, no overlap). The reference the
-// gRPC fleet is checked against.
+// bounded queues, each following its stage's schedule. The in-process
+// adapter of the job driver's PassExecutor port (job_driver.h): the epoch
+// loop is the driver's, shared with the gRPC fleet. The reference the fleet
+// is checked against.
 #pragma once
 
 #include <functional>
@@ -11,25 +12,12 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 #include "services/data/dataset.h"
+#include "services/engine/job_driver.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
 #include "services/model/partition.h"
 
 namespace petra::engine {
-
-struct EpochReport {
-  int epoch = 0;  // 1-based
-  double train_loss = 0;
-  // Running accuracy during the epoch, or with evaluation.full_train_pass
-  // the accuracy of the epoch's final weights on the whole training split.
-  double train_accuracy = 0;
-  double test_loss = 0;
-  double test_accuracy = 0;
-  double samples_per_second = 0;
-  double train_seconds = 0;
-  double learning_rate = 0;
-  std::vector<StageReport> stages;
-};
 
 struct StepReport {
   int64_t micro_batch = 0;  // within the epoch
@@ -45,13 +33,13 @@ struct RunnerOptions {
   std::function<void(const StepReport&)> on_step;
 };
 
-class InProcessRunner {
+class InProcessRunner : public PassExecutor, public JobObserver {
  public:
   // `resolved` from job::ResolveJobSpec; `data` already loaded.
   static absl::StatusOr<std::unique_ptr<InProcessRunner>> Create(
       const petra::v1::JobSpec& resolved, data::Splits data,
       RunnerOptions options);
-  ~InProcessRunner();
+  ~InProcessRunner() override;
 
   // Trains every epoch (or until max_steps) and evaluates as the spec says.
   absl::StatusOr<std::vector<EpochReport>> Run();
@@ -59,22 +47,42 @@ class InProcessRunner {
   const std::vector<model::BlockRange>& partition() const { return ranges_; }
   StageWorker& worker(int i) { return *workers_[i]; }
   int stage_count() const { return static_cast<int>(workers_.size()); }
+  // Every stage's report now (memory peaks by kind included).
+  std::vector<StageReport> Reports() const;
 
-  // One training epoch and one evaluation, for tests that inspect between.
+  // Epoch `epoch` (its evaluation too, when due), for tests and benchmarks
+  // that inspect between epochs.
   absl::StatusOr<EpochReport> RunEpoch(int epoch);
+  // Mean loss and accuracy of the current weights on `split`.
   absl::StatusOr<std::pair<double, double>> Evaluate(
       const data::Dataset& split);
 
+  // PassExecutor. A new run starts from the seeded initial weights; the
+  // in-process runner keeps no checkpoints.
+  absl::StatusOr<TrainingCursor> Restore() override;
+  absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase, uint32_t epoch,
+                                     const data::EpochBatches& batches,
+                                     int64_t n) override;
+  absl::Status Checkpoint(const TrainingCursor&) override {
+    return absl::OkStatus();
+  }
+  std::vector<petra::v1::StageStats> StageStats() override;
+  // JobObserver.
+  void OnEpoch(const EpochReport& report) override;
+
  private:
   InProcessRunner() = default;
-  std::vector<StageReport> Reports() const;
+  absl::StatusOr<PassResult> Train(uint32_t epoch,
+                                   const data::EpochBatches& batches,
+                                   int64_t n);
+  absl::StatusOr<PassResult> Eval(const data::EpochBatches& batches, int64_t n);
 
   petra::v1::JobSpec spec_;
   data::Splits data_;
   RunnerOptions options_;
   std::vector<model::BlockRange> ranges_;
   std::vector<std::unique_ptr<StageWorker>> workers_;
-  int64_t steps_per_epoch_ = 0;
+  std::unique_ptr<JobDriver> driver_;
 };
 
 }  // namespace petra::engine

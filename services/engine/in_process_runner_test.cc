@@ -44,17 +44,18 @@ TEST(InProcessRunner, DelayIsTwiceTheDistanceToTheLastStage) {
   const int J = runner->stage_count();
   ASSERT_EQ(J, 10);
   const int64_t n = 1024 / 32;
-  for (const StageReport& st : r->stages) {
-    const int d = 2 * (J - 1 - st.index);
-    EXPECT_DOUBLE_EQ(st.delay_ticks_mean, d) << "stage " << st.index;
+  for (const petra::v1::StageStats& st : r->stages) {
+    const int d = 2 * (J - 1 - static_cast<int>(st.stage_index()));
+    EXPECT_DOUBLE_EQ(st.delay_ticks_mean(), d) << "stage " << st.stage_index();
     // k = 1: one step per tick, so the m-th micro-batch is min(m, d) steps
     // stale (the pipeline fills first).
     double expected = 0;
     for (int64_t m = 0; m < n; ++m) expected += std::min<int64_t>(m, d);
-    EXPECT_NEAR(st.staleness_mean, expected / n, 1e-12) << "stage " << st.index;
-    EXPECT_EQ(st.forward_count, n);
-    EXPECT_EQ(st.backward_count, n);
-    EXPECT_EQ(st.optimizer_steps, n);
+    EXPECT_NEAR(st.staleness_mean(), expected / n, 1e-12)
+        << "stage " << st.stage_index();
+    EXPECT_EQ(st.forward_count(), n);
+    EXPECT_EQ(st.backward_count(), n);
+    EXPECT_EQ(st.optimizer_steps(), n);
   }
 }
 
@@ -64,17 +65,17 @@ TEST(InProcessRunner, AccumulationDividesStaleness) {
   auto runner = Make(s);
   absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->stages[0].optimizer_steps, 1024 / 32 / 4);
-  EXPECT_LE(r->stages[0].staleness_mean, 18.0 / 4 + 1);
-  EXPECT_GT(r->stages[0].staleness_mean, 0);
+  EXPECT_EQ(r->stages[0].optimizer_steps(), 1024 / 32 / 4);
+  EXPECT_LE(r->stages[0].staleness_mean(), 18.0 / 4 + 1);
+  EXPECT_GT(r->stages[0].staleness_mean(), 0);
 }
 
 TEST(InProcessRunner, BackpropHasNoStaleness) {
   auto runner = Make(Synthetic(petra::v1::TRAINING_MODE_BACKPROP, 1));
   absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
   ASSERT_TRUE(r.ok()) << r.status();
-  for (const StageReport& st : r->stages)
-    EXPECT_EQ(st.staleness_mean, 0) << st.index;
+  for (const petra::v1::StageStats& st : r->stages)
+    EXPECT_EQ(st.staleness_mean(), 0) << st.stage_index();
 }
 
 // The paper's Table 3 ordering: inputs+weights > inputs > weights > PETRA.
@@ -93,7 +94,9 @@ TEST(InProcessRunner, BufferConfigurationsOrderTheirMemoryAsTable3) {
     absl::StatusOr<EpochReport> r = runner->RunEpoch(1);
     EXPECT_TRUE(r.ok()) << r.status();
     int64_t total = 0;
-    for (const StageReport& st : r->stages) total += st.memory.peak_bytes;
+    for (const petra::v1::StageStats& st : r->stages) {
+      total += static_cast<int64_t>(st.memory().peak_bytes());
+    }
     return total;
   };
   const int64_t both = total_peak(true, true);

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_worker.h"
 #include "services/model/tensor_pair.h"
 
@@ -65,12 +66,12 @@ class StageOutbox {
   virtual void Observe(const Work& /*work*/) {}
 };
 
-// Runs one epoch of `micro_batches` on one stage: the PETRA/delayed tick
-// schedule when `overlap`, else backprop's one micro-batch at a time. Returns
-// the first error of the worker or the transport.
+// Runs one epoch of `micro_batches` on one stage in the order `schedule`
+// gives it (engine/pipeline_schedule.h). Returns the first error of the
+// worker or the transport.
 absl::Status RunStageEpoch(StageWorker& worker, StageInbox& inbox,
                            StageOutbox& outbox, int64_t micro_batches,
-                           bool overlap);
+                           ScheduleKind schedule);
 
 // Runs an evaluation of `micro_batches` on one stage: forward only with BN
 // running statistics; the last stage reports each micro-batch's loss.

@@ -1,7 +1,7 @@
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_io.h"
 
 namespace petra::engine {
@@ -12,34 +12,46 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-absl::Status Forward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
-                     int64_t m, int64_t tick, bool first) {
+absl::StatusOr<ForwardItem> Take(StageInbox& inbox, int64_t m) {
   absl::StatusOr<ForwardItem> in = inbox.NextForward(m);
-  if (!in.ok()) return in.status();
-  if (in->id != m) {
+  if (in.ok() && in->id != m) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected micro-batch ", m, " to forward, received ", in->id));
   }
+  return in;
+}
+
+// A forward going up (not on the last stage).
+absl::Status Forward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
+                     int64_t m, int64_t tick) {
+  absl::StatusOr<ForwardItem> in = Take(inbox, m);
+  if (!in.ok()) return in.status();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<model::TensorPair> y = w.Forward(m, in->x, tick);
+  if (!y.ok()) return y.status();
+  outbox.Observe({false, in->x.a.size(0), SecondsSince(start)});
+  return outbox.SendForward({m, std::move(*y), {}});
+}
+
+// The last stage's forward, loss and backward in one step.
+absl::Status ForwardLoss(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
+                         int64_t m, int64_t tick) {
+  absl::StatusOr<ForwardItem> in = Take(inbox, m);
+  if (!in.ok()) return in.status();
   const int64_t samples = in->x.a.size(0);
   const auto start = std::chrono::steady_clock::now();
-  if (!w.last()) {
-    absl::StatusOr<model::TensorPair> y = w.Forward(m, in->x, tick);
-    if (!y.ok()) return y.status();
-    outbox.Observe({false, samples, SecondsSince(start)});
-    return outbox.SendForward({m, std::move(*y), {}});
-  }
   absl::StatusOr<LossOutput> out = w.ForwardLoss(m, in->x, in->labels, tick);
   if (!out.ok()) return out.status();
   outbox.Observe({false, samples, SecondsSince(start)});
   outbox.Observe({true, samples, 0.0});
   outbox.ReportLoss(m, *out);
-  if (first) return absl::OkStatus();
+  if (w.index() == 0) return absl::OkStatus();
   return outbox.SendBackward(
       {m, std::move(out->backward.input), std::move(out->backward.input_grad)});
 }
 
 absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
-                      int64_t m, int64_t tick, bool first) {
+                      int64_t m, int64_t tick) {
   absl::StatusOr<BackwardItem> in = inbox.NextBackward(m);
   if (!in.ok()) return in.status();
   if (in->id != m) {
@@ -52,7 +64,7 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   if (!out.ok()) return out.status();
   outbox.Observe({true, in->grad.a.size(0), SecondsSince(start),
                   out->delay_ticks, out->staleness_steps});
-  if (first) {
+  if (w.index() == 0) {
     outbox.Finished(m);
     return absl::OkStatus();
   }
@@ -64,33 +76,22 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
 
 absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
                            StageOutbox& outbox, int64_t micro_batches,
-                           bool overlap) {
-  const bool first = w.index() == 0;
-  if (overlap) {
-    PipelineSchedule s{w.index(), w.count(), micro_batches};
-    for (int64_t t = 0; t < s.ticks(); ++t) {
-      if (int64_t f = s.ForwardAt(t); f >= 0) {
-        if (absl::Status st = Forward(w, inbox, outbox, f, t, first); !st.ok())
-          return st;
-      }
-      if (w.last()) continue;  // its backward is part of its forward
-      if (int64_t b = s.BackwardAt(t); b >= 0) {
-        if (absl::Status st = Backward(w, inbox, outbox, b, t, first); !st.ok())
-          return st;
-      }
+                           ScheduleKind schedule) {
+  StageSchedule ops(schedule, w.index(), w.count(), micro_batches);
+  while (std::optional<ScheduledOp> op = ops.Next()) {
+    absl::Status s;
+    switch (op->kind) {
+      case OpKind::kForward:
+        s = Forward(w, inbox, outbox, op->micro_batch, op->tick);
+        break;
+      case OpKind::kForwardBackward:
+        s = ForwardLoss(w, inbox, outbox, op->micro_batch, op->tick);
+        break;
+      case OpKind::kBackward:
+        s = Backward(w, inbox, outbox, op->micro_batch, op->tick);
+        break;
     }
-    return absl::OkStatus();
-  }
-  // Backprop: a micro-batch goes all the way up and down before the next
-  // one starts (the first stage waits for its backward before feeding on).
-  for (int64_t m = 0; m < micro_batches; ++m) {
-    if (absl::Status st = Forward(w, inbox, outbox, m, 2 * m, first); !st.ok())
-      return st;
-    if (w.last()) continue;
-    if (absl::Status st = Backward(w, inbox, outbox, m, 2 * m + 1, first);
-        !st.ok()) {
-      return st;
-    }
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }

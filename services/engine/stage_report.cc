@@ -14,6 +14,7 @@ StageReport ReportOf(const StageWorker& w, const model::BlockRange& blocks) {
   s.backward_count = w.backward_count();
   s.optimizer_steps = w.optimizer_steps();
   s.in_flight = w.in_flight();
+  s.skipped = w.skipped_count();
   return s;
 }
 
@@ -36,6 +37,7 @@ petra::v1::StageStats ToProto(const StageReport& r) {
   s.set_in_flight(static_cast<uint32_t>(r.in_flight));
   s.set_delay_ticks_mean(r.delay_ticks_mean);
   s.set_staleness_mean(r.staleness_mean);
+  s.set_skipped_micro_batches(static_cast<uint64_t>(r.skipped));
   *s.mutable_memory() = ToProto(r.memory);
   return s;
 }

@@ -1,9 +1,12 @@
 // One stage of the pipeline and Algorithm 1's work on it: forward of a
-// micro-batch, backward of an (output, gradient) pair by rebuilding the input
-// (reversible stages) or recomputing from a buffered input, gradient
-// accumulation over k micro-batches and the optimizer step. No transport and
-// no scheduling here: a runner (in-process or the stage server) decides what
-// runs when, so the same object serves both.
+// micro-batch, backward of an (output, gradient) pair through the stage's
+// backward program (backward_program.h: rebuild, recompute, stashed
+// weights), the last stage's loss step, and the checks at its boundary. The
+// parts are units of their own: the update (gradient_accumulator.h), memory
+// (stage_memory.h), the gradient diagnostic (gradient_diagnostic.h), state
+// names (stage_state.h). No transport and no scheduling here: a runner
+// (in-process or the stage server) decides what runs when, so the same
+// object serves both.
 #pragma once
 
 #include <functional>
@@ -14,7 +17,14 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
+#include "services/engine/backward_program.h"
+#include "services/engine/gradient_accumulator.h"
+#include "services/engine/gradient_diagnostic.h"
 #include "services/engine/lr_schedule.h"
+#include "services/engine/non_finite.h"
+#include "services/engine/stage_blocks.h"
+#include "services/engine/stage_memory.h"
+#include "services/engine/stage_state.h"
 #include "services/model/blocks.h"
 
 namespace petra::engine {
@@ -29,31 +39,6 @@ struct StageConfig {
   bool stash_weights = false;
   // Index of the stage's first block in the whole network (state names).
   int first_block = 0;
-};
-
-struct MemoryStats {
-  int64_t parameters_bytes = 0;       // parameters and BN running statistics
-  int64_t optimizer_state_bytes = 0;  // momentum buffers and accumulated grads
-  int64_t activation_buffer_bytes = 0;
-  int64_t weight_stash_bytes = 0;
-  int64_t peak_bytes = 0;  // highest sum of the four since construction
-  int64_t peak_activation_buffer_bytes = 0;
-  int64_t peak_weight_stash_bytes = 0;
-};
-
-struct BackwardOutput {
-  model::TensorPair input;       // x~_{j-1}: rebuilt or buffered input
-  model::TensorPair input_grad;  // delta_j; undefined on the first stage
-  int64_t delay_ticks = 0;       // ticks between this forward and backward
-  int64_t staleness_steps = 0;   // optimizer steps taken in between
-};
-
-// PETRA's parameter gradient for one micro-batch against the exact delayed
-// gradient (the input and weights its forward used, the same delta).
-struct GradientDiagnostic {
-  int64_t step = 0;
-  double cosine_similarity = 0;
-  double norm_ratio = 0;  // |PETRA| / |exact|
 };
 
 struct LossOutput {
@@ -72,7 +57,7 @@ class StageWorker {
 
   // True when backward rebuilds the input from the output (every block
   // reversible and inputs not stashed): nothing is kept between the two.
-  bool rebuilds_input() const { return rebuilds_; }
+  bool rebuilds_input() const { return program_->rebuilds_input(); }
   bool last() const { return config_.index == config_.count - 1; }
   int index() const { return config_.index; }
   int count() const { return config_.count; }
@@ -114,7 +99,7 @@ class StageWorker {
                                           const torch::Tensor& labels);
 
   MemoryStats memory() const;
-  int64_t optimizer_steps() const { return steps_; }
+  int64_t optimizer_steps() const { return optimizer_.steps(); }
   int64_t forward_count() const { return forwards_; }
   int64_t backward_count() const { return backwards_; }
   // Micro-batches this stage skipped for NaN or Inf (skip policy).
@@ -123,20 +108,18 @@ class StageWorker {
   double staleness_mean() const;
   // Micro-batches forwarded and not yet backwarded.
   int64_t in_flight() const { return static_cast<int64_t>(records_.size()); }
-  std::vector<torch::Tensor> parameters() const { return params_; }
+  std::vector<torch::Tensor> parameters() const { return blocks_.parameters(); }
   // The newest gradient diagnostic (training.grad_diagnostics_every), if any.
   std::optional<GradientDiagnostic> last_diagnostic() const {
-    return last_diagnostic_;
+    return probe_.last();
   }
   // Parameters then BN running statistics, in block order (checkpoints).
   std::vector<torch::Tensor> state_tensors() const;
 
-  // The stage's state by name: "blocks.<i>.<parameter or buffer>" with i the
-  // block's index in the whole network (the export's names), and with
-  // `with_optimizer` also "optimizer.<same name>.momentum_buffer" and the
-  // accumulated gradients "grad.<same name>" (checkpoints).
-  std::vector<std::pair<std::string, torch::Tensor>> NamedState(
-      bool with_optimizer) const;
+  // The stage's state by name (stage_state.h): the model's tensors (the
+  // export's names), and with `with_optimizer` the optimizer's too
+  // (checkpoints).
+  NamedTensorList NamedState(bool with_optimizer) const;
   // Restores what NamedState(true) returned and the step counter. Every
   // model tensor must be present with its shape; INVALID_ARGUMENT naming the
   // first one that is not.
@@ -144,83 +127,30 @@ class StageWorker {
                               int64_t steps);
 
  private:
-  struct Record {
-    int64_t tick = 0;
-    int64_t step = 0;
-    model::TensorPair input;             // when buffered
-    std::vector<torch::Tensor> weights;  // when stashed
-    // For a gradient diagnostic: the forward's input and weights.
-    model::TensorPair diagnostic_input;
-    std::vector<torch::Tensor> diagnostic_weights;
-    // Its forward met NaN or Inf (skip policy): the backward is skipped too.
-    bool skipped = false;
-  };
-
-  model::TensorPair ForwardBlocks(const model::TensorPair& x);
-  absl::StatusOr<Record> TakeRecord(uint64_t id);
-  // Gradients of one micro-batch, averaged over k; steps when k are in.
-  // While hold_gradients_ is set they are kept aside (held_) instead, until
-  // the micro-batch is known to be finite: CommitHeld adds them.
-  void Accumulate(const std::vector<torch::Tensor>& params,
-                  const std::vector<torch::Tensor>& grads);
-  void AddToGradients(const std::vector<torch::Tensor>& params,
-                      const std::vector<torch::Tensor>& grads);
-  void CommitHeld();
-  bool skip_non_finite() const {
-    return non_finite_ ==
-           petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH;
-  }
-  // OK when every element of `t` is finite; otherwise FAILED_PRECONDITION
-  // (fail policy) naming `what`, or `*skip` set (skip policy).
-  absl::Status CheckFinite(const model::TensorPair& t, uint64_t id,
-                           const char* what, bool* skip) const;
+  absl::StatusOr<ForwardRecord> TakeRecord(uint64_t id);
   // A skipped micro-batch's backward: x~_{j-1} without a graph or BN update,
   // zero gradients.
-  BackwardOutput SkippedBackward(const Record& r,
+  BackwardOutput SkippedBackward(const ForwardRecord& r,
                                  const model::TensorPair& output);
+  // Delay and staleness of the backward of `r` at `tick`, into `out`.
+  void Measure(const ForwardRecord& r, int64_t tick, BackwardOutput& out);
   void FinishBackward();
-  BackwardOutput Rebuild(const model::TensorPair& output,
-                         const model::TensorPair& output_grad);
-  // Maps the blocks' output to (tensors to differentiate, their gradients).
-  using Head = std::function<
-      std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>(
-          const model::TensorPair&)>;
-  model::TensorPair Differentiate(const model::TensorPair& input,
-                                  const Head& head);
   void UpdatePeak();
-  // The exact delayed gradient of `r` against PETRA's, just accumulated
-  // into the parameters' .grad on top of `before`.
-  void Diagnose(const Record& r, const model::TensorPair& output_grad,
-                const std::vector<torch::Tensor>& before);
 
-  std::vector<std::shared_ptr<model::Block>> blocks_;
-  StageConfig config_;
-  LrSchedule schedule_;
-  int accumulation_;
-  petra::v1::TrainingSpec::NonFinitePolicy non_finite_;
-  bool rebuilds_;
-  std::vector<torch::Tensor> params_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
-  std::map<uint64_t, Record> records_;
-  int64_t buffer_bytes_ = 0;
-  int64_t stash_bytes_ = 0;
-  int64_t peak_bytes_ = 0;
-  int64_t peak_buffer_bytes_ = 0;
-  int64_t peak_stash_bytes_ = 0;
-  int64_t steps_ = 0;
-  int64_t pending_ = 0;  // backward passes accumulated since the last step
+  const StageConfig config_;
+  StageBlocks blocks_;
+  GradientAccumulator optimizer_;
+  std::unique_ptr<BackwardProgram> program_;
+  NonFiniteCheck finite_;
+  GradientProbe probe_;
+  MemoryLedger ledger_;
+  std::map<uint64_t, ForwardRecord> records_;
   int64_t forwards_ = 0;
   int64_t backwards_ = 0;
   int64_t skipped_ = 0;
-  bool hold_gradients_ = false;
-  std::vector<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>>
-      held_;
   int64_t delay_sum_ = 0;
   int64_t staleness_sum_ = 0;
   int64_t measured_ = 0;
-  int64_t diagnostics_every_ = 0;
-  int64_t last_diagnosed_step_ = -1;
-  std::optional<GradientDiagnostic> last_diagnostic_;
 };
 
 }  // namespace petra::engine

@@ -75,35 +75,43 @@ void RunPetraSchedule(std::vector<std::unique_ptr<StageWorker>>& w,
   std::vector<std::deque<TensorPair>> up(J);
   std::vector<std::deque<Down>> down(J);
   const int64_t n = static_cast<int64_t>(batches.size());
+  std::vector<StageSchedule> schedules;
+  std::vector<std::optional<ScheduledOp>> next(J);
+  for (int j = 0; j < J; ++j) {
+    schedules.emplace_back(ScheduleKind::kPetra, j, J, n);
+    next[j] = schedules[j].Next();
+  }
   for (int64_t t = 0; t < n + 2 * J - 2; ++t) {
     for (int j = 0; j < J; ++j) {
-      PipelineSchedule s{j, J, n};
-      if (int64_t f = s.ForwardAt(t); f >= 0) {
+      for (; next[j] && next[j]->tick == t; next[j] = schedules[j].Next()) {
+        const int64_t m = next[j]->micro_batch;
+        if (next[j]->kind == OpKind::kBackward) {
+          Down d = down[j].front();
+          down[j].pop_front();
+          absl::StatusOr<BackwardOutput> o =
+              w[j]->Backward(m, d.out, d.grad, t);
+          ASSERT_TRUE(o.ok()) << o.status();
+          if (j > 0) down[j - 1].push_back({o->input, o->input_grad});
+          continue;
+        }
         TensorPair x;
         if (j == 0) {
-          x = {batches[f].images, {}};
+          x = {batches[m].images, {}};
         } else {
           x = up[j - 1].front();
           up[j - 1].pop_front();
         }
-        if (j == J - 1) {
+        if (next[j]->kind == OpKind::kForwardBackward) {
           absl::StatusOr<LossOutput> o =
-              w[j]->ForwardLoss(f, x, batches[f].labels, t);
+              w[j]->ForwardLoss(m, x, batches[m].labels, t);
           ASSERT_TRUE(o.ok()) << o.status();
           if (j > 0)
             down[j - 1].push_back({o->backward.input, o->backward.input_grad});
         } else {
-          absl::StatusOr<TensorPair> y = w[j]->Forward(f, x, t);
+          absl::StatusOr<TensorPair> y = w[j]->Forward(m, x, t);
           ASSERT_TRUE(y.ok()) << y.status();
           up[j].push_back(*y);
         }
-      }
-      if (int64_t b = s.BackwardAt(t); b >= 0 && j < J - 1) {
-        Down d = down[j].front();
-        down[j].pop_front();
-        absl::StatusOr<BackwardOutput> o = w[j]->Backward(b, d.out, d.grad, t);
-        ASSERT_TRUE(o.ok()) << o.status();
-        if (j > 0) down[j - 1].push_back({o->input, o->input_grad});
       }
       if (observe) observe(j, t);
     }

@@ -1,13 +1,6 @@
 #include "services/model/blocks.h"
 
-#include <stdexcept>
-
 namespace petra::model {
-
-TensorPair Block::Inverse(const TensorPair& /*y*/) {
-  // Programming error: the engine only inverts reversible blocks.
-  throw std::logic_error(kind() + " block has no inverse");
-}
 
 StemBlock::StemBlock(const StemOptions& o) : options_(o) {
   conv_ = register_module(
@@ -22,28 +15,6 @@ TensorPair StemBlock::Forward(const TensorPair& x) {
   if (!options_.split) return {y, {}};
   std::vector<torch::Tensor> halves = y.chunk(2, 1);
   return {halves[0], halves[1]};
-}
-
-ReversibleBlock::ReversibleBlock(const ResidualOptions& r)
-    : squeeze_(r.stride) {
-  residual_ = register_module("residual", ResidualFunction(r));
-}
-
-torch::Tensor ReversibleBlock::Squeeze(const torch::Tensor& x) const {
-  return squeeze_ == 1 ? x : torch::pixel_unshuffle(x, squeeze_);
-}
-
-torch::Tensor ReversibleBlock::Unsqueeze(const torch::Tensor& x) const {
-  return squeeze_ == 1 ? x : torch::pixel_shuffle(x, squeeze_);
-}
-
-TensorPair ReversibleBlock::Forward(const TensorPair& x) {
-  return {Squeeze(x.b) + residual_->forward(x.a), Squeeze(x.a)};
-}
-
-TensorPair ReversibleBlock::Inverse(const TensorPair& y) {
-  torch::Tensor a = Unsqueeze(y.b);
-  return {a, Unsqueeze(y.a - residual_->forward(a))};
 }
 
 RevDownsampleBlock::RevDownsampleBlock(const ResidualOptions& r,

@@ -1,5 +1,7 @@
 // A network is a list of blocks; a stage is a run of consecutive blocks. A
-// block is two functions: Forward, and (for reversible blocks) Inverse.
+// block is a Forward; reversible blocks (reversible_block.h) add their
+// Inverse and the backward step that rebuilds the input. The blocks here
+// are not reversible: a stage keeps their input and recomputes them.
 #pragma once
 
 #include <torch/torch.h>
@@ -15,10 +17,9 @@ class Block : public torch::nn::Module {
  public:
   // "stem", "reversible", "downsample", "residual", "head".
   virtual std::string kind() const = 0;
+  // True for a ReversibleBlock (reversible_block.h).
   virtual bool reversible() const { return false; }
   virtual TensorPair Forward(const TensorPair& x) = 0;
-  // Rebuilds the input from the output. Only reversible blocks have one.
-  virtual TensorPair Inverse(const TensorPair& y);
 };
 
 // conv - BN - ReLU (- max-pool); a RevNet stem splits its 2c output
@@ -39,29 +40,6 @@ class StemBlock : public Block {
  private:
   StemOptions options_;
   ConvBn conv_{nullptr};
-};
-
-// The reversible coupling (a, b) -> (S(b) + R(a), S(a)); inverse
-// a = S^-1(y2), b = S^-1(y1 - R(a)). S squeezes s x s pixels into s^2 x the
-// channels (i-RevNet's invertible downsampling) when R has stride s > 1,
-// and is the identity otherwise: (a, b) -> (b + R(a), a).
-class ReversibleBlock : public Block {
- public:
-  explicit ReversibleBlock(const ResidualOptions& r);
-  std::string kind() const override { return "reversible"; }
-  bool reversible() const override { return true; }
-  TensorPair Forward(const TensorPair& x) override;
-  TensorPair Inverse(const TensorPair& y) override;
-  // The residual function, for the engine's one-VJP backward.
-  ResidualFunction& residual() { return residual_; }
-  // S and S^-1; S is a permutation, so S^-1 is also its transpose (what
-  // the engine applies to gradients).
-  torch::Tensor Squeeze(const torch::Tensor& x) const;
-  torch::Tensor Unsqueeze(const torch::Tensor& x) const;
-
- private:
-  ResidualFunction residual_{nullptr};
-  int64_t squeeze_ = 1;
 };
 
 // A RevNet block that changes resolution or width (not invertible):

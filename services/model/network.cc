@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/model/architecture_catalog.h"
+#include "services/model/coupling_block.h"
 
 namespace petra::model {
 namespace {
@@ -82,7 +83,7 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
       if (invertible_downsampling) {
         // A squeeze by the stride keeps every value: 4x the channels.
         r.out = channels * r.stride * r.stride;
-        net.blocks.push_back(std::make_shared<ReversibleBlock>(r));
+        net.blocks.push_back(std::make_shared<CouplingBlock>(r));
         channels = r.out;
         continue;
       }
@@ -93,7 +94,7 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
         net.blocks.push_back(
             std::make_shared<RevDownsampleBlock>(r, depth.bottleneck));
       } else {
-        net.blocks.push_back(std::make_shared<ReversibleBlock>(r));
+        net.blocks.push_back(std::make_shared<CouplingBlock>(r));
       }
       channels = out;
     }

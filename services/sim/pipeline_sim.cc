@@ -9,18 +9,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "services/sim/schedule_order.h"
 
 namespace petra::sim {
 namespace {
 
 // Bounds that keep every byte count and array within int64 and memory:
-// J x M operations of 8 bytes, bytes x micro-batches summed over stages.
+// J x M operations of 12 bytes, bytes x micro-batches summed over stages.
 constexpr int64_t kMaxStageMicroBatches = int64_t{1} << 22;
 constexpr int64_t kMaxMessageBytes = int64_t{1} << 40;
 constexpr int64_t kMaxParameters = int64_t{1} << 32;
 
 bool FiniteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
+
+using engine::OpKind;
+using engine::ScheduledOp;
 
 bool Forwards(OpKind k) { return k != OpKind::kBackward; }
 bool Backwards(OpKind k) { return k != OpKind::kForward; }
@@ -39,7 +41,7 @@ struct Event {
 };
 
 struct StageState {
-  std::vector<SimOp> ops;
+  std::vector<ScheduledOp> ops;
   size_t next = 0;
   bool running = false;
   bool queued = false;  // waiting in its device's ready set
@@ -225,7 +227,8 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
 
   std::vector<StageState> st(stages);
   for (int j = 0; j < stages; ++j) {
-    st[j].ops = StageOrder(schedule, j, stages, micro_batches, group);
+    st[j].ops =
+        engine::StageSchedule(schedule, j, stages, micro_batches, group).Rest();
     if (j > 0) st[j].forward_arrival.assign(micro_batches, -1.0);
     if (j < stages - 1) st[j].backward_arrival.assign(micro_batches, -1.0);
   }
@@ -245,7 +248,7 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
   auto try_ready = [&](int j) {
     StageState& s = st[j];
     if (s.running || s.queued || s.next >= s.ops.size()) return;
-    const SimOp op = s.ops[s.next];
+    const ScheduledOp op = s.ops[s.next];
     double arrival = 0;  // the data and the loss are always at hand
     if (op.kind != OpKind::kBackward && j > 0) {
       arrival = s.forward_arrival[op.micro_batch];
@@ -276,7 +279,7 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
       s.queued = false;
       s.running = true;
       device_busy[d] = true;
-      const SimOp op = s.ops[s.next];
+      const ScheduledOp op = s.ops[s.next];
       double seconds = 0;
       if (Forwards(op.kind)) seconds += forward_cost[j];
       if (Backwards(op.kind)) seconds += backward_cost[j];
@@ -304,7 +307,7 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
         try_ready(e.stage);
         continue;
       }
-      const SimOp op = s.ops[s.next++];
+      const ScheduledOp op = s.ops[s.next++];
       s.running = false;
       s.prev_done = now;
       makespan = std::max(makespan, now);

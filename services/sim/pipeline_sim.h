@@ -10,25 +10,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "services/engine/pipeline_schedule.h"
 
 namespace petra::sim {
 
-enum class Schedule {
-  // Model-parallel backprop, no overlap: micro-batch m+1 enters stage 0
-  // after stage 0's backward of m (the engine's non-overlapped mode).
-  kBackprop,
-  // GPipe: per group, every forward, then every backward (reverse order),
-  // then a flush; backward recomputes (rematerialisation).
-  kGpipe,
-  // PipeDream-flush: per group, warm-up forwards, one forward one backward,
-  // cool-down backwards, then a flush.
-  kOneFOneB,
-  // PipeDream-style delayed gradients: PETRA's tick order, no flush, the
-  // forward's graph (or input) and a weight copy kept per micro-batch.
-  kDelayed,
-  // PETRA: the tick order of engine/pipeline_schedule.h, no flush.
-  kPetra,
-};
+// The schedules are the runtime's own (engine/pipeline_schedule.h): the
+// simulator only follows their order and adds the timing.
+using Schedule = engine::ScheduleKind;
 
 // Command-line names: backprop, gpipe, 1f1b, delayed, petra.
 std::string ScheduleName(Schedule schedule);

@@ -1,0 +1,170 @@
+#include "coordinator/checkpoint_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "services/cli/durable_file.h"
+#include "services/engine/state_file.h"
+
+namespace petra::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CheckpointStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ =
+        std::filesystem::temp_directory_path() /
+        absl::StrCat(
+            "petra-resume-", ::getpid(), "-",
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(root_);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::filesystem::path Dir(int epoch) {
+    return root_ / "jobs" / "job-1" / "checkpoints" /
+           absl::StrCat("epoch-", epoch);
+  }
+  // A stage file holding one tensor, with its checksum beside it.
+  void Write(int epoch, int stage, bool with_sha = true) {
+    absl::StatusOr<std::string> bytes = engine::EncodeStateFile(
+        {{"w", torch::full({2}, static_cast<float>(epoch * 10 + stage))}});
+    ASSERT_TRUE(bytes.ok());
+    const auto path = Dir(epoch) / absl::StrCat("stage-", stage, ".pt");
+    ASSERT_TRUE(cli::WriteFileAtomically(path, *bytes).ok());
+    if (with_sha) {
+      ASSERT_TRUE(cli::WriteFileAtomically(path.string() + ".sha256",
+                                           cli::Sha256Hex(*bytes) + "\n")
+                      .ok());
+    }
+  }
+  std::filesystem::path root_;
+};
+
+TEST_F(CheckpointStoreTest, TakesTheNewestCompleteCheckpoint) {
+  for (int e : {1, 2, 10}) {
+    Write(e, 0);
+    Write(e, 1);
+  }
+  absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->epoch, 10u);  // numerically newest, not "epoch-2"
+  ASSERT_EQ(p->files.size(), 2u);
+  EXPECT_TRUE(p->skipped.empty());
+}
+
+TEST_F(CheckpointStoreTest, PassesOverDamagedIncompleteAndForeignOnes) {
+  Write(1, 0);
+  Write(1, 1);
+  // epoch 2: stage 1 damaged after its checksum was written.
+  Write(2, 0);
+  Write(2, 1);
+  {
+    std::fstream f(Dir(2) / "stage-1.pt",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x7f');
+  }
+  // epoch 3: stage 1 missing; epoch 4: written by a 3-stage job; epoch 5:
+  // no checksum.
+  Write(3, 0);
+  for (int j : {0, 1, 2}) Write(4, j);
+  Write(5, 0, false);
+  Write(5, 1, false);
+  absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->epoch, 1u);
+  ASSERT_EQ(p->skipped.size(), 4u);
+  EXPECT_THAT(p->skipped[0],
+              HasSubstr("epoch-5: stage-0.pt.sha256 is missing"));
+  EXPECT_THAT(p->skipped[1], HasSubstr("epoch-4: it has more than 2 stages"));
+  EXPECT_THAT(p->skipped[2], HasSubstr("epoch-3: stage-1.pt is missing"));
+  EXPECT_THAT(p->skipped[3],
+              HasSubstr("epoch-2: stage-1.pt does not match its SHA-256"));
+}
+
+TEST_F(CheckpointStoreTest, NotFoundSaysWhy) {
+  absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(p.status().message(), HasSubstr("(none written)"));
+  Write(1, 0);
+  p = FindResumePoint(root_.string(), "job-1", 2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      p.status().message(),
+      HasSubstr("no usable checkpoint (epoch-1: stage-1.pt is missing)"));
+}
+
+TEST_F(CheckpointStoreTest, AJobIdMayNotLeadOutOfTheStateDir) {
+  // A complete checkpoint outside the state dir, reachable through a link.
+  Write(1, 0);
+  Write(1, 1);
+  const std::filesystem::path outside = root_.string() + "-outside";
+  std::filesystem::remove_all(outside);
+  std::filesystem::rename(root_ / "jobs" / "job-1", outside);
+  std::filesystem::create_directory_symlink(outside, root_ / "jobs" / "job-1");
+  absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      p.status().message(),
+      HasSubstr("checkpoint.resume_from_job \"jobs/job-1/checkpoints\""));
+  p = FindResumePoint(root_.string(), "../../etc", 2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(outside);
+}
+
+// What Write leaves is what FindResumePoint takes, the export holds every
+// stage's model tensors, and only the newest keep_last stay.
+TEST_F(CheckpointStoreTest, WritesWhatAResumeFindsAndKeepsTheNewest) {
+  auto stage = [](int epoch, int j) {
+    return *engine::EncodeStateFile(
+        {{absl::StrCat("blocks.", j, ".w"),
+          torch::full({2}, static_cast<float>(epoch * 10 + j))},
+         {"meta.epoch", torch::tensor(int64_t{epoch})}});
+  };
+  CheckpointStore store(JobLayout(root_, "job-1"));
+  for (uint32_t e : {1u, 2u, 3u}) {
+    absl::StatusOr<std::string> rel =
+        store.Write(e, {stage(e, 0), stage(e, 1)}, 2);
+    ASSERT_TRUE(rel.ok()) << rel.status();
+    EXPECT_EQ(*rel, absl::StrCat("jobs/job-1/checkpoints/epoch-", e));
+  }
+  EXPECT_FALSE(std::filesystem::exists(Dir(1)));
+  EXPECT_TRUE(std::filesystem::exists(Dir(2)));
+  absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->epoch, 3u);
+  EXPECT_EQ(p->files[1], stage(3, 1));
+
+  std::ifstream in(root_ / "jobs" / "job-1" / "model.pt", std::ios::binary);
+  absl::StatusOr<engine::NamedTensors> exported = engine::DecodeStateFile(
+      std::string((std::istreambuf_iterator<char>(in)), {}));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  ASSERT_EQ(exported->size(), 2u);
+  EXPECT_EQ(exported->at("blocks.1.w")[0].item<float>(), 31.0f);
+}
+
+TEST(JobLayout, SpellsOutEveryPath) {
+  JobLayout l("/s", "job-7");
+  EXPECT_EQ(l.record(), "/s/jobs/job-7/job.json");
+  EXPECT_EQ(l.train_log(), "/s/jobs/job-7/train_log.csv");
+  EXPECT_EQ(l.export_file(), "/s/jobs/job-7/model.pt");
+  EXPECT_EQ(l.stage_file(3, 1), "/s/jobs/job-7/checkpoints/epoch-3/stage-1.pt");
+  EXPECT_EQ(JobLayout::Checksum(l.stage_file(3, 1)),
+            "/s/jobs/job-7/checkpoints/epoch-3/stage-1.pt.sha256");
+  EXPECT_EQ(l.RelativeCheckpoint(3), "jobs/job-7/checkpoints/epoch-3");
+  EXPECT_EQ(JobLayout::CheckpointEpoch("epoch-12"), 12u);
+  EXPECT_EQ(JobLayout::CheckpointEpoch("epoch-x"), std::nullopt);
+  EXPECT_EQ(JobLayout::CheckpointEpoch("stage-1"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace petra::coordinator

@@ -1,0 +1,202 @@
+#include "coordinator/fleet_control.h"
+
+#include "absl/strings/str_cat.h"
+#include "services/cli/durable_file.h"
+#include "services/wire/status_map.h"
+
+namespace petra::coordinator {
+namespace {
+
+// Checkpoints move in pieces of this size.
+constexpr uint32_t kPieceBytes = 4 << 20;
+
+absl::Status Prefixed(const std::string& prefix, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+// An unanswered call says so; otherwise the server's error, named.
+absl::Status NameError(const std::string& name, const absl::Status& s) {
+  if (s.ok()) return s;
+  if (s.code() == absl::StatusCode::kUnavailable) {
+    return absl::UnavailableError(
+        absl::StrCat(name, " is unreachable: ", s.message()));
+  }
+  return Prefixed(name + ": ", s);
+}
+
+}  // namespace
+
+ServerProbe::ServerProbe(std::vector<std::string> candidates,
+                         const StageConnector& connect)
+    : candidates_(std::move(candidates)) {
+  for (const std::string& a : candidates_) clients_.push_back(connect(a));
+}
+
+ProbeResult ServerProbe::Round(int wanted) {
+  ProbeResult r;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (static_cast<int>(r.chosen.size()) == wanted) break;
+    const std::string& address = candidates_[i];
+    const std::string name = absl::StrCat("stage server ", address);
+    absl::StatusOr<petra::v1::StageStatus> status = clients_[i]->GetStatus();
+    if (!status.ok()) {
+      r.missing.push_back(
+          std::string(NameError(name, status.status()).message()));
+      continue;
+    }
+    if (status->state() == petra::v1::StageStatus::STATE_IDLE ||
+        !status->job_id().empty()) {
+      r.chosen.push_back(address);
+      r.held.push_back(status->job_id());
+    } else {
+      r.missing.push_back(absl::StrCat(
+          name, " is ", petra::v1::StageStatus::State_Name(status->state())));
+    }
+  }
+  return r;
+}
+
+StageFleet::StageFleet(std::string job_id, std::vector<std::string> addresses,
+                       const StageConnector& connect)
+    : job_id_(std::move(job_id)), addresses_(std::move(addresses)) {
+  for (const std::string& a : addresses_) clients_.push_back(connect(a));
+}
+
+std::string StageFleet::Name(int j) const {
+  return absl::StrCat("stage ", j, " (", addresses_[j], ")");
+}
+
+absl::Status StageFleet::Named(int j, const absl::Status& s) const {
+  return NameError(Name(j), s);
+}
+
+absl::Status StageFleet::ReleaseStale(const std::vector<std::string>& held) {
+  for (int j = 0; j < size() && j < static_cast<int>(held.size()); ++j) {
+    if (held[j].empty()) continue;
+    petra::v1::ReleaseRequest release;
+    release.set_job_id(held[j]);
+    if (absl::Status s = Named(j, clients_[j]->Release(release)); !s.ok()) {
+      return Prefixed(
+          absl::StrCat("releasing the stale job \"", held[j], "\": "), s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<petra::v1::AssignResponse> StageFleet::Assign(
+    int j, const petra::v1::AssignRequest& request) {
+  petra::v1::AssignResponse response;
+  if (absl::Status s = Named(j, clients_[j]->Assign(request, &response));
+      !s.ok()) {
+    return s;
+  }
+  return response;
+}
+
+absl::Status StageFleet::Start(petra::v1::Phase phase, uint32_t epoch,
+                               int64_t n) {
+  for (int j = 0; j < size(); ++j) {
+    petra::v1::StartRequest request;
+    request.set_job_id(job_id_);
+    request.set_phase(phase);
+    request.set_epoch(epoch);
+    request.set_micro_batches(static_cast<uint64_t>(n));
+    if (absl::Status s = Named(j, clients_[j]->Start(request)); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<petra::v1::StageStats>> StageFleet::Poll() {
+  std::vector<petra::v1::StageStats> stats;
+  for (int j = 0; j < size(); ++j) {
+    absl::StatusOr<petra::v1::StageStatus> status = clients_[j]->GetStatus();
+    if (!status.ok()) return Named(j, status.status());
+    if (status->job_id() != job_id_) {
+      return absl::AbortedError(absl::StrCat(
+          Name(j), " no longer holds the job (it was restarted?)"));
+    }
+    if (status->state() == petra::v1::StageStatus::STATE_FAILED) {
+      return wire::FromProtoStatus(status->error());
+    }
+    petra::v1::StageStats s = status->stats();
+    s.set_stage_index(j);
+    s.set_address(addresses_[j]);
+    stats.push_back(std::move(s));
+  }
+  return stats;
+}
+
+bool StageFleet::LostAStage(const absl::Status& failure) {
+  if (failure.code() == absl::StatusCode::kUnavailable) return true;
+  for (int j = 0; j < size(); ++j) {
+    absl::StatusOr<petra::v1::StageStatus> status = clients_[j]->GetStatus();
+    if (!status.ok() || status->job_id() != job_id_) return true;
+  }
+  return false;
+}
+
+void StageFleet::ReleaseAll() {
+  for (int j = 0; j < size(); ++j) {
+    petra::v1::ReleaseRequest request;
+    request.set_job_id(job_id_);
+    clients_[j]->Release(request).IgnoreError();
+  }
+}
+
+absl::StatusOr<std::string> StageFleet::PullCheckpoint(
+    int j, const petra::v1::CheckpointRequest& request) {
+  petra::v1::CheckpointResponse written;
+  if (absl::Status s = Named(j, clients_[j]->Checkpoint(request, &written));
+      !s.ok()) {
+    return s;
+  }
+  std::string bytes;
+  while (bytes.size() < written.size_bytes() || written.size_bytes() == 0) {
+    petra::v1::ReadCheckpointRequest read;
+    read.set_job_id(job_id_);
+    read.set_path(written.path());
+    read.set_offset(bytes.size());
+    read.set_max_bytes(kPieceBytes);
+    petra::v1::ReadCheckpointResponse piece;
+    if (absl::Status s = Named(j, clients_[j]->ReadCheckpoint(read, &piece));
+        !s.ok()) {
+      return s;
+    }
+    if (piece.data().empty()) break;
+    bytes += piece.data();
+  }
+  if (bytes.size() != written.size_bytes()) {
+    return absl::DataLossError(
+        absl::StrCat(Name(j), ": checkpoint read back as ", bytes.size(),
+                     " bytes, written as ", written.size_bytes()));
+  }
+  const std::string sha256 = cli::Sha256Hex(bytes);
+  if (sha256 != written.sha256()) {
+    return absl::DataLossError(
+        absl::StrCat(Name(j), ": checkpoint read back with SHA-256 ", sha256,
+                     ", written with ", written.sha256()));
+  }
+  return bytes;
+}
+
+absl::StatusOr<petra::v1::RestoreCheckpointResponse> StageFleet::PushCheckpoint(
+    int j, const std::string& bytes) {
+  petra::v1::RestoreCheckpointResponse response;
+  for (uint64_t offset = 0; offset < bytes.size(); offset += kPieceBytes) {
+    petra::v1::RestoreCheckpointRequest piece;
+    piece.set_job_id(job_id_);
+    piece.set_offset(offset);
+    piece.set_total_bytes(bytes.size());
+    piece.set_data(bytes.substr(offset, kPieceBytes));
+    if (absl::Status s =
+            Named(j, clients_[j]->RestoreCheckpoint(piece, &response));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return response;
+}
+
+}  // namespace petra::coordinator

@@ -1,0 +1,88 @@
+// The stage servers of one job, driven through StageClient: which servers
+// answer and are free (probe), assigning the job's layer ranges, starting
+// passes, polling their status, moving checkpoints in and out, and releasing
+// them. Errors name the stage ("stage 1 (host:port): ..."). No gRPC here:
+// the connector decides how a stage is reached.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/stage_client.h"
+#include "petra/v1/stage.pb.h"
+
+namespace petra::coordinator {
+
+// One round of asking servers whether they can take a job.
+struct ProbeResult {
+  std::vector<std::string> chosen;   // in order, up to the number wanted
+  std::vector<std::string> held;     // the job each chosen server still holds
+  std::vector<std::string> missing;  // why each passed-over server was
+};
+
+// Servers that might take a job, asked again each round while a recovery
+// waits.
+class ServerProbe {
+ public:
+  ServerProbe(std::vector<std::string> candidates,
+              const StageConnector& connect);
+  // Asks the candidates in order until `wanted` answer and are free. A
+  // server that still holds a job is taken too: this coordinator runs one
+  // job at a time, so that job is this one's or left over from before a
+  // restart (it is released rather than waited for forever).
+  ProbeResult Round(int wanted);
+
+ private:
+  std::vector<std::string> candidates_;
+  std::vector<std::unique_ptr<StageClient>> clients_;
+};
+
+class StageFleet {
+ public:
+  StageFleet(std::string job_id, std::vector<std::string> addresses,
+             const StageConnector& connect);
+
+  int size() const { return static_cast<int>(addresses_.size()); }
+  const std::string& address(int j) const { return addresses_[j]; }
+  // "stage j (address)".
+  std::string Name(int j) const;
+  StageClient& client(int j) { return *clients_[j]; }
+
+  // Releases jobs the servers still hold from before (`held`, "" for none).
+  absl::Status ReleaseStale(const std::vector<std::string>& held);
+  // Assigns stage j; returns the server's answer.
+  absl::StatusOr<petra::v1::AssignResponse> Assign(
+      int j, const petra::v1::AssignRequest& request);
+  // Starts a pass on every stage.
+  absl::Status Start(petra::v1::Phase phase, uint32_t epoch, int64_t n);
+  // Every stage's statistics; an error when one is gone, failed or no longer
+  // holds the job.
+  absl::StatusOr<std::vector<petra::v1::StageStats>> Poll();
+  // Whether `failure` came from losing a stage server (crashed, restarted or
+  // unreachable) rather than from the job itself.
+  bool LostAStage(const absl::Status& failure);
+  // Best effort: a stage that is gone holds nothing.
+  void ReleaseAll();
+
+  // Has stage j write its checkpoint `name` and reads it back whole,
+  // checked against the size and SHA-256 the stage reported.
+  absl::StatusOr<std::string> PullCheckpoint(
+      int j, const petra::v1::CheckpointRequest& request);
+  // Uploads a checkpoint to stage j in pieces; the stage's answer.
+  absl::StatusOr<petra::v1::RestoreCheckpointResponse> PushCheckpoint(
+      int j, const std::string& bytes);
+
+  // A control call's error with the stage's name.
+  absl::Status Named(int j, const absl::Status& s) const;
+
+ private:
+  std::string job_id_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<StageClient>> clients_;
+};
+
+}  // namespace petra::coordinator

@@ -1,0 +1,180 @@
+// The fleet's control logic against fake stage servers: no gRPC.
+#include "coordinator/fleet_control.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "services/cli/durable_file.h"
+
+namespace petra::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A stage server as the coordinator sees it: a status, a job, and a
+// checkpoint file it hands out in pieces.
+struct FakeServer {
+  bool up = true;
+  petra::v1::StageStatus status;
+  std::string checkpoint;
+  std::string restored;
+  std::vector<std::string> released;
+};
+
+class FakeClient : public StageClient {
+ public:
+  explicit FakeClient(FakeServer& s) : s_(s) {}
+  absl::StatusOr<petra::v1::StageStatus> GetStatus() override {
+    if (!s_.up) return absl::UnavailableError("connection refused");
+    return s_.status;
+  }
+  absl::Status Assign(const petra::v1::AssignRequest& r,
+                      petra::v1::AssignResponse* out) override {
+    if (!s_.up) return absl::UnavailableError("connection refused");
+    if (!s_.status.job_id().empty()) {
+      return absl::FailedPreconditionError("this stage already holds a job");
+    }
+    s_.status.set_job_id(r.job_id());
+    out->set_parameter_count(42);
+    return absl::OkStatus();
+  }
+  absl::Status Start(const petra::v1::StartRequest&) override {
+    return absl::OkStatus();
+  }
+  absl::Status Checkpoint(const petra::v1::CheckpointRequest&,
+                          petra::v1::CheckpointResponse* out) override {
+    out->set_path("job-1/epoch-1/stage-0.pt");
+    out->set_size_bytes(s_.checkpoint.size());
+    out->set_sha256(cli::Sha256Hex(s_.checkpoint));
+    return absl::OkStatus();
+  }
+  absl::Status ReadCheckpoint(const petra::v1::ReadCheckpointRequest& r,
+                              petra::v1::ReadCheckpointResponse* out) override {
+    // Small pieces, to take several reads.
+    out->set_data(s_.checkpoint.substr(r.offset(), 3));
+    return absl::OkStatus();
+  }
+  absl::Status RestoreCheckpoint(
+      const petra::v1::RestoreCheckpointRequest& r,
+      petra::v1::RestoreCheckpointResponse* out) override {
+    s_.restored += r.data();
+    out->set_restored(s_.restored.size() == r.total_bytes());
+    return absl::OkStatus();
+  }
+  absl::Status Release(const petra::v1::ReleaseRequest& r) override {
+    s_.released.push_back(r.job_id());
+    s_.status.clear_job_id();
+    return absl::OkStatus();
+  }
+  std::unique_ptr<FeedStream> OpenFeed(const std::string&, OnDone) override {
+    return nullptr;
+  }
+
+ private:
+  FakeServer& s_;
+};
+
+class FleetControlTest : public ::testing::Test {
+ protected:
+  StageConnector connect() {
+    return [this](const std::string& a) {
+      return std::make_unique<FakeClient>(servers_[a]);
+    };
+  }
+  std::map<std::string, FakeServer> servers_;
+};
+
+TEST_F(FleetControlTest, ProbeTakesFreeServersInOrderAndSaysWhyOthersNot) {
+  servers_["a:1"].up = false;
+  servers_["b:1"].status.set_state(petra::v1::StageStatus::STATE_DRAINING);
+  servers_["c:1"].status.set_state(petra::v1::StageStatus::STATE_IDLE);
+  // Holding a job left from before a restart: taken, to be released.
+  servers_["d:1"].status.set_state(petra::v1::StageStatus::STATE_RUNNING);
+  servers_["d:1"].status.set_job_id("job-0");
+  servers_["e:1"].status.set_state(petra::v1::StageStatus::STATE_IDLE);
+  ServerProbe probe({"a:1", "b:1", "c:1", "d:1", "e:1"}, connect());
+  ProbeResult r = probe.Round(2);
+  EXPECT_EQ(r.chosen, (std::vector<std::string>{"c:1", "d:1"}));
+  EXPECT_EQ(r.held, (std::vector<std::string>{"", "job-0"}));
+  ASSERT_EQ(r.missing.size(), 2u);
+  EXPECT_EQ(r.missing[0],
+            "stage server a:1 is unreachable: connection refused");
+  EXPECT_EQ(r.missing[1], "stage server b:1 is STATE_DRAINING");
+
+  StageFleet fleet("job-1", r.chosen, connect());
+  ASSERT_TRUE(fleet.ReleaseStale(r.held).ok());
+  EXPECT_EQ(servers_["d:1"].released, (std::vector<std::string>{"job-0"}));
+  EXPECT_TRUE(servers_["c:1"].released.empty());
+}
+
+TEST_F(FleetControlTest, PollNamesTheStageThatFailedOrLeft) {
+  for (const char* a : {"a:1", "b:1"}) {
+    servers_[a].status.set_state(petra::v1::StageStatus::STATE_RUNNING);
+    servers_[a].status.set_job_id("job-1");
+  }
+  StageFleet fleet("job-1", {"a:1", "b:1"}, connect());
+  absl::StatusOr<std::vector<petra::v1::StageStats>> stats = fleet.Poll();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[1].stage_index(), 1u);
+  EXPECT_EQ((*stats)[1].address(), "b:1");
+  EXPECT_FALSE(fleet.LostAStage(absl::InternalError("the job's own")));
+
+  servers_["b:1"].status.set_job_id("job-9");
+  EXPECT_THAT(std::string(fleet.Poll().status().message()),
+              HasSubstr("stage 1 (b:1) no longer holds the job"));
+  EXPECT_TRUE(fleet.LostAStage(absl::InternalError("anything")));
+
+  servers_["b:1"].up = false;
+  absl::Status s = fleet.Poll().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "stage 1 (b:1) is unreachable: connection refused");
+
+  servers_["b:1"].up = true;
+  servers_["b:1"].status.set_job_id("job-1");
+  servers_["b:1"].status.set_state(petra::v1::StageStatus::STATE_FAILED);
+  servers_["b:1"].status.mutable_error()->set_code(9);
+  servers_["b:1"].status.mutable_error()->set_message("stage 1: diverged");
+  EXPECT_EQ(fleet.Poll().status().message(), "stage 1: diverged");
+}
+
+TEST_F(FleetControlTest, CheckpointsGoOutAndComeBackWholeAndChecked) {
+  servers_["a:1"].checkpoint = "0123456789";
+  StageFleet fleet("job-1", {"a:1"}, connect());
+  absl::StatusOr<std::string> bytes =
+      fleet.PullCheckpoint(0, petra::v1::CheckpointRequest());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, "0123456789");
+  absl::StatusOr<petra::v1::RestoreCheckpointResponse> restored =
+      fleet.PushCheckpoint(0, *bytes);
+  ASSERT_TRUE(restored.ok());
+  EXPECT_TRUE(restored->restored());
+  EXPECT_EQ(servers_["a:1"].restored, "0123456789");
+}
+
+// A stage whose file changes between its checksum and the read: refused.
+TEST_F(FleetControlTest, ACheckpointReadBackDifferentlyIsDataLoss) {
+  class Torn : public FakeClient {
+   public:
+    using FakeClient::FakeClient;
+    absl::Status ReadCheckpoint(
+        const petra::v1::ReadCheckpointRequest& r,
+        petra::v1::ReadCheckpointResponse* out) override {
+      FakeClient::ReadCheckpoint(r, out).IgnoreError();
+      if (r.offset() == 0) out->set_data("XYZ");
+      return absl::OkStatus();
+    }
+  };
+  servers_["a:1"].checkpoint = "0123456789";
+  StageFleet fleet("job-1", {"a:1"}, [this](const std::string& a) {
+    return std::make_unique<Torn>(servers_[a]);
+  });
+  absl::Status s = fleet.PullCheckpoint(0, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("stage 0 (a:1): checkpoint read back with SHA-256"));
+}
+
+}  // namespace
+}  // namespace petra::coordinator

@@ -1,0 +1,174 @@
+#include "coordinator/pass_feed.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "services/wire/grpc_defaults.h"  // kTensorChunkBytes
+#include "services/wire/stage_messages.h"
+
+namespace petra::coordinator {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// A pass in which no micro-batch finishes for this long has stalled.
+constexpr milliseconds kStallTimeout{300000};
+constexpr milliseconds kPollInterval{1000};
+constexpr milliseconds kProgressInterval{2000};
+
+double SecondsSince(steady_clock::time_point start) {
+  return std::chrono::duration<double>(steady_clock::now() - start).count();
+}
+
+// Completions reported by the stages during one pass.
+struct Tally {
+  std::mutex mu;
+  std::condition_variable cv;
+  engine::PassResult result;
+  int64_t exits = 0;  // micro-batches whose backward left stage 0
+  steady_clock::time_point last_done = steady_clock::now();
+};
+
+}  // namespace
+
+absl::StatusOr<engine::PassResult> RunFeedPass(
+    StageFleet& fleet, const std::string& job_id, petra::v1::Phase phase,
+    uint32_t epoch, const data::EpochBatches& batches, int64_t n,
+    const PassWatch& watch) {
+  const int stages = fleet.size();
+  const bool train = phase == petra::v1::PHASE_TRAIN;
+  if (absl::Status s = fleet.Start(phase, epoch, n); !s.ok()) return s;
+  const auto started = steady_clock::now();
+  Tally c;
+  auto on_done = [&c, stages, phase, train,
+                  &watch](const petra::v1::MicroBatchDone& d) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (d.phase() != phase) return;
+    if (static_cast<int>(d.stage_index()) == stages - 1) {
+      c.result.Record(static_cast<int64_t>(d.micro_batch_id()), d.loss(),
+                      d.correct(), d.samples(), train);
+      if (std::isfinite(d.loss()) && train && watch.finite_samples) {
+        watch.finite_samples(d.samples());
+      }
+    } else if (d.stage_index() == 0) {
+      ++c.exits;
+    }
+    c.last_done = steady_clock::now();
+    c.cv.notify_all();
+  };
+  std::unique_ptr<FeedStream> data =
+      fleet.client(0).OpenFeed(fleet.Name(0), on_done);
+  std::unique_ptr<FeedStream> labels =
+      stages > 1
+          ? fleet.client(stages - 1).OpenFeed(fleet.Name(stages - 1), on_done)
+          : nullptr;
+
+  // The feed runs on its own thread so this one can watch the stages and
+  // the cancel flag while the feed waits for credits.
+  absl::Status feed_status;
+  std::atomic<bool> feed_over{false};
+  std::thread feeder([&] {
+    for (int64_t m = 0; m < n && feed_status.ok(); ++m) {
+      data::Batch b = batches.Get(m);
+      wire::ForwardPayload p;
+      p.header.job_id = job_id;
+      p.header.micro_batch_id = static_cast<uint64_t>(m);
+      p.header.phase = phase;
+      p.header.sender_stage = -1;
+      p.header.epoch = epoch;
+      p.x = {b.images, {}};
+      if (stages == 1) p.labels = b.labels;
+      auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      feed_status = parts.ok() ? data->Send(*parts) : parts.status();
+      if (!feed_status.ok() || stages == 1) continue;
+      p.x = {};
+      p.labels = b.labels;
+      parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      feed_status = parts.ok() ? labels->Send(*parts) : parts.status();
+    }
+    feed_over = true;
+  });
+
+  absl::Status status;
+  auto last_poll = steady_clock::now();
+  auto last_progress = steady_clock::now();
+  while (true) {
+    bool complete = false;
+    steady_clock::time_point last_done;
+    {
+      std::unique_lock<std::mutex> lock(c.mu);
+      c.cv.wait_for(lock, milliseconds(250));
+      complete = c.result.micro_batches >= n &&
+                 (!train || stages == 1 || c.exits >= n);
+      last_done = c.last_done;
+    }
+    if (complete) break;
+    if (absl::Status s = watch.interrupted(); !s.ok()) {
+      status = s;
+      break;
+    }
+    if (feed_over && !feed_status.ok()) {
+      status = feed_status;
+      break;
+    }
+    if (absl::Status s = data->health(); !s.ok()) {
+      status = s;
+      break;
+    }
+    if (labels != nullptr) {
+      if (absl::Status s = labels->health(); !s.ok()) {
+        status = s;
+        break;
+      }
+    }
+    if (steady_clock::now() - last_poll > kPollInterval) {
+      last_poll = steady_clock::now();
+      if (absl::Status s = watch.poll(); !s.ok()) {
+        status = s;
+        break;
+      }
+    }
+    if (steady_clock::now() - last_done > kStallTimeout) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "no micro-batch finished in ", kStallTimeout.count() / 1000,
+          " s; the pipeline is stuck"));
+      break;
+    }
+    if (train && watch.progress &&
+        steady_clock::now() - last_progress > kProgressInterval) {
+      last_progress = steady_clock::now();
+      engine::PassResult so_far;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        so_far = c.result.Summary();
+      }
+      so_far.seconds = SecondsSince(started);
+      watch.progress(so_far);
+    }
+  }
+  if (!status.ok()) {
+    data->Cancel();
+    if (labels) labels->Cancel();
+  }
+  feeder.join();
+  for (FeedStream* s : {data.get(), labels.get()}) {
+    if (s == nullptr) continue;
+    absl::Status closed = s->Close();
+    if (status.ok() && !closed.ok()) status = closed;
+  }
+  if (status.ok()) status = watch.poll();
+  if (!status.ok()) return status;
+  std::lock_guard<std::mutex> lock(c.mu);
+  engine::PassResult result = std::move(c.result);
+  result.seconds = SecondsSince(started);
+  return result;
+}
+
+}  // namespace petra::coordinator

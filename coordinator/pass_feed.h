@@ -1,0 +1,40 @@
+// One pass on the fleet, as the coordinator runs it: starts the pass on
+// every stage, feeds the batches (data to the first stage, labels to the
+// last) from its own thread, tallies the completions the stages report, and
+// watches until every micro-batch has left the pipeline, the job is
+// interrupted, a stage fails or stops answering, or nothing finishes for
+// too long.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/fleet_control.h"
+#include "petra/v1/common.pb.h"
+#include "services/data/batches.h"
+#include "services/engine/pass_result.h"
+
+namespace petra::coordinator {
+
+struct PassWatch {
+  // Non-OK ends the pass (a cancel, or the coordinator stopping).
+  std::function<absl::Status()> interrupted;
+  // Asked every second: non-OK ends the pass (a stage failed or is gone).
+  std::function<absl::Status()> poll;
+  // Training passes, every 2 s: the tally so far (losses left out, seconds
+  // since the pass started).
+  std::function<void(const engine::PassResult&)> progress;
+  // Samples of each micro-batch that came back with a finite loss.
+  std::function<void(int64_t)> finite_samples;
+};
+
+// Runs micro-batches 0..n-1 of `batches` through the fleet. The result's
+// `seconds` is the pass's duration; training losses are kept by id.
+absl::StatusOr<engine::PassResult> RunFeedPass(
+    StageFleet& fleet, const std::string& job_id, petra::v1::Phase phase,
+    uint32_t epoch, const data::EpochBatches& batches, int64_t n,
+    const PassWatch& watch);
+
+}  // namespace petra::coordinator

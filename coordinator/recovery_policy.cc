@@ -1,0 +1,54 @@
+#include "coordinator/recovery_policy.h"
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace petra::coordinator {
+
+absl::Status RecoveryPolicy::Decide(const absl::Status& failure, bool ran,
+                                    const std::function<bool()>& lost_a_stage) {
+  if (failure.ok()) return failure;
+  if (!ran || timeout_.count() == 0 || !lost_a_stage()) return failure;
+  if (++in_a_row_ > max_in_a_row_) {
+    return absl::Status(
+        failure.code(),
+        absl::StrCat("gave up after ", max_in_a_row_,
+                     " recoveries in a row without finishing an epoch "
+                     "(--max-recoveries): ",
+                     failure.message()));
+  }
+  return absl::OkStatus();
+}
+
+void RecoveryPolicy::Begin(JobRecord& record, CoordinatorMetrics* metrics,
+                           const std::string& job_id,
+                           const absl::Status& cause) {
+  started_ = std::chrono::steady_clock::now();
+  std::cout << job_id << ": lost a stage server (" << cause.message()
+            << "); recovering" << std::endl;
+  if (metrics != nullptr) metrics->Recovery();
+  record.Update(petra::v1::JobEvent::KIND_STATE, [&](petra::v1::Job& job) {
+    MarkRecovering(job, std::string(cause.message()));
+  });
+}
+
+void RecoveryPolicy::End(JobRecord& record, const std::string& job_id,
+                         uint32_t restored_epoch) {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_)
+          .count();
+  std::cout << job_id << ": recovered in " << absl::StrFormat("%.1f", seconds)
+            << " s from epoch " << restored_epoch << std::endl;
+  record.Update(petra::v1::JobEvent::KIND_STATE, [&](petra::v1::Job& job) {
+    if (job.recoveries_size() > 0) {
+      petra::v1::Recovery* r =
+          job.mutable_recoveries(job.recoveries_size() - 1);
+      r->set_restored_epoch(restored_epoch);
+      r->set_seconds(seconds);
+    }
+  });
+}
+
+}  // namespace petra::coordinator

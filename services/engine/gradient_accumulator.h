@@ -1,0 +1,67 @@
+// A stage's parameter update: gradients of k micro-batches averaged, then one
+// SGD step (Nesterov momentum, weight decay on convolution and linear
+// weights only) at the schedule's learning rate. Every backward program adds
+// its gradients here, whatever way it computed them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "petra/v1/job.pb.h"
+#include "services/engine/lr_schedule.h"
+
+namespace petra::engine {
+
+class GradientAccumulator {
+ public:
+  // `params`: the stage's parameters, in block order.
+  GradientAccumulator(std::vector<torch::Tensor> params,
+                      const petra::v1::JobSpec& resolved, LrSchedule schedule);
+  ~GradientAccumulator();
+
+  // Adds (1/k) x `grads` to `params`' .grad (undefined grads are skipped).
+  // While held, they are kept aside instead, until the micro-batch is known
+  // to be finite (the skip policy): Commit adds them, Drop forgets them.
+  void Add(const std::vector<torch::Tensor>& params,
+           const std::vector<torch::Tensor>& grads);
+  void Hold();
+  void Commit();
+  void Drop();
+
+  // One backward pass is done: on the k-th, the optimizer steps and the sum
+  // is cleared. `before_step` runs just before the step, when gradients and
+  // momentum are both held (the memory peak).
+  void FinishBackward(const std::function<void()>& before_step);
+
+  int64_t steps() const { return steps_; }
+  // Backward passes accumulated since the last step.
+  int64_t pending() const { return pending_; }
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  // Momentum buffers and accumulated gradients.
+  int64_t state_bytes() const;
+  // The momentum buffer of `param`, undefined when it has none yet.
+  torch::Tensor Momentum(const torch::Tensor& param) const;
+  void SetMomentum(const torch::Tensor& param, const torch::Tensor& buffer);
+  // After a restore: `steps` taken, nothing pending.
+  void ResetCounters(int64_t steps);
+
+ private:
+  void AddNow(const std::vector<torch::Tensor>& params,
+              const std::vector<torch::Tensor>& grads);
+
+  std::vector<torch::Tensor> params_;
+  LrSchedule schedule_;
+  const int accumulation_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  int64_t steps_ = 0;
+  int64_t pending_ = 0;
+  bool holding_ = false;
+  std::vector<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>>
+      held_;
+};
+
+}  // namespace petra::engine

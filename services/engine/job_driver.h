@@ -1,0 +1,113 @@
+// The epoch loop of a job, one for every runner: how many micro-batches each
+// epoch trains, when to evaluate and checkpoint, step and sample accounting,
+// the epoch's loss and accuracy, and when max_steps ends training early. It
+// talks to a PassExecutor port; the in-process runner (threads and queues)
+// and the coordinator's fleet runner (stage servers over gRPC) are the two
+// adapters, so both report the same epochs for the same job.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "petra/v1/common.pb.h"
+#include "petra/v1/job.pb.h"
+#include "petra/v1/stage.pb.h"  // Phase
+#include "services/data/batches.h"
+#include "services/engine/pass_result.h"
+
+namespace petra::engine {
+
+// Where training stands between epochs: what a checkpoint records and a
+// resume starts from.
+struct TrainingCursor {
+  uint32_t next_epoch = 1;    // the first epoch still to train (1-based)
+  uint64_t steps = 0;         // optimizer steps taken
+  uint64_t samples_seen = 0;  // training samples fed (the data cursor)
+};
+
+struct EpochReport {
+  uint32_t epoch = 0;  // 1-based
+  uint64_t steps = 0;  // optimizer steps after the epoch
+  double train_loss = 0;
+  // Running accuracy during the epoch, or with evaluation.full_train_pass
+  // the accuracy of the epoch's final weights on the whole training split.
+  double train_accuracy = 0;
+  bool evaluated = false;  // this epoch ran the test split
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double samples_per_second = 0;
+  double train_seconds = 0;
+  double learning_rate = 0;
+  int64_t skipped_micro_batches = 0;  // non-finite losses (skip policy)
+  std::vector<petra::v1::StageStats> stages;
+};
+
+// What a runner does for the driver.
+class PassExecutor {
+ public:
+  virtual ~PassExecutor() = default;
+  // Where the job starts: the beginning, or its newest usable checkpoint
+  // restored into every stage.
+  virtual absl::StatusOr<TrainingCursor> Restore() = 0;
+  // Runs micro-batches 0..n-1 of `batches` through every stage as a
+  // training or evaluation pass of `epoch`, and tallies the last stage's
+  // reports (PassResult::Record, training losses kept).
+  virtual absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase,
+                                             uint32_t epoch,
+                                             const data::EpochBatches& batches,
+                                             int64_t n) = 0;
+  // Saves every stage's state at `cursor` (after epoch next_epoch - 1).
+  virtual absl::Status Checkpoint(const TrainingCursor& cursor) = 0;
+  // Every stage's statistics now.
+  virtual std::vector<petra::v1::StageStats> StageStats() = 0;
+};
+
+// Hears about each epoch as it ends.
+class JobObserver {
+ public:
+  virtual ~JobObserver() = default;
+  // The training pass of `epoch` is over; `steps_before` were taken before
+  // it. An error ends the job (the fleet writes its loss log here).
+  virtual absl::Status OnTrainPass(uint32_t /*epoch*/,
+                                   uint64_t /*steps_before*/,
+                                   const PassResult& /*train*/) {
+    return absl::OkStatus();
+  }
+  // The epoch is over: trained, evaluated if due; before its checkpoint.
+  virtual void OnEpoch(const EpochReport& /*report*/) {}
+};
+
+class JobDriver {
+ public:
+  // `resolved`: from job::ResolveJobSpec. `data`, `executor` and `observer`
+  // (may be null) outlive the driver.
+  JobDriver(const petra::v1::JobSpec& resolved, const data::Splits& data,
+            int64_t steps_per_epoch, PassExecutor& executor,
+            JobObserver* observer);
+
+  // Restores, then trains every epoch left (or until max_steps), evaluating
+  // and checkpointing as the spec says.
+  absl::StatusOr<std::vector<EpochReport>> Run();
+  // One epoch from the current cursor (tests and benchmarks).
+  absl::StatusOr<EpochReport> RunEpoch();
+  // The mean loss and accuracy of the current weights on `split`.
+  absl::StatusOr<PassResult> Evaluate(const data::Dataset& split,
+                                      uint32_t epoch);
+
+  const TrainingCursor& cursor() const { return cursor_; }
+  void set_cursor(const TrainingCursor& cursor) { cursor_ = cursor; }
+  // Whether training is over: every epoch trained, or max_steps reached.
+  bool done() const;
+
+ private:
+  const petra::v1::JobSpec spec_;
+  const data::Splits& data_;
+  const int64_t steps_per_epoch_;
+  PassExecutor& executor_;
+  JobObserver* observer_;
+  TrainingCursor cursor_;
+};
+
+}  // namespace petra::engine

@@ -1,0 +1,84 @@
+#include "services/engine/stage_blocks.h"
+
+#include "services/engine/stage_memory.h"
+#include "services/model/batch_norm.h"
+
+namespace petra::engine {
+
+using model::TensorPair;
+
+StageBlocks::StageBlocks(std::vector<std::shared_ptr<model::Block>> blocks,
+                         bool first)
+    : blocks_(std::move(blocks)), first_(first) {
+  for (const auto& b : blocks_) {
+    for (const torch::Tensor& p : b->parameters()) params_.push_back(p);
+  }
+}
+
+bool StageBlocks::all_reversible() const {
+  for (const auto& b : blocks_) {
+    if (!b->reversible()) return false;
+  }
+  return true;
+}
+
+int64_t StageBlocks::state_bytes() const {
+  int64_t n = TensorBytes(params_);
+  for (const auto& b : blocks_) n += TensorBytes(b->buffers());
+  return n;
+}
+
+TensorPair StageBlocks::Forward(const TensorPair& x) {
+  TensorPair y = x;
+  for (const auto& b : blocks_) y = b->Forward(y);
+  return y;
+}
+
+TensorPair StageBlocks::Recompute(const TensorPair& input, const Head& head,
+                                  GradientAccumulator& grads) {
+  const bool want_input_grad = !first_;
+  TensorPair x{input.a.detach().requires_grad_(want_input_grad),
+               input.b.defined()
+                   ? input.b.detach().requires_grad_(want_input_grad)
+                   : torch::Tensor()};
+  TensorPair y;
+  {
+    model::ScopedBnMode mode(model::BnMode::kBatchStatsUpdateRunning);
+    y = Forward(x);
+  }
+  auto [outputs, grad_outputs] = head(y);
+  if (outputs.empty()) {
+    if (!want_input_grad) return {};
+    return {torch::zeros_like(x.a),
+            x.b.defined() ? torch::zeros_like(x.b) : torch::Tensor()};
+  }
+  std::vector<torch::Tensor> inputs;
+  if (want_input_grad) {
+    inputs.push_back(x.a);
+    if (x.b.defined()) inputs.push_back(x.b);
+  }
+  const size_t first_param = inputs.size();
+  inputs.insert(inputs.end(), params_.begin(), params_.end());
+  std::vector<torch::Tensor> g = torch::autograd::grad(
+      outputs, inputs, grad_outputs, false, false, /*allow_unused=*/true);
+  grads.Add(params_,
+            std::vector<torch::Tensor>(g.begin() + first_param, g.end()));
+  if (!want_input_grad) return {};
+  return {g[0], x.b.defined() ? g[1] : torch::Tensor()};
+}
+
+void StageBlocks::SetWeights(const std::vector<torch::Tensor>& weights) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].detach().copy_(weights[i]);
+  }
+}
+
+std::vector<torch::Tensor> StageBlocks::CopyWeights() const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : params_) out.push_back(p.detach().clone());
+  return out;
+}
+
+}  // namespace petra::engine

@@ -1,0 +1,49 @@
+#include "services/model/coupling_block.h"
+
+namespace petra::model {
+
+CouplingBlock::CouplingBlock(const ResidualOptions& r) : squeeze_(r.stride) {
+  residual_ = register_module("residual", ResidualFunction(r));
+}
+
+torch::Tensor CouplingBlock::Squeeze(const torch::Tensor& x) const {
+  return squeeze_ == 1 ? x : torch::pixel_unshuffle(x, squeeze_);
+}
+
+torch::Tensor CouplingBlock::Unsqueeze(const torch::Tensor& x) const {
+  return squeeze_ == 1 ? x : torch::pixel_shuffle(x, squeeze_);
+}
+
+TensorPair CouplingBlock::Forward(const TensorPair& x) {
+  return {Squeeze(x.b) + residual_->forward(x.a), Squeeze(x.a)};
+}
+
+TensorPair CouplingBlock::Inverse(const TensorPair& y) {
+  torch::Tensor a = Unsqueeze(y.b);
+  return {a, Unsqueeze(y.a - residual_->forward(a))};
+}
+
+// a = S^-1(y2) and R(a) with the current weights, b = S^-1(y1 - R(a)); dR's
+// vector-Jacobian product with dy1 gives dL/da's R part and dL/dθ. With
+// (a, b) -> (S(b) + R(a), S(a)): dL/da = S^T dy2 + R'(a)^T dy1 and
+// dL/db = S^T dy1, where S^T = S^-1.
+Rebuilt CouplingBlock::RebuildWithVjp(const TensorPair& y,
+                                      const TensorPair& dy) {
+  torch::Tensor a = Unsqueeze(y.b).detach().requires_grad_(true);
+  torch::Tensor r = residual_->forward(a);
+  torch::Tensor b = Unsqueeze(y.a - r.detach());
+  std::vector<torch::Tensor> params = parameters();
+  std::vector<torch::Tensor> inputs = {a};
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  std::vector<torch::Tensor> grads =
+      torch::autograd::grad({r}, inputs, {dy.a}, /*retain_graph=*/false,
+                            /*create_graph=*/false, /*allow_unused=*/true);
+  torch::Tensor g2 = Unsqueeze(dy.b);
+  Rebuilt out;
+  out.input = {a.detach(), b};
+  out.input_grad = {grads[0].defined() ? g2 + grads[0] : g2, Unsqueeze(dy.a)};
+  out.parameter_grads.assign(grads.begin() + 1, grads.end());
+  return out;
+}
+
+}  // namespace petra::model

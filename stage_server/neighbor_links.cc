@@ -1,0 +1,199 @@
+#include "stage_server/neighbor_links.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "petra/v1/stage.grpc.pb.h"
+#include "services/wire/grpc_defaults.h"
+#include "services/wire/stream_sender.h"
+#include "stage_server/send_queue.h"
+
+namespace petra::stage_server {
+namespace {
+
+template <typename Message>
+using Sender = wire::StreamSender<Message>;
+
+template <typename Message>
+int64_t PayloadBytes(const std::vector<Message>& parts) {
+  int64_t n = 0;
+  for (const Message& m : parts) n += static_cast<int64_t>(m.ByteSizeLong());
+  return n;
+}
+
+// The stage's outbox: hands micro-batches to the send queues, whose
+// threads encode them onto the streams to its neighbours, and reports
+// completions on the coordinator's streams.
+class NeighborOutbox : public engine::StageOutbox {
+ public:
+  NeighborOutbox(StageJob& job, const PassInfo& pass,
+                 Sender<petra::v1::ForwardMessage>* next,
+                 Sender<petra::v1::BackwardMessage>* previous,
+                 StageMetrics& metrics, std::function<void()> after_each)
+      : job_(job),
+        pass_(pass),
+        next_(next),
+        previous_(previous),
+        metrics_(metrics),
+        after_each_(std::move(after_each)) {}
+
+  // Waits for every queued send; the first error.
+  absl::Status Flush() {
+    absl::Status forward = forward_queue_.Flush();
+    absl::Status backward = backward_queue_.Flush();
+    return forward.ok() ? backward : forward;
+  }
+
+  void Observe(const Work& w) override {
+    metrics_.Computed(job_.index(), w.backward, w.samples, w.seconds);
+    if (w.backward) {
+      metrics_.Staleness(job_.index(), w.delay_ticks, w.staleness_steps);
+    }
+  }
+
+  absl::Status SendForward(engine::ForwardItem item) override {
+    wire::ForwardPayload p;
+    p.header = Header(item.id);
+    p.x = std::move(item.x);
+    after_each_();
+    return forward_queue_.Push([this, p = std::move(p)] {
+      absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
+          wire::EncodeForward(p, wire::kTensorChunkBytes);
+      if (!parts.ok()) return parts.status();
+      metrics_.Sent(false, PayloadBytes(*parts));
+      return next_->Send(*parts);
+    });
+  }
+
+  absl::Status SendBackward(engine::BackwardItem item) override {
+    wire::BackwardPayload p;
+    p.header = Header(item.id);
+    p.output = std::move(item.output);
+    p.grad = std::move(item.grad);
+    after_each_();
+    return backward_queue_.Push([this, p = std::move(p)] {
+      absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =
+          wire::EncodeBackward(p, wire::kTensorChunkBytes);
+      if (!parts.ok()) return parts.status();
+      metrics_.Sent(true, PayloadBytes(*parts));
+      return previous_->Send(*parts);
+    });
+  }
+
+  void ReportLoss(int64_t id, const engine::LossOutput& loss) override {
+    petra::v1::StreamReply r = DoneReply(id);
+    r.mutable_done()->set_loss(loss.loss);
+    r.mutable_done()->set_correct(static_cast<uint32_t>(loss.correct));
+    r.mutable_done()->set_samples(static_cast<uint32_t>(loss.samples));
+    after_each_();
+    if (auto sink = job_.mailbox.labels_sink()) sink->Send(std::move(r));
+  }
+
+  void Finished(int64_t id) override {
+    after_each_();
+    if (auto sink = job_.mailbox.data_sink()) sink->Send(DoneReply(id));
+  }
+
+ private:
+  wire::MessageHeader Header(int64_t id) const {
+    wire::MessageHeader h;
+    h.job_id = job_.id();
+    h.micro_batch_id = static_cast<uint64_t>(id);
+    h.step = static_cast<uint64_t>(job_.worker->optimizer_steps());
+    h.phase = pass_.phase;
+    h.sender_stage = job_.index();
+    h.epoch = pass_.epoch;
+    return h;
+  }
+  petra::v1::StreamReply DoneReply(int64_t id) const {
+    petra::v1::StreamReply r;
+    petra::v1::MicroBatchDone* d = r.mutable_done();
+    d->set_micro_batch_id(static_cast<uint64_t>(id));
+    d->set_phase(pass_.phase);
+    d->set_stage_index(job_.index());
+    d->set_step(static_cast<uint64_t>(job_.worker->optimizer_steps()));
+    return r;
+  }
+
+  StageJob& job_;
+  const PassInfo pass_;
+  Sender<petra::v1::ForwardMessage>* next_;
+  Sender<petra::v1::BackwardMessage>* previous_;
+  StageMetrics& metrics_;
+  std::function<void()> after_each_;
+  // Two micro-batches may wait per direction: enough to cover one tick's
+  // compute, while the receiver's credits bound what is in flight.
+  SendQueue forward_queue_{2};
+  SendQueue backward_queue_{2};
+};
+
+template <typename Message, typename Open>
+std::unique_ptr<Sender<Message>> Connect(
+    int stage, const std::string& address,
+    const wire::TransportSecurity& security, Open open) {
+  std::shared_ptr<petra::v1::StageService::Stub> stub =
+      petra::v1::StageService::NewStub(wire::CreateChannel(address, security));
+  return std::make_unique<Sender<Message>>(
+      absl::StrCat("stage ", stage, " (", address, ")"),
+      [stub, open](grpc::ClientContext* c) { return open(*stub, c); });
+}
+
+}  // namespace
+
+struct NeighborLinks::Impl {
+  std::unique_ptr<Sender<petra::v1::ForwardMessage>> next;
+  std::unique_ptr<Sender<petra::v1::BackwardMessage>> previous;
+  std::unique_ptr<NeighborOutbox> outbox;
+};
+
+NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
+                             const wire::TransportSecurity& security,
+                             StageMetrics& metrics,
+                             std::function<void()> after_each)
+    : impl_(std::make_unique<Impl>()) {
+  if (job.index() + 1 < job.count()) {
+    impl_->next = Connect<petra::v1::ForwardMessage>(
+        job.index() + 1, job.assign.next_address(), security,
+        [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {
+          return s.Forward(c);
+        });
+  }
+  if (pass.phase == petra::v1::PHASE_TRAIN && job.index() > 0) {
+    impl_->previous = Connect<petra::v1::BackwardMessage>(
+        job.index() - 1, job.assign.previous_address(), security,
+        [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {
+          return s.Backward(c);
+        });
+  }
+  impl_->outbox = std::make_unique<NeighborOutbox>(
+      job, pass, impl_->next.get(), impl_->previous.get(), metrics,
+      std::move(after_each));
+}
+
+NeighborLinks::~NeighborLinks() {
+  // The outbox's send threads use the streams: they go first.
+  impl_->outbox.reset();
+}
+
+engine::StageOutbox& NeighborLinks::outbox() { return *impl_->outbox; }
+
+void NeighborLinks::Cancel() {
+  if (impl_->next) impl_->next->Cancel();
+  if (impl_->previous) impl_->previous->Cancel();
+}
+
+absl::Status NeighborLinks::Finish(absl::Status status) {
+  // A failed pass cancels the streams first, so queued sends end at once.
+  if (!status.ok()) Cancel();
+  if (absl::Status sent = impl_->outbox->Flush(); status.ok()) status = sent;
+  if (!status.ok()) Cancel();
+  for (absl::Status s :
+       {impl_->next ? impl_->next->Close() : absl::OkStatus(),
+        impl_->previous ? impl_->previous->Close() : absl::OkStatus()}) {
+    if (status.ok() && !s.ok()) status = s;
+  }
+  return status;
+}
+
+}  // namespace petra::stage_server

@@ -1,0 +1,56 @@
+// The one job a stage server holds: its assignment, worker, mailbox and
+// state. Shared by the host (lifecycle), the neighbour links (passes) and
+// the checkpoint I/O.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "petra/v1/stage.pb.h"
+#include "services/engine/stage_worker.h"
+#include "stage_server/stage_mailbox.h"
+
+namespace petra::stage_server {
+
+// Credits each incoming stream of the job is granted.
+inline uint32_t CreditWindow(const petra::v1::AssignRequest& a) {
+  const uint32_t w = a.spec().training().max_in_flight();
+  return w > 0 ? w : 2 * a.stage_count();
+}
+
+// A checkpoint being uploaded in pieces (RestoreCheckpoint).
+struct RestoreUpload {
+  std::string bytes;
+  uint64_t total = 0;
+};
+
+struct StageJob {
+  explicit StageJob(const petra::v1::AssignRequest& a)
+      : assign(a), mailbox(a.stage_index(), a.stage_count(), CreditWindow(a)) {}
+  const petra::v1::AssignRequest assign;
+  std::unique_ptr<engine::StageWorker> worker;  // set by the executor
+  StageMailbox mailbox;
+  // Guarded by StageHost::mu_.
+  petra::v1::StageStatus::State state = petra::v1::StageStatus::STATE_ASSIGNED;
+  absl::Status error;
+  petra::v1::StageStats stats;
+  RestoreUpload upload;
+  std::atomic<bool> released{false};
+  // Aborts the outgoing streams of the running pass.
+  std::mutex streams_mu;
+  std::function<void()> cancel_streams;
+
+  const std::string& id() const { return assign.job_id(); }
+  int index() const { return static_cast<int>(assign.stage_index()); }
+  int count() const { return static_cast<int>(assign.stage_count()); }
+  void CancelStreams() {
+    std::lock_guard<std::mutex> lock(streams_mu);
+    if (cancel_streams) cancel_streams();
+  }
+};
+
+}  // namespace petra::stage_server

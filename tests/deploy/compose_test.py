@@ -1,0 +1,189 @@
+"""docker-compose: the compose file and its GPU and TLS overrides render with
+Debian's docker-compose, Prometheus scrapes every process they start, and
+the commands they give the coordinator and the stage servers run a short
+job on loopback.
+"""
+
+import os
+import tempfile
+import unittest
+
+import yaml
+
+from harness import (COMPOSE, COMPOSE_DIR, DASHBOARD, DEPLOY, FleetLaunch,
+                     PETRA_PROGRAMS, PROMTOOL, client_flags, flag_value,
+                     localize, main, make_certs, run)
+
+
+def compose_config(*files, env=None):
+    args = [COMPOSE]
+    for f in files:
+        args += ["-f", os.path.join(COMPOSE_DIR, f)]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return yaml.safe_load(run(args + ["config"], env=full_env)[1])
+
+
+def is_petra(service):
+    command = service.get("command") or []
+    return bool(command) and command[0] in PETRA_PROGRAMS
+
+
+def launch_plan(services, local):
+    """The stage servers' commands by service name, and each petra
+    service's (port, health check command); `local(service, args)` rewrites
+    a command for this machine."""
+    stages = sorted((n, local(s, s["command"])) for n, s in services.items()
+                    if is_petra(s) and s["command"][0] == "petra-stage-server")
+    checks = {}
+    for name, service in services.items():
+        if is_petra(service):
+            port = int(flag_value(service["command"][1:],
+                                  "listen").rsplit(":", 1)[1])
+            checks[name] = (port,
+                            local(service, service["healthcheck"]["test"][1:]))
+    return stages, checks
+
+
+class ComposeTest(unittest.TestCase, FleetLaunch):
+    def test_renders(self):
+        config = compose_config("docker-compose.yml")
+        services = config["services"]
+        self.assertEqual(
+            sorted(services),
+            ["coordinator", "grafana", "prometheus", "stage-0", "stage-1"])
+        for name, service in services.items():
+            if not is_petra(service):
+                continue
+            # Built from this repository's Dockerfile.
+            build = service["build"]
+            self.assertEqual(
+                os.path.realpath(os.path.join(build["context"],
+                                              build["dockerfile"])),
+                os.path.realpath(os.path.join(DEPLOY, "docker", "Dockerfile")))
+            # State on a named volume at the program's --state-dir.
+            state_dir = flag_value(service["command"][1:], "state-dir")
+            mounts = {v.split(":")[1]: v.split(":")[0]
+                      for v in service["volumes"]}
+            self.assertIn(state_dir, mounts, name)
+            self.assertIn(mounts[state_dir], config["volumes"], name)
+            self.assertEqual(service["healthcheck"]["test"][0], "CMD")
+        # Data: the coordinator's --data-root holds the user's dataset mount.
+        coordinator = services["coordinator"]
+        data_root = flag_value(coordinator["command"][1:], "data-root")
+        self.assertTrue(any(v.split(":")[1].startswith(data_root + "/")
+                            and v.endswith(":ro")
+                            for v in coordinator["volumes"]))
+        # Every bind-mounted file or folder exists in the repository.
+        for name, service in services.items():
+            for volume in service.get("volumes", []):
+                source = volume.split(":")[0]
+                if source.startswith("/"):
+                    self.assertTrue(os.path.exists(source),
+                                    "%s mounts missing %s" % (name, source))
+        # Grafana: the datasource file's ${PROMETHEUS_URL} is set, and the
+        # dashboard provider's path is where the dashboards are mounted.
+        grafana = services["grafana"]
+        self.assertTrue(grafana["environment"]["PROMETHEUS_URL"].startswith(
+            "http://prometheus:"))
+        with open(os.path.join(DEPLOY, "grafana", "provisioning",
+                               "dashboards", "petra.yaml")) as f:
+            provider_path = yaml.safe_load(f)["providers"][0]["options"]["path"]
+        mounted = {v.split(":")[1]: v.split(":")[0]
+                   for v in grafana["volumes"]}
+        self.assertEqual(os.path.realpath(mounted[provider_path]),
+                         os.path.dirname(os.path.realpath(DASHBOARD)))
+
+    def test_gpu_override_renders(self):
+        config = compose_config("docker-compose.yml", "docker-compose.gpu.yml",
+                                env={"PETRA_DEVICE": "cuda",
+                                     "PETRA_IMAGE": "petra-fleet:cuda"})
+        stages = [s for n, s in config["services"].items()
+                  if n.startswith("stage-")]
+        self.assertEqual(len(stages), 2)
+        gpus = set()
+        for service in stages:
+            self.assertEqual(flag_value(service["command"][1:], "device"),
+                             "cuda")
+            self.assertEqual(service["image"], "petra-fleet:cuda")
+            (device,) = service["deploy"]["resources"]["reservations"][
+                "devices"]
+            self.assertIn("gpu", device["capabilities"])
+            gpus.update(device["device_ids"])
+        self.assertEqual(len(gpus), 2, "stages share a GPU")
+
+    def test_prometheus_scrapes_every_process(self):
+        path = os.path.join(COMPOSE_DIR, "prometheus.yml")
+        run([PROMTOOL, "check", "config", path])
+        with open(path) as f:
+            prometheus = yaml.safe_load(f)
+        targets = {t for job in prometheus["scrape_configs"]
+                   for sc in job["static_configs"] for t in sc["targets"]}
+        services = compose_config("docker-compose.yml")["services"]
+        expected = set()
+        for name, service in services.items():
+            if is_petra(service):
+                port = flag_value(service["command"][1:],
+                                  "metrics-listen").rsplit(":", 1)[1]
+                expected.add("%s:%s" % (name, port))
+        self.assertEqual(targets, expected)
+
+    def tls_config(self, certs):
+        return compose_config("docker-compose.yml", "docker-compose.tls.yml",
+                              env={"PETRA_TLS_DIR": certs})
+
+    def test_tls_override_renders(self):
+        with tempfile.TemporaryDirectory() as certs:
+            base = compose_config("docker-compose.yml")["services"]
+            services = self.tls_config(certs)["services"]
+        self.assertEqual(sorted(services), sorted(base))
+        for name, service in services.items():
+            if not is_petra(service):
+                continue
+            command = service["command"]
+            # The base command, unchanged, then the TLS flags.
+            self.assertEqual(command[:len(base[name]["command"])],
+                             base[name]["command"], name)
+            for flag in ("tls-cert", "tls-key", "tls-ca"):
+                self.assertIsNotNone(flag_value(command[1:], flag), name)
+            test = service["healthcheck"]["test"]
+            self.assertEqual(test[:len(base[name]["healthcheck"]["test"])],
+                             base[name]["healthcheck"]["test"], name)
+            # Only its own certificate folder (never the CA key) is mounted.
+            sources = [v.split(":")[0] for v in service["volumes"]]
+            self.assertNotIn(certs, sources, name)
+            self.assertTrue(any(s.startswith(certs + "/") for s in sources),
+                            name)
+        self.assertIsNotNone(flag_value(services["coordinator"]["command"][1:],
+                                        "auth-token-file"))
+        self.assertEqual(flag_value(services["stage-0"]["command"][1:],
+                                    "coordinator-identity"),
+                         "petra-coordinator")
+
+    def test_launch_tls_override(self):
+        certs = os.path.join(tempfile.mkdtemp(prefix="petra-certs-"), "out")
+        make_certs(certs)
+        services = self.tls_config(certs)["services"]
+
+        def local(service, args):
+            # Only the certificate mounts: state volumes are rewritten by
+            # Fleet.start.
+            mounts = {v.split(":")[1]: v.split(":")[0]
+                      for v in service["volumes"]
+                      if v.split(":")[0].startswith(certs)}
+            return localize(args, mounts)
+        stages, checks = launch_plan(services, local)
+        coordinator = services["coordinator"]
+        self.launch_and_train(stages,
+                              local(coordinator, coordinator["command"]),
+                              checks, client=client_flags(certs))
+
+    def test_launch_rendered_commands(self):
+        services = compose_config("docker-compose.yml")["services"]
+        stages, checks = launch_plan(services, lambda s, args: args)
+        self.launch_and_train(stages, services["coordinator"]["command"],
+                              checks)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+"""What every deployment test shares: the programs the environment names,
+running commands, rewriting the manifests' flags for loopback, certificates,
+and the fleet launcher (start the rendered commands as local processes,
+train a short job through them, check what they serve).
+
+The suites are the *_test.py files beside this one, one per deployment
+(compose, Kubernetes, the Dockerfile). CTest registers every test_ method
+of every unittest.TestCase in them (tests/deploy/CMakeLists.txt), one test
+each:
+  python3 compose_test.py -v ComposeTest.test_renders
+The environment names the programs: PETRA_SOURCE_DIR, PETRA_BIN_DIR,
+PETRA_KUBECTL (Debian's kubectl), PETRA_NODE, PETRA_DOCKER_COMPOSE,
+PETRA_PROMTOOL.
+"""
+
+import ctypes
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+SOURCE = os.environ.get("PETRA_SOURCE_DIR", "")
+BIN = os.environ.get("PETRA_BIN_DIR", "")
+KUBECTL = os.environ.get("PETRA_KUBECTL", "")
+NODE = os.environ.get("PETRA_NODE", "node")
+COMPOSE = os.environ.get("PETRA_DOCKER_COMPOSE", "docker-compose")
+PROMTOOL = os.environ.get("PETRA_PROMTOOL", "promtool")
+
+DEPLOY = os.path.join(SOURCE, "deploy")
+COMPOSE_DIR = os.path.join(DEPLOY, "compose")
+DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "petra-fleet.json")
+PETRA_PROGRAMS = ("petra", "petra-coordinator", "petra-stage-server")
+# What the image's user is (deploy/docker/Dockerfile) and Kubernetes checks.
+IMAGE_UID = 10001
+# The short job run through the launched fleet: real Fashion-MNIST from the
+# data root the manifests pass, a few hundred examples, seconds to run.
+SHORT_JOB = ["--arch", "revnet18", "--width", "0.125", "--dataset",
+             "fashion_mnist", "--train-limit", "512", "--test-limit", "256",
+             "--stages", "2", "--epochs", "1", "--seed", "5"]
+
+
+def run(args, timeout=120, env=None, check=True):
+    """Runs a command to its end; returns (exit code, stdout, stderr)."""
+    result = subprocess.run(args, capture_output=True, text=True,
+                            timeout=timeout, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            "%s exited %d\nstdout:\n%s\nstderr:\n%s" %
+            (shlex.join(args), result.returncode, result.stdout,
+             result.stderr))
+    return result.returncode, result.stdout, result.stderr
+
+
+def die_with_parent():
+    # PR_SET_PDEATHSIG: a killed test run takes its servers with it.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def flag_value(args, name):
+    """The value of --name in an argument list (--name=V or --name V)."""
+    for i, a in enumerate(args):
+        if a.startswith("--%s=" % name):
+            return a.split("=", 1)[1]
+        if a == "--" + name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def with_flag(args, name, value):
+    """args with --name's value replaced (in whichever form it was given)."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a.startswith("--%s=" % name):
+            out[i] = "--%s=%s" % (name, value)
+            return out
+        if a == "--" + name and i + 1 < len(out):
+            out[i + 1] = value
+            return out
+    raise AssertionError("--%s not in %s" % (name, args))
+
+
+def expand_stage_pattern(value):
+    """The coordinator's --stages syntax: a,b or host-{A..B}.rest:port."""
+    out = []
+    for entry in value.split(","):
+        m = re.search(r"\{(\d+)\.\.(\d+)\}", entry)
+        if not m:
+            out.append(entry)
+            continue
+        for i in range(int(m.group(1)), int(m.group(2)) + 1):
+            out.append(entry[:m.start()] + str(i) + entry[m.end():])
+    return out
+
+
+def make_certs(out):
+    """Runs scripts/make-certs.sh into `out`; returns {Secret name: {key:
+    file}} for the Secrets its instructions create."""
+    _, text, _ = run(["bash", os.path.join(SOURCE, "scripts", "make-certs.sh"),
+                      out])
+    text = text.replace("\\\n", " ")
+    secrets = {}
+    for m in re.finditer(r"create secret generic (\S+)[^\n]*?--from-file=(\S+)",
+                         text):
+        name, source = m.group(1), m.group(2)
+        if "=" in source:  # key=file
+            key, path = source.split("=", 1)
+            secrets[name] = {key: path}
+        else:  # a folder: one key per file
+            secrets[name] = {f: os.path.join(source, f)
+                             for f in os.listdir(source)}
+    return secrets
+
+
+def client_flags(out):
+    """What a `petra` user passes, from make-certs.sh's client folder."""
+    client = os.path.join(out, "client")
+    return ["--tls-ca", os.path.join(client, "ca.crt"),
+            "--tls-cert", os.path.join(client, "tls.crt"),
+            "--tls-key", os.path.join(client, "tls.key"),
+            "--auth-token-file", os.path.join(out, "token")]
+
+
+def localize(args, mounts):
+    """args with every path under a mount ({path in the container: path
+    here, or {key: path here} for a Secret}) rewritten to the local file."""
+    out = []
+    for arg in args:
+        for target, source in mounts.items():
+            m = re.search(re.escape(target) + r"(?:/([\w.-]+))?(?![\w./-])",
+                          arg)
+            if not m:
+                continue
+            if isinstance(source, dict):
+                if m.group(1) not in source:
+                    raise AssertionError("%s: the Secret mounted at %s has no "
+                                         "key %r" % (arg, target, m.group(1)))
+                local = source[m.group(1)]
+            else:
+                local = os.path.join(source, m.group(1)) if m.group(1) \
+                    else source
+            arg = arg[:m.start()] + local + arg[m.end():]
+        out.append(arg)
+    return out
+
+
+class Fleet:
+    """Processes started from manifest commands; all stopped by stop()."""
+
+    def __init__(self, test, workdir):
+        self.test = test
+        self.workdir = workdir
+        self.processes = []
+
+    def start(self, name, command):
+        """Starts [program, args...] with loopback ephemeral addresses and a
+        private state directory; returns (grpc port, metrics port)."""
+        program, args = command[0], list(command[1:])
+        self.test.assertIn(program, PETRA_PROGRAMS,
+                           "%s runs an unknown program %r" % (name, program))
+        self.test.assertIsNotNone(flag_value(args, "listen"),
+                                  "%s gives no --listen" % name)
+        args = with_flag(args, "listen", "127.0.0.1:0")
+        if flag_value(args, "metrics-listen"):
+            args = with_flag(args, "metrics-listen", "127.0.0.1:0")
+        if flag_value(args, "state-dir") is not None:
+            state = os.path.join(self.workdir, name, "state")
+            args = with_flag(args, "state-dir", state)
+        log_path = os.path.join(self.workdir, name + ".log")
+        with open(log_path, "w") as log:
+            process = subprocess.Popen([os.path.join(BIN, program)] + args,
+                                       stdout=log, stderr=subprocess.STDOUT,
+                                       preexec_fn=die_with_parent)
+        self.processes.append((name, process, log_path))
+        text = self._wait_for(log_path, process, "listening on port")
+        grpc_port = int(re.search(r"listening on port (\d+)", text).group(1))
+        m = re.search(r"metrics on port (\d+)", text)
+        metrics_port = int(m.group(1)) if m else None
+        if flag_value(args, "metrics-listen") and metrics_port is None:
+            text = self._wait_for(log_path, process, "metrics on port")
+            metrics_port = int(
+                re.search(r"metrics on port (\d+)", text).group(1))
+        return grpc_port, metrics_port
+
+    def _wait_for(self, log_path, process, needle):
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with open(log_path) as f:
+                text = f.read()
+            if needle in text:
+                return text
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+        with open(log_path) as f:
+            self.test.fail("%s did not print %r (exit %s):\n%s" %
+                           (process.args, needle, process.poll(), f.read()))
+
+    def stop(self):
+        for _, process, _ in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for name, process, log_path in self.processes:
+            try:
+                code = process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                code = "killed"
+            if code != 0:
+                with open(log_path) as f:
+                    sys.stderr.write("%s exited %s:\n%s\n" %
+                                     (name, code, f.read()))
+
+
+class FleetLaunch:
+    """Shared by the compose and Kubernetes launch tests: starts the stage
+    servers, then the coordinator with --stages rewritten to where they
+    listen, checks health and metrics, and runs the short job."""
+
+    def launch_and_train(self, stages, coordinator, health_checks,
+                         client=()):
+        """stages: [(name, command)] in stage order; coordinator: command;
+        health_checks: {name: (port in the manifest, check command or None)};
+        client: the TLS and token flags `petra` needs (none: plaintext).
+        """
+        workdir = tempfile.mkdtemp(prefix="petra-deploy-")
+        fleet = Fleet(self, workdir)
+        try:
+            ports = {}
+            for name, command in stages:
+                ports[name] = fleet.start(name, command)
+            addresses = expand_stage_pattern(
+                flag_value(coordinator[1:], "stages"))
+            self.assertEqual(
+                len(addresses), len(stages),
+                "the coordinator's --stages names %d servers, the manifests "
+                "run %d" % (len(addresses), len(stages)))
+            local = []
+            for address, (name, command) in zip(addresses, stages):
+                host, port = address.rsplit(":", 1)
+                # A stage's address names its service or pod, and its port
+                # is the one the stage listens on.
+                self.assertEqual(host.split(".")[0], name)
+                self.assertEqual(port,
+                                 flag_value(command[1:], "listen").split(":")[-1])
+                local.append("127.0.0.1:%d" % ports[name][0])
+            coordinator = with_flag(coordinator, "stages", ",".join(local))
+            ports["coordinator"] = fleet.start("coordinator", coordinator)
+
+            for name, (manifest_port, check) in health_checks.items():
+                grpc_port = ports[name][0]
+                if check is None:  # Kubernetes' own gRPC probe
+                    check = ["petra", "health", "--address",
+                             "127.0.0.1:%d" % manifest_port]
+                self.assertEqual(check[:2], ["petra", "health"])
+                address = flag_value(check, "address")
+                self.assertEqual(int(address.rsplit(":", 1)[1]), manifest_port,
+                                 "%s's health check asks another port" % name)
+                check = with_flag(check, "address", "127.0.0.1:%d" % grpc_port)
+                run([os.path.join(BIN, "petra")] + check[1:], timeout=30)
+
+            for name, (_, metrics_port) in ports.items():
+                self.assertIsNotNone(metrics_port, "%s exports no metrics" % name)
+                body = self.http_get(metrics_port)
+                self.assertIn("petra_build_info", body)
+
+            coordinator_address = "127.0.0.1:%d" % ports["coordinator"][0]
+            client = list(client)
+            if client:
+                # Without the client's credentials the coordinator refuses.
+                code, _, err = run([os.path.join(BIN, "petra"), "list",
+                                    "--coordinator", coordinator_address],
+                                   check=False)
+                self.assertEqual(code, 1, err)
+                self.assertIn("cannot reach the coordinator", err)
+            _, out, _ = run([os.path.join(BIN, "petra"), "submit",
+                             "--coordinator", coordinator_address] +
+                            client + SHORT_JOB)
+            job_id = re.search(r"(job-[0-9a-zA-Z-]+)", out)
+            self.assertIsNotNone(job_id, "no job id in: " + out)
+            _, out, _ = run([os.path.join(BIN, "petra"), "watch",
+                             "--coordinator", coordinator_address] + client +
+                            [job_id.group(1)], timeout=600)
+            _, out, _ = run([os.path.join(BIN, "petra"), "status",
+                             "--coordinator", coordinator_address] + client +
+                            [job_id.group(1)])
+            self.assertRegex(out, r"^%s +succeeded " % job_id.group(1))
+            # The job's records landed in the coordinator's --state-dir.
+            state = os.path.join(workdir, "coordinator", "state", "jobs",
+                                 job_id.group(1))
+            self.assertTrue(os.path.isfile(os.path.join(state, "job.json")),
+                            "no job record in " + state)
+        finally:
+            fleet.stop()
+        for name, process, log_path in fleet.processes:
+            self.assertEqual(process.returncode, 0,
+                             "%s did not stop cleanly" % name)
+
+    @staticmethod
+    def http_get(port):
+        import urllib.request
+        with urllib.request.urlopen(
+                "http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+            return r.read().decode()
+
+
+def main():
+    """Runs a suite's tests as unittest would, once the environment is set."""
+    for name in ("PETRA_SOURCE_DIR", "PETRA_BIN_DIR"):
+        if not os.environ.get(name):
+            sys.exit("%s: set %s (CTest does)" % (sys.argv[0], name))
+    unittest.main(module="__main__")

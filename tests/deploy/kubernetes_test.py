@@ -1,0 +1,295 @@
+"""Kubernetes: the cpu and gpu overlays render with Debian's kubectl
+kustomize, every object passes its kind's API schema (npm's
+kubernetes-models, validate_k8s.js), and the commands the manifests give
+run a short job on loopback with mutual TLS and a token.
+"""
+
+import json
+import os
+import re
+import tempfile
+import unittest
+
+import yaml
+
+from harness import (BIN, DASHBOARD, DEPLOY, FleetLaunch, IMAGE_UID, KUBECTL,
+                     NODE, SOURCE, client_flags, flag_value, localize, main,
+                     make_certs, run, with_flag)
+
+
+def kustomize(overlay):
+    """The overlay's objects, as Debian's kubectl renders them."""
+    if not os.access(KUBECTL, os.X_OK):
+        raise AssertionError(
+            "Debian's kubectl not found at %r: run scripts/install-test-tools.sh"
+            % KUBECTL)
+    out = run([KUBECTL, "kustomize",
+               os.path.join(DEPLOY, "k8s", "overlays", overlay)])[1]
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def find(objects, kind, name=None):
+    found = [o for o in objects if o["kind"] == kind and
+             (name is None or o["metadata"]["name"] == name)]
+    if not found:
+        raise AssertionError("no %s %s in the rendered manifests" %
+                             (kind, name or ""))
+    return found
+
+
+def container_command(objects, workload, container):
+    """[program, args...] with $(VAR) references resolved from the
+    container's env (values and ConfigMap keys), as the kubelet does."""
+    pod = workload["spec"]["template"]["spec"]
+    c = [c for c in pod["containers"] if c["name"] == container][0]
+    env = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            ref = e["valueFrom"]["configMapKeyRef"]
+            (config_map,) = find(objects, "ConfigMap", ref["name"])
+            env[e["name"]] = config_map["data"][ref["key"]]
+
+    def resolve(arg):
+        def sub(m):
+            if m.group(1) not in env:
+                raise AssertionError("%s refers to unset $(%s)" %
+                                     (container, m.group(1)))
+            return env[m.group(1)]
+        return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, arg)
+    return [resolve(a) for a in c["command"] + c.get("args", [])]
+
+
+class KubernetesTest(unittest.TestCase, FleetLaunch):
+    def check_overlay(self, overlay):
+        objects = kustomize(overlay)
+        # Every object passes the API schema of its kind.
+        if not os.path.isdir(os.path.join(SOURCE, "tests", "deploy",
+                                          "node_modules", "kubernetes-models")):
+            self.fail("npm's kubernetes-models is not installed: run "
+                      "scripts/install-test-tools.sh")
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(objects, f)
+            f.flush()
+            code, out, err = run([NODE, os.path.join(SOURCE, "tests", "deploy",
+                                                     "validate_k8s.js"),
+                                  f.name], check=False)
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(out.count("\nvalid ") + out.startswith("valid "),
+                         len(objects), out)
+
+        kinds = sorted({o["kind"] for o in objects})
+        self.assertEqual(kinds, [
+            "ConfigMap", "Deployment", "Namespace", "NetworkPolicy",
+            "PersistentVolumeClaim", "Service", "ServiceMonitor",
+            "StatefulSet"])
+        for o in objects:
+            if o["kind"] != "Namespace":
+                self.assertEqual(o["metadata"].get("namespace"), "petra",
+                                 "%s %s" % (o["kind"], o["metadata"]["name"]))
+
+        (stage_set,) = find(objects, "StatefulSet", "petra-stage")
+        (headless,) = find(objects, "Service", stage_set["spec"]["serviceName"])
+        self.assertEqual(headless["spec"]["clusterIP"], "None")
+        (coordinator,) = find(objects, "Deployment", "petra-coordinator")
+        (coordinator_service,) = find(objects, "Service", "petra-coordinator")
+        claims = {o["metadata"]["name"]
+                  for o in find(objects, "PersistentVolumeClaim")}
+
+        for workload in (stage_set, coordinator):
+            pod = workload["spec"]["template"]["spec"]
+            labels = workload["spec"]["template"]["metadata"]["labels"]
+            self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+            self.assertEqual(pod["securityContext"]["runAsUser"], IMAGE_UID)
+            (container,) = pod["containers"]
+            ports = {p["name"]: p["containerPort"]
+                     for p in container["ports"]}
+            self.assertEqual(sorted(ports), ["grpc", "metrics"])
+            command = container_command(objects, workload, container["name"])
+            self.assertEqual(
+                int(flag_value(command[1:], "listen").rsplit(":", 1)[1]),
+                ports["grpc"])
+            self.assertEqual(
+                int(flag_value(command[1:], "metrics-listen").rsplit(":", 1)[1]),
+                ports["metrics"])
+            # Probes: `petra health` on the gRPC port with the container's
+            # own TLS files (the kubelet's gRPC probe speaks no TLS).
+            for probe in ("livenessProbe", "readinessProbe"):
+                check = container[probe]["exec"]["command"]
+                self.assertEqual(check[:2], ["petra", "health"], probe)
+                self.assertEqual(
+                    int(flag_value(check, "address").rsplit(":", 1)[1]),
+                    ports["grpc"], probe)
+                for flag in ("tls-ca", "tls-cert", "tls-key"):
+                    self.assertIsNotNone(flag_value(check, flag), probe)
+                    self.assertEqual(flag_value(check, flag),
+                                     flag_value(command[1:], flag), probe)
+            for bound in ("requests", "limits"):
+                self.assertIn("cpu", container["resources"][bound])
+                self.assertIn("memory", container["resources"][bound])
+            security = container["securityContext"]
+            self.assertTrue(security["readOnlyRootFilesystem"])
+            self.assertFalse(security["allowPrivilegeEscalation"])
+            # Writable places are volumes: the state dir and /tmp.
+            mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+            self.assertIn(flag_value(command[1:], "state-dir"), mounts)
+            self.assertIn("/tmp", mounts)
+            annotations = workload["spec"]["template"]["metadata"][
+                "annotations"]
+            self.assertEqual(annotations["prometheus.io/scrape"], "true")
+            self.assertEqual(int(annotations["prometheus.io/port"]),
+                             ports["metrics"])
+            # Its Service (or the headless one) selects it and names both
+            # ports, the ServiceMonitor scrapes `metrics`.
+            service = headless if workload is stage_set else coordinator_service
+            self.assertTrue(all(labels.get(k) == v for k, v in
+                                service["spec"]["selector"].items()))
+            self.assertEqual(sorted(p["name"] for p in service["spec"]["ports"]),
+                             ["grpc", "metrics"])
+            (monitor,) = find(objects, "ServiceMonitor")
+            self.assertTrue(all(
+                service["metadata"]["labels"].get(k) == v for k, v in
+                monitor["spec"]["selector"]["matchLabels"].items()))
+            self.assertEqual(monitor["spec"]["endpoints"][0]["port"], "metrics")
+            # A NetworkPolicy selects it.
+            self.assertTrue(any(
+                all(labels.get(k) == v for k, v in
+                    p["spec"]["podSelector"].get("matchLabels", {}).items())
+                and p["spec"]["podSelector"].get("matchLabels")
+                for p in find(objects, "NetworkPolicy")))
+            for volume in pod["volumes"]:
+                if "persistentVolumeClaim" in volume:
+                    self.assertIn(volume["persistentVolumeClaim"]["claimName"],
+                                  claims)
+        self.assertEqual(
+            stage_set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
+            "state")
+
+        self.check_tls(objects, stage_set, coordinator)
+
+        # Stages accept gRPC only from stages and the coordinator.
+        (stage_policy,) = find(objects, "NetworkPolicy", "petra-stage")
+        grpc_rules = [r for r in stage_policy["spec"]["ingress"]
+                      if any(p["port"] == "grpc" for p in r["ports"])]
+        (grpc_rule,) = grpc_rules
+        components = sorted(f["podSelector"]["matchLabels"][
+            "app.kubernetes.io/component"] for f in grpc_rule["from"])
+        self.assertEqual(components, ["coordinator", "stage"])
+
+        # The dashboard ConfigMap is the dashboard file, labelled for the
+        # Grafana sidecar.
+        (dashboard,) = find(objects, "ConfigMap", "petra-grafana-dashboard")
+        self.assertEqual(dashboard["metadata"]["labels"]["grafana_dashboard"],
+                         "1")
+        with open(DASHBOARD) as f:
+            self.assertEqual(json.loads(dashboard["data"]["petra-fleet.json"]),
+                             json.load(f))
+        return objects, stage_set, coordinator
+
+    def secret_mounts(self, workload, secrets=None):
+        """{mount path: {key: file}} of the container's Secret volumes, the
+        files from make-certs.sh's `secrets` (or None when not given)."""
+        pod = workload["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        by_volume = {v["name"]: v["secret"]["secretName"]
+                     for v in pod["volumes"] if "secret" in v}
+        mounts = {}
+        for m in container["volumeMounts"]:
+            if m["name"] in by_volume:
+                self.assertTrue(m.get("readOnly"), m["mountPath"])
+                name = by_volume[m["name"]]
+                if secrets is not None:
+                    self.assertIn(name, secrets,
+                                  "the manifests mount Secret %s, which "
+                                  "scripts/make-certs.sh does not make" % name)
+                mounts[m["mountPath"]] = secrets[name] if secrets else name
+        return mounts
+
+    def check_tls(self, objects, stage_set, coordinator):
+        """Every gRPC connection is mutual TLS from Secrets that
+        scripts/make-certs.sh makes; the coordinator needs a token; the
+        stages take control calls from the coordinator's certificate."""
+        with tempfile.TemporaryDirectory() as out:
+            secrets = make_certs(os.path.join(out, "certs"))
+            for workload, name in ((stage_set, "stage-server"),
+                                   (coordinator, "coordinator")):
+                command = container_command(objects, workload, name)
+                mounts = self.secret_mounts(workload, secrets)
+                flags = ["tls-cert", "tls-key", "tls-ca"]
+                if workload is coordinator:
+                    flags.append("auth-token-file")
+                for flag in flags:
+                    value = flag_value(command[1:], flag)
+                    self.assertIsNotNone(value, "%s has no --%s" % (name, flag))
+                    (local,) = localize([value], mounts)
+                    self.assertNotEqual(local, value,
+                                        "%s --%s=%s is on no Secret mount" %
+                                        (name, flag, value))
+                    self.assertTrue(os.path.isfile(local), local)
+                if workload is coordinator:
+                    (cert,) = localize([flag_value(command[1:], "tls-cert")],
+                                       mounts)
+            _, subject, _ = run(["openssl", "x509", "-noout", "-subject",
+                                 "-nameopt", "multiline", "-in", cert])
+        cn = re.search(r"commonName\s*=\s*(\S+)", subject).group(1)
+        stage_command = container_command(objects, stage_set, "stage-server")
+        self.assertEqual(flag_value(stage_command[1:], "coordinator-identity"),
+                         cn)
+
+    def test_cpu_overlay_renders_and_validates(self):
+        objects, stage_set, _ = self.check_overlay("cpu")
+        command = container_command(objects, stage_set, "stage-server")
+        self.assertEqual(flag_value(command[1:], "device"), "cpu")
+
+    def test_gpu_overlay_renders_and_validates(self):
+        objects, stage_set, _ = self.check_overlay("gpu")
+        (container,) = stage_set["spec"]["template"]["spec"]["containers"]
+        for bound in ("requests", "limits"):
+            self.assertEqual(
+                int(container["resources"][bound]["nvidia.com/gpu"]), 1)
+        self.assertTrue(container["image"].endswith(":cuda"))
+        command = container_command(objects, stage_set, "stage-server")
+        self.assertEqual(flag_value(command[1:], "device"), "cuda")
+        # This CPU-only build must refuse the GPU stage's flags clearly: the
+        # flags parse, the device does not exist here.
+        args = with_flag(command[1:], "listen", "127.0.0.1:0")
+        args = with_flag(args, "metrics-listen", "")
+        with tempfile.TemporaryDirectory() as state:
+            args = with_flag(args, "state-dir", state)
+            code, out, err = run([os.path.join(BIN, command[0])] + args,
+                                 check=False, timeout=60)
+        self.assertEqual(code, 1, out + err)
+        self.assertIn("no CUDA", err)
+
+    def test_launch_rendered_commands(self):
+        objects = kustomize("cpu")
+        (stage_set,) = find(objects, "StatefulSet", "petra-stage")
+        (coordinator,) = find(objects, "Deployment", "petra-coordinator")
+        certs = tempfile.mkdtemp(prefix="petra-certs-")
+        secrets = make_certs(os.path.join(certs, "out"))
+        stage_mounts = self.secret_mounts(stage_set, secrets)
+        coordinator_mounts = self.secret_mounts(coordinator, secrets)
+        name = stage_set["metadata"]["name"]
+        stage_command = localize(
+            container_command(objects, stage_set, "stage-server"),
+            stage_mounts)
+        stages = [("%s-%d" % (name, i), stage_command)
+                  for i in range(stage_set["spec"]["replicas"])]
+        checks = {}
+        for n, workload, mounts in [(s, stage_set, stage_mounts)
+                                    for s, _ in stages] + [
+                ("coordinator", coordinator, coordinator_mounts)]:
+            (c,) = workload["spec"]["template"]["spec"]["containers"]
+            check = localize(c["readinessProbe"]["exec"]["command"], mounts)
+            port = int(flag_value(check, "address").rsplit(":", 1)[1])
+            checks[n] = (port, check)
+        self.launch_and_train(
+            stages,
+            localize(container_command(objects, coordinator, "coordinator"),
+                     coordinator_mounts),
+            checks, client=client_flags(os.path.join(certs, "out")))
+
+
+if __name__ == "__main__":
+    main()
