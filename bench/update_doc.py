@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-SECTIONS = ["throughput", "fleets", "memory", "accuracy", "peer"]
+SECTIONS = ["throughput", "fleets", "memory", "accuracy", "peer", "compare"]
 
 HEADER = """# Benchmarks
 

@@ -72,9 +72,9 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& state_dir,
                                             int stages) {
   // The id comes from the submitted spec: it names a directory under
   // --state-dir and may not lead out of it.
-  absl::StatusOr<std::filesystem::path> root = cli::ConfinedPath(
-      state_dir, JobLayout::RelativeDirectory(from_id) + "/checkpoints",
-      "checkpoint.resume_from_job");
+  absl::StatusOr<std::filesystem::path> root =
+      cli::ConfinedPath(state_dir, JobLayout::RelativeCheckpoints(from_id),
+                        "checkpoint.resume_from_job");
   if (!root.ok()) return root.status();
   std::vector<std::pair<uint32_t, std::filesystem::path>> found;
   std::error_code ec;
@@ -104,14 +104,15 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& state_dir,
         break;
       }
       if (absl::StripAsciiWhitespace(*sha) != cli::Sha256Hex(*bytes)) {
-        problem = absl::DataLossError(
-            absl::StrCat("stage-", j, ".pt does not match its SHA-256"));
+        problem = absl::DataLossError(absl::StrCat(
+            JobLayout::StageFileName(j), " does not match its SHA-256"));
         break;
       }
       absl::StatusOr<engine::NamedTensors> t = engine::DecodeStateFile(*bytes);
       if (!t.ok()) {
-        problem = absl::DataLossError(absl::StrCat(
-            "stage-", j, ".pt is unreadable: ", t.status().message()));
+        problem = absl::DataLossError(
+            absl::StrCat(JobLayout::StageFileName(j),
+                         " is unreadable: ", t.status().message()));
         break;
       }
       files.push_back(std::move(*bytes));

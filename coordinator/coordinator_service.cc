@@ -3,6 +3,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,25 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) *response = *result;
   reactor->Finish(wire::ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+// The same, with `result` computed on `io` (it writes the job record to
+// disk): the reaction only hands the work over.
+template <typename Response>
+grpc::ServerUnaryReactor* ReplyLater(
+    grpc::CallbackServerContext* context, Response* response,
+    CoordinatorMetrics* metrics, engine::SerialExecutor& io,
+    std::function<absl::StatusOr<Response>()> result) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto finish = [reactor, response, metrics](absl::StatusOr<Response> r) {
+    if (!r.ok() && metrics != nullptr) metrics->Error(r.status().code());
+    if (r.ok()) *response = *std::move(r);
+    reactor->Finish(wire::ToGrpcStatus(r.status()));
+  };
+  if (!io.Post([finish, result = std::move(result)] { finish(result()); })) {
+    finish(absl::UnavailableError("the coordinator is stopping"));
+  }
   return reactor;
 }
 
@@ -232,7 +252,9 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::SubmitJob(
     const petra::v1::SubmitJobRequest* request, petra::v1::Job* response) {
   if (absl::Status s = Authenticate(context); !s.ok())
     return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
-  return Reply(context, jobs_->Submit(request->spec()), response, metrics_);
+  return ReplyLater<petra::v1::Job>(
+      context, response, metrics_, io_,
+      [this, spec = request->spec()] { return jobs_->Submit(spec); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetJob(
@@ -267,7 +289,9 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::CancelJob(
     const petra::v1::CancelJobRequest* request, petra::v1::Job* response) {
   if (absl::Status s = Authenticate(context); !s.ok())
     return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
-  return Reply(context, jobs_->Cancel(request->job_id()), response, metrics_);
+  return ReplyLater<petra::v1::Job>(
+      context, response, metrics_, io_,
+      [this, id = request->job_id()] { return jobs_->Cancel(id); });
 }
 
 grpc::ServerWriteReactor<petra::v1::ExportChunk>*

@@ -48,7 +48,8 @@ class CoordinatorServiceImpl final
   JobManager* jobs_;
   CoordinatorMetrics* metrics_;
   const wire::BearerTokenCheck auth_;
-  // File reads for exports: reactions never block on the disk.
+  // Disk work (job records written by submit and cancel, export reads):
+  // reactions never block on it.
   engine::SerialExecutor io_;
 };
 

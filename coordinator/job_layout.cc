@@ -12,10 +12,12 @@ std::string JobLayout::RelativeDirectory(const std::string& job_id) {
   return "jobs/" + job_id;
 }
 
+std::string JobLayout::RelativeCheckpoints(const std::string& job_id) {
+  return RelativeDirectory(job_id) + "/checkpoints";
+}
+
 std::string JobLayout::RelativeCheckpoint(uint32_t epoch) const {
-  return (fs::path(RelativeDirectory(id_)) / "checkpoints" /
-          CheckpointName(epoch))
-      .string();
+  return RelativeCheckpoints(id_) + "/" + CheckpointName(epoch);
 }
 
 fs::path JobLayout::JobsRoot(const fs::path& state_dir) {
@@ -45,7 +47,9 @@ fs::path JobLayout::directory() const {
 fs::path JobLayout::record() const { return directory() / "job.json"; }
 fs::path JobLayout::train_log() const { return directory() / "train_log.csv"; }
 fs::path JobLayout::export_file() const { return directory() / "model.pt"; }
-fs::path JobLayout::checkpoints() const { return directory() / "checkpoints"; }
+fs::path JobLayout::checkpoints() const {
+  return state_dir_ / RelativeCheckpoints(id_);
+}
 fs::path JobLayout::checkpoint(uint32_t epoch) const {
   return checkpoints() / CheckpointName(epoch);
 }

@@ -22,6 +22,7 @@ class JobLayout {
 
   // Relative to --state-dir: what a client may name and a record shows.
   static std::string RelativeDirectory(const std::string& job_id);
+  static std::string RelativeCheckpoints(const std::string& job_id);
   std::string RelativeCheckpoint(uint32_t epoch) const;
   // The folder of every job, and the folder name that is a checkpoint's.
   static std::filesystem::path JobsRoot(const std::filesystem::path& state_dir);

@@ -334,7 +334,7 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   PassWatch watch;
   watch.interrupted = [this] { return Interrupted(); };
   watch.poll = [this] { return PollStages(); };
-  watch.progress = [this, epoch](const engine::PassResult& so_far) {
+  watch.progress = [this, epoch](const engine::PassTotals& so_far) {
     petra::v1::Progress p;
     p.set_epoch(epoch);
     p.set_step(steps_done_ +

@@ -144,10 +144,10 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
     if (train && watch.progress &&
         steady_clock::now() - last_progress > kProgressInterval) {
       last_progress = steady_clock::now();
-      engine::PassResult so_far;
+      engine::PassTotals so_far;
       {
         std::lock_guard<std::mutex> lock(c.mu);
-        so_far = c.result.Summary();
+        so_far = c.result.totals();
       }
       so_far.seconds = SecondsSince(started);
       watch.progress(so_far);

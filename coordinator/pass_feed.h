@@ -23,9 +23,9 @@ struct PassWatch {
   std::function<absl::Status()> interrupted;
   // Asked every second: non-OK ends the pass (a stage failed or is gone).
   std::function<absl::Status()> poll;
-  // Training passes, every 2 s: the tally so far (losses left out, seconds
-  // since the pass started).
-  std::function<void(const engine::PassResult&)> progress;
+  // Training passes, every 2 s: the totals so far (seconds since the pass
+  // started).
+  std::function<void(const engine::PassTotals&)> progress;
   // Samples of each micro-batch that came back with a finite loss.
   std::function<void(int64_t)> finite_samples;
 };

@@ -7,9 +7,14 @@
 #   bash scripts/bench.sh memory accuracy  # only these; the others are kept
 #   bash scripts/bench.sh --smoke          # seconds-long versions (CI), into
 #                                          # a scratch file, not the docs
-# Sections: throughput fleets memory accuracy peer.
+#   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh compare
+#                                          # this build's throughput beside
+#                                          # another's, alternating runs
+# Sections: throughput fleets memory accuracy peer (the default), compare
+# (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
-# BENCH_DOC (default docs/BENCHMARKS.md).
+# BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare: the other
+# build's bin directory; BENCH_OLD_COMMIT names its commit in the doc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -22,8 +27,8 @@ sections=()
 for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
-    --help|-h) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    throughput|fleets|memory|accuracy|peer) sections+=("$arg") ;;
+    --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    throughput|fleets|memory|accuracy|peer|compare) sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
   esac
@@ -163,6 +168,30 @@ section_peer() {
   echo
   run "$BIN/petra_bench_backprop" --threads "$(nproc)" --arch revnet18 \
     --width 0.25 --dataset fashion_mnist --seed 1 "${ours[@]}"
+}
+
+section_compare() {
+  local old=${BENCH_OLD_BIN:-} args=(--rounds 3 -- --width 0.25
+    --micro-batches 200 --stages 2)
+  if ((smoke)); then
+    old=$BIN
+    args=(--rounds 1 -- --width 0.125 --micro-batches 4 --micro-batch 16
+          --stages 2)
+  fi
+  if [[ -z "$old" ]]; then
+    echo "bench.sh: compare needs BENCH_OLD_BIN, the other build's bin" \
+      "directory" >&2
+    return 2
+  fi
+  echo "## Two builds side by side (throughput)"
+  echo
+  machine
+  echo
+  echo "The build of this commit (new) against ${BENCH_OLD_COMMIT:-$old} (old),"
+  echo "in alternating runs of the same benchmark, so that both see the same"
+  echo "machine noise:"
+  echo
+  run $PY bench/compare_builds.py --old-bin "$old" --new-bin "$BIN" "${args[@]}"
 }
 
 for s in "${sections[@]}"; do

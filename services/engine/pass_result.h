@@ -11,7 +11,8 @@
 
 namespace petra::engine {
 
-struct PassResult {
+// The totals, and the rates they give.
+struct PassTotals {
   int64_t micro_batches = 0;  // losses reported
   int64_t fed_samples = 0;    // samples of every micro-batch, skipped or not
   int64_t samples = 0;        // samples of the micro-batches with a finite loss
@@ -19,6 +20,17 @@ struct PassResult {
   double loss_sum = 0;  // loss x samples, finite losses only
   int64_t skipped = 0;  // micro-batches with a non-finite loss
   double seconds = 0;   // the pass's duration
+
+  double mean_loss() const { return samples > 0 ? loss_sum / samples : 0; }
+  double accuracy() const {
+    return samples > 0 ? static_cast<double>(correct) / samples : 0;
+  }
+  double samples_per_second() const {
+    return seconds > 0 ? samples / seconds : 0;
+  }
+};
+
+struct PassResult : PassTotals {
   // Every micro-batch's (id, loss), in the order reported (training only).
   std::vector<std::pair<int64_t, double>> losses;
 
@@ -36,25 +48,8 @@ struct PassResult {
     correct += correct_count;
     samples += sample_count;
   }
-  // The same without the loss list (progress reports during a pass).
-  PassResult Summary() const {
-    PassResult s;
-    s.micro_batches = micro_batches;
-    s.fed_samples = fed_samples;
-    s.samples = samples;
-    s.correct = correct;
-    s.loss_sum = loss_sum;
-    s.skipped = skipped;
-    s.seconds = seconds;
-    return s;
-  }
-  double mean_loss() const { return samples > 0 ? loss_sum / samples : 0; }
-  double accuracy() const {
-    return samples > 0 ? static_cast<double>(correct) / samples : 0;
-  }
-  double samples_per_second() const {
-    return seconds > 0 ? samples / seconds : 0;
-  }
+  // The totals alone (progress reports during a pass).
+  PassTotals totals() const { return *this; }
 };
 
 }  // namespace petra::engine

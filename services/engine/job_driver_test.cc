@@ -1,0 +1,162 @@
+// The epoch policy against a scripted executor: no stages, no threads.
+#include "services/engine/job_driver.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "services/data/dataset.h"
+#include "services/job/job_spec_validation.h"
+#include "services/model/network.h"
+
+namespace petra::engine {
+namespace {
+
+// Every micro-batch of 8 samples; micro-batch 1 of each training pass has a
+// NaN loss, the others loss = epoch and all their samples right.
+class ScriptedExecutor : public PassExecutor {
+ public:
+  absl::StatusOr<TrainingCursor> Restore() override { return start; }
+  absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase, uint32_t epoch,
+                                     const data::EpochBatches& batches,
+                                     int64_t n) override {
+    passes.push_back({phase, epoch, n, batches.size()});
+    PassResult r;
+    for (int64_t m = 0; m < n; ++m) {
+      const bool nan = phase == petra::v1::PHASE_TRAIN && m == 1;
+      r.Record(m, nan ? std::numeric_limits<double>::quiet_NaN() : epoch,
+               phase == petra::v1::PHASE_TRAIN ? 8 : 4, 8,
+               phase == petra::v1::PHASE_TRAIN);
+    }
+    r.seconds = 2;
+    return r;
+  }
+  absl::Status Checkpoint(const TrainingCursor& c) override {
+    checkpoints.push_back(c);
+    return absl::OkStatus();
+  }
+  std::vector<petra::v1::StageStats> StageStats() override { return {}; }
+
+  struct Pass {
+    petra::v1::Phase phase;
+    uint32_t epoch;
+    int64_t n, available;
+  };
+  TrainingCursor start;
+  std::vector<Pass> passes;
+  std::vector<TrainingCursor> checkpoints;
+};
+
+class JobDriverTest : public ::testing::Test {
+ protected:
+  // 80 training examples (10 micro-batches of 8), 24 test examples.
+  void Make(petra::v1::JobSpec raw) {
+    raw.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+    raw.mutable_model()->set_width(0.125);
+    raw.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+    raw.mutable_dataset()->set_synthetic_train_size(80);
+    raw.mutable_dataset()->set_synthetic_test_size(24);
+    raw.mutable_training()->set_micro_batch_size(8);
+    absl::StatusOr<petra::v1::JobSpec> s = job::ResolveJobSpec(raw);
+    ASSERT_TRUE(s.ok()) << s.status();
+    spec_ = *s;
+    absl::StatusOr<data::Splits> d =
+        data::LoadForJob(spec_, "", model::InputShape(spec_.model().variant()));
+    ASSERT_TRUE(d.ok()) << d.status();
+    data_ = std::move(*d);
+  }
+  petra::v1::JobSpec spec_;
+  data::Splits data_;
+  ScriptedExecutor exec_;
+};
+
+TEST_F(JobDriverTest, MaxStepsEndsPartWayAndThatEpochIsEvaluatedAndSaved) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(5);
+  raw.mutable_training()->set_accumulation_steps(2);  // 5 steps an epoch
+  raw.mutable_training()->set_max_steps(7);
+  raw.mutable_evaluation()->set_every_epochs(4);
+  raw.mutable_checkpoint()->set_every_epochs(3);
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  JobDriver driver(spec_, data_, 5, exec_, nullptr);
+  absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 2u);
+  // Epoch 2 trains only the 2 steps left: 4 micro-batches, whole steps.
+  ASSERT_EQ(exec_.passes.size(), 3u);
+  EXPECT_EQ(exec_.passes[0].n, 10);
+  EXPECT_EQ(exec_.passes[1].n, 4);
+  EXPECT_EQ(exec_.passes[2].phase, petra::v1::PHASE_EVAL);
+  EXPECT_EQ(exec_.passes[2].n, 3);  // 24 test examples, the last batch kept
+  EXPECT_FALSE((*r)[0].evaluated);
+  EXPECT_TRUE((*r)[1].evaluated);
+  EXPECT_EQ((*r)[1].steps, 7u);
+  // Checkpointed at the end only (every 3 epochs never came).
+  ASSERT_EQ(exec_.checkpoints.size(), 1u);
+  EXPECT_EQ(exec_.checkpoints[0].next_epoch, 3u);
+  EXPECT_EQ(exec_.checkpoints[0].steps, 7u);
+  EXPECT_EQ(exec_.checkpoints[0].samples_seen, 14u * 8);
+  EXPECT_TRUE(driver.done());
+}
+
+TEST_F(JobDriverTest, NonFiniteLossesStayOutOfTheMeansPerSample) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(1);
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  JobDriver driver(spec_, data_, 10, exec_, nullptr);
+  absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  const EpochReport& e = (*r)[0];
+  EXPECT_EQ(e.train_loss, 1.0);  // the NaN of micro-batch 1 is left out
+  EXPECT_EQ(e.train_accuracy, 1.0);
+  EXPECT_EQ(e.skipped_micro_batches, 1);
+  EXPECT_EQ(e.samples_per_second, 9 * 8 / 2.0);
+  EXPECT_EQ(e.test_accuracy, 0.5);
+  // Every sample fed counts towards the data cursor, skipped or not.
+  EXPECT_EQ(driver.cursor().samples_seen, 80u);
+}
+
+// full_train_pass: the evaluated epochs report the whole training split's
+// accuracy through an evaluation pass over it.
+TEST_F(JobDriverTest, AFullTrainPassReplacesTheRunningAccuracy) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(2);
+  raw.mutable_evaluation()->set_every_epochs(2);
+  raw.mutable_evaluation()->set_full_train_pass(true);
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  JobDriver driver(spec_, data_, 10, exec_, nullptr);
+  absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].train_accuracy, 1.0);  // running, not evaluated
+  EXPECT_EQ((*r)[1].train_accuracy, 0.5);  // the evaluation pass's
+  ASSERT_EQ(exec_.passes.size(), 4u);
+  EXPECT_EQ(exec_.passes[3].phase, petra::v1::PHASE_EVAL);
+  EXPECT_EQ(exec_.passes[3].n, 10);  // the training split
+}
+
+// A restored cursor: training goes on from its epoch and counters.
+TEST_F(JobDriverTest, ResumesFromTheRestoredCursor) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(3);
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  exec_.start = {3, 20, 160};
+  JobDriver driver(spec_, data_, 10, exec_, nullptr);
+  absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].epoch, 3u);
+  EXPECT_EQ((*r)[0].steps, 30u);
+  EXPECT_EQ(exec_.passes[0].epoch, 3u);
+  // Nothing left: no pass at all.
+  exec_.start = {4, 30, 240};
+  exec_.passes.clear();
+  r = driver.Run();
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->empty());
+  EXPECT_TRUE(exec_.passes.empty());
+}
+
+}  // namespace
+}  // namespace petra::engine
