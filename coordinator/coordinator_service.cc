@@ -200,10 +200,13 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
     Next();
   }
   void Next() {
-    if (sent_ >= total_ && sent_ > 0) {
+    // The first chunk goes out even for an empty file: it carries the name
+    // and the size.
+    if (sent_ >= total_ && started_) {
       Finish(grpc::Status::OK);
       return;
     }
+    started_ = true;
     std::string data(std::min<uint64_t>(kExportChunkBytes, total_ - sent_),
                      '\0');
     in_.read(data.data(), static_cast<std::streamsize>(data.size()));
@@ -220,6 +223,7 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
   engine::SerialExecutor* io_;
   std::ifstream in_;
   uint64_t total_ = 0, sent_ = 0;
+  bool started_ = false;
   petra::v1::ExportChunk chunk_;
 };
 

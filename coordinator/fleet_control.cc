@@ -75,7 +75,8 @@ absl::Status StageFleet::ReleaseStale(const std::vector<std::string>& held) {
     if (held[j].empty()) continue;
     petra::v1::ReleaseRequest release;
     release.set_job_id(held[j]);
-    if (absl::Status s = Named(j, clients_[j]->Release(release)); !s.ok()) {
+    if (absl::Status s = Named(j, clients_[j]->Release(release, false));
+        !s.ok()) {
       return Prefixed(
           absl::StrCat("releasing the stale job \"", held[j], "\": "), s);
     }
@@ -141,7 +142,7 @@ void StageFleet::ReleaseAll() {
   for (int j = 0; j < size(); ++j) {
     petra::v1::ReleaseRequest request;
     request.set_job_id(job_id_);
-    clients_[j]->Release(request).IgnoreError();
+    clients_[j]->Release(request, true).IgnoreError();
   }
 }
 

@@ -63,8 +63,9 @@ class FakeClient : public StageClient {
     out->set_restored(s_.restored.size() == r.total_bytes());
     return absl::OkStatus();
   }
-  absl::Status Release(const petra::v1::ReleaseRequest& r) override {
-    s_.released.push_back(r.job_id());
+  absl::Status Release(const petra::v1::ReleaseRequest& r,
+                       bool best_effort) override {
+    s_.released.push_back(r.job_id() + (best_effort ? " (best effort)" : ""));
     s_.status.clear_job_id();
     return absl::OkStatus();
   }
@@ -105,8 +106,13 @@ TEST_F(FleetControlTest, ProbeTakesFreeServersInOrderAndSaysWhyOthersNot) {
 
   StageFleet fleet("job-1", r.chosen, connect());
   ASSERT_TRUE(fleet.ReleaseStale(r.held).ok());
+  // A stale job must be released: the full control deadline, not best
+  // effort.
   EXPECT_EQ(servers_["d:1"].released, (std::vector<std::string>{"job-0"}));
   EXPECT_TRUE(servers_["c:1"].released.empty());
+  fleet.ReleaseAll();
+  EXPECT_EQ(servers_["c:1"].released,
+            (std::vector<std::string>{"job-1 (best effort)"}));
 }
 
 TEST_F(FleetControlTest, PollNamesTheStageThatFailedOrLeft) {

@@ -18,6 +18,7 @@ using std::chrono::milliseconds;
 // stage).
 constexpr milliseconds kProbeTimeout{3000};
 constexpr milliseconds kControlTimeout{120000};
+// Releasing a job that ended: a stage that is gone holds nothing.
 constexpr milliseconds kReleaseTimeout{10000};
 
 class GrpcFeedStream : public FeedStream {
@@ -80,10 +81,11 @@ class GrpcStageClient : public StageClient {
     return Call(&StageService::Stub::RestoreCheckpoint, request, response,
                 kControlTimeout);
   }
-  absl::Status Release(const petra::v1::ReleaseRequest& request) override {
+  absl::Status Release(const petra::v1::ReleaseRequest& request,
+                       bool best_effort) override {
     petra::v1::ReleaseResponse response;
     return Call(&StageService::Stub::Release, request, &response,
-                kReleaseTimeout);
+                best_effort ? kReleaseTimeout : kControlTimeout);
   }
   std::unique_ptr<FeedStream> OpenFeed(const std::string& peer,
                                        OnDone on_done) override {

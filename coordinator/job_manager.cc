@@ -302,7 +302,8 @@ absl::StatusOr<std::string> JobManager::ExportFile(const std::string& id) {
   std::shared_ptr<JobRecord> r = Find(id);
   if (r == nullptr) return NoSuchJob(id);
   const std::string path = JobLayout(env_.state_dir, id).export_file().string();
-  if (!std::filesystem::exists(path)) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
     return absl::FailedPreconditionError(
         absl::StrCat("job \"", id, "\" has no checkpoint yet (state ",
                      petra::v1::JobState_Name(r->Snapshot().state()), ")"));

@@ -27,8 +27,7 @@ JobRecord::JobRecord(petra::v1::Job job, std::string record_path,
     : job_(std::move(job)),
       record_path_(std::move(record_path)),
       on_change_(std::move(on_change)) {
-  std::lock_guard<std::mutex> lock(mu_);
-  SaveLocked();
+  Save(job_, ++version_);
 }
 
 petra::v1::Job JobRecord::Snapshot() const {
@@ -38,11 +37,17 @@ petra::v1::Job JobRecord::Snapshot() const {
 
 void JobRecord::Update(petra::v1::JobEvent::Kind kind,
                        const std::function<void(petra::v1::Job&)>& change) {
+  const bool save = kind != petra::v1::JobEvent::KIND_PROGRESS;
+  petra::v1::Job saved;
+  uint64_t version = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (IsTerminal(job_.state())) return;  // nothing follows the end
     change(job_);
-    if (kind != petra::v1::JobEvent::KIND_PROGRESS) SaveLocked();
+    if (save) {
+      saved = job_;
+      version = ++version_;
+    }
     petra::v1::JobEvent event;
     event.set_kind(kind);
     *event.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
@@ -51,7 +56,10 @@ void JobRecord::Update(petra::v1::JobEvent::Kind kind,
     for (auto& w : watchers_) w->OnEvent(event, last);
     if (last) watchers_.clear();
   }
-  if (kind != petra::v1::JobEvent::KIND_PROGRESS && on_change_) on_change_();
+  // Written outside the lock: readers of the job (status calls on gRPC
+  // threads) never wait for the disk.
+  if (save) Save(saved, version);
+  if (save && on_change_) on_change_();
 }
 
 void JobRecord::Subscribe(std::shared_ptr<JobWatcher> watcher) {
@@ -65,24 +73,29 @@ void JobRecord::Subscribe(std::shared_ptr<JobWatcher> watcher) {
   if (!last) watchers_.push_back(std::move(watcher));
 }
 
-void JobRecord::SaveLocked() const {
+void JobRecord::Save(const petra::v1::Job& job, uint64_t version) {
   if (record_path_.empty()) return;
+  std::lock_guard<std::mutex> lock(save_mu_);
+  // Two changes may race here: the newer one on disk wins.
+  if (version <= saved_version_) return;
   std::string json;
   google::protobuf::util::JsonPrintOptions o;
   o.add_whitespace = true;
-  if (auto s = google::protobuf::util::MessageToJsonString(job_, &json, o);
+  if (auto s = google::protobuf::util::MessageToJsonString(job, &json, o);
       !s.ok()) {
-    std::cerr << "job " << job_.id()
+    std::cerr << "job " << job.id()
               << ": the record was not saved: " << s.ToString() << std::endl;
     return;
   }
   // A reader, or the next coordinator, never sees half a record. A record
-  // that cannot be saved is said once per failure, not ignored: the job
-  // itself goes on (it lives in memory, and its checkpoints are apart).
+  // that cannot be saved is said, not ignored: the job itself goes on (it
+  // lives in memory, and its checkpoints are apart).
   if (absl::Status s = cli::WriteFileAtomically(record_path_, json); !s.ok()) {
-    std::cerr << "job " << job_.id()
+    std::cerr << "job " << job.id()
               << ": the record was not saved: " << s.message() << std::endl;
+    return;
   }
+  saved_version_ = version;
 }
 
 }  // namespace petra::coordinator

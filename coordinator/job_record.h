@@ -51,7 +51,8 @@ class JobRecord {
   bool stop_requested() const { return stop_requested_; }
 
  private:
-  void SaveLocked() const;
+  // Writes `job`, change number `version`, unless a newer one is written.
+  void Save(const petra::v1::Job& job, uint64_t version);
 
   mutable std::mutex mu_;
   petra::v1::Job job_;
@@ -60,6 +61,9 @@ class JobRecord {
   std::vector<std::shared_ptr<JobWatcher>> watchers_;
   std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> stop_requested_{false};
+  uint64_t version_ = 0;  // changes saved so far; guarded by mu_
+  std::mutex save_mu_;
+  uint64_t saved_version_ = 0;  // guarded by save_mu_
 };
 
 }  // namespace petra::coordinator

@@ -50,7 +50,11 @@ class StageClient {
   virtual absl::Status RestoreCheckpoint(
       const petra::v1::RestoreCheckpointRequest& request,
       petra::v1::RestoreCheckpointResponse* response) = 0;
-  virtual absl::Status Release(const petra::v1::ReleaseRequest& request) = 0;
+  // `best_effort`: a short deadline (releasing a job that ended, where a
+  // stage that is gone holds nothing); otherwise the control deadline
+  // (releasing a stale job before the stage can be assigned).
+  virtual absl::Status Release(const petra::v1::ReleaseRequest& request,
+                               bool best_effort) = 0;
   // Opens the stage's Forward stream; `peer` names the stage in errors and
   // `on_done` hears every completion the stage reports on it.
   virtual std::unique_ptr<FeedStream> OpenFeed(const std::string& peer,

@@ -232,8 +232,9 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     }
     links.reset();
   }
-  // Late messages of this pass are refused from now on.
-  job->mailbox.EndPass(pass.generation);
+  // Late messages of a pass that ended well are refused from now on; a
+  // failed pass closes the mailbox with its reason instead (Fail below).
+  if (status.ok()) job->mailbox.EndPass(pass.generation);
   if (job->worker != nullptr) snapshot();
   std::lock_guard<std::mutex> lock(mu_);
   --pending_passes_;

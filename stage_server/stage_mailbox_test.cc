@@ -24,7 +24,7 @@ wire::ForwardPayload Data(uint64_t id) {
   return p;
 }
 
-TEST(StageMailbox, EndPassRefusesLateMessagesAndDropsWhatIsLeft) {
+TEST(StageMailbox, EndPassRefusesLateMessagesOfItsOwnPassOnly) {
   StageMailbox box(0, 2, 4);
   auto from = std::make_shared<Replies>();
   absl::Status s = box.DeliverForward(Data(0), from);

@@ -134,8 +134,10 @@ class QueueOutbox : public StageOutbox {
 
 }  // namespace
 
+// The workers are the state: a run goes on from where they are (the seeded
+// initial weights at first).
 absl::StatusOr<TrainingCursor> InProcessRunner::Restore() {
-  return TrainingCursor();
+  return driver_->cursor();
 }
 
 absl::StatusOr<PassResult> InProcessRunner::RunPass(

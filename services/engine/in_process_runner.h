@@ -57,8 +57,8 @@ class InProcessRunner : public PassExecutor, public JobObserver {
   absl::StatusOr<std::pair<double, double>> Evaluate(
       const data::Dataset& split);
 
-  // PassExecutor. A new run starts from the seeded initial weights; the
-  // in-process runner keeps no checkpoints.
+  // PassExecutor. A run goes on from where the workers are (the seeded
+  // initial weights at first); the in-process runner keeps no checkpoints.
   absl::StatusOr<TrainingCursor> Restore() override;
   absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase, uint32_t epoch,
                                      const data::EpochBatches& batches,

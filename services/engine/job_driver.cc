@@ -66,16 +66,23 @@ absl::StatusOr<EpochReport> JobDriver::RunEpoch() {
   if (e % every == 0 || done()) {
     absl::StatusOr<PassResult> test = Evaluate(data_.test, e);
     if (!test.ok()) return test.status();
-    report.evaluated = true;
-    report.test_loss = test->mean_loss();
-    report.test_accuracy = test->accuracy();
+    // An evaluation with no finite loss (a diverged model under the skip
+    // policy) has no figures to give: the last ones stand.
+    if (test->samples > 0) {
+      last_test_ = {test->mean_loss(), test->accuracy()};
+      report.evaluated = true;
+    }
     if (spec_.evaluation().full_train_pass()) {
       // Accuracy of the trained weights on the whole training split, in
       // place of the running accuracy gathered while the weights moved.
       absl::StatusOr<PassResult> whole = Evaluate(data_.train, e);
       if (!whole.ok()) return whole.status();
-      report.train_accuracy = whole->accuracy();
+      if (whole->samples > 0) report.train_accuracy = whole->accuracy();
     }
+  }
+  if (last_test_) {
+    report.test_loss = last_test_->first;
+    report.test_accuracy = last_test_->second;
   }
   report.stages = executor_.StageStats();
   if (observer_ != nullptr) observer_->OnEpoch(report);

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,7 +36,9 @@ struct EpochReport {
   // Running accuracy during the epoch, or with evaluation.full_train_pass
   // the accuracy of the epoch's final weights on the whole training split.
   double train_accuracy = 0;
-  bool evaluated = false;  // this epoch ran the test split
+  // This epoch's evaluation gave the test figures; otherwise they are the
+  // last ones there were (0 before any).
+  bool evaluated = false;
   double test_loss = 0;
   double test_accuracy = 0;
   double samples_per_second = 0;
@@ -108,6 +112,7 @@ class JobDriver {
   PassExecutor& executor_;
   JobObserver* observer_;
   TrainingCursor cursor_;
+  std::optional<std::pair<double, double>> last_test_;  // loss, accuracy
 };
 
 }  // namespace petra::engine

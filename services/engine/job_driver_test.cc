@@ -25,7 +25,9 @@ class ScriptedExecutor : public PassExecutor {
     passes.push_back({phase, epoch, n, batches.size()});
     PassResult r;
     for (int64_t m = 0; m < n; ++m) {
-      const bool nan = phase == petra::v1::PHASE_TRAIN && m == 1;
+      const bool nan =
+          (phase == petra::v1::PHASE_TRAIN && m == 1) ||
+          (phase == petra::v1::PHASE_EVAL && epoch >= nan_eval_from);
       r.Record(m, nan ? std::numeric_limits<double>::quiet_NaN() : epoch,
                phase == petra::v1::PHASE_TRAIN ? 8 : 4, 8,
                phase == petra::v1::PHASE_TRAIN);
@@ -45,6 +47,7 @@ class ScriptedExecutor : public PassExecutor {
     int64_t n, available;
   };
   TrainingCursor start;
+  uint32_t nan_eval_from = 1000;  // evaluations of this epoch on: all NaN
   std::vector<Pass> passes;
   std::vector<TrainingCursor> checkpoints;
 };
@@ -134,6 +137,27 @@ TEST_F(JobDriverTest, AFullTrainPassReplacesTheRunningAccuracy) {
   ASSERT_EQ(exec_.passes.size(), 4u);
   EXPECT_EQ(exec_.passes[3].phase, petra::v1::PHASE_EVAL);
   EXPECT_EQ(exec_.passes[3].n, 10);  // the training split
+}
+
+// An evaluation with no finite loss gives no figures: the last ones stand,
+// on every later epoch too.
+TEST_F(JobDriverTest, AnEvaluationWithNoFiniteLossKeepsTheLastFigures) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(3);
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  exec_.nan_eval_from = 2;
+  JobDriver driver(spec_, data_, 10, exec_, nullptr);
+  absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_TRUE((*r)[0].evaluated);
+  EXPECT_EQ((*r)[0].test_loss, 1.0);
+  EXPECT_EQ((*r)[0].test_accuracy, 0.5);
+  for (int e : {1, 2}) {
+    EXPECT_FALSE((*r)[e].evaluated);
+    EXPECT_EQ((*r)[e].test_loss, 1.0);
+    EXPECT_EQ((*r)[e].test_accuracy, 0.5);
+  }
 }
 
 // A restored cursor: training goes on from its epoch and counters.

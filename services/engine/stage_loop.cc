@@ -77,6 +77,14 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
 absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
                            StageOutbox& outbox, int64_t micro_batches,
                            ScheduleKind schedule) {
+  // The stages exchange what PETRA's tick order and backprop's need: the
+  // last stage's forward is always its loss step. The flushing schedules
+  // are the simulator's alone.
+  if (schedule != ScheduleKind::kBackprop &&
+      schedule != ScheduleKind::kDelayed && schedule != ScheduleKind::kPetra) {
+    return absl::InvalidArgumentError(
+        "the stage runtime runs the backprop, delayed and petra schedules");
+  }
   StageSchedule ops(schedule, w.index(), w.count(), micro_batches);
   while (std::optional<ScheduledOp> op = ops.Next()) {
     absl::Status s;

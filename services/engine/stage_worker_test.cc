@@ -7,6 +7,7 @@
 
 #include "services/data/batches.h"
 #include "services/engine/pipeline_schedule.h"
+#include "services/engine/stage_io.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/model/network_summary.h"
@@ -547,6 +548,38 @@ TEST(StageWorker, GradientDiagnosticComparesWithTheExactDelayedGradient) {
     }
     EXPECT_EQ(diagnosed, 9);
   }
+}
+
+}  // namespace
+}  // namespace petra::engine
+
+namespace petra::engine {
+namespace {
+
+// The stage runtime follows PETRA's ticks and backprop's order only: under
+// a flushing schedule the last stage would forward without its loss.
+TEST(StageLoop, RunsOnlyTheRuntimeSchedules) {
+  class Nothing : public StageInbox, public StageOutbox {
+   public:
+    absl::StatusOr<ForwardItem> NextForward(int64_t) override {
+      return absl::CancelledError("no input here");
+    }
+    absl::StatusOr<BackwardItem> NextBackward(int64_t) override {
+      return absl::CancelledError("no input here");
+    }
+    absl::Status SendForward(ForwardItem) override { return {}; }
+    absl::Status SendBackward(BackwardItem) override { return {}; }
+    void ReportLoss(int64_t, const LossOutput&) override {}
+  } io;
+  auto workers =
+      Workers(Job(petra::v1::ARCHITECTURE_REVNET18, 1), {{0, 1}, {1, 10}});
+  for (ScheduleKind s : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB}) {
+    EXPECT_EQ(RunStageEpoch(*workers[1], io, io, 4, s).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // The runtime's own schedules start (and stop at the missing input).
+  EXPECT_EQ(RunStageEpoch(*workers[1], io, io, 4, ScheduleKind::kPetra).code(),
+            absl::StatusCode::kCancelled);
 }
 
 }  // namespace

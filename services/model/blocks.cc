@@ -1,6 +1,12 @@
 #include "services/model/blocks.h"
 
+#include "services/model/reversible_block.h"
+
 namespace petra::model {
+
+bool Block::reversible() const {
+  return dynamic_cast<const ReversibleBlock*>(this) != nullptr;
+}
 
 StemBlock::StemBlock(const StemOptions& o) : options_(o) {
   conv_ = register_module(

@@ -17,8 +17,9 @@ class Block : public torch::nn::Module {
  public:
   // "stem", "reversible", "downsample", "residual", "head".
   virtual std::string kind() const = 0;
-  // True for a ReversibleBlock (reversible_block.h).
-  virtual bool reversible() const { return false; }
+  // True exactly for a ReversibleBlock (reversible_block.h), which the
+  // engine then treats as one.
+  bool reversible() const;
   virtual TensorPair Forward(const TensorPair& x) = 0;
 };
 

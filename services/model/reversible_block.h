@@ -22,7 +22,6 @@ struct Rebuilt {
 
 class ReversibleBlock : public Block {
  public:
-  bool reversible() const final { return true; }
   // x from y = Forward(x), with the current weights. Differentiable; the
   // caller sets the gradient and BatchNorm modes.
   virtual TensorPair Inverse(const TensorPair& y) = 0;
