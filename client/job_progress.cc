@@ -125,9 +125,17 @@ absl::StatusOr<petra::v1::Job> FollowJob(
 }
 
 void PrintStageTable(const petra::v1::Job& job) {
-  std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s\n", "stage",
+  bool on_device = false;  // a GPU's allocator figures get their columns
+  for (const petra::v1::StageStats& s : job.progress().stages()) {
+    on_device = on_device || s.memory().device_reserved_bytes() > 0;
+  }
+  std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s", "stage",
               "blocks", "delay", "staleness", "params+opt", "input buffer",
               "weight stash", "peak", "rss");
+  if (on_device) {
+    std::printf(" %12s %12s %12s", "device", "dev reserved", "dev peak");
+  }
+  std::printf("\n");
   for (const petra::v1::StageStats& s : job.progress().stages()) {
     const petra::v1::MemoryBreakdown& m = s.memory();
     std::string blocks = "-";
@@ -138,12 +146,17 @@ void PrintStageTable(const petra::v1::Job& job) {
     }
     std::printf(
         "%-6u %-7s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
-        "%8.0fMB\n",
+        "%8.0fMB",
         s.stage_index(), blocks.c_str(), s.delay_ticks_mean(),
         s.staleness_mean(),
         (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
         m.activation_buffer_bytes() / 1e6, m.weight_stash_bytes() / 1e6,
         m.peak_bytes() / 1e6, m.process_rss_bytes() / 1e6);
+    if (on_device) {
+      std::printf(" %10.2fMB %10.2fMB %10.2fMB", m.device_bytes() / 1e6,
+                  m.device_reserved_bytes() / 1e6, m.device_peak_bytes() / 1e6);
+    }
+    std::printf("\n");
   }
   std::printf(
       "(delay in ticks and staleness in optimizer steps between a "
@@ -199,25 +212,33 @@ std::string ReportJson(const petra::v1::Job& job,
     const petra::v1::StageStats& s = last.stages(i);
     const petra::v1::MemoryBreakdown& m = s.memory();
     int begin = 0, end = 0;
+    std::string device;
     if (static_cast<int>(s.stage_index()) < job.stages_size()) {
       begin = job.stages(s.stage_index()).layer_begin();
       end = job.stages(s.stage_index()).layer_end();
+      device = job.stages(s.stage_index()).device();
     }
     absl::StrAppendFormat(
         &out,
-        "%s\n    {\"index\": %u, \"address\": \"%s\", \"blocks\": [%d, %d], "
+        "%s\n    {\"index\": %u, \"address\": \"%s\", \"device\": \"%s\", "
+        "\"blocks\": [%d, %d], "
         "\"memory_bytes\": {\"parameters\": %llu, \"optimizer_state\": %llu, "
         "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
-        "\"process_rss\": %llu}, \"staleness_mean\": %.4f, "
+        "\"process_rss\": %llu, \"device_allocated\": %llu, "
+        "\"device_reserved\": %llu, "
+        "\"device_peak\": %llu}, \"staleness_mean\": %.4f, "
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
         "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu}",
-        i ? "," : "", s.stage_index(), s.address(), begin, end,
+        i ? "," : "", s.stage_index(), s.address(), device, begin, end,
         static_cast<unsigned long long>(m.parameters_bytes()),
         static_cast<unsigned long long>(m.optimizer_state_bytes()),
         static_cast<unsigned long long>(m.activation_buffer_bytes()),
         static_cast<unsigned long long>(m.weight_stash_bytes()),
         static_cast<unsigned long long>(m.peak_bytes()),
         static_cast<unsigned long long>(m.process_rss_bytes()),
+        static_cast<unsigned long long>(m.device_bytes()),
+        static_cast<unsigned long long>(m.device_reserved_bytes()),
+        static_cast<unsigned long long>(m.device_peak_bytes()),
         s.staleness_mean(), s.delay_ticks_mean(),
         static_cast<unsigned long long>(s.optimizer_steps()), s.wait_seconds(),
         static_cast<unsigned long long>(s.skipped_micro_batches()));

@@ -15,7 +15,8 @@ absl::StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Start(
     stage_server::StageServer::Options o;
     o.listen = "127.0.0.1:0";
     o.metrics_listen = options.metrics ? "127.0.0.1:0" : "";
-    o.device = "cpu";
+    o.device = j < static_cast<int>(options.devices.size()) ? options.devices[j]
+                                                            : "cpu";
     o.threads = options.threads_per_stage;
     o.state_dir = absl::StrCat(options.state_dir, "/stage-", j);
     o.drain_seconds = 0;
@@ -51,7 +52,8 @@ void LocalFleet::Stop() {
 
 std::vector<int> LocalFleet::metrics_ports() const {
   std::vector<int> ports;
-  if (coordinator_ == nullptr || coordinator_->metrics_port() == 0) return ports;
+  if (coordinator_ == nullptr || coordinator_->metrics_port() == 0)
+    return ports;
   ports.push_back(coordinator_->metrics_port());
   for (const auto& s : stages_) ports.push_back(s->metrics_port());
   return ports;

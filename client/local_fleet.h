@@ -29,6 +29,9 @@ class LocalFleet {
     std::string state_dir;
     // Serve every process's /metrics on an ephemeral loopback port.
     bool metrics = true;
+    // The device each stage server runs on (--device), one per stage; "cpu"
+    // for those not listed.
+    std::vector<std::string> devices;
   };
   static absl::StatusOr<std::unique_ptr<LocalFleet>> Start(
       const Options& options);

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/job/enum_names.h"
+#include "services/job/job_flags.h"
 #include "services/model/partition_plan.h"
 
 namespace petra::client {
@@ -37,6 +38,8 @@ void AddModelFlags(cli::FlagSet& flags, ModelFlags* m,
                     return absl::OkStatus();
                   });
   flags.AddDouble("width", &m->width, "channel width multiplier, in (0, 8]");
+  job::AddTransformerFlags(
+      flags, [m] { return m->spec.mutable_model()->mutable_transformer(); });
   flags.AddString("stages", &m->stages,
                   "N stages balanced by FLOPs, or per-block");
 }

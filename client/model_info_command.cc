@@ -20,15 +20,34 @@ std::string ShapeText(const model::StageSummary& s) {
   return s.output_is_pair ? absl::StrCat("2 x ", dims) : dims;
 }
 
+// What sizes the network: a CNN's width, a transformer's dimensions.
+std::string SizeText(const petra::v1::ModelSpec& m) {
+  if (!model::IsTransformer(m.architecture())) {
+    return absl::StrFormat("width %g", m.width());
+  }
+  const petra::v1::TransformerSpec& t = m.transformer();
+  return absl::StrFormat(
+      "embed_dim %d, depth %d, heads %d, mlp_ratio %g, patch_size %d",
+      t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size());
+}
+
 std::string Json(const std::string& arch, const std::string& variant,
-                 double width, int64_t params,
+                 const petra::v1::ModelSpec& m, int64_t params,
                  const std::vector<model::StageSummary>& stages,
                  const std::vector<model::BlockSummary>& blocks) {
   std::string out = absl::StrFormat(
       "{\n  \"architecture\": \"%s\",\n  \"variant\": \"%s\",\n  \"width\": "
-      "%g,\n"
-      "  \"params\": %d,\n  \"stages\": [",
-      arch, variant, width, params);
+      "%g,\n",
+      arch, variant, m.width());
+  if (model::IsTransformer(m.architecture())) {
+    const petra::v1::TransformerSpec& t = m.transformer();
+    absl::StrAppendFormat(
+        &out,
+        "  \"transformer\": {\"embed_dim\": %d, \"depth\": %d, \"heads\": "
+        "%d, \"mlp_ratio\": %g, \"patch_size\": %d},\n",
+        t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size());
+  }
+  absl::StrAppendFormat(&out, "  \"params\": %d,\n  \"stages\": [", params);
   for (size_t i = 0; i < stages.size(); ++i) {
     const model::StageSummary& s = stages[i];
     std::vector<std::string> kinds;
@@ -85,19 +104,19 @@ int RunModelInfo(const std::string& program,
   const std::vector<model::BlockSummary>& blocks = model->blocks;
   const std::vector<model::StageSummary>& summary = model->stages;
   const int64_t params = model->parameters;
-  const double width = resolved->model().width();
   const std::string arch_name =
       job::EnumShortName(resolved->model().architecture());
   const std::string variant_name =
       job::EnumShortName(resolved->model().variant());
   if (json) {
-    std::cout << Json(arch_name, variant_name, width, params, summary, blocks);
+    std::cout << Json(arch_name, variant_name, resolved->model(), params,
+                      summary, blocks);
     return 0;
   }
-  auto info = model::GetArchitectureInfo(resolved->model().architecture());
+  auto info = model::GetArchitectureInfo(resolved->model());
   std::cout << absl::StrFormat(
-      "%s (%s, width %g): %d parameters (%.2fM), %d stages\n\n",
-      info->display_name, variant_name, width, params, params / 1e6,
+      "%s (%s, %s): %d parameters (%.2fM), %d stages\n\n", info->display_name,
+      variant_name, SizeText(resolved->model()), params, params / 1e6,
       static_cast<int>(summary.size()));
   std::cout << absl::StrFormat("%-6s %-8s %-11s %-10s %12s  %-18s %14s\n",
                                "stage", "blocks", "kind", "reversible",

@@ -23,6 +23,8 @@
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/device_check.h"
+#include "services/model/device_memory.h"
 #include "services/model/network.h"
 #include "services/model/partition.h"
 #include "services/sim/profile_io.h"
@@ -32,7 +34,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point start) {
+// Seconds since `start` once `device` has finished what was queued on it (a
+// GPU runs asynchronously: without the wait we would time the launches).
+double Since(Clock::time_point start, const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -41,6 +46,25 @@ double Median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+// The device working set of one operation: the allocator's peak during it
+// above what was allocated before it (0 on the CPU).
+class WorkingSet {
+ public:
+  explicit WorkingSet(const torch::Device& device)
+      : device_(device.str()),
+        before_(model::ReadDeviceMemory(device_).allocated_bytes) {
+    model::ResetDeviceMemoryPeak(device_);
+  }
+  int64_t bytes() const {
+    return std::max<int64_t>(
+        0, model::ReadDeviceMemory(device_).peak_allocated_bytes - before_);
+  }
+
+ private:
+  std::string device_;
+  int64_t before_;
+};
 
 struct ProfileOptions {
   int64_t repeats = 5;
@@ -66,13 +90,17 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
     shape.push_back(d);
   }
   torch::manual_seed(spec.seed());
-  const model::TensorPair data{torch::randn(shape), {}};
+  // Already on the device: the stages' times leave out the host's copies.
+  const torch::Device device = (*workers)[0]->device();
+  const model::TensorPair data =
+      model::TensorPair{torch::randn(shape), {}}.to(device);
   const torch::Tensor labels =
       torch::randint(0, static_cast<int64_t>(spec.model().num_classes()),
-                     {batch}, torch::kLong);
+                     {batch}, torch::kLong)
+          .to(device);
 
   std::vector<std::vector<double>> fwd(stages), bwd(stages);
-  std::vector<int64_t> in_bytes(stages), out_bytes(stages);
+  std::vector<int64_t> in_bytes(stages), out_bytes(stages), working(stages);
   for (int64_t r = 0; r < o.warmup + o.repeats; ++r) {
     const bool keep = r >= o.warmup;
     std::vector<model::TensorPair> outputs(stages);
@@ -82,10 +110,12 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
       engine::StageWorker& w = *(*workers)[j];
       in_bytes[j] = x.nbytes();
       if (!w.last()) {
+        WorkingSet set(w.device());
         auto start = Clock::now();
         absl::StatusOr<model::TensorPair> y = w.Forward(r, x, r);
         if (!y.ok()) return y.status();
-        if (keep) fwd[j].push_back(Since(start));
+        if (keep) fwd[j].push_back(Since(start, w.device()));
+        working[j] = std::max(working[j], set.bytes());
         outputs[j] = *y;
         out_bytes[j] = y->nbytes();
         x = *y;
@@ -96,11 +126,13 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
       auto start = Clock::now();
       absl::StatusOr<engine::LossOutput> eval = w.EvaluateLoss(x, labels);
       if (!eval.ok()) return eval.status();
-      const double forward = Since(start);
+      const double forward = Since(start, w.device());
+      WorkingSet set(w.device());
       start = Clock::now();
       absl::StatusOr<engine::LossOutput> loss = w.ForwardLoss(r, x, labels, r);
       if (!loss.ok()) return loss.status();
-      const double step = Since(start);
+      const double step = Since(start, w.device());
+      working[j] = std::max(working[j], set.bytes());
       if (keep) {
         fwd[j].push_back(std::min(forward, step));
         bwd[j].push_back(std::max(0.0, step - forward));
@@ -110,11 +142,13 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
     }
     for (int j = stages - 2; j >= 0; --j) {
       engine::StageWorker& w = *(*workers)[j];
+      WorkingSet set(w.device());
       auto start = Clock::now();
       absl::StatusOr<engine::BackwardOutput> b =
           w.Backward(r, outputs[j], down.input_grad, r);
       if (!b.ok()) return b.status();
-      if (keep) bwd[j].push_back(Since(start));
+      if (keep) bwd[j].push_back(Since(start, w.device()));
+      working[j] = std::max(working[j], set.bytes());
       down = std::move(*b);
     }
   }
@@ -124,7 +158,7 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
   p.set_variant(job::EnumShortName(spec.model().variant()));
   p.set_width(spec.model().width());
   p.set_micro_batch_size(static_cast<uint32_t>(batch));
-  p.set_device("cpu");
+  p.set_device(job::DeviceForStage(spec, 0));
   p.set_threads_per_stage(static_cast<uint32_t>(torch::get_num_threads()));
   p.set_source("measured");
   for (int j = 0; j < stages; ++j) {
@@ -142,6 +176,12 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
     s->set_output_bytes(out_bytes[j]);
     s->set_forward_seconds(Median(fwd[j]));
     s->set_backward_seconds(Median(bwd[j]));
+    s->set_device_working_bytes(static_cast<uint64_t>(working[j]));
+    if (!(*workers)[j]->device().is_cpu()) {
+      const engine::MemoryStats m = (*workers)[j]->memory();
+      s->set_device_state_bytes(
+          static_cast<uint64_t>(m.parameters_bytes + m.optimizer_state_bytes));
+    }
   }
   return p;
 }
@@ -152,9 +192,13 @@ void PrintTable(const petra::v1::Profile& p) {
       "of the measured micro-batches\n\n",
       p.architecture().c_str(), p.variant().c_str(), p.width(),
       p.micro_batch_size(), p.device().c_str(), p.threads_per_stage());
-  std::printf("%5s  %-8s  %-10s  %10s  %10s  %12s  %12s  %12s\n", "stage",
+  // A GPU's allocator figures get their own columns.
+  const bool on_device = p.device() != "cpu";
+  std::printf("%5s  %-8s  %-10s  %10s  %10s  %12s  %12s  %12s", "stage",
               "blocks", "kind", "params", "forward", "backward", "input",
               "output");
+  if (on_device) std::printf("  %12s  %12s", "dev state", "dev working");
+  std::printf("\n");
   double f_sum = 0, b_sum = 0, worst = 0;
   for (const petra::v1::StageProfile& s : p.stages()) {
     const double total = s.forward_seconds() + s.backward_seconds();
@@ -162,13 +206,18 @@ void PrintTable(const petra::v1::Profile& p) {
     b_sum += s.backward_seconds();
     worst = std::max(worst, total);
     std::printf(
-        "%5u  %-8s  %-10s  %10llu  %8.1f ms  %9.1f ms  %9.2f MiB  %9.2f MiB\n",
+        "%5u  %-8s  %-10s  %10llu  %8.1f ms  %9.1f ms  %9.2f MiB  %9.2f MiB",
         s.index(),
         absl::StrFormat("[%u,%u)", s.first_block(), s.end_block()).c_str(),
         s.reversible() ? "reversible" : "buffered",
         static_cast<unsigned long long>(s.parameters()),
         1e3 * s.forward_seconds(), 1e3 * s.backward_seconds(),
         s.input_bytes() / 1048576.0, s.output_bytes() / 1048576.0);
+    if (on_device) {
+      std::printf("  %8.2f MiB  %8.2f MiB", s.device_state_bytes() / 1048576.0,
+                  s.device_working_bytes() / 1048576.0);
+    }
+    std::printf("\n");
   }
   std::printf(
       "\nsum: forward %.1f ms, backward %.1f ms per micro-batch; slowest "
@@ -250,7 +299,8 @@ int RunProfile(const std::string& program,
       "runs it (rebuild or recompute, then one vector-Jacobian product), with\n"
       "the messages' sizes. Stages run one after another on this thread with\n"
       "--threads torch threads, as a stage server pinned to that many cores\n"
-      "would. Starts from the same default job as `petra train`. The JSON\n"
+      "would; --devices cuda measures them on a GPU. Starts from the same\n"
+      "default job as `petra train`. The JSON\n"
       "(--output, --json) is what `petra simulate --profile` reads.");
   flags.AddString("from", &from, "job spec file (JSON or text proto)");
   flags.AddInt("threads", &threads, "torch threads (one stage's share)");
@@ -293,12 +343,22 @@ int RunProfile(const std::string& program,
     std::cerr << command << ": " << spec.status().message() << "\n";
     return 1;
   }
+  // One device for every stage: a profile describes one kind of device.
   for (int j = 0; j < job::StageCount(*spec); ++j) {
-    if (job::DeviceForStage(*spec, j) != "cpu") {
-      std::cerr << command << ": device \"" << job::DeviceForStage(*spec, j)
-                << "\": profiles are measured on this machine's CPU\n";
-      return 1;
+    const std::string device = job::DeviceForStage(*spec, j);
+    if (device != job::DeviceForStage(*spec, 0)) {
+      std::cerr << command << ": --devices: a profile measures every stage "
+                << "on one device (stage 0 on \""
+                << job::DeviceForStage(*spec, 0) << "\", stage " << j
+                << " on \"" << device << "\")\n";
+      return 2;
     }
+  }
+  if (absl::Status s = model::CheckDeviceAvailable(
+          job::DeviceForStage(*spec, 0), "--devices");
+      !s.ok()) {
+    std::cerr << command << ": " << s.message() << "\n";
+    return 1;
   }
   std::ofstream out;
   if (!output.empty()) {

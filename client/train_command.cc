@@ -33,6 +33,7 @@
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/device_check.h"
 #include "services/model/network.h"
 #include "services/wire/grpc_defaults.h"
 
@@ -132,6 +133,7 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     p->set_stage_index(result.job.stages_size() - 1);
     p->set_layer_begin(r.begin);
     p->set_layer_end(r.end);
+    p->set_device(job::DeviceForStage(spec, p->stage_index()));
   }
   absl::StatusOr<std::vector<engine::EpochReport>> reports = (*runner)->Run();
   if (!reports.ok()) return reports.status();
@@ -163,6 +165,9 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   }
   LocalFleet::Options fo;
   fo.stages = job::StageCount(spec);
+  for (int j = 0; j < fo.stages; ++j) {
+    fo.devices.push_back(job::DeviceForStage(spec, j));
+  }
   fo.threads_per_stage = options.threads_per_stage;
   fo.data_root = options.data_root;
   fo.state_dir = options.state_dir;
@@ -281,10 +286,10 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     return 2;
   }
   for (int j = 0; j < job::StageCount(*resolved); ++j) {
-    if (job::DeviceForStage(*resolved, j) != "cpu") {
-      std::cerr << program << " train: device \""
-                << job::DeviceForStage(*resolved, j)
-                << "\": petra train runs every stage on this machine's CPU\n";
+    if (absl::Status s = model::CheckDeviceAvailable(
+            job::DeviceForStage(*resolved, j), "--devices");
+        !s.ok()) {
+      std::cerr << program << " train: " << s.message() << "\n";
       return 1;
     }
   }

@@ -190,7 +190,7 @@ absl::Status FleetRunner::Assign() {
       p->set_address(fleet_->address(j));
       p->set_layer_begin(ranges_[j].begin);
       p->set_layer_end(ranges_[j].end);
-      p->set_device(job::DeviceForStage(spec_, j));
+      p->set_device(job::RequestedDevice(spec_, j));
     }
   });
   for (int j = 0; j < stages; ++j) {
@@ -208,13 +208,14 @@ absl::Status FleetRunner::Assign() {
     }
     if (j > 0) request.set_previous_address(fleet_->address(j - 1));
     if (j + 1 < stages) request.set_next_address(fleet_->address(j + 1));
-    request.set_device(job::DeviceForStage(spec_, j));
+    request.set_device(job::RequestedDevice(spec_, j));
     request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));
     absl::StatusOr<petra::v1::AssignResponse> response =
         fleet_->Assign(j, request);
     if (!response.ok()) return response.status();
     record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
       job.mutable_stages(j)->set_parameter_count(response->parameter_count());
+      job.mutable_stages(j)->set_device(response->device());
     });
   }
   return absl::OkStatus();

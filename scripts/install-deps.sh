@@ -18,9 +18,9 @@ BUILD_PACKAGES=(
 # multi-threaded OpenBLAS rather than the reference BLAS.
 RUNTIME_PACKAGES=(libopenblas0-pthread)
 BUILD_PACKAGES+=("${RUNTIME_PACKAGES[@]}")
-# PETRA_TORCH=external: a libtorch of your own (a CUDA build) is used instead
-# of Debian's CPU-only one; pass -DTorch_DIR=... through CMAKE_ARGS.
-if [[ "${PETRA_TORCH:-debian}" != external ]]; then
+# PETRA_TORCH other than debian: a libtorch of your own (a CUDA build) is
+# used instead of Debian's CPU-only one (scripts/build.sh says how).
+if [[ "${PETRA_TORCH:-debian}" == debian ]]; then
   BUILD_PACKAGES+=(libtorch-dev)
 fi
 # test: the test suite's tools. Python's torch.load must read what
@@ -34,7 +34,7 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev python3-yaml prometheus docker-compose openssl
   clang-14 libclang-rt-14-dev
 )
-if [[ "${PETRA_TORCH:-debian}" != external ]]; then
+if [[ "${PETRA_TORCH:-debian}" == debian ]]; then
   TEST_PACKAGES+=(python3-torch)
 fi
 # A Node.js from elsewhere (NodeSource) already brings npm; Debian's nodejs
@@ -56,7 +56,8 @@ Installs the Debian packages PETRA fleet needs, skipping those present.
                    (the container image's runtime libraries)
   --list           print the selected packages and exit
   --help           show this help
-Environment: PETRA_TORCH=external skips Debian's libtorch (bring your own).
+Environment: PETRA_TORCH other than debian skips Debian's libtorch (bring
+your own; scripts/build.sh).
 USAGE
 }
 

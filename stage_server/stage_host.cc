@@ -9,6 +9,7 @@
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
+#include "services/job/device_name.h"
 #include "services/job/job_spec_validation.h"
 #include "services/metrics/process_memory.h"
 #include "services/version.h"
@@ -94,10 +95,13 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   if (request.steps_per_epoch() < 1) {
     return refuse(absl::InvalidArgumentError("steps_per_epoch must be >= 1"));
   }
-  if (!request.device().empty() && request.device() != options_.device) {
-    return refuse(absl::FailedPreconditionError(
-        absl::StrCat("the job places this stage on \"", request.device(),
-                     "\" but this server runs on \"", options_.device, "\"")));
+  // A job that names no device runs where the server was started to run.
+  if (!request.device().empty() &&
+      !job::DeviceServes(options_.device, request.device())) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        "the job places stage ", request.stage_index(), " on \"",
+        request.device(), "\" but this server runs on \"", options_.device,
+        "\" (leave the job's devices unset to use each server's own)")));
   }
   std::filesystem::path restore_file;
   if (!request.restore_checkpoint().empty()) {
@@ -131,7 +135,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
     absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> w =
         engine::BuildStageWorkers(
             spec, ranges, static_cast<int64_t>(job->assign.steps_per_epoch()),
-            {job->index()});
+            {job->index()}, options_.device);
     absl::Status status = w.status();
     if (status.ok()) {
       job->worker = std::move(w->front());
@@ -152,6 +156,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
       for (const torch::Tensor& p : job->worker->parameters())
         params += p.numel();
       response->set_parameter_count(static_cast<uint64_t>(params));
+      response->set_device(options_.device);
       *response->mutable_memory() = MemoryWithRss(job->worker->memory());
     }
     done(status);

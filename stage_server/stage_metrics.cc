@@ -167,7 +167,9 @@ void StageMetrics::State(int stage, int64_t in_flight, int64_t optimizer_steps,
         std::pair{"activation_buffer", m.activation_buffer_bytes()},
         std::pair{"weight_stash", m.weight_stash_bytes()},
         std::pair{"process_rss", m.process_rss_bytes()},
-        std::pair{"device", m.device_bytes()}}) {
+        std::pair{"device", m.device_bytes()},
+        std::pair{"device_reserved", m.device_reserved_bytes()},
+        std::pair{"device_peak", m.device_peak_bytes()}}) {
     f_->memory.Add({{"stage", s}, {"kind", kind}})
         .Set(static_cast<double>(bytes));
   }

@@ -1,5 +1,8 @@
 #include "services/engine/backward_program.h"
 
+#include <future>
+
+#include "services/engine/serial_executor.h"
 #include "services/model/batch_norm.h"
 #include "services/model/reversible_block.h"
 
@@ -16,20 +19,27 @@ model::ReversibleBlock& Reversible(model::Block& b) {
 
 // PETRA on reversible blocks: from the last block down, each rebuilds its
 // input from its output with the current weights and gives the input and
-// parameter gradients from one recompute of its residual functions.
+// parameter gradients from one recompute of its residual functions. With
+// `overlap` (PaReprop), block i-1's rebuild runs on a helper thread while
+// block i's gradient is computed: the same operations on the same values,
+// so the same bits, in less time where a core is free.
 class RebuildProgram : public BackwardProgram {
  public:
-  explicit RebuildProgram(StageBlocks& blocks) : blocks_(blocks) {}
+  RebuildProgram(StageBlocks& blocks, bool overlap)
+      : blocks_(blocks), overlap_(overlap) {}
   bool rebuilds_input() const override { return true; }
   void Keep(const TensorPair&, ForwardRecord&) override {}
 
   BackwardOutput Run(const ForwardRecord&, const TensorPair& output,
                      const TensorPair& output_grad,
                      GradientAccumulator& grads) override {
-    TensorPair y = output.detach();
-    TensorPair g = output_grad;
     const auto& blocks = blocks_.blocks();
     ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
+    if (overlap_ && blocks.size() > 1) {
+      return Overlapped(output.detach(), output_grad, grads);
+    }
+    TensorPair y = output.detach();
+    TensorPair g = output_grad;
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
       model::Rebuilt r = Reversible(**it).RebuildWithVjp(y, g);
       grads.Add((*it)->parameters(), r.parameter_grads);
@@ -53,7 +63,56 @@ class RebuildProgram : public BackwardProgram {
   }
 
  private:
+  using Pending = std::unique_ptr<model::PendingVjp>;
+
+  BackwardOutput Overlapped(const TensorPair& output,
+                            const TensorPair& output_grad,
+                            GradientAccumulator& grads) {
+    const auto& blocks = blocks_.blocks();
+    if (helper_ == nullptr) {
+      // Created on the stage's thread: the helper gets its torch threads.
+      helper_ = std::make_unique<SerialExecutor>(
+          [n = at::get_num_threads()] { at::set_num_threads(n); });
+    }
+    const BnMode mode = model::CurrentBnMode();
+    Pending pending = Reversible(*blocks.back()).Rebuild(output);
+    TensorPair g = output_grad;
+    for (size_t i = blocks.size(); i-- > 0;) {
+      std::promise<Pending> promise;
+      std::future<Pending> next;
+      if (i > 0) {
+        next = promise.get_future();
+        model::ReversibleBlock& below = Reversible(*blocks[i - 1]);
+        auto rebuild = [&promise, &below, x = pending->input(), mode] {
+          try {
+            ScopedBnMode m(mode);
+            promise.set_value(below.Rebuild(x));
+          } catch (...) {
+            promise.set_exception(std::current_exception());
+          }
+        };
+        if (!helper_->Post(rebuild)) rebuild();  // stopping: run it here
+      }
+      // The helper's task refers to this frame: wait for it however we
+      // leave.
+      struct Join {
+        std::future<Pending>& f;
+        ~Join() {
+          if (f.valid()) f.wait();
+        }
+      } join{next};
+      model::Rebuilt r = pending->Finish(g);
+      grads.Add(blocks[i]->parameters(), r.parameter_grads);
+      g = std::move(r.input_grad);
+      if (i == 0) return {std::move(r.input), std::move(g)};
+      pending = next.get();
+    }
+    return {};  // not reached: the loop returns at block 0
+  }
+
   StageBlocks& blocks_;
+  const bool overlap_;
+  std::unique_ptr<SerialExecutor> helper_;
 };
 
 // The input kept at forward, the forward recomputed with a graph.
@@ -133,7 +192,7 @@ std::unique_ptr<BackwardProgram> ChooseBackwardProgram(StageBlocks& blocks,
                                                        ProgramChoice choice) {
   std::unique_ptr<BackwardProgram> p;
   if (blocks.all_reversible() && !choice.stash_inputs) {
-    p = std::make_unique<RebuildProgram>(blocks);
+    p = std::make_unique<RebuildProgram>(blocks, choice.overlap_rebuild);
   } else {
     p = std::make_unique<RecomputeProgram>(blocks);
   }

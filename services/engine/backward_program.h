@@ -3,7 +3,8 @@
 // forward keeps for the backward, and runs the backward from what it kept
 // and what came down (the stage's output x~_j and delta_{j+1}):
 //   rebuild   reversible stages under PETRA: the input is rebuilt from the
-//             output with the current weights; nothing is kept
+//             output with the current weights; nothing is kept (with
+//             overlap_rebuild, the next block's rebuild on a second thread)
 //   recompute the input is kept (non-reversible stages, or --stash-inputs)
 //             and the forward recomputed with a graph
 //   stashed   a copy of the weights each forward used is kept, and the inner
@@ -66,6 +67,8 @@ struct ProgramChoice {
   bool stash_inputs = false;
   // Keep a copy of the weights each forward used; backward runs with it.
   bool stash_weights = false;
+  // Rebuild block i-1 while block i's gradient is computed (PaReprop).
+  bool overlap_rebuild = false;
 };
 
 // Rebuild when every block is reversible and inputs are not stashed, else

@@ -38,9 +38,10 @@ void GradientProbe::Compare(const ForwardRecord& r,
   // PETRA's gradient of this micro-batch: what the backward just added.
   std::vector<torch::Tensor> petra;
   for (size_t i = 0; i < params.size(); ++i) {
-    petra.push_back(params[i].grad().defined()
-                        ? (params[i].grad() - before[i]).flatten()
-                        : torch::zeros({params[i].numel()}));
+    petra.push_back(
+        params[i].grad().defined()
+            ? (params[i].grad() - before[i]).flatten()
+            : torch::zeros({params[i].numel()}, params[i].options()));
   }
   // The exact delayed gradient: the forward's weights and input, the same
   // delta, BN with batch statistics and its running statistics untouched.
@@ -71,7 +72,8 @@ void GradientProbe::Compare(const ForwardRecord& r,
   std::vector<torch::Tensor> flat;
   for (size_t i = 0; i < exact.size(); ++i) {
     flat.push_back(exact[i].defined() ? exact[i].flatten() / accumulation_
-                                      : torch::zeros({params[i].numel()}));
+                                      : torch::zeros({params[i].numel()},
+                                                     params[i].options()));
   }
   torch::Tensor e = torch::cat(flat);
   const double pn = p.norm().item<double>(), en = e.norm().item<double>();

@@ -1,6 +1,7 @@
 #include "services/engine/job_plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/model/partition_plan.h"
 
@@ -67,7 +68,8 @@ absl::StatusOr<std::vector<model::BlockRange>> PlanStages(
 
 absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     const petra::v1::JobSpec& s, const std::vector<model::BlockRange>& ranges,
-    int64_t steps_per_epoch, const std::vector<int>& which) {
+    int64_t steps_per_epoch, const std::vector<int>& which,
+    const std::string& device) {
   // The same seed before the same construction: every runner, and every
   // stage server building only its own slice, gets the same initial weights.
   torch::manual_seed(s.seed());
@@ -105,11 +107,26 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     config.first_block = ranges[j].begin;
     config.stash_inputs = delayed && s.training().stash_inputs();
     config.stash_weights = delayed && s.training().stash_weights();
+    config.overlap_rebuild = s.training().overlap_rebuild();
+    const std::string name =
+        device.empty() ? job::DeviceForStage(s, j) : device;
+    try {
+      config.device = torch::Device(name);
+    } catch (const c10::Error&) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", j, ": unknown device \"", name, "\""));
+    }
     std::vector<std::shared_ptr<model::Block>> mine(
         net->blocks.begin() + ranges[j].begin,
         net->blocks.begin() + ranges[j].end);
-    out.push_back(std::make_unique<StageWorker>(
-        std::move(mine), config, s, LrSchedule(s, steps_per_epoch)));
+    try {  // moving the blocks to the device can fail (no such device, OOM)
+      out.push_back(std::make_unique<StageWorker>(
+          std::move(mine), config, s, LrSchedule(s, steps_per_epoch)));
+    } catch (const c10::Error& e) {
+      return absl::UnavailableError(
+          absl::StrCat("stage ", j, ": cannot place it on \"", name,
+                       "\": ", e.what_without_backtrace()));
+    }
   }
   return out;
 }

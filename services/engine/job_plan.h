@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,11 +35,14 @@ int64_t TrainMicroBatches(const petra::v1::JobSpec& resolved, int64_t available,
 absl::StatusOr<std::vector<model::BlockRange>> PlanStages(
     const petra::v1::JobSpec& resolved);
 
-// Builds the whole network from the job's seed and returns the workers of
-// the stages in `which` (every stage when empty), in that order.
+// Builds the whole network from the job's seed (on the host, so every device
+// starts from the same weights) and returns the workers of the stages in
+// `which` (every stage when empty), in that order, each on its device: the
+// spec's (job::DeviceForStage), or `device` when given (a stage server
+// places its stage on its own device).
 absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     const petra::v1::JobSpec& resolved,
     const std::vector<model::BlockRange>& ranges, int64_t steps_per_epoch,
-    const std::vector<int>& which = {});
+    const std::vector<int>& which = {}, const std::string& device = "");
 
 }  // namespace petra::engine

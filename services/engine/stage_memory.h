@@ -17,6 +17,11 @@ struct MemoryStats {
   int64_t peak_bytes = 0;  // highest sum of the four since construction
   int64_t peak_activation_buffer_bytes = 0;
   int64_t peak_weight_stash_bytes = 0;
+  // The stage's device as its allocator sees it (model/device_memory.h):
+  // zero on the CPU; shared by the stages of one device.
+  int64_t device_bytes = 0;
+  int64_t device_reserved_bytes = 0;
+  int64_t device_peak_bytes = 0;
 };
 
 // Bytes of the defined tensors.

@@ -25,6 +25,9 @@ petra::v1::MemoryBreakdown ToProto(const MemoryStats& m) {
   p.set_activation_buffer_bytes(m.activation_buffer_bytes);
   p.set_weight_stash_bytes(m.weight_stash_bytes);
   p.set_peak_bytes(m.peak_bytes);
+  p.set_device_bytes(m.device_bytes);
+  p.set_device_reserved_bytes(m.device_reserved_bytes);
+  p.set_device_peak_bytes(m.device_peak_bytes);
   return p;
 }
 

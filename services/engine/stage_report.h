@@ -28,7 +28,7 @@ struct StageReport {
 StageReport ReportOf(const StageWorker& worker,
                      const model::BlockRange& blocks);
 
-// Memory as the wire carries it (process RSS and device bytes left unset).
+// Memory as the wire carries it (process RSS left unset).
 petra::v1::MemoryBreakdown ToProto(const MemoryStats& memory);
 petra::v1::StageStats ToProto(const StageReport& report);
 

@@ -87,11 +87,13 @@ absl::Status LoadNamedStageState(
     if (auto it = state.find("grad." + name); it != state.end()) {
       // A const handle to the same parameter: its .grad is shared.
       torch::Tensor q = p;
-      q.mutable_grad() = it->second.clone();
+      q.mutable_grad() = it->second.to(p.device(), /*non_blocking=*/false,
+                                       /*copy=*/true);
     }
     if (auto it = state.find("optimizer." + name + ".momentum_buffer");
         it != state.end()) {
-      optimizer.SetMomentum(p, it->second.clone());
+      optimizer.SetMomentum(
+          p, it->second.to(p.device(), /*non_blocking=*/false, /*copy=*/true));
     }
   }
   return absl::OkStatus();

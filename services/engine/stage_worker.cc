@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/model/batch_norm.h"
+#include "services/model/device_memory.h"
 
 namespace petra::engine {
 namespace {
@@ -13,14 +14,39 @@ using model::BnMode;
 using model::ScopedBnMode;
 using model::TensorPair;
 
-// Torch reports errors by exception; they end at the worker's boundary.
+// The allocator's message runs on with advice about fragmentation settings.
+std::string FirstLine(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+// Torch reports errors by exception; they end at the worker's boundary,
+// with the stage named and without torch's backtrace (kilobytes of frames
+// that say nothing to the user). Running out of device memory is
+// RESOURCE_EXHAUSTED: the job cannot fit, the server itself is fine.
 template <typename F>
-auto Guard(const char* what, F&& f) -> decltype(f()) {
+auto Guard(int stage, const char* what, F&& f) -> decltype(f()) {
   try {
     return f();
+  } catch (const c10::OutOfMemoryError& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "stage ", stage, ": ", what,
+        ": out of device memory: ", FirstLine(e.what_without_backtrace())));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("stage ", stage, ": ", what, ": ",
+                                            e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+    return absl::InternalError(
+        absl::StrCat("stage ", stage, ": ", what, ": ", e.what()));
   }
+}
+
+// Moves a stage's blocks to its device before anything takes their
+// parameters (the optimizer, the backward program).
+std::vector<std::shared_ptr<model::Block>> OnDevice(
+    std::vector<std::shared_ptr<model::Block>> blocks,
+    const torch::Device& device) {
+  for (const auto& b : blocks) b->to(device);
+  return blocks;
 }
 
 }  // namespace
@@ -29,10 +55,11 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                          StageConfig config, const petra::v1::JobSpec& resolved,
                          LrSchedule schedule)
     : config_(config),
-      blocks_(std::move(blocks), config.index == 0),
+      blocks_(OnDevice(std::move(blocks), config.device), config.index == 0),
       optimizer_(blocks_.parameters(), resolved, std::move(schedule)),
       program_(ChooseBackwardProgram(
-          blocks_, {config.stash_inputs, config.stash_weights})),
+          blocks_,
+          {config.stash_inputs, config.stash_weights, config.overlap_rebuild})),
       finite_(config.index, resolved.training().non_finite()),
       // Sampled wherever the backward may use other weights than the
       // forward did (no weight stash).
@@ -40,15 +67,17 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                  ? 0
                  : resolved.training().grad_diagnostics_every(),
              static_cast<int>(resolved.training().accumulation_steps())) {
+  model::ResetDeviceMemoryPeak(config_.device.str());
   UpdatePeak();
 }
 
 StageWorker::~StageWorker() = default;
 
 absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
-                                                const TensorPair& x,
+                                                const TensorPair& input,
                                                 int64_t tick) {
-  return Guard("forward", [&]() -> absl::StatusOr<TensorPair> {
+  return Guard(config_.index, "forward", [&]() -> absl::StatusOr<TensorPair> {
+    const TensorPair x = input.to(config_.device);
     if (records_.count(id) != 0) {
       return absl::AlreadyExistsError(
           absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
@@ -111,159 +140,169 @@ void StageWorker::Measure(const ForwardRecord& r, int64_t tick,
 }
 
 absl::StatusOr<BackwardOutput> StageWorker::Backward(
-    uint64_t id, const TensorPair& output, const TensorPair& output_grad,
-    int64_t tick) {
-  return Guard("backward", [&]() -> absl::StatusOr<BackwardOutput> {
-    absl::StatusOr<ForwardRecord> r = TakeRecord(id);
-    if (!r.ok()) return r.status();
-    bool skip = r->skipped;
-    if (!skip && program_->rebuilds_input()) {
-      if (absl::Status s = finite_.Check(
-              output, id, "the activation received for the backward", &skip);
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (!skip) {
-      if (absl::Status s =
-              finite_.Check(output_grad, id, "the gradient received", &skip);
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (skip) {
-      BackwardOutput out = SkippedBackward(*r, output);
-      Measure(*r, tick, out);
-      ++skipped_;
-      FinishBackward();
-      return out;
-    }
-    // The parameter gradients wait until the gradient going down is known
-    // to be finite (skip policy).
-    if (finite_.skips()) optimizer_.Hold();
-    std::vector<torch::Tensor> before;
-    if (!r->diagnostic_weights.empty())
-      before = probe_.GradientsBefore(blocks_);
-    BackwardOutput out = program_->Run(*r, output, output_grad, optimizer_);
-    bool bad = false;
-    absl::Status s = finite_.Check(out.input_grad, id,
-                                   "the gradient computed for the input", &bad);
-    if (!s.ok()) {
-      optimizer_.Drop();
-      return s;
-    }
-    if (bad) {
-      optimizer_.Drop();
-      out.input_grad = ZerosLike(out.input_grad);
-      ++skipped_;
-    } else {
-      optimizer_.Commit();
-      if (!before.empty()) {
-        probe_.Compare(*r, output_grad, before, optimizer_.steps(), blocks_);
-      }
-    }
-    Measure(*r, tick, out);
-    FinishBackward();
-    return out;
-  });
+    uint64_t id, const TensorPair& received_output,
+    const TensorPair& received_grad, int64_t tick) {
+  return Guard(
+      config_.index, "backward", [&]() -> absl::StatusOr<BackwardOutput> {
+        const TensorPair output = received_output.to(config_.device);
+        const TensorPair output_grad = received_grad.to(config_.device);
+        absl::StatusOr<ForwardRecord> r = TakeRecord(id);
+        if (!r.ok()) return r.status();
+        bool skip = r->skipped;
+        if (!skip && program_->rebuilds_input()) {
+          if (absl::Status s = finite_.Check(
+                  output, id, "the activation received for the backward",
+                  &skip);
+              !s.ok()) {
+            return s;
+          }
+        }
+        if (!skip) {
+          if (absl::Status s = finite_.Check(output_grad, id,
+                                             "the gradient received", &skip);
+              !s.ok()) {
+            return s;
+          }
+        }
+        if (skip) {
+          BackwardOutput out = SkippedBackward(*r, output);
+          Measure(*r, tick, out);
+          ++skipped_;
+          FinishBackward();
+          return out;
+        }
+        // The parameter gradients wait until the gradient going down is known
+        // to be finite (skip policy).
+        if (finite_.skips()) optimizer_.Hold();
+        std::vector<torch::Tensor> before;
+        if (!r->diagnostic_weights.empty())
+          before = probe_.GradientsBefore(blocks_);
+        BackwardOutput out = program_->Run(*r, output, output_grad, optimizer_);
+        bool bad = false;
+        absl::Status s = finite_.Check(
+            out.input_grad, id, "the gradient computed for the input", &bad);
+        if (!s.ok()) {
+          optimizer_.Drop();
+          return s;
+        }
+        if (bad) {
+          optimizer_.Drop();
+          out.input_grad = ZerosLike(out.input_grad);
+          ++skipped_;
+        } else {
+          optimizer_.Commit();
+          if (!before.empty()) {
+            probe_.Compare(*r, output_grad, before, optimizer_.steps(),
+                           blocks_);
+          }
+        }
+        Measure(*r, tick, out);
+        FinishBackward();
+        return out;
+      });
 }
 
-absl::StatusOr<LossOutput> StageWorker::ForwardLoss(uint64_t id,
-                                                    const TensorPair& x,
-                                                    const torch::Tensor& labels,
-                                                    int64_t tick) {
-  return Guard("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
-    if (labels.dim() != 1 || labels.size(0) != x.a.size(0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("labels: ", labels.numel(),
-                       " labels for a micro-batch of ", x.a.size(0)));
-    }
-    bool skip_input = false;
-    if (absl::Status s =
-            finite_.Check(x, id, "the input activation", &skip_input);
-        !s.ok()) {
-      return s;
-    }
-    if (skip_input) {
-      // Not even a forward: its recompute would take NaN into the BN
-      // running statistics.
-      LossOutput out;
-      out.loss = std::numeric_limits<double>::quiet_NaN();
-      out.samples = labels.size(0);
-      out.backward.input = x.detach();
-      if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
-      ++forwards_;
-      ++measured_;
-      ++skipped_;
-      FinishBackward();
-      return out;
-    }
-    if (finite_.skips()) optimizer_.Hold();
-    // Forward and backward are one step here: the forward is the recompute,
-    // so it updates the BN running statistics.
-    torch::Tensor logits, loss;
-    bool finite = true;
-    TensorPair input_grad = blocks_.Recompute(
-        x,
-        [&](const TensorPair& y) {
-          logits = y.a;
-          loss = torch::nn::functional::cross_entropy(logits, labels);
-          finite = std::isfinite(loss.item<double>());
-          using Result =
-              std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>;
-          return finite ? Result{{loss}, {}} : Result{};
-        },
-        optimizer_);
-    if (!finite && !finite_.skips()) {
-      optimizer_.Drop();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the loss of micro-batch ", id, " is ", loss.item<double>(),
-          " (training diverged; lower the learning rate, or set "
-          "training.non_finite to skip such micro-batches)"));
-    }
-    bool bad = !finite;
-    if (finite) {
-      if (absl::Status s = finite_.Check(
-              input_grad, id, "the gradient computed for the input", &bad);
-          !s.ok()) {
-        optimizer_.Drop();
-        return s;
-      }
-    }
-    if (bad) {
-      optimizer_.Drop();
-      input_grad = ZerosLike(input_grad);
-      ++skipped_;
-    } else {
-      optimizer_.Commit();
-    }
-    LossOutput out;
-    out.loss = loss.item<double>();
-    out.samples = labels.size(0);
-    out.correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
-    out.backward.input = x.detach();
-    out.backward.input_grad = input_grad;
-    (void)tick;  // the loss step's delay and staleness are 0
-    ++forwards_;
-    ++measured_;
-    FinishBackward();
-    return out;
-  });
+absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
+    uint64_t id, const TensorPair& input, const torch::Tensor& received_labels,
+    int64_t tick) {
+  return Guard(
+      config_.index, "forward-loss", [&]() -> absl::StatusOr<LossOutput> {
+        const TensorPair x = input.to(config_.device);
+        const torch::Tensor labels =
+            received_labels.to(config_.device, !config_.device.is_cpu());
+        if (labels.dim() != 1 || labels.size(0) != x.a.size(0)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("labels: ", labels.numel(),
+                           " labels for a micro-batch of ", x.a.size(0)));
+        }
+        bool skip_input = false;
+        if (absl::Status s =
+                finite_.Check(x, id, "the input activation", &skip_input);
+            !s.ok()) {
+          return s;
+        }
+        if (skip_input) {
+          // Not even a forward: its recompute would take NaN into the BN
+          // running statistics.
+          LossOutput out;
+          out.loss = std::numeric_limits<double>::quiet_NaN();
+          out.samples = labels.size(0);
+          out.backward.input = x.detach();
+          if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
+          ++forwards_;
+          ++measured_;
+          ++skipped_;
+          FinishBackward();
+          return out;
+        }
+        if (finite_.skips()) optimizer_.Hold();
+        // Forward and backward are one step here: the forward is the recompute,
+        // so it updates the BN running statistics.
+        torch::Tensor logits, loss;
+        bool finite = true;
+        TensorPair input_grad = blocks_.Recompute(
+            x,
+            [&](const TensorPair& y) {
+              logits = y.a;
+              loss = torch::nn::functional::cross_entropy(logits, labels);
+              finite = std::isfinite(loss.item<double>());
+              using Result = std::pair<std::vector<torch::Tensor>,
+                                       std::vector<torch::Tensor>>;
+              return finite ? Result{{loss}, {}} : Result{};
+            },
+            optimizer_);
+        if (!finite && !finite_.skips()) {
+          optimizer_.Drop();
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the loss of micro-batch ", id, " is ", loss.item<double>(),
+              " (training diverged; lower the learning rate, or set "
+              "training.non_finite to skip such micro-batches)"));
+        }
+        bool bad = !finite;
+        if (finite) {
+          if (absl::Status s = finite_.Check(
+                  input_grad, id, "the gradient computed for the input", &bad);
+              !s.ok()) {
+            optimizer_.Drop();
+            return s;
+          }
+        }
+        if (bad) {
+          optimizer_.Drop();
+          input_grad = ZerosLike(input_grad);
+          ++skipped_;
+        } else {
+          optimizer_.Commit();
+        }
+        LossOutput out;
+        out.loss = loss.item<double>();
+        out.samples = labels.size(0);
+        out.correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
+        out.backward.input = x.detach();
+        out.backward.input_grad = input_grad;
+        (void)tick;  // the loss step's delay and staleness are 0
+        ++forwards_;
+        ++measured_;
+        FinishBackward();
+        return out;
+      });
 }
 
 absl::StatusOr<TensorPair> StageWorker::Evaluate(const TensorPair& x) {
-  return Guard("evaluate", [&]() -> absl::StatusOr<TensorPair> {
+  return Guard(config_.index, "evaluate", [&]() -> absl::StatusOr<TensorPair> {
     torch::NoGradGuard no_grad;
     ScopedBnMode mode(BnMode::kRunningStats);
-    return blocks_.Forward(x);
+    return blocks_.Forward(x.to(config_.device));
   });
 }
 
 absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(
-    const TensorPair& x, const torch::Tensor& labels) {
+    const TensorPair& x, const torch::Tensor& received_labels) {
   absl::StatusOr<TensorPair> y = Evaluate(x);
   if (!y.ok()) return y.status();
-  return Guard("evaluate", [&]() -> absl::StatusOr<LossOutput> {
+  return Guard(config_.index, "evaluate", [&]() -> absl::StatusOr<LossOutput> {
+    const torch::Tensor labels =
+        received_labels.to(config_.device, !config_.device.is_cpu());
     if (labels.dim() != 1 || labels.size(0) != y->a.size(0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("labels: ", labels.numel(),
@@ -293,7 +332,13 @@ void StageWorker::FinishBackward() {
 }
 
 MemoryStats StageWorker::memory() const {
-  return ledger_.Stats(blocks_.state_bytes(), optimizer_.state_bytes());
+  MemoryStats m =
+      ledger_.Stats(blocks_.state_bytes(), optimizer_.state_bytes());
+  const model::DeviceMemory d = model::ReadDeviceMemory(config_.device.str());
+  m.device_bytes = d.allocated_bytes;
+  m.device_reserved_bytes = d.reserved_bytes;
+  m.device_peak_bytes = d.peak_allocated_bytes;
+  return m;
 }
 
 void StageWorker::UpdatePeak() {
@@ -323,7 +368,7 @@ NamedTensorList StageWorker::NamedState(bool with_optimizer) const {
 
 absl::Status StageWorker::LoadNamedState(
     const std::map<std::string, torch::Tensor>& state, int64_t steps) {
-  return Guard("restore", [&]() -> absl::Status {
+  return Guard(config_.index, "restore", [&]() -> absl::Status {
     if (absl::Status s = LoadNamedStageState(state, blocks_,
                                              config_.first_block, optimizer_);
         !s.ok()) {

@@ -37,8 +37,14 @@ struct StageConfig {
   bool stash_inputs = false;
   // Keep a copy of the weights each forward used; backward runs with it.
   bool stash_weights = false;
+  // Rebuild the next block down on a second thread (training.overlap_rebuild).
+  bool overlap_rebuild = false;
   // Index of the stage's first block in the whole network (state names).
   int first_block = 0;
+  // Where the stage's parameters, optimizer state and every tensor it
+  // computes live. Inputs may come from anywhere (they are moved here);
+  // outputs stay here, and whoever ships them moves them to the host.
+  torch::Device device = torch::kCPU;
 };
 
 struct LossOutput {
@@ -59,6 +65,7 @@ class StageWorker {
   // reversible and inputs not stashed): nothing is kept between the two.
   bool rebuilds_input() const { return program_->rebuilds_input(); }
   bool last() const { return config_.index == config_.count - 1; }
+  const torch::Device& device() const { return config_.device; }
   int index() const { return config_.index; }
   int count() const { return config_.count; }
 

@@ -9,9 +9,11 @@
 #include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_io.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/device_memory.h"
 #include "services/model/network.h"
 #include "services/model/network_summary.h"
 #include "services/model/partition_plan.h"
+#include "tests/support/require_cuda.h"
 
 namespace petra::engine {
 namespace {
@@ -21,7 +23,17 @@ using model::TensorPair;
 petra::v1::JobSpec Job(petra::v1::Architecture arch, uint32_t k) {
   petra::v1::JobSpec s;
   s.mutable_model()->set_architecture(arch);
-  s.mutable_model()->set_width(0.125);
+  if (arch == petra::v1::ARCHITECTURE_REVVIT ||
+      arch == petra::v1::ARCHITECTURE_VIT) {
+    // A small transformer: 16 tokens of 16, 4 blocks.
+    petra::v1::TransformerSpec* t = s.mutable_model()->mutable_transformer();
+    t->set_embed_dim(16);
+    t->set_depth(4);
+    t->set_heads(2);
+    t->set_patch_size(7);
+  } else {
+    s.mutable_model()->set_width(0.125);
+  }
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   // i-RevNet's squeezes need sides divisible by 8.
   s.mutable_model()->set_variant(arch == petra::v1::ARCHITECTURE_IREVNET18
@@ -37,13 +49,16 @@ petra::v1::JobSpec Job(petra::v1::Architecture arch, uint32_t k) {
 std::vector<std::unique_ptr<StageWorker>> Workers(
     const petra::v1::JobSpec& spec,
     const std::vector<model::BlockRange>& ranges, bool stash_inputs = false,
-    bool stash_weights = false) {
+    bool stash_weights = false, torch::Device device = torch::kCPU,
+    bool overlap_rebuild = false) {
   torch::manual_seed(spec.seed());
   model::Network net = *model::BuildNetwork(spec.model());
   std::vector<std::unique_ptr<StageWorker>> out;
   for (size_t j = 0; j < ranges.size(); ++j) {
     StageConfig c{static_cast<int>(j), static_cast<int>(ranges.size()),
                   stash_inputs, stash_weights};
+    c.device = device;
+    c.overlap_rebuild = overlap_rebuild;
     out.push_back(std::make_unique<StageWorker>(
         std::vector<std::shared_ptr<model::Block>>(
             net.blocks.begin() + ranges[j].begin,
@@ -150,7 +165,8 @@ bool Same(const std::vector<torch::Tensor>& a,
 struct GradCase {
   std::string name;
   petra::v1::Architecture arch;
-  int stages;  // 0 = per block
+  int stages;         // 0 = per block
+  bool cuda = false;  // every stage on the GPU (the exact reference on CPU)
 };
 
 void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
@@ -161,6 +177,11 @@ class FrozenWeights : public ::testing::TestWithParam<GradCase> {};
 // weights stay frozen: the rebuilt inputs are exact and PETRA's accumulated
 // gradient equals backprop's.
 TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
+  if (GetParam().cuda) {
+    PETRA_REQUIRE_CUDA();
+    test_support::UseExactGpuMath();
+  }
+  const torch::Device device = GetParam().cuda ? torch::kCUDA : torch::kCPU;
   const int n = 6;
   const uint32_t k = 1000;  // never reached: no step
   petra::v1::JobSpec spec = Job(GetParam().arch, k);
@@ -172,12 +193,15 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
   torch::manual_seed(spec.seed());
   model::Network net = *model::BuildNetwork(spec.model());
   std::vector<model::BlockRange> ranges = *model::PlanPartition(net, planned);
-  auto workers = Workers(spec, ranges);
+  auto workers = Workers(spec, ranges, false, false, device);
   RunPetraSchedule(workers, batches);
   std::vector<torch::Tensor> petra;
   for (auto& w : workers) {
     EXPECT_EQ(w->optimizer_steps(), 0);
-    for (auto& p : w->parameters()) petra.push_back(p.grad() * double(k));
+    for (auto& p : w->parameters()) {
+      EXPECT_EQ(p.device().type(), device.type());
+      petra.push_back(p.grad().cpu() * double(k));
+    }
   }
   std::vector<torch::Tensor> exact = ExactGradients(spec, batches);
   ASSERT_EQ(petra.size(), exact.size());
@@ -198,6 +222,10 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
       GetParam().arch == petra::v1::ARCHITECTURE_IREVNET18) {
     EXPECT_EQ(rebuilding, 8);  // every block but the stem and the head
   }
+  if (GetParam().stages == 0 &&
+      GetParam().arch == petra::v1::ARCHITECTURE_REVVIT) {
+    EXPECT_EQ(rebuilding, 4);  // every transformer block
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -209,8 +237,82 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet34_PerBlock", petra::v1::ARCHITECTURE_REVNET34, 0},
         GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0},
         GradCase{"IRevNet18_J3", petra::v1::ARCHITECTURE_IREVNET18, 3},
-        GradCase{"ResNet18_PerBlock", petra::v1::ARCHITECTURE_RESNET18, 0}),
+        GradCase{"ResNet18_PerBlock", petra::v1::ARCHITECTURE_RESNET18, 0},
+        GradCase{"RevViT_J1", petra::v1::ARCHITECTURE_REVVIT, 1},
+        GradCase{"RevViT_J2", petra::v1::ARCHITECTURE_REVVIT, 2},
+        GradCase{"RevViT_PerBlock", petra::v1::ARCHITECTURE_REVVIT, 0},
+        GradCase{"ViT_PerBlock", petra::v1::ARCHITECTURE_VIT, 0}),
     [](const auto& info) { return info.param.name; });
+
+// The same on a GPU (label gpu; skipped without one).
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, FrozenWeights,
+    ::testing::Values(
+        GradCase{"RevNet18_J1", petra::v1::ARCHITECTURE_REVNET18, 1, true},
+        GradCase{"RevNet18_J2", petra::v1::ARCHITECTURE_REVNET18, 2, true},
+        GradCase{"RevNet18_PerBlock", petra::v1::ARCHITECTURE_REVNET18, 0,
+                 true},
+        GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0,
+                 true}),
+    [](const auto& info) { return info.param.name; });
+
+// PaReprop's overlap: a middle stage of several reversible blocks rebuilds
+// block i-1 on a second thread while block i's gradient is computed. After
+// training steps, every weight of every stage is the same, bit for bit, as
+// with the sequential order.
+class OverlapRebuild
+    : public ::testing::TestWithParam<petra::v1::Architecture> {};
+
+TEST_P(OverlapRebuild, GivesTheSameBitsAsTheSequentialOrder) {
+  petra::v1::JobSpec spec = Job(GetParam(), 1);  // a step per micro-batch
+  torch::manual_seed(spec.seed());
+  const int n =
+      static_cast<int>(model::BuildNetwork(spec.model())->blocks.size());
+  const std::vector<model::BlockRange> ranges = {
+      {0, 1}, {1, n - 1}, {n - 1, n}};
+  std::vector<data::Batch> batches =
+      Batches(8, 8, model::InputShape(spec.model().variant()));
+  auto sequential = Workers(spec, ranges);
+  auto overlapped = Workers(spec, ranges, false, false, torch::kCPU, true);
+  ASSERT_TRUE(overlapped[1]->rebuilds_input());
+  RunPetraSchedule(sequential, batches);
+  RunPetraSchedule(overlapped, batches);
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_GT(overlapped[j]->optimizer_steps(), 0);
+    // Parameters and BatchNorm running statistics (updated in the rebuild).
+    EXPECT_TRUE(
+        Same(sequential[j]->state_tensors(), overlapped[j]->state_tensors()))
+        << "stage " << j;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reversible, OverlapRebuild,
+    ::testing::Values(petra::v1::ARCHITECTURE_REVVIT,
+                      petra::v1::ARCHITECTURE_IREVNET18),
+    [](const auto& info) {
+      return petra::v1::Architecture_Name(info.param).substr(13);
+    });
+
+// RevViT per block in PETRA mode: every stage but the stem's (and the
+// head's, whose loss step keeps nothing between ticks) rebuilds its input
+// and holds 0 activation-buffer bytes at every tick.
+TEST(StageWorker, RevViTStagesHoldNoActivationsAtAnyTick) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVVIT, 1);
+  std::vector<data::Batch> batches = Batches(16, 8);
+  auto ranges = model::PerBlockPartition(6);
+  auto workers = Workers(spec, ranges);
+  for (int j = 1; j < 5; ++j) EXPECT_TRUE(workers[j]->rebuilds_input()) << j;
+  int64_t observed = 0;
+  RunPetraSchedule(workers, batches, [&](int j, int64_t) {
+    if (j == 0) return;
+    ++observed;
+    ASSERT_EQ(workers[j]->memory().activation_buffer_bytes, 0) << "stage " << j;
+    ASSERT_EQ(workers[j]->memory().peak_activation_buffer_bytes, 0) << j;
+  });
+  EXPECT_GT(observed, 0);
+  EXPECT_GT(workers[0]->memory().peak_activation_buffer_bytes, 0);
+}
 
 TEST(StageWorker, BufferBytesFollowTheSchedule) {
   petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
@@ -580,6 +682,122 @@ TEST(StageLoop, RunsOnlyTheRuntimeSchedules) {
   // The runtime's own schedules start (and stop at the missing input).
   EXPECT_EQ(RunStageEpoch(*workers[1], io, io, 4, ScheduleKind::kPetra).code(),
             absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace petra::engine
+
+namespace petra::engine {
+namespace {
+
+// The first reversible block of RevNet18 as a stage of its own (stage 1 of
+// 3) on the GPU, and what it receives: the blocks below run on the host.
+struct GpuStage {
+  std::unique_ptr<StageWorker> worker;
+  TensorPair input;
+};
+
+GpuStage ReversibleStageOnGpu(bool stash_inputs, int64_t batch) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  torch::manual_seed(spec.seed());
+  model::Network net = *model::BuildNetwork(spec.model());
+  size_t r = 0;
+  while (!net.blocks[r]->reversible()) ++r;
+  TensorPair x{torch::randn({batch, 1, 28, 28}), {}};
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < r; ++i) x = net.blocks[i]->Forward(x);
+  }
+  StageConfig c{1, 3, stash_inputs, false};
+  c.device = torch::kCUDA;
+  GpuStage s;
+  s.worker = std::make_unique<StageWorker>(
+      std::vector<std::shared_ptr<model::Block>>{net.blocks[r]}, c, spec,
+      LrSchedule(spec, 100));
+  s.input = x.detach();
+  return s;
+}
+
+// Read from the CUDA caching allocator, not from the stage's own ledger: in
+// PETRA mode a reversible stage keeps nothing on the device between a
+// forward and its backward; stashing the inputs (the control) keeps each.
+TEST(GpuStageWorker, AReversibleStageHoldsNoActivationsOnTheDevice) {
+  PETRA_REQUIRE_CUDA();
+  test_support::UseExactGpuMath();
+  for (bool stash : {false, true}) {
+    SCOPED_TRACE(stash ? "inputs stashed" : "petra");
+    GpuStage s = ReversibleStageOnGpu(stash, 32);
+    ASSERT_FALSE(s.worker->rebuilds_input() && stash);
+    auto forward = [&](uint64_t id) {
+      absl::StatusOr<TensorPair> y = s.worker->Forward(id, s.input, id);
+      EXPECT_TRUE(y.ok()) << y.status();
+      return y.ok() ? y->to(torch::kCPU) : TensorPair{};
+    };
+    auto backward = [&](uint64_t id, const TensorPair& y) {
+      TensorPair g{torch::ones_like(y.a), torch::ones_like(y.b)};
+      absl::StatusOr<BackwardOutput> b = s.worker->Backward(id, y, g, id);
+      EXPECT_TRUE(b.ok()) << b.status();
+    };
+    // A first micro-batch through and back: the libraries' workspaces and
+    // the optimizer's state are allocated once, then stay.
+    backward(0, forward(0));
+    torch::cuda::synchronize();
+    const int64_t before = model::ReadDeviceMemory("cuda").allocated_bytes;
+    std::vector<TensorPair> outputs;
+    for (uint64_t id = 1; id <= 4; ++id) outputs.push_back(forward(id));
+    torch::cuda::synchronize();
+    const int64_t held =
+        model::ReadDeviceMemory("cuda").allocated_bytes - before;
+    const int64_t input_bytes = s.input.nbytes();
+    if (stash) {
+      EXPECT_GE(held, 4 * input_bytes);
+      EXPECT_EQ(s.worker->memory().activation_buffer_bytes, 4 * input_bytes);
+    } else {
+      EXPECT_EQ(held, 0);
+      EXPECT_EQ(s.worker->memory().activation_buffer_bytes, 0);
+    }
+    EXPECT_GT(s.worker->memory().device_bytes, 0);
+    for (uint64_t id = 1; id <= 4; ++id) backward(id, outputs[id - 1]);
+  }
+}
+
+// Running out of device memory fails the call with RESOURCE_EXHAUSTED naming
+// the stage, in one line (no allocator backtrace); the worker survives it.
+TEST(GpuStageWorker, RunningOutOfDeviceMemoryFailsNamingTheStage) {
+  PETRA_REQUIRE_CUDA();
+  GpuStage s = ReversibleStageOnGpu(false, 8);
+  // About 1 GiB of input against a cap of a thousandth of the card.
+  const int64_t per_sample = s.input.nbytes() / 8;
+  const int64_t n = std::max<int64_t>(1, (int64_t{1} << 30) / per_sample);
+  auto sized = [n](const torch::Tensor& t) {
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[0] = n;
+    return torch::randn(shape);
+  };
+  TensorPair big{sized(s.input.a), sized(s.input.b)};
+  ASSERT_TRUE(model::LimitDeviceMemory("cuda", 0.001).ok());
+  absl::StatusOr<TensorPair> y = s.worker->Forward(1, big, 1);
+  ASSERT_TRUE(model::LimitDeviceMemory("cuda", 1.0).ok());
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(y.status().message()),
+              ::testing::HasSubstr("stage 1: forward: out of device memory"));
+  EXPECT_EQ(std::string(y.status().message()).find('\n'), std::string::npos);
+  absl::StatusOr<TensorPair> fine = s.worker->Forward(2, s.input, 2);
+  EXPECT_TRUE(fine.ok()) << fine.status();
+}
+
+// Without CUDA the allocator's kinds read 0 and the cap is refused clearly.
+TEST(DeviceMemory, IsZeroOnTheHostAndTheCapNeedsCuda) {
+  const model::DeviceMemory m = model::ReadDeviceMemory("cpu");
+  EXPECT_EQ(m.allocated_bytes, 0);
+  EXPECT_EQ(m.reserved_bytes, 0);
+  EXPECT_EQ(m.peak_allocated_bytes, 0);
+  EXPECT_EQ(model::LimitDeviceMemory("cuda", 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  if (!torch::cuda::is_available()) {
+    EXPECT_FALSE(model::LimitDeviceMemory("cuda", 0.5).ok());
+  }
 }
 
 }  // namespace

@@ -27,4 +27,11 @@ absl::StatusOr<DeviceName> ParseDeviceName(const std::string& text,
       "\" (expected cpu, cuda or cuda:N with N in 0..", kMaxCudaOrdinal, ")"));
 }
 
+bool DeviceServes(const std::string& served, const std::string& requested) {
+  absl::StatusOr<DeviceName> s = ParseDeviceName(served, "served");
+  absl::StatusOr<DeviceName> r = ParseDeviceName(requested, "requested");
+  if (!s.ok() || !r.ok() || s->type != r->type) return false;
+  return s->index == -1 || r->index == -1 || s->index == r->index;
+}
+
 }  // namespace petra::job

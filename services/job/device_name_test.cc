@@ -26,5 +26,16 @@ TEST(DeviceName, RefusesEverythingElse) {
   }
 }
 
+TEST(DeviceName, AServerServesItsKindAndOrdinal) {
+  EXPECT_TRUE(DeviceServes("cpu", "cpu"));
+  EXPECT_TRUE(DeviceServes("cuda:1", "cuda:1"));
+  EXPECT_TRUE(DeviceServes("cuda:1", "cuda"));  // any GPU will do
+  EXPECT_TRUE(DeviceServes("cuda", "cuda:0"));
+  EXPECT_FALSE(DeviceServes("cuda:0", "cuda:1"));
+  EXPECT_FALSE(DeviceServes("cpu", "cuda"));
+  EXPECT_FALSE(DeviceServes("cuda", "cpu"));
+  EXPECT_FALSE(DeviceServes("cpu", "gpu"));
+}
+
 }  // namespace
 }  // namespace petra::job

@@ -57,6 +57,22 @@ std::string Choices(const EnumDescriptor* type) {
 
 }  // namespace
 
+void AddTransformerFlags(cli::FlagSet& f,
+                         std::function<petra::v1::TransformerSpec*()> target) {
+  auto t = std::move(target);
+  f.AddCustom("embed-dim", "D", "64", "revvit/vit: token width",
+              Uint32([t](uint32_t v) { t()->set_embed_dim(v); }));
+  f.AddCustom("depth", "L", "6", "revvit/vit: transformer blocks",
+              Uint32([t](uint32_t v) { t()->set_depth(v); }));
+  f.AddCustom("heads", "H", "4", "revvit/vit: attention heads (divide D)",
+              Uint32([t](uint32_t v) { t()->set_heads(v); }));
+  f.AddCustom("mlp-ratio", "R", "2", "revvit/vit: MLP hidden width / D",
+              Double([t](double v) { t()->set_mlp_ratio(v); }));
+  f.AddCustom("patch-size", "P", "4",
+              "revvit/vit: side of a patch (divides the input's sides)",
+              Uint32([t](uint32_t v) { t()->set_patch_size(v); }));
+}
+
 void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   const EnumDescriptor* arch = GetEnumDescriptor<petra::v1::Architecture>();
   const EnumDescriptor* variant = GetEnumDescriptor<petra::v1::Variant>();
@@ -85,6 +101,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   f.AddCustom(
       "num-classes", "N", "the variant's", "output classes",
       Uint32([s](uint32_t v) { s->mutable_model()->set_num_classes(v); }));
+  AddTransformerFlags(
+      f, [s] { return s->mutable_model()->mutable_transformer(); });
   f.AddCustom(
       "dataset", Choices(dataset), "", "training data",
       Enum(dataset, [s](int v) {
@@ -156,6 +174,11 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "stash-weights", "", "false",
       "delayed mode: keep the weights each forward used",
       Bool([s](bool v) { s->mutable_training()->set_stash_weights(v); }));
+  f.AddCustom(
+      "overlap-rebuild", "", "false",
+      "petra: rebuild the next block while this one's gradient is computed "
+      "(PaReprop; a second thread per stage)",
+      Bool([s](bool v) { s->mutable_training()->set_overlap_rebuild(v); }));
   f.AddCustom("accumulation", "K", "1",
               "micro-batches averaged per optimizer step",
               Uint32([s](uint32_t v) {
@@ -225,7 +248,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       Bool([s](bool v) { s->mutable_evaluation()->set_full_train_pass(v); }));
   f.AddCustom("checkpoint-every", "N", "1",
               "checkpoint every N epochs (0: at the end only); a crashed job "
-              "resumes from its newest checkpoint", Uint32([s](uint32_t v) {
+              "resumes from its newest checkpoint",
+              Uint32([s](uint32_t v) {
                 s->mutable_checkpoint()->set_every_epochs(v);
               }));
   f.AddCustom("resume-from", "JOB", "none",
@@ -259,6 +283,13 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
   if (overrides.partition().layout_case() !=
       petra::v1::PartitionSpec::LAYOUT_NOT_SET) {
     base->mutable_partition()->clear_layout();
+  }
+  // Another architecture starts from its own sizes: a CNN's width means
+  // nothing to a transformer and the other way round.
+  if (overrides.model().architecture() != 0 &&
+      overrides.model().architecture() != base->model().architecture()) {
+    base->mutable_model()->clear_width();
+    base->mutable_model()->clear_transformer();
   }
   base->MergeFrom(overrides);
 }

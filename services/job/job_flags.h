@@ -3,6 +3,7 @@
 // means the same everywhere.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,12 +12,18 @@
 
 namespace petra::job {
 
+// --embed-dim, --depth, --heads, --mlp-ratio, --patch-size: the sizes of a
+// revvit or vit, written to what `target` returns (model.transformer).
+void AddTransformerFlags(cli::FlagSet& f,
+                         std::function<petra::v1::TransformerSpec*()> target);
+
 // Binds the job flags to fields of *spec. A flag sets its field only when
 // given, so unset fields keep their defaults (job_spec_defaults.h).
 void AddJobFlags(cli::FlagSet& flags, petra::v1::JobSpec* spec);
 
 // Overlays the fields set in `overrides` on `base` (repeated fields given in
-// `overrides` replace those of `base`).
+// `overrides` replace those of `base`; another architecture drops the base's
+// width and transformer sizes, which were for the old one).
 void OverlayJobSpec(const petra::v1::JobSpec& overrides,
                     petra::v1::JobSpec* base);
 

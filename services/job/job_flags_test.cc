@@ -116,5 +116,53 @@ TEST(JobFlags, OverlayReplacesRepeatedFieldsAndLayout) {
   EXPECT_EQ(base.seed(), 1u);
 }
 
+// The transformer flags, and --arch revvit over a CNN job (the default
+// `petra train` job is a RevNet18 of width 0.25): the width goes, the
+// transformer's defaults come, and the flags given still win.
+TEST(JobFlags, TransformerSizesAndAnotherArchitecture) {
+  petra::v1::JobSpec base;
+  base.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  base.mutable_model()->set_width(0.25);
+  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  petra::v1::JobSpec overrides;
+  ASSERT_TRUE(ParseInto({"--arch", "revvit", "--embed-dim", "48", "--depth",
+                         "12", "--heads", "3", "--mlp-ratio", "1.5",
+                         "--patch-size", "7", "--variant", "mnist"},
+                        &overrides)
+                  .ok());
+  OverlayJobSpec(overrides, &base);
+  absl::StatusOr<petra::v1::JobSpec> r = ResolveJobSpec(base);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model().width(), 1.0);
+  const petra::v1::TransformerSpec& t = r->model().transformer();
+  EXPECT_EQ(t.embed_dim(), 48u);
+  EXPECT_EQ(t.depth(), 12u);
+  EXPECT_EQ(t.heads(), 3u);
+  EXPECT_EQ(t.mlp_ratio(), 1.5);
+  EXPECT_EQ(t.patch_size(), 7u);
+  EXPECT_EQ(StageCount(*r), 14);  // per block: stem, 12 blocks, head
+
+  // Sizes that do not fit are refused naming the field.
+  for (const auto& [args, expected] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--heads", "5"}, "model.transformer.heads"},
+           {{"--patch-size", "5"}, "model.transformer.patch_size"},
+           {{"--depth", "0"}, "model.transformer.depth"},
+           {{"--mlp-ratio", "0"}, "model.transformer.mlp_ratio"},
+           {{"--width", "0.5"}, "width must be 1"}}) {
+    petra::v1::JobSpec bad = base;
+    ASSERT_TRUE(ParseInto(args, &bad).ok());
+    absl::Status s = ValidateJobSpec(bad);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(expected)) << args[0];
+  }
+  // A CNN has no transformer sizes.
+  petra::v1::JobSpec cnn;
+  cnn.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  cnn.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  ASSERT_TRUE(ParseInto({"--depth", "3"}, &cnn).ok());
+  EXPECT_THAT(std::string(ValidateJobSpec(cnn).message()),
+              HasSubstr("only revvit and vit have transformer sizes"));
+}
+
 }  // namespace
 }  // namespace petra::job

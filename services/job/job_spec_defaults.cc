@@ -1,5 +1,7 @@
 #include "services/job/job_spec_defaults.h"
 
+#include "services/model/architecture_catalog.h"
+
 namespace petra::job {
 
 using petra::v1::DatasetKind;
@@ -31,6 +33,15 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   }
   const bool cifar = model->variant() == petra::v1::VARIANT_CIFAR;
   if (!model->has_width()) model->set_width(1.0);
+  if (model::IsTransformer(model->architecture())) {
+    using D = model::TransformerDefaults;
+    petra::v1::TransformerSpec* t = model->mutable_transformer();
+    if (!t->has_embed_dim()) t->set_embed_dim(D::kEmbedDim);
+    if (!t->has_depth()) t->set_depth(D::kDepth);
+    if (!t->has_heads()) t->set_heads(D::kHeads);
+    if (!t->has_mlp_ratio()) t->set_mlp_ratio(D::kMlpRatio);
+    if (!t->has_patch_size()) t->set_patch_size(D::kPatchSize);
+  }
   if (!model->has_num_classes()) {
     model->set_num_classes(
         model->variant() == petra::v1::VARIANT_IMAGENET ? 1000 : 10);

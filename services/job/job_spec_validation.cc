@@ -27,6 +27,9 @@ constexpr uint32_t kMaxMicroBatchSize = 65536;
 constexpr uint32_t kMaxEpochs = 100000;
 constexpr uint32_t kMaxClasses = 1000000;
 constexpr double kMaxWidth = 8.0;
+constexpr uint32_t kMaxEmbedDim = 8192;
+constexpr uint32_t kMaxDepth = 256;
+constexpr double kMaxMlpRatio = 16.0;
 constexpr uint32_t kMaxCropPadding = 64;
 constexpr size_t kMaxNameLength = 128;
 
@@ -120,6 +123,52 @@ bool CheckEnum(Problems& p, const std::string& field, int value,
   return true;
 }
 
+// revvit and vit are sized by model.transformer (resolved: every size set),
+// the CNNs by width alone.
+void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
+                      Problems& p) {
+  if (!model::IsTransformer(m.architecture())) {
+    if (m.has_transformer()) {
+      p.Add("model.transformer", "set",
+            "only revvit and vit have transformer sizes (a CNN's size is "
+            "model.width)");
+    }
+    return;
+  }
+  const petra::v1::TransformerSpec& t = m.transformer();
+  if (m.width() != 1.0) {
+    p.Add("model.width", Num(m.width()),
+          "revvit and vit are sized by model.transformer (--embed-dim, "
+          "--depth, --heads, --mlp-ratio, --patch-size); width must be 1");
+  }
+  if (t.embed_dim() < 1 || t.embed_dim() > kMaxEmbedDim) {
+    p.Add("model.transformer.embed_dim", t.embed_dim(),
+          absl::StrCat("must be in [1, ", kMaxEmbedDim, "]"));
+  }
+  if (t.depth() < 1 || t.depth() > kMaxDepth) {
+    p.Add("model.transformer.depth", t.depth(),
+          absl::StrCat("must be in [1, ", kMaxDepth, "]"));
+  }
+  if (t.heads() < 1 || (t.embed_dim() > 0 && t.embed_dim() % t.heads() != 0)) {
+    p.Add("model.transformer.heads", t.heads(),
+          absl::StrCat("must divide embed_dim (", t.embed_dim(), ")"));
+  }
+  if (!std::isfinite(t.mlp_ratio()) || t.mlp_ratio() <= 0 ||
+      t.mlp_ratio() > kMaxMlpRatio) {
+    p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
+          absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
+  }
+  const int64_t side =
+      m.variant() == petra::v1::VARIANT_IMAGENET
+          ? 224
+          : (m.variant() == petra::v1::VARIANT_MNIST ? 28 : 32);
+  if (variant_ok && (t.patch_size() < 1 || side % t.patch_size() != 0)) {
+    p.Add("model.transformer.patch_size", t.patch_size(),
+          absl::StrCat("must divide the input's side (", side, " for variant ",
+                       EnumShortName(m.variant()), ")"));
+  }
+}
+
 void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::ModelSpec& m = s.model();
   CheckEnum<petra::v1::Architecture>(p, "model.architecture", m.architecture(),
@@ -137,6 +186,7 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
           "irevnet18 squeezes 2x2 pixels three times and needs sides "
           "divisible by 8 (variant cifar or imagenet), not 28x28");
   }
+  CheckTransformer(m, variant_ok, p);
   if (m.num_classes() < 2 || m.num_classes() > kMaxClasses) {
     p.Add("model.num_classes", m.num_classes(),
           absl::StrCat("must be in [2, ", kMaxClasses, "]"));
@@ -187,7 +237,7 @@ void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
   CheckEnum<petra::v1::PartitionSpec::Cost>(p, "partition.cost", part.cost(),
                                             false);
   absl::StatusOr<model::ArchitectureInfo> arch =
-      model::GetArchitectureInfo(s.model().architecture());
+      model::GetArchitectureInfo(s.model());
   if (part.layout_case() == petra::v1::PartitionSpec::kPerBlock &&
       !part.per_block()) {
     p.Add("partition.per_block", "false",
@@ -367,7 +417,7 @@ int StageCount(const petra::v1::JobSpec& resolved) {
     return resolved.partition().splits().split_at_size() + 1;
   }
   absl::StatusOr<model::ArchitectureInfo> arch =
-      model::GetArchitectureInfo(resolved.model().architecture());
+      model::GetArchitectureInfo(resolved.model());
   return arch.ok() ? arch->per_block_stages : 0;
 }
 
@@ -375,6 +425,10 @@ std::string DeviceForStage(const petra::v1::JobSpec& resolved, int index) {
   if (resolved.devices_size() == 0) return "cpu";
   if (resolved.devices_size() == 1) return resolved.devices(0);
   return index < resolved.devices_size() ? resolved.devices(index) : "cpu";
+}
+
+std::string RequestedDevice(const petra::v1::JobSpec& resolved, int index) {
+  return resolved.devices_size() == 0 ? "" : DeviceForStage(resolved, index);
 }
 
 absl::StatusOr<petra::v1::JobSpec> ResolveJobSpec(

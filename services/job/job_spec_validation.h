@@ -20,7 +20,12 @@ absl::Status ValidateJobSpec(const petra::v1::JobSpec& spec);
 // The number of stages the (resolved) spec asks for.
 int StageCount(const petra::v1::JobSpec& resolved);
 
-// The device string of stage `index` of a resolved spec ("cpu" when none).
+// The device string of stage `index` of a resolved spec when every stage runs
+// in this process ("cpu" when the spec names none).
 std::string DeviceForStage(const petra::v1::JobSpec& resolved, int index);
+
+// The device the spec asks for stage `index`; empty when it names none (a
+// fleet then runs each stage on the device its server was started with).
+std::string RequestedDevice(const petra::v1::JobSpec& resolved, int index);
 
 }  // namespace petra::job

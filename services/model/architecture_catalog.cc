@@ -4,7 +4,21 @@
 
 namespace petra::model {
 
-absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(int architecture) {
+bool IsTransformer(int architecture) {
+  return architecture == petra::v1::ARCHITECTURE_REVVIT ||
+         architecture == petra::v1::ARCHITECTURE_VIT;
+}
+
+absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
+    const petra::v1::ModelSpec& model) {
+  const int architecture = model.architecture();
+  if (IsTransformer(architecture)) {
+    const int depth = static_cast<int>(model.transformer().has_depth()
+                                           ? model.transformer().depth()
+                                           : TransformerDefaults::kDepth);
+    const bool rev = architecture == petra::v1::ARCHITECTURE_REVVIT;
+    return ArchitectureInfo{rev ? "RevViT" : "ViT", rev, depth, depth + 2};
+  }
   // Block counts follow the ResNet paper: 18 = [2,2,2,2] basic blocks,
   // 34 = [3,4,6,3] basic, 50 = [3,4,6,3] bottleneck.
   switch (architecture) {
@@ -25,7 +39,7 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(int architecture) {
     case petra::v1::ARCHITECTURE_UNSPECIFIED:
       return absl::InvalidArgumentError(
           "model.architecture: required (one of revnet18, revnet34, revnet50, "
-          "irevnet18, resnet18, resnet34, resnet50)");
+          "irevnet18, resnet18, resnet34, resnet50, revvit, vit)");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("model.architecture: unknown value ", architecture));

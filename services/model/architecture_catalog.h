@@ -20,8 +20,22 @@ struct ArchitectureInfo {
   int per_block_stages = 0;
 };
 
+// The transformer sizes a spec leaves unset (the job defaults fill them in).
+struct TransformerDefaults {
+  static constexpr uint32_t kEmbedDim = 64;
+  static constexpr uint32_t kDepth = 6;
+  static constexpr uint32_t kHeads = 4;
+  static constexpr double kMlpRatio = 2.0;
+  static constexpr uint32_t kPatchSize = 4;
+};
+
+// revvit and vit: sized by model.transformer, not by width.
+bool IsTransformer(int architecture);
+
 // NOT_FOUND-free: INVALID_ARGUMENT for ARCHITECTURE_UNSPECIFIED and unknown
-// values, naming model.architecture.
-absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(int architecture);
+// values, naming model.architecture. A transformer's block count is its
+// depth (the default depth when unset).
+absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
+    const petra::v1::ModelSpec& model);
 
 }  // namespace petra::model

@@ -27,23 +27,37 @@ TensorPair CouplingBlock::Inverse(const TensorPair& y) {
 // vector-Jacobian product with dy1 gives dL/da's R part and dL/dθ. With
 // (a, b) -> (S(b) + R(a), S(a)): dL/da = S^T dy2 + R'(a)^T dy1 and
 // dL/db = S^T dy1, where S^T = S^-1.
-Rebuilt CouplingBlock::RebuildWithVjp(const TensorPair& y,
-                                      const TensorPair& dy) {
-  torch::Tensor a = Unsqueeze(y.b).detach().requires_grad_(true);
-  torch::Tensor r = residual_->forward(a);
-  torch::Tensor b = Unsqueeze(y.a - r.detach());
-  std::vector<torch::Tensor> params = parameters();
-  std::vector<torch::Tensor> inputs = {a};
-  inputs.insert(inputs.end(), params.begin(), params.end());
-  std::vector<torch::Tensor> grads =
-      torch::autograd::grad({r}, inputs, {dy.a}, /*retain_graph=*/false,
-                            /*create_graph=*/false, /*allow_unused=*/true);
-  torch::Tensor g2 = Unsqueeze(dy.b);
-  Rebuilt out;
-  out.input = {a.detach(), b};
-  out.input_grad = {grads[0].defined() ? g2 + grads[0] : g2, Unsqueeze(dy.a)};
-  out.parameter_grads.assign(grads.begin() + 1, grads.end());
-  return out;
+class CouplingBlock::Pending : public PendingVjp {
+ public:
+  Pending(CouplingBlock& block, const TensorPair& y) : block_(block) {
+    a_ = block.Unsqueeze(y.b).detach().requires_grad_(true);
+    r_ = block.residual_->forward(a_);
+    input_ = {a_.detach(), block.Unsqueeze(y.a - r_.detach())};
+  }
+
+  Rebuilt Finish(const TensorPair& dy) override {
+    std::vector<torch::Tensor> params = block_.parameters();
+    std::vector<torch::Tensor> inputs = {a_};
+    inputs.insert(inputs.end(), params.begin(), params.end());
+    std::vector<torch::Tensor> grads =
+        torch::autograd::grad({r_}, inputs, {dy.a}, /*retain_graph=*/false,
+                              /*create_graph=*/false, /*allow_unused=*/true);
+    torch::Tensor g2 = block_.Unsqueeze(dy.b);
+    Rebuilt out;
+    out.input = input_;
+    out.input_grad = {grads[0].defined() ? g2 + grads[0] : g2,
+                      block_.Unsqueeze(dy.a)};
+    out.parameter_grads.assign(grads.begin() + 1, grads.end());
+    return out;
+  }
+
+ private:
+  CouplingBlock& block_;
+  torch::Tensor a_, r_;
+};
+
+std::unique_ptr<PendingVjp> CouplingBlock::Rebuild(const TensorPair& y) {
+  return std::make_unique<Pending>(*this, y);
 }
 
 }  // namespace petra::model

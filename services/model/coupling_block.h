@@ -16,9 +16,10 @@ class CouplingBlock : public ReversibleBlock {
   std::string kind() const override { return "reversible"; }
   TensorPair Forward(const TensorPair& x) override;
   TensorPair Inverse(const TensorPair& y) override;
-  Rebuilt RebuildWithVjp(const TensorPair& y, const TensorPair& dy) override;
+  std::unique_ptr<PendingVjp> Rebuild(const TensorPair& y) override;
 
  private:
+  class Pending;
   // S and S^-1; S is a permutation, so S^-1 is also its transpose (what
   // applies to gradients).
   torch::Tensor Squeeze(const torch::Tensor& x) const;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/coupling_block.h"
+#include "services/model/transformer_blocks.h"
 
 namespace petra::model {
 namespace {
@@ -28,6 +29,35 @@ Depth DepthOf(int architecture) {
   }
 }
 
+// revvit and vit of a resolved spec: stem, depth blocks, head.
+Network BuildTransformer(const petra::v1::ModelSpec& model,
+                         const std::vector<int64_t>& input_shape) {
+  const petra::v1::TransformerSpec& t = model.transformer();
+  const bool rev = model.architecture() == petra::v1::ARCHITECTURE_REVVIT;
+  TransformerOptions o;
+  o.in_channels = input_shape[0];
+  o.image_side = input_shape[1];
+  o.embed_dim = t.embed_dim();
+  o.heads = t.heads();
+  o.mlp_hidden =
+      std::max<int64_t>(1, std::llround(t.mlp_ratio() * t.embed_dim()));
+  o.patch_size = t.patch_size();
+  Network net;
+  net.num_classes = model.num_classes();
+  net.input_shape = input_shape;
+  net.blocks.push_back(std::make_shared<PatchEmbedBlock>(o, rev));
+  for (uint32_t i = 0; i < t.depth(); ++i) {
+    if (rev) {
+      net.blocks.push_back(std::make_shared<RevViTBlock>(o));
+    } else {
+      net.blocks.push_back(std::make_shared<ViTBlock>(o));
+    }
+  }
+  net.blocks.push_back(std::make_shared<TokenHeadBlock>(
+      rev ? 2 * o.embed_dim : o.embed_dim, net.num_classes));
+  return net;
+}
+
 }  // namespace
 
 std::vector<int64_t> InputShape(petra::v1::Variant variant) {
@@ -42,12 +72,23 @@ std::vector<int64_t> InputShape(petra::v1::Variant variant) {
 }
 
 absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
-  absl::StatusOr<ArchitectureInfo> info =
-      GetArchitectureInfo(model.architecture());
+  absl::StatusOr<ArchitectureInfo> info = GetArchitectureInfo(model);
   if (!info.ok()) return info.status();
   if (!(model.width() > 0) || model.num_classes() < 2) {
     return absl::InvalidArgumentError(
         "model: width and num_classes must be resolved before building");
+  }
+  if (IsTransformer(model.architecture())) {
+    const petra::v1::TransformerSpec& t = model.transformer();
+    const std::vector<int64_t> shape = InputShape(model.variant());
+    if (t.embed_dim() == 0 || t.heads() == 0 ||
+        t.embed_dim() % t.heads() != 0 || t.patch_size() == 0 ||
+        shape[1] % t.patch_size() != 0 || !(t.mlp_ratio() > 0)) {
+      return absl::InvalidArgumentError(
+          "model.transformer: sizes must be resolved and valid before "
+          "building");
+    }
+    return BuildTransformer(model, shape);
   }
   const Depth depth = DepthOf(model.architecture());
   const bool rev = info->reversible;

@@ -12,12 +12,15 @@
 namespace petra::model {
 namespace {
 
+// `depth`: a transformer's blocks (0: the default).
 petra::v1::ModelSpec Spec(petra::v1::Architecture arch,
-                          petra::v1::Variant variant, double width = 1.0) {
+                          petra::v1::Variant variant, double width = 1.0,
+                          uint32_t depth = 0) {
   petra::v1::JobSpec job;
   job.mutable_model()->set_architecture(arch);
   job.mutable_model()->set_variant(variant);
   job.mutable_model()->set_width(width);
+  if (depth > 0) job.mutable_model()->mutable_transformer()->set_depth(depth);
   job.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   job::ApplyJobSpecDefaults(&job);
   return job.model();
@@ -65,6 +68,7 @@ struct InverseCase {
   petra::v1::Architecture arch;
   petra::v1::Variant variant;
   double width;
+  uint32_t depth = 0;  // transformers
 };
 
 void PrintTo(const InverseCase& c, std::ostream* os) {
@@ -78,8 +82,8 @@ class ReversibleInverse : public ::testing::TestWithParam<InverseCase> {};
 // network really produces at that depth.
 TEST_P(ReversibleInverse, RebuildsTheInput) {
   torch::manual_seed(3);
-  absl::StatusOr<Network> net =
-      BuildNetwork(Spec(GetParam().arch, GetParam().variant, GetParam().width));
+  absl::StatusOr<Network> net = BuildNetwork(Spec(
+      GetParam().arch, GetParam().variant, GetParam().width, GetParam().depth));
   ASSERT_TRUE(net.ok()) << net.status();
   torch::NoGradGuard no_grad;
   std::vector<int64_t> shape = {4};
@@ -108,8 +112,8 @@ TEST_P(ReversibleInverse, RebuildsTheInput) {
 // Forward gives: the input, dL/dx and dL/dθ, from the output alone.
 TEST_P(ReversibleInverse, RebuildWithVjpMatchesAutogradThroughForward) {
   torch::manual_seed(5);
-  absl::StatusOr<Network> net =
-      BuildNetwork(Spec(GetParam().arch, GetParam().variant, GetParam().width));
+  absl::StatusOr<Network> net = BuildNetwork(Spec(
+      GetParam().arch, GetParam().variant, GetParam().width, GetParam().depth));
   ASSERT_TRUE(net.ok()) << net.status();
   ScopedBnMode batch_stats(BnMode::kBatchStats);
   std::vector<int64_t> shape = {4};
@@ -177,11 +181,61 @@ INSTANTIATE_TEST_SUITE_P(
                       InverseCase{petra::v1::ARCHITECTURE_IREVNET18,
                                   petra::v1::VARIANT_CIFAR, 0.25},
                       InverseCase{petra::v1::ARCHITECTURE_IREVNET18,
-                                  petra::v1::VARIANT_IMAGENET, 0.0625}),
+                                  petra::v1::VARIANT_IMAGENET, 0.0625},
+                      InverseCase{petra::v1::ARCHITECTURE_REVVIT,
+                                  petra::v1::VARIANT_MNIST, 1.0, 12},
+                      InverseCase{petra::v1::ARCHITECTURE_REVVIT,
+                                  petra::v1::VARIANT_CIFAR, 1.0, 12}),
     [](const auto& info) {
       return petra::v1::Architecture_Name(info.param.arch).substr(13) + "_" +
              petra::v1::Variant_Name(info.param.variant).substr(8);
     });
+
+// revvit and vit of the same sizes: stem, depth blocks, head; the same
+// parameters per block (F and G); tokens of 28 / 4 squared on both streams
+// of revvit, one stream of vit; logits at the end.
+TEST(Network, TransformersHaveTheirSizes) {
+  torch::manual_seed(1);
+  petra::v1::ModelSpec rev_spec =
+      Spec(petra::v1::ARCHITECTURE_REVVIT, petra::v1::VARIANT_MNIST, 1.0, 3);
+  petra::v1::ModelSpec vit_spec =
+      Spec(petra::v1::ARCHITECTURE_VIT, petra::v1::VARIANT_MNIST, 1.0, 3);
+  EXPECT_EQ(rev_spec.transformer().embed_dim(), 64u);
+  EXPECT_EQ(rev_spec.transformer().heads(), 4u);
+  EXPECT_EQ(rev_spec.transformer().patch_size(), 4u);
+  absl::StatusOr<Network> rev = BuildNetwork(rev_spec);
+  absl::StatusOr<Network> vit = BuildNetwork(vit_spec);
+  ASSERT_TRUE(rev.ok()) << rev.status();
+  ASSERT_TRUE(vit.ok()) << vit.status();
+  ASSERT_EQ(rev->blocks.size(), 5u);
+  ASSERT_EQ(vit->blocks.size(), 5u);
+  auto count = [](const std::shared_ptr<Block>& b) {
+    int64_t n = 0;
+    for (const auto& p : b->parameters()) n += p.numel();
+    return n;
+  };
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_TRUE(rev->blocks[i]->reversible());
+    EXPECT_FALSE(vit->blocks[i]->reversible());
+    EXPECT_EQ(count(rev->blocks[i]), count(vit->blocks[i]));
+    // 2 LayerNorms, qkv, proj, fc1, fc2 at D = 64, hidden 128.
+    EXPECT_EQ(count(rev->blocks[i]), 2 * 2 * 64 + (64 * 192 + 192) +
+                                         (64 * 64 + 64) + (64 * 128 + 128) +
+                                         (128 * 64 + 64));
+  }
+  torch::NoGradGuard no_grad;
+  TensorPair x{torch::randn({2, 1, 28, 28}), {}};
+  TensorPair y = x;
+  for (size_t i = 0; i < 4; ++i) y = rev->blocks[i]->Forward(y);
+  EXPECT_EQ(y.a.sizes(), (std::vector<int64_t>{2, 49, 64}));
+  EXPECT_EQ(y.b.sizes(), (std::vector<int64_t>{2, 49, 64}));
+  EXPECT_EQ(rev->blocks[4]->Forward(y).a.sizes(),
+            (std::vector<int64_t>{2, 10}));
+  TensorPair z = x;
+  for (auto& b : vit->blocks) z = b->Forward(z);
+  EXPECT_FALSE(z.is_pair());
+  EXPECT_EQ(z.a.sizes(), (std::vector<int64_t>{2, 10}));
+}
 
 TEST(Network, ShapesOfRevNet18OnMnist) {
   torch::manual_seed(0);

@@ -19,6 +19,14 @@ struct TensorPair {
   TensorPair detach() const {
     return {a.defined() ? a.detach() : a, b.defined() ? b.detach() : b};
   }
+  // The pair on `device`: the same tensors when they are there already (no
+  // copy on the CPU path). Copies onto a GPU are stream-ordered; copies to
+  // the host wait, so the host never reads a copy still under way.
+  TensorPair to(const torch::Device& device) const {
+    const bool async = !device.is_cpu();
+    return {a.defined() ? a.to(device, async) : a,
+            b.defined() ? b.to(device, async) : b};
+  }
 };
 
 }  // namespace petra::model

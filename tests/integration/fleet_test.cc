@@ -550,7 +550,8 @@ TEST_F(StageStreams, ControlCallsRefuseBadRequests) {
   petra::v1::AssignResponse r6;
   s = stub_->Assign(&c6, elsewhere, &r6);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(s.error_message(), HasSubstr("this server runs on \"cpu\""));
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("on \"cuda:0\" but this server runs on \"cpu\""));
   // A checkpoint path of another job.
   grpc::ClientContext c7;
   petra::v1::ReadCheckpointRequest foreign;

@@ -110,6 +110,14 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
                 0)
           << kind;
     }
+    // The allocator's kinds are there, and 0 on the CPU.
+    for (const char* kind : {"device", "device_reserved", "device_peak"}) {
+      const std::string series = "petra_stage_memory_bytes{kind=\"" +
+                                 std::string(kind) + "\"," + stage;
+      const auto it = a.lower_bound(series);
+      EXPECT_TRUE(it != a.end() && it->first.rfind(series, 0) == 0) << series;
+      EXPECT_EQ(Sum(a, series), 0) << kind;
+    }
     EXPECT_THAT(HttpGet(ports[j + 1], "/metrics"),
                 HasSubstr("petra_stage_in_flight_micro_batches{" + stage));
   }

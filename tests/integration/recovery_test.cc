@@ -162,6 +162,10 @@ TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {
   ASSERT_EQ(done.stages_size(), 2);
   EXPECT_EQ(done.stages(0).address(), stage_addresses_[0]);
   EXPECT_EQ(done.stages(1).address(), stage_addresses_[2]);
+  // The job names no device: each stage runs on its server's own (--device,
+  // "cpu" here), and the placement says so.
+  EXPECT_EQ(done.stages(0).device(), "cpu");
+  EXPECT_EQ(done.stages(1).device(), "cpu");
   EXPECT_THAT(done.recoveries(0).reason(), HasSubstr(lost));
 }
 

@@ -369,9 +369,11 @@ TEST(PetraTrain, RefusesBadJobsBeforeTraining) {
   r = RunToExit(kPetra, {"train", "--report", "/nonexistent/dir/r.json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--report: cannot write"));
-  r = RunToExit(kPetra, {"train", "--devices", "cuda:0"});
+  // No machine has GPU 1023: a CPU build says it has no CUDA, a CUDA build
+  // how many GPUs it sees.
+  r = RunToExit(kPetra, {"train", "--devices", "cuda:1023"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("on this machine's CPU"));
+  EXPECT_THAT(r.err, HasSubstr("--devices: device \"cuda:1023\" requested"));
   r = RunToExit(kPetra, {"train", "--threads-per-stage", "-1"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--threads-per-stage: must be >= 0"));

@@ -1,0 +1,31 @@
+// What a device's memory allocator holds, read from the allocator itself
+// (not from our own counters): the CUDA caching allocator on a GPU. The
+// figures are the device's, shared by every stage that runs on it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace petra::model {
+
+struct DeviceMemory {
+  int64_t allocated_bytes = 0;       // in live tensors now
+  int64_t reserved_bytes = 0;        // held by the caching allocator
+  int64_t peak_allocated_bytes = 0;  // highest allocated since the last reset
+};
+
+// The figures of `device` ("cuda", "cuda:N"); all zero for "cpu", in a build
+// without CUDA, or when the device cannot be read.
+DeviceMemory ReadDeviceMemory(const std::string& device);
+
+// Starts the peak over (a stage server does, when it takes a job).
+void ResetDeviceMemoryPeak(const std::string& device);
+
+// Caps what this process may allocate on `device` at `fraction` (0, 1] of
+// its memory (the caching allocator's per-process fraction); beyond it an
+// allocation fails as out of memory. UNIMPLEMENTED without CUDA.
+absl::Status LimitDeviceMemory(const std::string& device, double fraction);
+
+}  // namespace petra::model

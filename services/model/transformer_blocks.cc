@@ -1,0 +1,161 @@
+#include "services/model/transformer_blocks.h"
+
+#include <cmath>
+
+#include "services/model/layers.h"
+
+namespace petra::model {
+namespace {
+
+// ViT's initialisation: small normal weights, zero biases.
+torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
+  torch::nn::Linear l(in, out);
+  torch::NoGradGuard no_grad;
+  l->weight.normal_(0.0, 0.02);
+  l->bias.zero_();
+  return l;
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(int64_t dim, int64_t heads) : heads_(heads) {
+  norm_ = register_module(
+      "norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+  qkv_ = register_module("qkv", MakeLinear(dim, 3 * dim));
+  proj_ = register_module("proj", MakeLinear(dim, dim));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), n = x.size(1), d = x.size(2);
+  const int64_t dh = d / heads_;
+  // [b, n, 3, heads, dh] -> [3, b, heads, n, dh]
+  torch::Tensor qkv = CountedLinear(qkv_, norm_->forward(x))
+                          .reshape({b, n, 3, heads_, dh})
+                          .permute({2, 0, 3, 1, 4});
+  torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
+  torch::Tensor attention =
+      torch::softmax(torch::matmul(q, k.transpose(-2, -1)) /
+                         std::sqrt(static_cast<double>(dh)),
+                     -1);
+  // Q K^T and the weighted sum of V: 2 x (2 b heads n^2 dh).
+  ScopedFlopCounter::Add(4 * b * heads_ * n * n * dh);
+  torch::Tensor out =
+      torch::matmul(attention, v).transpose(1, 2).reshape({b, n, d});
+  return CountedLinear(proj_, out);
+}
+
+MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
+  norm_ = register_module(
+      "norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+  fc1_ = register_module("fc1", MakeLinear(dim, hidden));
+  fc2_ = register_module("fc2", MakeLinear(hidden, dim));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return CountedLinear(fc2_,
+                       torch::gelu(CountedLinear(fc1_, norm_->forward(x))));
+}
+
+PatchEmbedBlock::PatchEmbedBlock(const TransformerOptions& o, bool two_streams)
+    : options_(o), two_streams_(two_streams) {
+  patch_ = register_module(
+      "patch", torch::nn::Conv2d(torch::nn::Conv2dOptions(
+                                     o.in_channels, o.embed_dim, o.patch_size)
+                                     .stride(o.patch_size)));
+  const int64_t side = o.image_side / o.patch_size;
+  position_ = register_parameter(
+      "position", torch::randn({1, side * side, o.embed_dim}) * 0.02);
+}
+
+TensorPair PatchEmbedBlock::Forward(const TensorPair& x) {
+  torch::Tensor y = patch_->forward(x.a);  // [b, d, side, side]
+  ScopedFlopCounter::Add(2 * options_.in_channels * options_.patch_size *
+                         options_.patch_size * y.numel());
+  torch::Tensor tokens = y.flatten(2).transpose(1, 2) + position_;
+  if (!two_streams_) return {tokens, {}};
+  return {tokens, tokens};
+}
+
+RevViTBlock::RevViTBlock(const TransformerOptions& o) {
+  f_ = register_module("attention", Attention(o.embed_dim, o.heads));
+  g_ = register_module("mlp", Mlp(o.embed_dim, o.mlp_hidden));
+}
+
+TensorPair RevViTBlock::Forward(const TensorPair& x) {
+  torch::Tensor y1 = x.a + f_->forward(x.b);
+  return {y1, x.b + g_->forward(y1)};
+}
+
+TensorPair RevViTBlock::Inverse(const TensorPair& y) {
+  torch::Tensor x2 = y.b - g_->forward(y.a);
+  return {y.a - f_->forward(x2), x2};
+}
+
+// With L(Y1, Y2): dL/dY1 in all is dY1 + G'(Y1)^T dY2 (= dL/dX1), and
+// dL/dX2 = dY2 + F'(X2)^T dL/dY1. One recompute of G at Y1 gives X2, one of
+// F at X2 gives X1 (the rebuild); their products with dY2 and dL/dY1 give
+// the gradients (the second half).
+class RevViTBlock::Pending : public PendingVjp {
+ public:
+  Pending(RevViTBlock& block, const TensorPair& y) : block_(block) {
+    y1_ = y.a.detach().requires_grad_(true);
+    g_ = block.g_->forward(y1_);
+    x2_ = (y.b - g_.detach()).detach().requires_grad_(true);
+    f_ = block.f_->forward(x2_);
+    input_ = {(y.a - f_.detach()).detach(), x2_.detach()};
+  }
+
+  Rebuilt Finish(const TensorPair& dy) override {
+    const std::vector<torch::Tensor> params = block_.parameters();
+    std::vector<torch::Tensor> inputs = {y1_};
+    inputs.insert(inputs.end(), params.begin(), params.end());
+    std::vector<torch::Tensor> from_g =
+        torch::autograd::grad({g_}, inputs, {dy.b}, /*retain_graph=*/false,
+                              /*create_graph=*/false, /*allow_unused=*/true);
+    torch::Tensor dy1 = from_g[0].defined() ? dy.a + from_g[0] : dy.a;
+    inputs[0] = x2_;
+    std::vector<torch::Tensor> from_f =
+        torch::autograd::grad({f_}, inputs, {dy1}, /*retain_graph=*/false,
+                              /*create_graph=*/false, /*allow_unused=*/true);
+    Rebuilt out;
+    out.input = input_;
+    out.input_grad = {dy1, from_f[0].defined() ? dy.b + from_f[0] : dy.b};
+    // Each parameter belongs to F or to G: one of the two products has it.
+    for (size_t i = 0; i < params.size(); ++i) {
+      out.parameter_grads.push_back(from_f[i + 1].defined() ? from_f[i + 1]
+                                                            : from_g[i + 1]);
+    }
+    return out;
+  }
+
+ private:
+  RevViTBlock& block_;
+  torch::Tensor y1_, g_, x2_, f_;
+};
+
+std::unique_ptr<PendingVjp> RevViTBlock::Rebuild(const TensorPair& y) {
+  return std::make_unique<Pending>(*this, y);
+}
+
+ViTBlock::ViTBlock(const TransformerOptions& o) {
+  f_ = register_module("attention", Attention(o.embed_dim, o.heads));
+  g_ = register_module("mlp", Mlp(o.embed_dim, o.mlp_hidden));
+}
+
+TensorPair ViTBlock::Forward(const TensorPair& x) {
+  torch::Tensor h = x.a + f_->forward(x.a);
+  return {h + g_->forward(h), {}};
+}
+
+TokenHeadBlock::TokenHeadBlock(int64_t features, int64_t classes) {
+  norm_ = register_module(
+      "norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({features})));
+  fc_ = register_module("fc", MakeLinear(features, classes));
+}
+
+TensorPair TokenHeadBlock::Forward(const TensorPair& x) {
+  torch::Tensor tokens = x.is_pair() ? torch::cat({x.a, x.b}, -1) : x.a;
+  return {CountedLinear(fc_, norm_->forward(tokens).mean(1)), {}};
+}
+
+}  // namespace petra::model
