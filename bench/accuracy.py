@@ -15,6 +15,7 @@ not depend on the partition, so it runs once, as one stage on every core.
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -52,7 +53,13 @@ def parse_args(argv):
     p.add_argument("--petra", default=os.path.join(ROOT, "build", "bin",
                                                    "petra"),
                    help="the petra binary (default: build/bin/petra)")
+    p.add_argument("--arch", default="revnet18",
+                   help="network (default revnet18; revvit and vit take "
+                        "their sizes from --model-flags, not --width)")
     p.add_argument("--width", default="0.25")
+    p.add_argument("--model-flags", default="",
+                   help="more `petra train` flags for every run, e.g. "
+                        "'--patch-size 7 --lr 0.1'")
     p.add_argument("--epochs", default="3")
     p.add_argument("--seed", default="1")
     p.add_argument("--train-limit", default="0",
@@ -91,10 +98,13 @@ def parse_args(argv):
 def main(argv):
     args = parse_args(argv)
     cores = os.cpu_count()
-    common = ["--arch", "revnet18", "--width", args.width,
-              "--dataset", "fashion_mnist", "--epochs", args.epochs,
-              "--seed", args.seed, "--train-limit", args.train_limit,
-              "--test-limit", args.test_limit]
+    transformer = args.arch in ("revvit", "vit")
+    common = (["--arch", args.arch] +
+              ([] if transformer else ["--width", args.width]) +
+              ["--dataset", "fashion_mnist", "--epochs", args.epochs,
+               "--seed", args.seed, "--train-limit", args.train_limit,
+               "--test-limit", args.test_limit] +
+              shlex.split(args.model_flags))
     # (label, stages, flags, threads) of every run, in order.
     plan = []
     for label, flags in args.configs:
@@ -121,7 +131,10 @@ def main(argv):
 
     reference = next((r["test_accuracy"] for label, _, _, r in rows
                       if label == "backprop"), None)
-    print(f"RevNet18 (mnist variant, width {args.width}) on Fashion-MNIST, "
+    size = (args.model_flags or "default sizes") if transformer else \
+        f"width {args.width}" + (f", {args.model_flags}"
+                                 if args.model_flags else "")
+    print(f"{args.arch} (mnist variant, {size}) on Fashion-MNIST, "
           f"{args.epochs} epochs, seed {args.seed}, micro-batch 64. Whole "
           f"sweep: {total / 60:.1f} min on {cores} cores.\n")
     print("| training | stages | test accuracy | vs backprop | samples/s "

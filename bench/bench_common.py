@@ -9,12 +9,13 @@ class BenchError(Exception):
     """A benchmark step failed; the message says which and why."""
 
 
-def run(argv, timeout):
-    """Runs a command; returns its stdout; raises BenchError with its output
-    when it fails or outlives `timeout` seconds."""
+def run(argv, timeout, env=None):
+    """Runs a command (in `env`, default this one's); returns its stdout;
+    raises BenchError with its output when it fails or outlives `timeout`
+    seconds."""
     try:
         out = subprocess.run(argv, capture_output=True, text=True,
-                             timeout=timeout)
+                             timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise BenchError(f"timed out after {timeout} s: {' '.join(argv)}")
     if out.returncode != 0:

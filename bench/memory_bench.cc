@@ -38,16 +38,19 @@ int main(int argc, char** argv) {
       "of the PETRA paper), one stage per block, on synthetic data. Prints a\n"
       "Markdown report.");
   flags.AddString("arch", &arch,
-                  "architecture (revnet18, revnet34, revnet50, irevnet18)");
+                  "architecture (revnet18, revnet34, revnet50, irevnet18, "
+                  "revvit)");
   flags.AddString("variant", &variant, "variant (imagenet, cifar, mnist)");
   flags.AddDouble("width", &width, "width multiplier");
   flags.AddInt("micro-batch", &micro_batch, "samples per micro-batch");
+  petra::v1::JobSpec base;
+  job::AddTransformerFlags(
+      flags, [&base] { return base.mutable_model()->mutable_transformer(); });
   flags.AddInt(
       "micro-batches", &micro_batches,
       "micro-batches to train; 0 = enough to fill the pipeline (2J - 1)");
   if (int rc = cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
-  petra::v1::JobSpec base;
   auto set_enum = [&](const auto* type, const std::string& text,
                       const char* flag, auto setter) {
     absl::StatusOr<int> v = job::ParseEnumShortName(type, text, flag);

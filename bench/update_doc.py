@@ -10,7 +10,8 @@ import os
 import re
 import sys
 
-SECTIONS = ["throughput", "fleets", "memory", "accuracy", "peer", "compare"]
+SECTIONS = ["throughput", "fleets", "memory", "accuracy", "peer",
+            "transformer", "compare"]
 
 HEADER = """# Benchmarks
 

@@ -87,11 +87,25 @@ FleetRun RunOnFleet(const petra::v1::JobSpec& spec, const std::string& dir) {
   return run;
 }
 
+// A small RevViT in place of the RevNet: 16 tokens of 16, 4 blocks.
+void UseRevViT(petra::v1::JobSpec& s) {
+  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVVIT);
+  s.mutable_model()->clear_width();
+  s.mutable_model()->set_variant(petra::v1::VARIANT_MNIST);
+  petra::v1::TransformerSpec* t = s.mutable_model()->mutable_transformer();
+  t->set_embed_dim(16);
+  t->set_depth(4);
+  t->set_heads(2);
+  t->set_patch_size(7);
+}
+
 // `device`: every stage's, in both runners. `tolerance`: relative, on each
 // micro-batch's loss.
 void ExpectSameRun(petra::v1::TrainingMode mode,
-                   const std::string& device = "cpu", double tolerance = 1e-5) {
+                   const std::string& device = "cpu", double tolerance = 1e-5,
+                   bool revvit = false) {
   petra::v1::JobSpec raw = FiftySteps(mode);
+  if (revvit) UseRevViT(raw);
   raw.add_devices(device);
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -168,6 +182,12 @@ TEST(LocalFleet, PetraMatchesTheInProcessRunnerForFiftySteps) {
 
 TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_BACKPROP);
+}
+
+// A transformer through the same fleet, streams, export and all: nothing in
+// them knows the blocks are RevViT's.
+TEST(LocalFleet, RevViTMatchesTheInProcessRunnerForFiftySteps) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, /*revvit=*/true);
 }
 
 // On a GPU: every stage on it in both runners. With deterministic cuDNN and

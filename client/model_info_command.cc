@@ -20,17 +20,6 @@ std::string ShapeText(const model::StageSummary& s) {
   return s.output_is_pair ? absl::StrCat("2 x ", dims) : dims;
 }
 
-// What sizes the network: a CNN's width, a transformer's dimensions.
-std::string SizeText(const petra::v1::ModelSpec& m) {
-  if (!model::IsTransformer(m.architecture())) {
-    return absl::StrFormat("width %g", m.width());
-  }
-  const petra::v1::TransformerSpec& t = m.transformer();
-  return absl::StrFormat(
-      "embed_dim %d, depth %d, heads %d, mlp_ratio %g, patch_size %d",
-      t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size());
-}
-
 std::string Json(const std::string& arch, const std::string& variant,
                  const petra::v1::ModelSpec& m, int64_t params,
                  const std::vector<model::StageSummary>& stages,
@@ -116,8 +105,8 @@ int RunModelInfo(const std::string& program,
   auto info = model::GetArchitectureInfo(resolved->model());
   std::cout << absl::StrFormat(
       "%s (%s, %s): %d parameters (%.2fM), %d stages\n\n", info->display_name,
-      variant_name, SizeText(resolved->model()), params, params / 1e6,
-      static_cast<int>(summary.size()));
+      variant_name, model::DescribeSize(resolved->model()), params,
+      params / 1e6, static_cast<int>(summary.size()));
   std::cout << absl::StrFormat("%-6s %-8s %-11s %-10s %12s  %-18s %14s\n",
                                "stage", "blocks", "kind", "reversible",
                                "params", "output", "fwd MFLOP/smp");

@@ -14,6 +14,7 @@
 #include "client/simulate_report.h"
 #include "services/cli/flag_set.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
 #include "services/sim/pipeline_sim.h"
 #include "services/sim/profile_io.h"
 
@@ -232,10 +233,9 @@ absl::StatusOr<SimulationInputs> Inputs(const cli::FlagSet& flags,
         EstimateProfile(*resolved, *model, static_cast<int64_t>(o.micro_batch),
                         o.flops_per_second);
     in.source = absl::StrFormat(
-        "an estimate: %s (%s, width %g), FLOPs / %g FLOP/s, backward 3 x "
-        "forward",
-        in.profile.architecture(), in.profile.variant(), in.profile.width(),
-        o.flops_per_second);
+        "an estimate: %s (%s, %s), FLOPs / %g FLOP/s, backward 3 x forward",
+        in.profile.architecture(), in.profile.variant(),
+        model::DescribeSize(resolved->model()), o.flops_per_second);
   } else {
     if (!flags.WasSet("forward-seconds") || !flags.WasSet("backward-seconds")) {
       return absl::InvalidArgumentError(

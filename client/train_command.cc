@@ -33,6 +33,7 @@
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
 #include "services/model/device_check.h"
 #include "services/model/network.h"
 #include "services/wire/grpc_defaults.h"
@@ -317,10 +318,11 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                             stages);
   if (!quiet) {
     std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
-              << job::EnumShortName(m.variant()) << ", width " << m.width()
-              << ") on " << job::EnumShortName(resolved->dataset().kind())
-              << ", mode " << job::EnumShortName(resolved->training().mode())
-              << ", " << stages << " stages, micro-batch "
+              << job::EnumShortName(m.variant()) << ", "
+              << model::DescribeSize(m) << ") on "
+              << job::EnumShortName(resolved->dataset().kind()) << ", mode "
+              << job::EnumShortName(resolved->training().mode()) << ", "
+              << stages << " stages, micro-batch "
               << resolved->training().micro_batch_size()
               << ", k = " << resolved->training().accumulation_steps() << ", "
               << resolved->training().epochs() << " epochs, "

@@ -10,8 +10,8 @@
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh compare
 #                                          # this build's throughput beside
 #                                          # another's, alternating runs
-# Sections: throughput fleets memory accuracy peer (the default), compare
-# (only when named).
+# Sections: throughput fleets memory accuracy peer transformer (the default),
+# compare (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare: the other
 # build's bin directory; BENCH_OLD_COMMIT names its commit in the doc).
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 PY=/usr/bin/python3
-ALL=(throughput fleets memory accuracy peer)
+ALL=(throughput fleets memory accuracy peer transformer)
 
 smoke=0
 sections=()
@@ -28,7 +28,8 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
     --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    throughput|fleets|memory|accuracy|peer|compare) sections+=("$arg") ;;
+    throughput|fleets|memory|accuracy|peer|transformer|compare)
+      sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
   esac
@@ -50,12 +51,15 @@ machine() {
     "$(free -g | awk '/Mem:/{print $2}') GiB."
 }
 
-# Prints "Command: `...`", runs the command (its stderr is progress) and
-# prints its standard output.
+# Prints "Command: `...`" (shell-quoted), runs the command (its stderr is
+# progress) and prints its standard output.
 run() {
-  echo "Command: \`$*\`"
+  # Quoted as a shell would need it, so that the line can be pasted.
+  local line
+  line=$($PY -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@")
+  echo "Command: \`$line\`"
   echo
-  echo "bench: $*" >&2
+  echo "bench: $line" >&2
   "$@"
 }
 
@@ -143,6 +147,40 @@ section_accuracy() {
   echo
   run $PY bench/accuracy.py --petra "$BIN/petra" "${args[@]}" \
     --json "$RESULTS/accuracy.json"
+}
+
+section_transformer() {
+  # The size trains in about 10 minutes a run on 2 cores (RevViT, 16 tokens
+  # of 64, 6 blocks; 10 epochs).
+  local size="--patch-size 7" epochs=10 batch=64 split=1,7
+  if ((smoke)); then
+    size="--patch-size 7 --embed-dim 16 --depth 3 --heads 2" epochs=1
+    batch=4 split=1,4
+  fi
+  echo "## Reversible vision transformers (RevViT) under PETRA"
+  echo
+  machine
+  echo
+  echo "### Accuracy: PETRA against backprop"
+  echo
+  local acc=(--arch revvit --model-flags "$size --lr 0.1" --epochs "$epochs"
+             --only "backprop,PETRA k=1")
+  if ((smoke)); then acc+=(--smoke); fi
+  run $PY bench/accuracy.py --petra "$BIN/petra" "${acc[@]}" \
+    --json "$RESULTS/transformer_accuracy.json"
+  echo
+  echo "### PaReprop: one stage's backward with the rebuild overlapped"
+  echo
+  local pp=(--job-flags "--arch revvit $size --split-at $split")
+  if ((smoke)); then pp+=(--smoke); fi
+  # shellcheck disable=SC2086
+  run $PY bench/pareprop.py --petra "$BIN/petra" "${pp[@]}"
+  echo
+  echo "### Memory of the buffer configurations (paper, Table 3)"
+  echo
+  # shellcheck disable=SC2086
+  run "$BIN/petra_bench_memory" --arch revvit --variant mnist $size \
+    --micro-batch "$batch"
 }
 
 section_peer() {

@@ -1,12 +1,23 @@
 #include "services/model/architecture_catalog.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace petra::model {
 
 bool IsTransformer(int architecture) {
   return architecture == petra::v1::ARCHITECTURE_REVVIT ||
          architecture == petra::v1::ARCHITECTURE_VIT;
+}
+
+std::string DescribeSize(const petra::v1::ModelSpec& m) {
+  if (!IsTransformer(m.architecture())) {
+    return absl::StrFormat("width %g", m.width());
+  }
+  const petra::v1::TransformerSpec& t = m.transformer();
+  return absl::StrFormat(
+      "embed_dim %d, depth %d, heads %d, mlp_ratio %g, patch_size %d",
+      t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size());
 }
 
 absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(

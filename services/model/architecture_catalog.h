@@ -32,6 +32,11 @@ struct TransformerDefaults {
 // revvit and vit: sized by model.transformer, not by width.
 bool IsTransformer(int architecture);
 
+// What sizes a resolved model, for people: "width 0.25" for a CNN,
+// "embed_dim 64, depth 6, heads 4, mlp_ratio 2, patch_size 4" for a
+// transformer.
+std::string DescribeSize(const petra::v1::ModelSpec& model);
+
 // NOT_FOUND-free: INVALID_ARGUMENT for ARCHITECTURE_UNSPECIFIED and unknown
 // values, naming model.architecture. A transformer's block count is its
 // depth (the default depth when unset).
