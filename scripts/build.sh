@@ -11,6 +11,7 @@
 #   DIR       a libtorch folder (it holds share/cmake/Torch)
 #   external  yours, named by -DTorch_DIR=... in CMAKE_ARGS
 # A libtorch with CUDA (lib/libtorch_cuda.so) builds with PETRA_WITH_CUDA.
+# Use one BUILD_DIR per libtorch: a configured directory keeps its Torch_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

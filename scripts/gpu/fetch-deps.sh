@@ -34,7 +34,11 @@ mapfile -t packages < <(
 rm -rf "$OUT" && mkdir -p "$OUT"
 echo "fetch-deps: downloading ${#packages[@]} packages into $OUT"
 (cd "$OUT" && apt-get download "${packages[@]}" 2>&1 >/dev/null | grep -v "unsandboxed as root" || true)
-ls "$OUT"/*.deb >/dev/null 2>&1 || { echo "fetch-deps: the download failed" >&2; exit 1; }
+got=$(find "$OUT" -name '*.deb' | wc -l)
+if (( got != ${#packages[@]} )); then
+  echo "fetch-deps: downloaded $got of ${#packages[@]} packages (apt-get update first?)" >&2
+  exit 1
+fi
 total=$(du -sb "$OUT" | cut -f1)
 echo "fetch-deps: $(ls "$OUT" | wc -l) files, $((total / 1048576)) MiB (the device tool carries 64 MiB with the tree)"
 if (( total > 56 * 1048576 )); then

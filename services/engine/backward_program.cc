@@ -78,22 +78,24 @@ class RebuildProgram : public BackwardProgram {
     Pending pending = Reversible(*blocks.back()).Rebuild(output);
     TensorPair g = output_grad;
     for (size_t i = blocks.size(); i-- > 0;) {
-      std::promise<Pending> promise;
       std::future<Pending> next;
       if (i > 0) {
-        next = promise.get_future();
+        // Shared: the helper may still be inside set_value when get()
+        // returns here.
+        auto promise = std::make_shared<std::promise<Pending>>();
+        next = promise->get_future();
         model::ReversibleBlock& below = Reversible(*blocks[i - 1]);
-        auto rebuild = [&promise, &below, x = pending->input(), mode] {
+        auto rebuild = [promise, &below, x = pending->input(), mode] {
           try {
             ScopedBnMode m(mode);
-            promise.set_value(below.Rebuild(x));
+            promise->set_value(below.Rebuild(x));
           } catch (...) {
-            promise.set_exception(std::current_exception());
+            promise->set_exception(std::current_exception());
           }
         };
         if (!helper_->Post(rebuild)) rebuild();  // stopping: run it here
       }
-      // The helper's task refers to this frame: wait for it however we
+      // The helper's task refers to the blocks: wait for it however we
       // leave.
       struct Join {
         std::future<Pending>& f;

@@ -1,5 +1,7 @@
 #include "services/job/device_name.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -31,7 +33,9 @@ bool DeviceServes(const std::string& served, const std::string& requested) {
   absl::StatusOr<DeviceName> s = ParseDeviceName(served, "served");
   absl::StatusOr<DeviceName> r = ParseDeviceName(requested, "requested");
   if (!s.ok() || !r.ok() || s->type != r->type) return false;
-  return s->index == -1 || r->index == -1 || s->index == r->index;
+  if (r->index == -1) return true;  // any GPU will do
+  // A server on plain "cuda" runs on the current device: GPU 0.
+  return std::max(s->index, 0) == r->index;
 }
 
 }  // namespace petra::job

@@ -20,8 +20,9 @@ absl::StatusOr<DeviceName> ParseDeviceName(const std::string& text,
                                            const std::string& field);
 
 // Whether a stage the job places on `requested` may run on a server started
-// with `--device served`: the same kind, and the same ordinal unless either
-// says plain "cuda" (any GPU). Unparseable names match nothing.
+// with `--device served`: the same kind, and the same ordinal unless the job
+// says plain "cuda" (any GPU); a server on plain "cuda" runs on GPU 0.
+// Unparseable names match nothing.
 bool DeviceServes(const std::string& served, const std::string& requested);
 
 }  // namespace petra::job

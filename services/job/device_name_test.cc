@@ -31,6 +31,7 @@ TEST(DeviceName, AServerServesItsKindAndOrdinal) {
   EXPECT_TRUE(DeviceServes("cuda:1", "cuda:1"));
   EXPECT_TRUE(DeviceServes("cuda:1", "cuda"));  // any GPU will do
   EXPECT_TRUE(DeviceServes("cuda", "cuda:0"));
+  EXPECT_FALSE(DeviceServes("cuda", "cuda:1"));  // plain "cuda" is GPU 0
   EXPECT_FALSE(DeviceServes("cuda:0", "cuda:1"));
   EXPECT_FALSE(DeviceServes("cpu", "cuda"));
   EXPECT_FALSE(DeviceServes("cuda", "cpu"));

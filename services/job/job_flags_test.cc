@@ -149,6 +149,8 @@ TEST(JobFlags, TransformerSizesAndAnotherArchitecture) {
            {{"--patch-size", "5"}, "model.transformer.patch_size"},
            {{"--depth", "0"}, "model.transformer.depth"},
            {{"--mlp-ratio", "0"}, "model.transformer.mlp_ratio"},
+           {{"--variant", "imagenet", "--patch-size", "2"},
+            "gives 12544 tokens of a 224x224 input; at most 4096"},
            {{"--width", "0.5"}, "width must be 1"}}) {
     petra::v1::JobSpec bad = base;
     ASSERT_TRUE(ParseInto(args, &bad).ok());

@@ -30,6 +30,7 @@ constexpr double kMaxWidth = 8.0;
 constexpr uint32_t kMaxEmbedDim = 8192;
 constexpr uint32_t kMaxDepth = 256;
 constexpr double kMaxMlpRatio = 16.0;
+constexpr int64_t kMaxTokens = 4096;
 constexpr uint32_t kMaxCropPadding = 64;
 constexpr size_t kMaxNameLength = 128;
 
@@ -166,6 +167,15 @@ void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
     p.Add("model.transformer.patch_size", t.patch_size(),
           absl::StrCat("must divide the input's side (", side, " for variant ",
                        EnumShortName(m.variant()), ")"));
+  } else if (variant_ok &&
+             (side / t.patch_size()) * (side / t.patch_size()) > kMaxTokens) {
+    // Attention costs tokens^2 per head: beyond this it is memory, not a
+    // model.
+    p.Add("model.transformer.patch_size", t.patch_size(),
+          absl::StrCat("gives ",
+                       (side / t.patch_size()) * (side / t.patch_size()),
+                       " tokens of a ", side, "x", side, " input; at most ",
+                       kMaxTokens, " (a larger patch)"));
   }
 }
 

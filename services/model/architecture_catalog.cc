@@ -1,5 +1,7 @@
 #include "services/model/architecture_catalog.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -24,9 +26,12 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
     const petra::v1::ModelSpec& model) {
   const int architecture = model.architecture();
   if (IsTransformer(architecture)) {
-    const int depth = static_cast<int>(model.transformer().has_depth()
-                                           ? model.transformer().depth()
-                                           : TransformerDefaults::kDepth);
+    // Bounded so that the count cannot overflow; validation refuses depths
+    // above its own (much lower) limit.
+    const int depth = static_cast<int>(std::min<uint32_t>(
+        model.transformer().has_depth() ? model.transformer().depth()
+                                        : TransformerDefaults::kDepth,
+        1u << 20));
     const bool rev = architecture == petra::v1::ARCHITECTURE_REVVIT;
     return ArchitectureInfo{rev ? "RevViT" : "ViT", rev, depth, depth + 2};
   }

@@ -20,7 +20,8 @@ struct DeviceMemory {
 // without CUDA, or when the device cannot be read.
 DeviceMemory ReadDeviceMemory(const std::string& device);
 
-// Starts the peak over (a stage server does, when it takes a job).
+// Starts the device's peak over (a stage does when it is built; the figure is
+// the device's, so stages sharing a GPU share it too).
 void ResetDeviceMemoryPeak(const std::string& device);
 
 // Caps what this process may allocate on `device` at `fraction` (0, 1] of

@@ -1,5 +1,6 @@
 #include "services/model/network.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -82,8 +83,9 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
     const petra::v1::TransformerSpec& t = model.transformer();
     const std::vector<int64_t> shape = InputShape(model.variant());
     if (t.embed_dim() == 0 || t.heads() == 0 ||
-        t.embed_dim() % t.heads() != 0 || t.patch_size() == 0 ||
-        shape[1] % t.patch_size() != 0 || !(t.mlp_ratio() > 0)) {
+        t.embed_dim() % t.heads() != 0 || t.depth() == 0 ||
+        t.patch_size() == 0 || shape[1] % t.patch_size() != 0 ||
+        !std::isfinite(t.mlp_ratio()) || !(t.mlp_ratio() > 0)) {
       return absl::InvalidArgumentError(
           "model.transformer: sizes must be resolved and valid before "
           "building");
