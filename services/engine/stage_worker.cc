@@ -209,7 +209,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
       config_.index, "forward-loss", [&]() -> absl::StatusOr<LossOutput> {
         const TensorPair x = input.to(config_.device);
         const torch::Tensor labels =
-            received_labels.to(config_.device, !config_.device.is_cpu());
+            model::ToDevice(received_labels, config_.device);
         if (labels.dim() != 1 || labels.size(0) != x.a.size(0)) {
           return absl::InvalidArgumentError(
               absl::StrCat("labels: ", labels.numel(),
@@ -302,7 +302,7 @@ absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(
   if (!y.ok()) return y.status();
   return Guard(config_.index, "evaluate", [&]() -> absl::StatusOr<LossOutput> {
     const torch::Tensor labels =
-        received_labels.to(config_.device, !config_.device.is_cpu());
+        model::ToDevice(received_labels, config_.device);
     if (labels.dim() != 1 || labels.size(0) != y->a.size(0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("labels: ", labels.numel(),

@@ -23,8 +23,7 @@ using model::TensorPair;
 petra::v1::JobSpec Job(petra::v1::Architecture arch, uint32_t k) {
   petra::v1::JobSpec s;
   s.mutable_model()->set_architecture(arch);
-  if (arch == petra::v1::ARCHITECTURE_REVVIT ||
-      arch == petra::v1::ARCHITECTURE_VIT) {
+  if (model::IsTransformer(arch)) {
     // A small transformer: 16 tokens of 16, 4 blocks.
     petra::v1::TransformerSpec* t = s.mutable_model()->mutable_transformer();
     t->set_embed_dim(16);

@@ -10,6 +10,7 @@
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
 
 namespace petra::job {
 namespace {
@@ -60,15 +61,20 @@ std::string Choices(const EnumDescriptor* type) {
 void AddTransformerFlags(cli::FlagSet& f,
                          std::function<petra::v1::TransformerSpec*()> target) {
   auto t = std::move(target);
-  f.AddCustom("embed-dim", "D", "64", "revvit/vit: token width",
+  using D = model::TransformerDefaults;  // the defaults the help shows
+  f.AddCustom("embed-dim", "D", absl::StrCat(D::kEmbedDim),
+              "revvit/vit: token width",
               Uint32([t](uint32_t v) { t()->set_embed_dim(v); }));
-  f.AddCustom("depth", "L", "6", "revvit/vit: transformer blocks",
+  f.AddCustom("depth", "L", absl::StrCat(D::kDepth),
+              "revvit/vit: transformer blocks",
               Uint32([t](uint32_t v) { t()->set_depth(v); }));
-  f.AddCustom("heads", "H", "4", "revvit/vit: attention heads (divide D)",
+  f.AddCustom("heads", "H", absl::StrCat(D::kHeads),
+              "revvit/vit: attention heads (divide D)",
               Uint32([t](uint32_t v) { t()->set_heads(v); }));
-  f.AddCustom("mlp-ratio", "R", "2", "revvit/vit: MLP hidden width / D",
+  f.AddCustom("mlp-ratio", "R", absl::StrCat(D::kMlpRatio),
+              "revvit/vit: MLP hidden width / D",
               Double([t](double v) { t()->set_mlp_ratio(v); }));
-  f.AddCustom("patch-size", "P", "4",
+  f.AddCustom("patch-size", "P", absl::StrCat(D::kPatchSize),
               "revvit/vit: side of a patch (divides the input's sides)",
               Uint32([t](uint32_t v) { t()->set_patch_size(v); }));
 }

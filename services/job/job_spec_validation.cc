@@ -159,10 +159,7 @@ void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
     p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
           absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
   }
-  const int64_t side =
-      m.variant() == petra::v1::VARIANT_IMAGENET
-          ? 224
-          : (m.variant() == petra::v1::VARIANT_MNIST ? 28 : 32);
+  const int64_t side = model::InputShape(m.variant())[1];
   if (variant_ok && (t.patch_size() < 1 || side % t.patch_size() != 0)) {
     p.Add("model.transformer.patch_size", t.patch_size(),
           absl::StrCat("must divide the input's side (", side, " for variant ",

@@ -7,6 +7,17 @@
 
 namespace petra::model {
 
+std::vector<int64_t> InputShape(petra::v1::Variant variant) {
+  switch (variant) {
+    case petra::v1::VARIANT_IMAGENET:
+      return {3, 224, 224};
+    case petra::v1::VARIANT_MNIST:
+      return {1, 28, 28};
+    default:
+      return {3, 32, 32};
+  }
+}
+
 bool IsTransformer(int architecture) {
   return architecture == petra::v1::ARCHITECTURE_REVVIT ||
          architecture == petra::v1::ARCHITECTURE_VIT;

@@ -2,7 +2,9 @@
 // building the network (no torch here).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
@@ -28,6 +30,9 @@ struct TransformerDefaults {
   static constexpr double kMlpRatio = 2.0;
   static constexpr uint32_t kPatchSize = 4;
 };
+
+// One sample's input shape {channels, height, width} for a variant.
+std::vector<int64_t> InputShape(petra::v1::Variant variant);
 
 // revvit and vit: sized by model.transformer, not by width.
 bool IsTransformer(int architecture);

@@ -61,17 +61,6 @@ Network BuildTransformer(const petra::v1::ModelSpec& model,
 
 }  // namespace
 
-std::vector<int64_t> InputShape(petra::v1::Variant variant) {
-  switch (variant) {
-    case petra::v1::VARIANT_IMAGENET:
-      return {3, 224, 224};
-    case petra::v1::VARIANT_MNIST:
-      return {1, 28, 28};
-    default:
-      return {3, 32, 32};
-  }
-}
-
 absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
   absl::StatusOr<ArchitectureInfo> info = GetArchitectureInfo(model);
   if (!info.ok()) return info.status();

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
+#include "services/model/architecture_catalog.h"  // InputShape
 #include "services/model/blocks.h"
 
 namespace petra::model {
@@ -18,9 +19,6 @@ struct Network {
   std::vector<int64_t> input_shape;
   int64_t num_classes = 0;
 };
-
-// One sample's input shape {channels, height, width} for a variant.
-std::vector<int64_t> InputShape(petra::v1::Variant variant);
 
 // `model` must be resolved (job::ResolveJobSpec): variant, width and
 // num_classes set. Parameters are drawn from torch's global generator, so

@@ -6,6 +6,14 @@
 
 namespace petra::model {
 
+// `t` on `device`: itself when it is there already (no copy on the CPU
+// path). Copies onto a GPU are stream-ordered; copies to the host wait, so
+// the host never reads a copy still under way.
+inline torch::Tensor ToDevice(const torch::Tensor& t,
+                              const torch::Device& device) {
+  return t.defined() ? t.to(device, /*non_blocking=*/!device.is_cpu()) : t;
+}
+
 struct TensorPair {
   torch::Tensor a;
   torch::Tensor b;  // undefined for a single-tensor boundary
@@ -19,13 +27,9 @@ struct TensorPair {
   TensorPair detach() const {
     return {a.defined() ? a.detach() : a, b.defined() ? b.detach() : b};
   }
-  // The pair on `device`: the same tensors when they are there already (no
-  // copy on the CPU path). Copies onto a GPU are stream-ordered; copies to
-  // the host wait, so the host never reads a copy still under way.
+  // The pair on `device` (ToDevice on each).
   TensorPair to(const torch::Device& device) const {
-    const bool async = !device.is_cpu();
-    return {a.defined() ? a.to(device, async) : a,
-            b.defined() ? b.to(device, async) : b};
+    return {ToDevice(a, device), ToDevice(b, device)};
   }
 };
 
