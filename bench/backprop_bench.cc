@@ -16,6 +16,7 @@
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/batch_norm.h"
+#include "services/model/compute_threads.h"
 #include "services/model/network.h"
 
 int main(int argc, char** argv) {
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
     std::cerr << "petra_bench_backprop: " << spec.status().message() << "\n";
     return 2;
   }
-  torch::set_num_threads(static_cast<int>(threads));
+  petra::model::SetComputeThreads(static_cast<int>(threads));
   absl::StatusOr<data::Splits> data = data::LoadForJob(
       *spec, data_root, model::InputShape(spec->model().variant()));
   if (!data.ok()) {

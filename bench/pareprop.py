@@ -8,10 +8,11 @@ blocks rebuilt one after the other and once with block i-1 rebuilt on a
 second thread while block i's gradient is computed, alternating the two for
 --rounds rounds, and prints the median backward time of that stage and the
 speed-up. --threads is each run's torch threads: the overlap's second thread
-needs a core of its own to gain anything. Debian's OpenBLAS runs its own
-threads inside each matrix product unless OPENBLAS_NUM_THREADS says
-otherwise, so both are measured: with the BLAS threads left to the library,
-and with them pinned to --threads.
+needs a core of its own to gain anything. petra gives OpenBLAS the same
+thread count as torch (model::SetComputeThreads); --blas-threads N also
+measures with OPENBLAS_NUM_THREADS=N, which overrides that (0: the
+library's own default, every core). For a stage on a GPU, put --devices
+cuda in --job-flags: the helper then rebuilds on a second CUDA stream.
 """
 
 import argparse
@@ -53,6 +54,9 @@ def main(argv):
     p.add_argument("--stage", type=int, default=1,
                    help="the stage of reversible blocks (default 1)")
     p.add_argument("--threads", default="1")
+    p.add_argument("--blas-threads", default=None,
+                   help="also measure with OPENBLAS_NUM_THREADS set to this "
+                        "(0: OpenBLAS's own default, every core)")
     p.add_argument("--repeats", default="20",
                    help="micro-batches measured per run (median)")
     p.add_argument("--rounds", type=int, default=3)
@@ -69,7 +73,15 @@ def main(argv):
                 "(build first: bash scripts/build.sh)")
     flags = shlex.split(args.job_flags) + [
         "--threads", args.threads, "--repeats", args.repeats, "--warmup", "2"]
-    settings = [("library default", None), (args.threads, args.threads)]
+    settings = [(f"{args.threads}, as torch (petra's setting)", None)]
+    if args.blas_threads is not None:
+        if not args.blas_threads.isdigit():
+            p.error("--blas-threads: must be a whole number >= 0")
+        n = int(args.blas_threads)
+        n = n or os.cpu_count()
+        settings.append((f"{n}, OPENBLAS_NUM_THREADS={n}" +
+                         (" (the library's default)"
+                          if n == os.cpu_count() else ""), str(n)))
     times = {(b, o): [] for b, _ in settings for o in (False, True)}
     for r in range(args.rounds):
         for blas, env in settings:

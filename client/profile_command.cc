@@ -23,6 +23,7 @@
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/compute_threads.h"
 #include "services/model/device_check.h"
 #include "services/model/device_memory.h"
 #include "services/model/network.h"
@@ -368,7 +369,7 @@ int RunProfile(const std::string& program,
       return 1;
     }
   }
-  torch::set_num_threads(static_cast<int>(threads));
+  model::SetComputeThreads(static_cast<int>(threads));
   if (!json) {
     std::fprintf(stderr, "%s: measuring %d stages, %lld micro-batches each\n",
                  command.c_str(), job::StageCount(*spec),

@@ -171,7 +171,7 @@ section_transformer() {
   echo
   echo "### PaReprop: one stage's backward with the rebuild overlapped"
   echo
-  local pp=(--job-flags "--arch revvit $size --split-at $split")
+  local pp=(--job-flags "--arch revvit $size --split-at $split" --blas-threads 0)
   if ((smoke)); then pp+=(--smoke); fi
   # shellcheck disable=SC2086
   run $PY bench/pareprop.py --petra "$BIN/petra" "${pp[@]}"

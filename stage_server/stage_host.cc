@@ -12,6 +12,7 @@
 #include "services/job/device_name.h"
 #include "services/job/job_spec_validation.h"
 #include "services/metrics/process_memory.h"
+#include "services/model/compute_threads.h"
 #include "services/version.h"
 #include "services/wire/status_map.h"
 #include "stage_server/neighbor_links.h"
@@ -40,7 +41,7 @@ StageHost::StageHost(Options options)
       // runs on the executor.
       executor_(std::make_unique<engine::SerialExecutor>(
           [threads = std::max(1, options_.threads)] {
-            at::set_num_threads(threads);
+            model::SetComputeThreads(threads);
           })),
       io_(std::make_unique<engine::SerialExecutor>()) {}
 

@@ -3,7 +3,8 @@
 # `carry: [".gpu"]`): unpacks the Debian packages of scripts/gpu/fetch-deps.sh
 # into a prefix, builds the CUDA flavour into build-cuda/ against the Python
 # torch's libtorch (scripts/build.sh with PETRA_TORCH=python), prints what it
-# runs on, and runs the `gpu` tests. With --all, then the whole suite.
+# runs on, and runs the `gpu` tests. With --all, then the whole suite; with
+# --bench, then the GPU benchmarks (PaReprop's overlap on a CUDA stream).
 # Output also goes to $OUT/gpu-build.log when OUT is set (the device tool).
 # Environment: PETRA_DEPS_PREFIX (default /opt/petra-deps), JOBS (default:
 # every core).
@@ -11,12 +12,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 all=0
-case "${1:-}" in
-  --all) all=1 ;;
-  "") ;;
-  --help|-h) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "build: unknown argument '$1' (--all, --help)" >&2; exit 2 ;;
-esac
+bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --all) all=1 ;;
+    --bench) bench=1 ;;
+    --help|-h) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build: unknown argument '$arg' (--all, --bench, --help)" >&2
+       exit 2 ;;
+  esac
+done
 if [[ -n "${OUT:-}" && -z "${PETRA_GPU_LOGGING:-}" ]]; then
   export PETRA_GPU_LOGGING=1
   set -o pipefail
@@ -60,4 +65,14 @@ fi
 if [[ $all == 1 ]]; then
   echo "gpu-build: the whole suite"
   ctest --test-dir build-cuda --output-on-failure -j 8 --timeout 600
+fi
+if [[ $bench == 1 ]]; then
+  # PaReprop on the GPU (issue 18): stage 1 holds revvit's 6 blocks; the
+  # paper reports up to +20% for the overlap.
+  for size in "--patch-size 4 --micro-batch 256" \
+              "--patch-size 2 --embed-dim 192 --heads 3 --micro-batch 128"; do
+    echo "gpu-build: PaReprop, revvit $size on cuda"
+    python3 bench/pareprop.py --petra build-cuda/bin/petra --rounds 5 \
+      --job-flags "--arch revvit $size --split-at 1,7 --devices cuda"
+  done
 fi

@@ -1,9 +1,15 @@
 #include "services/engine/backward_program.h"
 
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <future>
+#include <optional>
 
 #include "services/engine/serial_executor.h"
 #include "services/model/batch_norm.h"
+#include "services/model/compute_threads.h"
 #include "services/model/reversible_block.h"
 
 namespace petra::engine {
@@ -22,7 +28,9 @@ model::ReversibleBlock& Reversible(model::Block& b) {
 // parameter gradients from one recompute of its residual functions. With
 // `overlap` (PaReprop), block i-1's rebuild runs on a helper thread while
 // block i's gradient is computed: the same operations on the same values,
-// so the same bits, in less time where a core is free.
+// so the same bits, in less time where a core is free. On an accelerator
+// the helper also computes on a stream of its own (a second CUDA stream),
+// ordered with the stage's stream by events.
 class RebuildProgram : public BackwardProgram {
  public:
   RebuildProgram(StageBlocks& blocks, bool overlap)
@@ -72,23 +80,52 @@ class RebuildProgram : public BackwardProgram {
     if (helper_ == nullptr) {
       // Created on the stage's thread: the helper gets its torch threads.
       helper_ = std::make_unique<SerialExecutor>(
-          [n = at::get_num_threads()] { at::set_num_threads(n); });
+          [n = at::get_num_threads()] { model::SetComputeThreads(n); });
     }
     const BnMode mode = model::CurrentBnMode();
+    const c10::Device device = output.a.device();
+    std::optional<c10::Stream> stage_stream;
+    if (!device.is_cpu()) {
+      const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
+      stage_stream = impl->getStream(device);
+      if (!side_ || side_->device() != device) {
+        side_ = impl->getStreamFromGlobalPool(device);
+      }
+    }
     Pending pending = Reversible(*blocks.back()).Rebuild(output);
     TensorPair g = output_grad;
     for (size_t i = blocks.size(); i-- > 0;) {
       std::future<Pending> next;
+      std::shared_ptr<c10::Event> done;
       if (i > 0) {
         // Shared: the helper may still be inside set_value when get()
         // returns here.
         auto promise = std::make_shared<std::promise<Pending>>();
         next = promise->get_future();
         model::ReversibleBlock& below = Reversible(*blocks[i - 1]);
-        auto rebuild = [promise, &below, x = pending->input(), mode] {
+        // The side stream starts after everything the stage's stream has
+        // queued so far: the input it rebuilds from, and the last use of
+        // any side-stream memory freed since (so the caching allocator may
+        // hand that memory back to the side stream safely).
+        std::shared_ptr<c10::Event> queued, rebuilt;
+        if (stage_stream) {
+          queued = std::make_shared<c10::Event>(device.type());
+          queued->record(*stage_stream);
+          rebuilt = std::make_shared<c10::Event>(device.type());
+          done = rebuilt;
+        }
+        auto rebuild = [promise, &below, x = pending->input(), mode,
+                        side = side_, queued, rebuilt] {
           try {
             ScopedBnMode m(mode);
-            promise->set_value(below.Rebuild(x));
+            std::optional<c10::StreamGuard> on_side;
+            if (queued != nullptr) {
+              queued->block(*side);
+              on_side.emplace(*side);
+            }
+            Pending p = below.Rebuild(x);
+            if (rebuilt != nullptr) rebuilt->record(*side);
+            promise->set_value(std::move(p));
           } catch (...) {
             promise->set_exception(std::current_exception());
           }
@@ -108,6 +145,8 @@ class RebuildProgram : public BackwardProgram {
       g = std::move(r.input_grad);
       if (i == 0) return {std::move(r.input), std::move(g)};
       pending = next.get();
+      // The stage's stream reads the rebuild only once it is computed.
+      if (done != nullptr) done->block(*stage_stream);
     }
     return {};  // not reached: the loop returns at block 0
   }
@@ -115,6 +154,7 @@ class RebuildProgram : public BackwardProgram {
   StageBlocks& blocks_;
   const bool overlap_;
   std::unique_ptr<SerialExecutor> helper_;
+  std::optional<c10::Stream> side_;  // the helper's stream on a device
 };
 
 // The input kept at forward, the forward recomputed with a graph.

@@ -10,6 +10,7 @@
 #include "services/engine/blocking_queue.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
+#include "services/model/compute_threads.h"
 
 namespace petra::engine {
 namespace {
@@ -169,7 +170,7 @@ absl::StatusOr<PassResult> InProcessRunner::Train(
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                             stages);
   auto run_stage = [&](int j) {
-    at::set_num_threads(threads);
+    model::SetComputeThreads(threads);
     QueueInbox inbox(j, stages, channels, batches);
     QueueOutbox outbox(j, channels, on_loss);
     absl::Status s =

@@ -258,12 +258,23 @@ INSTANTIATE_TEST_SUITE_P(
 // PaReprop's overlap: a middle stage of several reversible blocks rebuilds
 // block i-1 on a second thread while block i's gradient is computed. After
 // training steps, every weight of every stage is the same, bit for bit, as
-// with the sequential order.
-class OverlapRebuild
-    : public ::testing::TestWithParam<petra::v1::Architecture> {};
+// with the sequential order. On a GPU the helper computes on a second
+// stream, ordered with the stage's by events.
+struct OverlapCase {
+  petra::v1::Architecture arch;
+  bool cuda = false;
+};
+
+class OverlapRebuild : public ::testing::TestWithParam<OverlapCase> {};
 
 TEST_P(OverlapRebuild, GivesTheSameBitsAsTheSequentialOrder) {
-  petra::v1::JobSpec spec = Job(GetParam(), 1);  // a step per micro-batch
+  const torch::Device device = GetParam().cuda ? torch::Device(torch::kCUDA)
+                                               : torch::Device(torch::kCPU);
+  if (GetParam().cuda) {
+    PETRA_REQUIRE_CUDA();
+    test_support::UseExactGpuMath();
+  }
+  petra::v1::JobSpec spec = Job(GetParam().arch, 1);  // a step per micro-batch
   torch::manual_seed(spec.seed());
   const int n =
       static_cast<int>(model::BuildNetwork(spec.model())->blocks.size());
@@ -271,8 +282,8 @@ TEST_P(OverlapRebuild, GivesTheSameBitsAsTheSequentialOrder) {
       {0, 1}, {1, n - 1}, {n - 1, n}};
   std::vector<data::Batch> batches =
       Batches(8, 8, model::InputShape(spec.model().variant()));
-  auto sequential = Workers(spec, ranges);
-  auto overlapped = Workers(spec, ranges, false, false, torch::kCPU, true);
+  auto sequential = Workers(spec, ranges, false, false, device);
+  auto overlapped = Workers(spec, ranges, false, false, device, true);
   ASSERT_TRUE(overlapped[1]->rebuilds_input());
   RunPetraSchedule(sequential, batches);
   RunPetraSchedule(overlapped, batches);
@@ -285,13 +296,22 @@ TEST_P(OverlapRebuild, GivesTheSameBitsAsTheSequentialOrder) {
   }
 }
 
+std::string OverlapName(const ::testing::TestParamInfo<OverlapCase>& info) {
+  return petra::v1::Architecture_Name(info.param.arch).substr(13);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Reversible, OverlapRebuild,
-    ::testing::Values(petra::v1::ARCHITECTURE_REVVIT,
-                      petra::v1::ARCHITECTURE_IREVNET18),
-    [](const auto& info) {
-      return petra::v1::Architecture_Name(info.param).substr(13);
-    });
+    ::testing::Values(OverlapCase{petra::v1::ARCHITECTURE_REVVIT},
+                      OverlapCase{petra::v1::ARCHITECTURE_IREVNET18}),
+    OverlapName);
+
+// The same on a GPU (label gpu; skipped without one).
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, OverlapRebuild,
+    ::testing::Values(OverlapCase{petra::v1::ARCHITECTURE_REVVIT, true},
+                      OverlapCase{petra::v1::ARCHITECTURE_IREVNET18, true}),
+    OverlapName);
 
 // RevViT per block in PETRA mode: every stage but the stem's (and the
 // head's, whose loss step keeps nothing between ticks) rebuilds its input
