@@ -20,12 +20,9 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 
-from bench_common import main_guard, run
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_common import add_petra_arg, check_petra, main_guard, train_report
 
 # (label, flags): the one list of configurations.
 CONFIGS = [
@@ -39,23 +36,17 @@ CONFIGS = [
 ]
 
 
-def train(petra, flags, threads, workdir, timeout):
-    report = os.path.join(workdir, "report.json")
+def train(petra, flags, threads, timeout):
     start = time.time()
-    run([petra, "train", "--runner", "in-process", "--quiet",
-         "--threads-per-stage", str(threads), "--report", report] + flags,
-        timeout)
-    with open(report) as f:
-        r = json.load(f)
+    r = train_report(petra, ["--runner", "in-process", "--threads-per-stage",
+                             str(threads)] + flags, timeout)
     r["bench_wall_seconds"] = time.time() - start
     return r
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--petra", default=os.path.join(ROOT, "build", "bin",
-                                                   "petra"),
-                   help="the petra binary (default: build/bin/petra)")
+    add_petra_arg(p)
     p.add_argument("--arch", default="revnet18",
                    help="network (default revnet18; revvit and vit take "
                         "their sizes from --model-flags, not --width)")
@@ -96,9 +87,7 @@ def parse_args(argv):
     if args.smoke:
         args.width, args.epochs = "0.125", "1"
         args.train_limit, args.test_limit = "1280", "256"
-    if not os.access(args.petra, os.X_OK):
-        p.error(f"--petra: {args.petra} is not an executable "
-                "(build first: bash scripts/build.sh)")
+    check_petra(p, args.petra)
     labels = [c[0] for c in CONFIGS]
     args.configs = CONFIGS
     if args.only:
@@ -138,9 +127,7 @@ def main(argv):
         name = f"{label} on {stages} stages"
         if not args.quiet:
             print(f"accuracy: {name} ...", file=sys.stderr, flush=True)
-        with tempfile.TemporaryDirectory(prefix="petra-acc-") as workdir:
-            r = train(args.petra, common + flags, threads, workdir,
-                      args.timeout)
+        r = train(args.petra, common + flags, threads, args.timeout)
         rows.append((label, stages, common + flags, r))
         if not args.quiet:
             print(f"accuracy: {name}: {100 * r['test_accuracy']:.2f}% in "

@@ -1,8 +1,13 @@
 """What the benchmark drivers share: their error type, running a command,
 and the entry point that turns errors into a message and an exit code."""
 
+import json
+import os
 import subprocess
 import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class BenchError(Exception):
@@ -22,6 +27,34 @@ def run(argv, timeout, env=None):
         raise BenchError(f"exit {out.returncode}: {' '.join(argv)}\n"
                          f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
     return out.stdout
+
+
+def add_petra_arg(parser):
+    """The --petra flag every driver of the petra binary takes."""
+    parser.add_argument("--petra",
+                        default=os.path.join(ROOT, "build", "bin", "petra"),
+                        help="the petra binary (default: build/bin/petra)")
+
+
+def check_petra(parser, path):
+    """Exits through `parser` when `path` is not an executable."""
+    if not os.access(path, os.X_OK):
+        parser.error(f"--petra: {path} is not an executable "
+                     "(build first: bash scripts/build.sh)")
+
+
+def train_report(petra, flags, timeout, env=None):
+    """Runs `petra train --quiet --report FILE` + flags; returns the report
+    (a dict); raises BenchError, with the command's output, when it fails."""
+    with tempfile.TemporaryDirectory(prefix="petra-bench-") as d:
+        report = os.path.join(d, "report.json")
+        run([petra, "train", "--quiet", "--report", report] + flags,
+            timeout, env=env)
+        try:
+            with open(report) as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            raise BenchError(f"petra train wrote no usable report: {e}")
 
 
 def main_guard(name, main):

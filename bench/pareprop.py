@@ -22,10 +22,8 @@ import shlex
 import statistics
 import sys
 
-from bench_common import BenchError, main_guard, run
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from bench_common import (BenchError, add_petra_arg, check_petra,
+                          main_guard, run)
 
 def backward_seconds(petra, flags, stage, timeout, blas_threads):
     env = dict(os.environ)
@@ -45,8 +43,7 @@ def backward_seconds(petra, flags, stage, timeout, blas_threads):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--petra", default=os.path.join(ROOT, "build", "bin",
-                                                   "petra"))
+    add_petra_arg(p)
     p.add_argument("--job-flags",
                    default="--arch revvit --patch-size 7 --split-at 1,7",
                    help="the job profiled (default: revvit, its 6 blocks as "
@@ -68,9 +65,7 @@ def main(argv):
         args.rounds, args.repeats = 1, "2"
     if args.rounds < 1:
         p.error("--rounds: must be >= 1")
-    if not os.access(args.petra, os.X_OK):
-        p.error(f"--petra: {args.petra} is not an executable "
-                "(build first: bash scripts/build.sh)")
+    check_petra(p, args.petra)
     flags = shlex.split(args.job_flags) + [
         "--threads", args.threads, "--repeats", args.repeats, "--warmup", "2"]
     settings = [(f"{args.threads}, as torch (petra's setting)", None)]

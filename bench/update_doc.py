@@ -11,7 +11,7 @@ import re
 import sys
 
 SECTIONS = ["throughput", "fleets", "memory", "accuracy", "peer",
-            "transformer", "compare"]
+            "transformer", "staleness", "threads", "compare"]
 
 HEADER = """# Benchmarks
 

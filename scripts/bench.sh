@@ -10,7 +10,8 @@
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh compare
 #                                          # this build's throughput beside
 #                                          # another's, alternating runs
-# Sections: throughput fleets memory accuracy peer transformer (the default),
+# Sections: throughput fleets memory accuracy peer transformer staleness
+# threads (the default),
 # compare (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare: the other
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 PY=/usr/bin/python3
-ALL=(throughput fleets memory accuracy peer transformer)
+ALL=(throughput fleets memory accuracy peer transformer staleness threads)
 
 smoke=0
 sections=()
@@ -28,7 +29,8 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
     --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    throughput|fleets|memory|accuracy|peer|transformer|compare)
+    throughput|fleets|memory|accuracy|peer|transformer|staleness|threads|\
+    compare)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
@@ -181,6 +183,30 @@ section_transformer() {
   # shellcheck disable=SC2086
   run "$BIN/petra_bench_memory" --arch revvit --variant mnist $size \
     --micro-batch "$batch"
+}
+
+section_staleness() {
+  local args=()
+  if ((smoke)); then
+    args=(--smoke --job-flags "--arch revvit --patch-size 7 --embed-dim 16 --depth 2 --heads 2 --lr 0.1")
+  fi
+  echo "## Deep pipelines: which approximation destabilises (paper, Table 4)"
+  echo
+  machine
+  echo
+  run $PY bench/staleness.py --petra "$BIN/petra" "${args[@]}"
+}
+
+section_threads() {
+  local args=()
+  if ((smoke)); then
+    args=(--smoke --job-flags "--arch revvit --patch-size 7 --embed-dim 16 --depth 2 --heads 2")
+  fi
+  echo "## Threads: torch's and OpenBLAS's on the same cores"
+  echo
+  machine
+  echo
+  run $PY bench/threads.py --petra "$BIN/petra" "${args[@]}"
 }
 
 section_peer() {
