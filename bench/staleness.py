@@ -13,6 +13,8 @@ between a micro-batch's forward and its backward:
   inputs + weights   delayed gradients at the weights and input of the
                      forward (PipeDream): staleness only
   inputs only        the input kept, the gradient at the current weights
+  weights only       the input rebuilt with, and the gradient at, the
+                     weights of the forward
   PETRA (neither)    the input rebuilt with the current weights
 """
 
@@ -29,6 +31,7 @@ CONFIGS = [
     ("inputs + weights (PipeDream)",
      ["--mode", "delayed", "--stash-inputs", "--stash-weights"]),
     ("inputs only", ["--mode", "delayed", "--stash-inputs"]),
+    ("weights only", ["--mode", "delayed", "--stash-weights"]),
     ("PETRA (neither)", ["--mode", "petra"]),
 ]
 
