@@ -3,7 +3,7 @@
 # the results, the machine, the date, the commit and the command that
 # produced each table.
 #
-#   bash scripts/bench.sh                  # every section (about 150 minutes)
+#   bash scripts/bench.sh                  # every section (about 160 minutes)
 #   bash scripts/bench.sh memory accuracy  # only these; the others are kept
 #   bash scripts/bench.sh --smoke          # seconds-long versions (CI), into
 #                                          # a scratch file, not the docs
@@ -153,7 +153,7 @@ section_accuracy() {
 
 section_transformer() {
   # The size trains in under 15 minutes a run on 2 cores (RevViT, 16 tokens
-  # of 64, 6 blocks; 15 epochs); the sweep's 5 runs take about 45 minutes.
+  # of 64, 6 blocks; 15 epochs); the sweep's 5 runs took 43 minutes.
   local size="--patch-size 7" epochs=15 batch=64 split=1,7
   if ((smoke)); then
     size="--patch-size 7 --embed-dim 16 --depth 3 --heads 2" epochs=1
