@@ -265,6 +265,10 @@ struct OverlapCase {
   bool cuda = false;
 };
 
+void PrintTo(const OverlapCase& c, std::ostream* os) {
+  *os << petra::v1::Architecture_Name(c.arch) << (c.cuda ? " on cuda" : "");
+}
+
 class OverlapRebuild : public ::testing::TestWithParam<OverlapCase> {};
 
 TEST_P(OverlapRebuild, GivesTheSameBitsAsTheSequentialOrder) {

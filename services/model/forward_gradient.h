@@ -30,7 +30,8 @@ struct TangentOutput {
 
 // The block's output and, for each of `tangents`, the output's tangent
 // (a forward-mode directional derivative; a zero tangent where the output
-// does not depend on what moved).
+// does not depend on what moved). The block's Forward runs once, under
+// the caller's BatchNorm mode.
 //
 // By the double-backward trick rather than dual tensors: libtorch's C++ API
 // has no forward-mode front end, while every block here is twice
