@@ -32,12 +32,17 @@ TangentOutput PushTangents(Block& block, const TensorPair& x,
   };
 
   // What a tangent can move: the input's floating halves, then the
-  // parameters that take gradients.
+  // parameters that take gradients. A slot per half, so that a tangent of
+  // b alone still moves b.
   std::vector<torch::Tensor> wrt;
-  for (const torch::Tensor& t : Parts(in)) {
-    if (t.requires_grad()) wrt.push_back(t);
+  int half_slot[2] = {-1, -1};
+  const torch::Tensor* halves[2] = {&in.a, &in.b};
+  for (int h = 0; h < 2; ++h) {
+    if (halves[h]->defined() && halves[h]->requires_grad()) {
+      half_slot[h] = static_cast<int>(wrt.size());
+      wrt.push_back(*halves[h]);
+    }
   }
-  const size_t inputs = wrt.size();
   std::vector<torch::Tensor> params = block.parameters();
   std::vector<int> param_slot(params.size(), -1);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -64,7 +69,7 @@ TangentOutput PushTangents(Block& block, const TensorPair& x,
 
   for (size_t k = 0; k < tangents.size(); ++k) {
     const Tangent& t = tangents[k];
-    std::vector<torch::Tensor> in_tangent = Parts(t.input);
+    const torch::Tensor* in_tangent[2] = {&t.input.a, &t.input.b};
     // <g(u), t> as a sum over the parts that both exist and depend on u.
     std::vector<torch::Tensor> terms, directions;
     auto add = [&](size_t slot, const torch::Tensor& dir) {
@@ -74,8 +79,8 @@ TangentOutput PushTangents(Block& block, const TensorPair& x,
       terms.push_back(g[slot]);
       directions.push_back(dir.to(g[slot].options()));
     };
-    for (size_t i = 0; i < inputs && i < in_tangent.size(); ++i) {
-      add(i, in_tangent[i]);
+    for (int h = 0; h < 2; ++h) {
+      if (half_slot[h] >= 0) add(half_slot[h], *in_tangent[h]);
     }
     for (size_t i = 0; i < params.size() && i < t.parameters.size(); ++i) {
       if (param_slot[i] >= 0) add(param_slot[i], t.parameters[i]);

@@ -66,8 +66,12 @@ TEST_P(ForwardGradient, DirectionalDerivativeIsTheGradientDotTheDirection) {
                   x.b.defined() ? torch::randn_like(x.b) : torch::Tensor()},
                  RandomGuess(params)};
     Tangent params_only{{}, RandomGuess(params)};
-    TangentOutput pushed = PushTangents(*block, x, {both, params_only});
-    ASSERT_EQ(pushed.tangents.size(), 2u);
+    // The second stream alone (none for a single-tensor input).
+    Tangent b_only{{torch::Tensor(),
+                    x.b.defined() ? torch::randn_like(x.b) : torch::Tensor()},
+                   {}};
+    TangentOutput pushed = PushTangents(*block, x, {both, params_only, b_only});
+    ASSERT_EQ(pushed.tangents.size(), 3u);
 
     // The reference: reverse mode through the same Forward.
     TensorPair in{
@@ -91,6 +95,10 @@ TEST_P(ForwardGradient, DirectionalDerivativeIsTheGradientDotTheDirection) {
     const double got_params = Dot(w, Parts(pushed.tangents[1]));
     EXPECT_NEAR(got_both, want_both, 1e-4 * std::abs(want_both));
     EXPECT_NEAR(got_params, want_params, 1e-4 * std::abs(want_params));
+    const double want_b =
+        x.b.defined() ? Dot({grad_x[1]}, {b_only.input.b}) : 0.0;
+    const double got_b = Dot(w, Parts(pushed.tangents[2]));
+    EXPECT_NEAR(got_b, want_b, 1e-4 * std::abs(want_b));
     EXPECT_TRUE(torch::equal(pushed.output.a, y.a.detach()));
     kinds.insert(block->kind());
     x = pushed.output;
