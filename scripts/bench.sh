@@ -185,10 +185,13 @@ section_transformer() {
     --micro-batch "$batch"
 }
 
+# A RevViT small enough for seconds-long smoke runs.
+SMOKE_REVVIT="--arch revvit --patch-size 7 --embed-dim 16 --depth 2 --heads 2"
+
 section_staleness() {
   local args=()
   if ((smoke)); then
-    args=(--smoke --job-flags "--arch revvit --patch-size 7 --embed-dim 16 --depth 2 --heads 2 --lr 0.1")
+    args=(--smoke --job-flags "$SMOKE_REVVIT --lr 0.1")
   fi
   echo "## Deep pipelines: which approximation destabilises (paper, Table 4)"
   echo
@@ -200,7 +203,7 @@ section_staleness() {
 section_threads() {
   local args=()
   if ((smoke)); then
-    args=(--smoke --job-flags "--arch revvit --patch-size 7 --embed-dim 16 --depth 2 --heads 2")
+    args=(--smoke --job-flags "$SMOKE_REVVIT")
   fi
   echo "## Threads: torch's and OpenBLAS's on the same cores"
   echo
