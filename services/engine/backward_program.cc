@@ -107,15 +107,14 @@ class RebuildProgram : public BackwardProgram {
         // queued so far: the input it rebuilds from, and the last use of
         // any side-stream memory freed since (so the caching allocator may
         // hand that memory back to the side stream safely).
-        std::shared_ptr<c10::Event> queued, rebuilt;
+        std::shared_ptr<c10::Event> queued;
         if (stage_stream) {
           queued = std::make_shared<c10::Event>(device.type());
           queued->record(*stage_stream);
-          rebuilt = std::make_shared<c10::Event>(device.type());
-          done = rebuilt;
+          done = std::make_shared<c10::Event>(device.type());
         }
         auto rebuild = [promise, &below, x = pending->input(), mode,
-                        side = side_, queued, rebuilt] {
+                        side = side_, queued, rebuilt = done] {
           try {
             ScopedBnMode m(mode);
             std::optional<c10::StreamGuard> on_side;

@@ -10,8 +10,8 @@ namespace petra::model {
 // pthread build keeps its own pool sized to the machine and ignores
 // torch's setting. Several stages in one process (the local fleet), or a
 // stage and its PaReprop helper, then each fan out over every core and
-// queue on OpenBLAS's one pool: measured on 2 cores, revvit on 2 stages
-// ran 1.5x and per block 1.7x slower that way. OpenBLAS's count is
+// queue on OpenBLAS's one pool (docs/BENCHMARKS.md, threads: revvit on 2
+// stages ran 2.3x slower that way on 2 cores). OpenBLAS's count is
 // process-wide, so every caller in a process should pass the same number
 // (the local fleet gives every stage the same count). An explicit
 // OPENBLAS_NUM_THREADS in the environment wins; without OpenBLAS loaded
