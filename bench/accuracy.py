@@ -3,7 +3,9 @@
 
 Trains the same small RevNet18 with the same epochs and seed by backprop
 (exact gradients), by PETRA with accumulation k in {1, 2, 4, 8}, and by
-delayed gradients keeping inputs and weights (PipeDream), each with
+delayed gradients keeping inputs and weights (PipeDream) and, when --only
+names them, by forward gradients (local or random guesses, or the local
+losses alone), each with
 `petra train --runner in-process` (the same engine and numbers as the
 fleet), and prints their test accuracies side by side. The pipelined modes
 run on each of --stages: by default one stage per block (the paper's
@@ -22,7 +24,8 @@ import shlex
 import sys
 import time
 
-from bench_common import add_petra_arg, check_petra, main_guard, train_report
+from bench_common import (BenchError, add_petra_arg, check_petra, main_guard,
+                          train_report)
 
 # (label, flags): the one list of configurations.
 CONFIGS = [
@@ -33,6 +36,17 @@ CONFIGS = [
     ("PETRA k=8", ["--mode", "petra", "--accumulation", "8"]),
     ("delayed, inputs + weights (PipeDream) k=1",
      ["--mode", "delayed", "--stash-inputs", "--stash-weights"]),
+]
+# Forward gradients (no backward pass through the network), run only when
+# --only names them: per block they cost many times a PETRA run (stage j
+# pushes j + 1 tangents).
+FORWARD_GRADIENT = [
+    ("forward gradient (local guess)",
+     ["--mode", "forward_gradient", "--guess", "local"]),
+    ("forward gradient (random guess)",
+     ["--mode", "forward_gradient", "--guess", "random"]),
+    ("local losses only",
+     ["--mode", "forward_gradient", "--guess", "local_only"]),
 ]
 
 
@@ -88,14 +102,15 @@ def parse_args(argv):
         args.width, args.epochs = "0.125", "1"
         args.train_limit, args.test_limit = "1280", "256"
     check_petra(p, args.petra)
-    labels = [c[0] for c in CONFIGS]
+    labels = [c[0] for c in CONFIGS + FORWARD_GRADIENT]
     args.configs = CONFIGS
     if args.only:
         wanted = [w.strip() for w in args.only.split(",")]
         unknown = [w for w in wanted if w not in labels]
         if unknown:
             p.error(f"--only: unknown {unknown}; choose from {labels}")
-        args.configs = [c for c in CONFIGS if c[0] in wanted]
+        args.configs = [c for c in CONFIGS + FORWARD_GRADIENT
+                        if c[0] in wanted]
     return args
 
 
@@ -127,16 +142,22 @@ def main(argv):
         name = f"{label} on {stages} stages"
         if not args.quiet:
             print(f"accuracy: {name} ...", file=sys.stderr, flush=True)
-        r = train(args.petra, common + flags, threads, args.timeout)
+        try:
+            r = train(args.petra, common + flags, threads, args.timeout)
+        except BenchError as e:
+            # A run that diverges is a result too (random guesses may).
+            r = {"failed": str(e).strip().splitlines()[-1]}
         rows.append((label, stages, common + flags, r))
         if not args.quiet:
-            print(f"accuracy: {name}: {100 * r['test_accuracy']:.2f}% in "
-                  f"{r['bench_wall_seconds']:.0f} s", file=sys.stderr,
+            print(f"accuracy: {name}: " +
+                  (f"failed: {r['failed']}" if "failed" in r else
+                   f"{100 * r['test_accuracy']:.2f}% in "
+                   f"{r['bench_wall_seconds']:.0f} s"), file=sys.stderr,
                   flush=True)
     total = time.time() - start
 
     reference = next((r["test_accuracy"] for label, _, _, r in rows
-                      if label == "backprop"), None)
+                      if label == "backprop" and "failed" not in r), None)
     size = (args.model_flags or "default sizes") if transformer else \
         f"width {args.width}" + (f", {args.model_flags}"
                                  if args.model_flags else "")
@@ -149,6 +170,9 @@ def main(argv):
           "| minutes |")
     print("|---|---:|---:|---:|---:|---:|")
     for label, stages, _, r in rows:
+        if "failed" in r:
+            print(f"| {label} | {stages} | failed: {r['failed']} | | | |")
+            continue
         delta = ("" if reference is None or label == "backprop" else
                  f"{100 * (r['test_accuracy'] - reference):+.2f} pts")
         print(f"| {label} | {stages} | {100 * r['test_accuracy']:.2f}% "
@@ -158,7 +182,8 @@ def main(argv):
         print()
         for stages in args.stages.split(","):
             petra = [(r["test_accuracy"], label) for label, st, _, r in rows
-                     if label.startswith("PETRA") and st == stages]
+                     if label.startswith("PETRA") and st == stages
+                     and "failed" not in r]
             if petra:
                 best, label = max(petra)
                 print(f"Best PETRA on {stages} stages: {label}, "

@@ -10,8 +10,8 @@ import os
 import re
 import sys
 
-SECTIONS = ["throughput", "fleets", "memory", "accuracy", "peer",
-            "transformer", "staleness", "threads", "compare"]
+SECTIONS = ["throughput", "fleets", "memory", "accuracy", "forward_gradient",
+            "peer", "transformer", "staleness", "threads", "compare"]
 
 HEADER = """# Benchmarks
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "client/job_progress.h"
@@ -101,11 +102,14 @@ void UseRevViT(petra::v1::JobSpec& s) {
 
 // `device`: every stage's, in both runners. `tolerance`: relative, on each
 // micro-batch's loss.
-void ExpectSameRun(petra::v1::TrainingMode mode,
-                   const std::string& device = "cpu", double tolerance = 1e-5,
-                   bool revvit = false) {
+// `adjust`: changes to the 50-step spec.
+void ExpectSameRun(
+    petra::v1::TrainingMode mode, const std::string& device = "cpu",
+    double tolerance = 1e-5, bool revvit = false,
+    const std::function<void(petra::v1::JobSpec&)>& adjust = {}) {
   petra::v1::JobSpec raw = FiftySteps(mode);
   if (revvit) UseRevViT(raw);
+  if (adjust) adjust(raw);
   raw.add_devices(device);
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -188,6 +192,22 @@ TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {
 // them knows the blocks are RevViT's.
 TEST(LocalFleet, RevViTMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, /*revvit=*/true);
+}
+
+// Forward gradients: tangents and labels up, directional derivatives down,
+// the auxiliary heads beside the stages; the random guess also shows that
+// each stage draws the same directions in either runner.
+TEST(LocalFleet, ForwardGradientMatchesTheInProcessRunnerForFiftySteps) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+}
+
+TEST(LocalFleet, RandomGuessForwardGradientMatchesTheInProcessRunner) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_FORWARD_GRADIENT, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->mutable_forward_gradient()->set_guess(
+                      petra::v1::ForwardGradientSpec::GUESS_RANDOM);
+                  s.mutable_optimizer()->set_learning_rate(0.001);
+                });
 }
 
 // On a GPU: every stage on it in both runners. With deterministic cuDNN and

@@ -350,7 +350,11 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   if (env_.metrics != nullptr) {
     watch.finite_samples = [this](int64_t n) { env_.metrics->TrainSamples(n); };
   }
-  return RunFeedPass(*fleet_, id_, phase, epoch, batches, n, watch);
+  FeedOptions feed;
+  feed.labels_with_data =
+      phase == petra::v1::PHASE_TRAIN &&
+      spec_.training().mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
+  return RunFeedPass(*fleet_, id_, phase, epoch, batches, n, watch, feed);
 }
 
 absl::Status FleetRunner::OnTrainPass(uint32_t epoch, uint64_t steps_before,

@@ -41,7 +41,7 @@ struct Tally {
 absl::StatusOr<engine::PassResult> RunFeedPass(
     StageFleet& fleet, const std::string& job_id, petra::v1::Phase phase,
     uint32_t epoch, const data::EpochBatches& batches, int64_t n,
-    const PassWatch& watch) {
+    const PassWatch& watch, FeedOptions options) {
   const int stages = fleet.size();
   const bool train = phase == petra::v1::PHASE_TRAIN;
   if (absl::Status s = fleet.Start(phase, epoch, n); !s.ok()) return s;
@@ -84,7 +84,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       p.header.sender_stage = -1;
       p.header.epoch = epoch;
       p.x = {b.images, {}};
-      if (stages == 1) p.labels = b.labels;
+      if (stages == 1 || options.labels_with_data) p.labels = b.labels;
       auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
       feed_status = parts.ok() ? data->Send(*parts) : parts.status();
       if (!feed_status.ok() || stages == 1) continue;

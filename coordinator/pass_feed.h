@@ -1,9 +1,9 @@
 // One pass on the fleet, as the coordinator runs it: starts the pass on
 // every stage, feeds the batches (data to the first stage, labels to the
-// last) from its own thread, tallies the completions the stages report, and
-// watches until every micro-batch has left the pipeline, the job is
-// interrupted, a stage fails or stops answering, or nothing finishes for
-// too long.
+// last, and to the first where FeedOptions says) from its own thread, tallies
+// the completions the stages report, and watches until every micro-batch has
+// left the pipeline, the job is interrupted, a stage fails or stops answering,
+// or nothing finishes for too long.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +30,17 @@ struct PassWatch {
   std::function<void(int64_t)> finite_samples;
 };
 
+struct FeedOptions {
+  // The first stage gets the labels with the data too (mode
+  // forward_gradient's training passes: every stage has a local loss).
+  bool labels_with_data = false;
+};
+
 // Runs micro-batches 0..n-1 of `batches` through the fleet. The result's
 // `seconds` is the pass's duration; training losses are kept by id.
 absl::StatusOr<engine::PassResult> RunFeedPass(
     StageFleet& fleet, const std::string& job_id, petra::v1::Phase phase,
     uint32_t epoch, const data::EpochBatches& batches, int64_t n,
-    const PassWatch& watch);
+    const PassWatch& watch, FeedOptions options = {});
 
 }  // namespace petra::coordinator

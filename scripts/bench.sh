@@ -3,15 +3,15 @@
 # the results, the machine, the date, the commit and the command that
 # produced each table.
 #
-#   bash scripts/bench.sh                  # every section (about 160 minutes)
+#   bash scripts/bench.sh                  # every section (about 230 minutes)
 #   bash scripts/bench.sh memory accuracy  # only these; the others are kept
 #   bash scripts/bench.sh --smoke          # seconds-long versions (CI), into
 #                                          # a scratch file, not the docs
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh compare
 #                                          # this build's throughput beside
 #                                          # another's, alternating runs
-# Sections: throughput fleets memory accuracy peer transformer staleness
-# threads (the default),
+# Sections: throughput fleets memory accuracy forward_gradient peer
+# transformer staleness threads (the default),
 # compare (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare: the other
@@ -21,7 +21,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 PY=/usr/bin/python3
-ALL=(throughput fleets memory accuracy peer transformer staleness threads)
+ALL=(throughput fleets memory accuracy forward_gradient peer transformer
+     staleness threads)
 
 smoke=0
 sections=()
@@ -29,8 +30,8 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
     --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    throughput|fleets|memory|accuracy|peer|transformer|staleness|threads|\
-    compare)
+    throughput|fleets|memory|accuracy|forward_gradient|peer|transformer|\
+    staleness|threads|compare)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
@@ -149,6 +150,20 @@ section_accuracy() {
   echo
   run $PY bench/accuracy.py --petra "$BIN/petra" "${args[@]}" \
     --json "$RESULTS/accuracy.json"
+}
+
+section_forward_gradient() {
+  # One epoch: per block, forward gradients push up to 9 tangents a stage
+  # (RevNet18 has 10 stages), about 20 times PETRA's work.
+  local args=(--epochs 1)
+  if ((smoke)); then args=(--smoke); fi
+  echo "## Accuracy: forward gradients against PETRA and backprop"
+  echo
+  machine
+  echo
+  run $PY bench/accuracy.py --petra "$BIN/petra" "${args[@]}" \
+    --only "backprop,PETRA k=1,forward gradient (local guess),forward gradient (random guess),local losses only" \
+    --json "$RESULTS/forward_gradient.json"
 }
 
 section_transformer() {

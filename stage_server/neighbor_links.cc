@@ -56,6 +56,8 @@ class NeighborOutbox : public engine::StageOutbox {
     wire::ForwardPayload p;
     p.header = Header(item.id);
     p.x = std::move(item.x);
+    p.labels = std::move(item.labels);
+    p.tangents = std::move(item.tangents);
     after_each_();
     return forward_queue_.Push([this, p = std::move(p)] {
       absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
@@ -71,6 +73,7 @@ class NeighborOutbox : public engine::StageOutbox {
     p.header = Header(item.id);
     p.output = std::move(item.output);
     p.grad = std::move(item.grad);
+    p.directional = std::move(item.directional);
     after_each_();
     return backward_queue_.Push([this, p = std::move(p)] {
       absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =

@@ -30,7 +30,10 @@ struct RestoreUpload {
 
 struct StageJob {
   explicit StageJob(const petra::v1::AssignRequest& a)
-      : assign(a), mailbox(a.stage_index(), a.stage_count(), CreditWindow(a)) {}
+      : assign(a),
+        mailbox(a.stage_index(), a.stage_count(), CreditWindow(a),
+                a.spec().training().mode() ==
+                    petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {}
   const petra::v1::AssignRequest assign;
   std::unique_ptr<engine::StageWorker> worker;  // set by the executor
   StageMailbox mailbox;

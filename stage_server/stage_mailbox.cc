@@ -20,8 +20,12 @@ petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status) {
   return r;
 }
 
-StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window)
-    : index_(stage_index), count_(stage_count), window_(window) {}
+StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window,
+                           bool forward_gradient)
+    : index_(stage_index),
+      count_(stage_count),
+      window_(window),
+      forward_gradient_(forward_gradient) {}
 
 uint64_t StageMailbox::BeginPass(const PassInfo& pass) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -119,10 +123,22 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
         index_ == 0 ? std::string("the coordinator (-1)")
                     : absl::StrCat("stage ", index_ - 1)));
   }
-  if (has_labels && (index_ != count_ - 1 || p.header.sender_stage != -1)) {
+  // In mode forward_gradient the labels also come with the activation to
+  // every stage but the last (each has a local loss).
+  const bool labels_with_x = forward_gradient_ && has_x && index_ < count_ - 1;
+  if (has_labels && !labels_with_x &&
+      (index_ != count_ - 1 || p.header.sender_stage != -1)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "forward micro-batch ", id,
-        ": labels are taken only by the last stage, from the coordinator"));
+        ": labels are taken only by the last stage, from the coordinator",
+        forward_gradient_ ? " (and with the activations below it)" : ""));
+  }
+  if (!p.tangents.empty() && (!forward_gradient_ || !has_x)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "forward micro-batch ", id,
+        forward_gradient_ ? ": tangents come only with an activation"
+                          : ": carries tangents, but the job's mode is not "
+                            "forward_gradient"));
   }
   auto queued = forward_.find(id);
   if (queued != forward_.end() && ((has_x && queued->second.has_x) ||
@@ -144,6 +160,7 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
   ForwardSlot& slot = forward_[id];
   if (has_x) {
     slot.x = std::move(p.x);
+    slot.tangents = std::move(p.tangents);
     slot.has_x = true;
     last_x_ = static_cast<int64_t>(id);
     if (index_ == 0) data_sink_ = from;
@@ -152,7 +169,7 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
     slot.labels = std::move(p.labels);
     slot.has_labels = true;
     last_labels_ = static_cast<int64_t>(id);
-    labels_sink_ = from;
+    if (index_ == count_ - 1) labels_sink_ = from;
   }
   slot.senders.push_back(std::move(from));
   if (ForwardReady(slot)) cv_.notify_all();
@@ -187,10 +204,19 @@ absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
   if (absl::Status s = CheckOrder(id, last_backward_, "gradient"); !s.ok()) {
     return s;
   }
+  if (p.directional.empty() == forward_gradient_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backward micro-batch ", id,
+        forward_gradient_
+            ? ": the job's mode is forward_gradient, so a backward carries "
+              "directional derivatives"
+            : ": carries directional derivatives, but the job's mode is not "
+              "forward_gradient"));
+  }
   last_backward_ = static_cast<int64_t>(id);
   BackwardSlot& slot = backward_[id];
-  slot.item = {static_cast<int64_t>(id), std::move(p.output),
-               std::move(p.grad)};
+  slot.item = {static_cast<int64_t>(id), std::move(p.output), std::move(p.grad),
+               std::move(p.directional)};
   slot.sender = std::move(from);
   cv_.notify_all();
   return absl::OkStatus();
@@ -225,7 +251,8 @@ absl::StatusOr<engine::ForwardItem> StageMailbox::NextForward(int64_t id) {
       [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
   if (!slot.ok()) return slot.status();
   for (auto& sender : slot->senders) sender->Send(CreditReply(1));
-  return engine::ForwardItem{id, std::move(slot->x), std::move(slot->labels)};
+  return engine::ForwardItem{id, std::move(slot->x), std::move(slot->labels),
+                             std::move(slot->tangents)};
 }
 
 absl::StatusOr<engine::BackwardItem> StageMailbox::NextBackward(int64_t id) {

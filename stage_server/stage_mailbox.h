@@ -41,7 +41,11 @@ class StageMailbox : public engine::StageInbox {
   // keeps to its credits never sends a micro-batch `window` or more ahead of
   // the one the stage takes next; one that does is refused, so a peer
   // ignoring its credits cannot fill the stage's memory.
-  StageMailbox(int stage_index, int stage_count, uint32_t window = 0);
+  // `forward_gradient`: the job's mode is forward_gradient, so labels and
+  // tangents travel with the activations (up to the last stage but one)
+  // and directional derivatives come down instead of tensors.
+  StageMailbox(int stage_index, int stage_count, uint32_t window = 0,
+               bool forward_gradient = false);
 
   // Resets the expectations for a new pass. Items of an earlier pass that
   // were never taken are dropped. Returns the pass's generation.
@@ -81,6 +85,7 @@ class StageMailbox : public engine::StageInbox {
   struct ForwardSlot {
     model::TensorPair x;
     torch::Tensor labels;
+    std::vector<model::TensorPair> tangents;
     bool has_x = false;
     bool has_labels = false;
     std::vector<std::shared_ptr<ReplySink>> senders;
@@ -102,6 +107,7 @@ class StageMailbox : public engine::StageInbox {
 
   const int index_, count_;
   const uint32_t window_;
+  const bool forward_gradient_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_pass_ = false;

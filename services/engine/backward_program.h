@@ -30,6 +30,10 @@ struct ForwardRecord {
   int64_t step = 0;
   model::TensorPair input;             // when the program keeps it
   std::vector<torch::Tensor> weights;  // when the program stashes them
+  // Mode forward_gradient: the guess v (or the local gradient), until the
+  // directional derivative comes back.
+  std::vector<torch::Tensor> guess;
+  int64_t samples = 0;  // mode forward_gradient
   // For a gradient diagnostic: the forward's input and weights.
   model::TensorPair diagnostic_input;
   std::vector<torch::Tensor> diagnostic_weights;
@@ -42,6 +46,7 @@ struct BackwardOutput {
   model::TensorPair input_grad;  // delta_j; undefined on the first stage
   int64_t delay_ticks = 0;       // ticks between this forward and backward
   int64_t staleness_steps = 0;   // optimizer steps taken in between
+  int64_t samples = 0;  // mode forward_gradient: the micro-batch's samples
 };
 
 class BackwardProgram {

@@ -78,12 +78,11 @@ class QueueInbox : public StageInbox {
   absl::StatusOr<ForwardItem> NextForward(int64_t id) override {
     ForwardItem item;
     if (stage_ == 0) {
-      // The data feed: the batch, and its labels for the last stage.
+      // The data feed: the batch, and its labels for the last stage (and
+      // for stage 0's local loss in mode forward_gradient).
       data::Batch b = batches_.Get(id);
-      item = {id, {b.images, {}}, {}};
-      if (stages_ == 1) {
-        item.labels = b.labels;
-      } else if (!c_.labels.Push(b.labels)) {
+      item = {id, {b.images, {}}, b.labels, {}};
+      if (stages_ > 1 && !c_.labels.Push(b.labels)) {
         return Closed();
       }
       return item;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,14 +20,21 @@ namespace petra::engine {
 struct ForwardItem {
   int64_t id = 0;
   model::TensorPair x;
-  torch::Tensor labels;  // last stage only
+  // The last stage's; in mode forward_gradient every stage's (local loss).
+  torch::Tensor labels;
+  // Mode forward_gradient: x's tangent along each earlier stage's guess,
+  // stage 0's first.
+  std::vector<model::TensorPair> tangents;
 };
 
-// A micro-batch going down: the receiving stage's output x~_j and delta_{j+1}.
+// A micro-batch going down: the receiving stage's output x~_j and
+// delta_{j+1}; in mode forward_gradient, instead, the directional
+// derivative of the loss along each guess of stages 0..j, j's last.
 struct BackwardItem {
   int64_t id = 0;
   model::TensorPair output;
   model::TensorPair grad;
+  std::vector<double> directional;
 };
 
 class StageInbox {

@@ -27,10 +27,22 @@ absl::Status Forward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   absl::StatusOr<ForwardItem> in = Take(inbox, m);
   if (!in.ok()) return in.status();
   const auto start = std::chrono::steady_clock::now();
+  if (w.forward_gradient()) {
+    absl::StatusOr<TangentForward> y =
+        w.ForwardTangents(m, in->x, in->tangents, in->labels, tick);
+    if (!y.ok()) return y.status();
+    outbox.Observe({false, in->x.a.size(0), SecondsSince(start)});
+    // The labels go up for the local losses; the last stage has them from
+    // the feed.
+    const bool next_is_last = w.index() + 2 == w.count();
+    return outbox.SendForward({m, std::move(y->output),
+                               next_is_last ? torch::Tensor() : in->labels,
+                               std::move(y->tangents)});
+  }
   absl::StatusOr<model::TensorPair> y = w.Forward(m, in->x, tick);
   if (!y.ok()) return y.status();
   outbox.Observe({false, in->x.a.size(0), SecondsSince(start)});
-  return outbox.SendForward({m, std::move(*y), {}});
+  return outbox.SendForward({m, std::move(*y), {}, {}});
 }
 
 // The last stage's forward, loss and backward in one step.
@@ -40,14 +52,20 @@ absl::Status ForwardLoss(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   if (!in.ok()) return in.status();
   const int64_t samples = in->x.a.size(0);
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<LossOutput> out = w.ForwardLoss(m, in->x, in->labels, tick);
+  absl::StatusOr<LossOutput> out =
+      w.ForwardLoss(m, in->x, in->labels, tick, in->tangents);
   if (!out.ok()) return out.status();
   outbox.Observe({false, samples, SecondsSince(start)});
   outbox.Observe({true, samples, 0.0});
   outbox.ReportLoss(m, *out);
   if (w.index() == 0) return absl::OkStatus();
-  return outbox.SendBackward(
-      {m, std::move(out->backward.input), std::move(out->backward.input_grad)});
+  if (w.forward_gradient()) {
+    return outbox.SendBackward({m, {}, {}, std::move(out->directional)});
+  }
+  return outbox.SendBackward({m,
+                              std::move(out->backward.input),
+                              std::move(out->backward.input_grad),
+                              {}});
 }
 
 absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
@@ -59,17 +77,24 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
         "expected micro-batch ", m, " to backward, received ", in->id));
   }
   const auto start = std::chrono::steady_clock::now();
+  const bool fg = w.forward_gradient();
   absl::StatusOr<BackwardOutput> out =
-      w.Backward(m, in->output, in->grad, tick);
+      fg ? w.ApplyDirectional(m, in->directional, tick)
+         : w.Backward(m, in->output, in->grad, tick);
   if (!out.ok()) return out.status();
-  outbox.Observe({true, in->grad.a.size(0), SecondsSince(start),
-                  out->delay_ticks, out->staleness_steps});
+  outbox.Observe({true, fg ? out->samples : in->grad.a.size(0),
+                  SecondsSince(start), out->delay_ticks, out->staleness_steps});
   if (w.index() == 0) {
     outbox.Finished(m);
     return absl::OkStatus();
   }
+  if (fg) {
+    std::vector<double> below = std::move(in->directional);
+    below.pop_back();  // this stage's own
+    return outbox.SendBackward({m, {}, {}, std::move(below)});
+  }
   return outbox.SendBackward(
-      {m, std::move(out->input), std::move(out->input_grad)});
+      {m, std::move(out->input), std::move(out->input_grad), {}});
 }
 
 }  // namespace
@@ -112,7 +137,8 @@ absl::Status RunStageEval(StageWorker& w, StageInbox& inbox,
     if (!w.last()) {
       absl::StatusOr<model::TensorPair> y = w.Evaluate(in->x);
       if (!y.ok()) return y.status();
-      if (absl::Status s = outbox.SendForward({m, std::move(*y), {}}); !s.ok())
+      if (absl::Status s = outbox.SendForward({m, std::move(*y), {}, {}});
+          !s.ok())
         return s;
       continue;
     }

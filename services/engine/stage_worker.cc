@@ -55,11 +55,18 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                          StageConfig config, const petra::v1::JobSpec& resolved,
                          LrSchedule schedule)
     : config_(config),
+      forward_gradient_(resolved.training().mode() ==
+                        petra::v1::TRAINING_MODE_FORWARD_GRADIENT),
       blocks_(OnDevice(std::move(blocks), config.device), config.index == 0),
-      optimizer_(blocks_.parameters(), resolved, std::move(schedule)),
+      optimizer_(blocks_.parameters(), resolved, schedule),
       program_(ChooseBackwardProgram(
           blocks_,
           {config.stash_inputs, config.stash_weights, config.overlap_rebuild})),
+      // The last stage has the loss: its gradient is exact, no guess.
+      fg_(forward_gradient_ && config.index + 1 < config.count
+              ? std::make_unique<ForwardGradientStage>(
+                    resolved, config.index, std::move(schedule), config.device)
+              : nullptr),
       finite_(config.index, resolved.training().non_finite()),
       // Sampled wherever the backward may use other weights than the
       // forward did (no weight stash).
@@ -117,6 +124,108 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
   });
 }
 
+absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
+    uint64_t id, const TensorPair& input,
+    const std::vector<TensorPair>& received_tangents,
+    const torch::Tensor& received_labels, int64_t tick) {
+  return Guard(
+      config_.index, "forward", [&]() -> absl::StatusOr<TangentForward> {
+        if (fg_ == nullptr) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "stage ", config_.index,
+              " takes no tangents: it is the last stage, or the job's mode "
+              "is not forward_gradient"));
+        }
+        const TensorPair x = input.to(config_.device);
+        if (records_.count(id) != 0) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "micro-batch ", id, " was already forwarded by stage ",
+              config_.index, " and not yet updated"));
+        }
+        if (!received_labels.defined() || received_labels.dim() != 1 ||
+            received_labels.size(0) != x.a.size(0)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("micro-batch ", id, ": stage ", config_.index,
+                           " needs the labels of its ", x.a.size(0),
+                           " samples for its local loss"));
+        }
+        const size_t expected =
+            fg_->guess() == petra::v1::ForwardGradientSpec::GUESS_LOCAL_ONLY
+                ? 0
+                : static_cast<size_t>(config_.index);
+        if (received_tangents.size() != expected) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "micro-batch ", id, ": stage ", config_.index, " needs ",
+              expected, " tangents (one per earlier stage), received ",
+              received_tangents.size()));
+        }
+        std::vector<TensorPair> tangents;
+        for (const TensorPair& t : received_tangents) {
+          if (t.a.sizes() != x.a.sizes() || t.b.defined() != x.b.defined() ||
+              (t.b.defined() && t.b.sizes() != x.b.sizes())) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("micro-batch ", id,
+                             ": a tangent's shape differs "
+                             "from the activation's"));
+          }
+          tangents.push_back(t.to(config_.device));
+        }
+        ForwardRecord r;
+        r.tick = tick;
+        r.step = optimizer_.steps();
+        if (absl::Status s =
+                finite_.Check(x, id, "the input activation", &r.skipped);
+            !s.ok()) {
+          return s;
+        }
+        absl::StatusOr<TangentForward> forward =
+            fg_->Forward(blocks_, x, tangents, received_labels, id, r.step);
+        if (!forward.ok()) return forward.status();
+        TangentForward& out = *forward;
+        if (absl::Status s = finite_.Check(out.output, id,
+                                           "the output activation", &r.skipped);
+            !s.ok()) {
+          return s;
+        }
+        r.guess = out.guess;
+        r.samples = x.a.size(0);
+        ledger_.Keep(0, TensorBytes(r.guess));
+        records_.emplace(id, std::move(r));
+        ++forwards_;
+        UpdatePeak();
+        return std::move(out);
+      });
+}
+
+absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
+    uint64_t id, const std::vector<double>& directional, int64_t tick) {
+  return Guard(
+      config_.index, "update", [&]() -> absl::StatusOr<BackwardOutput> {
+        if (fg_ == nullptr) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "stage ", config_.index, " takes no directional derivatives"));
+        }
+        for (double d : directional) {
+          if (!std::isfinite(d)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "the directional derivative of micro-batch ", id, " is ", d,
+                " (training diverged; lower the learning rate)"));
+          }
+        }
+        absl::StatusOr<ForwardRecord> r = TakeRecord(id);
+        if (!r.ok()) return r.status();
+        absl::StatusOr<std::vector<torch::Tensor>> estimate =
+            fg_->Estimate(r->guess, directional);
+        if (!estimate.ok()) return estimate.status();
+        optimizer_.Add(blocks_.parameters(), *estimate);
+        BackwardOutput out;
+        out.samples = r->samples;
+        Measure(*r, tick, out);
+        FinishBackward();
+        return out;
+      });
+}
+
 absl::StatusOr<ForwardRecord> StageWorker::TakeRecord(uint64_t id) {
   auto it = records_.find(id);
   if (it == records_.end()) {
@@ -126,7 +235,7 @@ absl::StatusOr<ForwardRecord> StageWorker::TakeRecord(uint64_t id) {
   }
   ForwardRecord r = std::move(it->second);
   records_.erase(it);
-  ledger_.Free(r.input.nbytes(), TensorBytes(r.weights));
+  ledger_.Free(r.input.nbytes(), TensorBytes(r.weights) + TensorBytes(r.guess));
   return r;
 }
 
@@ -204,7 +313,7 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
 
 absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     uint64_t id, const TensorPair& input, const torch::Tensor& received_labels,
-    int64_t tick) {
+    int64_t tick, const std::vector<TensorPair>& received_tangents) {
   return Guard(
       config_.index, "forward-loss", [&]() -> absl::StatusOr<LossOutput> {
         const TensorPair x = input.to(config_.device);
@@ -229,6 +338,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
           out.samples = labels.size(0);
           out.backward.input = x.detach();
           if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
+          if (forward_gradient_) out.directional.assign(config_.index, 0.0);
           ++forwards_;
           ++measured_;
           ++skipped_;
@@ -280,6 +390,14 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
         out.correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
         out.backward.input = x.detach();
         out.backward.input_grad = input_grad;
+        if (forward_gradient_) {
+          std::vector<TensorPair> tangents;
+          for (const TensorPair& t : received_tangents) {
+            tangents.push_back(t.to(config_.device));
+          }
+          out.directional =
+              DirectionalDerivatives(input_grad, tangents, config_.index);
+        }
         (void)tick;  // the loss step's delay and staleness are 0
         ++forwards_;
         ++measured_;
@@ -332,8 +450,7 @@ void StageWorker::FinishBackward() {
 }
 
 MemoryStats StageWorker::memory() const {
-  MemoryStats m =
-      ledger_.Stats(blocks_.state_bytes(), optimizer_.state_bytes());
+  MemoryStats m = ledger_.Stats(blocks_.state_bytes(), OptimizerBytes());
   const model::DeviceMemory d = model::ReadDeviceMemory(config_.device.str());
   m.device_bytes = d.allocated_bytes;
   m.device_reserved_bytes = d.reserved_bytes;
@@ -342,7 +459,11 @@ MemoryStats StageWorker::memory() const {
 }
 
 void StageWorker::UpdatePeak() {
-  ledger_.Observe(blocks_.state_bytes(), optimizer_.state_bytes());
+  ledger_.Observe(blocks_.state_bytes(), OptimizerBytes());
+}
+
+int64_t StageWorker::OptimizerBytes() const {
+  return optimizer_.state_bytes() + (fg_ ? fg_->state_bytes() : 0);
 }
 
 double StageWorker::delay_ticks_mean() const {
@@ -362,8 +483,14 @@ std::vector<torch::Tensor> StageWorker::state_tensors() const {
 }
 
 NamedTensorList StageWorker::NamedState(bool with_optimizer) const {
-  return NamedStageState(blocks_, config_.first_block, optimizer_,
-                         with_optimizer);
+  NamedTensorList out =
+      NamedStageState(blocks_, config_.first_block, optimizer_, with_optimizer);
+  // The auxiliary head trains with the stage but is not part of the model:
+  // checkpoints keep it, the export does not.
+  if (fg_ != nullptr && with_optimizer) {
+    for (auto& named : fg_->NamedState(true)) out.push_back(std::move(named));
+  }
+  return out;
 }
 
 absl::Status StageWorker::LoadNamedState(
@@ -375,6 +502,9 @@ absl::Status StageWorker::LoadNamedState(
       return s;
     }
     optimizer_.ResetCounters(steps);
+    if (fg_ != nullptr) {
+      if (absl::Status s = fg_->LoadNamedState(state, steps); !s.ok()) return s;
+    }
     UpdatePeak();
     return absl::OkStatus();
   });

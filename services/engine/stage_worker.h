@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 #include "services/engine/backward_program.h"
+#include "services/engine/forward_gradient_stage.h"
 #include "services/engine/gradient_accumulator.h"
 #include "services/engine/gradient_diagnostic.h"
 #include "services/engine/lr_schedule.h"
@@ -52,6 +53,9 @@ struct LossOutput {
   int64_t correct = 0;
   int64_t samples = 0;
   BackwardOutput backward;
+  // Mode forward_gradient: the directional derivative of the loss along
+  // each earlier stage's guess, stage 0's first.
+  std::vector<double> directional;
 };
 
 class StageWorker {
@@ -90,14 +94,30 @@ class StageWorker {
                                           const model::TensorPair& output,
                                           const model::TensorPair& output_grad,
                                           int64_t tick);
+  // Mode forward_gradient (forward_gradient_stage.h): a stage but the last
+  // forwards `x` with its incoming `tangents` (one per earlier stage) and
+  // its `labels` (the local loss), and returns its output with the tangents
+  // to send up, its own last.
+  bool forward_gradient() const { return forward_gradient_; }
+  absl::StatusOr<TangentForward> ForwardTangents(
+      uint64_t id, const model::TensorPair& x,
+      const std::vector<model::TensorPair>& tangents,
+      const torch::Tensor& labels, int64_t tick);
+  // ...and, once the directional derivatives of micro-batch `id` come down
+  // (one per stage 0..this one), adds d·v to its gradient (the optimizer
+  // steps every k). The output's tensors stay undefined.
+  absl::StatusOr<BackwardOutput> ApplyDirectional(
+      uint64_t id, const std::vector<double>& directional, int64_t tick);
+
   // Last stage: forward, cross-entropy loss and backward in one step. A
   // NaN or infinite loss (or input, or gradient going down) fails
   // (FAILED_PRECONDITION) or, when the spec says so, skips the micro-batch:
   // nothing accumulated, zero gradients down.
-  absl::StatusOr<LossOutput> ForwardLoss(uint64_t id,
-                                         const model::TensorPair& x,
-                                         const torch::Tensor& labels,
-                                         int64_t tick);
+  // In mode forward_gradient, `tangents` are the input's (one per earlier
+  // stage) and the output's `directional` the loss's derivative along each.
+  absl::StatusOr<LossOutput> ForwardLoss(
+      uint64_t id, const model::TensorPair& x, const torch::Tensor& labels,
+      int64_t tick, const std::vector<model::TensorPair>& tangents = {});
   // Evaluation forward: no gradients, running statistics.
   absl::StatusOr<model::TensorPair> Evaluate(const model::TensorPair& x);
   // Last stage: evaluation forward, mean cross-entropy and correct count
@@ -143,11 +163,15 @@ class StageWorker {
   void Measure(const ForwardRecord& r, int64_t tick, BackwardOutput& out);
   void FinishBackward();
   void UpdatePeak();
+  // The optimizer's state and, in mode forward_gradient, the head's.
+  int64_t OptimizerBytes() const;
 
   const StageConfig config_;
+  const bool forward_gradient_;
   StageBlocks blocks_;
   GradientAccumulator optimizer_;
   std::unique_ptr<BackwardProgram> program_;
+  std::unique_ptr<ForwardGradientStage> fg_;  // mode forward_gradient only
   NonFiniteCheck finite_;
   GradientProbe probe_;
   MemoryLedger ledger_;

@@ -21,7 +21,8 @@ TEST(EnumNames, ShortNamesDropThePrefix) {
 
 TEST(EnumNames, ListSkipsUnspecified) {
   EXPECT_THAT(EnumShortNames(GetEnumDescriptor<petra::v1::TrainingMode>()),
-              ::testing::ElementsAre("backprop", "petra", "delayed"));
+              ::testing::ElementsAre("backprop", "petra", "delayed",
+                                     "forward_gradient"));
 }
 
 TEST(EnumNames, ParseIsCaseAndDashInsensitive) {

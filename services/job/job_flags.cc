@@ -172,6 +172,16 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_training()->set_mode(
                     static_cast<petra::v1::TrainingMode>(v));
               }));
+  const EnumDescriptor* guess =
+      GetEnumDescriptor<petra::v1::ForwardGradientSpec::Guess>();
+  f.AddCustom("guess", Choices(guess), "local",
+              "forward_gradient mode: each stage's direction, its local "
+              "loss's gradient or a Gaussian draw (local_only: step on the "
+              "local gradient alone)",
+              Enum(guess, [s](int v) {
+                s->mutable_training()->mutable_forward_gradient()->set_guess(
+                    static_cast<petra::v1::ForwardGradientSpec::Guess>(v));
+              }));
   f.AddCustom(
       "stash-inputs", "", "false",
       "delayed mode: keep every stage's input for backward",

@@ -68,6 +68,12 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   if (train->mode() == petra::v1::TRAINING_MODE_UNSPECIFIED) {
     train->set_mode(petra::v1::TRAINING_MODE_PETRA);
   }
+  if (train->mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT &&
+      train->forward_gradient().guess() ==
+          petra::v1::ForwardGradientSpec::GUESS_UNSPECIFIED) {
+    train->mutable_forward_gradient()->set_guess(
+        petra::v1::ForwardGradientSpec::GUESS_LOCAL);
+  }
   if (!train->has_accumulation_steps()) train->set_accumulation_steps(1);
   if (!train->has_micro_batch_size()) train->set_micro_batch_size(64);
   if (!train->has_epochs()) train->set_epochs(1);

@@ -293,6 +293,40 @@ void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
   }
 }
 
+// Mode forward_gradient and its own field, each only with the other.
+void CheckForwardGradient(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::TrainingSpec& t = s.training();
+  if (t.mode() != petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {
+    if (t.has_forward_gradient()) {
+      p.Add("training.forward_gradient", "set",
+            absl::StrCat("only valid with mode forward_gradient, not ",
+                         EnumShortName(t.mode())));
+    }
+    return;
+  }
+  CheckEnum<petra::v1::ForwardGradientSpec::Guess>(
+      p, "training.forward_gradient.guess", t.forward_gradient().guess(),
+      false);
+  const int stages = StageCount(s);
+  if (stages == 1) {
+    p.Add("training.mode", "forward_gradient",
+          "needs 2 or more stages: every stage but the last needs an "
+          "auxiliary head on its output, and with one stage there is none "
+          "(its exact gradient is plain backprop)");
+  }
+  if (t.overlap_rebuild()) {
+    p.Add("training.overlap_rebuild", "true",
+          "forward_gradient rebuilds nothing (there is no backward pass to "
+          "overlap)");
+  }
+  if (t.non_finite() ==
+      petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH) {
+    p.Add("training.non_finite", "skip_micro_batch",
+          "forward_gradient fails on NaN or Inf: a skipped micro-batch would "
+          "still move each stage along its guess");
+  }
+}
+
 void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::TrainingSpec& t = s.training();
   if (CheckEnum<petra::v1::TrainingMode>(p, "training.mode", t.mode(), false)) {
@@ -312,6 +346,7 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
             "needs stash_inputs and/or stash_weights (without either it is "
             "mode petra)");
     }
+    CheckForwardGradient(s, p);
   }
   if (t.accumulation_steps() < 1 ||
       t.accumulation_steps() > kMaxAccumulationSteps) {

@@ -88,6 +88,19 @@ TEST(ResolveJobSpec, DelayedModeWithBuffersIsValid) {
   EXPECT_TRUE(ValidateJobSpec(s).ok());
 }
 
+TEST(ResolveJobSpec, ForwardGradientGuessesLocallyByDefault) {
+  JobSpec s = MinimalSpec();
+  s.mutable_training()->set_mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+  absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->training().forward_gradient().guess(),
+            petra::v1::ForwardGradientSpec::GUESS_LOCAL);
+  // Other modes get no forward_gradient field.
+  r = ResolveJobSpec(MinimalSpec());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->training().has_forward_gradient());
+}
+
 TEST(ResolveJobSpec, IRevNetNeedsSidesDivisibleByEight) {
   JobSpec s = MinimalSpec();
   s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_IREVNET18);
@@ -292,6 +305,56 @@ INSTANTIATE_TEST_SUITE_P(
                    },
                    "training.mode = delayed",
                    "needs stash_inputs and/or stash_weights"},
+        RejectCase{"ForwardGradientOnOneStage",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_partition()->set_stage_count(1);
+                   },
+                   "training.mode = forward_gradient",
+                   "needs 2 or more stages"},
+        RejectCase{"ForwardGradientWithStashedWeights",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_training()->set_stash_weights(true);
+                   },
+                   "training.stash_weights = true",
+                   "only valid with mode delayed, not forward_gradient"},
+        RejectCase{"ForwardGradientWithOverlappedRebuild",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_training()->set_overlap_rebuild(true);
+                   },
+                   "training.overlap_rebuild = true", "rebuilds nothing"},
+        RejectCase{
+            "ForwardGradientSkippingNonFinite",
+            [](JobSpec* s) {
+              s->mutable_training()->set_mode(
+                  petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+              s->mutable_training()->set_non_finite(
+                  petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH);
+            },
+            "training.non_finite = skip_micro_batch",
+            "forward_gradient fails on NaN or Inf"},
+        RejectCase{
+            "GuessWithoutForwardGradient",
+            [](JobSpec* s) {
+              s->mutable_training()->mutable_forward_gradient()->set_guess(
+                  petra::v1::ForwardGradientSpec::GUESS_RANDOM);
+            },
+            "training.forward_gradient = set",
+            "only valid with mode forward_gradient, not petra"},
+        RejectCase{
+            "UnknownGuess",
+            [](JobSpec* s) {
+              s->mutable_training()->set_mode(
+                  petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+              s->mutable_training()->mutable_forward_gradient()->set_guess(
+                  static_cast<petra::v1::ForwardGradientSpec::Guess>(7));
+            },
+            "training.forward_gradient.guess = 7", "unknown value"},
         RejectCase{"UnknownMode",
                    [](JobSpec* s) {
                      s->mutable_training()->set_mode(

@@ -1,5 +1,7 @@
 #include "services/model/forward_gradient.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 
 namespace petra::model {
@@ -101,10 +103,15 @@ TangentOutput PushTangents(Block& block, const TensorPair& x,
   return out;
 }
 
-std::vector<torch::Tensor> RandomGuess(const std::vector<torch::Tensor>& like) {
+std::vector<torch::Tensor> RandomGuess(const std::vector<torch::Tensor>& like,
+                                       uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<torch::Tensor> v;
   v.reserve(like.size());
-  for (const torch::Tensor& t : like) v.push_back(torch::randn_like(t));
+  for (const torch::Tensor& t : like) {
+    v.push_back(torch::randn(t.sizes(), gen, torch::dtype(t.scalar_type()))
+                    .to(t.device()));
+  }
   return v;
 }
 

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "services/model/blocks.h"
@@ -44,10 +45,13 @@ struct TangentOutput {
 TangentOutput PushTangents(Block& block, const TensorPair& x,
                            const std::vector<Tangent>& tangents);
 
-// A standard Gaussian draw shaped like each of `like` (from torch's default
-// generator, so the job's seed fixes it). The random guess: E[<g, v> v] = g
-// for any g, so d·v is an unbiased estimate of the gradient.
-std::vector<torch::Tensor> RandomGuess(const std::vector<torch::Tensor>& like);
+// A standard Gaussian draw shaped like each of `like`, on its device, from a
+// generator of its own seeded with `seed` (drawn on the CPU, so a seed gives
+// the same draw on any device and whatever other threads draw meanwhile).
+// The random guess: E[<g, v> v] = g for any g, so d·v is an unbiased
+// estimate of the gradient.
+std::vector<torch::Tensor> RandomGuess(const std::vector<torch::Tensor>& like,
+                                       uint64_t seed);
 
 // `direction` scaled to unit norm over all its tensors together (zeros stay
 // zeros). The local guess: the local loss's gradient, normalised, so that

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "services/wire/tensor_codec.h"
 
@@ -99,6 +101,8 @@ absl::StatusOr<bool> AddPart(
     header = HeaderOf(m);
     slots.assign(names.size(), std::nullopt);
   }
+  // A later part may name more tangents than the first did.
+  if (slots.size() < names.size()) slots.resize(names.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] == nullptr) continue;
     if (!slots[i].has_value()) slots[i].emplace(names[i], limits);
@@ -144,11 +148,18 @@ absl::StatusOr<std::vector<torch::Tensor>> DecodeAll(
   return out;
 }
 
-const std::vector<std::string>& ForwardNames() {
-  static const std::vector<std::string> n = {"activation.first",
-                                             "activation.second", "labels"};
+// The forward slots' names, with `tangents` tangents' two each.
+std::vector<std::string> ForwardNames(int tangents) {
+  std::vector<std::string> n = {"activation.first", "activation.second",
+                                "labels"};
+  for (int k = 0; k < tangents; ++k) {
+    n.push_back(absl::StrCat("tangents[", k, "].first"));
+    n.push_back(absl::StrCat("tangents[", k, "].second"));
+  }
   return n;
 }
+
+constexpr int kForwardFixedSlots = 3;
 
 const std::vector<std::string>& BackwardNames() {
   static const std::vector<std::string> n = {
@@ -195,8 +206,18 @@ absl::Status CheckBoundary(const torch::Tensor& a, const torch::Tensor& b,
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     const ForwardPayload& p, uint64_t chunk_bytes) {
+  if (p.tangents.size() > static_cast<size_t>(kMaxTangents)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a forward message carries at most ", kMaxTangents,
+                     " tangents, not ", p.tangents.size()));
+  }
+  std::vector<const torch::Tensor*> tensors = {&p.x.a, &p.x.b, &p.labels};
+  for (const model::TensorPair& t : p.tangents) {
+    tensors.push_back(&t.a);
+    tensors.push_back(&t.b);
+  }
   std::vector<Slot> slots;
-  for (const torch::Tensor* t : {&p.x.a, &p.x.b, &p.labels}) {
+  for (const torch::Tensor* t : tensors) {
     absl::StatusOr<Slot> s = Chunked(*t, chunk_bytes);
     if (!s.ok()) return s.status();
     slots.push_back(std::move(*s));
@@ -211,6 +232,16 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
       if (slot == 1)
         *m.mutable_activation()->mutable_second() = std::move(*chunk);
       if (slot == 2) *m.mutable_labels() = std::move(*chunk);
+      if (slot >= kForwardFixedSlots) {
+        // Tangent k sits at index k: the earlier ones stay empty pairs in
+        // this part.
+        const int k = (slot - kForwardFixedSlots) / 2;
+        while (m.tangents_size() <= k) m.add_tangents();
+        petra::v1::TensorPair* pair = m.mutable_tangents(k);
+        *((slot - kForwardFixedSlots) % 2 == 0 ? pair->mutable_first()
+                                               : pair->mutable_second()) =
+            std::move(*chunk);
+      }
     }
   }
   out.back().set_last_part(true);
@@ -230,6 +261,9 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
   for (const auto& part : Pack(slots, chunk_bytes)) {
     petra::v1::BackwardMessage& m = out.emplace_back();
     SetHeader(p.header, &m);
+    if (out.size() == 1) {
+      for (double d : p.directional) m.add_directional(d);
+    }
     for (const auto& [slot, chunk] : part) {
       if (slot == 0)
         *m.mutable_activation()->mutable_first() = std::move(*chunk);
@@ -248,13 +282,30 @@ ForwardAssembler::ForwardAssembler(TensorLimits limits) : limits_(limits) {}
 
 absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
     petra::v1::ForwardMessage m) {
-  const auto& names = ForwardNames();
+  if (m.tangents_size() > kMaxTangents) {
+    header_.reset();
+    slots_.clear();
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batch ", m.micro_batch_id(), ": carries ",
+                     m.tangents_size(), " tangents, more than ", kMaxTangents));
+  }
+  const int known =
+      slots_.empty()
+          ? 0
+          : (static_cast<int>(slots_.size()) - kForwardFixedSlots) / 2;
+  const std::vector<std::string> names =
+      ForwardNames(std::max(known, m.tangents_size()));
   const auto activation = Present(m.mutable_activation());
+  std::vector<petra::v1::Tensor*> tensors = {
+      activation.first, activation.second,
+      m.has_labels() ? m.mutable_labels() : nullptr};
+  for (int k = 0; k < m.tangents_size(); ++k) {
+    const auto pair = Present(m.mutable_tangents(k));
+    tensors.push_back(pair.first);
+    tensors.push_back(pair.second);
+  }
   absl::StatusOr<bool> last =
-      AddPart(m,
-              {activation.first, activation.second,
-               m.has_labels() ? m.mutable_labels() : nullptr},
-              names, limits_, header_, slots_);
+      AddPart(m, tensors, names, limits_, header_, slots_);
   if (!last.ok()) return last.status();
   if (!*last) return std::nullopt;
   ForwardPayload p;
@@ -266,6 +317,19 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
       DecodeAll(slots_, names, limits_, where);
   if (!t.ok()) return t.status();
   const torch::Tensor *a = &(*t)[0], *b = &(*t)[1], *labels = &(*t)[2];
+  for (size_t i = kForwardFixedSlots; i < t->size(); i += 2) {
+    const torch::Tensor &ta = (*t)[i], &tb = (*t)[i + 1];
+    const std::string name =
+        absl::StrCat("tangents[", (i - kForwardFixedSlots) / 2, "]");
+    if (!ta.defined() || !a->defined() || ta.sizes() != a->sizes() ||
+        tb.defined() != b->defined() ||
+        (tb.defined() && tb.sizes() != b->sizes()) ||
+        ta.scalar_type() != a->scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, name, " must be shaped like the activation, both halves"));
+    }
+    p.tangents.push_back({ta, tb});
+  }
   if (!a->defined() && !labels->defined()) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, "a forward message needs activation.first or labels"));
@@ -294,6 +358,17 @@ BackwardAssembler::BackwardAssembler(TensorLimits limits) : limits_(limits) {}
 absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
     petra::v1::BackwardMessage m) {
   const auto& names = BackwardNames();
+  if (!header_.has_value()) directional_.clear();
+  if (directional_.size() + m.directional_size() > kMaxTangents + 1u) {
+    header_.reset();
+    slots_.clear();
+    directional_.clear();
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batch ", m.micro_batch_id(), ": more than ",
+                     kMaxTangents + 1, " directional derivatives"));
+  }
+  directional_.insert(directional_.end(), m.directional().begin(),
+                      m.directional().end());
   const auto activation = Present(m.mutable_activation());
   const auto gradient = Present(m.mutable_gradient());
   absl::StatusOr<bool> last = AddPart(
@@ -310,9 +385,25 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
       DecodeAll(slots_, names, limits_, where);
   if (!decoded.ok()) return decoded.status();
   const std::vector<torch::Tensor>& t = *decoded;
+  p.directional = std::move(directional_);
+  directional_.clear();
+  if (!p.directional.empty()) {
+    // Mode forward_gradient: the derivatives alone.
+    for (const torch::Tensor& x : t) {
+      if (x.defined()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where,
+            "a backward message carries directional derivatives or "
+            "tensors, not both"));
+      }
+    }
+    return p;
+  }
   if (!t[0].defined() || !t[2].defined()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "a backward message needs activation.first and gradient.first"));
+        where,
+        "a backward message needs activation.first and gradient.first "
+        "(or directional derivatives)"));
   }
   for (size_t i : {0, 2}) {
     if (absl::Status s = CheckBoundary(t[i], t[i + 1], where,

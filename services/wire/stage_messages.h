@@ -28,16 +28,23 @@ struct MessageHeader {
   uint32_t epoch = 0;
 };
 
+// Most tangents a forward message may carry (one per earlier stage).
+inline constexpr int kMaxTangents = 1024;
+
 struct ForwardPayload {
   MessageHeader header;
   model::TensorPair x;   // undefined in a labels-only message
   torch::Tensor labels;  // undefined unless sent
+  // Mode forward_gradient: x's tangents, each shaped like x.
+  std::vector<model::TensorPair> tangents;
 };
 
 struct BackwardPayload {
   MessageHeader header;
   model::TensorPair output;  // x~_j
   model::TensorPair grad;    // delta_{j+1}
+  // Mode forward_gradient, instead of the tensors: one per stage 0..j.
+  std::vector<double> directional;
 };
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
@@ -60,7 +67,8 @@ class ForwardAssembler {
  private:
   TensorLimits limits_;
   std::optional<MessageHeader> header_;
-  std::vector<std::optional<TensorAssembler>> slots_;  // first, second, labels
+  // first, second, labels, then each tangent's first and second
+  std::vector<std::optional<TensorAssembler>> slots_;
 };
 
 class BackwardAssembler {
@@ -74,6 +82,7 @@ class BackwardAssembler {
   std::optional<MessageHeader> header_;
   // output.first, output.second, grad.first, grad.second
   std::vector<std::optional<TensorAssembler>> slots_;
+  std::vector<double> directional_;  // gathered over the parts
 };
 
 }  // namespace petra::wire

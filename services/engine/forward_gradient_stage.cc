@@ -1,0 +1,266 @@
+#include "services/engine/forward_gradient_stage.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "services/model/batch_norm.h"
+#include "services/model/forward_gradient.h"
+
+namespace petra::engine {
+namespace {
+
+using model::BnMode;
+using model::ScopedBnMode;
+using model::TensorPair;
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One seed per (job seed, stage, what): the same on every runner and after
+// a restore, whatever order the stages' threads run in.
+uint64_t Seed(uint64_t job_seed, int stage, uint64_t a, uint64_t b) {
+  return SplitMix(SplitMix(SplitMix(SplitMix(job_seed) ^ stage) ^ a) ^ b);
+}
+
+// Global average pooling of one stream: over space ([N, C, H, W]) or tokens
+// ([N, T, D]); a [N, F] tensor is kept as it is.
+torch::Tensor Pool(const torch::Tensor& t) {
+  if (t.dim() == 4) return t.mean({2, 3});
+  if (t.dim() == 3) return t.mean(1);
+  return t.flatten(1);
+}
+
+torch::Tensor Features(const TensorPair& y) {
+  return y.b.defined() ? torch::cat({Pool(y.a), Pool(y.b)}, 1) : Pool(y.a);
+}
+
+std::vector<torch::Tensor> Parts(const TensorPair& p) {
+  std::vector<torch::Tensor> out;
+  if (p.a.defined()) out.push_back(p.a);
+  if (p.b.defined()) out.push_back(p.b);
+  return out;
+}
+
+std::string HeadName(int stage, const char* what) {
+  return absl::StrCat("aux_head.", stage, ".", what);
+}
+
+}  // namespace
+
+ForwardGradientStage::ForwardGradientStage(const petra::v1::JobSpec& resolved,
+                                           int stage, LrSchedule schedule,
+                                           torch::Device device)
+    : spec_(resolved),
+      stage_(stage),
+      guess_(resolved.training().forward_gradient().guess()),
+      classes_(resolved.model().num_classes()),
+      schedule_(std::move(schedule)),
+      device_(device) {}
+
+ForwardGradientStage::~ForwardGradientStage() = default;
+
+void ForwardGradientStage::BuildHead(int64_t features) {
+  // torch.nn.Linear's initialisation, U(-1/sqrt(F), 1/sqrt(F)), from a
+  // generator of the stage's own.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(
+      Seed(spec_.seed(), stage_, 0xa0, 0));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(features));
+  weight_ = ((torch::rand({classes_, features}, gen) * 2 - 1) * bound)
+                .to(device_)
+                .requires_grad_(true);
+  bias_ = ((torch::rand({classes_}, gen) * 2 - 1) * bound)
+              .to(device_)
+              .requires_grad_(true);
+  head_optimizer_ = std::make_unique<GradientAccumulator>(
+      std::vector<torch::Tensor>{weight_, bias_}, spec_, schedule_);
+  head_optimizer_->ResetCounters(restored_steps_);
+}
+
+torch::Tensor ForwardGradientStage::Head(const TensorPair& y) const {
+  return torch::nn::functional::linear(Features(y), weight_, bias_);
+}
+
+absl::StatusOr<TangentForward> ForwardGradientStage::Forward(
+    StageBlocks& blocks, const TensorPair& x,
+    const std::vector<TensorPair>& tangents, const torch::Tensor& labels,
+    uint64_t id, int64_t step) {
+  using petra::v1::ForwardGradientSpec;
+  TangentForward out;
+  const std::vector<torch::Tensor>& params = blocks.parameters();
+  const bool local = guess_ != ForwardGradientSpec::GUESS_RANDOM;
+  if (local) {
+    // The local loss: the blocks and the head with a graph (this forward
+    // updates the BN running statistics), one backward to the stage's
+    // parameters and the head's.
+    torch::AutoGradMode grad_on(true);
+    ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
+    TensorPair y = blocks.Forward(x.detach());
+    const int64_t features = Features(y.detach()).size(1);
+    if (!weight_.defined()) BuildHead(features);
+    if (weight_.size(1) != features) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the auxiliary head of stage ", stage_, " (\"",
+          HeadName(stage_, "weight"), "\") takes ", weight_.size(1),
+          " features, but the stage's output has ", features));
+    }
+    torch::Tensor loss =
+        torch::nn::functional::cross_entropy(Head(y), labels.to(device_));
+    std::vector<torch::Tensor> wrt = params;
+    wrt.push_back(weight_);
+    wrt.push_back(bias_);
+    std::vector<torch::Tensor> g =
+        torch::autograd::grad({loss}, wrt, {}, /*retain_graph=*/false,
+                              /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (!g[i].defined()) g[i] = torch::zeros_like(wrt[i]);
+    }
+    head_optimizer_->Add({weight_, bias_}, {g[params.size()], g.back()});
+    head_optimizer_->FinishBackward([] {});
+    g.resize(params.size());
+    out.guess = guess_ == ForwardGradientSpec::GUESS_LOCAL_ONLY
+                    ? std::move(g)
+                    : model::Normalised(g);
+    out.local_loss = loss.item<double>();
+    out.output = y.detach();
+    if (guess_ == ForwardGradientSpec::GUESS_LOCAL_ONLY && tangents.empty()) {
+      return out;
+    }
+  } else {
+    out.guess = model::RandomGuess(
+        params, Seed(spec_.seed(), stage_, static_cast<uint64_t>(step), id));
+  }
+
+  // The tangents, block by block: each incoming one moves the input only;
+  // the stage's own starts at zero and moves each block's parameters by
+  // its slice of v.
+  const bool own = guess_ != ForwardGradientSpec::GUESS_LOCAL_ONLY;
+  std::vector<TensorPair> moving = tangents;
+  TensorPair own_tangent;  // zero at the first block
+  TensorPair h = x;
+  size_t offset = 0;
+  // Under the random guess this is the only forward: it updates the BN
+  // running statistics.
+  ScopedBnMode mode(local ? BnMode::kBatchStats
+                          : BnMode::kBatchStatsUpdateRunning);
+  for (const auto& block : blocks.blocks()) {
+    const size_t n = block->parameters().size();
+    std::vector<model::Tangent> ts;
+    ts.reserve(moving.size() + 1);
+    for (const TensorPair& t : moving) ts.push_back({t, {}});
+    if (own) {
+      ts.push_back({own_tangent, std::vector<torch::Tensor>(
+                                     out.guess.begin() + offset,
+                                     out.guess.begin() + offset + n)});
+    }
+    model::TangentOutput o = model::PushTangents(*block, h, ts);
+    offset += n;
+    h = std::move(o.output);
+    if (own) {
+      own_tangent = std::move(o.tangents.back());
+      o.tangents.pop_back();
+    }
+    moving = std::move(o.tangents);
+  }
+  if (!local) out.output = h;
+  out.tangents = std::move(moving);
+  if (own) out.tangents.push_back(std::move(own_tangent));
+  return out;
+}
+
+absl::StatusOr<std::vector<torch::Tensor>> ForwardGradientStage::Estimate(
+    const std::vector<torch::Tensor>& guess,
+    const std::vector<double>& directional) const {
+  if (directional.size() != static_cast<size_t>(stage_) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage_, " needs ", stage_ + 1,
+        " directional derivatives (one per stage up to it), received ",
+        directional.size()));
+  }
+  if (guess_ == petra::v1::ForwardGradientSpec::GUESS_LOCAL_ONLY) return guess;
+  return model::Estimate(directional.back(), guess);
+}
+
+NamedTensorList ForwardGradientStage::NamedState(bool with_optimizer) const {
+  NamedTensorList out;
+  if (!weight_.defined()) return out;
+  const std::pair<const char*, const torch::Tensor*> named[] = {
+      {"weight", &weight_}, {"bias", &bias_}};
+  for (const auto& [what, t] : named) {
+    out.emplace_back(HeadName(stage_, what), t->detach());
+  }
+  if (!with_optimizer) return out;
+  for (const auto& [what, t] : named) {
+    if (head_optimizer_->pending() > 0 && t->grad().defined()) {
+      out.emplace_back("grad." + HeadName(stage_, what), t->grad());
+    }
+    if (torch::Tensor m = head_optimizer_->Momentum(*t); m.defined()) {
+      out.emplace_back(
+          "optimizer." + HeadName(stage_, what) + ".momentum_buffer", m);
+    }
+  }
+  return out;
+}
+
+absl::Status ForwardGradientStage::LoadNamedState(
+    const std::map<std::string, torch::Tensor>& state, int64_t steps) {
+  torch::NoGradGuard no_grad;
+  restored_steps_ = steps;
+  auto w = state.find(HeadName(stage_, "weight"));
+  auto b = state.find(HeadName(stage_, "bias"));
+  if (w == state.end() && b == state.end()) {
+    // Saved before the head's first forward: it is built then, as it
+    // would have been.
+    weight_ = bias_ = torch::Tensor();
+    head_optimizer_.reset();
+    return absl::OkStatus();
+  }
+  if (w == state.end() || b == state.end() || w->second.dim() != 2 ||
+      w->second.size(0) != classes_ ||
+      b->second.sizes() != torch::IntArrayRef{classes_}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint: the auxiliary head of stage ", stage_, " needs \"",
+        HeadName(stage_, "weight"), "\" of shape [", classes_, ", F] and \"",
+        HeadName(stage_, "bias"), "\" of shape [", classes_, "]"));
+  }
+  BuildHead(w->second.size(1));
+  weight_.copy_(w->second);
+  bias_.copy_(b->second);
+  for (torch::Tensor* t : {&weight_, &bias_}) {
+    const char* what = t == &weight_ ? "weight" : "bias";
+    if (auto it = state.find("grad." + HeadName(stage_, what));
+        it != state.end()) {
+      t->mutable_grad() = it->second.to(device_, false, /*copy=*/true);
+    }
+    if (auto it = state.find("optimizer." + HeadName(stage_, what) +
+                             ".momentum_buffer");
+        it != state.end()) {
+      head_optimizer_->SetMomentum(*t, it->second.to(device_, false, true));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t ForwardGradientStage::state_bytes() const {
+  if (!weight_.defined()) return 0;
+  return (weight_.numel() + bias_.numel()) * weight_.element_size() +
+         head_optimizer_->state_bytes();
+}
+
+std::vector<double> DirectionalDerivatives(
+    const TensorPair& input_grad, const std::vector<TensorPair>& tangents,
+    int count) {
+  std::vector<double> d(count, 0.0);
+  const std::vector<torch::Tensor> delta = Parts(input_grad);
+  for (size_t k = 0; k < tangents.size() && k < d.size(); ++k) {
+    d[k] = model::Dot(delta, Parts(tangents[k]));
+  }
+  return d;
+}
+
+}  // namespace petra::engine
