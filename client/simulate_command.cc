@@ -128,7 +128,7 @@ void AddFlags(cli::FlagSet& flags, SimulateOptions* o) {
                   "a profile has its own)",
                   StorePositive(&o->micro_batch));
   flags.AddString("schedule", &o->schedule,
-                  "backprop|gpipe|1f1b|delayed|petra|all");
+                  "backprop|gpipe|1f1b|delayed|petra|forward_gradient|all");
   flags.AddCustom("micro-batches", "N", "256", "micro-batches to simulate",
                   StorePositive(&o->micro_batches));
   flags.AddCustom("group", "N", "4 x stages, at most --micro-batches",
@@ -317,8 +317,11 @@ int RunSimulate(const std::string& program,
       "Predicts samples/s, device utilisation and memory per stage of each\n"
       "pipeline schedule with a discrete-event simulation (nothing is run):\n"
       "backprop (no overlap), gpipe and 1f1b (flush every --group), delayed\n"
-      "(PipeDream-style delayed gradients: inputs and weights stashed) and\n"
-      "petra. Each device runs one operation at a time; each link direction\n"
+      "(PipeDream-style delayed gradients: inputs and weights stashed),\n"
+      "petra and forward_gradient (PETRA's order; stage j's forward also\n"
+      "runs its local loss and pushes j + 1 tangents, one per stage up to\n"
+      "it, about 6 + 2j forwards, and sends them up; no backward pass).\n"
+      "Each device runs one operation at a time; each link direction\n"
       "sends one message at a time (bytes / bandwidth, then the latency).\n"
       "Stage costs come from exactly one of: a profile (petra profile), an\n"
       "estimate from the model's FLOPs (backward = 3 x forward: rebuild or\n"

@@ -61,12 +61,12 @@ std::string SimulationText(const SimulationInputs& in,
       runs.backprop.devices == stages ? " (one per stage)" : "",
       BandwidthText(c.link_bandwidth), c.link_latency, c.micro_batches,
       c.micro_batch_size);
-  absl::StrAppendFormat(&out, "%-9s %6s %12s %12s %9s %9s %6s %12s\n",
+  absl::StrAppendFormat(&out, "%-16s %6s %12s %12s %9s %9s %6s %12s\n",
                         "schedule", "group", "samples/s", "steady smp/s",
                         "speed-up", "steady", "util", "memory MiB");
   for (const sim::SimResult& r : runs.runs) {
     absl::StrAppendFormat(
-        &out, "%-9s %6s %12.1f %12.1f %8.2fx %8.2fx %5.1f%% %12.1f\n",
+        &out, "%-16s %6s %12.1f %12.1f %8.2fx %8.2fx %5.1f%% %12.1f\n",
         sim::ScheduleName(r.schedule),
         r.group > 0 ? absl::StrCat(r.group) : "-", r.samples_per_second,
         r.steady_samples_per_second,

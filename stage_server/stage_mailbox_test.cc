@@ -55,5 +55,50 @@ TEST(StageMailbox, EndPassRefusesLateMessagesOfItsOwnPassOnly) {
   EXPECT_FALSE(box.DeliverForward(Data(2), from).ok());
 }
 
+// Mode forward_gradient: labels and tangents come up with the activation
+// to every stage but the last, and derivatives come down; other modes
+// refuse both.
+TEST(StageMailbox, ForwardGradientCarriesLabelsTangentsAndDerivatives) {
+  auto from = std::make_shared<Replies>();
+  wire::ForwardPayload up = Data(0);
+  up.header.sender_stage = 0;
+  up.labels = torch::zeros({2}, torch::kInt64);
+  up.tangents = {{torch::ones({2, 1, 4, 4}), {}}};
+  wire::BackwardPayload down;
+  down.header.job_id = "job-1";
+  down.header.sender_stage = 2;
+  down.directional = {0.5, -1.5};
+
+  StageMailbox fg(1, 3, 4, /*forward_gradient=*/true);
+  fg.BeginPass({petra::v1::PHASE_TRAIN, 1, 2});
+  ASSERT_TRUE(fg.DeliverForward(up, from).ok());
+  absl::StatusOr<engine::ForwardItem> item = fg.NextForward(0);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_TRUE(item->labels.defined());
+  ASSERT_EQ(item->tangents.size(), 1u);
+  EXPECT_TRUE(torch::equal(item->tangents[0].a, torch::ones({2, 1, 4, 4})));
+  ASSERT_TRUE(fg.DeliverBackward(down, from).ok());
+  absl::StatusOr<engine::BackwardItem> back = fg.NextBackward(0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->directional, (std::vector<double>{0.5, -1.5}));
+  // A backward with tensors instead is refused.
+  wire::BackwardPayload tensors;
+  tensors.header = down.header;
+  tensors.header.micro_batch_id = 1;
+  tensors.output = tensors.grad = {torch::zeros({2, 1, 4, 4}), {}};
+  absl::Status s = fg.DeliverBackward(tensors, from);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("directional derivatives"));
+
+  StageMailbox petra(1, 3, 4);
+  petra.BeginPass({petra::v1::PHASE_TRAIN, 1, 2});
+  s = petra.DeliverForward(up, from);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  up.labels = torch::Tensor();
+  s = petra.DeliverForward(up, from);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not forward_gradient"));
+  s = petra.DeliverBackward(down, from);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not forward_gradient"));
+}
+
 }  // namespace
 }  // namespace petra::stage_server

@@ -125,10 +125,11 @@ TEST_P(DirectionalDerivative, IsTheExactGradientAlongEachStagesGuess) {
   }
 
   // Each stage takes its own value off the end of the list.
-  auto u1 = p.workers[1]->ApplyDirectional(0, loss->directional, 3);
+  auto u1 = p.workers[1]->ApplyDirectional(0, loss->directional, {}, 3);
   ASSERT_TRUE(u1.ok()) << u1.status();
   EXPECT_EQ(u1->samples, 16);
-  auto u0 = p.workers[0]->ApplyDirectional(0, {loss->directional.front()}, 4);
+  auto u0 =
+      p.workers[0]->ApplyDirectional(0, {loss->directional.front()}, {}, 4);
   ASSERT_TRUE(u0.ok()) << u0.status();
   EXPECT_EQ(p.workers[0]->in_flight(), 0);
 }
@@ -150,6 +151,63 @@ INSTANTIATE_TEST_SUITE_P(
              petra::v1::ForwardGradientSpec::Guess_Name(info.param.second);
     });
 
+// The diagnostic: a sampled micro-batch's true gradient comes down beside
+// the derivatives, and each stage compares its estimate d·v with it. With
+// the local guess (|v| = 1, <g, v> = d) the cosine is |d| / |g|.
+TEST(ForwardGradientStage,
+     TheDiagnosticComparesTheEstimateWithTheTrueGradient) {
+  petra::v1::JobSpec spec = Spec(petra::v1::ARCHITECTURE_REVNET18,
+                                 petra::v1::ForwardGradientSpec::GUESS_LOCAL);
+  spec.mutable_training()->set_grad_diagnostics_every(2);
+  Pipeline p = Build(spec);
+  const data::Batch b = OneBatch();
+  EXPECT_TRUE(p.workers[2]->diagnoses(0));
+  EXPECT_FALSE(p.workers[2]->diagnoses(1));
+  EXPECT_TRUE(p.workers[0]->diagnoses(2));
+  auto f0 = p.workers[0]->ForwardTangents(0, {b.images, {}}, {}, b.labels, 0);
+  ASSERT_TRUE(f0.ok());
+  auto f1 =
+      p.workers[1]->ForwardTangents(0, f0->output, f0->tangents, b.labels, 1);
+  ASSERT_TRUE(f1.ok());
+  auto loss =
+      p.workers[2]->ForwardLoss(0, f1->output, b.labels, 2, f1->tangents);
+  ASSERT_TRUE(loss.ok());
+
+  model::ScopedBnMode mode(model::BnMode::kBatchStats);
+  TensorPair h{b.images, {}};
+  for (auto& block : p.net.blocks) h = block->Forward(h);
+  torch::Tensor l = torch::nn::functional::cross_entropy(h.a, b.labels);
+  std::vector<double> norms;
+  for (int j = 0; j < 2; ++j) {
+    std::vector<torch::Tensor> g = torch::autograd::grad(
+        {l}, p.workers[j]->parameters(), {}, true, false, true);
+    for (auto& t : g) {
+      if (!t.defined()) t = torch::zeros({1});
+    }
+    norms.push_back(std::sqrt(model::Dot(g, g)));
+  }
+
+  auto u1 = p.workers[1]->ApplyDirectional(0, loss->directional,
+                                           loss->backward.input_grad, 3);
+  ASSERT_TRUE(u1.ok()) << u1.status();
+  ASSERT_TRUE(u1->input_grad.a.defined());  // delta_1, for stage 0
+  auto u0 = p.workers[0]->ApplyDirectional(0, {loss->directional[0]},
+                                           u1->input_grad, 4);
+  ASSERT_TRUE(u0.ok()) << u0.status();
+  EXPECT_FALSE(u0->input_grad.a.defined());  // nothing below stage 0
+  for (int j = 0; j < 2; ++j) {
+    std::optional<GradientDiagnostic> d = p.workers[j]->last_diagnostic();
+    ASSERT_TRUE(d.has_value()) << "stage " << j;
+    const double expected = std::abs(loss->directional[j]) / norms[j];
+    EXPECT_NEAR(d->cosine_similarity, expected, 1e-4) << "stage " << j;
+    EXPECT_NEAR(d->norm_ratio, expected, 1e-4) << "stage " << j;
+    // Never negative: d v points along g's side of v. (At initialisation
+    // the local gradient is nearly orthogonal to the true one: about 0.005
+    // here.)
+    EXPECT_GT(d->cosine_similarity, 0) << "stage " << j;
+  }
+}
+
 TEST(ForwardGradientStage, LocalOnlySendsNoTangentsAndStepsOnTheLocalGradient) {
   petra::v1::JobSpec spec =
       Spec(petra::v1::ARCHITECTURE_REVNET18,
@@ -167,7 +225,7 @@ TEST(ForwardGradientStage, LocalOnlySendsNoTangentsAndStepsOnTheLocalGradient) {
   std::vector<torch::Tensor> before;
   for (const auto& t : p.workers[0]->parameters()) before.push_back(t.clone());
   // The derivative that comes down is not used: the step is -lr * g_local.
-  auto u = p.workers[0]->ApplyDirectional(0, {123.0}, 2);
+  auto u = p.workers[0]->ApplyDirectional(0, {123.0}, {}, 2);
   ASSERT_TRUE(u.ok()) << u.status();
   std::vector<torch::Tensor> after = p.workers[0]->parameters();
   for (size_t i = 0; i < after.size(); ++i) {
@@ -185,7 +243,7 @@ TEST(ForwardGradientStage, TheAuxiliaryHeadIsCheckpointedAndRestored) {
   const data::Batch b = OneBatch();
   ASSERT_TRUE(
       a.workers[0]->ForwardTangents(0, {b.images, {}}, {}, b.labels, 0).ok());
-  ASSERT_TRUE(a.workers[0]->ApplyDirectional(0, {0.5}, 2).ok());
+  ASSERT_TRUE(a.workers[0]->ApplyDirectional(0, {0.5}, {}, 2).ok());
   std::map<std::string, torch::Tensor> saved;
   for (auto& [name, t] : a.workers[0]->NamedState(true)) saved[name] = t;
   ASSERT_TRUE(saved.count("aux_head.0.weight"));
@@ -243,13 +301,13 @@ TEST(ForwardGradientStage, RefusesWhatDoesNotFitTheStage) {
       0, f0->output, {{torch::zeros({1}), {}}}, b.labels, 1);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   // Stage 0 takes one derivative, and a finite one.
-  auto two = p.workers[0]->ApplyDirectional(0, {1.0, 2.0}, 2);
+  auto two = p.workers[0]->ApplyDirectional(0, {1.0, 2.0}, {}, 2);
   EXPECT_NE(two.status().message().find("needs 1 directional"),
             std::string::npos)
       << two.status();
   auto f = p.workers[0]->ForwardTangents(1, {b.images, {}}, {}, b.labels, 1);
   ASSERT_TRUE(f.ok());
-  auto nan = p.workers[0]->ApplyDirectional(1, {std::nan("")}, 3);
+  auto nan = p.workers[0]->ApplyDirectional(1, {std::nan("")}, {}, 3);
   EXPECT_EQ(nan.status().code(), absl::StatusCode::kFailedPrecondition);
   // The last stage takes no tangents of its own making.
   auto last = p.workers[2]->ForwardTangents(2, f0->output, {}, b.labels, 1);

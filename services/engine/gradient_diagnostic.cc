@@ -12,8 +12,13 @@ void GradientProbe::MaybeSample(int64_t steps, const TensorPair& x,
   if (every_ <= 0 || steps % every_ != 0 || steps == last_sampled_step_) {
     return;
   }
-  torch::NoGradGuard no_grad;
   last_sampled_step_ = steps;
+  Keep(x, blocks, record);
+}
+
+void GradientProbe::Keep(const TensorPair& x, const StageBlocks& blocks,
+                         ForwardRecord& record) const {
+  torch::NoGradGuard no_grad;
   record.diagnostic_input = {x.a.detach().clone(), x.b.defined()
                                                        ? x.b.detach().clone()
                                                        : torch::Tensor()};
@@ -30,6 +35,72 @@ std::vector<torch::Tensor> GradientProbe::GradientsBefore(
   return before;
 }
 
+GradientProbe::Exact GradientProbe::ExactGradient(const ForwardRecord& r,
+                                                  const TensorPair& output_grad,
+                                                  bool with_input,
+                                                  StageBlocks& blocks) {
+  const std::vector<torch::Tensor>& params = blocks.parameters();
+  std::vector<torch::Tensor> current = blocks.CopyWeights();
+  blocks.SetWeights(r.diagnostic_weights);
+  TensorPair x = r.diagnostic_input.detach();
+  std::vector<torch::Tensor> wrt = params;
+  if (with_input) {
+    for (torch::Tensor* t : {&x.a, &x.b}) {
+      if (t->defined() && t->is_floating_point()) {
+        t->requires_grad_(true);
+        wrt.push_back(*t);
+      }
+    }
+  }
+  TensorPair y;
+  {
+    torch::AutoGradMode grad_on(true);
+    model::ScopedBnMode mode(model::BnMode::kBatchStats);
+    y = blocks.Forward(x);
+  }
+  // Only outputs that depend on the weights or input (a coupling passes one
+  // stream through unchanged).
+  std::vector<torch::Tensor> outputs, grads;
+  for (const auto& [out, g] :
+       {std::pair{y.a, output_grad.a}, std::pair{y.b, output_grad.b}}) {
+    if (out.defined() && out.requires_grad()) {
+      outputs.push_back(out);
+      grads.push_back(g);
+    }
+  }
+  std::vector<torch::Tensor> g = torch::autograd::grad(
+      outputs, wrt, grads, false, false, /*allow_unused=*/true);
+  blocks.SetWeights(current);
+  Exact e;
+  for (size_t i = 0; i < params.size(); ++i) {
+    e.params.push_back(g[i].defined() ? g[i].flatten()
+                                      : torch::zeros({params[i].numel()},
+                                                     params[i].options()));
+  }
+  if (with_input) {
+    size_t i = params.size();
+    for (torch::Tensor* t : {&x.a, &x.b}) {
+      torch::Tensor* dst = t == &x.a ? &e.input.a : &e.input.b;
+      if (!t->defined() || !t->is_floating_point()) continue;
+      *dst = g[i].defined() ? g[i] : torch::zeros_like(*t);
+      ++i;
+    }
+  }
+  return e;
+}
+
+void GradientProbe::Record(const torch::Tensor& applied,
+                           const torch::Tensor& exact, int64_t steps) {
+  const double pn = applied.norm().item<double>();
+  const double en = exact.norm().item<double>();
+  GradientDiagnostic d;
+  d.step = steps;
+  d.cosine_similarity =
+      pn > 0 && en > 0 ? applied.dot(exact).item<double>() / (pn * en) : 0.0;
+  d.norm_ratio = en > 0 ? pn / en : 0.0;
+  last_ = d;
+}
+
 void GradientProbe::Compare(const ForwardRecord& r,
                             const TensorPair& output_grad,
                             const std::vector<torch::Tensor>& before,
@@ -43,46 +114,22 @@ void GradientProbe::Compare(const ForwardRecord& r,
             ? (params[i].grad() - before[i]).flatten()
             : torch::zeros({params[i].numel()}, params[i].options()));
   }
-  // The exact delayed gradient: the forward's weights and input, the same
-  // delta, BN with batch statistics and its running statistics untouched.
-  std::vector<torch::Tensor> current = blocks.CopyWeights();
-  blocks.SetWeights(r.diagnostic_weights);
-  TensorPair x{r.diagnostic_input.a.detach(),
-               r.diagnostic_input.b.defined() ? r.diagnostic_input.b.detach()
-                                              : torch::Tensor()};
-  TensorPair y;
-  {
-    model::ScopedBnMode mode(model::BnMode::kBatchStats);
-    y = blocks.Forward(x);
-  }
-  // Only outputs that depend on the weights (a coupling passes one stream
-  // through unchanged).
-  std::vector<torch::Tensor> outputs, grads;
-  for (const auto& [out, g] :
-       {std::pair{y.a, output_grad.a}, std::pair{y.b, output_grad.b}}) {
-    if (out.defined() && out.requires_grad()) {
-      outputs.push_back(out);
-      grads.push_back(g);
-    }
-  }
-  std::vector<torch::Tensor> exact = torch::autograd::grad(
-      outputs, params, grads, false, false, /*allow_unused=*/true);
-  blocks.SetWeights(current);
-  torch::Tensor p = torch::cat(petra);
+  // The backward added (1/k) of it.
+  Record(torch::cat(petra),
+         torch::cat(ExactGradient(r, output_grad, false, blocks).params) /
+             accumulation_,
+         steps);
+}
+
+TensorPair GradientProbe::CompareEstimate(
+    const ForwardRecord& r, const TensorPair& output_grad,
+    const std::vector<torch::Tensor>& applied, int64_t steps, bool with_input,
+    StageBlocks& blocks) {
+  Exact e = ExactGradient(r, output_grad, with_input, blocks);
   std::vector<torch::Tensor> flat;
-  for (size_t i = 0; i < exact.size(); ++i) {
-    flat.push_back(exact[i].defined() ? exact[i].flatten() / accumulation_
-                                      : torch::zeros({params[i].numel()},
-                                                     params[i].options()));
-  }
-  torch::Tensor e = torch::cat(flat);
-  const double pn = p.norm().item<double>(), en = e.norm().item<double>();
-  GradientDiagnostic d;
-  d.step = steps;
-  d.cosine_similarity =
-      pn > 0 && en > 0 ? p.dot(e).item<double>() / (pn * en) : 0.0;
-  d.norm_ratio = en > 0 ? pn / en : 0.0;
-  last_ = d;
+  for (const torch::Tensor& t : applied) flat.push_back(t.flatten());
+  Record(torch::cat(flat), torch::cat(e.params), steps);
+  return e.input;
 }
 
 }  // namespace petra::engine

@@ -1,7 +1,9 @@
 // PETRA's parameter gradient for one micro-batch against the exact delayed
 // gradient (the input and weights its forward used, the same delta): the
 // cosine and norm ratio of the paper's appendix figures, sampled once every
-// N optimizer steps (training.grad_diagnostics_every).
+// N optimizer steps (training.grad_diagnostics_every). In mode
+// forward_gradient, the estimate d·v against the true gradient, which the
+// sampled micro-batches' backward brings down for the purpose.
 #pragma once
 
 #include <torch/torch.h>
@@ -31,6 +33,23 @@ class GradientProbe {
   // weights in `record` when this forward is the period's sample.
   void MaybeSample(int64_t steps, const model::TensorPair& x,
                    const StageBlocks& blocks, ForwardRecord& record);
+  // Mode forward_gradient: every stage samples the same micro-batches, the
+  // first of every N optimizer steps of a pass (id % (N k) == 0), as its
+  // true gradient must come down through every stage.
+  bool SamplesId(uint64_t id) const {
+    return every_ > 0 &&
+           id % static_cast<uint64_t>(every_ * accumulation_) == 0;
+  }
+  void Keep(const model::TensorPair& x, const StageBlocks& blocks,
+            ForwardRecord& record) const;
+  // Mode forward_gradient: `applied` (the estimate, unscaled) against the
+  // exact gradient of the sampled record for `output_grad`; returns the
+  // gradient for the stage's input (undefined when `with_input` is false).
+  model::TensorPair CompareEstimate(const ForwardRecord& record,
+                                    const model::TensorPair& output_grad,
+                                    const std::vector<torch::Tensor>& applied,
+                                    int64_t steps, bool with_input,
+                                    StageBlocks& blocks);
   // Before the backward of a sampled record: the gradients so far.
   std::vector<torch::Tensor> GradientsBefore(const StageBlocks& blocks) const;
   // After it: what the backward added against the exact delayed gradient.
@@ -41,6 +60,18 @@ class GradientProbe {
   std::optional<GradientDiagnostic> last() const { return last_; }
 
  private:
+  struct Exact {
+    std::vector<torch::Tensor> params;  // flattened, zeros where unused
+    model::TensorPair input;
+  };
+  // The gradient at the record's input and weights for `output_grad`, BN
+  // with batch statistics and its running statistics untouched.
+  static Exact ExactGradient(const ForwardRecord& r,
+                             const model::TensorPair& output_grad,
+                             bool with_input, StageBlocks& blocks);
+  void Record(const torch::Tensor& applied, const torch::Tensor& exact,
+              int64_t steps);
+
   const int64_t every_;
   const int accumulation_;
   int64_t last_sampled_step_ = -1;

@@ -10,6 +10,8 @@ ScheduleKind ScheduleForMode(petra::v1::TrainingMode mode) {
       return ScheduleKind::kBackprop;
     case petra::v1::TRAINING_MODE_DELAYED:
       return ScheduleKind::kDelayed;
+    case petra::v1::TRAINING_MODE_FORWARD_GRADIENT:
+      return ScheduleKind::kForwardGradient;
     default:
       return ScheduleKind::kPetra;
   }
@@ -38,7 +40,8 @@ bool StageSchedule::Refill() {
       return true;
     }
     case ScheduleKind::kDelayed:
-    case ScheduleKind::kPetra: {
+    case ScheduleKind::kPetra:
+    case ScheduleKind::kForwardGradient: {
       const int64_t ticks = micro_batches_ + 2 * stages_ - 2;
       // A tick may hold nothing for this stage (filling and draining).
       while (ops_.empty() && unit_ < ticks) {

@@ -30,6 +30,10 @@ enum class ScheduleKind {
   // backwards micro-batch t - (2J - 2 - j); forward first. In steady state
   // a micro-batch's backward comes 2(J - 1 - j) ticks after its forward.
   kPetra,
+  // Forward gradients: PETRA's tick order, where a stage's backward is its
+  // update from the directional derivative that came down (no backward
+  // pass through the stage), and its forward also pushes the tangents.
+  kForwardGradient,
 };
 
 // The schedule a job's training mode runs.

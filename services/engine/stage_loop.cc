@@ -60,7 +60,13 @@ absl::Status ForwardLoss(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   outbox.ReportLoss(m, *out);
   if (w.index() == 0) return absl::OkStatus();
   if (w.forward_gradient()) {
-    return outbox.SendBackward({m, {}, {}, std::move(out->directional)});
+    // A sampled micro-batch's true gradient goes down too (diagnostic).
+    return outbox.SendBackward({m,
+                                {},
+                                w.diagnoses(m)
+                                    ? std::move(out->backward.input_grad)
+                                    : model::TensorPair(),
+                                std::move(out->directional)});
   }
   return outbox.SendBackward({m,
                               std::move(out->backward.input),
@@ -79,7 +85,7 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   const auto start = std::chrono::steady_clock::now();
   const bool fg = w.forward_gradient();
   absl::StatusOr<BackwardOutput> out =
-      fg ? w.ApplyDirectional(m, in->directional, tick)
+      fg ? w.ApplyDirectional(m, in->directional, in->grad, tick)
          : w.Backward(m, in->output, in->grad, tick);
   if (!out.ok()) return out.status();
   outbox.Observe({true, fg ? out->samples : in->grad.a.size(0),
@@ -91,7 +97,8 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   if (fg) {
     std::vector<double> below = std::move(in->directional);
     below.pop_back();  // this stage's own
-    return outbox.SendBackward({m, {}, {}, std::move(below)});
+    return outbox.SendBackward(
+        {m, {}, std::move(out->input_grad), std::move(below)});
   }
   return outbox.SendBackward(
       {m, std::move(out->input), std::move(out->input_grad), {}});
@@ -106,9 +113,11 @@ absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
   // last stage's forward is always its loss step. The flushing schedules
   // are the simulator's alone.
   if (schedule != ScheduleKind::kBackprop &&
-      schedule != ScheduleKind::kDelayed && schedule != ScheduleKind::kPetra) {
+      schedule != ScheduleKind::kDelayed && schedule != ScheduleKind::kPetra &&
+      schedule != ScheduleKind::kForwardGradient) {
     return absl::InvalidArgumentError(
-        "the stage runtime runs the backprop, delayed and petra schedules");
+        "the stage runtime runs the backprop, delayed, petra and "
+        "forward_gradient schedules");
   }
   StageSchedule ops(schedule, w.index(), w.count(), micro_batches);
   while (std::optional<ScheduledOp> op = ops.Next()) {

@@ -189,6 +189,8 @@ absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
         }
         r.guess = out.guess;
         r.samples = x.a.size(0);
+        // Kept apart from the memory accounting.
+        if (probe_.SamplesId(id)) probe_.Keep(x, blocks_, r);
         ledger_.Keep(0, TensorBytes(r.guess));
         records_.emplace(id, std::move(r));
         ++forwards_;
@@ -198,7 +200,8 @@ absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
 }
 
 absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
-    uint64_t id, const std::vector<double>& directional, int64_t tick) {
+    uint64_t id, const std::vector<double>& directional,
+    const TensorPair& output_grad, int64_t tick) {
   return Guard(
       config_.index, "update", [&]() -> absl::StatusOr<BackwardOutput> {
         if (fg_ == nullptr) {
@@ -220,6 +223,11 @@ absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
         optimizer_.Add(blocks_.parameters(), *estimate);
         BackwardOutput out;
         out.samples = r->samples;
+        if (!r->diagnostic_weights.empty() && output_grad.a.defined()) {
+          out.input_grad = probe_.CompareEstimate(
+              *r, output_grad.to(config_.device), *estimate, optimizer_.steps(),
+              /*with_input=*/config_.index > 0, blocks_);
+        }
         Measure(*r, tick, out);
         FinishBackward();
         return out;

@@ -105,9 +105,19 @@ class StageWorker {
       const torch::Tensor& labels, int64_t tick);
   // ...and, once the directional derivatives of micro-batch `id` come down
   // (one per stage 0..this one), adds d·v to its gradient (the optimizer
-  // steps every k). The output's tensors stay undefined.
+  // steps every k). For a micro-batch the gradient diagnostic samples
+  // (`diagnoses`), `output_grad` is the true delta_{j+1}: the estimate is
+  // compared with the true gradient, and the output's input_grad is
+  // delta_j for the stage below; otherwise the output's tensors stay
+  // undefined.
   absl::StatusOr<BackwardOutput> ApplyDirectional(
-      uint64_t id, const std::vector<double>& directional, int64_t tick);
+      uint64_t id, const std::vector<double>& directional,
+      const model::TensorPair& output_grad, int64_t tick);
+  // Mode forward_gradient: micro-batch `id`'s true gradient comes down
+  // beside its derivatives (training.grad_diagnostics_every).
+  bool diagnoses(uint64_t id) const {
+    return forward_gradient_ && probe_.SamplesId(id);
+  }
 
   // Last stage: forward, cross-entropy loss and backward in one step. A
   // NaN or infinite loss (or input, or gradient going down) fails

@@ -212,7 +212,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       Uint64([s](uint64_t v) { s->mutable_training()->set_max_steps(v); }));
   f.AddCustom("grad-diagnostics", "N", "0 (off)",
               "every N steps, compare PETRA's gradient with the exact delayed "
-              "one (cosine, norm ratio; exported as metrics)",
+              "one (forward_gradient: the estimate with the true gradient; "
+              "cosine, norm ratio; exported as metrics)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_grad_diagnostics_every(v);
               }));

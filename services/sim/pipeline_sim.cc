@@ -25,6 +25,12 @@ using engine::OpKind;
 using engine::ScheduledOp;
 
 bool Forwards(OpKind k) { return k != OpKind::kBackward; }
+
+// A forward-gradient forward of stage j (not the last), in plain forwards:
+// the local loss's forward and backward (about 3) and the tangents'
+// pushes (forward_gradient_stage.h: about 3 for the first, 2 for each of
+// the j further ones). The local guess's cost, the default.
+double ForwardGradientForwards(int j) { return 3.0 + 3.0 + 2.0 * j; }
 bool Backwards(OpKind k) { return k != OpKind::kForward; }
 
 struct Event {
@@ -93,6 +99,8 @@ std::string ScheduleName(Schedule schedule) {
       return "delayed";
     case Schedule::kPetra:
       return "petra";
+    case Schedule::kForwardGradient:
+      return "forward_gradient";
   }
   return "unknown";
 }
@@ -100,7 +108,7 @@ std::string ScheduleName(Schedule schedule) {
 const std::vector<Schedule>& AllSchedules() {
   static const std::vector<Schedule> all = {
       Schedule::kBackprop, Schedule::kGpipe, Schedule::kOneFOneB,
-      Schedule::kDelayed, Schedule::kPetra};
+      Schedule::kDelayed,  Schedule::kPetra, Schedule::kForwardGradient};
   return all;
 }
 
@@ -216,6 +224,7 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
 
   // Our engine rebuilds or recomputes; only delayed keeps the graph.
   std::vector<double> forward_cost(stages), backward_cost(stages);
+  const bool fg = schedule == Schedule::kForwardGradient;
   for (int j = 0; j < stages; ++j) {
     const StageCost& s = config.stages[j];
     forward_cost[j] = s.forward_seconds;
@@ -223,6 +232,10 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
         schedule == Schedule::kDelayed && s.backward_stored_seconds > 0
             ? s.backward_stored_seconds
             : s.backward_seconds;
+    if (fg && j + 1 < stages) {
+      forward_cost[j] *= ForwardGradientForwards(j);
+      backward_cost[j] = 0;  // the update: a scaled add, next to nothing
+    }
   }
 
   std::vector<StageState> st(stages);
@@ -315,15 +328,17 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
       dirty.push_back(device_of[e.stage]);
       const int j = e.stage;
       if (op.kind == OpKind::kForward && j < stages - 1) {
-        send(up[j], now, config.stages[j].output_bytes, j + 1, false,
-             op.micro_batch);
+        // Forward gradients: the activation and j + 1 tangents like it.
+        send(up[j], now, config.stages[j].output_bytes * (fg ? j + 2 : 1),
+             j + 1, false, op.micro_batch);
       }
       if (Backwards(op.kind)) {
         --s.in_flight;
         if (j > 0) {
-          // The rebuilt or buffered input goes down with its gradient.
-          send(down[j - 1], now, 2 * config.stages[j].input_bytes, j - 1, true,
-               op.micro_batch);
+          // The rebuilt or buffered input goes down with its gradient;
+          // forward gradients send j doubles.
+          send(down[j - 1], now, fg ? 8 * j : 2 * config.stages[j].input_bytes,
+               j - 1, true, op.micro_batch);
         } else {
           leaving.push_back(now);
         }
@@ -389,10 +404,12 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
     s.busy_seconds = st[j].busy;
     s.utilization = st[j].busy / makespan;
     s.peak_in_flight = st[j].peak_in_flight;
-    if (!(c.reversible && keeps_nothing_reversible)) {
+    if (!(c.reversible && keeps_nothing_reversible) && !fg) {
       s.input_buffer_bytes = s.peak_in_flight * c.input_bytes;
     }
-    if (schedule == Schedule::kDelayed) {
+    // Forward gradients keep each micro-batch's guess, parameter-sized,
+    // where delayed gradients keep weights (the last stage guesses none).
+    if (schedule == Schedule::kDelayed || (fg && j + 1 < stages)) {
       s.weight_stash_bytes = s.peak_in_flight * 4 * c.parameters;
     }
     s.parameter_bytes = 2 * 4 * c.parameters;

@@ -1,6 +1,7 @@
 // A discrete-event simulator of pipeline schedules: how long M micro-batches
 // take through J stages on D devices joined by links, and what each stage
-// keeps in memory, for backprop, GPipe, 1F1B, delayed gradients and PETRA.
+// keeps in memory, for backprop, GPipe, 1F1B, delayed gradients, PETRA and
+// forward gradients.
 // Answers "what would this fleet do" without running one (petra simulate).
 #pragma once
 
@@ -18,7 +19,8 @@ namespace petra::sim {
 // simulator only follows their order and adds the timing.
 using Schedule = engine::ScheduleKind;
 
-// Command-line names: backprop, gpipe, 1f1b, delayed, petra.
+// Command-line names: backprop, gpipe, 1f1b, delayed, petra,
+// forward_gradient.
 std::string ScheduleName(Schedule schedule);
 absl::StatusOr<Schedule> ParseSchedule(absl::string_view name);
 const std::vector<Schedule>& AllSchedules();  // in the order above
@@ -70,7 +72,8 @@ struct StageResult {
   // Peak buffered inputs x input_bytes; 0 for a reversible stage under
   // petra and backprop.
   int64_t input_buffer_bytes = 0;
-  // delayed only: peak in flight x 4 bytes x parameters.
+  // delayed, and forward_gradient's guesses (all stages but the last): peak
+  // in flight x 4 bytes x parameters.
   int64_t weight_stash_bytes = 0;
   // float32 weights and momentum: 2 x 4 bytes x parameters.
   int64_t parameter_bytes = 0;

@@ -197,6 +197,35 @@ TEST(PipelineSim, MemoryByKind) {
   EXPECT_EQ(r.stages[0].input_buffer_bytes, 1000);
 }
 
+// Forward gradients: PETRA's order, no backward pass, heavier forwards
+// (local loss and tangents), guesses kept instead of inputs, tangents on
+// the forward links and doubles on the backward ones.
+TEST(PipelineSim, ForwardGradientPushesTangentsAndKeepsGuesses) {
+  SimConfig c = Uniform(3, 0.01, 0.02, 50, Schedule::kForwardGradient);
+  for (StageCost& s : c.stages) {
+    s.input_bytes = s.output_bytes = 1000;
+    s.parameters = 100;
+  }
+  SimResult r = Sim(c);
+  // Peaks 5, 3, 1 as PETRA's; stage j's forward costs 6 + 2j forwards.
+  EXPECT_EQ(r.stages[0].input_buffer_bytes, 0);
+  EXPECT_EQ(r.stages[0].weight_stash_bytes, 5 * 4 * 100);
+  EXPECT_EQ(r.stages[1].weight_stash_bytes, 3 * 4 * 100);
+  EXPECT_EQ(r.stages[2].weight_stash_bytes, 0);
+  EXPECT_NEAR(r.stages[0].busy_seconds, 50 * 0.01 * 6, 1e-9);
+  EXPECT_NEAR(r.stages[1].busy_seconds, 50 * 0.01 * 8, 1e-9);
+  EXPECT_NEAR(r.stages[2].busy_seconds, 50 * 0.03, 1e-9);
+  // Stage 1, the slowest, bounds the pipeline.
+  EXPECT_NEAR(r.makespan_seconds, 50 * 0.08, 0.2);
+
+  // On a slow link, the forward of stage 1 carries the activation and two
+  // tangents: 3000 bytes a micro-batch.
+  c.link_bandwidth = 3000 / 0.5;
+  r = Sim(c);
+  EXPECT_GT(r.makespan_seconds, 50 * 0.5);
+  EXPECT_LT(r.makespan_seconds, 50 * 0.5 + 2);
+}
+
 TEST(PipelineSim, DelayedUsesTheStoredGraphBackward) {
   SimConfig c = Uniform(4, 0.01, 0.03, 1000, Schedule::kDelayed);
   EXPECT_NEAR(Sim(c).steady_samples_per_second, 1 / 0.04, 1e-6);

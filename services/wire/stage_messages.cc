@@ -388,15 +388,23 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
   p.directional = std::move(directional_);
   directional_.clear();
   if (!p.directional.empty()) {
-    // Mode forward_gradient: the derivatives alone.
-    for (const torch::Tensor& x : t) {
-      if (x.defined()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where,
-            "a backward message carries directional derivatives or "
-            "tensors, not both"));
-      }
+    // Mode forward_gradient: the derivatives, and for a micro-batch the
+    // gradient diagnostic samples, the true gradient; never an activation.
+    if (t[0].defined() || t[1].defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       "a backward message carries directional derivatives or "
+                       "an activation, not both"));
     }
+    if (t[3].defined() && !t[2].defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "gradient.second without gradient.first"));
+    }
+    if (absl::Status s = CheckBoundary(t[2], t[3], where, "gradient");
+        !s.ok()) {
+      return s;
+    }
+    p.grad = {t[2], t[3]};
     return p;
   }
   if (!t[0].defined() || !t[2].defined()) {

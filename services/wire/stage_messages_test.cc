@@ -124,6 +124,58 @@ TEST(StageMessages, BackwardRoundTrip) {
   EXPECT_EQ(back->header.step, 3u);
 }
 
+// Mode forward_gradient: tangents chunked like the activation, each back
+// at its index; derivatives instead of tensors going down.
+TEST(StageMessages, TangentsAndDirectionalDerivativesRoundTrip) {
+  ForwardPayload p = Forward(5);
+  for (int k = 0; k < 3; ++k) {
+    p.tangents.push_back(
+        {torch::randn({4, 8, 6, 6}), torch::randn({4, 8, 6, 6})});
+  }
+  auto parts = EncodeForward(p, 1000);  // 4.6 KB tensors: 5 chunks each
+  ASSERT_TRUE(parts.ok());
+  EXPECT_GT(parts->size(), 5u);
+  ForwardAssembler a;
+  std::optional<ForwardPayload> back = Feed(a, *parts);
+  ASSERT_TRUE(back.has_value());
+  ASSERT_EQ(back->tangents.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(torch::equal(back->tangents[k].a, p.tangents[k].a)) << k;
+    EXPECT_TRUE(torch::equal(back->tangents[k].b, p.tangents[k].b)) << k;
+  }
+  // A tangent not shaped like the activation is refused, naming it.
+  p.tangents[1].a = torch::randn({4, 8, 6, 5});
+  parts = EncodeForward(p, 1 << 20);
+  ASSERT_TRUE(parts.ok());
+  auto bad = a.Add(parts->front());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tangents[1]"));
+
+  BackwardPayload d;
+  d.header = Header(9);
+  d.directional = {0.25, -3.0, 1e-9};
+  auto down = EncodeBackward(d, 100);
+  ASSERT_TRUE(down.ok());
+  ASSERT_EQ(down->size(), 1u);
+  BackwardAssembler b;
+  auto r = b.Add(down->front());
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status();
+  EXPECT_EQ((*r)->directional, d.directional);
+  EXPECT_FALSE((*r)->output.a.defined());
+  // A sampled micro-batch's true gradient may come along (diagnostic)...
+  d.grad = {torch::randn({4, 2}), {}};
+  down = EncodeBackward(d, 1 << 20);
+  ASSERT_TRUE(down.ok());
+  r = b.Add(down->front());
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status();
+  EXPECT_TRUE(torch::equal((*r)->grad.a, d.grad.a));
+  // ...an activation never.
+  d.output = {torch::randn({4, 2}), {}};
+  down = EncodeBackward(d, 1 << 20);
+  ASSERT_TRUE(down.ok());
+  r = b.Add(down->front());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("not both"));
+}
+
 TEST(StageMessages, InterleavedMicroBatchIsRefusedAndTheStreamRecovers) {
   auto first = *EncodeForward(Forward(1, 64), 20000);
   auto second = *EncodeForward(Forward(2, 64), 20000);

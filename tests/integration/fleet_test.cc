@@ -194,6 +194,49 @@ TEST_F(FleetProcesses, AResumedJobTrainsAsIfNeverInterrupted) {
       << StatusJson(again);
 }
 
+// Forward gradients resume the same way: the auxiliary heads come back from
+// the checkpoint, and the random guesses depend on the step and micro-batch,
+// not on how long the servers have run.
+TEST_F(FleetProcesses, AResumedForwardGradientJobTrainsAsIfNeverInterrupted) {
+  StartStages(2);
+  StartCoordinator();
+  for (const char* guess : {"local", "random"}) {
+    SCOPED_TRACE(guess);
+    std::vector<std::string> job = SmallJob(2);
+    job.insert(job.end(),
+               {"--checkpoint-every", "1", "--mode", "forward_gradient",
+                "--guess", guess, "--lr", "0.002"});
+    const std::string whole = Submit(job);
+    ASSERT_EQ(Petra({"watch", whole}, std::chrono::seconds(300)).exit_code, 0);
+    const std::string jobs = dir_.path() + "/coordinator/jobs/";
+    // Without a usable epoch-2 checkpoint the resume starts at epoch 1's.
+    const std::string damaged =
+        jobs + whole + "/checkpoints/epoch-2/stage-0.pt";
+    {
+      std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+      ASSERT_TRUE(f) << damaged;
+      f.seekp(200);
+      f.put('\x5a');
+    }
+    const std::string resumed = Submit({"--resume-from", whole});
+    RunResult watch = Petra({"watch", resumed}, std::chrono::seconds(300));
+    ASSERT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+    const auto a = TrainLog(jobs + whole + "/train_log.csv");
+    const auto b = TrainLog(jobs + resumed + "/train_log.csv");
+    std::vector<std::vector<std::string>> a2;
+    for (const auto& row : a) {
+      if (row[0] == "2") a2.push_back(row);
+    }
+    ASSERT_EQ(b.size(), a2.size());
+    ASSERT_FALSE(b.empty());
+    for (size_t i = 0; i < b.size(); ++i) {
+      EXPECT_EQ(b[i][1], a2[i][1]);
+      const double x = std::stod(a2[i][3]), y = std::stod(b[i][3]);
+      EXPECT_NEAR(y, x, 1e-5 * std::max(1.0, std::abs(x))) << "row " << i;
+    }
+  }
+}
+
 TEST_F(FleetProcesses, UnreachableStageFailsTheJobWithinTenSeconds) {
   stage_addresses_ = {Loopback(UnusedLoopbackPort())};
   StartCoordinator();
