@@ -95,6 +95,23 @@ int Main(int argc, char** argv) {
         Framed(kBackwardStream, Serialized(*wire::EncodeBackward(b, 1 << 20))));
   write("backward-chunked",
         Framed(kBackwardStream, Serialized(*wire::EncodeBackward(b, 12))));
+
+  // Mode forward_gradient: a forward with labels and two tangents, chunked;
+  // a backward of derivatives alone, and one with a diagnostic's gradient.
+  wire::ForwardPayload fg = f;
+  fg.header = Header(5, 1);
+  fg.tangents = {{torch::randn({2, 2, 2, 2}), torch::randn({2, 2, 2, 2})},
+                 {torch::randn({2, 2, 2, 2}), torch::randn({2, 2, 2, 2})}};
+  write("forward-tangents-chunked",
+        Framed(kForwardStream, Serialized(*wire::EncodeForward(fg, 40))));
+  wire::BackwardPayload d;
+  d.header = Header(5, 2);
+  d.directional = {0.5, -1.25};
+  write("backward-directional",
+        Framed(kBackwardStream, Serialized(*wire::EncodeBackward(d, 1 << 20))));
+  d.grad = {torch::randn({2, 3}), torch::randn({2, 3})};
+  write("backward-directional-gradient",
+        Framed(kBackwardStream, Serialized(*wire::EncodeBackward(d, 12))));
   return 0;
 }
 

@@ -112,6 +112,13 @@ void ForwardStream(const std::vector<std::string>& parts) {
       Expect(p.labels.scalar_type() == torch::kInt64 && p.labels.dim() == 1);
       Expect(!p.x.a.defined() || p.labels.size(0) == p.x.a.size(0));
     }
+    // Mode forward_gradient: every tangent is shaped like the activation.
+    Expect(p.tangents.size() <= static_cast<size_t>(wire::kMaxTangents));
+    for (const model::TensorPair& t : p.tangents) {
+      Expect(p.x.a.defined() && t.a.defined() && t.a.sizes() == p.x.a.sizes());
+      Expect(t.b.defined() == p.x.b.defined());
+      Expect(!t.b.defined() || t.b.sizes() == p.x.b.sizes());
+    }
   }
 }
 
@@ -129,6 +136,13 @@ void BackwardStream(const std::vector<std::string>& parts) {
     const wire::BackwardPayload& p = **r;
     CheckBoundary(p.output);
     CheckBoundary(p.grad);
+    if (!p.directional.empty()) {
+      // Mode forward_gradient: derivatives, at most a diagnostic's true
+      // gradient beside them, never an activation.
+      Expect(p.directional.size() <= wire::kMaxTangents + 1u);
+      Expect(!p.output.a.defined() && !p.output.b.defined());
+      continue;
+    }
     Expect(p.output.a.defined() && p.grad.a.defined());
     Expect(p.output.a.sizes() == p.grad.a.sizes());
     Expect(p.output.b.defined() == p.grad.b.defined());
