@@ -1,9 +1,9 @@
 // The coordinator's client commands: submit, watch, status, list, cancel,
 // export. Each maps flags to one CoordinatorService call.
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -13,6 +13,7 @@
 #include "client/job_progress.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/cli/flag_set.h"
+#include "services/cli/json_text.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/wire/bearer_token.h"
@@ -26,6 +27,12 @@ namespace {
 using petra::v1::CoordinatorService;
 
 constexpr char kDefaultCoordinator[] = "localhost:50050";
+// Defaults of the connection flags, for scripts (README, "Scripting").
+constexpr char kCoordinatorEnv[] = "PETRA_COORDINATOR";
+constexpr char kTlsCaEnv[] = "PETRA_TLS_CA";
+constexpr char kTlsCertEnv[] = "PETRA_TLS_CERT";
+constexpr char kTlsKeyEnv[] = "PETRA_TLS_KEY";
+constexpr char kAuthTokenFileEnv[] = "PETRA_AUTH_TOKEN_FILE";
 
 // Where the coordinator is and how to talk to it.
 struct Connection {
@@ -34,13 +41,30 @@ struct Connection {
   std::string token_file;
 };
 
+// A flag's default from the environment, so scripts set the connection
+// once; the flag, when given, wins.
+std::string FromEnv(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
 void AddCoordinatorFlag(cli::FlagSet& flags, Connection* c) {
-  flags.AddString("coordinator", &c->address, "coordinator address, host:port");
+  c->address = FromEnv(kCoordinatorEnv, kDefaultCoordinator);
+  c->tls.ca_file = FromEnv(kTlsCaEnv, "");
+  c->tls.cert_file = FromEnv(kTlsCertEnv, "");
+  c->tls.key_file = FromEnv(kTlsKeyEnv, "");
+  c->token_file = FromEnv(kAuthTokenFileEnv, "");
+  flags.AddString("coordinator", &c->address,
+                  absl::StrCat("coordinator address, host:port (env ",
+                               kCoordinatorEnv, ")"));
   wire::AddClientTlsFlags(flags, &c->tls);
   flags.AddString("auth-token-file", &c->token_file,
                   absl::StrCat("file holding the coordinator's bearer token "
-                               "(default: the ",
-                               wire::kAuthTokenEnv, " environment variable)"));
+                               "(env ",
+                               kAuthTokenFileEnv,
+                               "; without either, the token "
+                               "itself from ",
+                               wire::kAuthTokenEnv, ")"));
 }
 
 // Connects, or explains why the address, the TLS files or the token are
@@ -108,14 +132,6 @@ int PrepareJobCommand(cli::FlagSet& flags, const std::string& command,
   return *stub == nullptr ? 2 : -1;
 }
 
-std::string ToJson(const google::protobuf::Message& m) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &json, o);
-  return json;
-}
-
 void PrintJobLine(const petra::v1::Job& job) {
   const petra::v1::Progress& p = job.progress();
   std::printf("%-10s %-10s %-28s epoch %u/%u  step %llu/%llu  test acc %s\n",
@@ -133,7 +149,7 @@ int RunSubmit(const std::string& program,
               const std::vector<std::string>& args) {
   Connection coordinator;
   std::string from;
-  bool watch = false;
+  bool watch = false, json = false;
   petra::v1::JobSpec overrides;
   cli::FlagSet flags(
       absl::StrCat(program, " submit [--from FILE] [job flags] [--watch]"),
@@ -143,6 +159,9 @@ int RunSubmit(const std::string& program,
   AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("from", &from, "job spec file (JSON or text proto)");
   flags.AddBool("watch", &watch, "follow the job until it ends");
+  flags.AddBool("json", &json,
+                "print the submitted Job as one line of JSON (with --watch, "
+                "then each event as a line, as watch --json)");
   job::AddJobFlags(flags, &overrides);
   const std::string command = program + " submit";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
@@ -175,9 +194,13 @@ int RunSubmit(const std::string& program,
   petra::v1::Job job;
   grpc::Status s = stub->SubmitJob(&context, request, &job);
   if (!s.ok()) return Fail(command, s, coordinator);
-  std::cout << job.id() << std::endl;
+  if (json) {
+    std::cout << JobJson(job, false) << std::endl;
+  } else {
+    std::cout << job.id() << std::endl;
+  }
   if (!watch) return 0;
-  ProgressPrinter printer(false);
+  ProgressPrinter printer(false, json);
   absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, job.id(), printer);
   if (!end.ok()) {
     std::cerr << command << ": " << end.status().message() << "\n";
@@ -191,9 +214,14 @@ int RunWatch(const std::string& program, const std::vector<std::string>& args) {
   cli::FlagSet flags(absl::StrCat(program, " watch [flags] JOB_ID"),
                      "Follows a job until it ends: a progress bar with ETA, "
                      "loss, accuracy and\nsamples/s, a line per epoch, and the "
-                     "per-stage table at the end. Exits 0\nwhen the job "
+                     "per-stage table at the end (--json: every event as a "
+                     "line of JSON\ninstead). Exits 0 when the job "
                      "succeeded, 1 otherwise.");
   AddCoordinatorFlag(flags, &coordinator);
+  bool json = false;
+  flags.AddBool("json", &json,
+                "print each JobEvent as one line of JSON (JSON lines), the "
+                "last one the final Job");
   const std::string command = program + " watch";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
@@ -201,13 +229,13 @@ int RunWatch(const std::string& program, const std::vector<std::string>& args) {
       rc >= 0) {
     return rc;
   }
-  ProgressPrinter printer(false);
+  ProgressPrinter printer(false, json);
   absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, id, printer);
   if (!end.ok()) {
     std::cerr << command << ": " << end.status().message() << "\n";
     return 1;
   }
-  if (end->progress().stages_size() > 0) PrintStageTable(*end);
+  if (!json && end->progress().stages_size() > 0) PrintStageTable(*end);
   return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
 }
 
@@ -234,7 +262,7 @@ int RunStatus(const std::string& program,
   grpc::Status s = stub->GetJob(&context, request, &job);
   if (!s.ok()) return Fail(command, s, coordinator);
   if (json) {
-    std::cout << ToJson(job) << "\n";
+    std::cout << JobJson(job, true) << "\n";
     return 0;
   }
   PrintJobLine(job);
@@ -258,7 +286,9 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
   flags.AddString("state", &state,
                   "only jobs in this state: queued, starting, running, "
                   "recovering, succeeded, failed, cancelled");
-  flags.AddBool("json", &json, "print each Job as JSON");
+  flags.AddBool("json", &json,
+                "print one JSON object, {\"jobs\": [Job, ...]}, every page "
+                "joined");
   const std::string command = program + " list";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
@@ -276,23 +306,28 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
   }
   auto stub = Connect(command, coordinator);
   if (stub == nullptr) return 2;
-  int shown = 0;
+  // Every page first: a failure midway prints nothing rather than part of
+  // a list a script would take for the whole.
+  petra::v1::ListJobsResponse all;
   do {
     grpc::ClientContext context;
     petra::v1::ListJobsResponse response;
     grpc::Status s = stub->ListJobs(&context, request, &response);
     if (!s.ok()) return Fail(command, s, coordinator);
-    for (const petra::v1::Job& job : response.jobs()) {
-      if (json) {
-        std::cout << ToJson(job) << "\n";
-      } else {
-        PrintJobLine(job);
-      }
-      ++shown;
+    for (petra::v1::Job& job : *response.mutable_jobs()) {
+      *all.add_jobs() = std::move(job);
     }
     request.set_page_token(response.next_page_token());
   } while (!request.page_token().empty());
-  if (shown == 0 && !json) std::printf("no jobs\n");
+  if (json) {
+    // Always the key, even for no jobs (the JSON mapping omits empty lists).
+    std::cout << (all.jobs_size() == 0 ? "{\n  \"jobs\": []\n}"
+                                       : JobJson(all, true))
+              << "\n";
+    return 0;
+  }
+  for (const petra::v1::Job& job : all.jobs()) PrintJobLine(job);
+  if (all.jobs_size() == 0) std::printf("no jobs\n");
   return 0;
 }
 
@@ -304,6 +339,8 @@ int RunCancel(const std::string& program,
                      "within seconds and\nreleases its stages; its "
                      "checkpoints stay.");
   AddCoordinatorFlag(flags, &coordinator);
+  bool json = false;
+  flags.AddBool("json", &json, "print the Job after the request as JSON");
   const std::string command = program + " cancel";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
@@ -317,6 +354,10 @@ int RunCancel(const std::string& program,
   petra::v1::Job job;
   grpc::Status s = stub->CancelJob(&context, request, &job);
   if (!s.ok()) return Fail(command, s, coordinator);
+  if (json) {
+    std::cout << JobJson(job, true) << "\n";
+    return 0;
+  }
   std::printf("%s: %s\n", job.id().c_str(),
               job.state() == petra::v1::JOB_STATE_CANCELLED
                   ? "cancelled"
@@ -336,6 +377,10 @@ int RunExport(const std::string& program,
       "in the network (README, \"Exported weights\").");
   AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("output", &output, "file to write (default: JOB_ID.pt)");
+  bool json = false;
+  flags.AddBool("json", &json,
+                "print {\"job\": ..., \"path\": ..., \"bytes\": N} "
+                "instead of a sentence");
   const std::string command = program + " export";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
@@ -374,6 +419,12 @@ int RunExport(const std::string& program,
   if (std::rename(partial.c_str(), output.c_str()) != 0) {
     std::cerr << command << ": cannot write \"" << output << "\"\n";
     return 1;
+  }
+  if (json) {
+    std::cout << "{\"job\": " << cli::JsonString(id)
+              << ", \"path\": " << cli::JsonString(output)
+              << ", \"bytes\": " << got << "}\n";
+    return 0;
   }
   std::printf("wrote %s (%llu bytes)\n", output.c_str(),
               static_cast<unsigned long long>(got));

@@ -1,5 +1,6 @@
 #include "client/job_progress.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/cli/json_text.h"
 #include "services/wire/status_map.h"
 
 namespace petra::client {
@@ -27,8 +29,21 @@ std::string Duration(double seconds) {
                  : absl::StrFormat("%ds", s);
 }
 
-ProgressPrinter::ProgressPrinter(bool quiet)
-    : quiet_(quiet), tty_(isatty(STDOUT_FILENO)) {}
+std::string JobJson(const google::protobuf::Message& m, bool pretty) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = pretty;
+  // A message the client itself received always prints; an empty string
+  // would only hide a bug.
+  if (!google::protobuf::util::MessageToJsonString(m, &json, o).ok()) {
+    return "{}";
+  }
+  if (!pretty && !json.empty() && json.back() == '\n') json.pop_back();
+  return json;
+}
+
+ProgressPrinter::ProgressPrinter(bool quiet, bool json_lines)
+    : quiet_(quiet), json_lines_(json_lines), tty_(isatty(STDOUT_FILENO)) {}
 
 void ProgressPrinter::EndLine() {
   if (line_open_) std::printf("\n");
@@ -40,6 +55,11 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
   const petra::v1::Progress& p = job.progress();
   if (event.kind() == JobEvent::KIND_EPOCH_END) epochs_.push_back(p);
   if (quiet_) return;
+  if (json_lines_) {
+    std::printf("%s\n", JobJson(event, false).c_str());
+    std::fflush(stdout);
+    return;
+  }
   switch (event.kind()) {
     case JobEvent::KIND_STATE:
       if (job.state() != state_) {
@@ -186,13 +206,14 @@ std::string ReportJson(const petra::v1::Job& job,
   }
   const double rate = seconds > 0 ? samples / seconds : 0;
   std::string out = absl::StrFormat(
-      "{\n  \"job\": \"%s\",\n  \"name\": \"%s\",\n  \"runner\": \"%s\",\n"
-      "  \"state\": \"%s\",\n"
+      "{\n  \"job\": %s,\n  \"name\": %s,\n  \"runner\": %s,\n"
+      "  \"state\": %s,\n"
       "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n"
       "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n"
       "  \"samples_per_second\": %.2f,\n  \"wall_seconds\": %.2f,\n"
       "  \"optimizer_steps\": %llu,\n  \"epochs\": [",
-      job.id(), job.spec().name(), runner, StateName(job.state()),
+      cli::JsonString(job.id()), cli::JsonString(job.spec().name()),
+      cli::JsonString(runner), cli::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
       last.train_accuracy(), rate, wall,
       static_cast<unsigned long long>(last.step()));
@@ -220,7 +241,7 @@ std::string ReportJson(const petra::v1::Job& job,
     }
     absl::StrAppendFormat(
         &out,
-        "%s\n    {\"index\": %u, \"address\": \"%s\", \"device\": \"%s\", "
+        "%s\n    {\"index\": %u, \"address\": %s, \"device\": %s, "
         "\"blocks\": [%d, %d], "
         "\"memory_bytes\": {\"parameters\": %llu, \"optimizer_state\": %llu, "
         "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
@@ -229,7 +250,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"device_peak\": %llu}, \"staleness_mean\": %.4f, "
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
         "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu}",
-        i ? "," : "", s.stage_index(), s.address(), device, begin, end,
+        i ? "," : "", s.stage_index(), cli::JsonString(s.address()),
+        cli::JsonString(device), begin, end,
         static_cast<unsigned long long>(m.parameters_bytes()),
         static_cast<unsigned long long>(m.optimizer_state_bytes()),
         static_cast<unsigned long long>(m.activation_buffer_bytes()),

@@ -15,14 +15,16 @@ namespace petra::client {
 
 class ProgressPrinter {
  public:
-  explicit ProgressPrinter(bool quiet);
+  // `json_lines`: every event as one line of JSON (a JobEvent, protobuf's
+  // JSON mapping) instead of text, for scripts.
+  explicit ProgressPrinter(bool quiet, bool json_lines = false);
   void OnEvent(const petra::v1::JobEvent& event);
   // Epoch-end progress seen so far, in order.
   const std::vector<petra::v1::Progress>& epochs() const { return epochs_; }
 
  private:
   void EndLine();
-  const bool quiet_, tty_;
+  const bool quiet_, json_lines_, tty_;
   bool line_open_ = false;
   petra::v1::JobState state_ = petra::v1::JOB_STATE_UNSPECIFIED;
   std::chrono::steady_clock::time_point last_line_{};
@@ -34,6 +36,10 @@ class ProgressPrinter {
 absl::StatusOr<petra::v1::Job> FollowJob(
     petra::v1::CoordinatorService::Stub& stub, const std::string& id,
     ProgressPrinter& printer);
+
+// `m` as one line of JSON (protobuf's JSON mapping, field names as in
+// the proto), or pretty-printed over several lines.
+std::string JobJson(const google::protobuf::Message& m, bool pretty);
 
 // "running", "succeeded", ...
 std::string StateName(petra::v1::JobState state);

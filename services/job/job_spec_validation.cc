@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "services/cli/utf8.h"
 #include "services/job/device_name.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_defaults.h"
@@ -53,42 +54,6 @@ class Problems {
 
 std::string Num(double v) { return absl::StrFormat("%g", v); }
 
-// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
-// points past U+10FFFF). proto3 strings must be: a spec that is not cannot
-// be sent over gRPC or written as the JSON job record.
-bool IsUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    int n = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-      n = 1, cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      n = 2, cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;  // truncated sequence
-    for (int k = 1; k <= n; ++k) {
-      const unsigned char d = s[i + k];
-      if ((d & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-        (n == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
-      return false;
-    }
-    i += n + 1;
-  }
-  return true;
-}
-
 // Every free-text field of the spec must be UTF-8 (devices are checked
 // against their few ASCII forms already).
 void CheckText(const petra::v1::JobSpec& s, Problems& p) {
@@ -97,7 +62,9 @@ void CheckText(const petra::v1::JobSpec& s, Problems& p) {
        {Field{"name", &s.name()}, Field{"dataset.path", &s.dataset().path()},
         Field{"checkpoint.resume_from_job",
               &s.checkpoint().resume_from_job()}}) {
-    if (!IsUtf8(*value)) {
+    // proto3 strings must be UTF-8: a spec that is not cannot be sent over
+    // gRPC or written as the JSON job record.
+    if (!cli::IsUtf8(*value)) {
       p.Add(field, absl::StrCat("\"", absl::CHexEscape(*value), "\""),
             "must be UTF-8 text");
     }

@@ -1,0 +1,159 @@
+// The client as scripts use it: connection defaults from the environment,
+// --json on every command, and names with quotes, backslashes and
+// non-ASCII text that come back unchanged through every JSON output
+// (checked by Python's json module, a parser that is not ours).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/fleet_fixture.h"
+#include "tests/integration/subprocess.h"
+
+namespace petra::testing {
+namespace {
+
+// A quote, a backslash, é, a snowman and a clef (4 UTF-8 bytes).
+const std::string kAwkwardName =
+    "run \"A\" \\ b c caf\xC3\xA9 \xE2\x98\x83 \xF0\x9D\x84\x9E";
+
+class ClientJson : public FleetProcesses {
+ protected:
+  // `petra ARGS` with the coordinator named only by PETRA_COORDINATOR.
+  RunResult PetraFromEnv(const std::vector<std::string>& args) {
+    std::vector<std::string> env_args = {"PETRA_COORDINATOR=" + address_,
+                                         kPetra};
+    env_args.insert(env_args.end(), args.begin(), args.end());
+    return RunToExit("/usr/bin/env", env_args, std::chrono::seconds(300));
+  }
+
+  // Runs a Python check on `text` (saved to a file): `check` reads `doc`
+  // (json.loads of the whole text) or `lines` (json.loads of each line)
+  // and `name`, the expected name.
+  void CheckJson(const std::string& what, const std::string& text,
+                 const std::string& check) {
+    const std::string path = dir_.path() + "/" + what + ".json";
+    std::ofstream(path, std::ios::binary) << text;
+    const std::string name_path = dir_.path() + "/name.txt";
+    std::ofstream(name_path, std::ios::binary) << kAwkwardName;
+    RunResult py = RunToExit(
+        "/usr/bin/python3",
+        {"-c",
+         "import json, sys\n"
+         "text = open(sys.argv[1], encoding='utf-8').read()\n"
+         "name = open(sys.argv[2], encoding='utf-8').read()\n"
+         "try:\n"
+         "  doc = json.loads(text)\n"
+         "except ValueError:\n"
+         "  doc = None  # JSON lines\n"
+         "lines = [doc] if doc is not None else [\n"
+         "  json.loads(l) for l in text.splitlines() if l.strip()]\n" +
+             check + "\nprint('ok')\n",
+         path, name_path});
+    EXPECT_EQ(py.exit_code, 0) << what << ":\n" << text << "\n" << py.err;
+    EXPECT_THAT(py.out, HasSubstr("ok")) << what;
+  }
+};
+
+TEST_F(ClientJson, EveryCommandPrintsValidJsonAndNamesRoundTrip) {
+  StartStages(2);
+  StartCoordinator();
+  std::vector<std::string> submit = {"submit", "--json", "--watch", "--name",
+                                     kAwkwardName};
+  const std::vector<std::string> job = SmallJob(1);
+  submit.insert(submit.end(), job.begin(), job.end());
+  RunResult r = PetraFromEnv(submit);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // JSON lines: the submitted Job, then JobEvents, the last the final Job.
+  CheckJson("submit-watch", r.out,
+            "assert len(lines) >= 3, lines\n"
+            "assert lines[0]['spec']['name'] == name, lines[0]\n"
+            "assert all('kind' in e and 'job' in e for e in lines[1:])\n"
+            "assert lines[-1]['job']['state'] == 'JOB_STATE_SUCCEEDED'\n"
+            "assert lines[-1]['job']['spec']['name'] == name\n"
+            "assert any(e['kind'] == 'KIND_EPOCH_END' for e in lines[1:])");
+  const std::string id = r.out.substr(r.out.find("\"id\":\"") + 6, 5);
+  ASSERT_EQ(id, "job-1") << r.out;
+
+  r = PetraFromEnv({"watch", "--json", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  CheckJson("watch", r.out,
+            "assert lines[-1]['job']['spec']['name'] == name, lines[-1]");
+
+  r = PetraFromEnv({"status", "--json", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  CheckJson("status", r.out,
+            "assert doc['spec']['name'] == name and doc['id'] == 'job-1'");
+
+  r = PetraFromEnv({"list", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  CheckJson("list", r.out,
+            "assert [j['spec']['name'] for j in doc['jobs']] == [name], doc");
+  r = PetraFromEnv({"list", "--json", "--state", "running"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  CheckJson("list-none", r.out, "assert doc == {'jobs': []}, doc");
+
+  // An output path with the same characters.
+  const std::string exported = dir_.path() + "/" + kAwkwardName + ".pt";
+  r = PetraFromEnv({"export", "--json", "--output", exported, id});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  CheckJson("export", r.out,
+            "assert doc['job'] == 'job-1' and doc['path'].endswith(name + "
+            "'.pt')\n"
+            "assert doc['bytes'] == " +
+                std::to_string(std::filesystem::file_size(exported)));
+
+  // A queued job, cancelled.
+  const std::string busy = Submit(SmallJob(50));
+  const std::string queued = Submit(SmallJob(1));
+  r = PetraFromEnv({"cancel", "--json", queued});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  CheckJson("cancel", r.out,
+            "assert doc['state'] == 'JOB_STATE_CANCELLED', doc");
+  EXPECT_EQ(PetraFromEnv({"cancel", busy}).exit_code, 0);
+
+  // A flag beats the environment.
+  r = RunToExit("/usr/bin/env", {"PETRA_COORDINATOR=nohost", kPetra, "list",
+                                 "--coordinator", address_});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = RunToExit("/usr/bin/env", {"PETRA_COORDINATOR=nohost", kPetra, "list"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--coordinator"));
+  r = RunToExit("/usr/bin/env", {"PETRA_COORDINATOR=" + address_,
+                                 "PETRA_TLS_CA=/no/ca.pem", kPetra, "list"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("/no/ca.pem"));
+}
+
+TEST(PetraTrainReport, IsOneJsonObjectWhateverTheName) {
+  TempDir dir;
+  const std::string report = dir.path() + "/report.json";
+  std::vector<std::string> args = {"train",   "--runner",  "in-process",
+                                   "--quiet", "--report",  report,
+                                   "--name",  kAwkwardName};
+  const std::vector<std::string> job = SmallJob(1);
+  args.insert(args.end(), job.begin(), job.end());
+  RunResult r = RunToExit(kPetra, args, std::chrono::seconds(300));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ofstream(dir.path() + "/name.txt", std::ios::binary) << kAwkwardName;
+  RunResult py = RunToExit(
+      "/usr/bin/python3",
+      {"-c",
+       "import json, sys\n"
+       "doc = json.load(open(sys.argv[1], encoding='utf-8'))\n"
+       "name = open(sys.argv[2], encoding='utf-8').read()\n"
+       "assert doc['name'] == name, doc['name']\n"
+       "assert doc['runner'] == 'in-process' and doc['state'] == 'succeeded'\n"
+       "assert isinstance(doc['optimizer_steps'], int)\n"
+       "assert len(doc['stages']) == 2 and len(doc['epochs']) == 1\n"
+       "print('ok')\n",
+       report, dir.path() + "/name.txt"});
+  EXPECT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_THAT(py.out, HasSubstr("ok"));
+}
+
+}  // namespace
+}  // namespace petra::testing
