@@ -3,15 +3,17 @@
 
 What: trains the same network as the C++ model zoo (services/model: RevNet18,
 RevNet34, RevNet50, ResNet18, ResNet34, ResNet50 in the ``mnist`` variant,
-28x28x1 input, 3x3 stem without max-pool, 10 classes, with a width
-multiplier) on Fashion-MNIST with the same recipe as a resolved PETRA job
-(services/job/job_spec_defaults.cc, services/engine/{stage_worker,
-lr_schedule,job_plan}.cc, services/data/{dataset,batches}.cc): SGD with
-Nesterov momentum 0.9, weight decay 5e-4 on convolution and linear weights
-only, micro-batch 64, peak rate 0.1 * 64 / 256, cosine decay per step to 0,
-no warm-up below 10 epochs, per-epoch seeded shuffle, last partial training
-batch dropped, per-channel normalisation with the training split's
-statistics, and evaluation with BatchNorm running statistics.
+28x28x1 input, 3x3 stem without max-pool, 10 classes, with a width multiplier;
+built by petra.models, python/petra/models.py, which
+python/tests/models_test.py checks against the C++ build) on Fashion-MNIST with
+the same recipe as a resolved PETRA job (services/job/job_spec_defaults.cc,
+services/engine/{stage_worker,lr_schedule,job_plan}.cc,
+services/data/{dataset,batches}.cc): SGD with Nesterov momentum 0.9, weight
+decay 5e-4 on convolution and linear weights only, micro-batch 64, peak rate
+0.1 * 64 / 256, cosine decay per step to 0, no warm-up below 10 epochs,
+per-epoch seeded shuffle, last partial training batch dropped, per-channel
+normalisation with the training split's statistics, and evaluation with
+BatchNorm running statistics.
 
 Why: it is the yardstick for the C++ engine. It runs standard autograd
 backprop in one Python process (no pipeline, no stages, no reversible
@@ -36,16 +38,18 @@ import zlib
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
+
+# The model zoo lives in the repository's python/ package (petra.models).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, "python"))
+from petra import models  # noqa: E402  (after the sys.path change)
 
 DEFAULT_DATA_ROOT = "/usr/share/datasets/fashion-mnist"
 ARCHITECTURES = ("revnet18", "revnet34", "revnet50",
                  "resnet18", "resnet34", "resnet50")
 VARIANT = "mnist"
-INPUT_SHAPE = (1, 28, 28)  # services/model/network.cc InputShape(MNIST)
+INPUT_SHAPE = models.input_shape(VARIANT)  # (1, 28, 28)
 NUM_CLASSES = 10
-BN_MOMENTUM = 0.1  # services/model/batch_norm.h defaults
-BN_EPS = 1e-5
 MOMENTUM = 0.9
 WEIGHT_DECAY = 5e-4
 SEED_STRIDE = 1000003  # services/data/batches.cc per-epoch shuffle seed
@@ -57,158 +61,18 @@ class UsageError(Exception):
 
 
 # --------------------------------------------------------------------------
-# The model (services/model/layers.cc, blocks.cc, network.cc).
+# The model: petra.models (python/petra/models.py), the C++ zoo in PyTorch.
 # --------------------------------------------------------------------------
 
-class ConvBn(nn.Module):
-    """conv (no bias, He fan-out init) -> BatchNorm -> optional ReLU."""
-
-    def __init__(self, cin, cout, kernel=3, stride=1, relu=True):
-        super().__init__()
-        self.conv = nn.Conv2d(cin, cout, kernel, stride=stride,
-                              padding=kernel // 2, bias=False)
-        nn.init.kaiming_normal_(self.conv.weight, mode="fan_out",
-                                nonlinearity="relu")
-        self.bn = nn.BatchNorm2d(cout, eps=BN_EPS, momentum=BN_MOMENTUM)
-        self.relu = relu
-
-    def forward(self, x):
-        y = self.bn(self.conv(x))
-        return F.relu(y) if self.relu else y
-
-
-def residual_function(cin, width, cout, stride, bottleneck, final_relu):
-    """A residual body without its skip (layers.cc ResidualFunctionImpl)."""
-    if bottleneck:
-        layers = [ConvBn(cin, width, 1, 1, True),
-                  ConvBn(width, width, 3, stride, True),
-                  ConvBn(width, cout, 1, 1, final_relu)]
-    else:
-        layers = [ConvBn(cin, width, 3, stride, True),
-                  ConvBn(width, cout, 3, 1, final_relu)]
-    return nn.Sequential(*layers)
-
-
-class StemBlock(nn.Module):
-    """conv3x3-BN-ReLU; a RevNet stem splits its output into (a, b)."""
-
-    def __init__(self, cin, cout, split):
-        super().__init__()
-        self.conv = ConvBn(cin, cout, 3, 1, True)
-        self.split = split
-
-    def forward(self, pair):
-        y = self.conv(pair[0])
-        return tuple(y.chunk(2, 1)) if self.split else (y, None)
-
-
-class ReversibleBlock(nn.Module):
-    """(a, b) -> (b + R(a), a)."""
-
-    def __init__(self, cin, width, cout, bottleneck):
-        super().__init__()
-        self.residual = residual_function(cin, width, cout, 1, bottleneck,
-                                          True)
-
-    def forward(self, pair):
-        a, b = pair
-        return b + self.residual(a), a
-
-
-class RevDownsampleBlock(nn.Module):
-    """(a, b) -> (R(a) + P(b), P'(a)); P' = P unless separate (bottleneck)."""
-
-    def __init__(self, cin, width, cout, stride, bottleneck):
-        super().__init__()
-        self.residual = residual_function(cin, width, cout, stride,
-                                          bottleneck, True)
-        self.project_b = ConvBn(cin, cout, 1, stride, False)
-        self.project_a = (ConvBn(cin, cout, 1, stride, False)
-                          if bottleneck else None)
-
-    def forward(self, pair):
-        a, b = pair
-        project_a = (self.project_a if self.project_a is not None
-                     else self.project_b)
-        return self.residual(a) + self.project_b(b), project_a(a)
-
-
-class ResidualBlock(nn.Module):
-    """relu(R(x) + shortcut(x)), R without a final ReLU."""
-
-    def __init__(self, cin, width, cout, stride, bottleneck):
-        super().__init__()
-        self.residual = residual_function(cin, width, cout, stride,
-                                          bottleneck, False)
-        self.shortcut = (ConvBn(cin, cout, 1, stride, False)
-                         if stride != 1 or cin != cout else None)
-
-    def forward(self, pair):
-        x = pair[0]
-        skip = self.shortcut(x) if self.shortcut is not None else x
-        return F.relu(self.residual(x) + skip), None
-
-
-class HeadBlock(nn.Module):
-    """Concatenate a pair, global average pool, linear classifier."""
-
-    def __init__(self, features, classes):
-        super().__init__()
-        self.fc = nn.Linear(features, classes)
-
-    def forward(self, pair):
-        a, b = pair
-        x = torch.cat([a, b], 1) if b is not None else a
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
-
-
-class Network(nn.Module):
-    """The blocks in order; forward returns the logits."""
-
-    def __init__(self, blocks):
-        super().__init__()
-        self.blocks = nn.ModuleList(blocks)
-
-    def forward(self, images):
-        pair = (images, None)
-        for block in self.blocks[:-1]:
-            pair = block(pair)
-        return self.blocks[-1](pair)
-
-
-def scaled_channels(channels, width):
-    """max(1, llround(channels * width)), as network.cc."""
-    return max(1, int(math.floor(channels * width + 0.5)))
-
-
 def build_network(arch, width):
-    """The mnist variant of `arch` (network.cc BuildNetwork)."""
-    reversible = arch.startswith("revnet")
-    bottleneck = arch.endswith("50")
-    per_layer = (2, 2, 2, 2) if arch.endswith("18") else (3, 4, 6, 3)
-    stem_width = scaled_channels(64, width)
-    blocks = [StemBlock(INPUT_SHAPE[0],
-                        2 * stem_width if reversible else stem_width,
-                        reversible)]
-    channels = stem_width  # per stream
-    for layer, base in enumerate((64, 128, 256, 512)):
-        inner = scaled_channels(base, width)
-        out = 4 * inner if bottleneck else inner
-        for i in range(per_layer[layer]):
-            stride = 2 if i == 0 and layer > 0 else 1
-            changes_shape = stride != 1 or channels != out
-            if not reversible:
-                block = ResidualBlock(channels, inner, out, stride, bottleneck)
-            elif changes_shape:
-                block = RevDownsampleBlock(channels, inner, out, stride,
-                                           bottleneck)
-            else:
-                block = ReversibleBlock(channels, inner, out, bottleneck)
-            blocks.append(block)
-            channels = out
-    features = 2 * channels if reversible else channels
-    blocks.append(HeadBlock(features, NUM_CLASSES))
-    return Network(blocks)
+    """The mnist variant of `arch`, as petra.models builds it.
+
+    Its modules are created in the C++ order with the same initialisers as
+    this script always used (He normal fan-out for convolutions, PyTorch's
+    defaults for the classifier), so a seed gives the same initial weights
+    as before the model moved to petra.models.
+    """
+    return models.build(arch, VARIANT, width, NUM_CLASSES)
 
 
 def count_parameters(model):

@@ -1,8 +1,9 @@
-"""Checks that CMake registered every deployment test unittest finds.
+"""Checks that CMake registered every Python test unittest finds.
 
-Usage: registered_check.py MODULE.Class.test_x,...  (the registered list)
-Loads every *_test.py beside this file with unittest's own loader and
-exits 1 naming each test that is not in the list, or listed and not found.
+Usage: registered_check.py DIR MODULE.Class.test_x,...  (the registered list)
+Loads every *_test.py in DIR with unittest's own loader and exits 1 naming
+each test that is not in the list, or listed and not found
+(petra_add_python_suites in tests/CMakeLists.txt registers them).
 """
 
 import os
@@ -11,9 +12,11 @@ import unittest
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
+    if len(sys.argv) < 2:
+        sys.exit("usage: registered_check.py DIR [MODULE.Class.test_x,...]")
+    here = os.path.abspath(sys.argv[1])
     sys.path.insert(0, here)
-    registered = set(filter(None, (sys.argv[1] if len(sys.argv) > 1
+    registered = set(filter(None, (sys.argv[2] if len(sys.argv) > 2
                                    else "").split(",")))
     found = set()
     suites = unittest.defaultTestLoader.discover(here, pattern="*_test.py",
@@ -37,7 +40,7 @@ def main():
         print("registered but not a test unittest finds: " + t)
     if missing or stale or not found:
         sys.exit(1)
-    print("%d deployment tests, all registered" % len(found))
+    print("%d tests in %s, all registered" % (len(found), here))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,771 @@
+"""The PETRA model zoo in plain PyTorch, loadable from `petra export` files.
+
+What: a pure-Python definition of every network the C++ model zoo builds
+(services/model/network.cc BuildNetwork): RevNet18/34/50, i-RevNet18,
+ResNet18/34/50, RevViT and ViT, in the ``imagenet``, ``cifar`` and ``mnist``
+variants, with the width multiplier of the CNNs and the sizes of the
+transformers.
+
+Why: `petra export JOB` writes a job's trained weights as a file that
+``torch.load`` reads, a dict from ``blocks.<i>.<name>`` to tensors (README,
+"Exported weights"). This module gives those weights a network to live in
+outside the fleet:
+
+    import torch, petra.models
+    model = petra.models.build("revnet18", variant="mnist", width=0.25,
+                               num_classes=10)
+    model.load_state_dict(torch.load("job-1.pt"), strict=True)
+    model.eval()
+    logits = model(images)  # images: float N x C x H x W, normalised as
+                            # the job's data pipeline normalised them
+
+The contract, checked by python/tests/models_test.py against the C++ build:
+
+* ``state_dict()`` has exactly the export's keys and shapes:
+  ``blocks.<i>.<name>``, where ``i`` is the block's index (0 = stem, last =
+  head) and ``<name>`` is the path the C++ ``torch::nn::Module`` registers
+  inside the block, e.g. ``blocks.0.conv.conv.weight``,
+  ``blocks.0.conv.bn.running_mean``, ``blocks.8.residual.body.1.conv.weight``,
+  ``blocks.9.fc.weight`` (RevNet18). BatchNorm is our own
+  (services/model/batch_norm.cc): weight, bias, running_mean and running_var,
+  and no ``num_batches_tracked``, so strict loading works both ways.
+* In ``eval()`` mode the forward computes what the C++ evaluation computes
+  (BatchNorm with running statistics, eps 1e-5; LayerNorm eps 1e-5; exact
+  erf GELU; attention logits divided by sqrt(head_dim)), with the same
+  operations in the same order on the same libtorch kernels, so logits
+  agree within 1e-5: bitwise for the CNNs in the tests, within a few 1e-7
+  for the transformers (threads may split a matmul's sums differently).
+* In ``train()`` mode BatchNorm normalises with batch statistics and updates
+  its running statistics with momentum 0.1 as ``torch.nn.BatchNorm2d`` does
+  (the C++ engine updates them once per micro-batch during its backward
+  rebuild instead, which gives the same running statistics).
+* Initial weights follow the C++ recipe (He normal, fan-out, for every
+  convolution of a CNN; N(0, 0.02) weights and zero biases for the
+  transformers' linear layers; PyTorch defaults elsewhere) but are not the
+  C++ draws: load weights to get a trained network.
+
+``build`` and ``from_spec`` refuse what the C++ job validation refuses
+(services/job/job_spec_validation.cc) with a ValueError naming the argument
+and what it accepts.
+"""
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "Network",
+           "build", "from_spec", "input_shape"]
+
+# In the proto's enum order (proto/petra/v1/job.proto Architecture, Variant):
+# ARCHITECTURES[i] is enum value i + 1, and so is VARIANTS[i].
+ARCHITECTURES = ("revnet18", "revnet34", "revnet50", "resnet18", "resnet34",
+                 "resnet50", "irevnet18", "revvit", "vit")
+VARIANTS = ("imagenet", "cifar", "mnist")
+TRANSFORMERS = ("revvit", "vit")
+
+# services/model/architecture_catalog.h TransformerDefaults.
+TRANSFORMER_DEFAULTS = {"embed_dim": 64, "depth": 6, "heads": 4,
+                        "mlp_ratio": 2.0, "patch_size": 4}
+
+# services/model/architecture_catalog.cc InputShape.
+_INPUT_SHAPES = {"imagenet": (3, 224, 224), "cifar": (3, 32, 32),
+                 "mnist": (1, 28, 28)}
+
+# services/job/job_spec_validation.cc limits.
+_MAX_WIDTH = 8.0
+_MAX_CLASSES = 1000000
+_MAX_EMBED_DIM = 8192
+_MAX_DEPTH = 256
+_MAX_MLP_RATIO = 16.0
+_MAX_TOKENS = 4096
+
+# services/model/batch_norm.h defaults; LayerNorm keeps torch's 1e-5.
+BN_MOMENTUM = 0.1
+BN_EPS = 1e-5
+
+# proto enum names of the dataset kinds whose images are 28x28x1
+# (job_spec_defaults.cc: they imply the mnist variant, the others cifar).
+_MNIST_LIKE_DATASETS = ("fashion_mnist", "mnist")
+_DATASET_KINDS = ("fashion_mnist", "mnist", "cifar10", "synthetic")
+
+
+def _llround(x):
+    """C's llround for x >= 0: the nearest integer, halves away from zero.
+
+    network.cc sizes channels with llround; floor(x + 0.5) would be off by
+    one for the largest double below 0.5.
+    """
+    whole = math.floor(x)
+    return int(whole) + (1 if x - whole >= 0.5 else 0)
+
+
+def _scaled(channels, width):
+    """max(1, llround(channels * width)), as network.cc `scaled`."""
+    return max(1, _llround(channels * width))
+
+
+# --------------------------------------------------------------------------
+# Layers (services/model/batch_norm.cc, layers.cc).
+# --------------------------------------------------------------------------
+
+class BatchNorm2d(nn.Module):
+    """BatchNorm with exactly the C++ tensors: no num_batches_tracked.
+
+    torch.nn.BatchNorm2d registers a num_batches_tracked buffer that the C++
+    BatchNorm2dImpl has not, which would break strict loading of an export.
+    With a fixed momentum that counter is unused anyway.
+    """
+
+    def __init__(self, channels, momentum=BN_MOMENTUM, eps=BN_EPS):
+        super().__init__()
+        self.momentum = momentum
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+
+    def forward(self, x):
+        # The call the C++ makes: torch::batch_norm(x, weight, bias,
+        # running_mean, running_var, training, momentum, eps, cudnn).
+        return F.batch_norm(x, self.running_mean, self.running_var,
+                            self.weight, self.bias, self.training,
+                            self.momentum, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.weight.numel()}, eps={self.eps}, "
+                f"momentum={self.momentum}")
+
+
+class ConvBn(nn.Module):
+    """conv (no bias, He fan-out init) -> BatchNorm -> optional ReLU."""
+
+    def __init__(self, cin, cout, kernel=3, stride=1, relu=True):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, kernel, stride=stride,
+                              padding=kernel // 2, bias=False)
+        # He initialisation (fan-out, ReLU), as layers.cc and torchvision.
+        nn.init.kaiming_normal_(self.conv.weight, mode="fan_out",
+                                nonlinearity="relu")
+        self.bn = BatchNorm2d(cout)
+        self.relu = relu
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        return F.relu(y) if self.relu else y
+
+
+class ResidualFunction(nn.Module):
+    """A residual body without its skip (layers.cc ResidualFunctionImpl).
+
+    basic:      conv3x3(stride) - BN - ReLU - conv3x3 - BN [- ReLU]
+    bottleneck: conv1x1 - BN - ReLU - conv3x3(stride) - BN - ReLU - conv1x1
+                - BN [- ReLU]
+    The final ReLU is on in RevNet blocks and off in ResNet blocks (there it
+    follows the addition).
+    """
+
+    def __init__(self, cin, width, cout, stride, bottleneck, final_relu):
+        super().__init__()
+        if bottleneck:
+            layers = [ConvBn(cin, width, 1, 1, True),
+                      ConvBn(width, width, 3, stride, True),
+                      ConvBn(width, cout, 1, 1, final_relu)]
+        else:
+            layers = [ConvBn(cin, width, 3, stride, True),
+                      ConvBn(width, cout, 3, 1, final_relu)]
+        self.body = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+# --------------------------------------------------------------------------
+# CNN blocks (services/model/blocks.cc, coupling_block.cc). Every block maps
+# a pair (a, b) to a pair; b is None on a single-tensor boundary.
+# --------------------------------------------------------------------------
+
+class StemBlock(nn.Module):
+    """conv - BN - ReLU (- max-pool); a RevNet stem splits its channels.
+
+    imagenet: 7x7 stride-2 conv and a 3x3 stride-2 max-pool (padding 1);
+    cifar and mnist: 3x3 stride-1 conv, no pool. A reversible network's stem
+    has twice a stream's channels and chunks them: the first half is a, the
+    second b.
+    """
+
+    def __init__(self, cin, cout, imagenet, split):
+        super().__init__()
+        self.conv = ConvBn(cin, cout, 7 if imagenet else 3,
+                           2 if imagenet else 1, True)
+        self.imagenet = imagenet
+        self.split = split
+
+    def forward(self, pair):
+        y = self.conv(pair[0])
+        if self.imagenet:
+            y = F.max_pool2d(y, 3, 2, 1)
+        return tuple(y.chunk(2, 1)) if self.split else (y, None)
+
+
+class CouplingBlock(nn.Module):
+    """(a, b) -> (S(b) + R(a), S(a)): the RevNet coupling.
+
+    S is the identity for stride 1 and i-RevNet's invertible downsampling
+    (pixel_unshuffle by the stride: s x s pixels into s^2 x the channels)
+    otherwise.
+    """
+
+    def __init__(self, cin, width, cout, stride, bottleneck):
+        super().__init__()
+        self.residual = ResidualFunction(cin, width, cout, stride,
+                                         bottleneck, True)
+        self.squeeze = stride
+
+    def _squeeze(self, x):
+        return x if self.squeeze == 1 else F.pixel_unshuffle(x, self.squeeze)
+
+    def forward(self, pair):
+        a, b = pair
+        return self._squeeze(b) + self.residual(a), self._squeeze(a)
+
+
+class RevDownsampleBlock(nn.Module):
+    """(a, b) -> (R(a) + P(b), P'(a)) with strided 1x1 projections.
+
+    Basic-block RevNets share P' = P (only project_b exists); bottleneck
+    RevNets give each stream its own (project_a too).
+    """
+
+    def __init__(self, cin, width, cout, stride, bottleneck):
+        super().__init__()
+        self.residual = ResidualFunction(cin, width, cout, stride,
+                                         bottleneck, True)
+        self.project_b = ConvBn(cin, cout, 1, stride, False)
+        self.project_a = (ConvBn(cin, cout, 1, stride, False)
+                          if bottleneck else None)
+
+    def forward(self, pair):
+        a, b = pair
+        project_a = (self.project_a if self.project_a is not None
+                     else self.project_b)
+        return self.residual(a) + self.project_b(b), project_a(a)
+
+
+class ResidualBlock(nn.Module):
+    """relu(R(x) + shortcut(x)); a 1x1 projection when the shape changes."""
+
+    def __init__(self, cin, width, cout, stride, bottleneck):
+        super().__init__()
+        self.residual = ResidualFunction(cin, width, cout, stride,
+                                         bottleneck, False)
+        self.shortcut = (ConvBn(cin, cout, 1, stride, False)
+                         if stride != 1 or cin != cout else None)
+
+    def forward(self, pair):
+        x = pair[0]
+        skip = self.shortcut(x) if self.shortcut is not None else x
+        return F.relu(self.residual(x) + skip), None
+
+
+class HeadBlock(nn.Module):
+    """Concatenate a pair (a first), global average pool, linear."""
+
+    def __init__(self, features, classes):
+        super().__init__()
+        self.fc = nn.Linear(features, classes)
+
+    def forward(self, pair):
+        a, b = pair
+        x = torch.cat([a, b], 1) if b is not None else a
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1)), None
+
+
+# --------------------------------------------------------------------------
+# Transformer blocks (services/model/transformer_blocks.cc). Tokens are
+# [batch, tokens, embed_dim].
+# --------------------------------------------------------------------------
+
+def _vit_linear(cin, cout):
+    """ViT's initialisation: N(0, 0.02) weights, zero biases (MakeLinear)."""
+    layer = nn.Linear(cin, cout)
+    with torch.no_grad():
+        layer.weight.normal_(0.0, 0.02)
+        layer.bias.zero_()
+    return layer
+
+
+class Attention(nn.Module):
+    """F: LayerNorm -> multi-head self-attention (no dropout)."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = _vit_linear(dim, 3 * dim)
+        self.proj = _vit_linear(dim, dim)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        dh = d // self.heads
+        # [b, n, 3, heads, dh] -> [3, b, heads, n, dh]
+        qkv = (self.qkv(self.norm(x)).reshape(b, n, 3, self.heads, dh)
+               .permute(2, 0, 3, 1, 4))
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        # Divided by sqrt(dh) after the product, as the C++ (not q scaled
+        # first, which rounds differently).
+        attention = torch.softmax(
+            torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh), -1)
+        out = torch.matmul(attention, v).transpose(1, 2).reshape(b, n, d)
+        return self.proj(out)
+
+
+class Mlp(nn.Module):
+    """G: LayerNorm -> Linear -> GELU (exact, erf) -> Linear."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = _vit_linear(dim, hidden)
+        self.fc2 = _vit_linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class PatchEmbedBlock(nn.Module):
+    """Image -> tokens: patch_size-strided conv (with bias) + position.
+
+    The tokens go down both streams of a reversible network.
+    """
+
+    def __init__(self, cin, side, dim, patch_size, two_streams):
+        super().__init__()
+        self.patch = nn.Conv2d(cin, dim, patch_size, stride=patch_size)
+        tokens = (side // patch_size) ** 2
+        self.position = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+        self.two_streams = two_streams
+
+    def forward(self, pair):
+        y = self.patch(pair[0])  # [b, d, side, side]
+        tokens = y.flatten(2).transpose(1, 2) + self.position
+        return (tokens, tokens) if self.two_streams else (tokens, None)
+
+
+class RevViTBlock(nn.Module):
+    """(X1, X2) -> (Y1, Y2): Y1 = X1 + F(X2), Y2 = X2 + G(Y1)."""
+
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.attention = Attention(dim, heads)
+        self.mlp = Mlp(dim, hidden)
+
+    def forward(self, pair):
+        x1, x2 = pair
+        y1 = x1 + self.attention(x2)
+        return y1, x2 + self.mlp(y1)
+
+
+class ViTBlock(nn.Module):
+    """The non-reversible twin: h = x + F(x), then h + G(h)."""
+
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.attention = Attention(dim, heads)
+        self.mlp = Mlp(dim, hidden)
+
+    def forward(self, pair):
+        x = pair[0]
+        h = x + self.attention(x)
+        return h + self.mlp(h), None
+
+
+class TokenHeadBlock(nn.Module):
+    """Concatenate the streams' features, LayerNorm, mean over tokens, fc."""
+
+    def __init__(self, features, classes):
+        super().__init__()
+        self.norm = nn.LayerNorm(features)
+        self.fc = _vit_linear(features, classes)
+
+    def forward(self, pair):
+        a, b = pair
+        tokens = torch.cat([a, b], -1) if b is not None else a
+        return self.fc(self.norm(tokens).mean(1)), None
+
+
+# --------------------------------------------------------------------------
+# The network.
+# --------------------------------------------------------------------------
+
+class Network(nn.Module):
+    """The blocks in order; forward maps images to logits.
+
+    ``blocks[i]`` is block i of the C++ network (and of the export's
+    ``blocks.<i>.`` names). Attributes say what was built: ``arch``,
+    ``variant``, ``width``, ``num_classes``, ``input_shape`` (C, H, W) and
+    ``transformer`` (the sizes as a dict, None for a CNN).
+    """
+
+    def __init__(self, blocks, *, arch, variant, width, num_classes,
+                 transformer=None):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.arch = arch
+        self.variant = variant
+        self.width = width
+        self.num_classes = num_classes
+        self.input_shape = _INPUT_SHAPES[variant]
+        self.transformer = transformer
+
+    def forward(self, images):
+        if images.dim() != 4 or images.shape[1] != self.input_shape[0]:
+            raise ValueError(
+                f"{self.arch} ({self.variant}) takes images N x "
+                f"{self.input_shape[0]} x H x W "
+                f"({'x'.join(map(str, self.input_shape))} as trained), got "
+                f"{tuple(images.shape)}")
+        pair = (images, None)
+        for block in self.blocks:
+            pair = block(pair)
+        return pair[0]
+
+    def extra_repr(self):
+        if self.transformer is not None:
+            size = ", ".join(f"{k} {v:g}" if isinstance(v, float)
+                             else f"{k} {v}"
+                             for k, v in self.transformer.items())
+        else:
+            size = f"width {self.width:g}"
+        return (f"arch={self.arch}, variant={self.variant}, {size}, "
+                f"num_classes={self.num_classes}")
+
+
+def _build_cnn(arch, variant, width, num_classes):
+    """network.cc BuildNetwork for the CNNs, block by block."""
+    bottleneck = arch.endswith("50")
+    per_layer = (2, 2, 2, 2) if arch.endswith("18") else (3, 4, 6, 3)
+    reversible = arch.startswith(("revnet", "irevnet"))
+    # i-RevNet: every shape change is a squeeze inside the coupling.
+    invertible_downsampling = arch == "irevnet18"
+    imagenet = variant == "imagenet"
+    shape = _INPUT_SHAPES[variant]
+
+    # A reversible network carries two streams, each as wide as the
+    # matching ResNet.
+    stem_width = _scaled(64, width)
+    blocks = [StemBlock(shape[0], 2 * stem_width if reversible else stem_width,
+                        imagenet, reversible)]
+    channels = stem_width  # per stream
+    for layer, base in enumerate((64, 128, 256, 512)):
+        inner = _scaled(base, width)
+        out = 4 * inner if bottleneck else inner
+        for i in range(per_layer[layer]):
+            stride = 2 if i == 0 and layer > 0 else 1
+            if invertible_downsampling:
+                # A squeeze by the stride keeps every value: s^2 x channels.
+                squeezed = channels * stride * stride
+                blocks.append(CouplingBlock(channels, inner, squeezed, stride,
+                                            bottleneck))
+                channels = squeezed
+                continue
+            changes_shape = stride != 1 or channels != out
+            if not reversible:
+                block = ResidualBlock(channels, inner, out, stride, bottleneck)
+            elif changes_shape:
+                block = RevDownsampleBlock(channels, inner, out, stride,
+                                           bottleneck)
+            else:
+                block = CouplingBlock(channels, inner, out, 1, bottleneck)
+            blocks.append(block)
+            channels = out
+    blocks.append(HeadBlock(2 * channels if reversible else channels,
+                            num_classes))
+    return Network(blocks, arch=arch, variant=variant, width=width,
+                   num_classes=num_classes)
+
+
+def _build_transformer(arch, variant, num_classes, sizes):
+    """network.cc BuildTransformer: stem, `depth` blocks, head."""
+    rev = arch == "revvit"
+    cin, side, _ = _INPUT_SHAPES[variant]
+    dim, heads = sizes["embed_dim"], sizes["heads"]
+    hidden = max(1, _llround(sizes["mlp_ratio"] * dim))
+    block = RevViTBlock if rev else ViTBlock
+    blocks = [PatchEmbedBlock(cin, side, dim, sizes["patch_size"], rev)]
+    blocks += [block(dim, heads, hidden) for _ in range(sizes["depth"])]
+    blocks.append(TokenHeadBlock(2 * dim if rev else dim, num_classes))
+    return Network(blocks, arch=arch, variant=variant, width=1.0,
+                   num_classes=num_classes, transformer=dict(sizes))
+
+
+# --------------------------------------------------------------------------
+# Argument checking (job_spec_validation.cc) and the public API.
+# --------------------------------------------------------------------------
+
+def _short_name(value, allowed, field):
+    """A lower-case name from `allowed` (case-insensitive, '-' as '_')."""
+    if isinstance(value, str):
+        name = value.strip().lower().replace("-", "_")
+        if name in allowed:
+            return name
+    raise ValueError(f"{field}: {value!r} is not one of "
+                     f"{', '.join(allowed)}")
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_int(value, field, low, high, what=None):
+    if not _is_int(value) or not low <= value <= high:
+        raise ValueError(f"{field}: {value!r} "
+                         f"{what or f'must be an integer in [{low}, {high}]'}")
+    return int(value)
+
+
+def _check_real(value, field, high):
+    if (not _is_real(value) or not math.isfinite(value) or value <= 0
+            or value > high):
+        raise ValueError(f"{field}: {value!r} must be a number in "
+                         f"(0, {high:g}]")
+    return float(value)
+
+
+def _resolve(arch, variant, width, num_classes, sizes, field):
+    """Checks and fills in a model as the C++ resolution and validation do.
+
+    `sizes` maps the transformer size names to values or None (unset);
+    `field(name)` is how an error names an argument. Returns (arch,
+    variant, width, num_classes, resolved sizes or None).
+    """
+    arch = _short_name(arch, ARCHITECTURES, field("arch"))
+    variant = _short_name(variant, VARIANTS, field("variant"))
+    width = 1.0 if width is None else _check_real(width, field("width"),
+                                                  _MAX_WIDTH)
+    if arch == "irevnet18" and variant == "mnist":
+        raise ValueError(
+            f"{field('variant')}: 'mnist' cannot be used with irevnet18, "
+            "which squeezes 2x2 pixels three times and needs sides divisible "
+            "by 8 (variant cifar or imagenet), not 28x28")
+    if num_classes is None:
+        num_classes = 1000 if variant == "imagenet" else 10
+    num_classes = _check_int(num_classes, field("num_classes"), 2,
+                             _MAX_CLASSES)
+    given = {k: v for k, v in sizes.items() if v is not None}
+    if arch not in TRANSFORMERS:
+        if given:
+            raise ValueError(
+                f"{field(next(iter(given)))}: only revvit and vit have "
+                "transformer sizes (embed_dim, depth, heads, mlp_ratio, "
+                f"patch_size); a CNN's size is its width, not {arch}")
+        return arch, variant, width, num_classes, None
+    if width != 1.0:
+        raise ValueError(
+            f"{field('width')}: {width:g} must be 1 for {arch}, which is "
+            "sized by embed_dim, depth, heads, mlp_ratio and patch_size")
+    t = dict(TRANSFORMER_DEFAULTS)
+    t.update(given)
+    t["embed_dim"] = _check_int(t["embed_dim"], field("embed_dim"), 1,
+                                _MAX_EMBED_DIM)
+    t["depth"] = _check_int(t["depth"], field("depth"), 1, _MAX_DEPTH)
+    t["heads"] = _check_int(
+        t["heads"], field("heads"), 1, t["embed_dim"],
+        f"must be a positive integer dividing embed_dim ({t['embed_dim']})")
+    if t["embed_dim"] % t["heads"]:
+        raise ValueError(f"{field('heads')}: {t['heads']} must divide "
+                         f"embed_dim ({t['embed_dim']})")
+    t["mlp_ratio"] = _check_real(t["mlp_ratio"], field("mlp_ratio"),
+                                 _MAX_MLP_RATIO)
+    side = _INPUT_SHAPES[variant][1]
+    patch = t["patch_size"]
+    if not _is_int(patch) or patch < 1 or side % patch:
+        divisors = [p for p in range(1, side + 1)
+                    if side % p == 0 and (side // p) ** 2 <= _MAX_TOKENS]
+        raise ValueError(
+            f"{field('patch_size')}: {patch!r} must divide the input's side "
+            f"({side} for variant {variant}): one of "
+            f"{', '.join(map(str, divisors))}")
+    tokens = (side // patch) ** 2
+    if tokens > _MAX_TOKENS:
+        raise ValueError(
+            f"{field('patch_size')}: {patch} gives {tokens} tokens of a "
+            f"{side}x{side} input; at most {_MAX_TOKENS} (a larger patch)")
+    t["patch_size"] = int(patch)
+    return arch, variant, width, num_classes, t
+
+
+def input_shape(variant):
+    """One sample's input shape (C, H, W) for a variant (InputShape)."""
+    return _INPUT_SHAPES[_short_name(variant, VARIANTS, "variant")]
+
+
+def build(arch, variant="cifar", width=1.0, num_classes=None, *,
+          embed_dim=None, depth=None, heads=None, mlp_ratio=None,
+          patch_size=None):
+    """The network `petra` builds for this model, freshly initialised.
+
+    arch: one of ARCHITECTURES; variant: one of VARIANTS (names are
+    case-insensitive, '-' may stand for '_'). width: channel multiplier of
+    the CNNs, in (0, 8]; must be 1 for revvit and vit. num_classes: in
+    [2, 1000000]; None means the variant's default, as a job spec (1000 for
+    imagenet, 10 otherwise). embed_dim, depth, heads, mlp_ratio, patch_size:
+    revvit and vit only; None means the C++ default (TRANSFORMER_DEFAULTS).
+    Raises ValueError naming the bad argument and what it accepts.
+    """
+    sizes = {"embed_dim": embed_dim, "depth": depth, "heads": heads,
+             "mlp_ratio": mlp_ratio, "patch_size": patch_size}
+    arch, variant, width, num_classes, t = _resolve(
+        arch, variant, width, num_classes, sizes, lambda name: name)
+    if t is None:
+        return _build_cnn(arch, variant, width, num_classes)
+    return _build_transformer(arch, variant, num_classes, t)
+
+
+# --------------------------------------------------------------------------
+# Job specs as JSON dicts (services/job/job_spec_io.cc, job_spec_defaults.cc).
+# --------------------------------------------------------------------------
+
+def _camel(name):
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _field(message, name, where):
+    """A proto field of a JSON dict by its snake_case or lowerCamel name.
+
+    `petra spec` prints proto field names (num_classes), `petra status
+    --json` lowerCamel JSON names (numClasses); the proto JSON parser takes
+    both. null is absent, as for the parser.
+    """
+    values = [message[k] for k in dict.fromkeys((name, _camel(name)))
+              if k in message and message[k] is not None]
+    if len(values) > 1 and values[0] != values[1]:
+        raise ValueError(f"{where}{name}: given twice ({name!r} and "
+                         f"{_camel(name)!r}) with different values")
+    return values[0] if values else None
+
+
+def _enum(value, prefix, names, field):
+    """A proto enum from JSON: "PREFIX_NAME", its number, or a short name.
+
+    Returns the short name, or None for the UNSPECIFIED value.
+    """
+    if _is_int(value):
+        if value == 0:
+            return None
+        if 1 <= value <= len(names):
+            return names[value - 1]
+    elif isinstance(value, str):
+        text = value.strip().upper().replace("-", "_")
+        if text in (prefix + "UNSPECIFIED", "UNSPECIFIED"):
+            return None
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+        if text.lower() in names:
+            return text.lower()
+    raise ValueError(
+        f"{field}: {value!r} is not one of "
+        f"{', '.join(prefix + n.upper() for n in names)} (or their numbers "
+        f"1-{len(names)}, or the short names {', '.join(names)})")
+
+
+def _number(value, field, integer):
+    """A JSON number, or a string of one as the proto JSON parser accepts."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise ValueError(f"{field}: {value!r} is not "
+                             f"{'an integer' if integer else 'a number'}") \
+                from None
+    if integer and _is_real(value) and not _is_int(value):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(f"{field}: {value!r} is not an integer")
+        value = int(value)
+    if not _is_real(value):
+        raise ValueError(f"{field}: {value!r} is not a number")
+    return value
+
+
+def from_spec(spec):
+    """The network of a job spec given as a dict (its `model` part).
+
+    spec: a JobSpec as `petra spec` prints it, or a Job as `petra status
+    --json` prints it (the JobSpec is its "spec"), already parsed with
+    json.load. Field names may be snake_case or lowerCamel; enums
+    "ARCHITECTURE_REVNET18", their numbers or short names ("revnet18").
+    Missing fields get the C++ defaults (job_spec_defaults.cc): the variant
+    the dataset kind implies (mnist for (Fashion-)MNIST, cifar otherwise),
+    width 1, the variant's class count, TRANSFORMER_DEFAULTS. Raises
+    ValueError naming the spec field ("model.width", ...) that is wrong.
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"spec: expected a dict (a JobSpec or a Job parsed "
+                         f"from JSON), got {type(spec).__name__}")
+    if "model" not in spec and isinstance(spec.get("spec"), dict):
+        spec = spec["spec"]  # a Job
+    model = _field(spec, "model", "")
+    if model is None:
+        model = {}
+    if not isinstance(model, dict):
+        raise ValueError(f"model: expected an object, got {model!r}")
+
+    arch = _field(model, "architecture", "model.")
+    if arch is not None:
+        arch = _enum(arch, "ARCHITECTURE_", ARCHITECTURES,
+                     "model.architecture")
+    if arch is None:
+        raise ValueError("model.architecture: required (one of "
+                         f"{', '.join(ARCHITECTURES)})")
+    variant = _field(model, "variant", "model.")
+    if variant is not None:
+        variant = _enum(variant, "VARIANT_", VARIANTS, "model.variant")
+    if variant is None:
+        dataset = _field(spec, "dataset", "") or {}
+        kind = _field(dataset, "kind", "dataset.") if isinstance(
+            dataset, dict) else None
+        if kind is not None:
+            kind = _enum(kind, "DATASET_KIND_", _DATASET_KINDS,
+                         "dataset.kind")
+        variant = "mnist" if kind in _MNIST_LIKE_DATASETS else "cifar"
+    width = _number(_field(model, "width", "model."), "model.width", False)
+    num_classes = _number(_field(model, "num_classes", "model."),
+                          "model.num_classes", True)
+    transformer = _field(model, "transformer", "model.")
+    sizes = dict.fromkeys(TRANSFORMER_DEFAULTS)
+    if transformer is not None:
+        if not isinstance(transformer, dict):
+            raise ValueError(f"model.transformer: expected an object, got "
+                             f"{transformer!r}")
+        if arch not in TRANSFORMERS:
+            # As the validation: a CNN's spec may not carry transformer
+            # sizes, even an empty message.
+            raise ValueError(
+                "model.transformer: only revvit and vit have transformer "
+                f"sizes (a CNN's size is model.width), not {arch}")
+        for name in sizes:
+            sizes[name] = _number(
+                _field(transformer, name, "model.transformer."),
+                f"model.transformer.{name}", name != "mlp_ratio")
+
+    def field(name):
+        if name in TRANSFORMER_DEFAULTS:
+            return f"model.transformer.{name}"
+        return "model.architecture" if name == "arch" else f"model.{name}"
+
+    arch, variant, width, num_classes, t = _resolve(
+        arch, variant, width, num_classes, sizes, field)
+    if t is None:
+        return _build_cnn(arch, variant, width, num_classes)
+    return _build_transformer(arch, variant, num_classes, t)

@@ -1,0 +1,250 @@
+"""petra.Client against a real coordinator and stage servers on loopback.
+
+Starts two stage servers and a coordinator that requires a bearer token
+(the binaries of PETRA_BIN_DIR, ephemeral ports, a temporary state dir),
+drives them only through petra.Client, and stops them all at the end. Also
+installs the package with pip into a venv, offline, as the README says.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.dirname(HERE)
+SOURCE_DIR = os.environ.get("PETRA_SOURCE_DIR",
+                            os.path.dirname(PYTHON_DIR))
+BIN = os.environ.get("PETRA_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
+STUBS = os.environ.get("PETRA_PYTHON_STUBS",
+                       os.path.join(SOURCE_DIR, "build", "python"))
+sys.path[:0] = [PYTHON_DIR, STUBS]
+
+import torch  # noqa: E402
+
+import petra  # noqa: E402
+from petra.v1 import coordinator_pb2 as pb  # noqa: E402
+
+import grpc  # noqa: E402
+
+TOKEN = "s3cret-token"
+# Quotes, a backslash and non-ASCII text must survive the round trip.
+AWKWARD_NAME = 'run "A" \\ caf\u00e9 \u2603 \U0001d11e'
+
+
+def small_job(epochs, name=None):
+    spec = {
+        "model": {"architecture": "ARCHITECTURE_REVNET18", "width": 0.125},
+        "dataset": {"kind": "DATASET_KIND_SYNTHETIC"},
+        "partition": {"stageCount": 2},
+        "training": {"epochs": epochs},
+        "seed": "3",
+    }
+    if name is not None:
+        spec["name"] = name
+    return spec
+
+
+class Fleet:
+    """Two stage servers and a coordinator, each a child process."""
+
+    def __init__(self, root):
+        self.root = root
+        self.processes = []
+        self.logs = []
+        self.token_file = os.path.join(root, "token")
+        with open(self.token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        stages = []
+        for j in range(2):
+            port = self._start("petra-stage-server", [
+                "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                "--threads", "1",
+                "--state-dir", os.path.join(root, "stage-%d" % j)])
+            stages.append("127.0.0.1:%d" % port)
+        port = self._start("petra-coordinator", [
+            "--listen", "127.0.0.1:0", "--metrics-listen", "",
+            "--stages", ",".join(stages),
+            "--data-root", "/usr/share/datasets",
+            "--state-dir", os.path.join(root, "coordinator"),
+            "--auth-token-file", self.token_file])
+        self.address = "127.0.0.1:%d" % port
+
+    def _start(self, program, args):
+        log = open(os.path.join(self.root, "%s-%d.log"
+                                % (program, len(self.processes))), "w+")
+        self.logs.append(log)
+        p = subprocess.Popen([os.path.join(BIN, program)] + args,
+                             stdout=subprocess.PIPE, stderr=log, text=True)
+        self.processes.append(p)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"listening on port (\d+)", line)
+            if m:
+                return int(m.group(1))
+        log.seek(0)
+        raise RuntimeError("%s did not start: %s" % (program, log.read()))
+
+    def stop(self):
+        for p in self.processes:
+            p.terminate()
+        for p in self.processes:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        for log in self.logs:
+            log.close()
+
+
+class ClientTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="petra-client-test-")
+        cls.fleet = Fleet(cls.root)
+        cls.client = petra.Client(cls.fleet.address,
+                                  token_file=cls.fleet.token_file)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.fleet.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def test_submit_watch_export_and_load_into_petra_models(self):
+        job = self.client.submit(small_job(1, AWKWARD_NAME))
+        self.assertTrue(job.id.startswith("job-"), job)
+        self.assertEqual(job.spec.name, AWKWARD_NAME)
+        kinds = []
+        final = None
+        for event in self.client.watch(job.id):
+            kinds.append(event.kind)
+            final = event.job
+        self.assertIn(pb.JobEvent.KIND_EPOCH_END, kinds)
+        self.assertEqual(final.state, pb.JOB_STATE_SUCCEEDED, final)
+        self.assertEqual(petra.Client.to_dict(final)["spec"]["name"],
+                         AWKWARD_NAME)
+        self.assertTrue(final.progress.HasField("test_accuracy"))
+
+        path = os.path.join(self.root, AWKWARD_NAME + ".pt")
+        self.assertEqual(self.client.export(job.id, path), path)
+        self.assertFalse(os.path.exists(path + ".partial"))
+        state = torch.load(path)
+        model = petra.models.from_spec(petra.Client.to_dict(final))
+        model.load_state_dict(state, strict=True)
+        model.eval()
+        with torch.no_grad():
+            logits = model(torch.randn(2, 3, 32, 32))
+        self.assertEqual(tuple(logits.shape), (2, 10))
+        self.assertTrue(torch.isfinite(logits).all())
+
+    def test_list_get_and_cancel(self):
+        running = self.client.submit(small_job(200))
+        self.addCleanup(self.client.cancel, running.id)
+        queued = self.client.submit(small_job(1))
+        self.assertEqual(self.client.get(queued.id).state,
+                         pb.JOB_STATE_QUEUED)
+        ids = [j.id for j in self.client.list()]
+        self.assertLess(ids.index(queued.id), ids.index(running.id))
+        self.assertIn(queued.id, [j.id for j in self.client.list("queued")])
+        cancelled = self.client.cancel(queued.id)
+        self.assertEqual(cancelled.state, pb.JOB_STATE_CANCELLED)
+        self.client.cancel(running.id)
+        end = self.client.wait(running.id)
+        self.assertEqual(end.state, pb.JOB_STATE_CANCELLED, end)
+        with self.assertRaisesRegex(ValueError, "unknown state 'sleeping'"):
+            self.client.list("sleeping")
+
+    def test_refusals_are_clear(self):
+        with self.assertRaises(petra.ClientError) as e:
+            self.client.get("job-404")
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn('no job with id "job-404"', e.exception.message)
+        with self.assertRaises(petra.ClientError) as e:
+            self.client.submit({"training": {"epochs": 0}})
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("training.epochs = 0", e.exception.message)
+        with self.assertRaisesRegex(ValueError, "spec: .*noSuchField"):
+            self.client.submit({"noSuchField": 1})
+        with self.assertRaisesRegex(ValueError, "spec: not JSON"):
+            self.client.submit("{not json")
+        wrong = petra.Client(self.fleet.address, token="wrong-token")
+        with self.assertRaises(petra.ClientError) as e:
+            wrong.list()
+        self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        with self.assertRaisesRegex(ValueError, "printable ASCII"):
+            petra.Client(self.fleet.address, token="two words")
+        with self.assertRaisesRegex(ValueError, "tls_cert and tls_key"):
+            petra.Client(self.fleet.address, tls_cert="/no/cert.pem")
+        nowhere = petra.Client("127.0.0.1:1", token=TOKEN, timeout=5)
+        with self.assertRaises(petra.ClientError) as e:
+            nowhere.list()
+        self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("cannot reach the coordinator at 127.0.0.1:1",
+                      e.exception.message)
+
+    def test_environment_defaults(self):
+        saved = dict(os.environ)
+        try:
+            os.environ["PETRA_COORDINATOR"] = self.fleet.address
+            os.environ["PETRA_AUTH_TOKEN_FILE"] = self.fleet.token_file
+            with petra.Client() as c:
+                self.assertEqual(c.address, self.fleet.address)
+                self.assertIsInstance(c.list(), list)
+            # An argument wins over the environment.
+            os.environ["PETRA_COORDINATOR"] = "127.0.0.1:1"
+            with petra.Client(self.fleet.address) as c:
+                c.list()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+class InstallTest(unittest.TestCase):
+
+    def test_pip_installs_offline_into_a_venv(self):
+        # A copy of python/ and proto/, so that the build writes nothing
+        # into the source tree.
+        root = tempfile.mkdtemp(prefix="petra-pip-test-")
+        try:
+            src = os.path.join(root, "src")
+            shutil.copytree(PYTHON_DIR, os.path.join(src, "python"),
+                            ignore=shutil.ignore_patterns(
+                                "__pycache__", "build", "*.egg-info"))
+            shutil.copytree(os.path.join(SOURCE_DIR, "proto"),
+                            os.path.join(src, "proto"))
+            venv = os.path.join(root, "venv")
+            subprocess.run(["/usr/bin/python3", "-m", "venv",
+                            "--system-site-packages", venv], check=True)
+            pip = subprocess.run(
+                [os.path.join(venv, "bin", "pip"), "install", "--no-index",
+                 "--no-build-isolation", os.path.join(src, "python")],
+                capture_output=True, text=True)
+            self.assertEqual(pip.returncode, 0, pip.stdout + pip.stderr)
+            check = subprocess.run(
+                [os.path.join(venv, "bin", "python"), "-c",
+                 "import petra, petra.v1.coordinator_pb2_grpc as g\n"
+                 "assert hasattr(g, 'CoordinatorServiceStub')\n"
+                 "assert petra.Client and petra.ClientError\n"
+                 "m = petra.models.build('revnet18', variant='mnist', "
+                 "width=0.25)\n"
+                 "print(petra.__file__)\n"],
+                capture_output=True, text=True, cwd=root)
+            self.assertEqual(check.returncode, 0, check.stderr)
+            self.assertIn(os.path.join(venv, "lib"), check.stdout)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

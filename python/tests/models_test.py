@@ -1,0 +1,504 @@
+#!/usr/bin/python3
+"""Tests of petra.models: the Python model zoo against the C++ one.
+
+What: for every architecture and variant the C++ zoo builds, a network from
+`petra_zoo_reference` (the C++ build, tests/support/zoo_reference.cc: its
+weights exported exactly as `petra export` exports them, with randomised
+BatchNorm/LayerNorm affines, biases and running statistics, and a random
+batch with its C++ evaluation-mode logits) is loaded into
+petra.models.build(...) with strict=True and must give the same logits.
+Without the binary the structural tests still run: parameter counts as
+`petra model-info` prints them, key names, from_spec's resolution of job
+specs, and the ValueErrors for bad arguments.
+
+Why: `petra export` files are only useful to a PyTorch user if a network
+with exactly those keys computes what the fleet computed; these tests are
+what keeps the two zoos from drifting apart.
+
+Run (about 30 s on 2 busy cores):
+    python3 python/tests/models_test.py -v
+The binary is $PETRA_BIN_DIR/petra_zoo_reference, or build/bin/ of this
+checkout when PETRA_BIN_DIR is unset (skipped only then, if missing).
+"""
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.dirname(HERE)
+REPO_ROOT = os.path.dirname(PYTHON_DIR)
+sys.path.insert(0, PYTHON_DIR)
+
+# Debian's python3-torch lives in /usr/bin/python3's dist-packages; a
+# python3 earlier on PATH (pyenv, a venv) may lack it. Rerun under Debian's
+# interpreter then rather than failing on the import.
+SYSTEM_PYTHON = "/usr/bin/python3"
+try:
+    import torch
+except ImportError:
+    if (os.path.exists(SYSTEM_PYTHON)
+            and os.path.realpath(sys.executable)
+            != os.path.realpath(SYSTEM_PYTHON)
+            and not os.environ.get("PETRA_MODELS_TEST_REEXEC")):
+        os.environ["PETRA_MODELS_TEST_REEXEC"] = "1"
+        os.execv(SYSTEM_PYTHON,
+                 [SYSTEM_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+    raise
+
+from petra import models  # noqa: E402  (after the sys.path change)
+
+BIN_DIR_ENV = "PETRA_BIN_DIR"
+DEFAULT_BIN_DIR = os.path.join(REPO_ROOT, "build", "bin")
+REFERENCE_BINARY = "petra_zoo_reference"
+
+# Same libtorch kernels on both sides, so the logits agree to float32
+# rounding of a few operations at most (bitwise in most cases seen).
+ATOL = 1e-5
+RTOL = 1e-5
+
+CNNS = ("revnet18", "revnet34", "revnet50", "irevnet18", "resnet18",
+        "resnet34", "resnet50")
+
+# Per variant: (width, num_classes, batch) for the CNNs. The widths give
+# non-round channel counts (64 * 0.3 = 19.2 -> 19); imagenet keeps the
+# variant's default class count (None: 1000, checked against C++'s default)
+# and a batch of 2 at 224x224.
+CNN_SIZES = {
+    "imagenet": (0.125, None, 2),
+    "cifar": (0.25, 7, 3),
+    "mnist": (0.3, 10, 4),
+}
+
+# Per variant: (transformer sizes, num_classes, batch). mlp_ratio 1.3 of 24
+# is 31.2 -> 31 hidden units (llround); imagenet's 224 takes patches of 16.
+TRANSFORMER_SIZES = {
+    "imagenet": (dict(embed_dim=16, depth=1, heads=4, mlp_ratio=2.0,
+                      patch_size=16), None, 2),
+    "cifar": (dict(embed_dim=24, depth=2, heads=3, mlp_ratio=1.3,
+                   patch_size=8), 7, 3),
+    "mnist": (dict(embed_dim=16, depth=2, heads=2, mlp_ratio=1.5,
+                   patch_size=4), 10, 4),
+}
+
+# `petra model-info --arch A --variant V --width 0.25` (CNNs) and
+# `--embed-dim 32 --depth 2 --heads 2 --mlp-ratio 1.5 --patch-size 7`
+# (transformers), default class counts: the C++ parameter counts.
+MODEL_INFO_PARAMS = {
+    ("revnet18", "imagenet"): 961480, ("revnet18", "cifar"): 703210,
+    ("revnet18", "mnist"): 702634, ("revnet34", "imagenet"): 1594632,
+    ("revnet34", "cifar"): 1336362, ("revnet34", "mnist"): 1335786,
+    ("revnet50", "imagenet"): 2683336, ("revnet50", "cifar"): 1664746,
+    ("revnet50", "mnist"): 1664170, ("resnet18", "imagenet"): 831096,
+    ("resnet18", "cifar"): 701466, ("resnet18", "mnist"): 701178,
+    ("resnet34", "imagenet"): 1464248, ("resnet34", "cifar"): 1334618,
+    ("resnet34", "mnist"): 1334330, ("resnet50", "imagenet"): 1993976,
+    ("resnet50", "cifar"): 1484186, ("resnet50", "mnist"): 1483898,
+    ("irevnet18", "imagenet"): 6442376, ("irevnet18", "cifar"): 4410026,
+    ("revvit", "imagenet"): 117640, ("revvit", "mnist"): 17898,
+    ("vit", "imagenet"): 85576, ("vit", "mnist"): 17514,
+}
+
+# Largest |Python - C++| logit difference per architecture, printed at the
+# end so that a run shows how close the zoos are, not only that they pass.
+MAX_DIFF = {}
+
+
+def bin_dir():
+    """The directory of the C++ binaries, and whether it was asked for."""
+    if os.environ.get(BIN_DIR_ENV):
+        return os.environ[BIN_DIR_ENV], True
+    return DEFAULT_BIN_DIR, False
+
+
+def reference_binary():
+    """Path of petra_zoo_reference; skips or fails the test when missing.
+
+    Missing under an explicit PETRA_BIN_DIR is a failure (the caller said
+    where the build is); missing under the default is a skip (no build).
+    """
+    directory, explicit = bin_dir()
+    path = os.path.join(directory, REFERENCE_BINARY)
+    if os.access(path, os.X_OK):
+        return path
+    if explicit:
+        raise AssertionError(f"{BIN_DIR_ENV}={directory}: no executable "
+                             f"{REFERENCE_BINARY} there")
+    raise unittest.SkipTest(
+        f"{path} not found: build the C++ tree first (or set {BIN_DIR_ENV} "
+        "to the directory of petra_zoo_reference)")
+
+
+def job_flags(arch, variant, width=None, num_classes=None, sizes=None):
+    """The `petra train` job flags of a model."""
+    flags = ["--arch", arch, "--variant", variant]
+    if width is not None:
+        flags += ["--width", repr(width)]
+    if num_classes is not None:
+        flags += ["--num-classes", str(num_classes)]
+    for name, value in (sizes or {}).items():
+        flags += ["--" + name.replace("_", "-"), repr(value)]
+    return flags
+
+
+def run_reference(flags, batch, seed, directory):
+    """Runs petra_zoo_reference; returns (export dict, reference dict)."""
+    command = [reference_binary()] + flags + [
+        "--seed", str(seed), "--batch", str(batch), "--output-dir", directory]
+    result = subprocess.run(command, capture_output=True, text=True,
+                            timeout=120, check=False)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} exited "
+                             f"{result.returncode}: {result.stderr.strip()}")
+    exported = torch.load(os.path.join(directory, "export.pt"))
+    reference = torch.load(os.path.join(directory, "reference.pt"))
+    return exported, reference
+
+
+class ReferenceTestCase(unittest.TestCase):
+    """Loads C++ exports into petra.models and compares logits."""
+
+    @classmethod
+    def setUpClass(cls):
+        reference_binary()  # skips (or fails) the whole class when missing
+        cls.tmp = tempfile.TemporaryDirectory(prefix="petra-models-test-")
+        cls.runs = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check_against_cpp(self, arch, variant, width=None, num_classes=None,
+                          sizes=None, batch=2):
+        """C++ export -> build(...) strict load -> same eval logits."""
+        type(self).runs += 1
+        directory = os.path.join(self.tmp.name, str(self.runs))
+        flags = job_flags(arch, variant, width, num_classes, sizes)
+        exported, reference = run_reference(flags, batch, self.runs,
+                                            directory)
+        kwargs = dict(sizes or {})
+        if width is not None:
+            kwargs["width"] = width
+        model = models.build(arch, variant, num_classes=num_classes,
+                             **kwargs)
+        ours = model.state_dict()
+        missing = sorted(set(exported) - set(ours))
+        unexpected = sorted(set(ours) - set(exported))
+        self.assertEqual((missing, unexpected), ([], []),
+                         "keys only in the export / only in petra.models")
+        for name, tensor in exported.items():
+            self.assertEqual(tuple(tensor.shape), tuple(ours[name].shape),
+                             name)
+        model.load_state_dict(exported, strict=True)
+        model.eval()
+        images = reference["input"]
+        self.assertEqual(tuple(images.shape[1:]),
+                         models.input_shape(variant))
+        with torch.no_grad():
+            logits = model(images)
+        expected = reference["logits"]
+        self.assertEqual(tuple(logits.shape),
+                         (batch, model.num_classes))
+        diff = (logits - expected).abs().max().item()
+        MAX_DIFF[arch] = max(MAX_DIFF.get(arch, 0.0), diff)
+        torch.testing.assert_close(logits, expected, atol=ATOL, rtol=RTOL)
+
+    def check_cnn(self, arch):
+        for variant in models.VARIANTS:
+            if arch == "irevnet18" and variant == "mnist":
+                continue  # refused by both (test_irevnet18_refuses_mnist)
+            width, classes, batch = CNN_SIZES[variant]
+            with self.subTest(variant=variant):
+                self.check_against_cpp(arch, variant, width, classes,
+                                       batch=batch)
+
+    def check_transformer(self, arch):
+        for variant in models.VARIANTS:
+            sizes, classes, batch = TRANSFORMER_SIZES[variant]
+            with self.subTest(variant=variant, **sizes):
+                self.check_against_cpp(arch, variant, None, classes, sizes,
+                                       batch)
+        # The C++ defaults on both sides (embed_dim 64, depth 6, heads 4,
+        # mlp_ratio 2, patch_size 4).
+        with self.subTest(variant="cifar", sizes="defaults"):
+            self.check_against_cpp(arch, "cifar", batch=2)
+        # Wide enough that the MLP's pre-activations reach O(1), where the
+        # GELU flavour shows: tanh's approximation is 4e-5 off here, exact
+        # erf bitwise (the narrow networks above cannot tell them apart, as
+        # the reference keeps ViT's N(0, 0.02) linear weights).
+        with self.subTest(variant="mnist", sizes="wide"):
+            self.check_against_cpp(
+                arch, "mnist", None, 10,
+                dict(embed_dim=512, depth=1, heads=4, mlp_ratio=8.0,
+                     patch_size=7), 2)
+
+    def test_revnet18(self):
+        self.check_cnn("revnet18")
+
+    def test_revnet34(self):
+        self.check_cnn("revnet34")
+
+    def test_revnet50(self):
+        self.check_cnn("revnet50")
+
+    def test_irevnet18(self):
+        self.check_cnn("irevnet18")
+
+    def test_resnet18(self):
+        self.check_cnn("resnet18")
+
+    def test_resnet34(self):
+        self.check_cnn("resnet34")
+
+    def test_resnet50(self):
+        self.check_cnn("resnet50")
+
+    def test_revvit(self):
+        self.check_transformer("revvit")
+
+    def test_vit(self):
+        self.check_transformer("vit")
+
+    def test_from_spec_of_petra_spec_loads_the_export(self):
+        """`petra spec` JSON -> from_spec loads that job's C++ export."""
+        import json
+        petra = os.path.join(os.path.dirname(reference_binary()), "petra")
+        if not os.access(petra, os.X_OK):
+            self.skipTest(f"{petra} not found")
+        for flags in (["--arch", "revnet50", "--width", "0.125"],
+                      ["--arch", "revvit", "--depth", "2",
+                       "--embed-dim", "32"]):
+            with self.subTest(flags=flags):
+                result = subprocess.run(
+                    [petra, "spec", "--dataset", "synthetic"] + flags,
+                    capture_output=True, text=True, timeout=60, check=True)
+                model = models.from_spec(json.loads(result.stdout))
+                type(self).runs += 1
+                directory = os.path.join(self.tmp.name, str(self.runs))
+                exported, _ = run_reference(flags + ["--dataset",
+                                                     "synthetic"],
+                                            1, self.runs, directory)
+                model.load_state_dict(exported, strict=True)
+                self.assertEqual(model.variant, "cifar")
+
+
+class StructureTestCase(unittest.TestCase):
+    """What needs no C++ binary: sizes, names, specs, errors."""
+
+    def test_parameter_counts_match_model_info(self):
+        for (arch, variant), count in MODEL_INFO_PARAMS.items():
+            with self.subTest(arch=arch, variant=variant):
+                if arch in models.TRANSFORMERS:
+                    model = models.build(arch, variant, embed_dim=32,
+                                         depth=2, heads=2, mlp_ratio=1.5,
+                                         patch_size=7)
+                else:
+                    model = models.build(arch, variant, width=0.25)
+                self.assertEqual(sum(p.numel() for p in model.parameters()),
+                                 count)
+
+    def test_readme_key_examples(self):
+        keys = set(models.build("revnet18", "mnist", 0.25, 10).state_dict())
+        for name in ("blocks.0.conv.conv.weight",
+                     "blocks.0.conv.bn.running_mean",
+                     "blocks.8.residual.body.1.conv.weight",
+                     "blocks.9.fc.weight"):
+            self.assertIn(name, keys)
+        self.assertEqual(len({k.split(".")[1] for k in keys}), 10)
+
+    def test_batch_norm_has_no_counter(self):
+        """The C++ BatchNorm has no num_batches_tracked; neither may we."""
+        for arch in CNNS:
+            keys = models.build(arch, "cifar", 0.125).state_dict()
+            self.assertFalse([k for k in keys if "num_batches" in k], arch)
+            bn = [k for k in keys if k.endswith(".running_var")]
+            self.assertTrue(bn, arch)
+
+    def test_transformer_keys(self):
+        keys = set(models.build("revvit", "mnist", depth=1).state_dict())
+        self.assertEqual(keys, {
+            "blocks.0.patch.weight", "blocks.0.patch.bias",
+            "blocks.0.position",
+            *(f"blocks.1.{part}.{name}"
+              for part, names in (("attention", ("norm", "qkv", "proj")),
+                                  ("mlp", ("norm", "fc1", "fc2")))
+              for layer in names for name in (
+                  f"{layer}.weight", f"{layer}.bias")),
+            "blocks.2.norm.weight", "blocks.2.norm.bias",
+            "blocks.2.fc.weight", "blocks.2.fc.bias"})
+
+    def test_input_shapes_and_logits(self):
+        for variant, shape in (("imagenet", (3, 224, 224)),
+                               ("cifar", (3, 32, 32)),
+                               ("mnist", (1, 28, 28))):
+            self.assertEqual(models.input_shape(variant), shape)
+        model = models.build("resnet18", "mnist", 0.125, 3).eval()
+        with torch.no_grad():
+            self.assertEqual(tuple(model(torch.randn(2, 1, 28, 28)).shape),
+                             (2, 3))
+        with self.assertRaisesRegex(ValueError, "N x 1 x H x W"):
+            model(torch.randn(2, 3, 28, 28))
+
+    def test_train_mode_updates_running_statistics(self):
+        model = models.build("revnet18", "mnist", 0.125)
+        before = model.blocks[0].conv.bn.running_mean.clone()
+        model.train()
+        model(torch.randn(4, 1, 28, 28) + 3.0)
+        self.assertFalse(torch.equal(before,
+                                     model.blocks[0].conv.bn.running_mean))
+
+    def test_defaults(self):
+        self.assertEqual(models.build("resnet18", "imagenet", 0.125)
+                         .num_classes, 1000)
+        vit = models.build("vit", "cifar")
+        self.assertEqual(vit.transformer, models.TRANSFORMER_DEFAULTS)
+        self.assertEqual(len(vit.blocks), 6 + 2)
+        self.assertEqual(vit.num_classes, 10)
+
+    def test_from_spec_as_petra_spec_prints_it(self):
+        """snake_case JobSpec: same keys and shapes as build()."""
+        spec = {
+            "model": {"architecture": "ARCHITECTURE_REVVIT",
+                      "variant": "VARIANT_CIFAR", "width": 1,
+                      "num_classes": 10,
+                      "transformer": {"embed_dim": 32, "depth": 2,
+                                      "heads": 4, "mlp_ratio": 2,
+                                      "patch_size": 4}},
+            "dataset": {"kind": "DATASET_KIND_CIFAR10",
+                        "synthetic_train_size": "4096"},
+            "seed": "7",
+        }
+        self.assert_same_state(
+            models.from_spec(spec),
+            models.build("revvit", "cifar", embed_dim=32, depth=2))
+
+    def test_from_spec_of_a_job_in_camel_case(self):
+        """A Job as `petra status --json` prints it (lowerCamel names)."""
+        job = {"id": "job-3", "state": "JOB_STATE_SUCCEEDED",
+               "spec": {"model": {"architecture": "ARCHITECTURE_RESNET50",
+                                  "variant": "VARIANT_MNIST",
+                                  "width": 0.125, "numClasses": 4},
+                        "dataset": {"kind": "DATASET_KIND_MNIST"}}}
+        self.assert_same_state(models.from_spec(job),
+                               models.build("resnet50", "mnist", 0.125, 4))
+
+    def test_from_spec_fills_the_defaults(self):
+        """Missing fields: job_spec_defaults.cc's values."""
+        cases = (
+            # The dataset implies the variant; width 1; 10 classes.
+            ({"model": {"architecture": "ARCHITECTURE_REVNET18"},
+              "dataset": {"kind": "DATASET_KIND_FASHION_MNIST"}},
+             models.build("revnet18", "mnist", 1.0, 10)),
+            # Not (Fashion-)MNIST: cifar. Enum numbers, as the proto JSON
+            # parser accepts them (9 = vit, 4 = synthetic).
+            ({"model": {"architecture": 9},
+              "dataset": {"kind": 4}},
+             models.build("vit", "cifar")),
+            # imagenet: 1000 classes; transformer sizes partly given.
+            ({"model": {"architecture": "ARCHITECTURE_VIT",
+                        "variant": "VARIANT_IMAGENET",
+                        "transformer": {"depth": 1, "patchSize": 16}}},
+             models.build("vit", "imagenet", num_classes=1000, depth=1,
+                          patch_size=16)),
+        )
+        for spec, expected in cases:
+            with self.subTest(spec=spec):
+                self.assert_same_state(models.from_spec(spec), expected)
+
+    def test_from_spec_refuses_bad_specs(self):
+        cases = (
+            ({}, "model.architecture"),
+            ({"model": {"architecture": "ARCHITECTURE_UNSPECIFIED"}},
+             "model.architecture"),
+            ({"model": {"architecture": "ARCHITECTURE_LENET"}},
+             "ARCHITECTURE_REVNET18"),
+            ({"model": {"architecture": "ARCHITECTURE_RESNET18",
+                        "width": 0}}, "model.width"),
+            ({"model": {"architecture": "ARCHITECTURE_RESNET18",
+                        "numClasses": 1}}, "model.num_classes"),
+            ({"model": {"architecture": "ARCHITECTURE_RESNET18",
+                        "transformer": {}}}, "model.transformer"),
+            ({"model": {"architecture": "ARCHITECTURE_VIT",
+                        "transformer": {"heads": 5}}},
+             "model.transformer.heads"),
+            ({"model": {"architecture": "ARCHITECTURE_IREVNET18"},
+              "dataset": {"kind": "DATASET_KIND_MNIST"}}, "model.variant"),
+            ("revnet18", "spec"),
+        )
+        for spec, field in cases:
+            with self.subTest(spec=spec):
+                with self.assertRaisesRegex(ValueError, field):
+                    models.from_spec(spec)
+
+    def test_build_refuses_bad_arguments(self):
+        cases = (
+            (("revnet19",), {}, r"arch: 'revnet19' is not one of revnet18"),
+            (("revnet18", "svhn"), {}, r"variant: 'svhn' is not one of "
+                                       r"imagenet, cifar, mnist"),
+            (("revnet18", "cifar", 0), {}, r"width: 0 .*\(0, 8\]"),
+            (("revnet18", "cifar", 8.5), {}, r"width"),
+            (("revnet18", "cifar", math.nan), {}, r"width"),
+            (("revnet18", "cifar", "0.5"), {}, r"width"),
+            (("revnet18", "cifar", 1.0, 1), {}, r"num_classes: 1 .*\[2, "),
+            (("revnet18", "cifar", 1.0, 2.5), {}, r"num_classes"),
+            (("irevnet18", "mnist"), {}, r"variant: 'mnist'.*irevnet18"),
+            (("resnet18",), {"depth": 3}, r"depth: only revvit and vit"),
+            (("vit", "cifar", 0.5), {}, r"width: 0.5 must be 1"),
+            (("vit",), {"embed_dim": 0}, r"embed_dim: 0 .*\[1, 8192\]"),
+            (("vit",), {"depth": 0}, r"depth: 0 .*\[1, 256\]"),
+            (("vit",), {"heads": 3}, r"heads: 3 must divide embed_dim"),
+            (("vit",), {"mlp_ratio": 0.0}, r"mlp_ratio: 0.0 .*\(0, 16\]"),
+            (("vit",), {"patch_size": 5},
+             r"patch_size: 5 must divide the input's side \(32"),
+            (("vit", "imagenet"), {"patch_size": 2},
+             r"patch_size: 2 gives 12544 tokens"),
+        )
+        for args, kwargs, message in cases:
+            with self.subTest(args=args, kwargs=kwargs):
+                with self.assertRaisesRegex(ValueError, message):
+                    models.build(*args, **kwargs)
+        # Names are case-insensitive, '-' for '_', as the C++ flags.
+        self.assertEqual(models.build("ResNet18", "MNIST", 0.125).arch,
+                         "resnet18")
+
+    def test_wrong_state_dicts_fail_strict_loading(self):
+        model = models.build("revnet18", "cifar", 0.125)
+        good = model.state_dict()
+        wrong_shape = dict(good)
+        wrong_shape["blocks.9.fc.weight"] = torch.zeros(11, 128)
+        missing = {k: v for k, v in good.items()
+                   if k != "blocks.3.residual.body.0.bn.running_var"}
+        # What torch.nn.BatchNorm2d would add.
+        extra = dict(good)
+        extra["blocks.0.conv.bn.num_batches_tracked"] = torch.tensor(0)
+        other_width = models.build("revnet18", "cifar", 0.25).state_dict()
+        for name, state, message in (
+                ("wrong shape", wrong_shape, "size mismatch"),
+                ("missing", missing, "Missing key"),
+                ("unexpected", extra, "Unexpected key"),
+                ("other width", other_width, "size mismatch")):
+            with self.subTest(name):
+                with self.assertRaisesRegex(RuntimeError, message):
+                    models.build("revnet18", "cifar", 0.125).load_state_dict(
+                        state, strict=True)
+
+    def assert_same_state(self, got, expected):
+        got, expected = got.state_dict(), expected.state_dict()
+        self.assertEqual(sorted(got), sorted(expected))
+        for name in got:
+            self.assertEqual(got[name].shape, expected[name].shape, name)
+
+
+def tearDownModule():
+    if MAX_DIFF:
+        print("\nmax |logit difference| vs C++ per architecture: "
+              + ", ".join(f"{arch} {diff:.3g}"
+                          for arch, diff in sorted(MAX_DIFF.items())),
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,135 @@
+// petra_zoo_reference: writes what python/tests/models_test.py compares
+// petra.models against. For a network given by the job flags it writes
+//   DIR/export.pt     the bytes `petra export` would give for its weights
+//                     (every stage checkpoint merged by the same code);
+//   DIR/reference.pt  {"input": a batch, "logits": the C++ evaluation}.
+// Weights that start constant (BatchNorm and LayerNorm scales and shifts,
+// biases, running statistics) are set to random values first, so a Python
+// model that ignored or swapped them would not match.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "services/cli/durable_file.h"
+#include "services/cli/flag_set.h"
+#include "services/engine/job_plan.h"
+#include "services/engine/state_file.h"
+#include "services/job/job_flags.h"
+#include "services/model/architecture_catalog.h"
+
+namespace petra {
+namespace {
+
+// Constant-initialised tensors get random values of the same scale; the
+// rest keep their seeded random initialisation.
+void Randomize(std::map<std::string, torch::Tensor>& state) {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : state) {
+    if (!absl::StartsWith(name, "blocks.") || !t.is_floating_point() ||
+        t.numel() == 0) {
+      continue;
+    }
+    if (absl::EndsWith(name, "running_var")) {
+      t.copy_(torch::rand_like(t) + 0.5);
+    } else if (t.min().item<double>() == t.max().item<double>()) {
+      t.add_(0.1 * torch::randn_like(t));
+    }
+  }
+}
+
+absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
+                 const std::string& dir) {
+  // One stage, synthetic data (no files needed), plain backprop: only the
+  // network matters here.
+  petra::v1::JobSpec base;
+  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  base.mutable_partition()->set_stage_count(1);
+  base.mutable_training()->set_mode(petra::v1::TRAINING_MODE_BACKPROP);
+  absl::StatusOr<petra::v1::JobSpec> spec =
+      job::AssembleJobSpec(base, "", overrides);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<std::vector<model::BlockRange>> ranges =
+      engine::PlanStages(*spec);
+  if (!ranges.ok()) return ranges.status();
+  absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> workers =
+      engine::BuildStageWorkers(*spec, *ranges, 1);
+  if (!workers.ok()) return workers.status();
+
+  torch::manual_seed(spec->seed() + 1);
+  std::vector<std::string> checkpoints;
+  for (size_t j = 0; j < workers->size(); ++j) {
+    engine::StageWorker& w = *(*workers)[j];
+    std::map<std::string, torch::Tensor> state;
+    for (auto& [name, t] : w.NamedState(true)) state[name] = t.clone();
+    Randomize(state);
+    if (absl::Status s = w.LoadNamedState(state, 0); !s.ok()) return s;
+    engine::StageCheckpointMeta meta;
+    meta.stage_index = static_cast<int64_t>(j);
+    absl::StatusOr<std::string> c = engine::EncodeStageCheckpoint(w, meta);
+    if (!c.ok()) return c.status();
+    checkpoints.push_back(std::move(*c));
+  }
+  absl::StatusOr<std::string> exported = engine::MergeForExport(checkpoints);
+  if (!exported.ok()) return exported.status();
+
+  std::vector<int64_t> shape = {batch};
+  for (int64_t d : model::InputShape(spec->model().variant())) {
+    shape.push_back(d);
+  }
+  const torch::Tensor input = torch::randn(shape);
+  model::TensorPair x{input, torch::Tensor()};
+  for (auto& w : *workers) {
+    absl::StatusOr<model::TensorPair> y = w->Evaluate(x);
+    if (!y.ok()) return y.status();
+    x = *y;
+  }
+  absl::StatusOr<std::string> reference =
+      engine::EncodeStateFile({{"input", input}, {"logits", x.a.contiguous()}});
+  if (!reference.ok()) return reference.status();
+
+  std::filesystem::create_directories(dir);
+  if (absl::Status s = cli::WriteFileAtomically(dir + "/export.pt", *exported);
+      !s.ok()) {
+    return s;
+  }
+  return cli::WriteFileAtomically(dir + "/reference.pt", *reference);
+}
+
+}  // namespace
+}  // namespace petra
+
+int main(int argc, char** argv) {
+  petra::v1::JobSpec overrides;
+  int64_t batch = 4;
+  std::string dir;
+  petra::cli::FlagSet flags(
+      "petra_zoo_reference [job flags] --output-dir DIR [--batch N]",
+      "Writes DIR/export.pt (a network's weights as `petra export` writes\n"
+      "them) and DIR/reference.pt (an input batch and its evaluation-mode\n"
+      "logits), for python/tests/models_test.py.");
+  petra::job::AddJobFlags(flags, &overrides);
+  flags.AddInt("batch", &batch, "samples in the reference batch");
+  flags.AddString("output-dir", &dir, "where to write the two files");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (int rc =
+          petra::cli::ParseCommandOrExit(flags, "petra_zoo_reference", args);
+      rc >= 0) {
+    return rc;
+  }
+  if (dir.empty() || batch < 1) {
+    std::cerr << "petra_zoo_reference: needs --output-dir and --batch >= 1\n";
+    return 2;
+  }
+  torch::set_num_threads(1);
+  if (absl::Status s = petra::Run(overrides, batch, dir); !s.ok()) {
+    std::cerr << "petra_zoo_reference: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
