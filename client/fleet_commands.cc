@@ -374,9 +374,16 @@ int RunExport(const std::string& program,
       "Downloads a job's trained weights (its newest checkpoint) as a file\n"
       "that Python reads with torch.load(path): a dict from names to\n"
       "tensors, \"blocks.<i>.<parameter or buffer>\" with i the block's index\n"
-      "in the network (README, \"Exported weights\").");
+      "in the network (README, \"Exported weights\"); petra.models loads it.\n"
+      "--format torchscript: a TorchScript module instead, for torch.jit.load\n"
+      "with no petra code: forward(images in [0, 1]) -> logits, the input\n"
+      "normalisation folded in.");
   AddCoordinatorFlag(flags, &coordinator);
-  flags.AddString("output", &output, "file to write (default: JOB_ID.pt)");
+  std::string format = "state_dict";
+  flags.AddString(
+      "output", &output,
+      "file to write (default: JOB_ID.pt, or JOB_ID.torchscript.pt)");
+  flags.AddString("format", &format, "state_dict or torchscript");
   bool json = false;
   flags.AddBool("json", &json,
                 "print {\"job\": ..., \"path\": ..., \"bytes\": N} "
@@ -388,7 +395,18 @@ int RunExport(const std::string& program,
       rc >= 0) {
     return rc;
   }
-  if (output.empty()) output = id + ".pt";
+  petra::v1::ExportJobRequest request;
+  request.set_job_id(id);
+  if (format == "torchscript") {
+    request.set_format(petra::v1::ExportJobRequest::FORMAT_TORCHSCRIPT);
+  } else if (format != "state_dict") {
+    std::cerr << command << ": flag --format: \"" << format
+              << "\" is not state_dict or torchscript\n";
+    return 2;
+  }
+  if (output.empty()) {
+    output = id + (format == "torchscript" ? ".torchscript.pt" : ".pt");
+  }
   const std::string partial = output + ".partial";
   std::ofstream out(partial, std::ios::binary | std::ios::trunc);
   if (!out) {
@@ -396,8 +414,6 @@ int RunExport(const std::string& program,
     return 1;
   }
   grpc::ClientContext context;
-  petra::v1::ExportJobRequest request;
-  request.set_job_id(id);
   auto reader = stub->ExportJob(&context, request);
   petra::v1::ExportChunk chunk;
   uint64_t total = 0, got = 0;

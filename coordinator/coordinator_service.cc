@@ -153,14 +153,16 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
   ExportReactor(JobManager* jobs, const petra::v1::ExportJobRequest& request,
                 engine::SerialExecutor* io)
       : io_(io) {
-    if (request.format() != petra::v1::ExportJobRequest::FORMAT_UNSPECIFIED &&
-        request.format() !=
-            petra::v1::ExportJobRequest::FORMAT_TORCH_STATE_DICT) {
+    if (!petra::v1::ExportJobRequest::Format_IsValid(request.format())) {
       Finish(wire::ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("format ", request.format(), " is not supported"))));
       return;
     }
-    Later([this, jobs, id = request.job_id()] { Open(jobs, id); });
+    // Making a TorchScript file takes seconds: on the I/O executor, never
+    // in a reaction.
+    Later([this, jobs, id = request.job_id(), format = request.format()] {
+      Open(jobs, id, format);
+    });
   }
   void OnWriteDone(bool ok) override {
     if (!ok) {
@@ -179,8 +181,9 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
                           "the coordinator is stopping"));
     }
   }
-  void Open(JobManager* jobs, const std::string& id) {
-    absl::StatusOr<std::string> path = jobs->ExportFile(id);
+  void Open(JobManager* jobs, const std::string& id,
+            petra::v1::ExportJobRequest::Format format) {
+    absl::StatusOr<std::string> path = jobs->ExportFile(id, format);
     if (!path.ok()) {
       Finish(wire::ToGrpcStatus(path.status()));
       return;
@@ -195,7 +198,10 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
       return;
     }
     total_ = size;
-    chunk_.set_filename(id + ".pt");
+    chunk_.set_filename(
+        id + (format == petra::v1::ExportJobRequest::FORMAT_TORCHSCRIPT
+                  ? ".torchscript.pt"
+                  : ".pt"));
     chunk_.set_total_bytes(total_);
     Next();
   }

@@ -47,6 +47,9 @@ fs::path JobLayout::directory() const {
 fs::path JobLayout::record() const { return directory() / "job.json"; }
 fs::path JobLayout::train_log() const { return directory() / "train_log.csv"; }
 fs::path JobLayout::export_file() const { return directory() / "model.pt"; }
+fs::path JobLayout::torchscript_file() const {
+  return directory() / "model.torchscript.pt";
+}
 fs::path JobLayout::checkpoints() const {
   return state_dir_ / RelativeCheckpoints(id_);
 }

@@ -35,6 +35,8 @@ class JobLayout {
   std::filesystem::path record() const;
   std::filesystem::path train_log() const;
   std::filesystem::path export_file() const;
+  // The TorchScript export, made from export_file() when first asked for.
+  std::filesystem::path torchscript_file() const;
   std::filesystem::path checkpoints() const;
   std::filesystem::path checkpoint(uint32_t epoch) const;
   std::filesystem::path stage_file(uint32_t epoch, int stage) const;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_layout.h"
 #include "coordinator/job_resume.h"
+#include "coordinator/torchscript_file.h"
 #include "services/cli/paths.h"
 #include "services/job/job_spec_validation.h"
 
@@ -298,17 +299,20 @@ absl::Status JobManager::Watch(const std::string& id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> JobManager::ExportFile(const std::string& id) {
+absl::StatusOr<std::string> JobManager::ExportFile(
+    const std::string& id, petra::v1::ExportJobRequest::Format format) {
   std::shared_ptr<JobRecord> r = Find(id);
   if (r == nullptr) return NoSuchJob(id);
-  const std::string path = JobLayout(env_.state_dir, id).export_file().string();
+  const JobLayout layout(env_.state_dir, id);
+  const std::string path = layout.export_file().string();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     return absl::FailedPreconditionError(
         absl::StrCat("job \"", id, "\" has no checkpoint yet (state ",
                      petra::v1::JobState_Name(r->Snapshot().state()), ")"));
   }
-  return path;
+  if (format != petra::v1::ExportJobRequest::FORMAT_TORCHSCRIPT) return path;
+  return TorchScriptFile(layout, r->Snapshot().spec(), env_.data_root);
 }
 
 }  // namespace petra::coordinator

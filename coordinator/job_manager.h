@@ -34,7 +34,12 @@ class JobManager {
   absl::StatusOr<petra::v1::Job> Cancel(const std::string& id);
   absl::Status Watch(const std::string& id, std::shared_ptr<JobWatcher> w);
   // The export file of a job that has a checkpoint.
-  absl::StatusOr<std::string> ExportFile(const std::string& id);
+  // The path of the job's newest export in `format` (the TorchScript one is
+  // made, and kept, the first time it is asked for after a checkpoint).
+  absl::StatusOr<std::string> ExportFile(
+      const std::string& id,
+      petra::v1::ExportJobRequest::Format format =
+          petra::v1::ExportJobRequest::FORMAT_UNSPECIFIED);
 
  private:
   absl::StatusOr<petra::v1::Job> Queue(const petra::v1::JobSpec& spec);

@@ -239,15 +239,29 @@ class Client:
         return self._call(self._stub.CancelJob,
                           coordinator_pb2.CancelJobRequest(job_id=job_id))
 
-    def export(self, job_id, path=None):
+    def export(self, job_id, path=None, format="state_dict"):
         """Downloads the job's trained weights (its newest checkpoint) to
-        `path` (default "<job id>.pt"), whole or not at all -> the path.
-        torch.load(path) gives the state_dict petra.models loads."""
-        path = os.fspath(path) if path is not None else job_id + ".pt"
+        `path`, whole or not at all -> the path. format "state_dict" (path
+        default "<job id>.pt"): torch.load(path) gives the state_dict
+        petra.models loads; "torchscript" (default "<job id>.torchscript.pt"):
+        torch.jit.load(path) gives a module, forward(images in [0, 1]) ->
+        logits, with the job's input normalisation folded in."""
+        formats = {
+            "state_dict": (coordinator_pb2.ExportJobRequest
+                           .FORMAT_TORCH_STATE_DICT, ".pt"),
+            "torchscript": (coordinator_pb2.ExportJobRequest
+                            .FORMAT_TORCHSCRIPT, ".torchscript.pt"),
+        }
+        if format not in formats:
+            raise ValueError("format: %r is not state_dict or torchscript"
+                             % (format,))
+        value, suffix = formats[format]
+        path = os.fspath(path) if path is not None else job_id + suffix
         partial = path + ".partial"
-        chunks = self._call(self._stub.ExportJob,
-                            coordinator_pb2.ExportJobRequest(job_id=job_id),
-                            stream=True)
+        chunks = self._call(
+            self._stub.ExportJob,
+            coordinator_pb2.ExportJobRequest(job_id=job_id, format=value),
+            stream=True)
         total, got = 0, 0
         try:
             with open(partial, "wb") as out:

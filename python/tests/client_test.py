@@ -143,10 +143,35 @@ class ClientTest(unittest.TestCase):
         model = petra.models.from_spec(petra.Client.to_dict(final))
         model.load_state_dict(state, strict=True)
         model.eval()
+
+        # The TorchScript export runs with no petra code (python -I: no
+        # user site, no PYTHONPATH) and computes what petra.models does on
+        # the normalised input.
+        script = self.client.export(job.id, format="torchscript")
+        self.addCleanup(os.remove, script)
+        self.assertEqual(script, job.id + ".torchscript.pt")
+        images = torch.rand(3, 3, 32, 32)
+        batch = os.path.join(self.root, "images.pt")
+        torch.save(images, batch)
+        out = os.path.join(self.root, "script-logits.pt")
+        run = subprocess.run(
+            ["/usr/bin/python3", "-I", "-c",
+             "import sys, torch\n"
+             "assert 'petra' not in sys.modules\n"
+             "m = torch.jit.load(sys.argv[1])\n"
+             "with torch.no_grad():\n"
+             "    torch.save(m(torch.load(sys.argv[2])), sys.argv[3])\n",
+             os.path.abspath(script), batch, out],
+            capture_output=True, text=True, cwd=self.root)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        buffers = dict(torch.jit.load(script).named_buffers())
+        mean, std = buffers["input_mean"], buffers["input_std"]
         with torch.no_grad():
-            logits = model(torch.randn(2, 3, 32, 32))
-        self.assertEqual(tuple(logits.shape), (2, 10))
-        self.assertTrue(torch.isfinite(logits).all())
+            want = model((images - mean) / std)
+        torch.testing.assert_close(torch.load(out), want, atol=1e-5,
+                                   rtol=1e-5)
+        with self.assertRaisesRegex(ValueError, "not state_dict or"):
+            self.client.export(job.id, format="onnx")
 
     def test_list_get_and_cancel(self):
         running = self.client.submit(small_job(200))

@@ -28,9 +28,11 @@ AttentionImpl::AttentionImpl(int64_t dim, int64_t heads) : heads_(heads) {
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), n = x.size(1), d = x.size(2);
   const int64_t dh = d / heads_;
-  // [b, n, 3, heads, dh] -> [3, b, heads, n, dh]
+  // [b, n, 3, heads, dh] -> [3, b, heads, n, dh]. The batch dimension as
+  // -1, not b: a traced forward (the TorchScript export) must not freeze
+  // the batch size it was traced with.
   torch::Tensor qkv = CountedLinear(qkv_, norm_->forward(x))
-                          .reshape({b, n, 3, heads_, dh})
+                          .reshape({-1, n, 3, heads_, dh})
                           .permute({2, 0, 3, 1, 4});
   torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
   torch::Tensor attention =
@@ -40,7 +42,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   // Q K^T and the weighted sum of V: 2 x (2 b heads n^2 dh).
   ScopedFlopCounter::Add(4 * b * heads_ * n * n * dh);
   torch::Tensor out =
-      torch::matmul(attention, v).transpose(1, 2).reshape({b, n, d});
+      torch::matmul(attention, v).transpose(1, 2).reshape({-1, n, d});
   return CountedLinear(proj_, out);
 }
 

@@ -106,6 +106,20 @@ TEST_F(ClientJson, EveryCommandPrintsValidJsonAndNamesRoundTrip) {
             "assert doc['bytes'] == " +
                 std::to_string(std::filesystem::file_size(exported)));
 
+  // The TorchScript export loads with torch.jit.load and no petra code.
+  r = PetraFromEnv({"export", "--json", "--format", "torchscript", "--output",
+                    dir_.path() + "/model.torchscript.pt", id});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  CheckJson("export-torchscript", r.out,
+            "import torch\n"
+            "assert doc['path'].endswith('/model.torchscript.pt'), doc\n"
+            "m = torch.jit.load(doc['path'])\n"
+            "assert m(torch.rand(2, 3, 32, 32)).shape == (2, 10)");
+  r = PetraFromEnv({"export", "--format", "onnx", id});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--format: \"onnx\" is not state_dict or "
+                               "torchscript"));
+
   // A queued job, cancelled.
   const std::string busy = Submit(SmallJob(50));
   const std::string queued = Submit(SmallJob(1));

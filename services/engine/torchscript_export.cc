@@ -1,0 +1,165 @@
+#include "services/engine/torchscript_export.h"
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "services/model/batch_norm.h"
+#include "services/model/network.h"
+
+namespace petra::engine {
+namespace {
+
+// The module tree of the export's names: "blocks.3.conv.bn.weight" is
+// attribute "weight" of submodule blocks -> 3 -> conv -> bn. Each level is
+// a jit::Module of its own type (names need only be unique per parent).
+class ModuleTree {
+ public:
+  ModuleTree() : root_(c10::QualifiedName("__torch__.petra.Network")) {}
+
+  torch::jit::Module& root() { return root_; }
+
+  void Add(const std::string& name, const torch::Tensor& t, bool parameter) {
+    std::vector<std::string> parts = absl::StrSplit(name, '.');
+    const std::string leaf = parts.back();
+    parts.pop_back();
+    torch::jit::Module* m = &root_;
+    std::string path;
+    for (const std::string& part : parts) {
+      path = path.empty() ? part : absl::StrCat(path, ".", part);
+      auto it = children_.find(path);
+      if (it == children_.end()) {
+        // A class per path: "petra.blocks_3_conv", valid and unique.
+        std::string type = absl::StrCat("__torch__.petra.m_", path);
+        std::replace(type.begin() + 16, type.end(), '.', '_');
+        auto child =
+            std::make_unique<torch::jit::Module>(c10::QualifiedName(type));
+        it = children_.emplace(path, std::move(child)).first;
+        order_.push_back({m, part, it->second.get()});
+      }
+      m = it->second.get();
+    }
+    if (parameter) {
+      m->register_parameter(leaf, t, false);
+    } else {
+      m->register_buffer(leaf, t);
+    }
+  }
+
+  // Registers every child with its parent, deepest first: a jit::Module is
+  // registered by value (its object), so children must be complete first.
+  void Link() {
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      it->parent->register_module(it->name, *it->child);
+    }
+  }
+
+ private:
+  struct Edge {
+    torch::jit::Module* parent;
+    std::string name;
+    torch::jit::Module* child;
+  };
+  torch::jit::Module root_;
+  std::map<std::string, std::unique_ptr<torch::jit::Module>> children_;
+  std::vector<Edge> order_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeTorchScript(
+    const petra::v1::JobSpec& resolved, const NamedTensors& exported,
+    const TorchScriptInput& input) {
+  absl::StatusOr<model::Network> net = model::BuildNetwork(resolved.model());
+  if (!net.ok()) return net.status();
+  const int64_t channels = net->input_shape[0];
+  if (input.mean.size() != input.std.size() ||
+      (!input.mean.empty() &&
+       input.mean.size() != static_cast<size_t>(channels))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("normalisation: ", input.mean.size(), " means and ",
+                     input.std.size(), " stds for ", channels, " channels"));
+  }
+  torch::NoGradGuard no_grad;
+  ModuleTree tree;
+  // The network's own tensors take the export's values; the module holds
+  // those very tensors, so tracing maps each to a module attribute.
+  for (size_t i = 0; i < net->blocks.size(); ++i) {
+    model::Block& block = *net->blocks[i];
+    block.eval();
+    auto take = [&](const std::string& name, torch::Tensor& t,
+                    bool parameter) -> absl::Status {
+      const std::string full = absl::StrCat("blocks.", i, ".", name);
+      auto it = exported.find(full);
+      if (it == exported.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("export: no tensor \"", full, "\""));
+      }
+      if (it->second.sizes() != t.sizes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "export: \"", full, "\" has shape ", c10::str(it->second.sizes()),
+            ", the network's is ", c10::str(t.sizes())));
+      }
+      t.copy_(it->second);
+      tree.Add(full, t, parameter);
+      return absl::OkStatus();
+    };
+    for (auto& p : block.named_parameters(true)) {
+      if (absl::Status s = take(p.key(), p.value(), true); !s.ok()) return s;
+    }
+    for (auto& b : block.named_buffers(true)) {
+      if (absl::Status s = take(b.key(), b.value(), false); !s.ok()) return s;
+    }
+  }
+  torch::Tensor mean, std;
+  if (!input.mean.empty()) {
+    mean = torch::tensor(input.mean, torch::kFloat64)
+               .to(torch::kFloat32)
+               .view({1, channels, 1, 1});
+    std = torch::tensor(input.std, torch::kFloat64)
+              .to(torch::kFloat32)
+              .view({1, channels, 1, 1});
+    tree.Add("input_mean", mean, false);
+    tree.Add("input_std", std, false);
+  }
+  tree.Link();
+  torch::jit::Module& module = tree.root();
+
+  std::vector<int64_t> shape = {2};
+  shape.insert(shape.end(), net->input_shape.begin(), net->input_shape.end());
+  const torch::Tensor example = torch::rand(shape);
+  // Evaluation as StageWorker::Evaluate runs it: BatchNorm on running
+  // statistics (our BatchNorm reads a thread-local mode, not eval()).
+  model::ScopedBnMode running(model::BnMode::kRunningStats);
+  auto forward = [&](torch::jit::Stack in) -> torch::jit::Stack {
+    torch::Tensor x = in[0].toTensor();
+    if (mean.defined()) x = (x - mean) / std;
+    model::TensorPair pair{x, torch::Tensor()};
+    for (auto& block : net->blocks) pair = block->Forward(pair);
+    return {pair.a};
+  };
+  try {
+    auto traced = torch::jit::tracer::trace(
+        {example}, forward, [](const torch::autograd::Variable&) { return ""; },
+        /*strict=*/true, /*force_outplace=*/false, &module, {"images"});
+    std::shared_ptr<torch::jit::Graph> graph = traced.first->graph;
+    auto fn = module._ivalue()->compilation_unit()->create_function(
+        c10::QualifiedName(*module.type()->name(), "forward"), graph);
+    module.type()->addMethod(fn);
+    std::ostringstream out;
+    module.save(out);
+    return out.str();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("tracing the network failed: ",
+                                            e.what_without_backtrace()));
+  }
+}
+
+}  // namespace petra::engine

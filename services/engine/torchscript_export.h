@@ -1,0 +1,32 @@
+// The self-contained export: a job's trained network as a TorchScript module
+// that torch.jit.load runs in Python or C++ with no petra code. Built by
+// tracing our own C++ evaluation forward (BatchNorm running statistics,
+// eval mode) over a module that holds the weights under the export's names,
+// so the module's state_dict is the plain export's too; the input
+// normalisation the data pipeline applies is folded in.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/job.pb.h"
+#include "services/engine/state_file.h"
+
+namespace petra::engine {
+
+// What the module's forward takes: float images N x C x H x W with pixel
+// values in [0, 1]; it normalises them with `mean` and `std` (per channel;
+// both empty: no normalisation) and returns the logits N x classes.
+struct TorchScriptInput {
+  std::vector<double> mean, std;
+};
+
+// `resolved`: the job's spec (its model); `exported`: the plain export's
+// tensors ("blocks.<i>.<name>", every one the network has, of its shape).
+// INVALID_ARGUMENT naming a missing or misshapen tensor.
+absl::StatusOr<std::string> EncodeTorchScript(
+    const petra::v1::JobSpec& resolved, const NamedTensors& exported,
+    const TorchScriptInput& input);
+
+}  // namespace petra::engine

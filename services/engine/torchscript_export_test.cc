@@ -1,0 +1,150 @@
+#include "services/engine/torchscript_export.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "services/job/job_spec_validation.h"
+#include "services/model/batch_norm.h"
+#include "services/model/network.h"
+
+namespace petra::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+petra::v1::JobSpec Spec(petra::v1::Architecture arch) {
+  petra::v1::JobSpec s;
+  s.mutable_model()->set_architecture(arch);
+  // i-RevNet has no mnist variant: CIFAR-10's shapes (3 channels) for it.
+  s.mutable_dataset()->set_kind(arch == petra::v1::ARCHITECTURE_IREVNET18
+                                    ? petra::v1::DATASET_KIND_CIFAR10
+                                    : petra::v1::DATASET_KIND_FASHION_MNIST);
+  if (arch == petra::v1::ARCHITECTURE_REVVIT) {
+    auto* t = s.mutable_model()->mutable_transformer();
+    t->set_embed_dim(16);
+    t->set_depth(2);
+    t->set_heads(2);
+    t->set_patch_size(7);
+  } else {
+    s.mutable_model()->set_width(0.125);
+  }
+  s.set_seed(5);
+  absl::StatusOr<petra::v1::JobSpec> r = job::ResolveJobSpec(s);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return *r;
+}
+
+// A network's tensors under the export's names, with BatchNorm statistics
+// and constant-initialised tensors made random so they matter.
+NamedTensors Weights(model::Network& net) {
+  NamedTensors out;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < net.blocks.size(); ++i) {
+    auto add = [&](const std::string& name, torch::Tensor t) {
+      if (t.is_floating_point() && t.numel() > 0 &&
+          t.min().item<double>() == t.max().item<double>()) {
+        t.add_(torch::rand_like(t) * 0.5);
+      }
+      out["blocks." + std::to_string(i) + "." + name] = t;
+    };
+    for (auto& p : net.blocks[i]->named_parameters(true))
+      add(p.key(), p.value());
+    for (auto& b : net.blocks[i]->named_buffers(true)) add(b.key(), b.value());
+  }
+  return out;
+}
+
+// What StageWorker::Evaluate computes, on the normalised input.
+torch::Tensor Evaluate(model::Network& net, torch::Tensor x,
+                       const TorchScriptInput& in) {
+  torch::NoGradGuard no_grad;
+  model::ScopedBnMode running(model::BnMode::kRunningStats);
+  const int64_t c = x.size(1);
+  x = (x - torch::tensor(in.mean).to(torch::kFloat32).view({1, c, 1, 1})) /
+      torch::tensor(in.std).to(torch::kFloat32).view({1, c, 1, 1});
+  model::TensorPair p{x, torch::Tensor()};
+  for (auto& b : net.blocks) {
+    b->eval();
+    p = b->Forward(p);
+  }
+  return p.a;
+}
+
+class TorchScriptExport
+    : public ::testing::TestWithParam<petra::v1::Architecture> {};
+
+TEST_P(TorchScriptExport, LoadsWithoutPetraAndGivesTheSameLogits) {
+  const petra::v1::JobSpec spec = Spec(GetParam());
+  torch::manual_seed(1);
+  absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model());
+  ASSERT_TRUE(net.ok()) << net.status();
+  const NamedTensors weights = Weights(*net);
+  const bool rgb = net->input_shape[0] == 3;
+  const TorchScriptInput in =
+      rgb ? TorchScriptInput{{0.49, 0.48, 0.45}, {0.25, 0.24, 0.26}}
+          : TorchScriptInput{{0.2860}, {0.3530}};
+  absl::StatusOr<std::string> bytes = EncodeTorchScript(spec, weights, in);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+
+  std::istringstream stream(*bytes);
+  torch::jit::Module loaded = torch::jit::load(stream);
+  loaded.eval();
+  // Another batch size than the trace's, and values the trace never saw.
+  std::vector<int64_t> shape = {5};
+  shape.insert(shape.end(), net->input_shape.begin(), net->input_shape.end());
+  const torch::Tensor x = torch::rand(shape);
+  torch::Tensor got;
+  {
+    torch::NoGradGuard no_grad;
+    got = loaded.forward({x}).toTensor();
+  }
+  const torch::Tensor want = Evaluate(*net, x, in);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5))
+      << (got - want).abs().max().item<double>();
+  // Running statistics, not the batch's: a sample alone gives its logits.
+  torch::Tensor alone;
+  {
+    torch::NoGradGuard no_grad;
+    alone = loaded.forward({x.narrow(0, 1, 1)}).toTensor();
+  }
+  EXPECT_TRUE(torch::allclose(alone, got.narrow(0, 1, 1), 1e-5, 1e-5));
+  // The module's tensors carry the export's names.
+  size_t named = 0;
+  for (const auto& p : loaded.named_parameters(true)) {
+    EXPECT_EQ(weights.count(p.name), 1u) << p.name;
+    ++named;
+  }
+  EXPECT_GT(named, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, TorchScriptExport,
+                         ::testing::Values(petra::v1::ARCHITECTURE_REVNET18,
+                                           petra::v1::ARCHITECTURE_RESNET18,
+                                           petra::v1::ARCHITECTURE_IREVNET18,
+                                           petra::v1::ARCHITECTURE_REVVIT));
+
+TEST(TorchScriptExportErrors, NameTheMissingOrMisshapenTensor) {
+  const petra::v1::JobSpec spec = Spec(petra::v1::ARCHITECTURE_REVNET18);
+  torch::manual_seed(1);
+  absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model());
+  ASSERT_TRUE(net.ok());
+  NamedTensors weights = Weights(*net);
+  weights.erase("blocks.9.fc.bias");
+  absl::StatusOr<std::string> r = EncodeTorchScript(spec, weights, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("blocks.9.fc.bias"));
+  weights = Weights(*net);
+  weights["blocks.9.fc.bias"] = torch::zeros({3});
+  r = EncodeTorchScript(spec, weights, {});
+  EXPECT_THAT(r.status().message(), HasSubstr("has shape [3]"));
+  r = EncodeTorchScript(spec, Weights(*net), {{0.1, 0.2}, {1, 1}});
+  EXPECT_THAT(r.status().message(), HasSubstr("2 means and 2 stds for 1"));
+}
+
+}  // namespace
+}  // namespace petra::engine
