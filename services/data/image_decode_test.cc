@@ -1,0 +1,156 @@
+#include "services/data/image_decode.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <jpeglib.h>
+#include <png.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace petra::data {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A test pattern: channel c of pixel (y, x) is (y * 5 + x * 3 + c * 40), smooth (no wrap-around).
+std::vector<uint8_t> Pattern(int h, int w, int c) {
+  std::vector<uint8_t> p(static_cast<size_t>(h * w * c));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < c; ++k)
+        p[(y * w + x) * c + k] = static_cast<uint8_t>(y * 5 + x * 3 + k * 40);
+  return p;
+}
+
+std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c,
+                       int quality) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &out, &size);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = c;
+  cinfo.in_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(&pixels[cinfo.next_scanline * w * c]);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string bytes(reinterpret_cast<char*>(out), size);
+  std::free(out);
+  return bytes;
+}
+
+void PngWrite(png_structp png, png_bytep data, png_size_t n) {
+  static_cast<std::string*>(png_get_io_ptr(png))
+      ->append(reinterpret_cast<char*>(data), n);
+}
+
+std::string EncodePng(const std::vector<uint8_t>& pixels, int h, int w,
+                      int color_type, int c) {
+  std::string bytes;
+  png_structp png =
+      png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  png_set_write_fn(png, &bytes, PngWrite, nullptr);
+  png_set_IHDR(png, info, w, h, 8, color_type, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int y = 0; y < h; ++y) {
+    png_write_row(png, const_cast<uint8_t*>(&pixels[y * w * c]));
+  }
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return bytes;
+}
+
+TEST(DecodeImage, PngRoundTripsExactly) {
+  const auto rgb = Pattern(5, 9, 3);
+  absl::StatusOr<DecodedImage> img =
+      DecodeImage(EncodePng(rgb, 5, 9, PNG_COLOR_TYPE_RGB, 3), 3, "a.png");
+  ASSERT_TRUE(img.ok()) << img.status();
+  EXPECT_EQ(img->height, 5);
+  EXPECT_EQ(img->width, 9);
+  EXPECT_EQ(img->channels, 3);
+  EXPECT_EQ(img->pixels, rgb);
+  // RGBA loses its alpha; grey becomes RGB and RGB grey, as asked.
+  const auto rgba = Pattern(4, 4, 4);
+  img = DecodeImage(EncodePng(rgba, 4, 4, PNG_COLOR_TYPE_RGBA, 4), 3, "b.png");
+  ASSERT_TRUE(img.ok()) << img.status();
+  EXPECT_EQ(img->pixels[4], rgba[5]);  // pixel 1, green
+  const auto grey = Pattern(3, 3, 1);
+  img = DecodeImage(EncodePng(grey, 3, 3, PNG_COLOR_TYPE_GRAY, 1), 3, "c.png");
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(img->channels, 3);
+  EXPECT_EQ(img->pixels[3 * 4 + 2], grey[4]);
+  img = DecodeImage(EncodePng(rgb, 5, 9, PNG_COLOR_TYPE_RGB, 3), 1, "d.png");
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(img->channels, 1);
+  EXPECT_EQ(img->pixels[0],
+            (299 * rgb[0] + 587 * rgb[1] + 114 * rgb[2] + 500) / 1000);
+}
+
+TEST(DecodeImage, JpegDecodesCloseToTheOriginal) {
+  const auto rgb = Pattern(16, 24, 3);
+  absl::StatusOr<DecodedImage> img =
+      DecodeImage(EncodeJpeg(rgb, 16, 24, 3, 100), 3, "a.jpg");
+  ASSERT_TRUE(img.ok()) << img.status();
+  ASSERT_EQ(img->pixels.size(), rgb.size());
+  int worst = 0;
+  for (size_t i = 0; i < rgb.size(); ++i) {
+    worst = std::max(worst, std::abs(img->pixels[i] - rgb[i]));
+  }
+  EXPECT_LE(worst, 12);  // lossy, at quality 100
+  const auto grey = Pattern(8, 8, 1);
+  img = DecodeImage(EncodeJpeg(grey, 8, 8, 1, 90), 1, "g.jpg");
+  ASSERT_TRUE(img.ok()) << img.status();
+  EXPECT_EQ(img->channels, 1);
+}
+
+TEST(DecodeImage, BadBytesAreErrorsNamingTheFile) {
+  const auto rgb = Pattern(16, 16, 3);
+  const std::string jpeg = EncodeJpeg(rgb, 16, 16, 3, 90);
+  const std::string png = EncodePng(rgb, 16, 16, PNG_COLOR_TYPE_RGB, 3);
+  struct Case {
+    std::string bytes, want;
+  };
+  const std::vector<Case> cases = {
+      {"", "neither a JPEG nor a PNG"},
+      {"GIF89a....", "neither a JPEG nor a PNG"},
+      {jpeg.substr(0, jpeg.size() / 2), "JPEG"},
+      {jpeg.substr(0, 4), "JPEG"},
+      {png.substr(0, png.size() / 2), "not a valid PNG"},
+      {png.substr(0, 12), "not a valid PNG"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<DecodedImage> img = DecodeImage(c.bytes, 3, "dir/x.img");
+    ASSERT_FALSE(img.ok()) << c.want;
+    EXPECT_EQ(img.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(img.status().message(), HasSubstr("dir/x.img: "));
+    EXPECT_THAT(img.status().message(), HasSubstr(c.want));
+  }
+  // Flipped bytes in the middle of the PNG: its CRCs catch them.
+  std::string damaged = png;
+  for (size_t i = 40; i < 60 && i < damaged.size(); ++i) damaged[i] ^= 0x5A;
+  EXPECT_FALSE(DecodeImage(damaged, 3, "p.png").ok());
+  // Larger than allowed: refused from the header alone.
+  absl::StatusOr<DecodedImage> big = DecodeImage(png, 3, "big.png", 100);
+  EXPECT_THAT(big.status().message(), HasSubstr("16x16 image is larger"));
+  big = DecodeImage(jpeg, 3, "big.jpg", 100);
+  EXPECT_THAT(big.status().message(), HasSubstr("16x16 image is larger"));
+  EXPECT_FALSE(DecodeImage(png, 2, "p.png").ok());
+}
+
+}  // namespace
+}  // namespace petra::data
