@@ -89,7 +89,12 @@ int main(int argc, char** argv) {
   double loss_sum = 0;
   for (int64_t i = 0; i < warmup + timed; ++i) {
     if (i == warmup) start = Clock::now();
-    data::Batch batch = batches.Get(i % batches.size());
+    absl::StatusOr<data::Batch> got = batches.Get(i % batches.size());
+    if (!got.ok()) {
+      std::cerr << "petra_bench_backprop: " << got.status().message() << "\n";
+      return 1;
+    }
+    data::Batch& batch = *got;
     model::TensorPair x{batch.images, {}};
     for (const auto& b : net->blocks) x = b->Forward(x);
     torch::Tensor loss =

@@ -76,7 +76,12 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
   std::atomic<bool> feed_over{false};
   std::thread feeder([&] {
     for (int64_t m = 0; m < n && feed_status.ok(); ++m) {
-      data::Batch b = batches.Get(m);
+      absl::StatusOr<data::Batch> got = batches.Get(m);
+      if (!got.ok()) {
+        feed_status = got.status();
+        break;
+      }
+      data::Batch& b = *got;
       wire::ForwardPayload p;
       p.header.job_id = job_id;
       p.header.micro_batch_id = static_cast<uint64_t>(m);

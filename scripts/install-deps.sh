@@ -31,11 +31,12 @@ fi
 # security tests make certificates with openssl (scripts/make-certs.sh);
 # the fuzz targets need clang with libFuzzer and the sanitizer runtimes
 # (scripts/fuzz.sh); the Python package (python/) runs on Debian's gRPC
-# and protobuf, and its tests install it into a venv with pip.
+# and protobuf, and its tests install it into a venv with pip; the image
+# folder tests write their JPEGs and PNGs with Pillow.
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev python3-yaml prometheus docker-compose openssl
   clang-14 libclang-rt-14-dev python3-grpcio python3-protobuf python3-pip
-  python3-venv python3-setuptools
+  python3-venv python3-setuptools python3-pil
 )
 if [[ "${PETRA_TORCH:-debian}" == debian ]]; then
   TEST_PACKAGES+=(python3-torch)

@@ -22,13 +22,20 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
     }
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
   }
-  std::string text(static_cast<size_t>(max_bytes) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  // In pieces, growing as the file does: the limit may be far above what
+  // files usually hold (an image folder reads many small files), and a
+  // buffer of the limit's size would be allocated and cleared each time.
+  std::string text;
+  char piece[1 << 16];
+  while (static_cast<int64_t>(text.size()) <= max_bytes) {
+    in.read(piece, sizeof(piece));
+    text.append(piece, static_cast<size_t>(in.gcount()));
+    if (!in) break;
+  }
   if (in.bad()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": read error (", std::strerror(errno), ")"));
   }
-  text.resize(static_cast<size_t>(in.gcount()));
   if (static_cast<int64_t>(text.size()) > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": larger than ", max_bytes, " bytes, too large for ", what));

@@ -1,5 +1,8 @@
 #include "services/data/batches.h"
 
+#include "absl/strings/str_cat.h"
+#include "services/data/image_folder.h"
+
 namespace petra::data {
 
 EpochBatches::EpochBatches(const Dataset& data, const BatchOptions& options,
@@ -18,21 +21,46 @@ EpochBatches::EpochBatches(const Dataset& data, const BatchOptions& options,
                : (n + options.batch_size - 1) / options.batch_size;
 }
 
-Batch EpochBatches::Get(int64_t index) const {
+uint64_t EpochBatches::Seed(int64_t index) const {
+  return (options_.seed * 1000003 + static_cast<uint64_t>(epoch_)) * 1000003 +
+         static_cast<uint64_t>(index) + 1;
+}
+
+torch::Tensor EpochBatches::Indices(int64_t index) const {
   const int64_t begin = index * options_.batch_size;
   const int64_t len = std::min(options_.batch_size, data_.size() - begin);
-  torch::Tensor idx = order_.narrow(0, begin, len);
+  return order_.narrow(0, begin, len);
+}
+
+absl::StatusOr<Batch> EpochBatches::Get(int64_t index) const {
+  if (index < 0 || index >= count_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("batch ", index, " of ", count_, " requested"));
+  }
+  torch::Tensor idx = Indices(index);
+  const int64_t len = idx.size(0);
   Batch b;
   b.labels = data_.labels.index_select(0, idx);
-  torch::Tensor x =
-      data_.images.index_select(0, idx).to(torch::kFloat32).div_(255.0);
+  torch::Tensor x;
+  if (data_.source != nullptr) {
+    // Streamed: decode this batch (or take it from the queue), and start
+    // the next few so they are ready when asked for.
+    absl::StatusOr<torch::Tensor> images = data_.source->Read(
+        data_.Rows(idx), options_.train_transform, Seed(index));
+    if (!images.ok()) return images.status();
+    for (int64_t k = 1; k <= kPrefetchAhead && index + k < count_; ++k) {
+      data_.source->Prefetch(data_.Rows(Indices(index + k)),
+                             options_.train_transform, Seed(index + k));
+    }
+    x = images->to(torch::kFloat32).div_(255.0);
+  } else {
+    x = data_.images.index_select(0, idx).to(torch::kFloat32).div_(255.0);
+  }
   const int64_t pad = options_.crop_padding;
   if (pad > 0 || options_.horizontal_flip) {
     // One generator per batch: the same batch is augmented the same way
     // however often and wherever it is built.
-    torch::Generator gen = at::detail::createCPUGenerator(
-        (options_.seed * 1000003 + static_cast<uint64_t>(epoch_)) * 1000003 +
-        static_cast<uint64_t>(index) + 1);
+    torch::Generator gen = at::detail::createCPUGenerator(Seed(index));
     const int64_t h = x.size(2), w = x.size(3);
     torch::Tensor padded =
         pad > 0 ? torch::constant_pad_nd(x, {pad, pad, pad, pad}, 0.0) : x;

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "absl/status/statusor.h"
 #include "services/data/dataset.h"
 
 namespace petra::data {
@@ -23,15 +24,25 @@ struct BatchOptions {
   bool horizontal_flip = false;
   bool normalize = true;
   uint64_t seed = 0;
+  // A streamed set's training transform (image_folder.h) instead of the
+  // evaluation one.
+  bool train_transform = false;
 };
 
 class EpochBatches {
  public:
   EpochBatches(const Dataset& data, const BatchOptions& options, int64_t epoch);
   int64_t size() const { return count_; }
-  Batch Get(int64_t index) const;
+  // A streamed set's decoding can fail (a corrupt file under policy FAIL):
+  // INVALID_ARGUMENT naming the file. OUT_OF_RANGE outside [0, size()).
+  absl::StatusOr<Batch> Get(int64_t index) const;
 
  private:
+  // Batches of a streamed set decoded ahead of the one asked for.
+  static constexpr int64_t kPrefetchAhead = 3;
+  uint64_t Seed(int64_t index) const;  // the batch's augmentation seed
+  torch::Tensor Indices(int64_t index) const;
+
   const Dataset& data_;
   BatchOptions options_;
   int64_t epoch_;

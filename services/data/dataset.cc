@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/cli/paths.h"
+#include "services/data/image_folder.h"
 
 namespace petra::data {
 namespace {
@@ -104,8 +105,66 @@ Dataset Subset(const Dataset& d, uint64_t limit, std::optional<uint64_t> seed) {
     torch::Generator gen = at::detail::createCPUGenerator(*seed);
     index = torch::randperm(d.size(), gen).narrow(0, 0, limit);
   }
-  s.images = d.images.index_select(0, index);
+  if (d.source != nullptr) {
+    s.rows = d.rows.index_select(0, index);
+  } else {
+    s.images = d.images.index_select(0, index);
+  }
   s.labels = d.labels.index_select(0, index);
+  return s;
+}
+
+// Both splits of an image folder, streamed: train/ and test/ (or val/)
+// under `dir`, labels by the training split's sorted classes.
+absl::StatusOr<Splits> LoadImageFolder(const petra::v1::JobSpec& resolved,
+                                       const std::filesystem::path& dir,
+                                       const std::vector<int64_t>& chw,
+                                       const LoadOptions& load) {
+  absl::StatusOr<ImageFolderIndex> train = ScanImageFolder(dir / "train");
+  if (!train.ok()) return train.status();
+  std::error_code ec;
+  const std::filesystem::path test_dir =
+      std::filesystem::is_directory(dir / "test", ec) ? dir / "test"
+                                                      : dir / "val";
+  absl::StatusOr<ImageFolderIndex> test =
+      ScanImageFolder(test_dir, &train->classes);
+  if (!test.ok()) return test.status();
+  const int64_t classes = static_cast<int64_t>(train->classes.size());
+  if (classes != resolved.model().num_classes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image folder \"", dir.string(), "\" has ", classes,
+        " classes but the model has ", resolved.model().num_classes(),
+        " (model.num_classes, --num-classes)"));
+  }
+  const petra::v1::ImageFolderSpec& f = resolved.dataset().image_folder();
+  ImageSourceOptions o;
+  o.channels = chw[0];
+  o.height = chw[1];
+  o.width = chw[2];
+  o.random_resized_crop = f.random_resized_crop();
+  o.skip_corrupt = f.corrupt_images() ==
+                   petra::v1::ImageFolderSpec::CORRUPT_IMAGE_POLICY_SKIP;
+  o.workers = load.data_workers;
+  o.prefetch_batches = load.prefetch_batches;
+  Splits s;
+  for (auto [split, index] :
+       {std::pair{&s.train, &*train}, std::pair{&s.test, &*test}}) {
+    split->classes = classes;
+    split->labels = torch::tensor(index->labels, torch::kInt64);
+    split->rows = torch::arange(static_cast<int64_t>(index->files.size()));
+    split->source = std::make_shared<ImageSource>(std::move(*index), o);
+  }
+  if (f.mean_size() > 0) {
+    s.train.mean.assign(f.mean().begin(), f.mean().end());
+    s.train.std.assign(f.std().begin(), f.std().end());
+  } else if (absl::Status m =
+                 MeasureNormalisation(*s.train.source, kNormalisationSamples,
+                                      &s.train.mean, &s.train.std);
+             !m.ok()) {
+    return m;
+  }
+  s.test.mean = s.train.mean;
+  s.test.std = s.train.std;
   return s;
 }
 
@@ -235,7 +294,8 @@ Splits MakeSynthetic(const std::vector<int64_t>& chw, int64_t classes,
 
 absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
                                   const std::string& data_root,
-                                  const std::vector<int64_t>& chw) {
+                                  const std::vector<int64_t>& chw,
+                                  const LoadOptions& load) {
   const petra::v1::DatasetSpec& d = resolved.dataset();
   Splits s;
   if (d.kind() == petra::v1::DATASET_KIND_SYNTHETIC) {
@@ -248,6 +308,14 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
         cli::ConfinedPath(data_root, d.path(), "dataset.path",
                           cli::AbsolutePath::kAllowInsideRoot);
     if (!dir.ok()) return dir.status();
+    if (d.kind() == petra::v1::DATASET_KIND_IMAGE_FOLDER) {
+      absl::StatusOr<Splits> folder =
+          LoadImageFolder(resolved, *dir, chw, load);
+      if (!folder.ok()) return folder.status();
+      folder->train = Subset(folder->train, d.train_limit(), resolved.seed());
+      folder->test = Subset(folder->test, d.test_limit(), std::nullopt);
+      return folder;
+    }
     absl::StatusOr<Splits> loaded = LoadSplits(d.kind(), dir->string());
     if (!loaded.ok()) return loaded.status();
     s = std::move(*loaded);
@@ -262,6 +330,12 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
   s.train = Subset(s.train, d.train_limit(), resolved.seed());
   s.test = Subset(s.test, d.test_limit(), std::nullopt);
   return s;
+}
+
+std::vector<int64_t> Dataset::Rows(const torch::Tensor& index) const {
+  torch::Tensor r = rows.index_select(0, index).contiguous();
+  return std::vector<int64_t>(r.data_ptr<int64_t>(),
+                              r.data_ptr<int64_t>() + r.numel());
 }
 
 }  // namespace petra::data

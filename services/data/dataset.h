@@ -4,21 +4,31 @@
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 
 namespace petra::data {
 
+class ImageSource;  // image_folder.h
+
 struct Dataset {
-  torch::Tensor images;  // uint8 [N, C, H, W]
+  torch::Tensor images;  // uint8 [N, C, H, W]; undefined when streamed
   torch::Tensor labels;  // int64 [N]
   int64_t classes = 10;
   // Per-channel mean and std of the pixel values in [0, 1], for
   // normalisation.
   std::vector<double> mean, std;
+  // A streamed set (image folders): its examples are source's files
+  // `rows` (int64 [N]), decoded when a batch is built.
+  std::shared_ptr<ImageSource> source;
+  torch::Tensor rows;
   int64_t size() const { return labels.size(0); }
+  // The source rows of examples `index` (int64).
+  std::vector<int64_t> Rows(const torch::Tensor& index) const;
 };
 
 struct Splits {
@@ -41,10 +51,23 @@ absl::StatusOr<Splits> LoadSplits(petra::v1::DatasetKind kind,
 Splits MakeSynthetic(const std::vector<int64_t>& chw, int64_t classes,
                      int64_t train_size, int64_t test_size, uint64_t seed);
 
+// How a streamed set (image folders) is fed: decode threads, and batches
+// decoded ahead and held (each a micro-batch of C x H x W bytes per image).
+struct LoadOptions {
+  int data_workers = 2;
+  int64_t prefetch_batches = 4;
+};
+
+// Training images image folders measure their normalisation on, spread
+// over the split, when the spec gives none.
+inline constexpr int64_t kNormalisationSamples = 1024;
+
 // Loads what a resolved spec asks for (`data_root` prefixes relative paths),
-// applying train_limit / test_limit.
+// applying train_limit / test_limit. Image folders are indexed, not read:
+// their batches decode as they are built (batches.h).
 absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
                                   const std::string& data_root,
-                                  const std::vector<int64_t>& chw);
+                                  const std::vector<int64_t>& chw,
+                                  const LoadOptions& load = {});
 
 }  // namespace petra::data

@@ -77,7 +77,7 @@ data::Batch OneBatch() {
   data::Splits s = data::MakeSynthetic({1, 28, 28}, 10, 16, 8, 4);
   data::BatchOptions o;
   o.batch_size = 16;
-  return data::EpochBatches(s.train, o, 0).Get(0);
+  return data::EpochBatches(s.train, o, 0).Get(0).value();
 }
 
 class DirectionalDerivative : public ::testing::TestWithParam<

@@ -80,7 +80,9 @@ class QueueInbox : public StageInbox {
     if (stage_ == 0) {
       // The data feed: the batch, and its labels for the last stage (and
       // for stage 0's local loss in mode forward_gradient).
-      data::Batch b = batches_.Get(id);
+      absl::StatusOr<data::Batch> got = batches_.Get(id);
+      if (!got.ok()) return got.status();
+      data::Batch& b = *got;
       item = {id, {b.images, {}}, b.labels, {}};
       if (stages_ > 1 && !c_.labels.Push(b.labels)) {
         return Closed();
@@ -205,7 +207,9 @@ absl::StatusOr<PassResult> InProcessRunner::Eval(
   PassResult result;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n; ++i) {
-    data::Batch b = batches.Get(i);
+    absl::StatusOr<data::Batch> got = batches.Get(i);
+    if (!got.ok()) return got.status();
+    data::Batch& b = *got;
     TensorPair x{b.images, {}};
     for (size_t j = 0; j + 1 < workers_.size(); ++j) {
       absl::StatusOr<TensorPair> y = workers_[j]->Evaluate(x);

@@ -16,6 +16,7 @@ data::BatchOptions TrainBatchOptions(const petra::v1::JobSpec& s) {
   o.horizontal_flip = s.dataset().augmentation().horizontal_flip();
   o.normalize = s.dataset().augmentation().normalize();
   o.seed = s.seed();
+  o.train_transform = true;
   return o;
 }
 

@@ -74,7 +74,7 @@ std::vector<data::Batch> Batches(int n, int size,
   o.batch_size = size;
   data::EpochBatches e(s.train, o, 0);
   std::vector<data::Batch> out;
-  for (int i = 0; i < n; ++i) out.push_back(e.Get(i));
+  for (int i = 0; i < n; ++i) out.push_back(e.Get(i).value());
   return out;
 }
 

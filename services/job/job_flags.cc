@@ -126,6 +126,24 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   f.AddCustom(
       "test-limit", "N", "all", "use only N test examples",
       Uint64([s](uint64_t v) { s->mutable_dataset()->set_test_limit(v); }));
+  const EnumDescriptor* corrupt =
+      GetEnumDescriptor<petra::v1::ImageFolderSpec::CorruptImagePolicy>();
+  f.AddCustom(
+      "corrupt-images", Choices(corrupt), "fail",
+      "image_folder: a file that does not decode fails the job, or "
+      "is skipped (replaced by the next, counted)",
+      Enum(corrupt, [s](int v) {
+        s->mutable_dataset()->mutable_image_folder()->set_corrupt_images(
+            static_cast<petra::v1::ImageFolderSpec::CorruptImagePolicy>(v));
+      }));
+  f.AddCustom(
+      "random-resized-crop", "BOOL", "true",
+      "image_folder: train on random resized crops (false: resize "
+      "and centre crop, then the spec's padded crop and flips)",
+      Bool([s](bool v) {
+        s->mutable_dataset()->mutable_image_folder()->set_random_resized_crop(
+            v);
+      }));
   f.AddCustom("stages", "N|per-block", "per-block",
               "number of pipeline stages, or one per residual block",
               [s](const std::string& v) -> absl::Status {

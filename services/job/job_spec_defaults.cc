@@ -50,10 +50,23 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   if (data->path().empty()) data->set_path(DefaultDatasetPath(kind));
   if (!data->has_synthetic_train_size()) data->set_synthetic_train_size(4096);
   if (!data->has_synthetic_test_size()) data->set_synthetic_test_size(1024);
+  const bool folder = kind == petra::v1::DATASET_KIND_IMAGE_FOLDER;
+  if (folder) {
+    petra::v1::ImageFolderSpec* f = data->mutable_image_folder();
+    if (!f->has_random_resized_crop()) f->set_random_resized_crop(true);
+    if (f->corrupt_images() ==
+        petra::v1::ImageFolderSpec::CORRUPT_IMAGE_POLICY_UNSPECIFIED) {
+      f->set_corrupt_images(
+          petra::v1::ImageFolderSpec::CORRUPT_IMAGE_POLICY_FAIL);
+    }
+  }
+  // A random resized crop already crops: no padded crop on top of it.
+  const bool resized_crop =
+      folder && data->image_folder().random_resized_crop();
   petra::v1::AugmentationSpec* aug = data->mutable_augmentation();
   if (!aug->has_random_crop_padding())
-    aug->set_random_crop_padding(cifar ? 4 : 0);
-  if (!aug->has_horizontal_flip()) aug->set_horizontal_flip(cifar);
+    aug->set_random_crop_padding(cifar && !resized_crop ? 4 : 0);
+  if (!aug->has_horizontal_flip()) aug->set_horizontal_flip(cifar || folder);
   if (!aug->has_normalize()) aug->set_normalize(true);
 
   petra::v1::PartitionSpec* part = spec->mutable_partition();

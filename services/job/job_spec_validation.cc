@@ -169,7 +169,39 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::DatasetSpec& d = s.dataset();
   bool kind_ok =
       CheckEnum<petra::v1::DatasetKind>(p, "dataset.kind", d.kind(), true);
-  if (kind_ok && variant_ok && d.kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
+  const bool folder = d.kind() == petra::v1::DATASET_KIND_IMAGE_FOLDER;
+  if (folder && d.path().empty()) {
+    p.Add("dataset.path", "\"\"",
+          "an image folder needs its directory (train/ and test/ in it)");
+  }
+  if (!folder && d.has_image_folder()) {
+    p.Add("dataset.image_folder", "set", "only for dataset kind image_folder");
+  }
+  if (folder) {
+    const petra::v1::ImageFolderSpec& f = d.image_folder();
+    CheckEnum<petra::v1::ImageFolderSpec::CorruptImagePolicy>(
+        p, "dataset.image_folder.corrupt_images", f.corrupt_images(), true);
+    const int channels = m.variant() == petra::v1::VARIANT_MNIST ? 1 : 3;
+    if (f.mean_size() != f.std_size() ||
+        (f.mean_size() != 0 && f.mean_size() != channels)) {
+      p.Add("dataset.image_folder.mean",
+            absl::StrCat(f.mean_size(), " means, ", f.std_size(), " stds"),
+            absl::StrCat("give both or neither, one per channel (", channels,
+                         ")"));
+    }
+    for (double v : f.std()) {
+      if (!(v > 0) || !std::isfinite(v)) {
+        p.Add("dataset.image_folder.std", v, "must be finite and above 0");
+      }
+    }
+    for (double v : f.mean()) {
+      if (!std::isfinite(v)) {
+        p.Add("dataset.image_folder.mean", v, "must be finite");
+      }
+    }
+  }
+  if (kind_ok && variant_ok && !folder &&
+      d.kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
     const bool mnist_like = d.kind() == petra::v1::DATASET_KIND_FASHION_MNIST ||
                             d.kind() == petra::v1::DATASET_KIND_MNIST;
     const petra::v1::Variant needed =

@@ -1,0 +1,109 @@
+// Image folders (torchvision's ImageFolder layout, root/<class>/<image>)
+// streamed from disk: an index of files and labels in memory, pixels only
+// for the batches being used. A pool of decode workers fills a bounded
+// queue of the batches asked for next, so decoding overlaps training.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace petra::data {
+
+struct ImageFolderIndex {
+  std::vector<std::string> classes;  // sorted directory names
+  std::vector<std::filesystem::path> files;
+  std::vector<int64_t> labels;  // index into classes, per file
+};
+
+// Scans `split_dir`: each subdirectory is a class (sorted by name), each
+// regular file in it ending in .jpg, .jpeg or .png (any case) an image
+// (sorted by name); other files are ignored. NOT_FOUND naming the folder
+// when it is missing; INVALID_ARGUMENT when it has no class or a class has
+// no image. `classes`, when given, fixes the labels (the training split's):
+// a class not among them is an error.
+absl::StatusOr<ImageFolderIndex> ScanImageFolder(
+    const std::filesystem::path& split_dir,
+    const std::vector<std::string>* classes = nullptr);
+
+struct ImageSourceOptions {
+  int64_t channels = 3, height = 32, width = 32;  // what Read returns
+  // Training reads: a seeded random resized crop (else resize and centre
+  // crop, as evaluation).
+  bool random_resized_crop = true;
+  // A file that does not decode: replaced by the next one that does
+  // (counted), instead of failing the read.
+  bool skip_corrupt = false;
+  int workers = 2;               // decode threads
+  int64_t prefetch_batches = 4;  // most batches decoded ahead and held
+};
+
+// Decodes and transforms the images of an index on demand.
+class ImageSource {
+ public:
+  ImageSource(ImageFolderIndex index, ImageSourceOptions options);
+  ~ImageSource();
+  ImageSource(const ImageSource&) = delete;
+  ImageSource& operator=(const ImageSource&) = delete;
+
+  int64_t size() const { return static_cast<int64_t>(index_.files.size()); }
+  const ImageFolderIndex& index() const { return index_; }
+
+  // uint8 [B, C, H, W]: the images of `rows` (indices into the index),
+  // the training transform seeded by `seed` when `train`. The same
+  // arguments give the same pixels, whoever asks and whenever.
+  // INVALID_ARGUMENT naming the file when one does not decode (unless
+  // skip_corrupt) or cannot be read.
+  absl::StatusOr<torch::Tensor> Read(const std::vector<int64_t>& rows,
+                                     bool train, uint64_t seed);
+  // Starts decoding these reads in the workers, if the queue has room; a
+  // later Read with the same arguments takes the result.
+  void Prefetch(const std::vector<int64_t>& rows, bool train, uint64_t seed);
+
+  // Files replaced because they did not decode, so far.
+  int64_t corrupt_skipped() const { return corrupt_skipped_.load(); }
+
+ private:
+  using Key = std::tuple<bool, uint64_t, std::vector<int64_t>>;
+  struct Pending {
+    bool done = false;
+    absl::StatusOr<torch::Tensor> result = torch::Tensor();
+  };
+  absl::StatusOr<torch::Tensor> Decode(const std::vector<int64_t>& rows,
+                                       bool train, uint64_t seed);
+  absl::StatusOr<torch::Tensor> DecodeOne(int64_t row, bool train,
+                                          uint64_t seed);
+  void Work();
+
+  const ImageFolderIndex index_;
+  const ImageSourceOptions options_;
+  std::atomic<int64_t> corrupt_skipped_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, std::shared_ptr<Pending>> pending_;
+  std::deque<std::pair<Key, std::shared_ptr<Pending>>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+// Per-channel mean and std (pixel values in [0, 1]) of up to `samples`
+// images spread evenly over the source, with the evaluation transform.
+absl::Status MeasureNormalisation(ImageSource& source, int64_t samples,
+                                  std::vector<double>* mean,
+                                  std::vector<double>* std);
+
+}  // namespace petra::data
