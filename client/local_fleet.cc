@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Start(
   o.metrics_listen = options.metrics ? "127.0.0.1:0" : "";
   o.stages = absl::StrJoin(addresses, ",");
   o.data_root = options.data_root;
+  o.data_workers = options.data_workers;
   o.state_dir = options.state_dir + "/coordinator";
   absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> c =
       coordinator::CoordinatorServer::Create(o);

@@ -45,6 +45,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainOptions {
   std::string data_root;
+  int data_workers = 2;
   std::string state_dir;  // fleet only; empty = a temporary directory
   int threads_per_stage = 1;
   bool quiet = false;
@@ -58,8 +59,10 @@ struct TrainResult {
 
 absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
                                          const TrainOptions& options) {
+  data::LoadOptions load;
+  load.data_workers = options.data_workers;
   absl::StatusOr<data::Splits> data = data::LoadForJob(
-      spec, options.data_root, model::InputShape(spec.model().variant()));
+      spec, options.data_root, model::InputShape(spec.model().variant()), load);
   if (!data.ok()) return data.status();
   const int64_t per_epoch =
       data->train.size() / spec.training().micro_batch_size();
@@ -171,6 +174,7 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   }
   fo.threads_per_stage = options.threads_per_stage;
   fo.data_root = options.data_root;
+  fo.data_workers = options.data_workers;
   fo.state_dir = options.state_dir;
   absl::StatusOr<std::unique_ptr<LocalFleet>> fleet = LocalFleet::Start(fo);
   if (!fleet.ok()) return fleet.status();
@@ -251,6 +255,9 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                   "directory dataset paths are resolved under");
   flags.AddString("report", &report_path,
                   "write a JSON report of the run to this file");
+  int64_t data_workers = 2;
+  flags.AddInt("data-workers", &data_workers,
+               "threads decoding image-folder datasets ahead of training");
   flags.AddString("runner", &runner, "fleet (loopback gRPC) or in-process");
   flags.AddString("state-dir", &state_dir,
                   "fleet: where checkpoints and job records go (default: a "
@@ -264,6 +271,11 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     return rc;
   if (threads < 0) {
     std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
+    return 2;
+  }
+  if (data_workers < 1 || data_workers > data::kMaxDataWorkers) {
+    std::cerr << command << ": flag --data-workers: must be in [1, "
+              << data::kMaxDataWorkers << "]\n";
     return 2;
   }
   if (runner != "fleet" && runner != "in-process") {
@@ -309,6 +321,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   const int stages = job::StageCount(*resolved);
   TrainOptions options;
   options.data_root = data_root;
+  options.data_workers = static_cast<int>(data_workers);
   options.state_dir = state_dir;
   options.quiet = quiet;
   options.threads_per_stage =

@@ -9,6 +9,7 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/stage_list.h"
 #include "services/cli/paths.h"
+#include "services/data/dataset.h"
 #include "services/metrics/metrics_exposer.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
@@ -57,6 +58,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
       !s.ok()) {
     return s;
   }
+  if (options.data_workers < 1 ||
+      options.data_workers > data::kMaxDataWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-workers: ", options.data_workers,
+                     " is not in [1, ", data::kMaxDataWorkers, "]"));
+  }
   if (absl::Status s =
           cli::EnsureWritableDirectory(options.state_dir, "--state-dir");
       !s.ok()) {
@@ -88,6 +95,7 @@ absl::Status CoordinatorServer::Start() {
   RunnerEnvironment env;
   env.stage_addresses = stages_;
   env.data_root = options_.data_root;
+  env.data_workers = static_cast<int>(options_.data_workers);
   env.state_dir = options_.state_dir;
   env.metrics = job_metrics_.get();
   env.security = security_;

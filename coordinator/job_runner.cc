@@ -115,8 +115,10 @@ absl::Status FleetRunner::Interrupted() const {
 }
 
 absl::Status FleetRunner::Prepare() {
+  data::LoadOptions load;
+  load.data_workers = env_.data_workers;
   absl::StatusOr<data::Splits> data = data::LoadForJob(
-      spec_, env_.data_root, model::InputShape(spec_.model().variant()));
+      spec_, env_.data_root, model::InputShape(spec_.model().variant()), load);
   if (!data.ok()) return Prefixed("loading the data: ", data.status());
   data_ = std::move(*data);
   absl::StatusOr<int64_t> steps =

@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
                   "petra-stage-{0..3}.petra-stage:50051 (required)");
   flags.AddString("data-root", &options.data_root,
                   "directory every dataset path is resolved under");
+  flags.AddInt("data-workers", &options.data_workers,
+               "threads decoding image-folder datasets ahead of training");
   flags.AddString("state-dir", &options.state_dir,
                   "directory for job records and checkpoints (created when "
                   "missing)");

@@ -53,8 +53,9 @@ Splits MakeSynthetic(const std::vector<int64_t>& chw, int64_t classes,
 
 // How a streamed set (image folders) is fed: decode threads, and batches
 // decoded ahead and held (each a micro-batch of C x H x W bytes per image).
+inline constexpr int kMaxDataWorkers = 64;
 struct LoadOptions {
-  int data_workers = 2;
+  int data_workers = 2;  // in [1, kMaxDataWorkers]
   int64_t prefetch_batches = 4;
 };
 

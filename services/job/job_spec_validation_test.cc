@@ -262,6 +262,43 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"ClassesDoNotFitDataset",
                    [](JobSpec* s) { s->mutable_model()->set_num_classes(100); },
                    "model.num_classes = 100", "has 10 classes"},
+        RejectCase{"ImageFolderWithoutPath",
+                   [](JobSpec* s) {
+                     s->mutable_dataset()->set_kind(
+                         petra::v1::DATASET_KIND_IMAGE_FOLDER);
+                   },
+                   "dataset.path = \"\"",
+                   "an image folder needs its directory"},
+        RejectCase{"ImageFolderOptionsForAnotherKind",
+                   [](JobSpec* s) {
+                     s->mutable_dataset()
+                         ->mutable_image_folder()
+                         ->set_random_resized_crop(false);
+                   },
+                   "dataset.image_folder = set",
+                   "only for dataset kind image_folder"},
+        RejectCase{
+            "ImageFolderMeanWithoutStd",
+            [](JobSpec* s) {
+              s->mutable_dataset()->set_kind(
+                  petra::v1::DATASET_KIND_IMAGE_FOLDER);
+              s->mutable_dataset()->set_path("imgs");
+              s->mutable_dataset()->mutable_image_folder()->add_mean(0.5);
+            },
+            "dataset.image_folder.mean = 1 means, 0 stds", "one per channel"},
+        RejectCase{"ImageFolderStdZero",
+                   [](JobSpec* s) {
+                     s->mutable_dataset()->set_kind(
+                         petra::v1::DATASET_KIND_IMAGE_FOLDER);
+                     s->mutable_dataset()->set_path("imgs");
+                     auto* f = s->mutable_dataset()->mutable_image_folder();
+                     for (int c = 0; c < 3; ++c) {
+                       f->add_mean(0.5);
+                       f->add_std(c == 1 ? 0 : 0.2);
+                     }
+                   },
+                   "dataset.image_folder.std = 0",
+                   "must be finite and above 0"},
         RejectCase{
             "DatasetPathEscapes",
             [](JobSpec* s) { s->mutable_dataset()->set_path("../../etc"); },
