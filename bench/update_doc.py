@@ -11,7 +11,7 @@ import re
 import sys
 
 SECTIONS = ["throughput", "fleets", "memory", "accuracy", "forward_gradient",
-            "peer", "transformer", "staleness", "threads", "compare"]
+            "feed", "peer", "transformer", "staleness", "threads", "compare"]
 
 HEADER = """# Benchmarks
 

@@ -10,7 +10,7 @@
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh compare
 #                                          # this build's throughput beside
 #                                          # another's, alternating runs
-# Sections: throughput fleets memory accuracy forward_gradient peer
+# Sections: throughput fleets memory accuracy forward_gradient feed peer
 # transformer staleness threads (the default),
 # compare (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 PY=/usr/bin/python3
-ALL=(throughput fleets memory accuracy forward_gradient peer transformer
+ALL=(throughput fleets memory accuracy forward_gradient feed peer transformer
      staleness threads)
 
 smoke=0
@@ -30,7 +30,7 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
     --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    throughput|fleets|memory|accuracy|forward_gradient|peer|transformer|\
+    throughput|fleets|memory|accuracy|forward_gradient|feed|peer|transformer|\
     staleness|threads|compare)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
@@ -225,6 +225,41 @@ section_threads() {
   machine
   echo
   run $PY bench/threads.py --petra "$BIN/petra" "${args[@]}"
+}
+
+section_feed() {
+  # The feed against what it feeds: a 2-stage fleet at width 1 on these
+  # cores (imagenet variant, synthetic data so the feed is not involved).
+  local feed=(--images 1024 --workers 1,2)
+  local fleet=(--variant imagenet --width 1 --micro-batch 16 --max-steps 8
+    --train-limit 256 --test-limit 32)
+  if ((smoke)); then
+    # The synthetic set at 224x224 alone takes half a minute to make.
+    feed=(--images 192 --workers 1,2)
+    fleet=(--variant cifar --width 0.125 --micro-batch 8 --max-steps 2
+      --train-limit 32 --test-limit 8)
+  fi
+  echo "## The image-folder feed"
+  echo
+  machine
+  echo
+  echo "What the coordinator does to an image folder before sending a"
+  echo "micro-batch (read, decode, random resized crop to 224x224, flip,"
+  echo "normalise), timed over generated JPEGs, with its decode workers:"
+  echo
+  run "$BIN/petra_bench_feed" "${feed[@]}"
+  echo
+  echo "What it feeds: RevNet18, imagenet variant, 2 stages on the same"
+  echo "cores, training samples/s (its data synthetic, held in memory):"
+  echo
+  run "$BIN/petra" train --quiet --arch revnet18 \
+    --dataset synthetic --stages 2 "${fleet[@]}" \
+    --report "$RESULTS/feed_fleet.json"
+  $PY -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print("fleet: %.1f samples/s (%d optimizer steps)"
+      % (r["samples_per_second"], r["optimizer_steps"]))' \
+    "$RESULTS/feed_fleet.json"
 }
 
 section_peer() {
