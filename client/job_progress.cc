@@ -211,12 +211,14 @@ std::string ReportJson(const petra::v1::Job& job,
       "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n"
       "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n"
       "  \"samples_per_second\": %.2f,\n  \"wall_seconds\": %.2f,\n"
-      "  \"optimizer_steps\": %llu,\n  \"epochs\": [",
+      "  \"optimizer_steps\": %llu,\n  \"corrupt_images_skipped\": %llu,\n"
+      "  \"epochs\": [",
       cli::JsonString(job.id()), cli::JsonString(job.spec().name()),
       cli::JsonString(runner), cli::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
       last.train_accuracy(), rate, wall,
-      static_cast<unsigned long long>(last.step()));
+      static_cast<unsigned long long>(last.step()),
+      static_cast<unsigned long long>(last.corrupt_images_skipped()));
   for (size_t i = 0; i < epochs.size(); ++i) {
     const auto& e = epochs[i];
     absl::StrAppendFormat(

@@ -115,6 +115,8 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     p.set_test_accuracy(e.test_accuracy);
     p.set_samples_per_second(e.samples_per_second);
     p.set_learning_rate(e.learning_rate);
+    p.set_corrupt_images_skipped(
+        static_cast<uint64_t>(e.corrupt_images_skipped));
     p.set_elapsed_seconds(
         std::chrono::duration<double>(Clock::now() - start).count());
     for (const petra::v1::StageStats& s : e.stages) *p.add_stages() = s;

@@ -20,6 +20,7 @@
 #include "coordinator/recovery_policy.h"
 #include "coordinator/train_log.h"
 #include "services/data/dataset.h"
+#include "services/data/image_folder.h"
 #include "services/engine/job_driver.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/lr_schedule.h"
@@ -117,6 +118,7 @@ absl::Status FleetRunner::Interrupted() const {
 absl::Status FleetRunner::Prepare() {
   data::LoadOptions load;
   load.data_workers = env_.data_workers;
+  load.cache_dir = (std::filesystem::path(env_.state_dir) / "cache").string();
   absl::StatusOr<data::Splits> data = data::LoadForJob(
       spec_, env_.data_root, model::InputShape(spec_.model().variant()), load);
   if (!data.ok()) return Prefixed("loading the data: ", data.status());
@@ -426,6 +428,13 @@ void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
     p.set_test_accuracy(last_test_->second);
   }
   for (const auto& s : stage_stats_) *p.add_stages() = s;
+  for (const data::Dataset* split : {&data_.train, &data_.test}) {
+    if (split->source != nullptr) {
+      p.set_corrupt_images_skipped(
+          p.corrupt_images_skipped() +
+          static_cast<uint64_t>(split->source->corrupt_skipped()));
+    }
+  }
   if (env_.metrics != nullptr) env_.metrics->Progress(p);
   record_.Update(kind, [&](Job& job) { *job.mutable_progress() = p; });
 }

@@ -4,9 +4,12 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "services/cli/durable_file.h"
 #include "services/cli/paths.h"
 #include "services/data/image_folder.h"
 
@@ -114,6 +117,61 @@ Dataset Subset(const Dataset& d, uint64_t limit, std::optional<uint64_t> seed) {
   return s;
 }
 
+// The training split's normalisation, from the cache when it holds one for
+// exactly these files and this geometry, else measured (and kept there).
+absl::Status CachedNormalisation(ImageSource& source,
+                                 const std::vector<int64_t>& chw,
+                                 const std::string& cache_dir,
+                                 std::vector<double>* mean,
+                                 std::vector<double>* std) {
+  std::filesystem::path cache;
+  if (!cache_dir.empty()) {
+    std::string key = absl::StrCat(chw[0], "x", chw[1], "x", chw[2], "\n");
+    std::error_code ec;
+    for (const std::filesystem::path& p : source.index().files) {
+      const auto size = std::filesystem::file_size(p, ec);
+      const auto time = std::filesystem::last_write_time(p, ec);
+      absl::StrAppend(&key, p.string(), "\t", ec ? 0 : size, "\t",
+                      time.time_since_epoch().count(), "\n");
+    }
+    cache = std::filesystem::path(cache_dir) /
+            absl::StrCat("normalisation-", cli::Sha256Hex(key).substr(0, 32),
+                         ".txt");
+    std::ifstream in(cache);
+    std::vector<double> m(chw[0]), s(chw[0]);
+    std::string word;
+    bool ok = static_cast<bool>(in >> word) && word == "mean";
+    for (double& v : m) ok = ok && static_cast<bool>(in >> v);
+    ok = ok && static_cast<bool>(in >> word) && word == "std";
+    for (double& v : s) ok = ok && static_cast<bool>(in >> v) && v > 0;
+    if (ok) {
+      *mean = m;
+      *std = s;
+      return absl::OkStatus();
+    }
+  }
+  if (absl::Status m =
+          MeasureNormalisation(source, kNormalisationSamples, mean, std);
+      !m.ok()) {
+    return m;
+  }
+  if (!cache.empty()) {
+    std::ostringstream out;
+    out.precision(17);
+    out << "mean";
+    for (double v : *mean) out << " " << v;
+    out << "\nstd";
+    for (double v : *std) out << " " << v;
+    out << "\n";
+    std::error_code ec;
+    std::filesystem::create_directories(cache.parent_path(), ec);
+    // A cache that cannot be written only costs the next load a
+    // measurement.
+    (void)cli::WriteFileAtomically(cache, out.str());
+  }
+  return absl::OkStatus();
+}
+
 // Both splits of an image folder, streamed: train/ and test/ (or val/)
 // under `dir`, labels by the training split's sorted classes.
 absl::StatusOr<Splits> LoadImageFolder(const petra::v1::JobSpec& resolved,
@@ -158,8 +216,8 @@ absl::StatusOr<Splits> LoadImageFolder(const petra::v1::JobSpec& resolved,
     s.train.mean.assign(f.mean().begin(), f.mean().end());
     s.train.std.assign(f.std().begin(), f.std().end());
   } else if (absl::Status m =
-                 MeasureNormalisation(*s.train.source, kNormalisationSamples,
-                                      &s.train.mean, &s.train.std);
+                 CachedNormalisation(*s.train.source, chw, load.cache_dir,
+                                     &s.train.mean, &s.train.std);
              !m.ok()) {
     return m;
   }

@@ -56,6 +56,10 @@ Splits MakeSynthetic(const std::vector<int64_t>& chw, int64_t classes,
 inline constexpr int kMaxDataWorkers = 64;
 struct LoadOptions {
   int data_workers = 2;  // in [1, kMaxDataWorkers]
+  // Where an image folder's measured normalisation is kept, keyed by its
+  // training files (paths, sizes, modification times) and the input
+  // geometry, so it is measured once; empty: measured at every load.
+  std::string cache_dir;
   int64_t prefetch_batches = 4;
 };
 

@@ -174,6 +174,29 @@ TEST(LoadForJob, StreamsAnImageFolderThroughTheBatches) {
   absl::StatusOr<Batch> again = EpochBatches(s->train, o, 0).Get(2);
   EXPECT_TRUE(torch::equal(again->images, epoch.Get(2)->images));
 
+  // Measured once: a second load with a cache reads it back; a changed
+  // folder is measured anew.
+  LoadOptions cached;
+  cached.cache_dir = (t.path() / "cache").string();
+  s = LoadForJob(spec, "/", {3, 32, 32}, cached);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::vector<double> measured = s->train.mean;
+  ASSERT_EQ(std::distance(fs::directory_iterator(t.path() / "cache"),
+                          fs::directory_iterator()),
+            1);
+  const fs::path file = fs::directory_iterator(t.path() / "cache")->path();
+  WriteFile(file, "mean 0.125 0.25 0.5\nstd 1 2 3\n");
+  s = LoadForJob(spec, "/", {3, 32, 32}, cached);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->train.mean, (std::vector<double>{0.125, 0.25, 0.5}));
+  EXPECT_EQ(s->test.std, (std::vector<double>{1, 2, 3}));
+  WriteFile(t.path() / "train" / "ant" / "extra.png",
+            EncodePng(Pattern(4, 4, 3), 4, 4, PNG_COLOR_TYPE_RGB, 3));
+  s = LoadForJob(spec, "/", {3, 32, 32}, cached);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE(s->train.mean[0], 0.125);
+  EXPECT_NEAR(s->train.mean[0], measured[0], 0.05);
+
   spec.mutable_model()->set_num_classes(10);
   s = LoadForJob(spec, "/", {3, 32, 32});
   EXPECT_THAT(s.status().message(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "services/data/image_folder.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/lr_schedule.h"
 
@@ -57,6 +58,11 @@ absl::StatusOr<EpochReport> JobDriver::RunEpoch() {
   report.samples_per_second = train->samples_per_second();
   report.train_seconds = train->seconds;
   report.skipped_micro_batches = train->skipped;
+  for (const data::Dataset* split : {&data_.train, &data_.test}) {
+    if (split->source != nullptr) {
+      report.corrupt_images_skipped += split->source->corrupt_skipped();
+    }
+  }
   report.learning_rate =
       LrSchedule(spec_, steps_per_epoch_)
           .At(std::max<int64_t>(0, static_cast<int64_t>(cursor_.steps) - 1));

@@ -45,6 +45,8 @@ struct EpochReport {
   double train_seconds = 0;
   double learning_rate = 0;
   int64_t skipped_micro_batches = 0;  // non-finite losses (skip policy)
+  // Image-folder files that did not decode, replaced (skip policy), so far.
+  int64_t corrupt_images_skipped = 0;
   std::vector<petra::v1::StageStats> stages;
 };
 
