@@ -230,7 +230,7 @@ section_threads() {
 section_feed() {
   # The feed against what it feeds: a 2-stage fleet at width 1 on these
   # cores (imagenet variant, synthetic data so the feed is not involved).
-  local feed=(--images 1024 --workers 1,2)
+  local feed=(--images 1024 --side 224 --workers 1,2)
   local fleet=(--variant imagenet --width 1 --micro-batch 16 --max-steps 8
     --train-limit 256 --test-limit 32)
   if ((smoke)); then
