@@ -9,6 +9,10 @@
 //             and the forward recomputed with a graph
 //   stashed   a copy of the weights each forward used is kept, and the inner
 //             program runs with it (--stash-weights)
+//   approximate input
+//             the weights are stashed but the input is rebuilt with the
+//             current ones; the gradient is taken at it with the stashed
+//             weights (--stash-weights --rebuild-with current)
 // A new mode or option is a new program here, or one new field.
 #pragma once
 
@@ -74,10 +78,14 @@ struct ProgramChoice {
   bool stash_weights = false;
   // Rebuild block i-1 while block i's gradient is computed (PaReprop).
   bool overlap_rebuild = false;
+  // With stash_weights, on a stage that rebuilds: rebuild with the current
+  // weights instead of the stashed ones.
+  bool rebuild_with_current = false;
 };
 
 // Rebuild when every block is reversible and inputs are not stashed, else
-// recompute; wrapped in stashed weights when asked.
+// recompute; wrapped in stashed weights when asked (the rebuild with the
+// current weights first, when asked).
 std::unique_ptr<BackwardProgram> ChooseBackwardProgram(StageBlocks& blocks,
                                                        ProgramChoice choice);
 

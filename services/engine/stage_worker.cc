@@ -61,7 +61,8 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
       optimizer_(blocks_.parameters(), resolved, schedule),
       program_(ChooseBackwardProgram(
           blocks_,
-          {config.stash_inputs, config.stash_weights, config.overlap_rebuild})),
+          {config.stash_inputs, config.stash_weights, config.overlap_rebuild,
+           config.rebuild_with_current})),
       // The last stage has the loss: its gradient is exact, no guess.
       fg_(forward_gradient_ && config.index + 1 < config.count
               ? std::make_unique<ForwardGradientStage>(

@@ -38,6 +38,9 @@ struct StageConfig {
   bool stash_inputs = false;
   // Keep a copy of the weights each forward used; backward runs with it.
   bool stash_weights = false;
+  // With stash_weights: rebuild the input with the current weights, the
+  // gradient still at the stashed ones (training.rebuild_with current).
+  bool rebuild_with_current = false;
   // Rebuild the next block down on a second thread (training.overlap_rebuild).
   bool overlap_rebuild = false;
   // Index of the stage's first block in the whole network (state names).

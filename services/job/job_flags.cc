@@ -208,6 +208,17 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "stash-weights", "", "false",
       "delayed mode: keep the weights each forward used",
       Bool([s](bool v) { s->mutable_training()->set_stash_weights(v); }));
+  const EnumDescriptor* rebuild_with =
+      GetEnumDescriptor<petra::v1::TrainingSpec::RebuildWith>();
+  f.AddCustom("rebuild-with", Choices(rebuild_with),
+              "stashed with --stash-weights, else current",
+              "the weights a reversible stage rebuilds its input with in "
+              "backward; current with --stash-weights is the paper's Table 4 "
+              "row 4 (the gradient still at the stashed weights)",
+              Enum(rebuild_with, [s](int v) {
+                s->mutable_training()->set_rebuild_with(
+                    static_cast<petra::v1::TrainingSpec::RebuildWith>(v));
+              }));
   f.AddCustom(
       "overlap-rebuild", "", "false",
       "petra: rebuild the next block while this one's gradient is computed "
@@ -235,6 +246,15 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_grad_diagnostics_every(v);
               }));
+  const EnumDescriptor* recipe = GetEnumDescriptor<petra::v1::Recipe>();
+  f.AddCustom("recipe", Choices(recipe), "default",
+              "where the optimizer and schedule flags left out come from: "
+              "this project's short-run defaults, or the PETRA paper's "
+              "(step decay and warm-up fitted to the run's length, weight "
+              "decay 1e-4 on imagenet; see the README)",
+              Enum(recipe, [s](int v) {
+                s->set_recipe(static_cast<petra::v1::Recipe>(v));
+              }));
   f.AddCustom(
       "lr", "RATE", "0.1 * B * K / 256", "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
@@ -244,19 +264,21 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   f.AddCustom("nesterov", "", "true when momentum > 0", "Nesterov momentum",
               Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));
   f.AddCustom(
-      "weight-decay", "WD", "5e-4",
+      "weight-decay", "WD", "5e-4 (recipe paper: 1e-4 on imagenet)",
       "L2 weight decay (never on BatchNorm parameters or biases)",
       Double([s](double v) { s->mutable_optimizer()->set_weight_decay(v); }));
-  f.AddCustom("warmup-epochs", "E", "0, or 5 from 10 epochs",
+  f.AddCustom("warmup-epochs", "E",
+              "0, or 5 from 10 epochs (recipe paper: 5, less on short runs)",
               "epochs of linear warm-up from 0", Double([s](double v) {
                 s->mutable_schedule()->set_warmup_epochs(v);
               }));
-  f.AddCustom("decay", Choices(decay), "cosine",
+  f.AddCustom("decay", Choices(decay), "cosine (recipe paper: step)",
               "learning-rate decay after warm-up", Enum(decay, [s](int v) {
                 s->mutable_schedule()->set_decay(
                     static_cast<petra::v1::ScheduleSpec::Decay>(v));
               }));
-  f.AddCustom("step-epochs", "E1,E2,...", "",
+  f.AddCustom("step-epochs", "E1,E2,...",
+              "none (recipe paper: the paper's, at the same fractions of the run)",
               "decay step: epochs where the rate drops",
               [s](const std::string& v) -> absl::Status {
                 s->mutable_schedule()->clear_step_epochs();

@@ -1,5 +1,9 @@
 #include "services/job/job_spec_defaults.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "services/model/architecture_catalog.h"
 
 namespace petra::job {
@@ -19,6 +23,46 @@ const char* DefaultDatasetPath(DatasetKind kind) {
       return "";
   }
 }
+
+namespace {
+
+// The PETRA paper's schedule (section 4.1), fitted to the run's length:
+// fills only the fields left unset. Values: proto/petra/v1/job.proto, Recipe.
+void ApplyPaperRecipe(petra::v1::JobSpec* spec) {
+  const bool imagenet =
+      spec->model().variant() == petra::v1::VARIANT_IMAGENET;
+  const double paper_epochs = imagenet ? 90 : 300;
+  const std::vector<double> drops =
+      imagenet ? std::vector<double>{30, 60, 80} : std::vector<double>{150, 225};
+  const uint32_t epochs = spec->training().epochs();
+  const double scale = std::min(1.0, epochs / paper_epochs);
+
+  petra::v1::OptimizerSpec* opt = spec->mutable_optimizer();
+  if (!opt->has_weight_decay()) opt->set_weight_decay(imagenet ? 1e-4 : 5e-4);
+  petra::v1::ScheduleSpec* sched = spec->mutable_schedule();
+  if (!sched->has_warmup_epochs()) sched->set_warmup_epochs(5.0 * scale);
+  if (sched->decay() != petra::v1::ScheduleSpec::DECAY_UNSPECIFIED &&
+      sched->decay() != petra::v1::ScheduleSpec::DECAY_STEP) {
+    return;  // another decay asked for: no drops
+  }
+  if (sched->step_epochs_size() == 0) {
+    for (double d : drops) {
+      const int64_t e = std::llround(d * epochs / paper_epochs);
+      const int n = sched->step_epochs_size();
+      if (e >= 1 && e < epochs &&
+          (n == 0 || e > static_cast<int64_t>(sched->step_epochs(n - 1)))) {
+        sched->add_step_epochs(static_cast<uint32_t>(e));
+      }
+    }
+  }
+  if (sched->decay() == petra::v1::ScheduleSpec::DECAY_UNSPECIFIED) {
+    sched->set_decay(sched->step_epochs_size() > 0
+                         ? petra::v1::ScheduleSpec::DECAY_STEP
+                         : petra::v1::ScheduleSpec::DECAY_CONSTANT);
+  }
+}
+
+}  // namespace
 
 void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   petra::v1::ModelSpec* model = spec->mutable_model();
@@ -87,6 +131,16 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     train->mutable_forward_gradient()->set_guess(
         petra::v1::ForwardGradientSpec::GUESS_LOCAL);
   }
+  // The rebuild's weights, where a stage rebuilds (inputs not stashed):
+  // PETRA has only the current ones; a weight stash rebuilds with itself.
+  if (train->rebuild_with() == petra::v1::TrainingSpec::REBUILD_WITH_UNSPECIFIED) {
+    if (train->mode() == petra::v1::TRAINING_MODE_PETRA) {
+      train->set_rebuild_with(petra::v1::TrainingSpec::REBUILD_WITH_CURRENT);
+    } else if (train->mode() == petra::v1::TRAINING_MODE_DELAYED &&
+               train->stash_weights() && !train->stash_inputs()) {
+      train->set_rebuild_with(petra::v1::TrainingSpec::REBUILD_WITH_STASHED);
+    }
+  }
   if (!train->has_accumulation_steps()) train->set_accumulation_steps(1);
   if (!train->has_micro_batch_size()) train->set_micro_batch_size(64);
   if (!train->has_epochs()) train->set_epochs(1);
@@ -94,6 +148,11 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
       petra::v1::TrainingSpec::NON_FINITE_POLICY_UNSPECIFIED) {
     train->set_non_finite(petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL);
   }
+
+  if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
+    spec->set_recipe(petra::v1::RECIPE_DEFAULT);
+  }
+  if (spec->recipe() == petra::v1::RECIPE_PAPER) ApplyPaperRecipe(spec);
 
   petra::v1::OptimizerSpec* opt = spec->mutable_optimizer();
   if (opt->kind() == petra::v1::OptimizerSpec::KIND_UNSPECIFIED) {

@@ -326,6 +326,32 @@ void CheckForwardGradient(const petra::v1::JobSpec& s, Problems& p) {
   }
 }
 
+// The rebuild's weights: only where a stage rebuilds its input, and only
+// weights that exist (a stash for STASHED).
+void CheckRebuildWith(const petra::v1::TrainingSpec& t, Problems& p) {
+  using petra::v1::TrainingSpec;
+  if (!CheckEnum<TrainingSpec::RebuildWith>(p, "training.rebuild_with",
+                                            t.rebuild_with(), false) ||
+      t.rebuild_with() == TrainingSpec::REBUILD_WITH_UNSPECIFIED) {
+    return;
+  }
+  const std::string value = EnumShortName(t.rebuild_with());
+  if (t.mode() != petra::v1::TRAINING_MODE_PETRA &&
+      t.mode() != petra::v1::TRAINING_MODE_DELAYED) {
+    p.Add("training.rebuild_with", value,
+          absl::StrCat("only valid with modes petra and delayed, not ",
+                       EnumShortName(t.mode()), " (it rebuilds nothing)"));
+  } else if (t.stash_inputs()) {
+    p.Add("training.rebuild_with", value,
+          "nothing is rebuilt when stash_inputs keeps every input");
+  } else if (t.rebuild_with() == TrainingSpec::REBUILD_WITH_STASHED &&
+             !t.stash_weights()) {
+    p.Add("training.rebuild_with", value,
+          "needs stashed weights: mode delayed with stash_weights (petra "
+          "keeps none)");
+  }
+}
+
 void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::TrainingSpec& t = s.training();
   if (CheckEnum<petra::v1::TrainingMode>(p, "training.mode", t.mode(), false)) {
@@ -346,6 +372,7 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
             "mode petra)");
     }
     CheckForwardGradient(s, p);
+    CheckRebuildWith(t, p);
   }
   if (t.accumulation_steps() < 1 ||
       t.accumulation_steps() > kMaxAccumulationSteps) {
@@ -366,6 +393,7 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
 
 void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::OptimizerSpec& o = s.optimizer();
+  CheckEnum<petra::v1::Recipe>(p, "recipe", s.recipe(), false);
   CheckEnum<petra::v1::OptimizerSpec::Kind>(p, "optimizer.kind", o.kind(),
                                             false);
   if (!std::isfinite(o.learning_rate()) || o.learning_rate() < 0) {

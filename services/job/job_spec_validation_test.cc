@@ -88,6 +88,120 @@ TEST(ResolveJobSpec, DelayedModeWithBuffersIsValid) {
   EXPECT_TRUE(ValidateJobSpec(s).ok());
 }
 
+// Every row of the paper's Table 4 has a flag combination; the rebuild's
+// weights default to the ones the stage has.
+TEST(ResolveJobSpec, RebuildWeightsDefaultToWhatTheStageKeeps) {
+  using petra::v1::TrainingSpec;
+  struct Case {
+    petra::v1::TrainingMode mode;
+    bool inputs, weights;
+    TrainingSpec::RebuildWith set, resolved;
+  } cases[] = {
+      {petra::v1::TRAINING_MODE_PETRA, false, false,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED,
+       TrainingSpec::REBUILD_WITH_CURRENT},
+      {petra::v1::TRAINING_MODE_DELAYED, false, true,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED,
+       TrainingSpec::REBUILD_WITH_STASHED},
+      {petra::v1::TRAINING_MODE_DELAYED, false, true,
+       TrainingSpec::REBUILD_WITH_CURRENT, TrainingSpec::REBUILD_WITH_CURRENT},
+      // Nothing rebuilt: nothing to choose.
+      {petra::v1::TRAINING_MODE_DELAYED, true, false,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED},
+      {petra::v1::TRAINING_MODE_DELAYED, true, true,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED},
+      {petra::v1::TRAINING_MODE_BACKPROP, false, false,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED,
+       TrainingSpec::REBUILD_WITH_UNSPECIFIED},
+  };
+  for (const Case& c : cases) {
+    JobSpec s = MinimalSpec();
+    s.mutable_training()->set_mode(c.mode);
+    s.mutable_training()->set_stash_inputs(c.inputs);
+    s.mutable_training()->set_stash_weights(c.weights);
+    s.mutable_training()->set_rebuild_with(c.set);
+    absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->training().rebuild_with(), c.resolved)
+        << s.training().ShortDebugString();
+  }
+}
+
+// The paper's recipe: its values at its own lengths, the same schedule
+// compressed on shorter runs, and explicit values still win.
+TEST(ResolveJobSpec, PaperRecipeFollowsThePaperForTheDataset) {
+  using petra::v1::ScheduleSpec;
+  auto resolve = [](petra::v1::Variant variant, uint32_t epochs,
+                    const std::function<void(JobSpec*)>& more = {}) {
+    JobSpec s = MinimalSpec();
+    s.set_recipe(petra::v1::RECIPE_PAPER);
+    s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+    s.mutable_model()->set_variant(variant);
+    s.mutable_training()->set_epochs(epochs);
+    s.mutable_training()->set_accumulation_steps(4);
+    if (more) more(&s);
+    absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.value_or(JobSpec());
+  };
+  auto drops = [](const JobSpec& r) {
+    return std::vector<uint32_t>(r.schedule().step_epochs().begin(),
+                                 r.schedule().step_epochs().end());
+  };
+  JobSpec cifar = resolve(petra::v1::VARIANT_CIFAR, 300);
+  EXPECT_EQ(cifar.recipe(), petra::v1::RECIPE_PAPER);
+  EXPECT_DOUBLE_EQ(cifar.optimizer().learning_rate(), 0.1 * 64 * 4 / 256);
+  EXPECT_DOUBLE_EQ(cifar.optimizer().momentum(), 0.9);
+  EXPECT_TRUE(cifar.optimizer().nesterov());
+  EXPECT_DOUBLE_EQ(cifar.optimizer().weight_decay(), 5e-4);
+  EXPECT_DOUBLE_EQ(cifar.schedule().warmup_epochs(), 5.0);
+  EXPECT_EQ(cifar.schedule().decay(), ScheduleSpec::DECAY_STEP);
+  EXPECT_THAT(drops(cifar), ::testing::ElementsAre(150, 225));
+  EXPECT_DOUBLE_EQ(cifar.schedule().step_factor(), 0.1);
+
+  JobSpec imagenet = resolve(petra::v1::VARIANT_IMAGENET, 90);
+  EXPECT_DOUBLE_EQ(imagenet.optimizer().weight_decay(), 1e-4);
+  EXPECT_DOUBLE_EQ(imagenet.schedule().warmup_epochs(), 5.0);
+  EXPECT_THAT(drops(imagenet), ::testing::ElementsAre(30, 60, 80));
+  // Longer than the paper: the same fractions of the run; 5 epochs of
+  // warm-up still.
+  EXPECT_THAT(drops(resolve(petra::v1::VARIANT_IMAGENET, 120)),
+              ::testing::ElementsAre(40, 80, 107));
+
+  // Compressed: 15 epochs of MNIST-sized data take CIFAR-10's shape.
+  JobSpec short_run = resolve(petra::v1::VARIANT_MNIST, 15);
+  EXPECT_DOUBLE_EQ(short_run.schedule().warmup_epochs(), 0.25);
+  EXPECT_THAT(drops(short_run), ::testing::ElementsAre(8, 11));
+  EXPECT_DOUBLE_EQ(short_run.optimizer().weight_decay(), 5e-4);
+  // Too short for any drop: constant after the warm-up.
+  JobSpec one = resolve(petra::v1::VARIANT_CIFAR, 1);
+  EXPECT_EQ(one.schedule().decay(), ScheduleSpec::DECAY_CONSTANT);
+  EXPECT_TRUE(drops(one).empty());
+
+  // Explicit values win.
+  JobSpec mine = resolve(petra::v1::VARIANT_CIFAR, 300, [](JobSpec* s) {
+    s->mutable_optimizer()->set_weight_decay(0);
+    s->mutable_schedule()->set_warmup_epochs(1);
+    s->mutable_schedule()->add_step_epochs(100);
+  });
+  EXPECT_DOUBLE_EQ(mine.optimizer().weight_decay(), 0);
+  EXPECT_DOUBLE_EQ(mine.schedule().warmup_epochs(), 1);
+  EXPECT_THAT(drops(mine), ::testing::ElementsAre(100));
+  JobSpec cosine = resolve(petra::v1::VARIANT_CIFAR, 300, [](JobSpec* s) {
+    s->mutable_schedule()->set_decay(ScheduleSpec::DECAY_COSINE);
+  });
+  EXPECT_EQ(cosine.schedule().decay(), ScheduleSpec::DECAY_COSINE);
+  EXPECT_TRUE(drops(cosine).empty());
+
+  // The default recipe is unchanged.
+  JobSpec ours = *ResolveJobSpec(MinimalSpec());
+  EXPECT_EQ(ours.recipe(), petra::v1::RECIPE_DEFAULT);
+  EXPECT_EQ(ours.schedule().decay(), ScheduleSpec::DECAY_COSINE);
+  EXPECT_DOUBLE_EQ(ours.schedule().warmup_epochs(), 0);
+}
+
 TEST(ResolveJobSpec, ForwardGradientGuessesLocallyByDefault) {
   JobSpec s = MinimalSpec();
   s.mutable_training()->set_mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
@@ -342,6 +456,44 @@ INSTANTIATE_TEST_SUITE_P(
                    },
                    "training.mode = delayed",
                    "needs stash_inputs and/or stash_weights"},
+        RejectCase{"RebuildWithStashedUnderPetra",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_rebuild_with(
+                         petra::v1::TrainingSpec::REBUILD_WITH_STASHED);
+                   },
+                   "training.rebuild_with = stashed",
+                   "needs stashed weights"},
+        RejectCase{"RebuildWithWhereInputsAreKept",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_DELAYED);
+                     s->mutable_training()->set_stash_inputs(true);
+                     s->mutable_training()->set_stash_weights(true);
+                     s->mutable_training()->set_rebuild_with(
+                         petra::v1::TrainingSpec::REBUILD_WITH_CURRENT);
+                   },
+                   "training.rebuild_with = current",
+                   "nothing is rebuilt when stash_inputs keeps every input"},
+        RejectCase{"RebuildWithUnderBackprop",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_BACKPROP);
+                     s->mutable_training()->set_rebuild_with(
+                         petra::v1::TrainingSpec::REBUILD_WITH_CURRENT);
+                   },
+                   "training.rebuild_with = current",
+                   "only valid with modes petra and delayed, not backprop"},
+        RejectCase{"RecipeUnknown",
+                   [](JobSpec* s) {
+                     s->set_recipe(static_cast<petra::v1::Recipe>(9));
+                   },
+                   "recipe = 9", "unknown value"},
+        RejectCase{"RebuildWithUnknown",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_rebuild_with(
+                         static_cast<petra::v1::TrainingSpec::RebuildWith>(7));
+                   },
+                   "training.rebuild_with = 7", "unknown value"},
         RejectCase{"ForwardGradientOnOneStage",
                    [](JobSpec* s) {
                      s->mutable_training()->set_mode(
