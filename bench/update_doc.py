@@ -11,7 +11,8 @@ import re
 import sys
 
 SECTIONS = ["throughput", "fleets", "memory", "accuracy", "forward_gradient",
-            "feed", "peer", "transformer", "staleness", "threads", "compare"]
+            "feed", "peer", "transformer", "staleness", "threads", "partition",
+            "compare"]
 
 HEADER = """# Benchmarks
 

@@ -41,7 +41,21 @@ void AddModelFlags(cli::FlagSet& flags, ModelFlags* m,
   job::AddTransformerFlags(
       flags, [m] { return m->spec.mutable_model()->mutable_transformer(); });
   flags.AddString("stages", &m->stages,
-                  "N stages balanced by FLOPs, or per-block");
+                  "N stages balanced by --partition-cost, or per-block");
+  const auto* cost =
+      google::protobuf::GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
+  flags.AddCustom("partition-cost",
+                  absl::StrJoin(job::EnumShortNames(cost), "|"), "estimated",
+                  "with --stages N: the cost that balances the stages "
+                  "(measured: times of each block on this machine)",
+                  [m, cost](const std::string& v) -> absl::Status {
+                    absl::StatusOr<int> c =
+                        job::ParseEnumShortName(cost, v, "value");
+                    if (!c.ok()) return c.status();
+                    m->spec.mutable_partition()->set_cost(
+                        static_cast<petra::v1::PartitionSpec::Cost>(*c));
+                    return absl::OkStatus();
+                  });
 }
 
 absl::StatusOr<petra::v1::JobSpec> ModelSpecFromFlags(const ModelFlags& m) {

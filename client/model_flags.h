@@ -20,7 +20,8 @@ struct ModelFlags {
   std::string stages = "per-block";
 };
 
-// Adds --arch, --variant (default imagenet), --width and --stages to
+// Adds --arch, --variant (default imagenet), --width, the transformer sizes,
+// --stages and --partition-cost to
 // `flags`, bound to *m; `arch_help` is --arch's help text.
 void AddModelFlags(
     cli::FlagSet& flags, ModelFlags* m,

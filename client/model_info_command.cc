@@ -47,11 +47,13 @@ std::string Json(const std::string& arch, const std::string& variant,
         &out,
         "%s\n    {\"index\": %d, \"blocks\": [%d, %d], \"kinds\": [%s], "
         "\"reversible\": %s, \"params\": %d, \"output_shape\": [%s], "
-        "\"output_is_pair\": %s, \"forward_flops\": %d}",
+        "\"output_is_pair\": %s, \"forward_flops\": %d, "
+        "\"forward_elementwise\": %d, \"estimated_cost\": %.0f}",
         i == 0 ? "" : ",", s.index, s.blocks.begin, s.blocks.end,
         absl::StrJoin(kinds, ", "), s.reversible ? "true" : "false",
         s.parameters, absl::StrJoin(s.output_shape, ", "),
-        s.output_is_pair ? "true" : "false", s.forward_flops);
+        s.output_is_pair ? "true" : "false", s.forward_flops,
+        s.forward_elementwise, s.estimated_cost);
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;

@@ -11,7 +11,7 @@
 #                                          # this build's throughput beside
 #                                          # another's, alternating runs
 # Sections: throughput fleets memory accuracy forward_gradient feed peer
-# transformer staleness threads (the default),
+# transformer staleness threads partition (the default),
 # compare (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare: the other
@@ -22,7 +22,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 PY=/usr/bin/python3
 ALL=(throughput fleets memory accuracy forward_gradient feed peer transformer
-     staleness threads)
+     staleness threads partition)
 
 smoke=0
 sections=()
@@ -31,7 +31,7 @@ for arg in "$@"; do
     --smoke) smoke=1 ;;
     --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     throughput|fleets|memory|accuracy|forward_gradient|feed|peer|transformer|\
-    staleness|threads|compare)
+    staleness|threads|partition|compare)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
@@ -285,6 +285,23 @@ section_peer() {
   echo
   run "$BIN/petra_bench_backprop" --threads "$(nproc)" --arch revnet18 \
     --width 0.25 --dataset fashion_mnist --seed 1 "${ours[@]}"
+}
+
+section_partition() {
+  local args=()
+  if ((smoke)); then args=(--smoke --repeats 1 --stages 2); fi
+  echo "## Partition: the default split of --stages N against a measured one"
+  echo
+  machine
+  echo
+  echo "Each block's forward + backward measured on one core, and three"
+  echo "splits scored by their slowest stage under those times (what bounds"
+  echo "a pipeline's throughput): the default (FLOPs plus 250 per element"
+  echo "written by a memory-bound layer, services/model/network_summary.cc),"
+  echo "FLOPs alone (the default before), and the best for the measured"
+  echo "times. \"vs best\" is the slowest stage over the best split's."
+  echo
+  run $PY bench/partition.py --petra "$BIN/petra" "${args[@]}"
 }
 
 section_compare() {

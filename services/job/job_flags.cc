@@ -172,7 +172,9 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   const EnumDescriptor* cost =
       GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
   f.AddCustom("partition-cost", Choices(cost), "estimated",
-              "with --stages N: balance by estimated FLOPs or measured times",
+              "with --stages N: balance by a cost estimated from the shapes "
+              "(FLOPs and memory-bound layers), measured times, or FLOPs "
+              "alone",
               Enum(cost, [s](int v) {
                 s->mutable_partition()->set_cost(
                     static_cast<petra::v1::PartitionSpec::Cost>(v));

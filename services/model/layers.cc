@@ -14,6 +14,10 @@ void ScopedFlopCounter::Add(int64_t flops) {
   if (active_counter != nullptr) active_counter->flops_ += flops;
 }
 
+void ScopedFlopCounter::AddElementwise(int64_t elements) {
+  if (active_counter != nullptr) active_counter->elementwise_ += elements;
+}
+
 ConvBnImpl::ConvBnImpl(const ConvBnOptions& options) : options_(options) {
   conv_ = register_module(
       "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(
@@ -32,6 +36,7 @@ torch::Tensor ConvBnImpl::forward(const torch::Tensor& x) {
   ScopedFlopCounter::Add(2 * options_.in * options_.kernel * options_.kernel *
                          y.numel());
   y = bn_->forward(y);
+  ScopedFlopCounter::AddElementwise((options_.relu ? 2 : 1) * y.numel());
   return options_.relu ? torch::relu(y) : y;
 }
 

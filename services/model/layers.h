@@ -9,17 +9,23 @@
 namespace petra::model {
 
 // Counts forward FLOPs (multiply-adds x 2) of the convolutions and linear
-// layers run on this thread while it lives.
+// layers run on this thread while it lives, and apart the elements written
+// by the memory-bound layers between them (normalisations, activations,
+// softmax): those cost time out of proportion to their FLOPs, on a CPU as
+// on a GPU, and a partition balanced by FLOPs alone under-weights them.
 class ScopedFlopCounter {
  public:
   ScopedFlopCounter();
   ~ScopedFlopCounter();
   int64_t flops() const { return flops_; }
+  int64_t elementwise() const { return elementwise_; }
   static void Add(int64_t flops);  // no-op when no counter is active
+  static void AddElementwise(int64_t elements);
 
  private:
   ScopedFlopCounter* previous_;
   int64_t flops_ = 0;
+  int64_t elementwise_ = 0;
 };
 
 struct ConvBnOptions {

@@ -25,12 +25,26 @@ std::vector<BlockSummary> SummarizeBlocks(Network& network) {
       ScopedFlopCounter counter;
       x = block->Forward(x);
       s.forward_flops = counter.flops();
+      s.forward_elementwise = counter.elementwise();
     }
     s.output_is_pair = x.is_pair();
     s.output_shape.assign(x.a.sizes().begin() + 1, x.a.sizes().end());
     out.push_back(std::move(s));
   }
   return out;
+}
+
+double EstimatedCost(const BlockSummary& block) {
+  // A memory-bound element's forward and backward (BatchNorm's statistics
+  // and normalisation, the activation, their gradients: several passes of
+  // reads and writes) against a FLOP of a convolution's or matmul's:
+  // fitted to `petra profile --stages per-block --threads 1` of the main
+  // job (RevNet18, width 0.25, 28x28, micro-batch 64) on the 2-core build
+  // machine, where blocks of equal FLOPs took 0.72, 0.47 and 0.35 ms per
+  // sample at 28x28, 14x14 and 7x7 (docs/BENCHMARKS.md, "partition").
+  constexpr double kFlopsPerElementwise = 250;
+  return static_cast<double>(block.forward_flops) +
+         kFlopsPerElementwise * static_cast<double>(block.forward_elementwise);
 }
 
 std::vector<StageSummary> SummarizeStages(
@@ -46,6 +60,8 @@ std::vector<StageSummary> SummarizeStages(
       s.reversible &= blocks[b].reversible;
       s.parameters += blocks[b].parameters;
       s.forward_flops += blocks[b].forward_flops;
+      s.forward_elementwise += blocks[b].forward_elementwise;
+      s.estimated_cost += EstimatedCost(blocks[b]);
     }
     s.output_shape = blocks[ranges[i].end - 1].output_shape;
     s.output_is_pair = blocks[ranges[i].end - 1].output_is_pair;

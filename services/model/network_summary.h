@@ -18,7 +18,14 @@ struct BlockSummary {
   std::vector<int64_t> output_shape;  // per sample; a pair reports one stream
   bool output_is_pair = false;
   int64_t forward_flops = 0;  // per sample
+  // Elements written by memory-bound layers, per sample (ScopedFlopCounter).
+  int64_t forward_elementwise = 0;
 };
+
+// A block's estimated cost in FLOP-equivalents: its FLOPs plus its
+// memory-bound elements at kFlopsPerElementwise each. What balances
+// `--stages N` by default (deterministic: shapes only, no timing).
+double EstimatedCost(const BlockSummary& block);
 
 struct StageSummary {
   int index = 0;
@@ -28,6 +35,8 @@ struct StageSummary {
   std::vector<int64_t> output_shape;
   bool output_is_pair = false;
   int64_t forward_flops = 0;
+  int64_t forward_elementwise = 0;
+  double estimated_cost = 0;  // EstimatedCost summed over the blocks
 };
 
 // Runs one sample through the network (no gradients, running statistics)

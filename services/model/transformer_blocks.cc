@@ -41,6 +41,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
                      -1);
   // Q K^T and the weighted sum of V: 2 x (2 b heads n^2 dh).
   ScopedFlopCounter::Add(4 * b * heads_ * n * n * dh);
+  // The LayerNorm, and the scaled scores' softmax.
+  ScopedFlopCounter::AddElementwise(x.numel() + 2 * attention.numel());
   torch::Tensor out =
       torch::matmul(attention, v).transpose(1, 2).reshape({-1, n, d});
   return CountedLinear(proj_, out);
@@ -54,8 +56,10 @@ MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return CountedLinear(fc2_,
-                       torch::gelu(CountedLinear(fc1_, norm_->forward(x))));
+  torch::Tensor hidden = CountedLinear(fc1_, norm_->forward(x));
+  // The LayerNorm and the GELU.
+  ScopedFlopCounter::AddElementwise(x.numel() + hidden.numel());
+  return CountedLinear(fc2_, torch::gelu(hidden));
 }
 
 PatchEmbedBlock::PatchEmbedBlock(const TransformerOptions& o, bool two_streams)
