@@ -12,7 +12,7 @@ import sys
 
 SECTIONS = ["throughput", "fleets", "memory", "accuracy", "forward_gradient",
             "feed", "peer", "transformer", "staleness", "threads", "partition",
-            "compare"]
+            "compare", "main_job"]
 
 HEADER = """# Benchmarks
 

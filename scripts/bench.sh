@@ -10,11 +10,13 @@
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh compare
 #                                          # this build's throughput beside
 #                                          # another's, alternating runs
+#   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh main_job
+#                                          # the main job by both builds
 # Sections: throughput fleets memory accuracy forward_gradient feed peer
 # transformer staleness threads partition (the default),
-# compare (only when named).
+# compare and main_job (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
-# BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare: the other
+# BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
 # build's bin directory; BENCH_OLD_COMMIT names its commit in the doc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +31,9 @@ sections=()
 for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
-    --help|-h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --help|-h) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     throughput|fleets|memory|accuracy|forward_gradient|feed|peer|transformer|\
-    staleness|threads|partition|compare)
+    staleness|threads|partition|compare|main_job)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
@@ -326,6 +328,28 @@ section_compare() {
   echo "machine noise:"
   echo
   run $PY bench/compare_builds.py --old-bin "$old" --new-bin "$BIN" "${args[@]}"
+}
+
+section_main_job() {
+  local old=${BENCH_OLD_BIN:-} args=(--rounds 2)
+  if ((smoke)); then
+    old=$BIN
+    args=(--rounds 1 -- --width 0.125 --epochs 1 --train-limit 256
+          --test-limit 64)
+  fi
+  if [[ -z "$old" ]]; then
+    echo "bench.sh: main_job needs BENCH_OLD_BIN, the other build's bin" \
+      "directory" >&2
+    return 2
+  fi
+  echo "## The main job, two builds side by side"
+  echo
+  machine
+  echo
+  echo "\`petra train\` with no flags (what scripts/train.sh runs) by the build"
+  echo "of this commit (new) and by ${BENCH_OLD_COMMIT:-$old} (old), alternating:"
+  echo
+  run $PY bench/main_job.py --old-bin "$old" --new-bin "$BIN" "${args[@]}"
 }
 
 for s in "${sections[@]}"; do
