@@ -1,13 +1,18 @@
 #!/usr/bin/python3
-"""Accuracy benchmark (the paper's Table 2 and Figure 4, on Fashion-MNIST).
+"""Accuracy benchmark (the paper's Tables 2 and 4, Figures 4 and 5, on
+Fashion-MNIST).
 
 Trains the same small RevNet18 with the same epochs and seed by backprop
-(exact gradients), by PETRA with accumulation k in {1, 2, 4, 8}, and by
-delayed gradients keeping inputs and weights (PipeDream) and, when --only
-names them, by forward gradients (local or random guesses, or the local
-losses alone), each with
+(exact gradients), by PETRA with accumulation k in {1, 2, 4, 8, 16, 32}, by
+delayed gradients in the other rows of Table 4 (inputs and weights kept,
+PipeDream; inputs only; weights only with the input rebuilt with the current
+weights) and, when --only names them, by forward gradients (local or random
+guesses, or the local losses alone), each with
 `petra train --runner in-process` (the same engine and numbers as the
-fleet), and prints their test accuracies side by side. The pipelined modes
+fleet), and prints their test accuracies side by side. With --e2e N the
+pipelined runs also check their gradients against the true end-to-end one
+every N steps (--e2e-diagnostics) and a second table gives, per epoch, each
+stage's mean cosine to it (Figure 5). The pipelined modes
 run on each of --stages: by default one stage per block (the paper's
 setting, where staleness is largest: a delay of up to 18 ticks) and 2
 stages (the default job's, one per core); backprop's exact gradient does
@@ -34,8 +39,14 @@ CONFIGS = [
     ("PETRA k=2", ["--mode", "petra", "--accumulation", "2"]),
     ("PETRA k=4", ["--mode", "petra", "--accumulation", "4"]),
     ("PETRA k=8", ["--mode", "petra", "--accumulation", "8"]),
+    ("PETRA k=16", ["--mode", "petra", "--accumulation", "16"]),
+    ("PETRA k=32", ["--mode", "petra", "--accumulation", "32"]),
+    # Table 4's other rows (k = 1): which buffers, which weights rebuild.
     ("delayed, inputs + weights (PipeDream) k=1",
      ["--mode", "delayed", "--stash-inputs", "--stash-weights"]),
+    ("delayed, inputs only k=1", ["--mode", "delayed", "--stash-inputs"]),
+    ("delayed, weights only, input rebuilt with current weights k=1",
+     ["--mode", "delayed", "--stash-weights", "--rebuild-with", "current"]),
 ]
 # Forward gradients (no backward pass through the network), run only when
 # --only names them: per block they cost many times a PETRA run (stage j
@@ -82,6 +93,10 @@ def parse_args(argv):
     p.add_argument("--stages", default="per-block,2",
                    help="comma-separated stage settings the pipelined modes "
                         "run on (default per-block,2)")
+    p.add_argument("--e2e", type=int, default=0,
+                   help="every N steps, the pipelined runs compare their "
+                        "gradients with the true end-to-end one "
+                        "(--e2e-diagnostics N); 0 = off")
     p.add_argument("--only", default="",
                    help="comma-separated labels of CONFIGS to run (default "
                         "all), e.g. 'backprop,PETRA k=1'")
@@ -94,6 +109,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.backprop_threads < 1:
         p.error("--backprop-threads: must be >= 1")
+    if args.e2e < 0:
+        p.error("--e2e: must be >= 0")
     if args.base_lr is not None and not args.base_lr > 0:
         p.error("--base-lr: must be > 0")
     if args.base_lr is not None and "--lr" in shlex.split(args.model_flags):
@@ -134,6 +151,8 @@ def main(argv):
         if "--stages" in flags:
             plan.append((label, "1", flags, args.backprop_threads))
             continue
+        if args.e2e > 0 and "forward_gradient" not in flags:
+            flags = flags + ["--e2e-diagnostics", str(args.e2e)]
         for stages in args.stages.split(","):
             plan.append((label, stages, ["--stages", stages] + flags, 1))
     rows = []
@@ -189,6 +208,26 @@ def main(argv):
                 print(f"Best PETRA on {stages} stages: {label}, "
                       f"{100 * best:.2f}%, {100 * (best - reference):+.2f} "
                       f"points from backprop.")
+    checked = [(label, stages, r) for label, stages, _, r in rows
+               if "failed" not in r and any("end_to_end_cosine" in e
+                                            for e in r["epochs"])]
+    if checked:
+        print()
+        print(f"End-to-end gradient check (Figure 5), every {args.e2e} "
+              "steps: per epoch, each stage's mean cosine similarity of its "
+              "applied gradient to the true end-to-end one (stage 0 first), "
+              "and their mean.")
+        print()
+        print("| training | stages | epoch | cosine per stage | mean |")
+        print("|---|---:|---:|---|---:|")
+        for label, stages, r in checked:
+            for e in r["epochs"]:
+                c = e.get("end_to_end_cosine")
+                if not c:
+                    continue
+                print(f"| {label} | {stages} | {e['epoch']} | "
+                      f"{' '.join(f'{x:.3f}' for x in c)} | "
+                      f"{sum(c) / len(c):.3f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"total_seconds": total,

@@ -10,7 +10,8 @@ import os
 import re
 import sys
 
-SECTIONS = ["throughput", "fleets", "memory", "accuracy", "forward_gradient",
+SECTIONS = ["throughput", "fleets", "memory", "accuracy", "long_run",
+            "forward_gradient",
             "feed", "peer", "transformer", "staleness", "threads", "partition",
             "compare", "main_job"]
 

@@ -3,11 +3,14 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "services/cli/json_text.h"
 #include "services/wire/status_map.h"
 
@@ -146,8 +149,10 @@ absl::StatusOr<petra::v1::Job> FollowJob(
 
 void PrintStageTable(const petra::v1::Job& job) {
   bool on_device = false;  // a GPU's allocator figures get their columns
+  bool checked = false;    // so does the end-to-end gradient check
   for (const petra::v1::StageStats& s : job.progress().stages()) {
     on_device = on_device || s.memory().device_reserved_bytes() > 0;
+    checked = checked || s.end_to_end_samples() > 0;
   }
   std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s", "stage",
               "blocks", "delay", "staleness", "params+opt", "input buffer",
@@ -155,6 +160,7 @@ void PrintStageTable(const petra::v1::Job& job) {
   if (on_device) {
     std::printf(" %12s %12s %12s", "device", "dev reserved", "dev peak");
   }
+  if (checked) std::printf(" %8s %8s", "e2e cos", "e2e norm");
   std::printf("\n");
   for (const petra::v1::StageStats& s : job.progress().stages()) {
     const petra::v1::MemoryBreakdown& m = s.memory();
@@ -176,6 +182,10 @@ void PrintStageTable(const petra::v1::Job& job) {
       std::printf(" %10.2fMB %10.2fMB %10.2fMB", m.device_bytes() / 1e6,
                   m.device_reserved_bytes() / 1e6, m.device_peak_bytes() / 1e6);
     }
+    if (checked) {
+      std::printf(" %8.4f %8.4f", s.end_to_end_cosine_similarity(),
+                  s.end_to_end_norm_ratio());
+    }
     std::printf("\n");
   }
   std::printf(
@@ -183,7 +193,38 @@ void PrintStageTable(const petra::v1::Job& job) {
       "micro-batch's\n"
       " forward and its backward; buffer and stash now, peak the highest "
       "sum)\n");
+  if (checked) {
+    std::printf(
+        "(e2e: the applied gradient against the true end-to-end one, cosine "
+        "and\n norm ratio, mean of the last training pass's samples)\n");
+  }
 }
+
+namespace {
+
+// An epoch's end-to-end gradient check per stage (stage order), when it had
+// one: `, "end_to_end_cosine": [...], "end_to_end_norm_ratio": [...]`.
+std::string EndToEndByStage(const petra::v1::Progress& e) {
+  std::vector<const petra::v1::StageStats*> stages;
+  for (const petra::v1::StageStats& s : e.stages()) stages.push_back(&s);
+  std::sort(stages.begin(), stages.end(), [](const auto* a, const auto* b) {
+    return a->stage_index() < b->stage_index();
+  });
+  bool any = false;
+  std::vector<std::string> cosine, ratio;
+  for (const petra::v1::StageStats* s : stages) {
+    any |= s->end_to_end_samples() > 0;
+    cosine.push_back(absl::StrFormat("%.6f", s->end_to_end_cosine_similarity()));
+    ratio.push_back(absl::StrFormat("%.6f", s->end_to_end_norm_ratio()));
+  }
+  if (!any) return "";
+  return absl::StrCat(", \"end_to_end_cosine\": [",
+                      absl::StrJoin(cosine, ", "),
+                      "], \"end_to_end_norm_ratio\": [",
+                      absl::StrJoin(ratio, ", "), "]");
+}
+
+}  // namespace
 
 std::string ReportJson(const petra::v1::Job& job,
                        const std::vector<petra::v1::Progress>& epochs,
@@ -225,10 +266,10 @@ std::string ReportJson(const petra::v1::Job& job,
         &out,
         "%s\n    {\"epoch\": %u, \"train_loss\": %.6f, \"train_accuracy\": "
         "%.6f, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
-        "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f}",
+        "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f%s}",
         i ? "," : "", e.epoch(), e.train_loss(), e.train_accuracy(),
         e.test_accuracy(), e.test_loss(), e.samples_per_second(),
-        e.elapsed_seconds());
+        e.elapsed_seconds(), EndToEndByStage(e));
   }
   absl::StrAppend(&out, "\n  ],\n  \"stages\": [");
   for (int i = 0; i < last.stages_size(); ++i) {
@@ -251,7 +292,9 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"device_reserved\": %llu, "
         "\"device_peak\": %llu}, \"staleness_mean\": %.4f, "
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
-        "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu}",
+        "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu, "
+        "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
+        "\"norm_ratio\": %.6f}}",
         i ? "," : "", s.stage_index(), cli::JsonString(s.address()),
         cli::JsonString(device), begin, end,
         static_cast<unsigned long long>(m.parameters_bytes()),
@@ -265,7 +308,9 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(m.device_peak_bytes()),
         s.staleness_mean(), s.delay_ticks_mean(),
         static_cast<unsigned long long>(s.optimizer_steps()), s.wait_seconds(),
-        static_cast<unsigned long long>(s.skipped_micro_batches()));
+        static_cast<unsigned long long>(s.skipped_micro_batches()),
+        s.end_to_end_samples(), s.end_to_end_cosine_similarity(),
+        s.end_to_end_norm_ratio());
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;

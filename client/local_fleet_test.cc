@@ -118,13 +118,14 @@ void ExpectSameRun(
   absl::StatusOr<data::Splits> data = data::LoadForJob(
       *spec, "/usr/share/datasets", model::InputShape(spec->model().variant()));
   ASSERT_TRUE(data.ok()) << data.status();
-  std::map<int64_t, double> reference;
+  // (epoch, micro-batch of the epoch) -> loss.
+  std::map<std::pair<int, int64_t>, double> reference;
   std::mutex mu;
   engine::RunnerOptions o;
   o.threads_per_stage = 1;
   o.on_step = [&](const engine::StepReport& r) {
     std::lock_guard<std::mutex> lock(mu);
-    reference[r.micro_batch] = r.loss;
+    reference[{static_cast<int>(r.epoch), r.micro_batch}] = r.loss;
   };
   auto runner = engine::InProcessRunner::Create(*spec, std::move(*data), o);
   ASSERT_TRUE(runner.ok()) << runner.status();
@@ -155,9 +156,11 @@ void ExpectSameRun(
                           &loss),
               4)
         << line;
-    ASSERT_TRUE(reference.count(id)) << line;
-    EXPECT_NEAR(loss, reference[id], tolerance * std::max(1.0, reference[id]))
-        << "micro-batch " << id;
+    const std::pair<int, int64_t> key{epoch, id};
+    ASSERT_TRUE(reference.count(key)) << line;
+    EXPECT_NEAR(loss, reference[key],
+                tolerance * std::max(1.0, reference[key]))
+        << "epoch " << epoch << ", micro-batch " << id;
     ++rows;
   }
   EXPECT_EQ(rows, 50);
@@ -178,10 +181,49 @@ void ExpectSameRun(
     }
   }
   EXPECT_EQ(exported->size(), expected);
+
+  // The end-to-end gradient check, when on, gives each stage the same
+  // figures on the fleet.
+  for (const petra::v1::StageStats& mine : (*runner)->StageStats()) {
+    if (mine.end_to_end_samples() == 0) continue;
+    bool found = false;
+    for (const petra::v1::StageStats& fleet : end.progress().stages()) {
+      if (fleet.stage_index() != mine.stage_index()) continue;
+      found = true;
+      EXPECT_EQ(fleet.end_to_end_samples(), mine.end_to_end_samples());
+      EXPECT_NEAR(fleet.end_to_end_cosine_similarity(),
+                  mine.end_to_end_cosine_similarity(), 1e-4)
+          << "stage " << mine.stage_index();
+      EXPECT_NEAR(fleet.end_to_end_norm_ratio(), mine.end_to_end_norm_ratio(),
+                  1e-4)
+          << "stage " << mine.stage_index();
+    }
+    EXPECT_TRUE(found) << "stage " << mine.stage_index();
+  }
 }
 
 TEST(LocalFleet, PetraMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_PETRA);
+}
+
+// Two epochs in one pass (nothing evaluated or saved between them): the
+// pipeline stays full across the boundary on the fleet as in-process.
+TEST(LocalFleet, APipelineFullAcrossEpochsMatchesTheInProcessRunner) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_dataset()->set_synthetic_train_size(25 * 64);
+                  s.mutable_training()->set_epochs(2);
+                  s.mutable_evaluation()->set_every_epochs(2);
+                  s.mutable_checkpoint()->set_every_epochs(0);
+                });
+}
+
+// The end-to-end gradient check's pass runs on the fleet as in-process.
+TEST(LocalFleet, EndToEndCheckMatchesTheInProcessRunner) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->set_end_to_end_every(10);
+                });
 }
 
 TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {

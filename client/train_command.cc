@@ -70,7 +70,7 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
   const auto start = Clock::now();
   const bool tty = isatty(STDOUT_FILENO);
   std::mutex mu;
-  int current_epoch = 1;
+  int stepping_epoch = 1;
   int64_t done = 0;
   double loss_sum = 0;
   auto last_print = Clock::now();
@@ -82,19 +82,27 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
   o.on_step = [&](const engine::StepReport& r) {
     if (options.quiet) return;
     std::lock_guard<std::mutex> lock(mu);
+    // A pass may run several epochs (the pipeline stays full between
+    // evaluations): the step says which.
+    if (static_cast<int>(r.epoch) != stepping_epoch) {
+      stepping_epoch = static_cast<int>(r.epoch);
+      done = 0;
+      loss_sum = 0;
+    }
     ++done;
     loss_sum += r.loss;
     const auto now = Clock::now();
     if (now - last_print < std::chrono::seconds(tty ? 1 : 15)) return;
     last_print = now;
     const double elapsed = std::chrono::duration<double>(now - start).count();
-    const int64_t overall = (current_epoch - 1) * per_epoch + r.micro_batch + 1;
+    const int64_t overall =
+        (stepping_epoch - 1) * per_epoch + r.micro_batch + 1;
     const double eta = elapsed / std::max<int64_t>(1, overall) *
                        (per_epoch * epochs - overall);
     std::printf(
         "%sepoch %d/%lld  micro-batch %lld/%lld  loss %.4f  elapsed "
         "%s  ETA %s%s",
-        tty ? "\r" : "", current_epoch, static_cast<long long>(epochs),
+        tty ? "\r" : "", stepping_epoch, static_cast<long long>(epochs),
         static_cast<long long>(r.micro_batch + 1),
         static_cast<long long>(per_epoch), loss_sum / done,
         Duration(elapsed).c_str(), Duration(eta).c_str(), tty ? "   " : "\n");
@@ -102,9 +110,6 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
   };
   o.on_epoch = [&](const engine::EpochReport& e) {
     std::lock_guard<std::mutex> lock(mu);
-    ++current_epoch;
-    done = 0;
-    loss_sum = 0;
     petra::v1::Progress p;
     p.set_epoch(e.epoch);
     p.set_total_epochs(static_cast<uint32_t>(epochs));

@@ -59,10 +59,8 @@ class FleetRunner : public engine::PassExecutor, public engine::JobObserver {
 
   // engine::PassExecutor.
   absl::StatusOr<engine::TrainingCursor> Restore() override;
-  absl::StatusOr<engine::PassResult> RunPass(petra::v1::Phase phase,
-                                             uint32_t epoch,
-                                             const data::EpochBatches& batches,
-                                             int64_t n) override;
+  absl::StatusOr<engine::PassResult> RunPass(
+      petra::v1::Phase phase, const engine::PassBatches& batches) override;
   absl::Status Checkpoint(const engine::TrainingCursor& cursor) override;
   std::vector<petra::v1::StageStats> StageStats() override {
     return stage_stats_;
@@ -334,14 +332,15 @@ absl::Status FleetRunner::PollStages() {
 }
 
 absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
-    petra::v1::Phase phase, uint32_t epoch, const data::EpochBatches& batches,
-    int64_t n) {
+    petra::v1::Phase phase, const engine::PassBatches& batches) {
   PassWatch watch;
   watch.interrupted = [this] { return Interrupted(); };
   watch.poll = [this] { return PollStages(); };
-  watch.progress = [this, epoch](const engine::PassTotals& so_far) {
+  watch.progress = [this, &batches](const engine::PassTotals& so_far) {
     petra::v1::Progress p;
-    p.set_epoch(epoch);
+    // The epoch the last stage is in (a pass may span several).
+    p.set_epoch(batches.EpochOf(
+        std::clamp<int64_t>(so_far.micro_batches - 1, 0, batches.size() - 1)));
     p.set_step(steps_done_ +
                so_far.micro_batches / spec_.training().accumulation_steps());
     if (so_far.samples > 0) {
@@ -358,14 +357,14 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   feed.labels_with_data =
       phase == petra::v1::PHASE_TRAIN &&
       spec_.training().mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
-  return RunFeedPass(*fleet_, id_, phase, epoch, batches, n, watch, feed);
+  return RunFeedPass(*fleet_, id_, phase, batches, watch, feed);
 }
 
 absl::Status FleetRunner::OnTrainPass(uint32_t epoch, uint64_t steps_before,
                                       const engine::PassResult& train) {
   return TrainLog(layout().train_log())
       .Append(epoch, steps_before, spec_.training().accumulation_steps(),
-              train.losses);
+              train.losses());
 }
 
 void FleetRunner::OnEpoch(const engine::EpochReport& report) {

@@ -40,11 +40,17 @@ struct Tally {
 
 absl::StatusOr<engine::PassResult> RunFeedPass(
     StageFleet& fleet, const std::string& job_id, petra::v1::Phase phase,
-    uint32_t epoch, const data::EpochBatches& batches, int64_t n,
-    const PassWatch& watch, FeedOptions options) {
+    const engine::PassBatches& batches, const PassWatch& watch,
+    FeedOptions options) {
   const int stages = fleet.size();
   const bool train = phase == petra::v1::PHASE_TRAIN;
-  if (absl::Status s = fleet.Start(phase, epoch, n); !s.ok()) return s;
+  // A pass with a backward ends when every micro-batch has left stage 0.
+  const bool backward = phase != petra::v1::PHASE_EVAL;
+  const int64_t n = batches.size();
+  if (absl::Status s = fleet.Start(phase, batches.parts().front().epoch, n);
+      !s.ok()) {
+    return s;
+  }
   const auto started = steady_clock::now();
   Tally c;
   auto on_done = [&c, stages, phase, train,
@@ -87,7 +93,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       p.header.micro_batch_id = static_cast<uint64_t>(m);
       p.header.phase = phase;
       p.header.sender_stage = -1;
-      p.header.epoch = epoch;
+      p.header.epoch = batches.EpochOf(m);
       p.x = {b.images, {}};
       if (stages == 1 || options.labels_with_data) p.labels = b.labels;
       auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
@@ -111,7 +117,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       std::unique_lock<std::mutex> lock(c.mu);
       c.cv.wait_for(lock, milliseconds(250));
       complete = c.result.micro_batches >= n &&
-                 (!train || stages == 1 || c.exits >= n);
+                 (!backward || stages == 1 || c.exits >= n);
       last_done = c.last_done;
     }
     if (complete) break;

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/fleet_control.h"
 #include "petra/v1/common.pb.h"
-#include "services/data/batches.h"
+#include "services/engine/pass_batches.h"
 #include "services/engine/pass_result.h"
 
 namespace petra::coordinator {
@@ -36,11 +36,12 @@ struct FeedOptions {
   bool labels_with_data = false;
 };
 
-// Runs micro-batches 0..n-1 of `batches` through the fleet. The result's
-// `seconds` is the pass's duration; training losses are kept by id.
+// Runs the micro-batches of `batches` through the fleet (each message
+// names its own epoch). The result's `seconds` is the pass's duration;
+// training micro-batches are kept by pass id.
 absl::StatusOr<engine::PassResult> RunFeedPass(
     StageFleet& fleet, const std::string& job_id, petra::v1::Phase phase,
-    uint32_t epoch, const data::EpochBatches& batches, int64_t n,
-    const PassWatch& watch, FeedOptions options = {});
+    const engine::PassBatches& batches, const PassWatch& watch,
+    FeedOptions options = {});
 
 }  // namespace petra::coordinator

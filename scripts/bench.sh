@@ -12,8 +12,8 @@
 #                                          # another's, alternating runs
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh main_job
 #                                          # the main job by both builds
-# Sections: throughput fleets memory accuracy forward_gradient feed peer
-# transformer staleness threads partition (the default),
+# Sections: throughput fleets memory accuracy long_run forward_gradient feed
+# peer transformer staleness threads partition (the default),
 # compare and main_job (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
@@ -23,8 +23,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 PY=/usr/bin/python3
-ALL=(throughput fleets memory accuracy forward_gradient feed peer transformer
-     staleness threads partition)
+ALL=(throughput fleets memory accuracy long_run forward_gradient feed peer
+     transformer staleness threads partition)
 
 smoke=0
 sections=()
@@ -32,7 +32,8 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
     --help|-h) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    throughput|fleets|memory|accuracy|forward_gradient|feed|peer|transformer|\
+    throughput|fleets|memory|accuracy|long_run|forward_gradient|feed|peer|\
+    transformer|\
     staleness|threads|partition|compare|main_job)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
@@ -144,14 +145,31 @@ section_memory() {
 }
 
 section_accuracy() {
-  local args=()
-  if ((smoke)); then args=(--smoke); fi
-  echo "## Accuracy: PETRA against backprop and delayed gradients (paper, Table 2, Figure 4)"
+  local args=(--e2e 100)
+  if ((smoke)); then args=(--smoke --e2e 10); fi
+  echo "## Accuracy: PETRA against backprop and delayed gradients (paper, Tables 2 and 4, Figures 4 and 5)"
   echo
   machine
   echo
   run $PY bench/accuracy.py --petra "$BIN/petra" "${args[@]}" \
     --json "$RESULTS/accuracy.json"
+}
+
+section_long_run() {
+  # Is the per-block gap of the 3-epoch runs the short schedule? 15 epochs
+  # with the paper's recipe (warm-up, step decay) fitted to that length.
+  local args=(--epochs 15 --stages per-block --only "backprop,PETRA k=1,PETRA k=4"
+    --model-flags "--recipe paper" --e2e 200)
+  if ((smoke)); then
+    args=(--smoke --stages per-block --only "backprop,PETRA k=1"
+      --model-flags "--recipe paper" --e2e 10)
+  fi
+  echo "## Accuracy: the per-block gap over a longer run (the paper's recipe)"
+  echo
+  machine
+  echo
+  run $PY bench/accuracy.py --petra "$BIN/petra" "${args[@]}" \
+    --json "$RESULTS/long_run.json"
 }
 
 section_forward_gradient() {

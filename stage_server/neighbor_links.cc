@@ -162,7 +162,8 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
           return s.Forward(c);
         });
   }
-  if (pass.phase == petra::v1::PHASE_TRAIN && job.index() > 0) {
+  // Every pass but an evaluation sends gradients down.
+  if (pass.phase != petra::v1::PHASE_EVAL && job.index() > 0) {
     impl_->previous = Connect<petra::v1::BackwardMessage>(
         job.index() - 1, job.assign.previous_address(), security,
         [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {

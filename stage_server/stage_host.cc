@@ -177,9 +177,10 @@ absl::Status StageHost::Start(const petra::v1::StartRequest& request) {
         absl::StrCat("the job failed on this stage: ", job->error.message()));
   }
   if (request.phase() != petra::v1::PHASE_TRAIN &&
-      request.phase() != petra::v1::PHASE_EVAL) {
+      request.phase() != petra::v1::PHASE_EVAL &&
+      request.phase() != petra::v1::PHASE_GRADIENT_CHECK) {
     return absl::InvalidArgumentError(
-        "phase must be PHASE_TRAIN or PHASE_EVAL");
+        "phase must be PHASE_TRAIN, PHASE_EVAL or PHASE_GRADIENT_CHECK");
   }
   if (request.micro_batches() < 1 || request.micro_batches() > (1u << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -209,7 +210,12 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     s.set_wait_seconds(job->mailbox.wait_seconds());
     metrics_->State(job->index(), r.in_flight, r.optimizer_steps, s.memory());
     if (std::optional<engine::GradientDiagnostic> d = w.last_diagnostic()) {
-      metrics_->Diagnostic(job->index(), d->cosine_similarity, d->norm_ratio);
+      metrics_->Diagnostic(job->index(), "delayed", d->cosine_similarity,
+                           d->norm_ratio);
+    }
+    if (const engine::EndToEndSummary e = w.end_to_end(); e.samples > 0) {
+      metrics_->Diagnostic(job->index(), "end_to_end",
+                           e.cosine_similarity_mean, e.norm_ratio_mean);
     }
     std::lock_guard<std::mutex> lock(mu_);
     job->stats = std::move(s);
@@ -223,14 +229,20 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
       job->cancel_streams = [&links] { links->Cancel(); };
     }
     if (job->released) job->CancelStreams();
-    status =
-        pass.phase == petra::v1::PHASE_TRAIN
-            ? engine::RunStageEpoch(
-                  *job->worker, job->mailbox, links->outbox(),
-                  pass.micro_batches,
-                  engine::ScheduleForMode(job->assign.spec().training().mode()))
-            : engine::RunStageEval(*job->worker, job->mailbox, links->outbox(),
-                                   pass.micro_batches);
+    switch (pass.phase) {
+      case petra::v1::PHASE_TRAIN:
+        status = engine::RunStageEpoch(
+            *job->worker, job->mailbox, links->outbox(), pass.micro_batches,
+            engine::ScheduleForMode(job->assign.spec().training().mode()));
+        break;
+      case petra::v1::PHASE_GRADIENT_CHECK:
+        status = engine::RunStageGradientCheck(
+            *job->worker, job->mailbox, links->outbox(), pass.micro_batches);
+        break;
+      default:
+        status = engine::RunStageEval(*job->worker, job->mailbox,
+                                      links->outbox(), pass.micro_batches);
+    }
     status = links->Finish(status);
     {
       std::lock_guard<std::mutex> lock(job->streams_mu);

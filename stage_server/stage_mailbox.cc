@@ -182,7 +182,7 @@ absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
   const uint64_t id = p.header.micro_batch_id;
   if (absl::Status s = CheckId(id, next_backward_, "backward"); !s.ok())
     return s;
-  if (pass_.phase != petra::v1::PHASE_TRAIN) {
+  if (pass_.phase == petra::v1::PHASE_EVAL) {
     return absl::FailedPreconditionError(absl::StrCat(
         "backward micro-batch ", id, ": the pass is an evaluation"));
   }

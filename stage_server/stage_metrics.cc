@@ -71,14 +71,18 @@ struct StageMetrics::Families {
                      .Register(r)),
         cosine(prometheus::BuildGauge()
                    .Name("petra_stage_grad_cosine_similarity")
-                   .Help("Cosine similarity of PETRA's gradient to the exact "
-                         "delayed gradient, newest diagnostic (off unless "
-                         "--grad-diagnostics)")
+                   .Help("Cosine similarity of the gradient a stage applied "
+                         "to a reference: the exact delayed gradient "
+                         "(reference=\"delayed\", newest, with "
+                         "--grad-diagnostics) or the true end-to-end one "
+                         "(reference=\"end_to_end\", mean of the last "
+                         "training pass, with --e2e-diagnostics)")
                    .Register(r)),
         norm_ratio(prometheus::BuildGauge()
                        .Name("petra_stage_grad_norm_ratio")
-                       .Help("Norm of PETRA's gradient over the exact delayed "
-                             "gradient's, newest diagnostic")
+                       .Help("Norm of the gradient a stage applied over its "
+                             "reference's (see "
+                             "petra_stage_grad_cosine_similarity)")
                        .Register(r)),
         errors(prometheus::BuildCounter()
                    .Name("petra_stage_rpc_errors_total")
@@ -175,10 +179,11 @@ void StageMetrics::State(int stage, int64_t in_flight, int64_t optimizer_steps,
   }
 }
 
-void StageMetrics::Diagnostic(int stage, double cosine_similarity,
-                              double norm_ratio) {
+void StageMetrics::Diagnostic(int stage, const char* reference,
+                              double cosine_similarity, double norm_ratio) {
   if (!f_) return;
-  const prometheus::Labels l = {{"stage", absl::StrCat(stage)}};
+  const prometheus::Labels l = {{"stage", absl::StrCat(stage)},
+                                {"reference", reference}};
   f_->cosine.Add(l).Set(cosine_similarity);
   f_->norm_ratio.Add(l).Set(norm_ratio);
 }

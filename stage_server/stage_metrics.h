@@ -30,8 +30,10 @@ class StageMetrics {
   void Waited(int stage, bool backward, double seconds);
   void State(int stage, int64_t in_flight, int64_t optimizer_steps,
              const petra::v1::MemoryBreakdown& memory);
-  // The newest gradient diagnostic (training.grad_diagnostics_every).
-  void Diagnostic(int stage, double cosine_similarity, double norm_ratio);
+  // A gradient check's figures: `reference` "delayed" (the exact delayed
+  // gradient, --grad-diagnostics) or "end_to_end" (--e2e-diagnostics).
+  void Diagnostic(int stage, const char* reference, double cosine_similarity,
+                  double norm_ratio);
   // Stream payload: `backward` selects the Backward stream.
   void Sent(bool backward, int64_t bytes);
   void Received(bool backward, int64_t bytes);

@@ -1,5 +1,7 @@
 #include "services/engine/gradient_diagnostic.h"
 
+#include <tuple>
+
 #include "services/model/batch_norm.h"
 
 namespace petra::engine {
@@ -35,14 +37,13 @@ std::vector<torch::Tensor> GradientProbe::GradientsBefore(
   return before;
 }
 
-GradientProbe::Exact GradientProbe::ExactGradient(const ForwardRecord& r,
-                                                  const TensorPair& output_grad,
-                                                  bool with_input,
-                                                  StageBlocks& blocks) {
+GradientAtPoint GradientAt(StageBlocks& blocks, const TensorPair& input,
+                           const std::vector<torch::Tensor>& weights,
+                           const TensorPair& output_grad, bool with_input) {
   const std::vector<torch::Tensor>& params = blocks.parameters();
   std::vector<torch::Tensor> current = blocks.CopyWeights();
-  blocks.SetWeights(r.diagnostic_weights);
-  TensorPair x = r.diagnostic_input.detach();
+  blocks.SetWeights(weights);
+  TensorPair x = input.detach();
   std::vector<torch::Tensor> wrt = params;
   if (with_input) {
     for (torch::Tensor* t : {&x.a, &x.b}) {
@@ -71,7 +72,7 @@ GradientProbe::Exact GradientProbe::ExactGradient(const ForwardRecord& r,
   std::vector<torch::Tensor> g = torch::autograd::grad(
       outputs, wrt, grads, false, false, /*allow_unused=*/true);
   blocks.SetWeights(current);
-  Exact e;
+  GradientAtPoint e;
   for (size_t i = 0; i < params.size(); ++i) {
     e.params.push_back(g[i].defined() ? g[i].flatten()
                                       : torch::zeros({params[i].numel()},
@@ -89,15 +90,21 @@ GradientProbe::Exact GradientProbe::ExactGradient(const ForwardRecord& r,
   return e;
 }
 
-void GradientProbe::Record(const torch::Tensor& applied,
-                           const torch::Tensor& exact, int64_t steps) {
+std::pair<double, double> CosineAndNormRatio(const torch::Tensor& applied,
+                                             const torch::Tensor& exact) {
   const double pn = applied.norm().item<double>();
   const double en = exact.norm().item<double>();
+  return {pn > 0 && en > 0 ? applied.dot(exact).item<double>() / (pn * en)
+                           : 0.0,
+          en > 0 ? pn / en : 0.0};
+}
+
+void GradientProbe::Record(const torch::Tensor& applied,
+                           const torch::Tensor& exact, int64_t steps) {
   GradientDiagnostic d;
   d.step = steps;
-  d.cosine_similarity =
-      pn > 0 && en > 0 ? applied.dot(exact).item<double>() / (pn * en) : 0.0;
-  d.norm_ratio = en > 0 ? pn / en : 0.0;
+  std::tie(d.cosine_similarity, d.norm_ratio) =
+      CosineAndNormRatio(applied, exact);
   last_ = d;
 }
 
@@ -116,7 +123,9 @@ void GradientProbe::Compare(const ForwardRecord& r,
   }
   // The backward added (1/k) of it.
   Record(torch::cat(petra),
-         torch::cat(ExactGradient(r, output_grad, false, blocks).params) /
+         torch::cat(GradientAt(blocks, r.diagnostic_input,
+                               r.diagnostic_weights, output_grad, false)
+                        .params) /
              accumulation_,
          steps);
 }
@@ -125,7 +134,8 @@ TensorPair GradientProbe::CompareEstimate(
     const ForwardRecord& r, const TensorPair& output_grad,
     const std::vector<torch::Tensor>& applied, int64_t steps, bool with_input,
     StageBlocks& blocks) {
-  Exact e = ExactGradient(r, output_grad, with_input, blocks);
+  GradientAtPoint e = GradientAt(blocks, r.diagnostic_input,
+                                 r.diagnostic_weights, output_grad, with_input);
   std::vector<torch::Tensor> flat;
   for (const torch::Tensor& t : applied) flat.push_back(t.flatten());
   Record(torch::cat(flat), torch::cat(e.params), steps);

@@ -17,6 +17,25 @@
 
 namespace petra::engine {
 
+// The gradient of a stage's blocks at `input` and `weights` for
+// `output_grad`: BatchNorm with batch statistics, its running statistics
+// untouched, the stage's own weights put back after. Parameter gradients
+// flattened (zeros where a parameter had no part) and, with `with_input`,
+// the input's.
+struct GradientAtPoint {
+  std::vector<torch::Tensor> params;
+  model::TensorPair input;
+};
+GradientAtPoint GradientAt(StageBlocks& blocks, const model::TensorPair& input,
+                           const std::vector<torch::Tensor>& weights,
+                           const model::TensorPair& output_grad,
+                           bool with_input);
+
+// Cosine similarity and |applied| / |exact| of two flat vectors (0 where a
+// norm is 0).
+std::pair<double, double> CosineAndNormRatio(const torch::Tensor& applied,
+                                             const torch::Tensor& exact);
+
 struct GradientDiagnostic {
   int64_t step = 0;
   double cosine_similarity = 0;
@@ -60,15 +79,6 @@ class GradientProbe {
   std::optional<GradientDiagnostic> last() const { return last_; }
 
  private:
-  struct Exact {
-    std::vector<torch::Tensor> params;  // flattened, zeros where unused
-    model::TensorPair input;
-  };
-  // The gradient at the record's input and weights for `output_grad`, BN
-  // with batch statistics and its running statistics untouched.
-  static Exact ExactGradient(const ForwardRecord& r,
-                             const model::TensorPair& output_grad,
-                             bool with_input, StageBlocks& blocks);
   void Record(const torch::Tensor& applied, const torch::Tensor& exact,
               int64_t steps);
 

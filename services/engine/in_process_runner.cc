@@ -71,8 +71,7 @@ absl::Status Closed() { return absl::CancelledError("the run is stopping"); }
 
 class QueueInbox : public StageInbox {
  public:
-  QueueInbox(int stage, int stages, Channels& c,
-             const data::EpochBatches& batches)
+  QueueInbox(int stage, int stages, Channels& c, const PassBatches& batches)
       : stage_(stage), stages_(stages), c_(c), batches_(batches) {}
 
   absl::StatusOr<ForwardItem> NextForward(int64_t id) override {
@@ -109,7 +108,7 @@ class QueueInbox : public StageInbox {
  private:
   const int stage_, stages_;
   Channels& c_;
-  const data::EpochBatches& batches_;
+  const PassBatches& batches_;
 };
 
 class QueueOutbox : public StageOutbox {
@@ -143,15 +142,46 @@ absl::StatusOr<TrainingCursor> InProcessRunner::Restore() {
 }
 
 absl::StatusOr<PassResult> InProcessRunner::RunPass(
-    petra::v1::Phase phase, uint32_t epoch, const data::EpochBatches& batches,
-    int64_t n) {
-  return phase == petra::v1::PHASE_TRAIN ? Train(epoch, batches, n)
-                                         : Eval(batches, n);
+    petra::v1::Phase phase, const PassBatches& batches) {
+  switch (phase) {
+    case petra::v1::PHASE_TRAIN:
+      return Train(batches);
+    case petra::v1::PHASE_GRADIENT_CHECK:
+      return Check(batches);
+    default:
+      return Eval(batches);
+  }
 }
 
-absl::StatusOr<PassResult> InProcessRunner::Train(
-    uint32_t /*epoch*/, const data::EpochBatches& batches,
-    int64_t micro_batches) {
+// Stage after stage on this thread, one micro-batch at a time: backprop
+// through every stage at the weights each kept for it.
+absl::StatusOr<PassResult> InProcessRunner::Check(const PassBatches& batches) {
+  PassResult result;
+  for (int64_t i = 0; i < batches.size(); ++i) {
+    absl::StatusOr<data::Batch> got = batches.Get(i);
+    if (!got.ok()) return got.status();
+    TensorPair x{got->images, {}};
+    for (size_t j = 0; j + 1 < workers_.size(); ++j) {
+      absl::StatusOr<TensorPair> y = workers_[j]->CheckForward(i, x);
+      if (!y.ok()) return y.status();
+      x = std::move(*y);
+    }
+    absl::StatusOr<LossOutput> out =
+        workers_.back()->CheckLoss(i, x, got->labels);
+    if (!out.ok()) return out.status();
+    result.Record(i, out->loss, out->correct, out->samples, false);
+    TensorPair g = std::move(out->backward.input_grad);
+    for (size_t j = workers_.size() - 1; j-- > 0;) {
+      absl::StatusOr<BackwardOutput> b = workers_[j]->CheckBackward(i, g);
+      if (!b.ok()) return b.status();
+      g = std::move(b->input_grad);
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<PassResult> InProcessRunner::Train(const PassBatches& batches) {
+  const int64_t micro_batches = batches.size();
   const int stages = stage_count();
   const ScheduleKind schedule = ScheduleForMode(spec_.training().mode());
   Channels channels(stages, micro_batches);
@@ -163,7 +193,10 @@ absl::StatusOr<PassResult> InProcessRunner::Train(
       std::lock_guard<std::mutex> lock(mu);
       result.Record(id, out.loss, out.correct, out.samples, true);
     }
-    if (options_.on_step) options_.on_step({id, out.loss});
+    if (options_.on_step) {
+      const auto [part, index] = batches.Locate(id);
+      options_.on_step({index, out.loss, batches.parts()[part].epoch});
+    }
   };
   const int threads =
       options_.threads_per_stage > 0
@@ -202,11 +235,10 @@ absl::StatusOr<PassResult> InProcessRunner::Train(
 
 // Stage after stage on this thread: an evaluation has no backward to
 // overlap.
-absl::StatusOr<PassResult> InProcessRunner::Eval(
-    const data::EpochBatches& batches, int64_t n) {
+absl::StatusOr<PassResult> InProcessRunner::Eval(const PassBatches& batches) {
   PassResult result;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < batches.size(); ++i) {
     absl::StatusOr<data::Batch> got = batches.Get(i);
     if (!got.ok()) return got.status();
     data::Batch& b = *got;

@@ -22,6 +22,7 @@ namespace petra::engine {
 struct StepReport {
   int64_t micro_batch = 0;  // within the epoch
   double loss = 0;
+  uint32_t epoch = 0;
 };
 
 struct RunnerOptions {
@@ -60,9 +61,8 @@ class InProcessRunner : public PassExecutor, public JobObserver {
   // PassExecutor. A run goes on from where the workers are (the seeded
   // initial weights at first); the in-process runner keeps no checkpoints.
   absl::StatusOr<TrainingCursor> Restore() override;
-  absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase, uint32_t epoch,
-                                     const data::EpochBatches& batches,
-                                     int64_t n) override;
+  absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase,
+                                     const PassBatches& batches) override;
   absl::Status Checkpoint(const TrainingCursor&) override {
     return absl::OkStatus();
   }
@@ -72,10 +72,9 @@ class InProcessRunner : public PassExecutor, public JobObserver {
 
  private:
   InProcessRunner() = default;
-  absl::StatusOr<PassResult> Train(uint32_t epoch,
-                                   const data::EpochBatches& batches,
-                                   int64_t n);
-  absl::StatusOr<PassResult> Eval(const data::EpochBatches& batches, int64_t n);
+  absl::StatusOr<PassResult> Train(const PassBatches& batches);
+  absl::StatusOr<PassResult> Eval(const PassBatches& batches);
+  absl::StatusOr<PassResult> Check(const PassBatches& batches);
 
   petra::v1::JobSpec spec_;
   data::Splits data_;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 
@@ -34,6 +35,77 @@ std::unique_ptr<InProcessRunner> Make(const petra::v1::JobSpec& raw) {
       InProcessRunner::Create(*spec, std::move(*data), {});
   EXPECT_TRUE(r.ok()) << r.status();
   return std::move(*r);
+}
+
+// Across epochs that neither evaluate nor checkpoint, the pipeline stays
+// full: only the first micro-batches of the whole pass are less stale, not
+// those of every epoch. With `drain` each epoch fills and drains its own.
+TEST(InProcessRunner, ThePipelineStaysFullAcrossEpochsUntilItMustDrain) {
+  for (bool drain : {true, false}) {
+    petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 3);
+    s.mutable_evaluation()->set_every_epochs(drain ? 1 : 3);
+    s.mutable_checkpoint()->set_every_epochs(drain ? 1 : 0);
+    auto runner = Make(s);
+    absl::StatusOr<std::vector<EpochReport>> r = runner->Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->size(), 3u);
+    EXPECT_EQ(r->back().steps, 3u * 32);
+    const int J = runner->stage_count();
+    const int64_t n = 1024 / 32;  // micro-batches an epoch
+    for (const petra::v1::StageStats& st : r->back().stages) {
+      const int d = 2 * (J - 1 - static_cast<int>(st.stage_index()));
+      // m-th micro-batch of a pass: min(m, d) steps stale (k = 1).
+      double expected = 0;
+      for (int64_t m = 0; m < (drain ? n : 3 * n); ++m) {
+        expected += std::min<int64_t>(m, d);
+      }
+      expected /= drain ? n : 3 * n;
+      EXPECT_NEAR(st.staleness_mean(), expected, 1e-12)
+          << "stage " << st.stage_index() << (drain ? ", drained" : "");
+    }
+    // Evaluated where due, and at the end.
+    EXPECT_EQ((*r)[0].evaluated, drain);
+    EXPECT_EQ((*r)[1].evaluated, drain);
+    EXPECT_TRUE((*r)[2].evaluated);
+  }
+}
+
+// The end-to-end check: with frozen weights every stage applies the true
+// gradient (cosine 1, norm ratio 1); so does backprop whatever the rate (no
+// update between a micro-batch's forward and backward); PETRA's early
+// stages, once the weights move, apply something else.
+TEST(InProcessRunner, EndToEndCheckComparesWithTheTrueGradient) {
+  struct Case {
+    petra::v1::TrainingMode mode;
+    double lr;
+    bool exact;
+  } cases[] = {{petra::v1::TRAINING_MODE_PETRA, 0.0, true},
+               {petra::v1::TRAINING_MODE_BACKPROP, 0.05, true},
+               {petra::v1::TRAINING_MODE_PETRA, 0.05, false}};
+  for (const Case& c : cases) {
+    petra::v1::JobSpec s = Synthetic(c.mode, 1);
+    s.mutable_optimizer()->set_learning_rate(c.lr);
+    s.mutable_training()->set_end_to_end_every(4);
+    auto runner = Make(s);
+    absl::StatusOr<std::vector<EpochReport>> r = runner->Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    const int64_t n = 1024 / 32;
+    bool any_inexact = false;
+    for (const petra::v1::StageStats& st : r->back().stages) {
+      const std::string where = absl::StrCat(
+          "stage ", st.stage_index(), ", mode ", c.mode, ", lr ", c.lr);
+      EXPECT_EQ(st.end_to_end_samples(), n / 4) << where;
+      if (c.exact) {
+        EXPECT_NEAR(st.end_to_end_cosine_similarity(), 1.0, 1e-4) << where;
+        EXPECT_NEAR(st.end_to_end_norm_ratio(), 1.0, 1e-3) << where;
+      } else {
+        EXPECT_GT(st.end_to_end_cosine_similarity(), 0.0) << where;
+        EXPECT_LE(st.end_to_end_cosine_similarity(), 1.0 + 1e-6) << where;
+        any_inexact |= st.end_to_end_cosine_similarity() < 0.999;
+      }
+    }
+    if (!c.exact) EXPECT_TRUE(any_inexact);
+  }
 }
 
 TEST(InProcessRunner, DelayIsTwiceTheDistanceToTheLastStage) {

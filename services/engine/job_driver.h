@@ -17,6 +17,7 @@
 #include "petra/v1/job.pb.h"
 #include "petra/v1/stage.pb.h"  // Phase
 #include "services/data/batches.h"
+#include "services/engine/pass_batches.h"
 #include "services/engine/pass_result.h"
 
 namespace petra::engine {
@@ -57,13 +58,12 @@ class PassExecutor {
   // Where the job starts: the beginning, or its newest usable checkpoint
   // restored into every stage.
   virtual absl::StatusOr<TrainingCursor> Restore() = 0;
-  // Runs micro-batches 0..n-1 of `batches` through every stage as a
-  // training or evaluation pass of `epoch`, and tallies the last stage's
-  // reports (PassResult::Record, training losses kept).
+  // Runs the micro-batches of `batches` (ids 0..size()-1; a training pass
+  // may span several epochs without draining between them) through every
+  // stage as a training or evaluation pass, and tallies the last stage's
+  // reports under their pass ids (PassResult::Record, training kept).
   virtual absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase,
-                                             uint32_t epoch,
-                                             const data::EpochBatches& batches,
-                                             int64_t n) = 0;
+                                             const PassBatches& batches) = 0;
   // Saves every stage's state at `cursor` (after epoch next_epoch - 1).
   virtual absl::Status Checkpoint(const TrainingCursor& cursor) = 0;
   // Every stage's statistics now.
@@ -94,9 +94,13 @@ class JobDriver {
             JobObserver* observer);
 
   // Restores, then trains every epoch left (or until max_steps), evaluating
-  // and checkpointing as the spec says.
+  // and checkpointing as the spec says. The pipeline stays full across the
+  // epochs between two that evaluate or checkpoint (one pass for them all),
+  // and drains only where an evaluation or checkpoint needs consistent
+  // weights, or training ends.
   absl::StatusOr<std::vector<EpochReport>> Run();
-  // One epoch from the current cursor (tests and benchmarks).
+  // One epoch from the current cursor, drained at its end (tests and
+  // benchmarks); FAILED_PRECONDITION when it has no whole optimizer step.
   absl::StatusOr<EpochReport> RunEpoch();
   // The mean loss and accuracy of the current weights on `split`.
   absl::StatusOr<PassResult> Evaluate(const data::Dataset& split,
@@ -108,6 +112,17 @@ class JobDriver {
   bool done() const;
 
  private:
+  // Whether the pipeline drains after `epoch`, `steps` steps in.
+  bool DrainsAfter(uint32_t epoch, uint64_t steps) const;
+  // Trains up to `max_epochs` epochs from the cursor in one pass (fewer
+  // where one must drain); their reports, none when nothing was left.
+  absl::StatusOr<std::vector<EpochReport>> RunSegment(uint32_t max_epochs);
+  // One epoch's bookkeeping after its pass; `drained`: the pass ended with
+  // it, so it may evaluate and checkpoint.
+  absl::StatusOr<EpochReport> FinishEpoch(const PassBatches::Part& part,
+                                          const PassResult& train,
+                                          bool drained);
+
   const petra::v1::JobSpec spec_;
   const data::Splits& data_;
   const int64_t steps_per_epoch_;

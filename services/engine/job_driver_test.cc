@@ -19,10 +19,15 @@ namespace {
 class ScriptedExecutor : public PassExecutor {
  public:
   absl::StatusOr<TrainingCursor> Restore() override { return start; }
-  absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase, uint32_t epoch,
-                                     const data::EpochBatches& batches,
-                                     int64_t n) override {
-    passes.push_back({phase, epoch, n, batches.size()});
+  absl::StatusOr<PassResult> RunPass(petra::v1::Phase phase,
+                                     const PassBatches& batches) override {
+    const int64_t n = batches.size();
+    const uint32_t epoch = batches.parts().front().epoch;
+    Pass pass{phase, epoch, n, batches.parts().front().batches->size(), {}};
+    for (const PassBatches::Part& p : batches.parts()) {
+      pass.epochs.push_back(p.epoch);
+    }
+    passes.push_back(pass);
     PassResult r;
     for (int64_t m = 0; m < n; ++m) {
       const bool nan =
@@ -43,8 +48,9 @@ class ScriptedExecutor : public PassExecutor {
 
   struct Pass {
     petra::v1::Phase phase;
-    uint32_t epoch;
+    uint32_t epoch;  // the first
     int64_t n, available;
+    std::vector<uint32_t> epochs;  // every epoch the pass trains
   };
   TrainingCursor start;
   uint32_t nan_eval_from = 1000;  // evaluations of this epoch on: all NaN
@@ -87,12 +93,13 @@ TEST_F(JobDriverTest, MaxStepsEndsPartWayAndThatEpochIsEvaluatedAndSaved) {
   absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->size(), 2u);
-  // Epoch 2 trains only the 2 steps left: 4 micro-batches, whole steps.
-  ASSERT_EQ(exec_.passes.size(), 3u);
-  EXPECT_EQ(exec_.passes[0].n, 10);
-  EXPECT_EQ(exec_.passes[1].n, 4);
-  EXPECT_EQ(exec_.passes[2].phase, petra::v1::PHASE_EVAL);
-  EXPECT_EQ(exec_.passes[2].n, 3);  // 24 test examples, the last batch kept
+  // Epoch 2 trains only the 2 steps left: 4 micro-batches, whole steps; in
+  // the same pass as epoch 1 (nothing to evaluate or save between them).
+  ASSERT_EQ(exec_.passes.size(), 2u);
+  EXPECT_EQ(exec_.passes[0].n, 14);
+  EXPECT_THAT(exec_.passes[0].epochs, ::testing::ElementsAre(1, 2));
+  EXPECT_EQ(exec_.passes[1].phase, petra::v1::PHASE_EVAL);
+  EXPECT_EQ(exec_.passes[1].n, 3);  // 24 test examples, the last batch kept
   EXPECT_FALSE((*r)[0].evaluated);
   EXPECT_TRUE((*r)[1].evaluated);
   EXPECT_EQ((*r)[1].steps, 7u);
@@ -158,6 +165,43 @@ TEST_F(JobDriverTest, AnEvaluationWithNoFiniteLossKeepsTheLastFigures) {
     EXPECT_EQ((*r)[e].test_loss, 1.0);
     EXPECT_EQ((*r)[e].test_accuracy, 0.5);
   }
+}
+
+// The pipeline stays full between the epochs that evaluate or checkpoint:
+// one pass for epochs 1-3, one for 4-5, each epoch reported on its own.
+TEST_F(JobDriverTest, OnePassSpansTheEpochsBetweenDrains) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(5);
+  raw.mutable_evaluation()->set_every_epochs(3);
+  raw.mutable_checkpoint()->set_every_epochs(0);
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  JobDriver driver(spec_, data_, 10, exec_, nullptr);
+  absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(exec_.passes.size(), 4u);
+  EXPECT_THAT(exec_.passes[0].epochs, ::testing::ElementsAre(1, 2, 3));
+  EXPECT_EQ(exec_.passes[0].n, 30);
+  EXPECT_EQ(exec_.passes[1].phase, petra::v1::PHASE_EVAL);
+  EXPECT_THAT(exec_.passes[2].epochs, ::testing::ElementsAre(4, 5));
+  EXPECT_EQ(exec_.passes[3].phase, petra::v1::PHASE_EVAL);
+  ASSERT_EQ(r->size(), 5u);
+  for (int e = 0; e < 5; ++e) {
+    EXPECT_EQ((*r)[e].epoch, e + 1u);
+    EXPECT_EQ((*r)[e].steps, 10u * (e + 1));
+    EXPECT_EQ((*r)[e].evaluated, e == 2 || e == 4) << e;
+  }
+  // The pass's one NaN (its micro-batch 1) is epoch 1's; each epoch is
+  // tallied apart.
+  EXPECT_EQ((*r)[0].skipped_micro_batches, 1);
+  EXPECT_EQ((*r)[1].skipped_micro_batches, 0);
+  EXPECT_EQ((*r)[2].train_loss, 1.0);
+  // The whole pass took the executor's 2 s: the last epoch's drain included.
+  double seconds = 0;
+  for (int e = 0; e < 3; ++e) seconds += (*r)[e].train_seconds;
+  EXPECT_NEAR(seconds, 2.0, 1e-9);
+  ASSERT_EQ(exec_.checkpoints.size(), 1u);  // at the end only
+  EXPECT_EQ(exec_.checkpoints[0].next_epoch, 6u);
+  EXPECT_EQ(driver.cursor().samples_seen, 5u * 80);
 }
 
 // A restored cursor: training goes on from its epoch and counters.

@@ -4,6 +4,7 @@
 // in the mean loss, the accuracy or the throughput; all means are per sample.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -30,16 +31,31 @@ struct PassTotals {
   }
 };
 
+// One training micro-batch as the last stage reported it.
+struct MicroBatchOutcome {
+  int64_t id = 0;
+  double loss = 0;
+  int64_t correct = 0;
+  int64_t samples = 0;
+  double at = 0;  // seconds after the pass began
+};
+
 struct PassResult : PassTotals {
-  // Every micro-batch's (id, loss), in the order reported (training only).
-  std::vector<std::pair<int64_t, double>> losses;
+  // Every training micro-batch, in the order reported (kept for the loss
+  // log and for splitting a pass of several epochs into its epochs).
+  std::vector<MicroBatchOutcome> kept;
 
   // The last stage finished micro-batch `id` with this mean loss.
   void Record(int64_t id, double loss, int64_t correct_count,
-              int64_t sample_count, bool keep_loss) {
+              int64_t sample_count, bool keep) {
     ++micro_batches;
     fed_samples += sample_count;
-    if (keep_loss) losses.emplace_back(id, loss);
+    if (keep) {
+      kept.push_back({id, loss, correct_count, sample_count,
+                      std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - began_)
+                          .count()});
+    }
     if (!std::isfinite(loss)) {
       ++skipped;
       return;
@@ -48,8 +64,18 @@ struct PassResult : PassTotals {
     correct += correct_count;
     samples += sample_count;
   }
+  // Every kept micro-batch's (id, loss).
+  std::vector<std::pair<int64_t, double>> losses() const {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const MicroBatchOutcome& m : kept) out.emplace_back(m.id, m.loss);
+    return out;
+  }
   // The totals alone (progress reports during a pass).
   PassTotals totals() const { return *this; }
+
+ private:
+  std::chrono::steady_clock::time_point began_ =
+      std::chrono::steady_clock::now();
 };
 
 }  // namespace petra::engine

@@ -81,6 +81,13 @@ absl::Status RunStageEpoch(StageWorker& worker, StageInbox& inbox,
                            StageOutbox& outbox, int64_t micro_batches,
                            ScheduleKind schedule);
 
+// Runs the end-to-end gradient check after a training pass
+// (end_to_end_check.h): the pass's sampled micro-batches, forward then
+// backward one at a time at each stage's kept weights; the last stage
+// reports each loss, the first each micro-batch's end.
+absl::Status RunStageGradientCheck(StageWorker& worker, StageInbox& inbox,
+                                   StageOutbox& outbox, int64_t micro_batches);
+
 // Runs an evaluation of `micro_batches` on one stage: forward only with BN
 // running statistics; the last stage reports each micro-batch's loss.
 absl::Status RunStageEval(StageWorker& worker, StageInbox& inbox,

@@ -119,6 +119,7 @@ absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
         "the stage runtime runs the backprop, delayed, petra and "
         "forward_gradient schedules");
   }
+  w.BeginTrainingPass();
   StageSchedule ops(schedule, w.index(), w.count(), micro_batches);
   while (std::optional<ScheduledOp> op = ops.Next()) {
     absl::Status s;
@@ -134,6 +135,49 @@ absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
         break;
     }
     if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunStageGradientCheck(StageWorker& w, StageInbox& inbox,
+                                   StageOutbox& outbox, int64_t micro_batches) {
+  w.BeginGradientCheck();
+  // Backprop's order, one micro-batch at a time: nothing here trains.
+  for (int64_t i = 0; i < micro_batches; ++i) {
+    absl::StatusOr<ForwardItem> in = Take(inbox, i);
+    if (!in.ok()) return in.status();
+    if (w.last()) {
+      absl::StatusOr<LossOutput> out = w.CheckLoss(i, in->x, in->labels);
+      if (!out.ok()) return out.status();
+      outbox.ReportLoss(i, *out);
+      if (w.index() == 0) continue;
+      if (absl::Status s = outbox.SendBackward(
+              {i, std::move(out->backward.input),
+               std::move(out->backward.input_grad), {}});
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    absl::StatusOr<model::TensorPair> y = w.CheckForward(i, in->x);
+    if (!y.ok()) return y.status();
+    if (absl::Status s = outbox.SendForward({i, std::move(*y), {}, {}});
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<BackwardItem> down = inbox.NextBackward(i);
+    if (!down.ok()) return down.status();
+    absl::StatusOr<BackwardOutput> out = w.CheckBackward(i, down->grad);
+    if (!out.ok()) return out.status();
+    if (w.index() == 0) {
+      outbox.Finished(i);
+      continue;
+    }
+    if (absl::Status s = outbox.SendBackward(
+            {i, std::move(out->input), std::move(out->input_grad), {}});
+        !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }

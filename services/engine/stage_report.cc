@@ -15,6 +15,7 @@ StageReport ReportOf(const StageWorker& w, const model::BlockRange& blocks) {
   s.optimizer_steps = w.optimizer_steps();
   s.in_flight = w.in_flight();
   s.skipped = w.skipped_count();
+  s.end_to_end = w.end_to_end();
   return s;
 }
 
@@ -42,6 +43,11 @@ petra::v1::StageStats ToProto(const StageReport& r) {
   s.set_staleness_mean(r.staleness_mean);
   s.set_skipped_micro_batches(static_cast<uint64_t>(r.skipped));
   *s.mutable_memory() = ToProto(r.memory);
+  if (r.end_to_end.samples > 0) {
+    s.set_end_to_end_samples(static_cast<uint32_t>(r.end_to_end.samples));
+    s.set_end_to_end_cosine_similarity(r.end_to_end.cosine_similarity_mean);
+    s.set_end_to_end_norm_ratio(r.end_to_end.norm_ratio_mean);
+  }
   return s;
 }
 

@@ -23,6 +23,7 @@ struct StageReport {
   int64_t optimizer_steps = 0;
   int64_t in_flight = 0;
   int64_t skipped = 0;  // micro-batches skipped for NaN or Inf
+  EndToEndSummary end_to_end;
 };
 
 StageReport ReportOf(const StageWorker& worker,

@@ -74,6 +74,8 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
       probe_(config.stash_weights
                  ? 0
                  : resolved.training().grad_diagnostics_every(),
+             static_cast<int>(resolved.training().accumulation_steps())),
+      check_(resolved.training().end_to_end_every(),
              static_cast<int>(resolved.training().accumulation_steps())) {
   model::ResetDeviceMemoryPeak(config_.device.str());
   UpdatePeak();
@@ -282,10 +284,12 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
             return s;
           }
         }
+        const bool sampled = check_.Samples(static_cast<int64_t>(id));
         if (skip) {
           BackwardOutput out = SkippedBackward(*r, output);
           Measure(*r, tick, out);
           ++skipped_;
+          if (sampled) KeepEndToEndSample(id, {});
           FinishBackward();
           return out;
         }
@@ -293,7 +297,7 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
         // to be finite (skip policy).
         if (finite_.skips()) optimizer_.Hold();
         std::vector<torch::Tensor> before;
-        if (!r->diagnostic_weights.empty())
+        if (!r->diagnostic_weights.empty() || sampled)
           before = probe_.GradientsBefore(blocks_);
         BackwardOutput out = program_->Run(*r, output, output_grad, optimizer_);
         bool bad = false;
@@ -309,11 +313,13 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
           ++skipped_;
         } else {
           optimizer_.Commit();
-          if (!before.empty()) {
+          if (!r->diagnostic_weights.empty()) {
             probe_.Compare(*r, output_grad, before, optimizer_.steps(),
                            blocks_);
           }
         }
+        if (sampled) KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{}
+                                                : before);
         Measure(*r, tick, out);
         FinishBackward();
         return out;
@@ -339,9 +345,11 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
             !s.ok()) {
           return s;
         }
+        const bool sampled = check_.Samples(static_cast<int64_t>(id));
         if (skip_input) {
           // Not even a forward: its recompute would take NaN into the BN
           // running statistics.
+          if (sampled) KeepEndToEndSample(id, {});
           LossOutput out;
           out.loss = std::numeric_limits<double>::quiet_NaN();
           out.samples = labels.size(0);
@@ -355,6 +363,8 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
           return out;
         }
         if (finite_.skips()) optimizer_.Hold();
+        std::vector<torch::Tensor> before;
+        if (sampled) before = probe_.GradientsBefore(blocks_);
         // Forward and backward are one step here: the forward is the recompute,
         // so it updates the BN running statistics.
         torch::Tensor logits, loss;
@@ -393,6 +403,9 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
         } else {
           optimizer_.Commit();
         }
+        if (sampled) {
+          KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
+        }
         LossOutput out;
         out.loss = loss.item<double>();
         out.samples = labels.size(0);
@@ -413,6 +426,60 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
         FinishBackward();
         return out;
       });
+}
+
+void StageWorker::KeepEndToEndSample(uint64_t id,
+                                     const std::vector<torch::Tensor>& before) {
+  const std::vector<torch::Tensor>& params = blocks_.parameters();
+  std::vector<torch::Tensor> added;
+  for (size_t i = 0; i < params.size(); ++i) {
+    added.push_back(before.empty() || !params[i].grad().defined()
+                        ? torch::zeros_like(params[i])
+                        : params[i].grad() - before[i]);
+  }
+  check_.Keep(static_cast<int64_t>(id), added, blocks_.CopyWeights());
+}
+
+absl::StatusOr<TensorPair> StageWorker::CheckForward(int64_t i,
+                                                     const TensorPair& x) {
+  return Guard(config_.index, "gradient check",
+               [&]() -> absl::StatusOr<TensorPair> {
+                 return check_.Forward(i, x.to(config_.device), blocks_);
+               });
+}
+
+absl::StatusOr<LossOutput> StageWorker::CheckLoss(int64_t i,
+                                                  const TensorPair& x,
+                                                  const torch::Tensor& labels) {
+  return Guard(
+      config_.index, "gradient check", [&]() -> absl::StatusOr<LossOutput> {
+        const TensorPair in = x.to(config_.device);
+        absl::StatusOr<EndToEndCheck::LossStep> step =
+            check_.Loss(i, in, model::ToDevice(labels, config_.device),
+                        blocks_, config_.index == 0);
+        if (!step.ok()) return step.status();
+        LossOutput out;
+        out.loss = step->loss;
+        out.correct = step->correct;
+        out.samples = labels.size(0);
+        out.backward.input = in.detach();
+        out.backward.input_grad = std::move(step->input_grad);
+        return out;
+      });
+}
+
+absl::StatusOr<BackwardOutput> StageWorker::CheckBackward(
+    int64_t i, const TensorPair& output_grad) {
+  return Guard(config_.index, "gradient check",
+               [&]() -> absl::StatusOr<BackwardOutput> {
+                 auto r = check_.Backward(i, output_grad.to(config_.device),
+                                          blocks_, config_.index == 0);
+                 if (!r.ok()) return r.status();
+                 BackwardOutput out;
+                 out.input = std::move(r->first);
+                 out.input_grad = std::move(r->second);
+                 return out;
+               });
 }
 
 absl::StatusOr<TensorPair> StageWorker::Evaluate(const TensorPair& x) {

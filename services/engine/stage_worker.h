@@ -22,6 +22,7 @@
 #include "services/engine/gradient_accumulator.h"
 #include "services/engine/gradient_diagnostic.h"
 #include "services/engine/lr_schedule.h"
+#include "services/engine/end_to_end_check.h"
 #include "services/engine/non_finite.h"
 #include "services/engine/stage_blocks.h"
 #include "services/engine/stage_memory.h"
@@ -133,6 +134,21 @@ class StageWorker {
       int64_t tick, const std::vector<model::TensorPair>& tangents = {});
   // Evaluation forward: no gradients, running statistics.
   absl::StatusOr<model::TensorPair> Evaluate(const model::TensorPair& x);
+
+  // The end-to-end gradient check (end_to_end_check.h). A training pass
+  // begins (the last one's samples are dropped), and the check pass after
+  // it: micro-batch `i` of the check is the training pass's (i N k)-th.
+  void BeginTrainingPass() { check_.BeginPass(); }
+  void BeginGradientCheck() { check_.BeginCheck(); }
+  absl::StatusOr<model::TensorPair> CheckForward(int64_t i,
+                                                 const model::TensorPair& x);
+  // Last stage: the loss at the kept weights; `backward` holds the input
+  // and its true gradient.
+  absl::StatusOr<LossOutput> CheckLoss(int64_t i, const model::TensorPair& x,
+                                       const torch::Tensor& labels);
+  absl::StatusOr<BackwardOutput> CheckBackward(
+      int64_t i, const model::TensorPair& output_grad);
+  EndToEndSummary end_to_end() const { return check_.summary(); }
   // Last stage: evaluation forward, mean cross-entropy and correct count
   // (no backward; `backward` stays empty).
   absl::StatusOr<LossOutput> EvaluateLoss(const model::TensorPair& x,
@@ -178,6 +194,9 @@ class StageWorker {
   void UpdatePeak();
   // The optimizer's state and, in mode forward_gradient, the head's.
   int64_t OptimizerBytes() const;
+  // A sampled micro-batch's backward is done: keeps what it added since
+  // `before` (none: nothing, a skipped one) and the weights now.
+  void KeepEndToEndSample(uint64_t id, const std::vector<torch::Tensor>& before);
 
   const StageConfig config_;
   const bool forward_gradient_;
@@ -187,6 +206,7 @@ class StageWorker {
   std::unique_ptr<ForwardGradientStage> fg_;  // mode forward_gradient only
   NonFiniteCheck finite_;
   GradientProbe probe_;
+  EndToEndCheck check_;
   MemoryLedger ledger_;
   std::map<uint64_t, ForwardRecord> records_;
   int64_t forwards_ = 0;

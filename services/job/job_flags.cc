@@ -257,6 +257,13 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               Enum(recipe, [s](int v) {
                 s->set_recipe(static_cast<petra::v1::Recipe>(v));
               }));
+  f.AddCustom("e2e-diagnostics", "N", "0 (off)",
+              "every N steps, compare each stage's applied gradient with the "
+              "true end-to-end gradient of the whole network at the stages' "
+              "current weights (cosine, norm ratio; metrics and --report)",
+              Uint32([s](uint32_t v) {
+                s->mutable_training()->set_end_to_end_every(v);
+              }));
   f.AddCustom(
       "lr", "RATE", "0.1 * B * K / 256", "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
@@ -297,7 +304,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "step-factor", "F", "0.1", "decay step: factor per drop, in (0, 1]",
       Double([s](double v) { s->mutable_schedule()->set_step_factor(v); }));
   f.AddCustom("eval-every", "N", "1",
-              "evaluate on the test split every N epochs",
+              "evaluate on the test split every N epochs (the pipeline "
+              "drains for it; between, it stays full across epochs)",
               Uint32([s](uint32_t v) {
                 s->mutable_evaluation()->set_every_epochs(v);
               }));
@@ -306,8 +314,9 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "also evaluate on the whole training split after each evaluation",
       Bool([s](bool v) { s->mutable_evaluation()->set_full_train_pass(v); }));
   f.AddCustom("checkpoint-every", "N", "1",
-              "checkpoint every N epochs (0: at the end only); a crashed job "
-              "resumes from its newest checkpoint",
+              "checkpoint every N epochs (0: at the end only; the pipeline "
+              "drains for each); a crashed job resumes from its newest "
+              "checkpoint",
               Uint32([s](uint32_t v) {
                 s->mutable_checkpoint()->set_every_epochs(v);
               }));

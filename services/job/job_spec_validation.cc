@@ -373,6 +373,13 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
     }
     CheckForwardGradient(s, p);
     CheckRebuildWith(t, p);
+    if (t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT &&
+        t.end_to_end_every() > 0) {
+      p.Add("training.end_to_end_every", t.end_to_end_every(),
+            "not with mode forward_gradient, whose estimate the gradient "
+            "diagnostic (grad_diagnostics_every) compares with the true "
+            "gradient");
+    }
   }
   if (t.accumulation_steps() < 1 ||
       t.accumulation_steps() > kMaxAccumulationSteps) {

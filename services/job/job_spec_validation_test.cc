@@ -483,6 +483,14 @@ INSTANTIATE_TEST_SUITE_P(
                    },
                    "training.rebuild_with = current",
                    "only valid with modes petra and delayed, not backprop"},
+        RejectCase{"EndToEndCheckUnderForwardGradient",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_training()->set_end_to_end_every(5);
+                   },
+                   "training.end_to_end_every = 5",
+                   "not with mode forward_gradient"},
         RejectCase{"RecipeUnknown",
                    [](JobSpec* s) {
                      s->set_recipe(static_cast<petra::v1::Recipe>(9));

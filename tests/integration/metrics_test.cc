@@ -124,10 +124,15 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
 
   // --grad-diagnostics: stage 0 compares its gradient with the exact one.
   const double cosine =
-      Sum(after[1], "petra_stage_grad_cosine_similarity{stage=\"0\"}");
+      Sum(after[1],
+          "petra_stage_grad_cosine_similarity{reference=\"delayed\","
+          "stage=\"0\"}");
   EXPECT_GT(cosine, 0);
   EXPECT_LE(cosine, 1.0 + 1e-6);
-  EXPECT_GT(Sum(after[1], "petra_stage_grad_norm_ratio{stage=\"0\"}"), 0);
+  EXPECT_GT(Sum(after[1],
+                "petra_stage_grad_norm_ratio{reference=\"delayed\","
+                "stage=\"0\"}"),
+            0);
 
   // Every metric the dashboard's queries name is exported by some process.
   std::string exported;

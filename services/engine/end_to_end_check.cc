@@ -1,0 +1,116 @@
+#include "services/engine/end_to_end_check.h"
+
+#include "absl/strings/str_cat.h"
+#include "services/engine/gradient_diagnostic.h"
+#include "services/engine/stage_memory.h"
+#include "services/model/batch_norm.h"
+
+namespace petra::engine {
+
+using model::TensorPair;
+
+void EndToEndCheck::Keep(int64_t id, const std::vector<torch::Tensor>& added,
+                         std::vector<torch::Tensor> weights) {
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& g : added) flat.push_back(g.flatten());
+  // The backward added (1/k) of the micro-batch's gradient.
+  samples_[id] = {torch::cat(flat) * accumulation_, std::move(weights), {}};
+}
+
+int64_t EndToEndCheck::kept_bytes() const {
+  int64_t n = 0;
+  for (const auto& [id, s] : samples_) {
+    n += TensorBytes({s.applied}) + TensorBytes(s.weights);
+  }
+  return n;
+}
+
+absl::StatusOr<EndToEndCheck::Sample*> EndToEndCheck::Find(int64_t i) {
+  const int64_t id = i * stride_;
+  auto it = samples_.find(id);
+  if (it == samples_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "gradient check: micro-batch ", i, " (training micro-batch ", id,
+        ") was not sampled by the last training pass"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<TensorPair> EndToEndCheck::Forward(int64_t i,
+                                                  const TensorPair& x,
+                                                  StageBlocks& blocks) {
+  absl::StatusOr<Sample*> s = Find(i);
+  if (!s.ok()) return s.status();
+  (*s)->input = x.detach();
+  const std::vector<torch::Tensor> current = blocks.CopyWeights();
+  blocks.SetWeights((*s)->weights);
+  TensorPair y;
+  {
+    torch::NoGradGuard no_grad;
+    model::ScopedBnMode mode(model::BnMode::kBatchStats);
+    y = blocks.Forward(x);
+  }
+  blocks.SetWeights(current);
+  return y;
+}
+
+absl::StatusOr<EndToEndCheck::LossStep> EndToEndCheck::Loss(
+    int64_t i, const TensorPair& x, const torch::Tensor& labels,
+    StageBlocks& blocks, bool first) {
+  absl::StatusOr<TensorPair> logits = Forward(i, x, blocks);
+  if (!logits.ok()) return logits.status();
+  // The mean cross-entropy's gradient with respect to the logits, exactly:
+  // (softmax - one-hot) / batch.
+  const torch::Tensor z = logits->a;
+  torch::Tensor dz = torch::softmax(z, 1);
+  dz.scatter_add_(1, labels.unsqueeze(1),
+                  -torch::ones({z.size(0), 1}, z.options()));
+  dz.div_(z.size(0));
+  LossStep out;
+  out.loss = torch::nn::functional::cross_entropy(z, labels).item<double>();
+  out.correct = z.argmax(1).eq(labels).sum().item<int64_t>();
+  absl::StatusOr<std::pair<TensorPair, TensorPair>> back =
+      Backward(i, {dz, {}}, blocks, first);
+  if (!back.ok()) return back.status();
+  out.input_grad = back->second;
+  return out;
+}
+
+absl::StatusOr<std::pair<TensorPair, TensorPair>> EndToEndCheck::Backward(
+    int64_t i, const TensorPair& output_grad, StageBlocks& blocks,
+    bool first) {
+  absl::StatusOr<Sample*> s = Find(i);
+  if (!s.ok()) return s.status();
+  if (!(*s)->input.a.defined()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gradient check: micro-batch ", i, " came back before its forward"));
+  }
+  GradientAtPoint g =
+      GradientAt(blocks, (*s)->input, (*s)->weights, output_grad, !first);
+  TensorPair input = (*s)->input;
+  Compare(i, g.params);
+  return std::make_pair(input, g.input);
+}
+
+void EndToEndCheck::Compare(int64_t i,
+                            const std::vector<torch::Tensor>& exact) {
+  auto it = samples_.find(i * stride_);
+  results_.push_back(CosineAndNormRatio(it->second.applied, torch::cat(exact)));
+  samples_.erase(it);
+}
+
+EndToEndSummary EndToEndCheck::summary() const {
+  EndToEndSummary s;
+  s.samples = static_cast<int64_t>(results_.size());
+  for (const auto& [cosine, ratio] : results_) {
+    s.cosine_similarity_mean += cosine;
+    s.norm_ratio_mean += ratio;
+  }
+  if (s.samples > 0) {
+    s.cosine_similarity_mean /= s.samples;
+    s.norm_ratio_mean /= s.samples;
+  }
+  return s;
+}
+
+}  // namespace petra::engine
