@@ -11,9 +11,8 @@ import re
 import sys
 
 SECTIONS = ["throughput", "fleets", "memory", "accuracy", "long_run",
-            "forward_gradient",
-            "feed", "peer", "transformer", "staleness", "threads", "partition",
-            "compare", "main_job"]
+            "forward_gradient", "feed", "peer", "transformer", "staleness",
+            "threads", "partition", "probe", "compare", "main_job"]
 
 HEADER = """# Benchmarks
 

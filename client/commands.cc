@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/health_command.h"
 #include "services/model/device_check.h"
 #include "services/version.h"
 
@@ -13,7 +14,6 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args);
 int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args);
 int RunTrain(const std::string& program, const std::vector<std::string>& args);
-int RunHealth(const std::string& program, const std::vector<std::string>& args);
 int RunProfile(const std::string& program,
                const std::vector<std::string>& args);
 int RunSimulate(const std::string& program,

@@ -1,5 +1,8 @@
-// `petra health`: one grpc.health.v1 check, for container health checks and
-// scripts (Kubernetes probes use the kubelet's own gRPC probe).
+// One grpc.health.v1 check, for container health checks, Kubernetes probes
+// and scripts: `petra health`, and the small `petra-health` binary (no
+// libtorch: it is what the probes run, every few seconds in every pod).
+#include "client/health_command.h"
+
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -10,13 +13,13 @@
 
 namespace petra::client {
 
-int RunHealth(const std::string& program,
-              const std::vector<std::string>& args) {
+int RunHealthCheck(const std::string& command,
+                   const std::vector<std::string>& args) {
   std::string address = "localhost:50051", service;
   double timeout_seconds = 5;
   wire::TlsOptions tls;
   cli::FlagSet flags(
-      absl::StrCat(program, " health [--address HOST:PORT] [--service NAME]"),
+      absl::StrCat(command, " [--address HOST:PORT] [--service NAME]"),
       "Asks a stage server or coordinator whether it is serving, through the\n"
       "standard gRPC health service. Exit 0 when SERVING; 1 when it answers\n"
       "anything else or cannot be reached; 2 on bad flags. A TLS server\n"
@@ -28,11 +31,9 @@ int RunHealth(const std::string& program,
   flags.AddDouble("timeout-seconds", &timeout_seconds,
                   "give up after this long");
   wire::AddClientTlsFlags(flags, &tls);
-  if (int rc = cli::ParseCommandOrExit(flags, program + " health", args);
-      rc >= 0) {
+  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) {
     return rc;
   }
-  const std::string command = program + " health";
   if (absl::Status s = wire::ValidateAddress(address, "--address", false);
       !s.ok()) {
     std::cerr << command << ": " << s.message() << "\n";
@@ -60,6 +61,11 @@ int RunHealth(const std::string& program,
   std::cout << address << (service.empty() ? "" : " " + service) << ": "
             << wire::ServingStatusName(*status) << "\n";
   return *status == wire::ServingStatus::kServing ? 0 : 1;
+}
+
+int RunHealth(const std::string& program,
+              const std::vector<std::string>& args) {
+  return RunHealthCheck(program + " health", args);
 }
 
 }  // namespace petra::client

@@ -214,12 +214,12 @@ std::string EndToEndByStage(const petra::v1::Progress& e) {
   std::vector<std::string> cosine, ratio;
   for (const petra::v1::StageStats* s : stages) {
     any |= s->end_to_end_samples() > 0;
-    cosine.push_back(absl::StrFormat("%.6f", s->end_to_end_cosine_similarity()));
+    cosine.push_back(
+        absl::StrFormat("%.6f", s->end_to_end_cosine_similarity()));
     ratio.push_back(absl::StrFormat("%.6f", s->end_to_end_norm_ratio()));
   }
   if (!any) return "";
-  return absl::StrCat(", \"end_to_end_cosine\": [",
-                      absl::StrJoin(cosine, ", "),
+  return absl::StrCat(", \"end_to_end_cosine\": [", absl::StrJoin(cosine, ", "),
                       "], \"end_to_end_norm_ratio\": [",
                       absl::StrJoin(ratio, ", "), "]");
 }

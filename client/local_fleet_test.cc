@@ -158,8 +158,7 @@ void ExpectSameRun(
         << line;
     const std::pair<int, int64_t> key{epoch, id};
     ASSERT_TRUE(reference.count(key)) << line;
-    EXPECT_NEAR(loss, reference[key],
-                tolerance * std::max(1.0, reference[key]))
+    EXPECT_NEAR(loss, reference[key], tolerance * std::max(1.0, reference[key]))
         << "epoch " << epoch << ", micro-batch " << id;
     ++rows;
   }

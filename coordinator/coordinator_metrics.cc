@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "services/job/enum_names.h"
 #include "services/metrics/error_codes.h"
 
 namespace petra::coordinator {
@@ -58,7 +59,20 @@ struct CoordinatorMetrics::Families {
                        .Help("Times a running job lost a stage server and "
                              "began recovering, over all jobs")
                        .Register(r)
-                       .Add({})) {}
+                       .Add({})),
+        checkpoint_failures(
+            prometheus::BuildCounter()
+                .Name("petra_job_checkpoint_failures_total")
+                .Help("Checkpoints of running jobs that could not be "
+                      "written, over all jobs")
+                .Register(r)
+                .Add({})),
+        info(prometheus::BuildGauge()
+                 .Name("petra_job_info")
+                 .Help("1 for each running job, labelled with its id, name, "
+                       "architecture and training mode (join the petra_job_* "
+                       "series on job_id)")
+                 .Register(r)) {}
   Family<Gauge>& loss;
   Family<Gauge>& accuracy;
   Family<Gauge>& epoch;
@@ -68,6 +82,21 @@ struct CoordinatorMetrics::Families {
   Family<Gauge>& jobs;
   Family<Counter>& errors;
   Counter& recoveries;
+  Counter& checkpoint_failures;
+  Family<Gauge>& info;
+};
+
+// A running job's series, to remove when it ends.
+struct CoordinatorMetrics::JobSeries {
+  std::vector<std::pair<Family<Gauge>*, Gauge*>> gauges;
+  Gauge& Add(Family<Gauge>& family, prometheus::Labels labels) {
+    Gauge& g = family.Add(labels);
+    for (const auto& [f, known] : gauges) {
+      if (known == &g) return g;
+    }
+    gauges.emplace_back(&family, &g);
+    return g;
+  }
 };
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry* registry)
@@ -78,17 +107,54 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry* registry)
 
 CoordinatorMetrics::~CoordinatorMetrics() = default;
 
-void CoordinatorMetrics::Progress(const petra::v1::Progress& p) {
+void CoordinatorMetrics::JobStarted(const std::string& job_id,
+                                    const petra::v1::JobSpec& spec) {
   if (!f_) return;
-  f_->loss.Add({{"split", "train"}}).Set(p.train_loss());
-  f_->accuracy.Add({{"split", "train"}}).Set(p.train_accuracy());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& series = jobs_[job_id];
+  if (series == nullptr) series = std::make_unique<JobSeries>();
+  series
+      ->Add(f_->info,
+            {{"job_id", job_id},
+             {"name", spec.name().empty() ? job_id : spec.name()},
+             {"architecture", job::EnumShortName(spec.model().architecture())},
+             {"mode", job::EnumShortName(spec.training().mode())}})
+      .Set(1);
+}
+
+void CoordinatorMetrics::Progress(const std::string& job_id,
+                                  const petra::v1::Progress& p) {
+  if (!f_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& series = jobs_[job_id];
+  if (series == nullptr) series = std::make_unique<JobSeries>();
+  JobSeries& j = *series;
+  j.Add(f_->loss, {{"job_id", job_id}, {"split", "train"}}).Set(p.train_loss());
+  j.Add(f_->accuracy, {{"job_id", job_id}, {"split", "train"}})
+      .Set(p.train_accuracy());
   if (p.has_test_accuracy()) {
-    f_->accuracy.Add({{"split", "test"}}).Set(p.test_accuracy());
-    f_->loss.Add({{"split", "test"}}).Set(p.test_loss());
+    j.Add(f_->accuracy, {{"job_id", job_id}, {"split", "test"}})
+        .Set(p.test_accuracy());
+    j.Add(f_->loss, {{"job_id", job_id}, {"split", "test"}}).Set(p.test_loss());
   }
-  f_->epoch.Add({}).Set(p.epoch());
-  f_->step.Add({}).Set(static_cast<double>(p.step()));
-  f_->lr.Add({}).Set(p.learning_rate());
+  j.Add(f_->epoch, {{"job_id", job_id}}).Set(p.epoch());
+  j.Add(f_->step, {{"job_id", job_id}}).Set(static_cast<double>(p.step()));
+  j.Add(f_->lr, {{"job_id", job_id}}).Set(p.learning_rate());
+}
+
+void CoordinatorMetrics::JobEnded(const std::string& job_id) {
+  if (!f_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  for (const auto& [family, gauge] : it->second->gauges) {
+    family->Remove(gauge);
+  }
+  jobs_.erase(it);
+}
+
+void CoordinatorMetrics::CheckpointFailed() {
+  if (f_) f_->checkpoint_failures.Increment();
 }
 
 void CoordinatorMetrics::TrainSamples(int64_t samples) {

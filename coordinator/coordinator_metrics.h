@@ -1,12 +1,17 @@
 // The coordinator's Prometheus metrics, all in this one place: the running
-// job's loss, accuracy, epoch, step and learning rate, training samples
-// completed, jobs by state, and RPC errors by code. The coordinator runs one
-// job at a time, so job gauges carry no job label (ids are unbounded).
-// Without a registry every call does nothing.
+// job's identity (petra_job_info: its name, architecture and mode), loss,
+// accuracy, epoch, step and learning rate, training samples completed,
+// recoveries and checkpoint failures, jobs by state, and RPC errors by code.
+// The job gauges carry the job's id: the label stays bounded because a
+// job's series are removed when it ends (a coordinator runs one job at a
+// time). Without a registry every call does nothing.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,7 +28,13 @@ class CoordinatorMetrics {
   explicit CoordinatorMetrics(prometheus::Registry* registry);
   ~CoordinatorMetrics();
 
-  void Progress(const petra::v1::Progress& p);
+  // A job starts running (or resumes): its petra_job_info series.
+  void JobStarted(const std::string& job_id, const petra::v1::JobSpec& spec);
+  void Progress(const std::string& job_id, const petra::v1::Progress& p);
+  // The job ended (or its coordinator stops): its series go away.
+  void JobEnded(const std::string& job_id);
+  // A checkpoint of a running job could not be written.
+  void CheckpointFailed();
   // Training samples whose loss came back from the last stage.
   void TrainSamples(int64_t samples);
   void JobStates(const std::vector<petra::v1::JobState>& states);
@@ -33,7 +44,10 @@ class CoordinatorMetrics {
 
  private:
   struct Families;
+  struct JobSeries;
   std::unique_ptr<Families> f_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<JobSeries>> jobs_;  // by job id
 };
 
 }  // namespace petra::coordinator

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "services/cli/durable_file.h"
+#include "services/cli/event_log.h"
 
 namespace petra::coordinator {
 
@@ -83,16 +84,16 @@ void JobRecord::Save(const petra::v1::Job& job, uint64_t version) {
   o.add_whitespace = true;
   if (auto s = google::protobuf::util::MessageToJsonString(job, &json, o);
       !s.ok()) {
-    std::cerr << "job " << job.id()
-              << ": the record was not saved: " << s.ToString() << std::endl;
+    PETRA_LOG_EVENT(kError, "job_record_not_saved", {"job_id", job.id()},
+                    {"reason", s.ToString()});
     return;
   }
   // A reader, or the next coordinator, never sees half a record. A record
   // that cannot be saved is said, not ignored: the job itself goes on (it
   // lives in memory, and its checkpoints are apart).
   if (absl::Status s = cli::WriteFileAtomically(record_path_, json); !s.ok()) {
-    std::cerr << "job " << job.id()
-              << ": the record was not saved: " << s.message() << std::endl;
+    PETRA_LOG_EVENT(kError, "job_record_not_saved", {"job_id", job.id()},
+                    {"reason", std::string(s.message())});
     return;
   }
   saved_version_ = version;

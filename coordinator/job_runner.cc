@@ -9,8 +9,10 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/fleet_control.h"
@@ -19,11 +21,13 @@
 #include "coordinator/pass_feed.h"
 #include "coordinator/recovery_policy.h"
 #include "coordinator/train_log.h"
+#include "services/cli/event_log.h"
 #include "services/data/dataset.h"
 #include "services/data/image_folder.h"
 #include "services/engine/job_driver.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/lr_schedule.h"
+#include "services/job/enum_names.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/wire/status_map.h"
@@ -156,8 +160,9 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
   }
   const auto deadline = steady_clock::now() + wait;
   if (wait.count() > 0) {
-    std::cout << id_ << ": waiting up to " << wait.count() << " s for "
-              << stages << " free stage servers" << std::endl;
+    PETRA_LOG_EVENT(kInfo, "waiting_for_stages", {"job_id", id_},
+                    {"stages", absl::StrCat(stages)},
+                    {"seconds", absl::StrCat(wait.count())});
   }
   ServerProbe probe(std::move(candidates), connect_);
   while (true) {
@@ -241,9 +246,12 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::Load(
     steps = response->optimizer_steps();
     samples = response->samples_seen();
   }
-  std::cout << id_ << ": resumed from " << point.directory << " (epoch "
-            << point.epoch << ", " << *steps << " optimizer steps)"
-            << std::endl;
+  PETRA_LOG_EVENT(kInfo, "job_resumed", {"job_id", id_},
+                  {"epoch", absl::StrCat(point.epoch)},
+                  {"steps", absl::StrCat(*steps)},
+                  {"detail", absl::StrCat("resumed from ", point.directory,
+                                          " (epoch ", point.epoch, ", ", *steps,
+                                          " optimizer steps)")});
   return engine::TrainingCursor{point.epoch + 1, *steps, *samples};
 }
 
@@ -251,7 +259,8 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::RestoreNewest() {
   const TrainLog log(layout().train_log());
   auto trim = [&](uint32_t epochs) {
     if (absl::Status s = log.Trim(epochs); !s.ok()) {
-      std::cout << id_ << ": " << s.message() << std::endl;
+      PETRA_LOG_EVENT(kWarning, "train_log_not_trimmed", {"job_id", id_},
+                      {"reason", std::string(s.message())});
     }
   };
   // The job's own checkpoints first: it is recovering, or its coordinator
@@ -260,14 +269,17 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::RestoreNewest() {
       FindResumePoint(env_.state_dir, id_, fleet_->size());
   if (own.ok()) {
     for (const std::string& why : own->skipped) {
-      std::cout << id_ << ": passed over a checkpoint: " << why << std::endl;
+      PETRA_LOG_EVENT(
+          kWarning, "checkpoint_skipped", {"job_id", id_},
+          {"detail", absl::StrCat("passed over a checkpoint: ", why)});
     }
     absl::StatusOr<engine::TrainingCursor> cursor = Load(*own);
     if (cursor.ok()) trim(own->epoch);
     return cursor;
   }
   if (!absl::EndsWith(own.status().message(), "(none written)")) {
-    std::cout << id_ << ": " << own.status().message() << std::endl;
+    PETRA_LOG_EVENT(kWarning, "no_usable_checkpoint", {"job_id", id_},
+                    {"reason", std::string(own.status().message())});
   }
   const std::string& from = spec_.checkpoint().resume_from_job();
   if (from.empty()) {
@@ -280,8 +292,9 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::RestoreNewest() {
       FindResumePoint(env_.state_dir, from, fleet_->size());
   if (!point.ok()) return Prefixed("resuming: ", point.status());
   for (const std::string& why : point->skipped) {
-    std::cout << id_ << ": passed over a checkpoint of " << from << ": " << why
-              << std::endl;
+    PETRA_LOG_EVENT(kWarning, "checkpoint_skipped", {"job_id", id_},
+                    {"detail", absl::StrCat("passed over a checkpoint of ",
+                                            from, ": ", why)});
   }
   if (point->epoch >= spec_.training().epochs()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -368,6 +381,15 @@ absl::Status FleetRunner::OnTrainPass(uint32_t epoch, uint64_t steps_before,
 }
 
 void FleetRunner::OnEpoch(const engine::EpochReport& report) {
+  PETRA_LOG_EVENT(
+      kInfo, "epoch_end", {"job_id", id_},
+      {"epoch", absl::StrCat(report.epoch)},
+      {"steps", absl::StrCat(report.steps)},
+      {"train_loss", absl::StrFormat("%.4f", report.train_loss)},
+      {"test_accuracy",
+       report.evaluated ? absl::StrFormat("%.4f", report.test_accuracy) : "-"},
+      {"samples_per_second",
+       absl::StrFormat("%.1f", report.samples_per_second)});
   steps_done_ = report.steps;
   if (report.evaluated) {
     last_test_ = std::make_pair(report.test_loss, report.test_accuracy);
@@ -393,16 +415,29 @@ absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
     request.set_epoch(epoch);
     request.set_samples_seen(cursor.samples_seen);
     absl::StatusOr<std::string> bytes = fleet_->PullCheckpoint(j, request);
-    if (!bytes.ok()) return Prefixed("checkpoint: ", bytes.status());
+    if (!bytes.ok()) {
+      if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
+      PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
+                      {"stage", absl::StrCat(j)},
+                      {"reason", std::string(bytes.status().message())});
+      return Prefixed("checkpoint: ", bytes.status());
+    }
     files.push_back(std::move(*bytes));
   }
   const uint32_t keep =
       spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2;
   absl::StatusOr<std::string> written =
       CheckpointStore(layout()).Write(epoch, files, keep);
-  if (!written.ok()) return Prefixed("checkpoint: ", written.status());
+  if (!written.ok()) {
+    if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
+    PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
+                    {"reason", std::string(written.status().message())});
+    return Prefixed("checkpoint: ", written.status());
+  }
   record_.Update(JobEvent::KIND_CHECKPOINT,
                  [&](Job& job) { job.set_last_checkpoint(*written); });
+  PETRA_LOG_EVENT(kInfo, "checkpoint_written", {"job_id", id_},
+                  {"epoch", absl::StrCat(epoch)}, {"path", *written});
   return absl::OkStatus();
 }
 
@@ -434,7 +469,7 @@ void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
           static_cast<uint64_t>(split->source->corrupt_skipped()));
     }
   }
-  if (env_.metrics != nullptr) env_.metrics->Progress(p);
+  if (env_.metrics != nullptr) env_.metrics->Progress(id_, p);
   record_.Update(kind, [&](Job& job) { *job.mutable_progress() = p; });
 }
 
@@ -475,10 +510,27 @@ void RunJob(JobRecord& record, const RunnerEnvironment& env) {
       job.set_state(petra::v1::JOB_STATE_STARTING);
     }
   });
+  const Job started = record.Snapshot();
+  if (env.metrics != nullptr)
+    env.metrics->JobStarted(started.id(), started.spec());
+  PETRA_LOG_EVENT(
+      kInfo, "job_started", {"job_id", started.id()},
+      {"name", started.spec().name()},
+      {"architecture",
+       job::EnumShortName(started.spec().model().architecture())},
+      {"mode", job::EnumShortName(started.spec().training().mode())},
+      {"epochs", absl::StrCat(started.spec().training().epochs())});
   FleetRunner runner(record, env);
   absl::Status status = runner.Run();
   runner.ReleaseAll();
+  // Its job gauges end with it (a coordinator restarting it starts them
+  // again).
+  if (env.metrics != nullptr) env.metrics->JobEnded(started.id());
   if (!status.ok() && record.stop_requested() && !record.cancel_requested()) {
+    PETRA_LOG_EVENT(kInfo, "job_suspended", {"job_id", started.id()},
+                    {"reason",
+                     "the coordinator is stopping; a coordinator on "
+                     "the same --state-dir resumes it"});
     // Not an end: the next coordinator on this --state-dir resumes it.
     record.Update(JobEvent::KIND_STATE, [&](Job& job) {
       MarkRecovering(job,
@@ -500,6 +552,18 @@ void RunJob(JobRecord& record, const RunnerEnvironment& env) {
       *job.mutable_error() = wire::ToProtoStatus(status);
     }
   });
+  const Job ended = record.Snapshot();
+  PETRA_LOG_EVENT_IF(
+      status.ok() || record.cancel_requested() ? cli::LogLevel::kInfo
+                                               : cli::LogLevel::kError,
+      "job_end", {"job_id", ended.id()},
+      {"state", std::string(absl::AsciiStrToLower(
+                    petra::v1::JobState_Name(ended.state()).substr(10)))},
+      {"epoch", absl::StrCat(ended.progress().epoch())},
+      {"steps", absl::StrCat(ended.progress().step())},
+      {"reason", status.ok()                 ? "finished"
+                 : record.cancel_requested() ? "cancelled"
+                                             : std::string(status.message())});
 }
 
 }  // namespace petra::coordinator

@@ -2,7 +2,9 @@
 // server until SIGINT or SIGTERM.
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
+#include "services/cli/event_log.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
 #include "services/cli/shutdown_signal.h"
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
                "recoveries in a row without a finished epoch before a job "
                "fails");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  petra::cli::InitEventLog(argv[0]);
 
   auto server = petra::coordinator::CoordinatorServer::Create(options);
   if (!server.ok()) {
@@ -70,9 +73,18 @@ int main(int argc, char** argv) {
     std::cout << "petra-coordinator metrics on port "
               << (*server)->metrics_port() << std::endl;
   }
+  PETRA_LOG_EVENT(
+      kInfo, "server_up", {"program", "petra-coordinator"},
+      {"port", absl::StrCat((*server)->port())},
+      {"metrics_port", absl::StrCat((*server)->metrics_port())},
+      {"stage_servers", absl::StrCat((*server)->stage_addresses().size())},
+      {"transport", (*server)->security().Describe()},
+      {"token", (*server)->requires_token() ? "required" : "none"});
   int sig = petra::cli::WaitForShutdownSignal();
   std::cout << "petra-coordinator: signal " << sig << ", stopping" << std::endl;
+  PETRA_LOG_EVENT(kInfo, "server_stopping", {"signal", absl::StrCat(sig)});
   (*server)->GracefulStop();
   std::cout << "petra-coordinator: stopped" << std::endl;
+  PETRA_LOG_EVENT(kInfo, "server_stopped");
   return 0;
 }

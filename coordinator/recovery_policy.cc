@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/cli/event_log.h"
 
 namespace petra::coordinator {
 
@@ -26,8 +27,9 @@ void RecoveryPolicy::Begin(JobRecord& record, CoordinatorMetrics* metrics,
                            const std::string& job_id,
                            const absl::Status& cause) {
   started_ = std::chrono::steady_clock::now();
-  std::cout << job_id << ": lost a stage server (" << cause.message()
-            << "); recovering" << std::endl;
+  PETRA_LOG_EVENT(kWarning, "recovery_begin", {"job_id", job_id},
+                  {"detail", absl::StrCat("lost a stage server (",
+                                          cause.message(), "); recovering")});
   if (metrics != nullptr) metrics->Recovery();
   record.Update(petra::v1::JobEvent::KIND_STATE, [&](petra::v1::Job& job) {
     MarkRecovering(job, std::string(cause.message()));
@@ -39,8 +41,12 @@ void RecoveryPolicy::End(JobRecord& record, const std::string& job_id,
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_)
           .count();
-  std::cout << job_id << ": recovered in " << absl::StrFormat("%.1f", seconds)
-            << " s from epoch " << restored_epoch << std::endl;
+  PETRA_LOG_EVENT(
+      kInfo, "recovery_end", {"job_id", job_id},
+      {"seconds", absl::StrFormat("%.1f", seconds)},
+      {"restored_epoch", absl::StrCat(restored_epoch)},
+      {"detail", absl::StrCat("recovered in ", absl::StrFormat("%.1f", seconds),
+                              " s from epoch ", restored_epoch)});
   record.Update(petra::v1::JobEvent::KIND_STATE, [&](petra::v1::Job& job) {
     if (job.recoveries_size() > 0) {
       petra::v1::Recovery* r =

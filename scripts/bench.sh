@@ -13,7 +13,7 @@
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh main_job
 #                                          # the main job by both builds
 # Sections: throughput fleets memory accuracy long_run forward_gradient feed
-# peer transformer staleness threads partition (the default),
+# peer transformer staleness threads partition probe (the default),
 # compare and main_job (only when named).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
@@ -24,7 +24,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 PY=/usr/bin/python3
 ALL=(throughput fleets memory accuracy long_run forward_gradient feed peer
-     transformer staleness threads partition)
+     transformer staleness threads partition probe)
 
 smoke=0
 sections=()
@@ -34,7 +34,7 @@ for arg in "$@"; do
     --help|-h) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     throughput|fleets|memory|accuracy|long_run|forward_gradient|feed|peer|\
     transformer|\
-    staleness|threads|partition|compare|main_job)
+    staleness|threads|partition|probe|compare|main_job)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
@@ -322,6 +322,20 @@ section_partition() {
   echo "times. \"vs best\" is the slowest stage over the best split's."
   echo
   run $PY bench/partition.py --petra "$BIN/petra" "${args[@]}"
+}
+
+section_probe() {
+  local args=(--runs 10)
+  if ((smoke)); then args=(--runs 2); fi
+  echo "## Health probe cost (docs/DEPLOY.md, Probes)"
+  echo
+  machine
+  echo
+  echo "The container and Kubernetes probes run every 5-10 s in every pod:"
+  echo "the client's \`petra health\` (which loads libtorch) against the"
+  echo "\`petra-health\` binary the manifests now run."
+  echo
+  run $PY bench/probe_cost.py --bin-dir "$BIN" "${args[@]}"
 }
 
 section_compare() {

@@ -2,6 +2,8 @@
 // until SIGINT or SIGTERM.
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
+#include "services/cli/event_log.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
 #include "services/cli/shutdown_signal.h"
@@ -25,6 +27,10 @@ int main(int argc, char** argv) {
                   "Prometheus /metrics address, host:port; empty disables");
   flags.AddString("device", &options.device,
                   "device the stage runs on: cpu, cuda or cuda:N");
+  flags.AddInt("memory-limit-bytes", &options.memory_limit_bytes,
+               "memory a stage may use; a job whose estimated need is larger "
+               "is refused when assigned (0: the device's own, the machine's "
+               "or its cgroup's limit on cpu)");
   flags.AddInt("threads", &options.threads, "threads for the stage's compute");
   flags.AddString("state-dir", &options.state_dir,
                   "directory for checkpoints (created when missing)");
@@ -37,6 +43,7 @@ int main(int argc, char** argv) {
                   "checkpoint, release) only from a certificate with this CN "
                   "or DNS name; empty accepts any certificate of --tls-ca");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  petra::cli::InitEventLog(argv[0]);
 
   auto server = petra::stage_server::StageServer::Create(options);
   if (!server.ok()) {
@@ -61,10 +68,17 @@ int main(int argc, char** argv) {
     std::cout << "petra-stage-server metrics on port "
               << (*server)->metrics_port() << std::endl;
   }
+  PETRA_LOG_EVENT(kInfo, "server_up", {"program", "petra-stage-server"},
+                  {"port", absl::StrCat((*server)->port())},
+                  {"metrics_port", absl::StrCat((*server)->metrics_port())},
+                  {"device", options.device},
+                  {"transport", (*server)->security().Describe()});
   int sig = petra::cli::WaitForShutdownSignal();
   std::cout << "petra-stage-server: signal " << sig << ", stopping"
             << std::endl;
+  PETRA_LOG_EVENT(kInfo, "server_stopping", {"signal", absl::StrCat(sig)});
   (*server)->GracefulStop();
   std::cout << "petra-stage-server: stopped" << std::endl;
+  PETRA_LOG_EVENT(kInfo, "server_stopped");
   return 0;
 }

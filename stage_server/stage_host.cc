@@ -5,7 +5,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "services/cli/event_log.h"
 #include "services/engine/job_plan.h"
+#include "services/engine/memory_estimate.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
@@ -13,6 +15,9 @@
 #include "services/job/job_spec_validation.h"
 #include "services/metrics/process_memory.h"
 #include "services/model/compute_threads.h"
+#include "services/model/device_memory.h"
+#include "services/model/network.h"
+#include "services/model/network_summary.h"
 #include "services/version.h"
 #include "services/wire/status_map.h"
 #include "stage_server/neighbor_links.h"
@@ -133,11 +138,14 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
       ranges.push_back(
           {static_cast<int>(r.begin()), static_cast<int>(r.end())});
     }
+    absl::Status status = CheckFits(spec, ranges, job->index());
     absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> w =
-        engine::BuildStageWorkers(
-            spec, ranges, static_cast<int64_t>(job->assign.steps_per_epoch()),
-            {job->index()}, options_.device);
-    absl::Status status = w.status();
+        status.ok() ? engine::BuildStageWorkers(
+                          spec, ranges,
+                          static_cast<int64_t>(job->assign.steps_per_epoch()),
+                          {job->index()}, options_.device)
+                    : status;
+    status = w.status();
     if (status.ok()) {
       job->worker = std::move(w->front());
       job->mailbox.set_wait_observer(
@@ -148,6 +156,22 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
         status = StageCheckpoints::RestoreFrom(
             restore_file, job->assign.restore_checkpoint(), *job);
       }
+    }
+    if (status.ok()) {
+      PETRA_LOG_EVENT(
+          kInfo, "job_assigned", {"job_id", job->id()},
+          {"stage", absl::StrCat(job->index())},
+          {"stages", absl::StrCat(job->count())},
+          {"blocks", absl::StrCat(job->assign.layers().begin(), "-",
+                                  job->assign.layers().end() - 1)},
+          {"device", options_.device},
+          {"restored_from", job->assign.restore_checkpoint().empty()
+                                ? "-"
+                                : job->assign.restore_checkpoint()});
+    } else {
+      PETRA_LOG_EVENT(kWarning, "job_refused", {"job_id", job->id()},
+                      {"stage", absl::StrCat(job->index())},
+                      {"reason", std::string(status.message())});
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok()) {
@@ -209,13 +233,14 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     *s.mutable_memory() = MemoryWithRss(r.memory);
     s.set_wait_seconds(job->mailbox.wait_seconds());
     metrics_->State(job->index(), r.in_flight, r.optimizer_steps, s.memory());
+    metrics_->StalenessBound(job->index(), w.staleness_bound());
     if (std::optional<engine::GradientDiagnostic> d = w.last_diagnostic()) {
       metrics_->Diagnostic(job->index(), "delayed", d->cosine_similarity,
                            d->norm_ratio);
     }
     if (const engine::EndToEndSummary e = w.end_to_end(); e.samples > 0) {
-      metrics_->Diagnostic(job->index(), "end_to_end",
-                           e.cosine_similarity_mean, e.norm_ratio_mean);
+      metrics_->Diagnostic(job->index(), "end_to_end", e.cosine_similarity_mean,
+                           e.norm_ratio_mean);
     }
     std::lock_guard<std::mutex> lock(mu_);
     job->stats = std::move(s);
@@ -259,11 +284,44 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
   if (!status.ok() && !job->released) Fail(*job, status);
 }
 
+absl::Status StageHost::CheckFits(const petra::v1::JobSpec& spec,
+                                  const std::vector<model::BlockRange>& ranges,
+                                  int stage) {
+  model::MemoryCapacity capacity;
+  if (options_.memory_limit_bytes > 0) {
+    capacity = {options_.memory_limit_bytes, "its --memory-limit-bytes"};
+  } else {
+    capacity = model::ReadMemoryCapacity(options_.device);
+  }
+  if (capacity.bytes <= 0) return absl::OkStatus();  // nothing to go by
+  try {
+    torch::manual_seed(0);
+    absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model());
+    if (!net.ok()) return net.status();
+    const engine::StageMemoryEstimate e = engine::EstimateStageMemory(
+        spec, model::SummarizeBlocks(*net), ranges, stage, net->input_shape);
+    if (e.total() <= capacity.bytes) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        engine::DoesNotFit(stage, e, capacity.bytes, capacity.source, spec));
+  } catch (const std::exception&) {
+    // Building the whole network to measure it failed: the build proper
+    // will say why.
+    return absl::OkStatus();
+  }
+}
+
 void StageHost::Fail(StageJob& job, const absl::Status& error) {
   if (job.state == StageStatus::STATE_FAILED) return;
   job.state = StageStatus::STATE_FAILED;
-  job.error = absl::Status(
-      error.code(), absl::StrCat("stage ", job.index(), ": ", error.message()));
+  // The worker's errors name their stage already.
+  const std::string own = absl::StrCat("stage ", job.index(), ": ");
+  job.error = absl::Status(error.code(),
+                           absl::StartsWith(error.message(), own)
+                               ? std::string(error.message())
+                               : absl::StrCat(own, error.message()));
+  PETRA_LOG_EVENT(kError, "job_failed", {"job_id", job.id()},
+                  {"stage", absl::StrCat(job.index())},
+                  {"reason", std::string(job.error.message())});
   job.mailbox.Close(std::string(job.error.message()));
 }
 
@@ -330,6 +388,8 @@ void StageHost::Release(const petra::v1::ReleaseRequest& request, Done done) {
       if (job_ == job) job_.reset();
     }
     metrics_->Idle(job->index());
+    PETRA_LOG_EVENT(kInfo, "job_released", {"job_id", job->id()},
+                    {"stage", absl::StrCat(job->index())});
     done(absl::OkStatus());
   });
 }

@@ -14,10 +14,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
 #include "services/engine/serial_executor.h"
+#include "services/model/partition.h"
 #include "services/wire/transport_security.h"
 #include "stage_server/stage_checkpoints.h"
 #include "stage_server/stage_mailbox.h"
@@ -35,6 +37,8 @@ class StageHost {
     StageMetrics* metrics = nullptr;
     // How the streams to the neighbours are secured (the server's own).
     wire::TransportSecurity security;
+    // What a stage may use (0: the device's own, model::ReadMemoryCapacity).
+    int64_t memory_limit_bytes = 0;
   };
   using Done = std::function<void(absl::Status)>;
 
@@ -53,6 +57,12 @@ class StageHost {
                          petra::v1::RestoreCheckpointResponse* response,
                          Done done);
   void Release(const petra::v1::ReleaseRequest& request, Done done);
+  // OK when stage `stage` of `ranges` fits in the memory this server has
+  // (the estimate of engine/memory_estimate.h); else RESOURCE_EXHAUSTED
+  // with both numbers and what to change.
+  absl::Status CheckFits(const petra::v1::JobSpec& spec,
+                         const std::vector<model::BlockRange>& ranges,
+                         int stage);
   petra::v1::StageStatus Status();
 
   // Data plane, from the stream reactors: NOT_FOUND for another job.

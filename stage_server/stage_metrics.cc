@@ -56,6 +56,13 @@ struct StageMetrics::Families {
                   .Name("petra_stage_optimizer_steps")
                   .Help("Optimizer steps a stage has taken in its job")
                   .Register(r)),
+        staleness_bound(
+            prometheus::BuildGauge()
+                .Name("petra_stage_staleness_bound_steps")
+                .Help("The most optimizer steps a micro-batch can see between "
+                      "its forward and backward on a stage, by the schedule: "
+                      "ceil(2 (J - 1 - j) / k) for stage j of J")
+                .Register(r)),
         memory(prometheus::BuildGauge()
                    .Name("petra_stage_memory_bytes")
                    .Help("Memory a stage holds, by kind")
@@ -98,6 +105,7 @@ struct StageMetrics::Families {
   Family<Histogram>& delay;
   Family<Gauge>& in_flight;
   Family<Gauge>& steps;
+  Family<Gauge>& staleness_bound;
   Family<Gauge>& memory;
   Family<Counter>& sent;
   Family<Counter>& received;
@@ -205,9 +213,16 @@ void StageMetrics::Error(absl::StatusCode code) {
   f_->errors.Add(metrics::ErrorCodeLabel(code)).Increment();
 }
 
+void StageMetrics::StalenessBound(int stage, int64_t steps) {
+  if (!f_) return;
+  f_->staleness_bound.Add({{"stage", absl::StrCat(stage)}})
+      .Set(static_cast<double>(steps));
+}
+
 void StageMetrics::Idle(int stage) {
   if (!f_) return;
   State(stage, 0, 0, petra::v1::MemoryBreakdown());
+  StalenessBound(stage, 0);
 }
 
 }  // namespace petra::stage_server

@@ -30,6 +30,9 @@ class StageMetrics {
   void Waited(int stage, bool backward, double seconds);
   void State(int stage, int64_t in_flight, int64_t optimizer_steps,
              const petra::v1::MemoryBreakdown& memory);
+  // The most steps a micro-batch can be stale on this stage (the alert
+  // PetraStalenessAboveBound compares the staleness with it).
+  void StalenessBound(int stage, int64_t steps);
   // A gradient check's figures: `reference` "delayed" (the exact delayed
   // gradient, --grad-diagnostics) or "end_to_end" (--e2e-diagnostics).
   void Diagnostic(int stage, const char* reference, double cosine_similarity,

@@ -38,6 +38,11 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "--threads: ", options.threads, " is not in [1, ", kMaxThreads, "]"));
   }
+  if (options.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory-limit-bytes: ", options.memory_limit_bytes,
+                     " is negative (0 uses the device's own)"));
+  }
   if (options.drain_seconds < 0 || options.drain_seconds > 86400) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--drain-seconds: ", options.drain_seconds, " is not in [0, 86400]"));
@@ -76,9 +81,9 @@ absl::Status StageServer::Start() {
   }
   stage_metrics_ = std::make_unique<StageMetrics>(
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
-  host_ = std::make_unique<StageHost>(
-      StageHost::Options{options_.device, static_cast<int>(options_.threads),
-                         options_.state_dir, stage_metrics_.get(), security_});
+  host_ = std::make_unique<StageHost>(StageHost::Options{
+      options_.device, static_cast<int>(options_.threads), options_.state_dir,
+      stage_metrics_.get(), security_, options_.memory_limit_bytes});
   service_ = std::make_unique<StageServiceImpl>(host_.get(),
                                                 options_.coordinator_identity);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(

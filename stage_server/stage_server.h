@@ -34,6 +34,10 @@ class StageServer {
     std::string device = "cpu";
     // Threads for the stage's torch work (intra-op).
     int64_t threads = 2;
+    // Memory a stage may use, in bytes; 0 = what the device has (the
+    // machine's or its cgroup's, a GPU's). A job whose estimated need
+    // exceeds it is refused at Assign.
+    int64_t memory_limit_bytes = 0;
     // Where checkpoints are written; created when missing.
     std::string state_dir = "/var/lib/petra/stage";
     // On SIGTERM, how long passes already started may take to finish.

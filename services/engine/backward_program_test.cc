@@ -66,7 +66,8 @@ struct Stage {
 
 std::vector<torch::Tensor> Moved(const std::vector<torch::Tensor>& w) {
   std::vector<torch::Tensor> out;
-  for (const torch::Tensor& t : w) out.push_back(t + 0.05 * torch::randn_like(t));
+  for (const torch::Tensor& t : w)
+    out.push_back(t + 0.05 * torch::randn_like(t));
   return out;
 }
 
@@ -187,15 +188,25 @@ INSTANTIATE_TEST_SUITE_P(
     Rows, TableFourRow,
     ::testing::Values(
         // stash_inputs, stash_weights, overlap_rebuild, rebuild_with_current
-        Row{"InputsAndWeights_PipeDream", {true, true, false, false},
-            Input::kKept, Weights::kOld},
-        Row{"InputsOnly", {true, false, false, false}, Input::kKept,
+        Row{"InputsAndWeights_PipeDream",
+            {true, true, false, false},
+            Input::kKept,
+            Weights::kOld},
+        Row{"InputsOnly",
+            {true, false, false, false},
+            Input::kKept,
             Weights::kNew},
-        Row{"WeightsOnly_RebuiltWithStashed", {false, true, false, false},
-            Input::kRebuiltWithOld, Weights::kOld},
-        Row{"WeightsOnly_RebuiltWithCurrent", {false, true, false, true},
-            Input::kRebuiltWithNew, Weights::kOld},
-        Row{"Petra", {false, false, false, false}, Input::kRebuiltWithNew,
+        Row{"WeightsOnly_RebuiltWithStashed",
+            {false, true, false, false},
+            Input::kRebuiltWithOld,
+            Weights::kOld},
+        Row{"WeightsOnly_RebuiltWithCurrent",
+            {false, true, false, true},
+            Input::kRebuiltWithNew,
+            Weights::kOld},
+        Row{"Petra",
+            {false, false, false, false},
+            Input::kRebuiltWithNew,
             Weights::kNew}),
     [](const ::testing::TestParamInfo<Row>& i) { return i.param.name; });
 

@@ -77,8 +77,7 @@ absl::StatusOr<EndToEndCheck::LossStep> EndToEndCheck::Loss(
 }
 
 absl::StatusOr<std::pair<TensorPair, TensorPair>> EndToEndCheck::Backward(
-    int64_t i, const TensorPair& output_grad, StageBlocks& blocks,
-    bool first) {
+    int64_t i, const TensorPair& output_grad, StageBlocks& blocks, bool first) {
   absl::StatusOr<Sample*> s = Find(i);
   if (!s.ok()) return s.status();
   if (!(*s)->input.a.defined()) {

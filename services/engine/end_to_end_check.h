@@ -92,7 +92,7 @@ class EndToEndCheck {
 
   const int64_t stride_;
   const int accumulation_;
-  std::map<int64_t, Sample> samples_;  // by training id
+  std::map<int64_t, Sample> samples_;               // by training id
   std::vector<std::pair<double, double>> results_;  // cosine, norm ratio
 };
 

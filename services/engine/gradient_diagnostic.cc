@@ -94,9 +94,9 @@ std::pair<double, double> CosineAndNormRatio(const torch::Tensor& applied,
                                              const torch::Tensor& exact) {
   const double pn = applied.norm().item<double>();
   const double en = exact.norm().item<double>();
-  return {pn > 0 && en > 0 ? applied.dot(exact).item<double>() / (pn * en)
-                           : 0.0,
-          en > 0 ? pn / en : 0.0};
+  return {
+      pn > 0 && en > 0 ? applied.dot(exact).item<double>() / (pn * en) : 0.0,
+      en > 0 ? pn / en : 0.0};
 }
 
 void GradientProbe::Record(const torch::Tensor& applied,
@@ -123,8 +123,8 @@ void GradientProbe::Compare(const ForwardRecord& r,
   }
   // The backward added (1/k) of it.
   Record(torch::cat(petra),
-         torch::cat(GradientAt(blocks, r.diagnostic_input,
-                               r.diagnostic_weights, output_grad, false)
+         torch::cat(GradientAt(blocks, r.diagnostic_input, r.diagnostic_weights,
+                               output_grad, false)
                         .params) /
              accumulation_,
          steps);

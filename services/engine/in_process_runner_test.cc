@@ -92,8 +92,8 @@ TEST(InProcessRunner, EndToEndCheckComparesWithTheTrueGradient) {
     const int64_t n = 1024 / 32;
     bool any_inexact = false;
     for (const petra::v1::StageStats& st : r->back().stages) {
-      const std::string where = absl::StrCat(
-          "stage ", st.stage_index(), ", mode ", c.mode, ", lr ", c.lr);
+      const std::string where = absl::StrCat("stage ", st.stage_index(),
+                                             ", mode ", c.mode, ", lr ", c.lr);
       EXPECT_EQ(st.end_to_end_samples(), n / 4) << where;
       if (c.exact) {
         EXPECT_NEAR(st.end_to_end_cosine_similarity(), 1.0, 1e-4) << where;
@@ -119,6 +119,7 @@ TEST(InProcessRunner, DelayIsTwiceTheDistanceToTheLastStage) {
   for (const petra::v1::StageStats& st : r->stages) {
     const int d = 2 * (J - 1 - static_cast<int>(st.stage_index()));
     EXPECT_DOUBLE_EQ(st.delay_ticks_mean(), d) << "stage " << st.stage_index();
+    EXPECT_EQ(runner->worker(st.stage_index()).staleness_bound(), d);
     // k = 1: one step per tick, so the m-th micro-batch is min(m, d) steps
     // stale (the pipeline fills first).
     double expected = 0;

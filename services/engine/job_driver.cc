@@ -5,7 +5,6 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-
 #include "services/data/image_folder.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/lr_schedule.h"
@@ -68,8 +67,8 @@ absl::StatusOr<std::vector<EpochReport>> JobDriver::RunSegment(
        e <= spec_.training().epochs() && parts.size() < max_epochs; ++e) {
     auto batches = std::make_unique<data::EpochBatches>(
         data_.train, TrainBatchOptions(spec_), e - 1);
-    const int64_t n = TrainMicroBatches(spec_, batches->size(),
-                                        static_cast<int64_t>(steps));
+    const int64_t n =
+        TrainMicroBatches(spec_, batches->size(), static_cast<int64_t>(steps));
     if (n == 0) break;  // no whole optimizer step left
     parts.push_back({e, batches.get(), n});
     owned.push_back(std::move(batches));

@@ -109,8 +109,9 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     config.stash_inputs = delayed && s.training().stash_inputs();
     config.stash_weights = delayed && s.training().stash_weights();
     config.rebuild_with_current =
-        config.stash_weights && s.training().rebuild_with() ==
-                                    petra::v1::TrainingSpec::REBUILD_WITH_CURRENT;
+        config.stash_weights &&
+        s.training().rebuild_with() ==
+            petra::v1::TrainingSpec::REBUILD_WITH_CURRENT;
     config.overlap_rebuild = s.training().overlap_rebuild();
     const std::string name =
         device.empty() ? job::DeviceForStage(s, j) : device;

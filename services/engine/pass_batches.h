@@ -18,7 +18,7 @@ namespace petra::engine {
 class PassBatches {
  public:
   struct Part {
-    uint32_t epoch = 0;                          // 1-based (0: evaluation)
+    uint32_t epoch = 0;                           // 1-based (0: evaluation)
     const data::EpochBatches* batches = nullptr;  // outlives the pass
     int64_t n = 0;                                // its first n micro-batches
   };

@@ -151,9 +151,11 @@ absl::Status RunStageGradientCheck(StageWorker& w, StageInbox& inbox,
       if (!out.ok()) return out.status();
       outbox.ReportLoss(i, *out);
       if (w.index() == 0) continue;
-      if (absl::Status s = outbox.SendBackward(
-              {i, std::move(out->backward.input),
-               std::move(out->backward.input_grad), {}});
+      if (absl::Status s =
+              outbox.SendBackward({i,
+                                   std::move(out->backward.input),
+                                   std::move(out->backward.input_grad),
+                                   {}});
           !s.ok()) {
         return s;
       }

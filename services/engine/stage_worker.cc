@@ -3,7 +3,9 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "services/model/batch_norm.h"
 #include "services/model/device_memory.h"
 
@@ -19,24 +21,52 @@ std::string FirstLine(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
+// What to change when a stage runs out of memory.
+constexpr char kOutOfMemoryAdvice[] =
+    "lower --micro-batch, cut the network into more stages (--stages), or "
+    "give the stage more memory";
+
 // Torch reports errors by exception; they end at the worker's boundary,
 // with the stage named and without torch's backtrace (kilobytes of frames
-// that say nothing to the user). Running out of device memory is
-// RESOURCE_EXHAUSTED: the job cannot fit, the server itself is fine.
+// that say nothing to the user), on one line. Running out of memory, the
+// device's or the host's, is RESOURCE_EXHAUSTED: the job cannot fit, the
+// server itself is fine.
 template <typename F>
 auto Guard(int stage, const char* what, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const c10::OutOfMemoryError& e) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "stage ", stage, ": ", what,
-        ": out of device memory: ", FirstLine(e.what_without_backtrace())));
+        "stage ", stage, ": ", what, ": out of device memory: ",
+        FirstLine(e.what_without_backtrace()), "; ", kOutOfMemoryAdvice));
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("stage ", stage, ": ", what, ": ",
-                                            e.what_without_backtrace()));
+    const std::string message = FirstLine(e.what_without_backtrace());
+    // The host allocator's failure ("... DefaultCPUAllocator: can't
+    // allocate memory: you tried to allocate N bytes. Error code 12 ...").
+    if (message.find("DefaultCPUAllocator") != std::string::npos) {
+      const size_t at = message.find("tried to allocate ");
+      int64_t bytes = 0;
+      std::string asked;
+      if (at != std::string::npos) {
+        const size_t from = at + 18;
+        if (absl::SimpleAtoi(
+                message.substr(from, message.find(' ', from) - from), &bytes)) {
+          asked = absl::StrFormat(" allocating %.2f GB", bytes / 1e9);
+        }
+      }
+      return absl::ResourceExhaustedError(
+          absl::StrCat("stage ", stage, ": ", what, ": out of memory", asked,
+                       "; ", kOutOfMemoryAdvice));
+    }
+    return absl::InternalError(
+        absl::StrCat("stage ", stage, ": ", what, ": ", message));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "stage ", stage, ": ", what, ": out of memory (an allocation failed); ",
+        kOutOfMemoryAdvice));
   } catch (const std::exception& e) {
     return absl::InternalError(
-        absl::StrCat("stage ", stage, ": ", what, ": ", e.what()));
+        absl::StrCat("stage ", stage, ": ", what, ": ", FirstLine(e.what())));
   }
 }
 
@@ -57,12 +87,17 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
     : config_(config),
       forward_gradient_(resolved.training().mode() ==
                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT),
+      staleness_bound_(resolved.training().mode() ==
+                               petra::v1::TRAINING_MODE_BACKPROP
+                           ? 0
+                           : (2 * (config.count - 1 - config.index) +
+                              resolved.training().accumulation_steps() - 1) /
+                                 resolved.training().accumulation_steps()),
       blocks_(OnDevice(std::move(blocks), config.device), config.index == 0),
       optimizer_(blocks_.parameters(), resolved, schedule),
       program_(ChooseBackwardProgram(
-          blocks_,
-          {config.stash_inputs, config.stash_weights, config.overlap_rebuild,
-           config.rebuild_with_current})),
+          blocks_, {config.stash_inputs, config.stash_weights,
+                    config.overlap_rebuild, config.rebuild_with_current})),
       // The last stage has the loss: its gradient is exact, no guess.
       fg_(forward_gradient_ && config.index + 1 < config.count
               ? std::make_unique<ForwardGradientStage>(
@@ -318,8 +353,8 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
                            blocks_);
           }
         }
-        if (sampled) KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{}
-                                                : before);
+        if (sampled)
+          KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
         Measure(*r, tick, out);
         FinishBackward();
         return out;
@@ -451,21 +486,21 @@ absl::StatusOr<TensorPair> StageWorker::CheckForward(int64_t i,
 absl::StatusOr<LossOutput> StageWorker::CheckLoss(int64_t i,
                                                   const TensorPair& x,
                                                   const torch::Tensor& labels) {
-  return Guard(
-      config_.index, "gradient check", [&]() -> absl::StatusOr<LossOutput> {
-        const TensorPair in = x.to(config_.device);
-        absl::StatusOr<EndToEndCheck::LossStep> step =
-            check_.Loss(i, in, model::ToDevice(labels, config_.device),
-                        blocks_, config_.index == 0);
-        if (!step.ok()) return step.status();
-        LossOutput out;
-        out.loss = step->loss;
-        out.correct = step->correct;
-        out.samples = labels.size(0);
-        out.backward.input = in.detach();
-        out.backward.input_grad = std::move(step->input_grad);
-        return out;
-      });
+  return Guard(config_.index, "gradient check",
+               [&]() -> absl::StatusOr<LossOutput> {
+                 const TensorPair in = x.to(config_.device);
+                 absl::StatusOr<EndToEndCheck::LossStep> step =
+                     check_.Loss(i, in, model::ToDevice(labels, config_.device),
+                                 blocks_, config_.index == 0);
+                 if (!step.ok()) return step.status();
+                 LossOutput out;
+                 out.loss = step->loss;
+                 out.correct = step->correct;
+                 out.samples = labels.size(0);
+                 out.backward.input = in.detach();
+                 out.backward.input_grad = std::move(step->input_grad);
+                 return out;
+               });
 }
 
 absl::StatusOr<BackwardOutput> StageWorker::CheckBackward(

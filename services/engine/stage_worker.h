@@ -18,11 +18,11 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 #include "services/engine/backward_program.h"
+#include "services/engine/end_to_end_check.h"
 #include "services/engine/forward_gradient_stage.h"
 #include "services/engine/gradient_accumulator.h"
 #include "services/engine/gradient_diagnostic.h"
 #include "services/engine/lr_schedule.h"
-#include "services/engine/end_to_end_check.h"
 #include "services/engine/non_finite.h"
 #include "services/engine/stage_blocks.h"
 #include "services/engine/stage_memory.h"
@@ -162,6 +162,9 @@ class StageWorker {
   int64_t skipped_count() const { return skipped_; }
   double delay_ticks_mean() const;
   double staleness_mean() const;
+  // The most optimizer steps a micro-batch can see between its forward and
+  // backward here, by the schedule: ceil(2 (J - 1 - j) / k); 0 in backprop.
+  int64_t staleness_bound() const { return staleness_bound_; }
   // Micro-batches forwarded and not yet backwarded.
   int64_t in_flight() const { return static_cast<int64_t>(records_.size()); }
   std::vector<torch::Tensor> parameters() const { return blocks_.parameters(); }
@@ -196,10 +199,12 @@ class StageWorker {
   int64_t OptimizerBytes() const;
   // A sampled micro-batch's backward is done: keeps what it added since
   // `before` (none: nothing, a skipped one) and the weights now.
-  void KeepEndToEndSample(uint64_t id, const std::vector<torch::Tensor>& before);
+  void KeepEndToEndSample(uint64_t id,
+                          const std::vector<torch::Tensor>& before);
 
   const StageConfig config_;
   const bool forward_gradient_;
+  const int64_t staleness_bound_;
   StageBlocks blocks_;
   GradientAccumulator optimizer_;
   std::unique_ptr<BackwardProgram> program_;

@@ -260,9 +260,9 @@ TEST(FrozenWeights, EveryTableFourRowEqualsBackprop) {
               {"weights, rebuilt with them", false, true, false},
               {"weights, rebuilt with the current ones", false, true, true}};
   for (const Row& row : rows) {
-    auto workers = Workers(spec, model::PerBlockPartition(10), row.inputs,
-                           row.weights, torch::kCPU, false,
-                           row.rebuild_with_current);
+    auto workers =
+        Workers(spec, model::PerBlockPartition(10), row.inputs, row.weights,
+                torch::kCPU, false, row.rebuild_with_current);
     RunPetraSchedule(workers, batches);
     std::vector<torch::Tensor> got;
     for (auto& w : workers) {

@@ -286,20 +286,21 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_schedule()->set_decay(
                     static_cast<petra::v1::ScheduleSpec::Decay>(v));
               }));
-  f.AddCustom("step-epochs", "E1,E2,...",
-              "none (recipe paper: the paper's, at the same fractions of the run)",
-              "decay step: epochs where the rate drops",
-              [s](const std::string& v) -> absl::Status {
-                s->mutable_schedule()->clear_step_epochs();
-                for (absl::string_view part :
-                     absl::StrSplit(v, ',', absl::SkipEmpty())) {
-                  uint32_t e;
-                  if (!absl::SimpleAtoi(part, &e))
-                    return cli::BadValue(v, "comma-separated epochs");
-                  s->mutable_schedule()->add_step_epochs(e);
-                }
-                return absl::OkStatus();
-              });
+  f.AddCustom(
+      "step-epochs", "E1,E2,...",
+      "none (recipe paper: the paper's, at the same fractions of the run)",
+      "decay step: epochs where the rate drops",
+      [s](const std::string& v) -> absl::Status {
+        s->mutable_schedule()->clear_step_epochs();
+        for (absl::string_view part :
+             absl::StrSplit(v, ',', absl::SkipEmpty())) {
+          uint32_t e;
+          if (!absl::SimpleAtoi(part, &e))
+            return cli::BadValue(v, "comma-separated epochs");
+          s->mutable_schedule()->add_step_epochs(e);
+        }
+        return absl::OkStatus();
+      });
   f.AddCustom(
       "step-factor", "F", "0.1", "decay step: factor per drop, in (0, 1]",
       Double([s](double v) { s->mutable_schedule()->set_step_factor(v); }));

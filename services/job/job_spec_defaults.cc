@@ -29,11 +29,10 @@ namespace {
 // The PETRA paper's schedule (section 4.1), fitted to the run's length:
 // fills only the fields left unset. Values: proto/petra/v1/job.proto, Recipe.
 void ApplyPaperRecipe(petra::v1::JobSpec* spec) {
-  const bool imagenet =
-      spec->model().variant() == petra::v1::VARIANT_IMAGENET;
+  const bool imagenet = spec->model().variant() == petra::v1::VARIANT_IMAGENET;
   const double paper_epochs = imagenet ? 90 : 300;
-  const std::vector<double> drops =
-      imagenet ? std::vector<double>{30, 60, 80} : std::vector<double>{150, 225};
+  const std::vector<double> drops = imagenet ? std::vector<double>{30, 60, 80}
+                                             : std::vector<double>{150, 225};
   const uint32_t epochs = spec->training().epochs();
   const double scale = std::min(1.0, epochs / paper_epochs);
 
@@ -133,7 +132,8 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   }
   // The rebuild's weights, where a stage rebuilds (inputs not stashed):
   // PETRA has only the current ones; a weight stash rebuilds with itself.
-  if (train->rebuild_with() == petra::v1::TrainingSpec::REBUILD_WITH_UNSPECIFIED) {
+  if (train->rebuild_with() ==
+      petra::v1::TrainingSpec::REBUILD_WITH_UNSPECIFIED) {
     if (train->mode() == petra::v1::TRAINING_MODE_PETRA) {
       train->set_rebuild_with(petra::v1::TrainingSpec::REBUILD_WITH_CURRENT);
     } else if (train->mode() == petra::v1::TRAINING_MODE_DELAYED &&

@@ -461,8 +461,7 @@ INSTANTIATE_TEST_SUITE_P(
                      s->mutable_training()->set_rebuild_with(
                          petra::v1::TrainingSpec::REBUILD_WITH_STASHED);
                    },
-                   "training.rebuild_with = stashed",
-                   "needs stashed weights"},
+                   "training.rebuild_with = stashed", "needs stashed weights"},
         RejectCase{"RebuildWithWhereInputsAreKept",
                    [](JobSpec* s) {
                      s->mutable_training()->set_mode(
@@ -605,11 +604,11 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"NameWithControlCharacters",
                    [](JobSpec* s) { s->set_name("a\nb"); }, "name = \"a\\nb\"",
                    "control characters"},
-        RejectCase{"SyntheticSizeZero",
-                   [](JobSpec* s) {
-                     s->mutable_dataset()->set_synthetic_train_size(0);
-                   },
-                   "dataset.synthetic_train_size = 0", "at least 1"}),
+        RejectCase{
+            "SyntheticSizeZero",
+            [](JobSpec*
+                   s) { s->mutable_dataset()->set_synthetic_train_size(0); },
+            "dataset.synthetic_train_size = 0", "at least 1"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -2,10 +2,15 @@
 
 #include <torch/torch.h>
 
+#include <fstream>
+#include <limits>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "services/job/device_name.h"
 
 #ifdef PETRA_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -25,7 +30,57 @@ int CudaIndex(const std::string& device) {
 }
 #endif
 
+// The first number in a file (0 when it holds none, or "max").
+int64_t FirstNumber(const std::string& path) {
+  std::ifstream in(path);
+  int64_t n = 0;
+  if (!(in >> n)) return 0;
+  return n;
+}
+
+// MemTotal of /proc/meminfo, in bytes.
+int64_t MemTotal() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemTotal:") return kb * 1024;
+  }
+  return 0;
+}
+
 }  // namespace
+
+MemoryCapacity ReadMemoryCapacity(const std::string& device) {
+  MemoryCapacity c;
+#ifdef PETRA_WITH_CUDA
+  if (const int index = CudaIndex(device); index >= 0) {
+    try {
+      c.bytes = static_cast<int64_t>(
+          at::cuda::getDeviceProperties(index)->totalGlobalMem);
+      c.source = absl::StrCat("cuda:", index, "'s memory");
+    } catch (const c10::Error&) {
+    }
+    return c;
+  }
+#else
+  (void)device;
+#endif
+  c.bytes = MemTotal();
+  c.source = "the machine's memory";
+  // A cgroup's limit: v2's memory.max, v1's memory.limit_in_bytes (a huge
+  // number when unlimited).
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    const int64_t limit = FirstNumber(path);
+    if (limit > 0 && (c.bytes == 0 || limit < c.bytes)) {
+      c.bytes = limit;
+      c.source = absl::StrCat("its cgroup's limit, ", path);
+    }
+  }
+  return c;
+}
 
 DeviceMemory ReadDeviceMemory(const std::string& device) {
   DeviceMemory m;

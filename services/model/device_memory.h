@@ -24,6 +24,15 @@ DeviceMemory ReadDeviceMemory(const std::string& device);
 // the device's, so stages sharing a GPU share it too).
 void ResetDeviceMemoryPeak(const std::string& device);
 
+// How much memory a stage on `device` may use: for "cpu" the least of the
+// machine's (MemTotal) and the cgroup's limit (memory.max, v2 or v1); for a
+// GPU its total memory. `source` says which.
+struct MemoryCapacity {
+  int64_t bytes = 0;  // 0: unknown
+  std::string source;
+};
+MemoryCapacity ReadMemoryCapacity(const std::string& device);
+
 // Caps what this process may allocate on `device` at `fraction` (0, 1] of
 // its memory (the caching allocator's per-process fraction); beyond it an
 // allocation fails as out of memory. UNIMPLEMENTED without CUDA.

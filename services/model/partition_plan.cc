@@ -68,8 +68,7 @@ absl::StatusOr<std::vector<BlockRange>> PlanPartition(
     costs =
         MeasureBlockSeconds(network, resolved.training().micro_batch_size());
   } else {
-    const bool flops_only =
-        p.cost() == petra::v1::PartitionSpec::COST_FLOPS;
+    const bool flops_only = p.cost() == petra::v1::PartitionSpec::COST_FLOPS;
     for (const BlockSummary& b : SummarizeBlocks(network)) {
       costs.push_back(flops_only ? static_cast<double>(b.forward_flops)
                                  : EstimatedCost(b));

@@ -36,8 +36,10 @@ std::vector<BlockRange> Plan(const petra::v1::JobSpec& spec) {
 TEST(PlanPartition, TheEstimateWeighsMemoryBoundLayers) {
   const petra::v1::JobSpec estimated =
       MainJob(petra::v1::PartitionSpec::COST_ESTIMATED);
-  EXPECT_THAT(Plan(estimated), ElementsAre(BlockRange{0, 4}, BlockRange{4, 10}));
-  EXPECT_THAT(Plan(estimated), ElementsAre(BlockRange{0, 4}, BlockRange{4, 10}));
+  EXPECT_THAT(Plan(estimated),
+              ElementsAre(BlockRange{0, 4}, BlockRange{4, 10}));
+  EXPECT_THAT(Plan(estimated),
+              ElementsAre(BlockRange{0, 4}, BlockRange{4, 10}));
   EXPECT_THAT(Plan(MainJob(petra::v1::PartitionSpec::COST_FLOPS)),
               ElementsAre(BlockRange{0, 5}, BlockRange{5, 10}));
 }

@@ -5,6 +5,8 @@ job on loopback.
 """
 
 import os
+import posixpath
+import shutil
 import tempfile
 import unittest
 
@@ -114,12 +116,25 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
 
     def test_prometheus_scrapes_every_process(self):
         path = os.path.join(COMPOSE_DIR, "prometheus.yml")
-        run([PROMTOOL, "check", "config", path])
         with open(path) as f:
             prometheus = yaml.safe_load(f)
+        # The rule files as the container sees them: mounted beside it.
+        services = compose_config("docker-compose.yml")["services"]
+        mounts = {}  # container path -> host path, "source:target:mode"
+        for v in services["prometheus"]["volumes"]:
+            parts = v.split(":")
+            if len(parts) >= 2:
+                mounts[parts[1]] = parts[0]
+        with tempfile.TemporaryDirectory() as etc:
+            shutil.copy(path, os.path.join(etc, "prometheus.yml"))
+            for rules in prometheus["rule_files"]:
+                target = posixpath.join("/etc/prometheus", rules)
+                self.assertIn(target, mounts, "%s is not mounted" % rules)
+                shutil.copy(mounts[target], os.path.join(etc, rules))
+            run([PROMTOOL, "check", "config",
+                 os.path.join(etc, "prometheus.yml")])
         targets = {t for job in prometheus["scrape_configs"]
                    for sc in job["static_configs"] for t in sc["targets"]}
-        services = compose_config("docker-compose.yml")["services"]
         expected = set()
         for name, service in services.items():
             if is_petra(service):

@@ -1,6 +1,6 @@
 """The container image: the Dockerfile builds with the README's scripts,
-installs the three programs with their runtime packages, and its health
-check and command run.
+installs the programs with their runtime packages, and its health check
+(petra-health, which loads no libtorch) and command run.
 """
 
 import json
@@ -48,7 +48,7 @@ class DockerfileTest(unittest.TestCase):
         self.assertEqual(user.split(":")[0], str(IMAGE_UID))
 
     def test_installed_programs_and_runtime_packages(self):
-        # What `cmake --install` puts in the image: the three programs.
+        # What `cmake --install` puts in the image: the programs.
         with tempfile.TemporaryDirectory() as prefix:
             build = os.path.dirname(BIN)
             run(["cmake", "--install", build, "--prefix", prefix])
@@ -61,6 +61,11 @@ class DockerfileTest(unittest.TestCase):
         packages = out.split()
         for expected in ("libtorch1.13", "libgrpc++1.51", "libprotobuf32"):
             self.assertIn(expected, packages)
+        # The probe, run every few seconds in every container, loads no
+        # libtorch.
+        _, libraries, _ = run(["ldd", os.path.join(BIN, "petra-health")])
+        self.assertNotIn("libtorch", libraries)
+        self.assertNotIn("libc10", libraries)
         for package in packages:
             code, status, _ = run(["dpkg-query", "-W", "-f=${Status}",
                                    package], check=False)

@@ -34,7 +34,8 @@ PROMTOOL = os.environ.get("PETRA_PROMTOOL", "promtool")
 DEPLOY = os.path.join(SOURCE, "deploy")
 COMPOSE_DIR = os.path.join(DEPLOY, "compose")
 DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "petra-fleet.json")
-PETRA_PROGRAMS = ("petra", "petra-coordinator", "petra-stage-server")
+PETRA_PROGRAMS = ("petra", "petra-coordinator", "petra-stage-server",
+                  "petra-health")
 # What the image's user is (deploy/docker/Dockerfile) and Kubernetes checks.
 IMAGE_UID = 10001
 # The short job run through the launched fleet: real Fashion-MNIST from the
@@ -255,14 +256,14 @@ class FleetLaunch:
             for name, (manifest_port, check) in health_checks.items():
                 grpc_port = ports[name][0]
                 if check is None:  # Kubernetes' own gRPC probe
-                    check = ["petra", "health", "--address",
+                    check = ["petra-health", "--address",
                              "127.0.0.1:%d" % manifest_port]
-                self.assertEqual(check[:2], ["petra", "health"])
+                self.assertEqual(check[0], "petra-health")
                 address = flag_value(check, "address")
                 self.assertEqual(int(address.rsplit(":", 1)[1]), manifest_port,
                                  "%s's health check asks another port" % name)
                 check = with_flag(check, "address", "127.0.0.1:%d" % grpc_port)
-                run([os.path.join(BIN, "petra")] + check[1:], timeout=30)
+                run([os.path.join(BIN, "petra-health")] + check[1:], timeout=30)
 
             for name, (_, metrics_port) in ports.items():
                 self.assertIsNotNone(metrics_port, "%s exports no metrics" % name)

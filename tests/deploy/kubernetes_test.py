@@ -130,11 +130,11 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             self.assertEqual(
                 int(flag_value(command[1:], "metrics-listen").rsplit(":", 1)[1]),
                 ports["metrics"])
-            # Probes: `petra health` on the gRPC port with the container's
+            # Probes: `petra-health` on the gRPC port with the container's
             # own TLS files (the kubelet's gRPC probe speaks no TLS).
             for probe in ("livenessProbe", "readinessProbe"):
                 check = container[probe]["exec"]["command"]
-                self.assertEqual(check[:2], ["petra", "health"], probe)
+                self.assertEqual(check[0], "petra-health", probe)
                 self.assertEqual(
                     int(flag_value(check, "address").rsplit(":", 1)[1]),
                     ports["grpc"], probe)
@@ -209,6 +209,10 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         with open(DASHBOARD) as f:
             self.assertEqual(json.loads(dashboard["data"]["petra-fleet.json"]),
                              json.load(f))
+        # So are the alert rules.
+        (rules,) = find(objects, "ConfigMap", "petra-prometheus-rules")
+        with open(os.path.join(DEPLOY, "prometheus", "alerts.yml")) as f:
+            self.assertEqual(rules["data"]["alerts.yml"], f.read())
         return objects, stage_set, coordinator
 
     def secret_mounts(self, workload, secrets=None):

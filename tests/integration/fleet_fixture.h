@@ -32,24 +32,40 @@ inline std::vector<std::string> SmallJob(int epochs) {
 
 class FleetProcesses : public ::testing::Test {
  protected:
-  void StartStages(int n) {
+  // `extra`: more flags for every server; `prefix`: a program the server
+  // runs under, with its arguments (prlimit, say).
+  void StartStages(int n, const std::vector<std::string>& extra = {},
+                   const std::vector<std::string>& prefix = {}) {
     for (int j = 0; j < n; ++j) {
       stages_.emplace_back();
       stage_addresses_.emplace_back();
-      StartStage(static_cast<int>(stages_.size()) - 1, 0);
+      StartStage(static_cast<int>(stages_.size()) - 1, 0, extra, prefix);
     }
   }
 
   // Starts stage server `j` (again) on `port` (0: an ephemeral one) with a
   // state dir of its own; a restarted server gets a fresh one, as a pod
   // whose disk is gone.
-  void StartStage(int j, int port) {
-    stages_[j] = std::make_unique<Subprocess>(
-        kStage,
-        std::vector<std::string>{"--listen", Loopback(port), "--metrics-listen",
-                                 "", "--threads", "1", "--state-dir",
-                                 dir_.path() + "/stage-" + std::to_string(j) +
-                                     "-" + std::to_string(++stage_starts_)});
+  void StartStage(int j, int port, const std::vector<std::string>& extra = {},
+                  const std::vector<std::string>& prefix = {}) {
+    std::vector<std::string> args = {"--listen",
+                                     Loopback(port),
+                                     "--metrics-listen",
+                                     "",
+                                     "--threads",
+                                     "1",
+                                     "--state-dir",
+                                     dir_.path() + "/stage-" +
+                                         std::to_string(j) + "-" +
+                                         std::to_string(++stage_starts_)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string program = kStage;
+    if (!prefix.empty()) {
+      args.insert(args.begin(), kStage);
+      args.insert(args.begin(), prefix.begin() + 1, prefix.end());
+      program = prefix.front();
+    }
+    stages_[j] = std::make_unique<Subprocess>(program, args);
     const int bound =
         NumberAfter(stages_[j]->WaitForLine("listening on port"), "port ");
     ASSERT_GT(bound, 0) << stages_[j]->err();

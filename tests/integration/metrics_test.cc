@@ -69,12 +69,24 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
 
   const auto& coordinator = after[0];
   for (const char* name :
-       {"petra_build_info{", "petra_job_loss{split=\"train\"}",
-        "petra_job_accuracy_ratio{split=\"train\"}", "petra_job_epoch",
-        "petra_job_optimizer_steps", "petra_job_learning_rate",
-        "petra_job_train_samples_total", "petra_jobs{state=\"running\"}"}) {
+       {"petra_build_info{", "petra_job_info{architecture=\"revnet18\"",
+        "petra_job_loss{job_id=", "petra_job_accuracy_ratio{job_id=",
+        "petra_job_epoch{job_id=", "petra_job_optimizer_steps{job_id=",
+        "petra_job_learning_rate{job_id=", "petra_job_train_samples_total",
+        "petra_jobs{state=\"running\"}"}) {
     EXPECT_GT(Sum(coordinator, name), 0) << name;
   }
+  // The job's identity: its series join petra_job_info on job_id.
+  std::string job_label;
+  for (const auto& [series, value] : coordinator) {
+    if (series.rfind("petra_job_info{", 0) != 0) continue;
+    EXPECT_THAT(series, HasSubstr("mode=\"petra\""));
+    const size_t at = series.find("job_id=\"");
+    ASSERT_NE(at, std::string::npos) << series;
+    job_label = series.substr(at, series.find('"', at + 8) + 1 - at);
+  }
+  ASSERT_FALSE(job_label.empty());
+  EXPECT_GT(Sum(coordinator, "petra_job_optimizer_steps{" + job_label), 0);
   EXPECT_GT(Sum(after[0], "petra_job_train_samples_total"),
             Sum(before[0], "petra_job_train_samples_total"));
   EXPECT_GT(Sum(after[0], "petra_job_optimizer_steps"),
@@ -134,13 +146,28 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
                 "stage=\"0\"}"),
             0);
 
-  // Every metric the dashboard's queries name is exported by some process.
+  // Every metric the dashboard's queries and the alert rules name is
+  // exported by some process.
   std::string exported;
   for (int p : ports) exported += HttpGet(p, "/metrics");
   std::ifstream in(std::string(PETRA_SOURCE_DIR) +
                    "/deploy/grafana/dashboards/petra-fleet.json");
-  const std::string dashboard((std::istreambuf_iterator<char>(in)), {});
+  std::string dashboard((std::istreambuf_iterator<char>(in)), {});
   ASSERT_FALSE(dashboard.empty());
+  std::ifstream rules_in(std::string(PETRA_SOURCE_DIR) +
+                         "/deploy/prometheus/alerts.yml");
+  const std::string rules((std::istreambuf_iterator<char>(rules_in)), {});
+  ASSERT_FALSE(rules.empty());
+  // The rules' expressions, as the dashboard's are found.
+  const std::regex rule_expr("expr: ([^\n]*\n)(( {10,}[^\n]*\n)*)");
+  for (auto e = std::sregex_iterator(rules.begin(), rules.end(), rule_expr);
+       e != std::sregex_iterator(); ++e) {
+    std::string text = e->str();
+    for (char& c : text) {
+      if (c == '"' || c == '\\' || c == '\n') c = ' ';
+    }
+    dashboard += "\"expr\": \"" + text + "\"";
+  }
   const std::regex expr("\"expr\": \"([^\"\\\\]|\\\\.)*\"");
   const std::regex metric("petra_[a-z_]+");
   int names = 0;
@@ -159,11 +186,11 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
         }
       }
       EXPECT_THAT(exported, HasSubstr("# TYPE " + name + " "))
-          << "the dashboard queries " << name;
+          << "the dashboard or an alert queries " << name;
       ++names;
     }
   }
-  EXPECT_GT(names, 15);
+  EXPECT_GT(names, 22);
   EXPECT_EQ(train.SignalAndWait(SIGINT, std::chrono::seconds(30)), 130);
 }
 

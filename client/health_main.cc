@@ -1,0 +1,12 @@
+// petra-health: `petra health` as a binary of its own, linking gRPC but not
+// libtorch, for the container and Kubernetes probes (docs/DEPLOY.md,
+// "Probes": its cost against `petra health`'s).
+#include <string>
+#include <vector>
+
+#include "client/health_command.h"
+
+int main(int argc, char** argv) {
+  return petra::client::RunHealthCheck(
+      "petra-health", std::vector<std::string>(argv + 1, argv + argc));
+}

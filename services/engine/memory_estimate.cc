@@ -1,0 +1,108 @@
+#include "services/engine/memory_estimate.h"
+
+#include <functional>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace petra::engine {
+namespace {
+
+constexpr int64_t kFloat = 4;
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                         std::multiplies<int64_t>());
+}
+
+// One sample's elements where block `b` hands over (both streams).
+int64_t OutputElements(const model::BlockSummary& b) {
+  return Elements(b.output_shape) * (b.output_is_pair ? 2 : 1);
+}
+
+}  // namespace
+
+std::string Bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) {
+    return absl::StrFormat("%.1f GB", bytes / 1e9);
+  }
+  return absl::StrFormat("%.0f MB", bytes / 1e6);
+}
+
+StageMemoryEstimate EstimateStageMemory(
+    const petra::v1::JobSpec& s, const std::vector<model::BlockSummary>& blocks,
+    const std::vector<model::BlockRange>& ranges, int stage,
+    const std::vector<int64_t>& input_shape) {
+  const model::BlockRange& r = ranges[stage];
+  const int stages = static_cast<int>(ranges.size());
+  const petra::v1::TrainingMode mode = s.training().mode();
+  StageMemoryEstimate e;
+  e.micro_batch = s.training().micro_batch_size();
+  e.in_flight = mode == petra::v1::TRAINING_MODE_BACKPROP
+                    ? 1
+                    : 2 * (stages - 1 - stage) + 1;
+  int64_t params = 0, graph = 0;
+  bool reversible = true;
+  for (int b = r.begin; b < r.end; ++b) {
+    params += blocks[b].parameters;
+    reversible &= blocks[b].reversible;
+    // What autograd keeps of a forward: every layer's output (the
+    // memory-bound layers', counted by the summary) and the block's own.
+    graph += blocks[b].forward_elementwise + OutputElements(blocks[b]);
+  }
+  const int64_t input = r.begin == 0 ? Elements(input_shape)
+                                     : OutputElements(blocks[r.begin - 1]);
+  const int64_t output = OutputElements(blocks[r.end - 1]);
+  e.parameters_bytes = 3 * kFloat * params;
+  const bool delayed = mode == petra::v1::TRAINING_MODE_DELAYED;
+  const bool keeps_input =
+      mode != petra::v1::TRAINING_MODE_FORWARD_GRADIENT &&
+      (!reversible || (delayed && s.training().stash_inputs()));
+  if (keeps_input) {
+    e.input_buffer_bytes = e.in_flight * e.micro_batch * input * kFloat;
+  }
+  if ((delayed && s.training().stash_weights()) ||
+      mode == petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {
+    e.weight_stash_bytes = e.in_flight * params * kFloat;
+  }
+  // The graph and its gradients for one micro-batch, and up to two
+  // micro-batches queued each way on either side.
+  e.working_bytes =
+      e.micro_batch * kFloat * (2 * graph + 4 * input + 4 * output);
+  return e;
+}
+
+std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
+                       int64_t capacity_bytes, const std::string& source,
+                       const petra::v1::JobSpec& s) {
+  std::string parts = absl::StrCat("weights, gradients and momentum ",
+                                   Bytes(e.parameters_bytes));
+  if (e.input_buffer_bytes > 0) {
+    absl::StrAppend(&parts, "; inputs kept for the backward ",
+                    Bytes(e.input_buffer_bytes), " (", e.in_flight,
+                    " micro-batches in flight)");
+  }
+  if (e.weight_stash_bytes > 0) {
+    absl::StrAppend(&parts, "; weights kept for the backward ",
+                    Bytes(e.weight_stash_bytes));
+  }
+  absl::StrAppend(&parts, "; working memory ", Bytes(e.working_bytes),
+                  " for a micro-batch of ", e.micro_batch);
+  std::string advice = "lower --micro-batch";
+  if (e.input_buffer_bytes > 0 || e.weight_stash_bytes > 0) {
+    absl::StrAppend(&advice, ", cut the network into more stages (--stages)");
+  }
+  if (s.training().mode() == petra::v1::TRAINING_MODE_DELAYED) {
+    absl::StrAppend(&advice,
+                    ", or use --mode petra (it keeps neither inputs "
+                    "of reversible stages nor weights)");
+  } else {
+    absl::StrAppend(&advice, ", or give the stage a server with more memory");
+  }
+  return absl::StrCat("stage ", stage, " needs about ", Bytes(e.total()), " (",
+                      parts, ") but this server has ", Bytes(capacity_bytes),
+                      " (", source, "): ", advice);
+}
+
+}  // namespace petra::engine
