@@ -1,6 +1,7 @@
 """What the benchmark drivers share: their error type, running a command,
 and the entry point that turns errors into a message and an exit code."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -55,6 +56,31 @@ def train_report(petra, flags, timeout, env=None):
                 return json.load(f)
         except (OSError, ValueError) as e:
             raise BenchError(f"petra train wrote no usable report: {e}")
+
+
+def parse_two_builds(parser, argv, rounds, rest_help, owned):
+    """The arguments of a driver that runs two builds side by side:
+    --old-bin, --new-bin, --rounds (default `rounds`), --timeout, and the
+    flags after `--` for what it runs (`rest_help`), which may not set any of
+    `owned`. Returns (args, rest); refuses bad values through `parser`."""
+    parser.add_argument("--old-bin", required=True,
+                        help="the reference build's bin directory")
+    parser.add_argument("--new-bin", required=True,
+                        help="the changed build's bin directory")
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help=f"runs of each build, alternating (default "
+                             f"{rounds})")
+    parser.add_argument("--timeout", type=int, default=3600,
+                        help="seconds one run may take (default 3600)")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=rest_help)
+    args = parser.parse_args(argv)
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    for flag in owned:
+        if any(a == flag or a.startswith(flag + "=") for a in rest):
+            parser.error(f"{flag} is set here, not passed through")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return args, rest
 
 
 def main_guard(name, main):

@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 
-from bench_common import main_guard, run
+from bench_common import main_guard, parse_two_builds, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,24 +41,10 @@ def cells(result):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--old-bin", required=True,
-                   help="the reference build's bin directory")
-    p.add_argument("--new-bin", required=True,
-                   help="the changed build's bin directory")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="runs of each build, alternating (default 3)")
-    p.add_argument("--timeout", type=int, default=3600,
-                   help="seconds one throughput.py run may take")
-    p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="-- then flags for throughput.py (not --bin-dir, "
-                        "--repeats or --json)")
-    args = p.parse_args(argv)
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    for flag in ("--bin-dir", "--repeats", "--json"):
-        if any(a == flag or a.startswith(flag + "=") for a in rest):
-            p.error(f"{flag} is set here, not passed through")
-    if args.rounds < 1:
-        p.error("--rounds must be >= 1")
+    args, rest = parse_two_builds(
+        p, argv, 3,
+        "-- then flags for throughput.py (not --bin-dir, --repeats or --json)",
+        ("--bin-dir", "--repeats", "--json"))
     for name in ("old_bin", "new_bin"):
         d = getattr(args, name)
         if not os.access(os.path.join(d, "petra"), os.X_OK):

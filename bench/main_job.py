@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 
-from bench_common import main_guard, train_report
+from bench_common import main_guard, parse_two_builds, train_report
 
 
 def split_of(report):
@@ -28,23 +28,8 @@ def split_of(report):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--old-bin", required=True,
-                   help="the reference build's bin directory")
-    p.add_argument("--new-bin", required=True,
-                   help="the changed build's bin directory")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="runs of each build, alternating (default 2)")
-    p.add_argument("--timeout", type=int, default=3600,
-                   help="seconds one run may take (default 3600)")
-    p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="-- then flags for every petra train")
-    a = p.parse_args(argv)
-    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
-    if a.rounds < 1:
-        p.error("--rounds must be at least 1")
-    for flag in ("--report", "--quiet"):
-        if any(x == flag or x.startswith(flag + "=") for x in rest):
-            p.error(f"{flag} is set here, not passed through")
+    a, rest = parse_two_builds(p, argv, 2, "-- then flags for every petra "
+                               "train", ("--report", "--quiet"))
     builds = []
     for label, d in (("old", a.old_bin), ("new", a.new_bin)):
         petra = os.path.join(d, "petra")
