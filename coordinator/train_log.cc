@@ -1,6 +1,8 @@
 #include "coordinator/train_log.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/numbers.h"
@@ -24,7 +26,9 @@ absl::Status TrainLog::Append(
   }
   out.flush();
   if (!out) {
-    return absl::InternalError(absl::StrCat("cannot write ", path_.string()));
+    // errno says why (a full disk, above all).
+    return absl::InternalError(absl::StrCat("cannot write ", path_.string(),
+                                            ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 #include "coordinator/train_log.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -45,6 +46,16 @@ TEST(TrainLog, AppendsInIdOrderAndTrimsEpochsToTrainAgain) {
       TrainLog(dir / "missing" / "x.csv").Append(1, 0, 1, {{0, 1}}).code(),
       absl::StatusCode::kInternal);
   std::filesystem::remove_all(dir);
+}
+
+// Found by the chaos campaign: a full disk failed the job with "cannot
+// write .../train_log.csv" and no cause. /dev/full fails every write as a
+// full disk does.
+TEST(TrainLog, AFullDiskIsNamedAsTheCause) {
+  absl::Status s = TrainLog("/dev/full").Append(1, 0, 1, {{0, 1}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("No space left on device"));
 }
 
 }  // namespace

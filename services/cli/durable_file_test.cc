@@ -1,0 +1,46 @@
+#include "services/cli/durable_file.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace petra::cli {
+namespace {
+
+// Found by the chaos campaign: a full state disk failed a checkpoint with
+// "writing ....tmp failed", no cause, and left the partial .tmp file behind
+// to fill the disk further. A file-size limit makes the write fail the way
+// a full disk does (EFBIG in place of ENOSPC), even for root.
+TEST(WriteFileAtomically, AFailedWriteSaysWhyAndLeavesNothing) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("petra-durable-", ::getpid());
+  std::filesystem::create_directories(dir);
+  struct rlimit before;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = before;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  absl::Status s =
+      WriteFileAtomically(dir / "stage-0.pt", std::string(1 << 16, 'x'));
+  setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("File too large"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "stage-0.pt.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "stage-0.pt"));
+  // And a write that fits still lands whole.
+  ASSERT_TRUE(WriteFileAtomically(dir / "stage-0.pt", "bytes").ok());
+  EXPECT_EQ(std::filesystem::file_size(dir / "stage-0.pt"), 5u);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace petra::cli

@@ -1,0 +1,510 @@
+#!/usr/bin/python3
+"""A randomized fault campaign against a fleet (scripts/chaos.sh).
+
+Each run starts a fleet of separate processes on loopback: a coordinator,
+two stage servers and an idle spare, each stage server behind a
+fault-injecting proxy (tests/netns/faultproxy.py), every state directory on
+a small tmpfs of its own where mounting is allowed. It submits a short job,
+follows it with `petra watch`, and a scheduler injects 1 to 3 faults drawn
+from the run's seed at random moments: SIGKILL, SIGSTOP for longer than the
+coordinator's 3 s status deadline then SIGCONT, or SIGTERM, of any process
+(the coordinator, a stage server, the watching client; killed or stopped
+servers are started again on the same port and state directory), a link
+that loses traffic or is cut for a while, 200 ms of added latency, a full
+state-directory disk for a while, and the newest checkpoint corrupted.
+
+Every run must end within --bound seconds (else it counts as a hang) with
+the job SUCCEEDED and its test accuracy within 1 point of the same job
+uninterrupted, or FAILED with a reason; and no checkpoint it leaves may
+verify (its SHA-256) yet differ from the uninterrupted run's of the same
+epoch. The campaign prints every run and a summary table (runs, faults by
+kind, outcomes, worst recovery), and exits 1 when any run broke a rule.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PROXY = os.path.join(ROOT, "tests", "netns", "faultproxy.py")
+KINDS = ["kill", "stop", "term", "loss", "partition", "latency", "disk_full",
+         "corrupt_checkpoint"]
+TARGETS = ["coordinator", "stage-0", "stage-1", "watch"]
+JOB = ["--arch", "revnet18", "--width", "0.125", "--dataset", "synthetic",
+       "--stages", "2", "--epochs", "4", "--train-limit", "1024",
+       "--test-limit", "256", "--checkpoint-every", "1", "--seed", "5",
+       "--lr", "0.3"]  # learns the set (about 94%): a fault that hurt shows
+
+
+class CampaignError(Exception):
+    pass
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_for_text(path, pattern, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(path) as f:
+                m = re.search(pattern, f.read())
+            if m:
+                return m
+        except FileNotFoundError:
+            pass
+        time.sleep(0.1)
+    raise CampaignError(f"no {pattern!r} in {path} after {timeout} s")
+
+
+class Fleet:
+    """The processes of one run, each restartable on its port and state."""
+
+    def __init__(self, bin_dir, root, use_tmpfs):
+        self.bin = bin_dir
+        self.root = root
+        self.procs = {}
+        self.commands = {}
+        self.mounts = []
+        self.use_tmpfs = use_tmpfs
+        self.controls = {}
+        self.ports = {name: free_port() for name in
+                      ("coordinator", "stage-0", "stage-1", "stage-2")}
+        self.proxy_ports = {name: free_port() for name in
+                            ("stage-0", "stage-1", "stage-2")}
+
+    def state_dir(self, name):
+        path = os.path.join(self.root, "state", name)
+        os.makedirs(path, exist_ok=True)
+        if self.use_tmpfs and path not in self.mounts:
+            r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m",
+                                "tmpfs", path], capture_output=True)
+            if r.returncode == 0:
+                self.mounts.append(path)
+        return path
+
+    def start(self, name):
+        log = open(os.path.join(self.root, f"{name}.log"), "a")
+        self.procs[name] = subprocess.Popen(self.commands[name], stdout=log,
+                                            stderr=subprocess.STDOUT)
+        log.close()
+
+    def start_servers(self):
+        for j, name in enumerate(("stage-0", "stage-1", "stage-2")):
+            self.commands[name] = [
+                os.path.join(self.bin, "petra-stage-server"), "--listen",
+                f"127.0.0.1:{self.ports[name]}", "--metrics-listen", "",
+                "--threads", "1", "--drain-seconds", "5", "--state-dir",
+                self.state_dir(name)]
+            self.start(name)
+            control = os.path.join(self.root, f"faults-{name}.json")
+            self.controls[name] = control
+            self.set_faults(name)
+            self.commands["proxy-" + name] = [
+                sys.executable, PROXY, "--listen",
+                f"127.0.0.1:{self.proxy_ports[name]}", "--target",
+                f"127.0.0.1:{self.ports[name]}", "--control", control,
+                "--seed", str(j)]
+            self.start("proxy-" + name)
+        for name in ("stage-0", "stage-1", "stage-2"):
+            wait_for_text(os.path.join(self.root, f"{name}.log"),
+                          r"listening on port")
+            wait_for_text(os.path.join(self.root, f"proxy-{name}.log"),
+                          r"faultproxy listening")
+        stages = ",".join(f"127.0.0.1:{self.proxy_ports[n]}"
+                          for n in ("stage-0", "stage-1", "stage-2"))
+        self.commands["coordinator"] = [
+            os.path.join(self.bin, "petra-coordinator"), "--listen",
+            f"127.0.0.1:{self.ports['coordinator']}", "--metrics-listen", "",
+            "--stages", stages, "--data-root", "/usr/share/datasets",
+            "--state-dir", self.state_dir("coordinator"),
+            "--recovery-timeout", "30", "--max-recoveries", "6"]
+        self.start("coordinator")
+        self.wait_coordinator()
+
+    def wait_coordinator(self):
+        log = os.path.join(self.root, "coordinator.log")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with open(log) as f:
+                if f.read().count("listening on port") >= self.coordinator_starts():
+                    return
+            time.sleep(0.1)
+        raise CampaignError("the coordinator did not start")
+
+    def coordinator_starts(self):
+        return getattr(self, "_coordinator_starts", 1)
+
+    def restart(self, name):
+        """Starts `name` again once it has exited; False while it has not
+        (a server still draining after SIGTERM)."""
+        p = self.procs.get(name)
+        if p is not None and p.poll() is None:
+            return False
+        if name == "coordinator":
+            self._coordinator_starts = self.coordinator_starts() + 1
+        self.start(name)
+        if name == "coordinator":
+            self.wait_coordinator()
+        return True
+
+    def set_faults(self, name, **faults):
+        path = self.controls[name]
+        with open(path + ".new", "w") as f:
+            json.dump(faults, f)
+        os.replace(path + ".new", path)
+
+    def petra(self, args, timeout=60):
+        return subprocess.run(
+            [os.path.join(self.bin, "petra")] + args[:1] +
+            ["--coordinator", f"127.0.0.1:{self.ports['coordinator']}"] +
+            args[1:], capture_output=True, text=True, timeout=timeout)
+
+    def close(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.terminate()
+                except ProcessLookupError:
+                    pass
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for path in self.mounts:
+            subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def job_state(fleet, job):
+    r = fleet.petra(["status", "--json", job], timeout=30)
+    if r.returncode != 0:
+        return None
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return None
+
+
+def checkpoints(state_dir, job):
+    """{(epoch, stage): sha256 of the file} of the checkpoints that verify."""
+    out = {}
+    root = os.path.join(state_dir, "jobs", job, "checkpoints")
+    if not os.path.isdir(root):
+        return out
+    for folder in os.listdir(root):
+        m = re.match(r"epoch-(\d+)$", folder)
+        if not m:
+            continue
+        for name in os.listdir(os.path.join(root, folder)):
+            s = re.match(r"stage-(\d+)\.pt$", name)
+            if not s:
+                continue
+            path = os.path.join(root, folder, name)
+            try:
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                with open(path + ".sha256") as f:
+                    recorded = f.read().split()[0]
+            except (OSError, IndexError):
+                continue
+            if digest == recorded:
+                out[(int(m.group(1)), int(s.group(1)))] = digest
+    return out
+
+
+def inject(fleet, kind, target, duration, events):
+    """Starts one fault; returns what undoes it (or None)."""
+    now = time.time()
+    if kind in ("loss", "partition", "latency"):
+        stage = target if target.startswith("stage") else "stage-1"
+        faults = {"loss": {"loss": 0.2, "loss_stall_ms": 300},
+                  "partition": {"partition": True},
+                  "latency": {"delay_ms": 200}}[kind]
+        fleet.set_faults(stage, **faults)
+        events.append((now, kind, stage))
+        return lambda: fleet.set_faults(stage)
+    if kind == "disk_full":
+        name = "coordinator" if target in ("coordinator", "watch") else target
+        path = os.path.join(fleet.state_dir(name), "chaos-filler")
+        if fleet.state_dir(name) not in fleet.mounts:
+            events.append((now, "disk_full (no tmpfs: skipped)", name))
+            return None
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            block = b"\0" * (1 << 20)
+            while True:
+                os.write(fd, block)
+        except OSError:
+            pass  # full
+        finally:
+            os.close(fd)
+        events.append((now, kind, name))
+        return lambda: os.path.exists(path) and os.remove(path)
+    if kind == "corrupt_checkpoint":
+        root = os.path.join(fleet.state_dir("coordinator"), "jobs")
+        newest = None
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                if re.match(r"stage-\d+\.pt$", name):
+                    path = os.path.join(dirpath, name)
+                    if newest is None or os.path.getmtime(path) > \
+                            os.path.getmtime(newest):
+                        newest = path
+        if newest is None:
+            events.append((now, "corrupt_checkpoint (none yet)", "-"))
+            return None
+        with open(newest, "r+b") as f:
+            size = f.seek(0, 2)
+            f.seek(size // 2)
+            f.write(b"\x5a\xa5\x5a\xa5")
+        events.append((now, kind, os.path.relpath(newest, fleet.root)))
+        return None
+    p = fleet.procs.get(target)
+    if p is None or p.poll() is not None:
+        events.append((now, f"{kind} (not running)", target))
+        return None
+    if kind == "stop":
+        p.send_signal(signal.SIGSTOP)
+        events.append((now, kind, target))
+        return lambda: p.send_signal(signal.SIGCONT)
+    p.send_signal(signal.SIGKILL if kind == "kill" else signal.SIGTERM)
+    events.append((now, kind, target))
+    # Started again once it is gone (a server on its port and state).
+    return ("restart", target)
+
+
+def one_run(args, run, seed, baseline, use_tmpfs):
+    rng = random.Random(seed)
+    root = tempfile.mkdtemp(prefix=f"petra-chaos-{run}-")
+    fleet = Fleet(args.bin_dir, root, use_tmpfs)
+    events, faults = [], []
+    result = {"run": run, "seed": seed, "faults": faults}
+    try:
+        fleet.start_servers()
+        r = fleet.petra(["submit"] + JOB)
+        if r.returncode != 0:
+            raise CampaignError("submit failed: " + r.stderr)
+        job = r.stdout.split()[0]
+        fleet.commands["watch"] = [
+            os.path.join(args.bin_dir, "petra"), "watch", "--coordinator",
+            f"127.0.0.1:{fleet.ports['coordinator']}", job]
+        fleet.start("watch")
+        start = time.time()
+        plan = []
+        for _ in range(rng.randint(1, 3)):
+            kind = rng.choice(KINDS)
+            target = rng.choice(TARGETS)
+            if kind in ("loss", "partition", "latency"):
+                target = rng.choice(["stage-0", "stage-1"])
+            plan.append((rng.uniform(1, args.fault_window), kind, target,
+                         rng.uniform(4, 10)))
+        plan.sort()
+        for at, kind, target, duration in plan:
+            faults.append(f"{kind}@{target}")
+        pending = []  # (time, action)
+        todo = list(plan)
+        end = None
+        while time.time() - start < args.bound:
+            now = time.time() - start
+            while todo and todo[0][0] <= now:
+                at, kind, target, duration = todo.pop(0)
+                undo = inject(fleet, kind, target, duration, events)
+                if isinstance(undo, tuple):
+                    pending.append((now + 2, lambda t=undo[1]: fleet.restart(t)))
+                elif undo is not None:
+                    pending.append((now + duration, undo))
+            for item in [p for p in pending if p[0] <= now]:
+                pending.remove(item)
+                if item[1]() is False:  # not yet: look again in a second
+                    pending.append((now + 1, item[1]))
+            if not todo and not pending:
+                state = job_state(fleet, job)
+                if state and state.get("state") in (
+                        "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED",
+                        "JOB_STATE_CANCELLED"):
+                    end = state
+                    break
+            elif int(now) % 5 == 0:
+                job_state(fleet, job)  # keep an eye; cheap
+            time.sleep(0.5)
+        result["seconds"] = round(time.time() - start, 1)
+        if end is None:
+            result["outcome"] = "hang"
+            result["ok"] = False
+            return result
+        result["state"] = end["state"]
+        recoveries = end.get("recoveries", [])
+        result["recoveries"] = len(recoveries)
+        result["worst_recovery_seconds"] = max(
+            [r.get("seconds", 0) for r in recoveries] or [0])
+        accuracy = end.get("progress", {}).get("testAccuracy", 0)
+        result["accuracy"] = accuracy
+        if end["state"] == "JOB_STATE_SUCCEEDED":
+            result["outcome"] = "succeeded"
+            result["ok"] = abs(accuracy - baseline["accuracy"]) <= 0.01
+            if not result["ok"]:
+                result["why"] = (f"accuracy {accuracy:.4f} against "
+                                 f"{baseline['accuracy']:.4f} uninterrupted")
+        else:
+            reason = end.get("error", {}).get("message", "")
+            result["outcome"] = "failed"
+            result["reason"] = reason
+            result["ok"] = bool(reason)
+        # No checkpoint that verifies may differ from the uninterrupted
+        # run's of the same epoch.
+        for key, digest in checkpoints(fleet.state_dir("coordinator"),
+                                       job).items():
+            if key in baseline["checkpoints"] and \
+                    baseline["checkpoints"][key] != digest:
+                result["ok"] = False
+                result["why"] = (f"epoch {key[0]} stage {key[1]}'s checkpoint "
+                                 "verifies but differs from the uninterrupted "
+                                 "run's")
+        return result
+    finally:
+        result["events"] = [(round(t - (events[0][0] if events else t), 1),
+                             k, w) for t, k, w in events]
+        fleet.close()
+        if args.keep:
+            result["dir"] = root
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def uninterrupted(args, use_tmpfs):
+    """The job without faults: its accuracy and checkpoints."""
+    root = tempfile.mkdtemp(prefix="petra-chaos-baseline-")
+    fleet = Fleet(args.bin_dir, root, use_tmpfs)
+    try:
+        fleet.start_servers()
+        r = fleet.petra(["submit", "--watch"] + JOB, timeout=args.bound)
+        if r.returncode != 0:
+            raise CampaignError("the uninterrupted job failed: " + r.stdout +
+                                r.stderr)
+        job = r.stdout.split()[0]
+        end = job_state(fleet, job)
+        return {"accuracy": end["progress"]["testAccuracy"],
+                "seconds": end["progress"].get("elapsedSeconds", 0),
+                "checkpoints": checkpoints(fleet.state_dir("coordinator"),
+                                           job)}
+    finally:
+        fleet.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bound", type=float, default=240,
+                   help="seconds a run may take before it counts as a hang "
+                        "(default 240)")
+    p.add_argument("--fault-window", type=float, default=None,
+                   help="faults start within this many seconds of the "
+                        "submission (default: 0.8 x the uninterrupted job's "
+                        "time)")
+    p.add_argument("--json", help="write every run's record here")
+    p.add_argument("--keep", action="store_true",
+                   help="keep each run's directory (logs, state)")
+    a = p.parse_args(argv)
+    if a.runs < 1:
+        p.error("--runs must be at least 1")
+    if not a.bound > 0 or (a.fault_window is not None and
+                           not a.fault_window > 0):
+        p.error("--bound and --fault-window must be positive")
+    for program in ("petra", "petra-coordinator", "petra-stage-server"):
+        if not os.access(os.path.join(a.bin_dir, program), os.X_OK):
+            p.error(f"--bin-dir: no {program} in {a.bin_dir}")
+    a.bin_dir = os.path.abspath(a.bin_dir)
+    probe = tempfile.mkdtemp(prefix="petra-chaos-tmpfs-")
+    use_tmpfs = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m",
+                                "tmpfs", probe],
+                               capture_output=True).returncode == 0
+    if use_tmpfs:
+        subprocess.run(["umount", probe], capture_output=True)
+    os.rmdir(probe)
+    print(f"chaos: seed {a.seed}, {a.runs} runs, bound {a.bound:.0f} s; "
+          f"state on tmpfs: {'yes' if use_tmpfs else 'no (disk_full faults are skipped)'}",
+          file=sys.stderr, flush=True)
+    baseline = uninterrupted(a, use_tmpfs)
+    if a.fault_window is None:
+        a.fault_window = max(2.0, 0.8 * baseline["seconds"])
+    print(f"chaos: uninterrupted: test accuracy {baseline['accuracy']:.4f} "
+          f"in {baseline['seconds']:.0f} s, "
+          f"{len(baseline['checkpoints'])} checkpoint files; faults within "
+          f"{a.fault_window:.0f} s of the submission",
+          file=sys.stderr, flush=True)
+    seeds = random.Random(a.seed)
+    results = []
+    for run in range(1, a.runs + 1):
+        r = one_run(a, run, seeds.randrange(1 << 30), baseline, use_tmpfs)
+        results.append(r)
+        print(f"chaos: run {run}: {', '.join(r['faults'])} -> "
+              f"{r.get('outcome')} in {r.get('seconds')} s"
+              f"{'' if r.get('ok') else ' BROKE A RULE: ' + r.get('why', r.get('outcome', ''))}",
+              file=sys.stderr, flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"baseline": {"accuracy": baseline["accuracy"]},
+                       "runs": results}, f, indent=1, default=str)
+    by_kind = {}
+    for r in results:
+        for f in r["faults"]:
+            kind = f.split("@")[0]
+            by_kind[kind] = by_kind.get(kind, 0) + 1
+    outcomes = {}
+    for r in results:
+        outcomes[r.get("outcome")] = outcomes.get(r.get("outcome"), 0) + 1
+    print(f"seed {a.seed}: {len(results)} runs of a job that takes "
+          f"{baseline['seconds']:.0f} s uninterrupted, test accuracy "
+          f"{100 * baseline['accuracy']:.2f}%; faults within "
+          f"{a.fault_window:.0f} s of its submission\n")
+    print("| faults injected, by kind | runs |")
+    print("|---|---:|")
+    for kind in KINDS:
+        print(f"| {kind} | {by_kind.get(kind, 0)} |")
+    print()
+    print("| outcome | runs |")
+    print("|---|---:|")
+    for outcome in ("succeeded", "failed", "hang"):
+        print(f"| {outcome} | {outcomes.get(outcome, 0)} |")
+    worst = max([r.get("worst_recovery_seconds", 0) for r in results] or [0])
+    longest = max([r.get("seconds", 0) for r in results] or [0])
+    broken = [r for r in results if not r.get("ok")]
+    print()
+    print(f"worst recovery: {worst:.1f} s; longest run: {longest:.0f} s "
+          f"(bound {a.bound:.0f} s); runs that broke a rule: {len(broken)}")
+    for r in results:
+        if r.get("outcome") == "failed" or not r.get("ok"):
+            print(f"- run {r['run']} ({', '.join(r['faults'])}): "
+                  f"{r.get('outcome')}: "
+                  f"{r.get('why') or r.get('reason', '')}")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except CampaignError as e:
+        print(f"chaos: {e}", file=sys.stderr)
+        sys.exit(1)
