@@ -44,8 +44,13 @@ ProbeResult ServerProbe::Round(int wanted) {
           std::string(NameError(name, status.status()).message()));
       continue;
     }
-    if (status->state() == petra::v1::StageStatus::STATE_IDLE ||
-        !status->job_id().empty()) {
+    // A draining server is going away, even while it still holds a job: an
+    // Assign would be refused (found by the chaos campaign: SIGTERM during a
+    // recovery failed the job).
+    const bool draining =
+        status->state() == petra::v1::StageStatus::STATE_DRAINING;
+    if (!draining && (status->state() == petra::v1::StageStatus::STATE_IDLE ||
+                      !status->job_id().empty())) {
       r.chosen.push_back(address);
       r.held.push_back(status->job_id());
     } else {

@@ -115,6 +115,18 @@ TEST_F(FleetControlTest, ProbeTakesFreeServersInOrderAndSaysWhyOthersNot) {
             (std::vector<std::string>{"job-1 (best effort)"}));
 }
 
+TEST_F(FleetControlTest, ADrainingServerIsNotTakenEvenWhileItHoldsAJob) {
+  // SIGTERM while a job runs: the server drains and still holds the job.
+  servers_["a:1"].status.set_state(petra::v1::StageStatus::STATE_DRAINING);
+  servers_["a:1"].status.set_job_id("job-1");
+  servers_["b:1"].status.set_state(petra::v1::StageStatus::STATE_IDLE);
+  ServerProbe probe({"a:1", "b:1"}, connect());
+  ProbeResult r = probe.Round(2);
+  EXPECT_EQ(r.chosen, (std::vector<std::string>{"b:1"}));
+  ASSERT_EQ(r.missing.size(), 1u);
+  EXPECT_EQ(r.missing[0], "stage server a:1 is STATE_DRAINING");
+}
+
 TEST_F(FleetControlTest, PollNamesTheStageThatFailedOrLeft) {
   for (const char* a : {"a:1", "b:1"}) {
     servers_[a].status.set_state(petra::v1::StageStatus::STATE_RUNNING);

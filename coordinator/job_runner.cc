@@ -170,8 +170,18 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
     ProbeResult r = probe.Round(stages);
     if (static_cast<int>(r.chosen.size()) == stages) {
       fleet_ = std::make_unique<StageFleet>(id_, std::move(r.chosen), connect_);
-      if (absl::Status s = fleet_->ReleaseStale(r.held); !s.ok()) return s;
-      return Assign();
+      absl::Status s = fleet_->ReleaseStale(r.held);
+      if (s.ok()) s = Assign();
+      // A recovery outlives a server that stops between the probe and the
+      // Assign (it drains, or dies): probe again until the wait is over.
+      if (s.ok() || !absl::IsUnavailable(s) || steady_clock::now() >= deadline)
+        return s;
+      PETRA_LOG_EVENT(kWarning, "attach_retry", {"job_id", id_},
+                      {"detail", std::string(s.message())});
+      ReleaseAll();
+      fleet_.reset();
+      std::this_thread::sleep_for(milliseconds(500));
+      continue;
     }
     if (steady_clock::now() >= deadline) {
       return absl::UnavailableError(absl::StrCat(
@@ -246,12 +256,11 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::Load(
     steps = response->optimizer_steps();
     samples = response->samples_seen();
   }
-  PETRA_LOG_EVENT(kInfo, "job_resumed", {"job_id", id_},
-                  {"epoch", absl::StrCat(point.epoch)},
-                  {"steps", absl::StrCat(*steps)},
-                  {"detail", absl::StrCat("resumed from ", point.directory,
-                                          " (epoch ", point.epoch, ", ", *steps,
-                                          " optimizer steps)")});
+  PETRA_LOG_EVENT(
+      kInfo, "job_resumed", {"job_id", id_},
+      {"epoch", absl::StrCat(point.epoch)}, {"steps", absl::StrCat(*steps)},
+      {"detail", absl::StrCat("resumed from ", point.directory, " (epoch ",
+                              point.epoch, ", ", *steps, " optimizer steps)")});
   return engine::TrainingCursor{point.epoch + 1, *steps, *samples};
 }
 

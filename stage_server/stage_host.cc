@@ -29,6 +29,11 @@ using petra::v1::StageStatus;
 
 namespace {
 
+// UNAVAILABLE, as gRPC answers a server that is shutting down: the caller
+// may try again elsewhere or once the server has restarted.
+constexpr char kDraining[] =
+    "the stage server is draining: it takes no new work before it stops";
+
 // Memory as the wire carries it, with this process's resident set.
 petra::v1::MemoryBreakdown MemoryWithRss(const engine::MemoryStats& m) {
   petra::v1::MemoryBreakdown p = engine::ToProto(m);
@@ -120,9 +125,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) {
-      return refuse(
-          absl::FailedPreconditionError("the stage server is draining: it "
-                                        "takes no new work before it stops"));
+      return refuse(absl::UnavailableError(kDraining));
     }
     if (job_ != nullptr) {
       return refuse(absl::FailedPreconditionError(
@@ -193,9 +196,7 @@ absl::Status StageHost::Start(const petra::v1::StartRequest& request) {
   absl::Status error;
   std::shared_ptr<StageJob> job = CurrentJob(request.job_id(), &error);
   if (job == nullptr) return error;
-  if (draining_)
-    return absl::FailedPreconditionError(
-        "the stage server is draining: it takes no new work before it stops");
+  if (draining_) return absl::UnavailableError(kDraining);
   if (job->state == StageStatus::STATE_FAILED) {
     return absl::FailedPreconditionError(
         absl::StrCat("the job failed on this stage: ", job->error.message()));
@@ -315,10 +316,10 @@ void StageHost::Fail(StageJob& job, const absl::Status& error) {
   job.state = StageStatus::STATE_FAILED;
   // The worker's errors name their stage already.
   const std::string own = absl::StrCat("stage ", job.index(), ": ");
-  job.error = absl::Status(error.code(),
-                           absl::StartsWith(error.message(), own)
-                               ? std::string(error.message())
-                               : absl::StrCat(own, error.message()));
+  job.error =
+      absl::Status(error.code(), absl::StartsWith(error.message(), own)
+                                     ? std::string(error.message())
+                                     : absl::StrCat(own, error.message()));
   PETRA_LOG_EVENT(kError, "job_failed", {"job_id", job.id()},
                   {"stage", absl::StrCat(job.index())},
                   {"reason", std::string(job.error.message())});

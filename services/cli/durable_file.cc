@@ -36,8 +36,7 @@ absl::Status WriteFileAtomically(const std::filesystem::path& path,
   // behind to fill the disk further.
   auto failed = [&](const std::string& what, int error) {
     ::unlink(tmp.c_str());
-    return absl::InternalError(
-        absl::StrCat(what, ": ", std::strerror(error)));
+    return absl::InternalError(absl::StrCat(what, ": ", std::strerror(error)));
   };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return failed(absl::StrCat("cannot write ", tmp), errno);

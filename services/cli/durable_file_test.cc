@@ -18,9 +18,8 @@ namespace {
 // to fill the disk further. A file-size limit makes the write fail the way
 // a full disk does (EFBIG in place of ENOSPC), even for root.
 TEST(WriteFileAtomically, AFailedWriteSaysWhyAndLeavesNothing) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      absl::StrCat("petra-durable-", ::getpid());
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrCat("petra-durable-", ::getpid());
   std::filesystem::create_directories(dir);
   struct rlimit before;
   ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);

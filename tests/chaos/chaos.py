@@ -15,10 +15,11 @@ state-directory disk for a while, and the newest checkpoint corrupted.
 
 Every run must end within --bound seconds (else it counts as a hang) with
 the job SUCCEEDED and its test accuracy within 1 point of the same job
-uninterrupted, or FAILED with a reason; and no checkpoint it leaves may
-verify (its SHA-256) yet differ from the uninterrupted run's of the same
-epoch. The campaign prints every run and a summary table (runs, faults by
-kind, outcomes, worst recovery), and exits 1 when any run broke a rule.
+uninterrupted, or FAILED with a reason that names one of its faults; and no
+checkpoint it leaves may verify (its SHA-256) yet differ from the
+uninterrupted run's of the same epoch. The campaign prints every run and a
+summary table (runs, faults by kind, outcomes, worst recovery), and exits 1
+when any run broke a rule.
 """
 
 import argparse
@@ -292,6 +293,28 @@ def inject(fleet, kind, target, duration, events):
     return ("restart", target)
 
 
+def names_a_fault(reason, faults, fleet):
+    """Whether a failed job's reason names one of the run's faults: the
+    full disk, the damaged checkpoint, or the address of the stage server
+    that was signalled or cut off (as the coordinator knows it: its
+    proxy's), or the coordinator."""
+    for fault in faults:
+        kind, target = fault.split("@")
+        if kind == "disk_full" and "No space left on device" in reason:
+            return True
+        if kind == "corrupt_checkpoint" and re.search(
+                r"(?i)sha-?256|checksum|corrupt|damaged|verif", reason):
+            return True
+        if target in fleet.proxy_ports and kind not in (
+                "disk_full", "corrupt_checkpoint") and \
+                f"127.0.0.1:{fleet.proxy_ports[target]}" in reason:
+            return True
+        if target == "coordinator" and kind in ("kill", "stop", "term") and \
+                "coordinator" in reason:
+            return True
+    return False
+
+
 def one_run(args, run, seed, baseline, use_tmpfs):
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix=f"petra-chaos-{run}-")
@@ -315,6 +338,10 @@ def one_run(args, run, seed, baseline, use_tmpfs):
             target = rng.choice(TARGETS)
             if kind in ("loss", "partition", "latency"):
                 target = rng.choice(["stage-0", "stage-1"])
+            # Named by what they hit: the coordinator's disk and checkpoints.
+            if kind == "corrupt_checkpoint" or (kind == "disk_full" and
+                                                target == "watch"):
+                target = "coordinator"
             plan.append((rng.uniform(1, args.fault_window), kind, target,
                          rng.uniform(4, 10)))
         plan.sort()
@@ -368,7 +395,10 @@ def one_run(args, run, seed, baseline, use_tmpfs):
             reason = end.get("error", {}).get("message", "")
             result["outcome"] = "failed"
             result["reason"] = reason
-            result["ok"] = bool(reason)
+            result["ok"] = names_a_fault(reason, faults, fleet)
+            if not result["ok"]:
+                result["why"] = ("failed with a reason that names none of "
+                                 f"its faults: {reason!r}")
         # No checkpoint that verifies may differ from the uninterrupted
         # run's of the same epoch.
         for key, digest in checkpoints(fleet.state_dir("coordinator"),
@@ -503,6 +533,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # A SIGTERM (ctest's timeout, a user's kill) unwinds like an error, so
+    # each run's finally stops its fleet and unmounts its tmpfs mounts.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         sys.exit(main(sys.argv[1:]))
     except CampaignError as e:
