@@ -122,10 +122,16 @@ def parse_args(argv):
     labels = [c[0] for c in CONFIGS + FORWARD_GRADIENT]
     args.configs = CONFIGS
     if args.only:
-        wanted = [w.strip() for w in args.only.split(",")]
-        unknown = [w for w in wanted if w not in labels]
-        if unknown:
-            p.error(f"--only: unknown {unknown}; choose from {labels}")
+        # Labels hold commas ("delayed, inputs only k=1"): a comma ends a
+        # label only where the text so far is one.
+        wanted, part = [], ""
+        for piece in args.only.split(","):
+            part = f"{part},{piece}" if part else piece
+            if part.strip() in labels:
+                wanted.append(part.strip())
+                part = ""
+        if part.strip():
+            p.error(f"--only: unknown {part.strip()!r}; choose from {labels}")
         args.configs = [c for c in CONFIGS + FORWARD_GRADIENT
                         if c[0] in wanted]
     return args
