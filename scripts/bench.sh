@@ -3,7 +3,8 @@
 # the results, the machine, the date, the commit and the command that
 # produced each table.
 #
-#   bash scripts/bench.sh                  # every section (about 230 minutes)
+#   bash scripts/bench.sh                  # every section (about 6 hours;
+#                                          # accuracy, long_run 2 hours each)
 #   bash scripts/bench.sh memory accuracy  # only these; the others are kept
 #   bash scripts/bench.sh --smoke          # seconds-long versions (CI), into
 #                                          # a scratch file, not the docs
