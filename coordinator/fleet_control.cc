@@ -10,10 +10,6 @@ namespace {
 // Checkpoints move in pieces of this size.
 constexpr uint32_t kPieceBytes = 4 << 20;
 
-absl::Status Prefixed(const std::string& prefix, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
-}
-
 // An unanswered call says so; otherwise the server's error, named.
 absl::Status NameError(const std::string& name, const absl::Status& s) {
   if (s.ok()) return s;
@@ -25,6 +21,10 @@ absl::Status NameError(const std::string& name, const absl::Status& s) {
 }
 
 }  // namespace
+
+absl::Status Prefixed(const std::string& prefix, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
 
 ServerProbe::ServerProbe(std::vector<std::string> candidates,
                          const StageConnector& connect)

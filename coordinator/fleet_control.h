@@ -17,6 +17,9 @@
 
 namespace petra::coordinator {
 
+// `s` with `prefix` before its message, its code kept.
+absl::Status Prefixed(const std::string& prefix, const absl::Status& s);
+
 // One round of asking servers whether they can take a job.
 struct ProbeResult {
   std::vector<std::string> chosen;   // in order, up to the number wanted

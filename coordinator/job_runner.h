@@ -1,10 +1,7 @@
-// Runs one job on the fleet, start to end: the fleet adapter of the job
-// driver (services/engine/job_driver.h), which owns the epoch loop. Here:
-// loading the data and planning the partition, picking and assigning the
-// stage servers (fleet_control.h), running each pass (pass_feed.h), the
-// loss log (train_log.h), checkpoints (checkpoint_store.h), progress on the
-// job record, and recovering a job that lost a stage server
-// (recovery_policy.h). The stages are released however the job ends.
+// Runs one job on the fleet, start to end, and sets its final state. The
+// work is FleetRunner's (fleet_runner.h: data, partition, stage servers,
+// passes, checkpoints, recovery); the stages are released however the job
+// ends.
 #pragma once
 
 #include <chrono>

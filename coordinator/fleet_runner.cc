@@ -1,0 +1,295 @@
+#include "coordinator/fleet_runner.h"
+
+#include <google/protobuf/util/time_util.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/grpc_stage_client.h"
+#include "coordinator/pass_feed.h"
+#include "coordinator/train_log.h"
+#include "services/cli/event_log.h"
+#include "services/data/image_folder.h"
+#include "services/engine/job_plan.h"
+#include "services/engine/lr_schedule.h"
+#include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
+
+namespace petra::coordinator {
+
+using petra::v1::Job;
+using petra::v1::JobEvent;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+FleetRunner::FleetRunner(JobRecord& record, const RunnerEnvironment& env)
+    : record_(record),
+      env_(env),
+      connect_(env.connect ? env.connect : GrpcStageConnector(env.security)),
+      recovery_(env.recovery_timeout, env.max_recoveries) {
+  const Job job = record.Snapshot();
+  id_ = job.id();
+  spec_ = job.spec();
+}
+
+absl::Status FleetRunner::Interrupted() const {
+  if (record_.cancel_requested()) return absl::CancelledError("cancelled");
+  if (record_.stop_requested()) {
+    return absl::AbortedError("the coordinator is stopping");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FleetRunner::Prepare() {
+  data::LoadOptions load;
+  load.data_workers = env_.data_workers;
+  load.cache_dir = (std::filesystem::path(env_.state_dir) / "cache").string();
+  absl::StatusOr<data::Splits> data = data::LoadForJob(
+      spec_, env_.data_root, model::InputShape(spec_.model().variant()), load);
+  if (!data.ok()) return Prefixed("loading the data: ", data.status());
+  data_ = std::move(*data);
+  absl::StatusOr<int64_t> steps =
+      engine::StepsPerEpoch(spec_, data_.train.size());
+  if (!steps.ok()) return steps.status();
+  steps_per_epoch_ = *steps;
+  absl::StatusOr<std::vector<model::BlockRange>> ranges =
+      engine::PlanStages(spec_);
+  if (!ranges.ok())
+    return Prefixed("planning the partition: ", ranges.status());
+  ranges_ = std::move(*ranges);
+  const int stages = static_cast<int>(ranges_.size());
+  if (stages > static_cast<int>(env_.stage_addresses.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job needs ", stages, " stage servers but the fleet has ",
+        env_.stage_addresses.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
+  const int stages = static_cast<int>(ranges_.size());
+  std::vector<std::string> candidates;
+  // A named copy: ranging over Snapshot().stages() would read the
+  // temporary Job after it is destroyed (ASan: stack-use-after-scope).
+  const Job snapshot = record_.Snapshot();
+  for (const petra::v1::StagePlacement& p : snapshot.stages()) {
+    candidates.push_back(p.address());
+  }
+  for (const std::string& a : env_.stage_addresses) {
+    if (std::find(candidates.begin(), candidates.end(), a) ==
+        candidates.end()) {
+      candidates.push_back(a);
+    }
+  }
+  const auto deadline = steady_clock::now() + wait;
+  if (wait.count() > 0) {
+    PETRA_LOG_EVENT(kInfo, "waiting_for_stages", {"job_id", id_},
+                    {"stages", absl::StrCat(stages)},
+                    {"seconds", absl::StrCat(wait.count())});
+  }
+  ServerProbe probe(std::move(candidates), connect_);
+  while (true) {
+    if (absl::Status s = Interrupted(); !s.ok()) return s;
+    ProbeResult r = probe.Round(stages);
+    if (static_cast<int>(r.chosen.size()) == stages) {
+      fleet_ = std::make_unique<StageFleet>(id_, std::move(r.chosen), connect_);
+      absl::Status s = fleet_->ReleaseStale(r.held);
+      if (s.ok()) s = Assign();
+      // A recovery outlives a server that stops between the probe and the
+      // Assign (it drains, or dies): probe again until the wait is over.
+      if (s.ok() || !absl::IsUnavailable(s) || steady_clock::now() >= deadline)
+        return s;
+      PETRA_LOG_EVENT(kWarning, "attach_retry", {"job_id", id_},
+                      {"detail", std::string(s.message())});
+      ReleaseAll();
+      fleet_.reset();
+      std::this_thread::sleep_for(milliseconds(500));
+      continue;
+    }
+    if (steady_clock::now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "the job needs ", stages,
+          stages == 1 ? " stage server and " : " stage servers and only ",
+          r.chosen.size(), " answered and were free",
+          wait.count() > 0 ? absl::StrCat(" within ", wait.count(),
+                                          " s (--recovery-timeout)")
+                           : "",
+          ": ", absl::StrJoin(r.missing, "; ")));
+    }
+    std::this_thread::sleep_for(milliseconds(500));
+  }
+}
+
+absl::Status FleetRunner::Assign() {
+  const int stages = fleet_->size();
+  record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    job.clear_stages();
+    for (int j = 0; j < stages; ++j) {
+      petra::v1::StagePlacement* p = job.add_stages();
+      p->set_stage_index(j);
+      p->set_address(fleet_->address(j));
+      p->set_layer_begin(ranges_[j].begin);
+      p->set_layer_end(ranges_[j].end);
+      p->set_device(job::RequestedDevice(spec_, j));
+    }
+  });
+  for (int j = 0; j < stages; ++j) {
+    petra::v1::AssignRequest request;
+    request.set_job_id(id_);
+    *request.mutable_spec() = spec_;
+    request.set_stage_index(j);
+    request.set_stage_count(stages);
+    request.mutable_layers()->set_begin(ranges_[j].begin);
+    request.mutable_layers()->set_end(ranges_[j].end);
+    for (const model::BlockRange& r : ranges_) {
+      petra::v1::LayerRange* l = request.add_partition();
+      l->set_begin(r.begin);
+      l->set_end(r.end);
+    }
+    if (j > 0) request.set_previous_address(fleet_->address(j - 1));
+    if (j + 1 < stages) request.set_next_address(fleet_->address(j + 1));
+    request.set_device(job::RequestedDevice(spec_, j));
+    request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));
+    absl::StatusOr<petra::v1::AssignResponse> response =
+        fleet_->Assign(j, request);
+    if (!response.ok()) return response.status();
+    record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+      job.mutable_stages(j)->set_parameter_count(response->parameter_count());
+      job.mutable_stages(j)->set_device(response->device());
+    });
+  }
+  return absl::OkStatus();
+}
+absl::Status FleetRunner::PollStages() {
+  absl::StatusOr<std::vector<petra::v1::StageStats>> stats = fleet_->Poll();
+  if (!stats.ok()) return stats.status();
+  stage_stats_ = std::move(*stats);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
+    petra::v1::Phase phase, const engine::PassBatches& batches) {
+  PassWatch watch;
+  watch.interrupted = [this] { return Interrupted(); };
+  watch.poll = [this] { return PollStages(); };
+  watch.progress = [this, &batches](const engine::PassTotals& so_far) {
+    petra::v1::Progress p;
+    // The epoch the last stage is in (a pass may span several).
+    p.set_epoch(batches.EpochOf(
+        std::clamp<int64_t>(so_far.micro_batches - 1, 0, batches.size() - 1)));
+    p.set_step(steps_done_ +
+               so_far.micro_batches / spec_.training().accumulation_steps());
+    if (so_far.samples > 0) {
+      p.set_train_loss(so_far.mean_loss());
+      p.set_train_accuracy(so_far.accuracy());
+      p.set_samples_per_second(so_far.samples_per_second());
+    }
+    Publish(JobEvent::KIND_PROGRESS, std::move(p));
+  };
+  if (env_.metrics != nullptr) {
+    watch.finite_samples = [this](int64_t n) { env_.metrics->TrainSamples(n); };
+  }
+  FeedOptions feed;
+  feed.labels_with_data =
+      phase == petra::v1::PHASE_TRAIN &&
+      spec_.training().mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
+  return RunFeedPass(*fleet_, id_, phase, batches, watch, feed);
+}
+
+absl::Status FleetRunner::OnTrainPass(uint32_t epoch, uint64_t steps_before,
+                                      const engine::PassResult& train) {
+  return TrainLog(layout().train_log())
+      .Append(epoch, steps_before, spec_.training().accumulation_steps(),
+              train.losses());
+}
+
+void FleetRunner::OnEpoch(const engine::EpochReport& report) {
+  PETRA_LOG_EVENT(
+      kInfo, "epoch_end", {"job_id", id_},
+      {"epoch", absl::StrCat(report.epoch)},
+      {"steps", absl::StrCat(report.steps)},
+      {"train_loss", absl::StrFormat("%.4f", report.train_loss)},
+      {"test_accuracy",
+       report.evaluated ? absl::StrFormat("%.4f", report.test_accuracy) : "-"},
+      {"samples_per_second",
+       absl::StrFormat("%.1f", report.samples_per_second)});
+  steps_done_ = report.steps;
+  if (report.evaluated) {
+    last_test_ = std::make_pair(report.test_loss, report.test_accuracy);
+  }
+  petra::v1::Progress p;
+  p.set_epoch(report.epoch);
+  p.set_step(report.steps);
+  p.set_train_loss(report.train_loss);
+  p.set_train_accuracy(report.train_accuracy);
+  p.set_samples_per_second(report.samples_per_second);
+  Publish(JobEvent::KIND_EPOCH_END, std::move(p));
+  recovery_.EpochFinished();
+}
+
+void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
+  int64_t total_steps = steps_per_epoch_ * spec_.training().epochs();
+  if (spec_.training().max_steps() > 0) {
+    total_steps = std::min<int64_t>(total_steps, spec_.training().max_steps());
+  }
+  const double elapsed =
+      std::chrono::duration<double>(steady_clock::now() - started_).count();
+  p.set_total_epochs(spec_.training().epochs());
+  p.set_total_steps(static_cast<uint64_t>(total_steps));
+  p.set_elapsed_seconds(elapsed);
+  const int64_t step = static_cast<int64_t>(p.step());
+  if (step > 0 && total_steps > 0) {
+    p.set_eta_seconds(elapsed / step * (total_steps - step));
+  }
+  p.set_learning_rate(engine::LrSchedule(spec_, steps_per_epoch_)
+                          .At(std::max<int64_t>(0, step - 1)));
+  if (last_test_) {
+    p.set_test_loss(last_test_->first);
+    p.set_test_accuracy(last_test_->second);
+  }
+  for (const auto& s : stage_stats_) *p.add_stages() = s;
+  for (const data::Dataset* split : {&data_.train, &data_.test}) {
+    if (split->source != nullptr) {
+      p.set_corrupt_images_skipped(
+          p.corrupt_images_skipped() +
+          static_cast<uint64_t>(split->source->corrupt_skipped()));
+    }
+  }
+  if (env_.metrics != nullptr) env_.metrics->Progress(id_, p);
+  record_.Update(kind, [&](Job& job) { *job.mutable_progress() = p; });
+}
+
+absl::Status FleetRunner::Run() {
+  started_ = steady_clock::now();
+  // A job found RECOVERING was running when its coordinator stopped.
+  recovering_ = record_.Snapshot().state() == petra::v1::JOB_STATE_RECOVERING;
+  if (absl::Status s = Prepare(); !s.ok()) return s;
+  while (true) {
+    if (absl::Status s = Interrupted(); !s.ok()) return s;
+    // Too few servers, even after the recovery wait, ends the job.
+    if (absl::Status s = Attach(recovery_.wait(recovering_)); !s.ok()) {
+      return s;
+    }
+    engine::JobDriver driver(spec_, data_, steps_per_epoch_, *this, this);
+    absl::Status status = driver.Run().status();
+    if (status.ok() || !Interrupted().ok()) return status;
+    // A job that never ran fails at once (its fleet is likely misnamed); a
+    // running one waits for its lost stage and resumes.
+    const bool ran = recovering_ || record_.Snapshot().has_start_time();
+    if (absl::Status end = recovery_.Decide(
+            status, ran,
+            [&] { return fleet_ != nullptr && fleet_->LostAStage(status); });
+        !end.ok()) {
+      return end;
+    }
+    recovery_.Begin(record_, env_.metrics, id_, status);
+    ReleaseAll();
+    recovering_ = true;
+  }
+}
+
+}  // namespace petra::coordinator

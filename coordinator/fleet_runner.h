@@ -1,0 +1,91 @@
+// The fleet adapter of the job driver (services/engine/job_driver.h), for
+// one job: it loads the data and plans the partition, picks and assigns the
+// stage servers (fleet_control.h), runs each pass (pass_feed.h), keeps the
+// loss log (train_log.h) and the checkpoints (checkpoint_store.h), publishes
+// progress on the job record and recovers a job that lost a stage server
+// (recovery_policy.h). Used by RunJob (job_runner.h) only; its checkpoint
+// and restore half is in fleet_runner_checkpoints.cc.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/checkpoint_store.h"
+#include "coordinator/fleet_control.h"
+#include "coordinator/job_layout.h"
+#include "coordinator/job_record.h"
+#include "coordinator/job_runner.h"
+#include "coordinator/recovery_policy.h"
+#include "services/data/dataset.h"
+#include "services/engine/job_driver.h"
+#include "services/model/partition.h"
+
+namespace petra::coordinator {
+
+class FleetRunner final : public engine::PassExecutor,
+                          public engine::JobObserver {
+ public:
+  FleetRunner(JobRecord& record, const RunnerEnvironment& env);
+
+  absl::Status Run();
+  void ReleaseAll() {
+    if (fleet_ != nullptr) fleet_->ReleaseAll();
+  }
+
+  // engine::PassExecutor.
+  absl::StatusOr<engine::TrainingCursor> Restore() override;
+  absl::StatusOr<engine::PassResult> RunPass(
+      petra::v1::Phase phase, const engine::PassBatches& batches) override;
+  absl::Status Checkpoint(const engine::TrainingCursor& cursor) override;
+  std::vector<petra::v1::StageStats> StageStats() override {
+    return stage_stats_;
+  }
+  // engine::JobObserver.
+  absl::Status OnTrainPass(uint32_t epoch, uint64_t steps_before,
+                           const engine::PassResult& train) override;
+  void OnEpoch(const engine::EpochReport& report) override;
+
+ private:
+  JobLayout layout() const { return JobLayout(env_.state_dir, id_); }
+  absl::Status Interrupted() const;
+  absl::Status Prepare();
+  // Picks the job's servers and assigns them: those that answer and are
+  // free, the job's own first (after a loss), then the others of --stages
+  // in order. Waits up to `wait` for enough of them.
+  absl::Status Attach(std::chrono::seconds wait);
+  absl::Status Assign();
+  // The newest usable checkpoint in every stage: the job's own, else that
+  // of checkpoint.resume_from_job, else none (the seeded initial weights).
+  absl::StatusOr<engine::TrainingCursor> RestoreNewest();
+  absl::StatusOr<engine::TrainingCursor> Load(const ResumePoint& point);
+  absl::Status PollStages();
+  // Publishes progress: `p` holds the epoch, step and training figures; the
+  // rest (totals, time, ETA, rate, test figures, stages) is added here.
+  void Publish(petra::v1::JobEvent::Kind kind, petra::v1::Progress p);
+
+  JobRecord& record_;
+  const RunnerEnvironment& env_;
+  const StageConnector connect_;
+  std::string id_;
+  petra::v1::JobSpec spec_;
+  data::Splits data_;
+  int64_t steps_per_epoch_ = 0;
+  std::vector<model::BlockRange> ranges_;
+  std::unique_ptr<StageFleet> fleet_;
+  std::vector<petra::v1::StageStats> stage_stats_;
+  RecoveryPolicy recovery_;
+  bool recovering_ = false;
+  uint64_t steps_done_ = 0;  // before the current pass
+  std::chrono::steady_clock::time_point started_ =
+      std::chrono::steady_clock::now();
+  std::optional<std::pair<double, double>> last_test_;
+};
+
+}  // namespace petra::coordinator

@@ -1,0 +1,162 @@
+// FleetRunner's checkpoints: writing one after an epoch, and finding and
+// loading the newest usable one when a job starts, resumes or recovers.
+#include <google/protobuf/util/time_util.h>
+
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/fleet_runner.h"
+#include "coordinator/train_log.h"
+#include "services/cli/event_log.h"
+
+namespace petra::coordinator {
+
+using petra::v1::Job;
+using petra::v1::JobEvent;
+
+absl::StatusOr<engine::TrainingCursor> FleetRunner::Load(
+    const ResumePoint& point) {
+  std::optional<uint64_t> steps, samples;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    absl::StatusOr<petra::v1::RestoreCheckpointResponse> response =
+        fleet_->PushCheckpoint(j, point.files[j]);
+    if (!response.ok()) return response.status();
+    if (!response->restored() || response->epoch() != point.epoch ||
+        (steps && (*steps != response->optimizer_steps() ||
+                   *samples != response->samples_seen()))) {
+      return absl::DataLossError(absl::StrCat(
+          point.directory, ": stage ", j,
+          "'s checkpoint disagrees with the others (epoch ", response->epoch(),
+          ", ", response->optimizer_steps(), " optimizer steps)"));
+    }
+    steps = response->optimizer_steps();
+    samples = response->samples_seen();
+  }
+  PETRA_LOG_EVENT(
+      kInfo, "job_resumed", {"job_id", id_},
+      {"epoch", absl::StrCat(point.epoch)}, {"steps", absl::StrCat(*steps)},
+      {"detail", absl::StrCat("resumed from ", point.directory, " (epoch ",
+                              point.epoch, ", ", *steps, " optimizer steps)")});
+  return engine::TrainingCursor{point.epoch + 1, *steps, *samples};
+}
+
+absl::StatusOr<engine::TrainingCursor> FleetRunner::RestoreNewest() {
+  const TrainLog log(layout().train_log());
+  auto trim = [&](uint32_t epochs) {
+    if (absl::Status s = log.Trim(epochs); !s.ok()) {
+      PETRA_LOG_EVENT(kWarning, "train_log_not_trimmed", {"job_id", id_},
+                      {"reason", std::string(s.message())});
+    }
+  };
+  // The job's own checkpoints first: it is recovering, or its coordinator
+  // restarted.
+  absl::StatusOr<ResumePoint> own =
+      FindResumePoint(env_.state_dir, id_, fleet_->size());
+  if (own.ok()) {
+    for (const std::string& why : own->skipped) {
+      PETRA_LOG_EVENT(
+          kWarning, "checkpoint_skipped", {"job_id", id_},
+          {"detail", absl::StrCat("passed over a checkpoint: ", why)});
+    }
+    absl::StatusOr<engine::TrainingCursor> cursor = Load(*own);
+    if (cursor.ok()) trim(own->epoch);
+    return cursor;
+  }
+  if (!absl::EndsWith(own.status().message(), "(none written)")) {
+    PETRA_LOG_EVENT(kWarning, "no_usable_checkpoint", {"job_id", id_},
+                    {"reason", std::string(own.status().message())});
+  }
+  const std::string& from = spec_.checkpoint().resume_from_job();
+  if (from.empty()) {
+    // No checkpoint yet: start again from the seeded initial weights, which
+    // every stage rebuilt when it was assigned.
+    trim(0);
+    return engine::TrainingCursor();
+  }
+  absl::StatusOr<ResumePoint> point =
+      FindResumePoint(env_.state_dir, from, fleet_->size());
+  if (!point.ok()) return Prefixed("resuming: ", point.status());
+  for (const std::string& why : point->skipped) {
+    PETRA_LOG_EVENT(kWarning, "checkpoint_skipped", {"job_id", id_},
+                    {"detail", absl::StrCat("passed over a checkpoint of ",
+                                            from, ": ", why)});
+  }
+  if (point->epoch >= spec_.training().epochs()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resuming: the newest usable checkpoint of job \"", from,
+        "\" is after epoch ", point->epoch, " and this job trains ",
+        spec_.training().epochs(),
+        " epochs: nothing is left to train (ask for more epochs)"));
+  }
+  absl::StatusOr<engine::TrainingCursor> cursor = Load(*point);
+  if (!cursor.ok()) return Prefixed("resuming: ", cursor.status());
+  trim(0);
+  return cursor;
+}
+
+absl::StatusOr<engine::TrainingCursor> FleetRunner::Restore() {
+  absl::StatusOr<engine::TrainingCursor> cursor = RestoreNewest();
+  if (!cursor.ok()) return cursor.status();
+  steps_done_ = cursor->steps;
+  if (recovering_) recovery_.End(record_, id_, cursor->next_epoch - 1);
+  record_.Update(JobEvent::KIND_STATE, [](Job& job) {
+    job.set_state(petra::v1::JOB_STATE_RUNNING);
+    if (!job.has_start_time()) {
+      *job.mutable_start_time() =
+          google::protobuf::util::TimeUtil::GetCurrentTime();
+    }
+  });
+  if (cursor->next_epoch > 1) {
+    // Where the job stands, keeping the training figures it had.
+    petra::v1::Progress p;
+    p.set_epoch(cursor->next_epoch - 1);
+    p.set_step(cursor->steps);
+    const Job job = record_.Snapshot();
+    if (job.has_progress()) {
+      p.set_train_loss(job.progress().train_loss());
+      p.set_train_accuracy(job.progress().train_accuracy());
+      p.set_samples_per_second(job.progress().samples_per_second());
+    }
+    Publish(JobEvent::KIND_PROGRESS, std::move(p));
+  }
+  return cursor;
+}
+absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
+  const uint32_t epoch = cursor.next_epoch - 1;
+  std::vector<std::string> files;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    petra::v1::CheckpointRequest request;
+    request.set_job_id(id_);
+    request.set_name(JobLayout::CheckpointName(epoch));
+    request.set_step(cursor.steps);
+    request.set_epoch(epoch);
+    request.set_samples_seen(cursor.samples_seen);
+    absl::StatusOr<std::string> bytes = fleet_->PullCheckpoint(j, request);
+    if (!bytes.ok()) {
+      if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
+      PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
+                      {"stage", absl::StrCat(j)},
+                      {"reason", std::string(bytes.status().message())});
+      return Prefixed("checkpoint: ", bytes.status());
+    }
+    files.push_back(std::move(*bytes));
+  }
+  const uint32_t keep =
+      spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2;
+  absl::StatusOr<std::string> written =
+      CheckpointStore(layout()).Write(epoch, files, keep);
+  if (!written.ok()) {
+    if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
+    PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
+                    {"reason", std::string(written.status().message())});
+    return Prefixed("checkpoint: ", written.status());
+  }
+  record_.Update(JobEvent::KIND_CHECKPOINT,
+                 [&](Job& job) { job.set_last_checkpoint(*written); });
+  PETRA_LOG_EVENT(kInfo, "checkpoint_written", {"job_id", id_},
+                  {"epoch", absl::StrCat(epoch)}, {"path", *written});
+  return absl::OkStatus();
+}
+
+}  // namespace petra::coordinator
