@@ -59,6 +59,14 @@ FORWARD_GRADIENT = [
     ("local losses only",
      ["--mode", "forward_gradient", "--guess", "local_only"]),
 ]
+# Beyond the paper, run only when --only names them: SpecTrain's weight
+# prediction (--predict-weights) on PETRA's delayed stages.
+EXTRAS = [
+    ("predicted weights (SpecTrain), PETRA k=1",
+     ["--mode", "petra", "--accumulation", "1", "--predict-weights"]),
+    ("predicted weights (SpecTrain), PETRA k=4",
+     ["--mode", "petra", "--accumulation", "4", "--predict-weights"]),
+]
 
 
 def train(petra, flags, threads, timeout):
@@ -119,7 +127,7 @@ def parse_args(argv):
         args.width, args.epochs = "0.125", "1"
         args.train_limit, args.test_limit = "1280", "256"
     check_petra(p, args.petra)
-    labels = [c[0] for c in CONFIGS + FORWARD_GRADIENT]
+    labels = [c[0] for c in CONFIGS + FORWARD_GRADIENT + EXTRAS]
     args.configs = CONFIGS
     if args.only:
         # Labels hold commas ("delayed, inputs only k=1"): a comma ends a
@@ -132,7 +140,7 @@ def parse_args(argv):
                 part = ""
         if part.strip():
             p.error(f"--only: unknown {part.strip()!r}; choose from {labels}")
-        args.configs = [c for c in CONFIGS + FORWARD_GRADIENT
+        args.configs = [c for c in CONFIGS + FORWARD_GRADIENT + EXTRAS
                         if c[0] in wanted]
     return args
 

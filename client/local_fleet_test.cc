@@ -225,6 +225,15 @@ TEST(LocalFleet, EndToEndCheckMatchesTheInProcessRunner) {
                 });
 }
 
+// Weight prediction travels in the spec: every stage server predicts as
+// the in-process stage does.
+TEST(LocalFleet, PredictedWeightsMatchTheInProcessRunner) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->set_predict_weights(true);
+                });
+}
+
 TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_BACKPROP);
 }

@@ -124,6 +124,13 @@ void GradientAccumulator::SetMomentum(const torch::Tensor& p,
       std::move(s);
 }
 
+torch::Tensor GradientAccumulator::PredictedChange(const torch::Tensor& param,
+                                                   double steps) const {
+  const torch::Tensor v = Momentum(param);
+  if (!v.defined()) return {};
+  return v * (-steps * schedule_.At(steps_));
+}
+
 void GradientAccumulator::ResetCounters(int64_t steps) {
   steps_ = steps;
   pending_ = 0;

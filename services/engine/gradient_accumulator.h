@@ -46,6 +46,11 @@ class GradientAccumulator {
   // The momentum buffer of `param`, undefined when it has none yet.
   torch::Tensor Momentum(const torch::Tensor& param) const;
   void SetMomentum(const torch::Tensor& param, const torch::Tensor& buffer);
+  // How far `param` moves over the next `steps` optimizer steps if its
+  // momentum buffer v stays as it is: -steps x lr x v (in steady state SGD
+  // moves a parameter by lr x v a step, with Nesterov or without; lr is the
+  // next step's). Undefined where there is no buffer yet.
+  torch::Tensor PredictedChange(const torch::Tensor& param, double steps) const;
   // After a restore: `steps` taken, nothing pending.
   void ResetCounters(int64_t steps);
 

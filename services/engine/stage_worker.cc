@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/engine/weight_prediction.h"
 #include "services/model/batch_norm.h"
 #include "services/model/device_memory.h"
 
@@ -93,6 +94,10 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                            : (2 * (config.count - 1 - config.index) +
                               resolved.training().accumulation_steps() - 1) /
                                  resolved.training().accumulation_steps()),
+      predict_steps_(resolved.training().predict_weights()
+                         ? 2.0 * (config.count - 1 - config.index) /
+                               resolved.training().accumulation_steps()
+                         : 0.0),
       blocks_(OnDevice(std::move(blocks), config.device), config.index == 0),
       optimizer_(blocks_.parameters(), resolved, schedule),
       program_(ChooseBackwardProgram(
@@ -136,6 +141,10 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
         !s.ok()) {
       return s;
     }
+    // Until the record is kept: the weight stash and the diagnostic's
+    // sample take the weights the forward used.
+    std::optional<PredictedWeights> ahead;
+    if (predict_steps_ > 0) ahead.emplace(optimizer_, predict_steps_);
     TensorPair y;
     {
       torch::NoGradGuard no_grad;
@@ -155,6 +164,7 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
     ledger_.Keep(r.input.nbytes(), TensorBytes(r.weights));
     // Kept apart from the memory accounting.
     probe_.MaybeSample(optimizer_.steps(), x, blocks_, r);
+    ahead.reset();
     records_.emplace(id, std::move(r));
     ++forwards_;
     UpdatePeak();

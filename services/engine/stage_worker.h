@@ -205,6 +205,10 @@ class StageWorker {
   const StageConfig config_;
   const bool forward_gradient_;
   const int64_t staleness_bound_;
+  // Optimizer steps the forward's weights are predicted ahead
+  // (training.predict_weights): the stage's mean delay, 2 (J - 1 - j) / k;
+  // 0 when off.
+  const double predict_steps_;
   StageBlocks blocks_;
   GradientAccumulator optimizer_;
   std::unique_ptr<BackwardProgram> program_;

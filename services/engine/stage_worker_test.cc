@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <map>
 
 #include "services/data/batches.h"
 #include "services/engine/pipeline_schedule.h"
@@ -709,6 +710,52 @@ TEST(StageWorker, GradientDiagnosticComparesWithTheExactDelayedGradient) {
     }
     EXPECT_EQ(diagnosed, 9);
   }
+}
+
+// training.predict_weights: a stage forwards at theta - tau lr v (tau its
+// delay in optimizer steps, v its momentum buffer, lr the next step's) and
+// has its own weights back, bit for bit, once the forward is done.
+TEST(StageWorker, PredictedWeightsAreTheForwardsAndArePutBack) {
+  petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  spec.mutable_training()->set_predict_weights(true);
+  const std::vector<model::BlockRange> ranges = {{0, 1}, {1, 2}, {2, 10}};
+  auto workers = Workers(spec, ranges);
+  std::vector<data::Batch> batches = Batches(9, 8);
+  RunPetraSchedule(workers, {batches.begin(), batches.begin() + 8});
+  StageWorker& w = *workers[1];  // 2 (3 - 1 - 1) / 1 = 2 steps behind
+  ASSERT_GT(w.optimizer_steps(), 0);
+  std::map<std::string, torch::Tensor> state;
+  for (auto& [name, t] : w.NamedState(true)) state[name] = t.clone();
+  std::vector<torch::Tensor> before;
+  for (const torch::Tensor& p : w.parameters()) before.push_back(p.clone());
+  const double lr = LrSchedule(spec, 100).At(w.optimizer_steps());
+  ASSERT_GT(lr, 0);
+  std::map<std::string, torch::Tensor> moved = state;
+  int predicted = 0;
+  for (const auto& [name, t] : state) {
+    auto v = state.find("optimizer." + name + ".momentum_buffer");
+    if (v == state.end()) continue;
+    moved[name] = t + v->second * (-2.0 * lr);
+    ++predicted;
+  }
+  ASSERT_EQ(predicted, static_cast<int>(before.size()));
+  // The same stage without the prediction, at the weights moved by hand
+  // and at the weights as they are.
+  petra::v1::JobSpec plain = spec;
+  plain.mutable_training()->set_predict_weights(false);
+  auto at_moved = Workers(plain, ranges);
+  auto at_current = Workers(plain, ranges);
+  ASSERT_TRUE(at_moved[1]->LoadNamedState(moved, w.optimizer_steps()).ok());
+  ASSERT_TRUE(at_current[1]->LoadNamedState(state, w.optimizer_steps()).ok());
+
+  const TensorPair x = *workers[0]->Forward(100, {batches[8].images, {}}, 0);
+  const TensorPair y = *w.Forward(100, x, 0);
+  const TensorPair want = *at_moved[1]->Forward(100, x, 0);
+  const TensorPair unmoved = *at_current[1]->Forward(100, x, 0);
+  EXPECT_TRUE(torch::allclose(y.a, want.a, 1e-6, 1e-7));
+  EXPECT_TRUE(torch::allclose(y.b, want.b, 1e-6, 1e-7));
+  EXPECT_FALSE(torch::allclose(y.a, unmoved.a, 1e-4, 1e-5));
+  EXPECT_TRUE(Same(before, w.parameters()));
 }
 
 }  // namespace

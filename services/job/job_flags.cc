@@ -226,6 +226,11 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "petra: rebuild the next block while this one's gradient is computed "
       "(PaReprop; a second thread per stage)",
       Bool([s](bool v) { s->mutable_training()->set_overlap_rebuild(v); }));
+  f.AddCustom(
+      "predict-weights", "", "false",
+      "petra and delayed: forward at the weights predicted for when the "
+      "gradient comes back (SpecTrain; not in the paper)",
+      Bool([s](bool v) { s->mutable_training()->set_predict_weights(v); }));
   f.AddCustom("accumulation", "K", "1",
               "micro-batches averaged per optimizer step",
               Uint32([s](uint32_t v) {

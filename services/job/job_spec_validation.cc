@@ -352,6 +352,24 @@ void CheckRebuildWith(const petra::v1::TrainingSpec& t, Problems& p) {
   }
 }
 
+// Weight prediction needs a delay to predict across and momentum to
+// predict from.
+void CheckPredictWeights(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::TrainingSpec& t = s.training();
+  if (!t.predict_weights()) return;
+  if (t.mode() != petra::v1::TRAINING_MODE_PETRA &&
+      t.mode() != petra::v1::TRAINING_MODE_DELAYED) {
+    p.Add("training.predict_weights", "true",
+          absl::StrCat("only valid with modes petra and delayed, not ",
+                       EnumShortName(t.mode()),
+                       " (no delayed gradient to predict across)"));
+  } else if (s.optimizer().momentum() == 0) {
+    p.Add("training.predict_weights", "true",
+          "needs optimizer.momentum > 0: the prediction follows the momentum "
+          "buffer");
+  }
+}
+
 void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::TrainingSpec& t = s.training();
   if (CheckEnum<petra::v1::TrainingMode>(p, "training.mode", t.mode(), false)) {
@@ -373,6 +391,7 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
     }
     CheckForwardGradient(s, p);
     CheckRebuildWith(t, p);
+    CheckPredictWeights(s, p);
     if (t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT &&
         t.end_to_end_every() > 0) {
       p.Add("training.end_to_end_every", t.end_to_end_every(),

@@ -482,6 +482,21 @@ INSTANTIATE_TEST_SUITE_P(
                    },
                    "training.rebuild_with = current",
                    "only valid with modes petra and delayed, not backprop"},
+        RejectCase{"PredictWeightsUnderBackprop",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_BACKPROP);
+                     s->mutable_training()->set_predict_weights(true);
+                   },
+                   "training.predict_weights = true",
+                   "only valid with modes petra and delayed, not backprop"},
+        RejectCase{"PredictWeightsWithoutMomentum",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_predict_weights(true);
+                     s->mutable_optimizer()->set_momentum(0);
+                   },
+                   "training.predict_weights = true",
+                   "needs optimizer.momentum > 0"},
         RejectCase{"EndToEndCheckUnderForwardGradient",
                    [](JobSpec* s) {
                      s->mutable_training()->set_mode(
