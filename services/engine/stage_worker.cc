@@ -80,6 +80,10 @@ std::vector<std::shared_ptr<model::Block>> OnDevice(
   return blocks;
 }
 
+// PETRA's tick order: a micro-batch's backward comes this many ticks after
+// its forward on stage `c` (pipeline_schedule.h), one backward a tick.
+int64_t DelayTicks(const StageConfig& c) { return 2 * (c.count - 1 - c.index); }
+
 }  // namespace
 
 StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
@@ -91,11 +95,11 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
       staleness_bound_(resolved.training().mode() ==
                                petra::v1::TRAINING_MODE_BACKPROP
                            ? 0
-                           : (2 * (config.count - 1 - config.index) +
+                           : (DelayTicks(config) +
                               resolved.training().accumulation_steps() - 1) /
                                  resolved.training().accumulation_steps()),
       predict_steps_(resolved.training().predict_weights()
-                         ? 2.0 * (config.count - 1 - config.index) /
+                         ? static_cast<double>(DelayTicks(config)) /
                                resolved.training().accumulation_steps()
                          : 0.0),
       blocks_(OnDevice(std::move(blocks), config.device), config.index == 0),
