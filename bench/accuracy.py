@@ -60,12 +60,25 @@ FORWARD_GRADIENT = [
      ["--mode", "forward_gradient", "--guess", "local_only"]),
 ]
 # Beyond the paper, run only when --only names them: SpecTrain's weight
-# prediction (--predict-weights) on PETRA's delayed stages.
+# prediction (--predict-weights) and Kosson et al.'s spike compensation
+# (--spike-compensation) on PETRA's delayed stages.
 EXTRAS = [
     ("predicted weights (SpecTrain), PETRA k=1",
      ["--mode", "petra", "--accumulation", "1", "--predict-weights"]),
     ("predicted weights (SpecTrain), PETRA k=4",
      ["--mode", "petra", "--accumulation", "4", "--predict-weights"]),
+    # The exact delayed gradient at k = 4: what delay alone costs there.
+    ("delayed, inputs + weights (PipeDream) k=4",
+     ["--mode", "delayed", "--stash-inputs", "--stash-weights",
+      "--accumulation", "4"]),
+    # Spike compensation (--spike-compensation), alone and with prediction.
+    ("spike compensation, PETRA k=1",
+     ["--mode", "petra", "--accumulation", "1", "--spike-compensation"]),
+    ("spike compensation, PETRA k=4",
+     ["--mode", "petra", "--accumulation", "4", "--spike-compensation"]),
+    ("spike compensation + predicted weights, PETRA k=4",
+     ["--mode", "petra", "--accumulation", "4", "--spike-compensation",
+      "--predict-weights"]),
 ]
 
 

@@ -234,6 +234,15 @@ TEST(LocalFleet, PredictedWeightsMatchTheInProcessRunner) {
                 });
 }
 
+// So does spike compensation: every stage server steps with its own delay's
+// coefficients, as the in-process stage does.
+TEST(LocalFleet, SpikeCompensationMatchesTheInProcessRunner) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->set_spike_compensation(true);
+                });
+}
+
 TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_BACKPROP);
 }

@@ -1,14 +1,37 @@
 #include "services/engine/gradient_accumulator.h"
 
+#include <cmath>
+
 namespace petra::engine {
+namespace {
+
+// Spike compensation's (a, b) for momentum m and delay d (job.proto,
+// training.spike_compensation): a gradient applied d steps late gets at once
+// the share of its step that momentum would have spread over those d steps,
+// and the buffer carries the rest, so its total is still lr / (1 - m).
+std::pair<double, double> SpikeCoefficients(double m, bool nesterov, double d) {
+  if (m == 0) return {1.0, 0.0};
+  if (nesterov) {
+    const double b = std::pow(m, d + 1);
+    return {1 + m * (1 - b) / (1 - m) - b, b};
+  }
+  const double b = std::pow(m, d);
+  return {(1 - b) / (1 - m), b};
+}
+
+}  // namespace
 
 GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
                                          const petra::v1::JobSpec& resolved,
-                                         LrSchedule schedule)
+                                         LrSchedule schedule,
+                                         double compensated_delay)
     : params_(std::move(params)),
       schedule_(std::move(schedule)),
-      accumulation_(
-          static_cast<int>(resolved.training().accumulation_steps())) {
+      accumulation_(static_cast<int>(resolved.training().accumulation_steps())),
+      compensated_(compensated_delay > 0),
+      spike_(SpikeCoefficients(resolved.optimizer().momentum(),
+                               resolved.optimizer().nesterov(),
+                               compensated_delay)) {
   // Weight decay on convolution and linear weights only; never on BatchNorm
   // parameters or biases (the one-dimensional tensors).
   std::vector<torch::Tensor> decay, no_decay;
@@ -84,10 +107,37 @@ void GradientAccumulator::FinishBackward(
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
     }
     if (before_step) before_step();
-    optimizer_->step();
+    if (compensated_) {
+      CompensatedStep(lr);
+    } else {
+      optimizer_->step();
+    }
     optimizer_->zero_grad();
   }
   ++steps_;
+}
+
+void GradientAccumulator::CompensatedStep(double lr) {
+  torch::NoGradGuard no_grad;
+  const auto [a, b] = spike_;
+  for (auto& group : optimizer_->param_groups()) {
+    const auto& o =
+        static_cast<const torch::optim::SGDOptions&>(group.options());
+    for (torch::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      torch::Tensor g = p.grad();
+      if (o.weight_decay() != 0) g = g.add(p, o.weight_decay());
+      // As torch's SGD (no dampening): the first step's buffer is g.
+      torch::Tensor v = Momentum(p);
+      if (v.defined()) {
+        v.mul_(o.momentum()).add_(g);
+      } else {
+        v = g.clone();
+        SetMomentum(p, v);
+      }
+      p.add_(g, -lr * a).add_(v, -lr * b);
+    }
+  }
 }
 
 int64_t GradientAccumulator::state_bytes() const {

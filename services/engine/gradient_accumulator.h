@@ -18,9 +18,12 @@ namespace petra::engine {
 
 class GradientAccumulator {
  public:
-  // `params`: the stage's parameters, in block order.
+  // `params`: the stage's parameters, in block order. `compensated_delay`:
+  // the delay D, in optimizer steps, whose missed momentum steps each step
+  // applies at once (training.spike_compensation); 0 = plain SGD.
   GradientAccumulator(std::vector<torch::Tensor> params,
-                      const petra::v1::JobSpec& resolved, LrSchedule schedule);
+                      const petra::v1::JobSpec& resolved, LrSchedule schedule,
+                      double compensated_delay = 0.0);
   ~GradientAccumulator();
 
   // Adds (1/k) x `grads` to `params`' .grad (undefined grads are skipped).
@@ -38,6 +41,11 @@ class GradientAccumulator {
   void FinishBackward(const std::function<void()>& before_step);
 
   int64_t steps() const { return steps_; }
+  // The step's coefficients of the gradient g (weight decay included) and
+  // of the updated momentum buffer v: the step is -lr (a g + b v). Plain
+  // SGD: a = 1, b = m with Nesterov; a = 0, b = 1 without.
+  double gradient_coefficient() const { return spike_.first; }
+  double momentum_coefficient() const { return spike_.second; }
   // Backward passes accumulated since the last step.
   int64_t pending() const { return pending_; }
   const std::vector<torch::Tensor>& parameters() const { return params_; }
@@ -57,10 +65,16 @@ class GradientAccumulator {
  private:
   void AddNow(const std::vector<torch::Tensor>& params,
               const std::vector<torch::Tensor>& grads);
+  // torch's SGD step with the coefficients of spike_ (same momentum buffers,
+  // so checkpoints and weight prediction see no difference).
+  void CompensatedStep(double lr);
 
   std::vector<torch::Tensor> params_;
   LrSchedule schedule_;
   const int accumulation_;
+  const bool compensated_;
+  // (a, b) of gradient_coefficient() and momentum_coefficient().
+  std::pair<double, double> spike_;
   std::unique_ptr<torch::optim::SGD> optimizer_;
   int64_t steps_ = 0;
   int64_t pending_ = 0;

@@ -84,6 +84,15 @@ std::vector<std::shared_ptr<model::Block>> OnDevice(
 // its forward on stage `c` (pipeline_schedule.h), one backward a tick.
 int64_t DelayTicks(const StageConfig& c) { return 2 * (c.count - 1 - c.index); }
 
+// The same delay in optimizer steps, 2 (J - 1 - j) / k, where `on` (the
+// option that acts across it); else 0.
+double DelaySteps(const StageConfig& c, const petra::v1::JobSpec& resolved,
+                  bool on) {
+  return on ? static_cast<double>(DelayTicks(c)) /
+                  resolved.training().accumulation_steps()
+            : 0.0;
+}
+
 }  // namespace
 
 StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
@@ -98,12 +107,12 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                            : (DelayTicks(config) +
                               resolved.training().accumulation_steps() - 1) /
                                  resolved.training().accumulation_steps()),
-      predict_steps_(resolved.training().predict_weights()
-                         ? static_cast<double>(DelayTicks(config)) /
-                               resolved.training().accumulation_steps()
-                         : 0.0),
+      predict_steps_(
+          DelaySteps(config, resolved, resolved.training().predict_weights())),
       blocks_(OnDevice(std::move(blocks), config.device), config.index == 0),
-      optimizer_(blocks_.parameters(), resolved, schedule),
+      optimizer_(blocks_.parameters(), resolved, schedule,
+                 DelaySteps(config, resolved,
+                            resolved.training().spike_compensation())),
       program_(ChooseBackwardProgram(
           blocks_, {config.stash_inputs, config.stash_weights,
                     config.overlap_rebuild, config.rebuild_with_current})),

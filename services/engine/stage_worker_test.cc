@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <deque>
 #include <map>
 
@@ -756,6 +757,53 @@ TEST(StageWorker, PredictedWeightsAreTheForwardsAndArePutBack) {
   EXPECT_TRUE(torch::allclose(y.b, want.b, 1e-6, 1e-7));
   EXPECT_FALSE(torch::allclose(y.a, unmoved.a, 1e-4, 1e-5));
   EXPECT_TRUE(Same(before, w.parameters()));
+}
+
+// training.spike_compensation: each stage's step applies at once the
+// momentum steps its delay D = 2 (J - 1 - j) / k made it miss. One
+// micro-batch brings every stage the same gradient with or without it (no
+// stage has stepped before its gradient is taken), so each stage's first
+// step is the plain one scaled by (a + b) / (1 + m): its spike over
+// Nesterov's first step, and exactly 1 on the last stage, which has no delay.
+TEST(StageWorker, SpikeCompensationScalesEachStagesFirstStepByItsDelay) {
+  petra::v1::JobSpec plain = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  petra::v1::JobSpec spec = plain;
+  spec.mutable_training()->set_spike_compensation(true);
+  const std::vector<model::BlockRange> ranges = {{0, 1}, {1, 2}, {2, 10}};
+  auto compensated = Workers(spec, ranges);
+  auto reference = Workers(plain, ranges);
+  std::vector<std::vector<torch::Tensor>> initial;
+  for (auto& w : reference) {
+    initial.emplace_back();
+    for (const torch::Tensor& p : w->parameters()) {
+      initial.back().push_back(p.clone());
+    }
+  }
+  std::vector<data::Batch> batches = Batches(1, 8);
+  RunPetraSchedule(compensated, batches);
+  RunPetraSchedule(reference, batches);
+  const double m = plain.optimizer().momentum();
+  ASSERT_TRUE(plain.optimizer().nesterov());
+  for (size_t j = 0; j < ranges.size(); ++j) {
+    ASSERT_EQ(compensated[j]->optimizer_steps(), 1);
+    const double d = 2.0 * (ranges.size() - 1 - j);
+    const double want = (1 + m * (1 - std::pow(m, d + 1)) / (1 - m)) / (1 + m);
+    double moved = 0;
+    for (size_t i = 0; i < initial[j].size(); ++i) {
+      const torch::Tensor plain_step =
+          reference[j]->parameters()[i] - initial[j][i];
+      const torch::Tensor step =
+          compensated[j]->parameters()[i] - initial[j][i];
+      const double norm = plain_step.norm().item<double>();
+      moved += norm;
+      // Float32 rounding of the weights themselves bounds the match; a
+      // wrong delay would be off by 5% or more.
+      EXPECT_LE((step - plain_step * want).norm().item<double>(),
+                1e-3 * want * norm + 1e-6 * initial[j][i].norm().item<double>())
+          << "stage " << j << ", parameter " << i;
+    }
+    EXPECT_GT(moved, 0) << "stage " << j;
+  }
 }
 
 }  // namespace

@@ -231,6 +231,11 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "petra and delayed: forward at the weights predicted for when the "
       "gradient comes back (SpecTrain; not in the paper)",
       Bool([s](bool v) { s->mutable_training()->set_predict_weights(v); }));
+  f.AddCustom(
+      "spike-compensation", "", "false",
+      "petra and delayed: a delayed stage applies at once the momentum steps "
+      "its gradient missed (Kosson et al. 2021; not in the paper)",
+      Bool([s](bool v) { s->mutable_training()->set_spike_compensation(v); }));
   f.AddCustom("accumulation", "K", "1",
               "micro-batches averaged per optimizer step",
               Uint32([s](uint32_t v) {

@@ -352,21 +352,21 @@ void CheckRebuildWith(const petra::v1::TrainingSpec& t, Problems& p) {
   }
 }
 
-// Weight prediction needs a delay to predict across and momentum to
-// predict from.
-void CheckPredictWeights(const petra::v1::JobSpec& s, Problems& p) {
-  const petra::v1::TrainingSpec& t = s.training();
-  if (!t.predict_weights()) return;
-  if (t.mode() != petra::v1::TRAINING_MODE_PETRA &&
-      t.mode() != petra::v1::TRAINING_MODE_DELAYED) {
-    p.Add("training.predict_weights", "true",
+// Weight prediction and spike compensation need a delay to act across and
+// momentum to act on.
+void CheckMomentumCorrection(const petra::v1::JobSpec& s, bool on,
+                             const std::string& field, Problems& p) {
+  if (!on) return;
+  const petra::v1::TrainingMode mode = s.training().mode();
+  if (mode != petra::v1::TRAINING_MODE_PETRA &&
+      mode != petra::v1::TRAINING_MODE_DELAYED) {
+    p.Add(field, "true",
           absl::StrCat("only valid with modes petra and delayed, not ",
-                       EnumShortName(t.mode()),
-                       " (no delayed gradient to predict across)"));
+                       EnumShortName(mode),
+                       " (no delayed gradient to correct for)"));
   } else if (s.optimizer().momentum() == 0) {
-    p.Add("training.predict_weights", "true",
-          "needs optimizer.momentum > 0: the prediction follows the momentum "
-          "buffer");
+    p.Add(field, "true",
+          "needs optimizer.momentum > 0: it acts through the momentum buffer");
   }
 }
 
@@ -391,7 +391,10 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
     }
     CheckForwardGradient(s, p);
     CheckRebuildWith(t, p);
-    CheckPredictWeights(s, p);
+    CheckMomentumCorrection(s, t.predict_weights(), "training.predict_weights",
+                            p);
+    CheckMomentumCorrection(s, t.spike_compensation(),
+                            "training.spike_compensation", p);
     if (t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT &&
         t.end_to_end_every() > 0) {
       p.Add("training.end_to_end_every", t.end_to_end_every(),

@@ -497,6 +497,22 @@ INSTANTIATE_TEST_SUITE_P(
                    },
                    "training.predict_weights = true",
                    "needs optimizer.momentum > 0"},
+        RejectCase{"SpikeCompensationUnderForwardGradient",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_training()->set_spike_compensation(true);
+                   },
+                   "training.spike_compensation = true",
+                   "only valid with modes petra and delayed, not "
+                   "forward_gradient"},
+        RejectCase{"SpikeCompensationWithoutMomentum",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_spike_compensation(true);
+                     s->mutable_optimizer()->set_momentum(0);
+                   },
+                   "training.spike_compensation = true",
+                   "needs optimizer.momentum > 0"},
         RejectCase{"EndToEndCheckUnderForwardGradient",
                    [](JobSpec* s) {
                      s->mutable_training()->set_mode(
@@ -608,11 +624,11 @@ INSTANTIATE_TEST_SUITE_P(
             "KeepLastZero",
             [](JobSpec* s) { s->mutable_checkpoint()->set_keep_last(0); },
             "checkpoint.keep_last = 0", "at least 1"},
-        RejectCase{"ResumeFromPath",
-                   [](JobSpec* s) {
-                     s->mutable_checkpoint()->set_resume_from_job("../x");
-                   },
-                   "checkpoint.resume_from_job = \"../x\"", "not a path"},
+        RejectCase{
+            "ResumeFromPath",
+            [](JobSpec*
+                   s) { s->mutable_checkpoint()->set_resume_from_job("../x"); },
+            "checkpoint.resume_from_job = \"../x\"", "not a path"},
         RejectCase{"NameTooLong",
                    [](JobSpec* s) { s->set_name(std::string(200, 'a')); },
                    "name = <200 characters>", "at most 128"},
