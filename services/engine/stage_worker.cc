@@ -465,7 +465,11 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
           KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
         }
         LossOutput out;
-        out.loss = loss.item<double>();
+        // A micro-batch skipped for its gradient reports its loss as NaN
+        // too: "skipped" means one thing on every count (this stage's, the
+        // epoch's mean and skip count, the train log's nan).
+        out.loss = bad ? std::numeric_limits<double>::quiet_NaN()
+                       : loss.item<double>();
         out.samples = labels.size(0);
         out.correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
         out.backward.input = x.detach();
