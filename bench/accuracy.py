@@ -207,8 +207,11 @@ def main(argv):
     size = (args.model_flags or "default sizes") if transformer else \
         f"width {args.width}" + (f", {args.model_flags}"
                                  if args.model_flags else "")
+    extra = shlex.split(args.model_flags)
+    micro_batch = (extra[extra.index("--micro-batch") + 1]
+                   if "--micro-batch" in extra[:-1] else "64")
     print(f"{args.arch} (mnist variant, {size}) on Fashion-MNIST, "
-          f"{args.epochs} epochs, seed {args.seed}, micro-batch 64"
+          f"{args.epochs} epochs, seed {args.seed}, micro-batch {micro_batch}"
           + (f", lr {args.base_lr:g} x k (k: the accumulation)"
              if args.base_lr is not None else "") +
           f". Whole sweep: {total / 60:.1f} min on {cores} cores.\n")

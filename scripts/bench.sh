@@ -189,7 +189,8 @@ section_forward_gradient() {
 
 section_transformer() {
   # The size trains in under 15 minutes a run on 2 cores (RevViT, 16 tokens
-  # of 64, 6 blocks; 15 epochs); the sweep's 5 runs took 43 minutes.
+  # of 64, 6 blocks; 15 epochs); the sweep's 5 runs took 43 minutes, the
+  # micro-batch-8 pair about 14.
   local size="--patch-size 7" epochs=15 batch=64 split=1,7
   if ((smoke)); then
     size="--patch-size 7 --embed-dim 16 --depth 3 --heads 2" epochs=1
@@ -206,6 +207,16 @@ section_transformer() {
   if ((smoke)); then acc+=(--smoke); fi
   run $PY bench/accuracy.py --petra "$BIN/petra" "${acc[@]}" \
     --json "$RESULTS/transformer_accuracy.json"
+  echo
+  echo "### Per block and on 2 stages at micro-batch 8, k = 32"
+  echo
+  # The same batch (256) and lr (0.4) as k = 4 above, an eighth of the
+  # delay in optimizer steps: what closes the per-block gap.
+  local small=(--arch revvit --model-flags "$size --micro-batch 8"
+               --base-lr 0.0125 --epochs "$epochs" --only "PETRA k=32")
+  if ((smoke)); then small+=(--smoke); fi
+  run $PY bench/accuracy.py --petra "$BIN/petra" "${small[@]}" \
+    --json "$RESULTS/transformer_small_micro_batch.json"
   echo
   echo "### PaReprop: one stage's backward with the rebuild overlapped"
   echo
