@@ -13,6 +13,8 @@
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/device_check.h"
+#include "services/model/device_memory.h"
 #include "services/model/network.h"
 
 namespace {
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   double width = 1.0;
   int64_t micro_batch = 64;
   int64_t micro_batches = 0;
+  std::string device = "cpu";
   cli::FlagSet flags(
       "petra_bench_memory [flags]",
       "Per-stage and total memory of the four buffer configurations (Table 3\n"
@@ -49,7 +52,16 @@ int main(int argc, char** argv) {
   flags.AddInt(
       "micro-batches", &micro_batches,
       "micro-batches to train; 0 = enough to fill the pipeline (2J - 1)");
+  flags.AddString("device", &device,
+                  "where every stage runs (cpu, cuda, cuda:N); on a GPU the "
+                  "report adds the device allocator's peak per configuration");
   if (int rc = cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (absl::Status s = model::CheckDeviceAvailable(device, "--device");
+      !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  const bool gpu = device != "cpu";
 
   auto set_enum = [&](const auto* type, const std::string& text,
                       const char* flag, auto setter) {
@@ -72,6 +84,7 @@ int main(int argc, char** argv) {
   base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   base.mutable_training()->set_micro_batch_size(micro_batch);
   base.set_seed(1);
+  base.add_devices(device);
   absl::StatusOr<petra::v1::JobSpec> probe = job::ResolveJobSpec(base);
   if (!probe.ok()) {
     std::cerr << probe.status().message() << "\n";
@@ -87,6 +100,8 @@ int main(int argc, char** argv) {
                             {"weights only", false, true},
                             {"PETRA (neither)", false, false}};
   std::vector<std::vector<engine::StageReport>> results;
+  // On a GPU: the allocator's peak above what was live before the run.
+  std::vector<int64_t> device_peaks;
   for (const Config& c : configs) {
     petra::v1::JobSpec spec = base;
     const bool delayed = c.stash_inputs || c.stash_weights;
@@ -107,6 +122,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::fprintf(stderr, "memory bench: %s ...\n", c.name);
+    model::ResetDeviceMemoryPeak(device);
+    const int64_t live_before = model::ReadDeviceMemory(device).allocated_bytes;
     auto runner =
         engine::InProcessRunner::Create(*resolved, std::move(*data), {});
     if (!runner.ok()) {
@@ -119,6 +136,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     results.push_back((*runner)->Reports());
+    device_peaks.push_back(
+        model::ReadDeviceMemory(device).peak_allocated_bytes - live_before);
   }
 
   int64_t params = 0;
@@ -128,10 +147,10 @@ int main(int argc, char** argv) {
   std::printf(
       "%s, variant %s, width %g (%.1f MiB of parameters and BN statistics), "
       "micro-batch %lld, %d stages (one per block), %lld micro-batches "
-      "trained per configuration.\n\n",
+      "trained per configuration, on %s.\n\n",
       arch.c_str(), variant.c_str(), width, MiB(params),
       static_cast<long long>(micro_batch), stages,
-      static_cast<long long>(micro_batches));
+      static_cast<long long>(micro_batches), device.c_str());
   std::printf(
       "| configuration | input buffers | weight stash | parameters + optimizer "
       "| total peak | saving vs PipeDream | without stage 0's data buffer "
@@ -159,6 +178,21 @@ int main(int argc, char** argv) {
         configs[c].name, MiB(inputs), MiB(weights), MiB(model), MiB(total),
         100.0 * (reference - total) / reference, MiB(paper),
         100.0 * (reference_paper - paper) / reference_paper);
+  }
+  if (gpu) {
+    // Read from the CUDA caching allocator, not from the stages' counters:
+    // every stage shares the one device, so this is the peak of their sum
+    // (and of the kernels' workspaces), the figure a single GPU must hold.
+    std::printf(
+        "\nThe device allocator's peak on %s (all %d stages on it):\n\n"
+        "| configuration | device peak | saving vs PipeDream |\n"
+        "|---|---:|---:|\n",
+        device.c_str(), stages);
+    for (size_t c = 0; c < device_peaks.size(); ++c) {
+      std::printf(
+          "| %s | %.1f MiB | %.1f%% |\n", configs[c].name, MiB(device_peaks[c]),
+          100.0 * (device_peaks[0] - device_peaks[c]) / device_peaks[0]);
+    }
   }
   std::printf("\nPeak bytes per stage (MiB):\n\n| stage | kind |");
   for (const Config& c : configs) std::printf(" %s |", c.name);

@@ -12,7 +12,8 @@ import sys
 
 SECTIONS = ["throughput", "fleets", "memory", "accuracy", "long_run",
             "forward_gradient", "feed", "peer", "transformer", "staleness",
-            "threads", "partition", "probe", "compare", "main_job"]
+            "threads", "partition", "probe", "transport", "compare",
+            "main_job", "gpu"]
 
 HEADER = """# Benchmarks
 

@@ -14,8 +14,9 @@
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh main_job
 #                                          # the main job by both builds
 # Sections: throughput fleets memory accuracy long_run forward_gradient feed
-# peer transformer staleness threads partition probe (the default),
-# compare and main_job (only when named).
+# peer transformer staleness threads partition probe transport (the
+# default), compare, main_job and gpu (only when named; gpu needs a CUDA
+# build: scripts/gpu/build.sh --bench runs it on a GPU host).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
 # build's bin directory; BENCH_OLD_COMMIT names its commit in the doc).
@@ -23,9 +24,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
-PY=/usr/bin/python3
+# A GPU host's Python may live elsewhere (scripts/gpu/build.sh sets it).
+PY=${PETRA_PYTHON:-/usr/bin/python3}
 ALL=(throughput fleets memory accuracy long_run forward_gradient feed peer
-     transformer staleness threads partition probe)
+     transformer staleness threads partition probe transport)
 
 smoke=0
 sections=()
@@ -35,7 +37,7 @@ for arg in "$@"; do
     --help|-h) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     throughput|fleets|memory|accuracy|long_run|forward_gradient|feed|peer|\
     transformer|\
-    staleness|threads|partition|probe|compare|main_job)
+    staleness|threads|partition|probe|transport|compare|main_job|gpu)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
@@ -53,7 +55,7 @@ trap 'rm -rf "$RESULTS"' EXIT
 
 machine() {
   echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit" \
-    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) on" \
+    "${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} on" \
     "$(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1))," \
     "$(free -g | awk '/Mem:/{print $2}') GiB."
 }
@@ -230,6 +232,91 @@ section_transformer() {
   # shellcheck disable=SC2086
   run "$BIN/petra_bench_memory" --arch revvit --variant mnist $size \
     --micro-batch "$batch"
+}
+
+section_transport() {
+  local args=(--megabytes 64 --repeats 20)
+  if ((smoke)); then args=(--megabytes 1 --repeats 2); fi
+  echo "## Transport: a tensor between two stages on loopback"
+  echo
+  machine
+  echo
+  run "$BIN/petra_bench_transport" --device cpu "${args[@]}"
+}
+
+# Issue 17's GPU figures, all on one GPU. Needs a CUDA build:
+# scripts/gpu/build.sh --bench runs this with BUILD_DIR=build-cuda.
+section_gpu() {
+  if ! "$BIN/petra_bench_transport" --device cuda --megabytes 1 \
+      --repeats 1 >/dev/null 2>&1; then
+    echo "bench.sh: section gpu needs a CUDA build and a GPU" \
+      "($BIN/petra_bench_transport --device cuda fails here)" >&2
+    return 2
+  fi
+  echo "## GPU: profiles, predicted fleets, memory, one-GPU throughput," \
+    "transport"
+  echo
+  machine
+  echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
+    2>/dev/null | head -1); torch $($PY -c 'import torch; print(torch.__version__)' \
+    2>/dev/null)."
+  echo
+  echo "### Per-block profiles on the GPU and the fleets they predict" \
+    "(paper, Table 5: 3.0x on 10 GPUs, 2.4x on 18)"
+  echo
+  echo "Each block's forward and backward timed on the GPU (CIFAR-10 size," \
+    "width 1, micro-batch 256), then simulated with one GPU per stage and" \
+    "10 GB/s links:"
+  echo
+  for arch in revnet18 revnet34 revnet50; do
+    run "$BIN/petra" profile --arch "$arch" --variant cifar \
+      --dataset synthetic --width 1 --stages per-block --micro-batch 256 \
+      --devices cuda --warmup 3 --repeats 10 \
+      --output "$RESULTS/gpu-profile-$arch.json"
+    echo
+    run "$BIN/petra" simulate --profile "$RESULTS/gpu-profile-$arch.json" \
+      --schedule all --link-bandwidth 1e10 --link-latency 2e-5 \
+      --micro-batches 1000
+    echo
+  done
+  echo "### Memory of the buffer configurations, from the device allocator" \
+    "(paper, Table 3)"
+  echo
+  for arch in revnet18 revnet34 revnet50; do
+    run "$BIN/petra_bench_memory" --arch "$arch" --variant cifar --width 1 \
+      --micro-batch 256 --device cuda
+    echo
+  done
+  echo "### PETRA against reversible backprop on one GPU"
+  echo
+  echo "Every stage on the one GPU (the paper's code simulates stages so);" \
+    "RevNet18, CIFAR-10 size, micro-batch 256, 51,200 synthetic samples," \
+    "the in-process runner; the epoch's samples/s:"
+  echo
+  # 200 micro-batches an epoch, so filling and draining the pipeline (19
+  # ticks per block) is a small part of it.
+  printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s }\n' \
+    "synthetic_train_size: 51200 synthetic_test_size: 256" \
+    > "$RESULTS/gpu-synthetic.textproto"
+  for mode in petra backprop; do
+    run "$BIN/petra" train --from "$RESULTS/gpu-synthetic.textproto" \
+      --runner in-process --devices cuda --arch revnet18 --variant cifar --dataset synthetic --width 1 \
+      --stages per-block --micro-batch 256 --mode "$mode" --epochs 1 \
+      | grep -E '^(Command|epoch|petra train|$)'
+    echo
+  done
+  echo "### Transport of device tensors"
+  echo
+  run "$BIN/petra_bench_transport" --device cuda --megabytes 64 --repeats 20
+  echo
+  echo "### PaReprop on the GPU (issue 18; the paper: up to +20%)"
+  echo
+  for size in "--patch-size 4 --micro-batch 256" \
+              "--patch-size 2 --embed-dim 192 --heads 3 --micro-batch 128"; do
+    run $PY bench/pareprop.py --petra "$BIN/petra" --rounds 5 \
+      --job-flags "--arch revvit $size --split-at 1,7 --devices cuda"
+    echo
+  done
 }
 
 # A RevViT small enough for seconds-long smoke runs.

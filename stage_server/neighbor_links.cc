@@ -58,14 +58,20 @@ class NeighborOutbox : public engine::StageOutbox {
     p.x = std::move(item.x);
     p.labels = std::move(item.labels);
     p.tangents = std::move(item.tangents);
+    // Back to the host on the copy stream; the stage computes on meanwhile.
+    absl::StatusOr<engine::Transfer> copied = job_.transfer.ToHost(
+        wire::TensorsOf(p), absl::StrCat("sending micro-batch ", item.id));
+    if (!copied.ok()) return copied.status();
     after_each_();
-    return forward_queue_.Push([this, p = std::move(p)] {
-      absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
-          wire::EncodeForward(p, wire::kTensorChunkBytes);
-      if (!parts.ok()) return parts.status();
-      metrics_.Sent(false, PayloadBytes(*parts));
-      return next_->Send(*parts);
-    });
+    return forward_queue_.Push(
+        [this, p = std::move(p), copied = std::move(*copied)] {
+          copied.Wait();
+          absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
+              wire::EncodeForward(p, wire::kTensorChunkBytes);
+          if (!parts.ok()) return parts.status();
+          metrics_.Sent(false, PayloadBytes(*parts));
+          return next_->Send(*parts);
+        });
   }
 
   absl::Status SendBackward(engine::BackwardItem item) override {
@@ -74,14 +80,19 @@ class NeighborOutbox : public engine::StageOutbox {
     p.output = std::move(item.output);
     p.grad = std::move(item.grad);
     p.directional = std::move(item.directional);
+    absl::StatusOr<engine::Transfer> copied = job_.transfer.ToHost(
+        wire::TensorsOf(p), absl::StrCat("sending micro-batch ", item.id));
+    if (!copied.ok()) return copied.status();
     after_each_();
-    return backward_queue_.Push([this, p = std::move(p)] {
-      absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =
-          wire::EncodeBackward(p, wire::kTensorChunkBytes);
-      if (!parts.ok()) return parts.status();
-      metrics_.Sent(true, PayloadBytes(*parts));
-      return previous_->Send(*parts);
-    });
+    return backward_queue_.Push(
+        [this, p = std::move(p), copied = std::move(*copied)] {
+          copied.Wait();
+          absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =
+              wire::EncodeBackward(p, wire::kTensorChunkBytes);
+          if (!parts.ok()) return parts.status();
+          metrics_.Sent(true, PayloadBytes(*parts));
+          return previous_->Send(*parts);
+        });
   }
 
   void ReportLoss(int64_t id, const engine::LossOutput& loss) override {

@@ -121,7 +121,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
     if (!file.ok()) return refuse(file.status());
     restore_file = std::move(*file);
   }
-  auto job = std::make_shared<StageJob>(request);
+  auto job = std::make_shared<StageJob>(request, options_.device);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) {
@@ -136,6 +136,9 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   }
   Post([this, job, spec = *spec, restore_file, response,
         done = std::move(done)] {
+    // Before the stage is built: its weights arrive on the stream that
+    // computes with them.
+    job->transfer.UseComputeStreamOnThisThread();
     std::vector<model::BlockRange> ranges;
     for (const auto& r : job->assign.partition()) {
       ranges.push_back(
@@ -432,7 +435,14 @@ absl::Status StageHost::DeliverForward(wire::ForwardPayload payload,
   absl::StatusOr<std::shared_ptr<StageJob>> job =
       FindJob(payload.header.job_id);
   if (!job.ok()) return job.status();
-  return (*job)->mailbox.DeliverForward(std::move(payload), std::move(from));
+  // The copy to the device starts now, while the stage computes the
+  // micro-batch before this one.
+  absl::StatusOr<engine::Transfer> arrival = (*job)->transfer.ToDevice(
+      wire::TensorsOf(payload),
+      absl::StrCat("receiving micro-batch ", payload.header.micro_batch_id));
+  if (!arrival.ok()) return arrival.status();
+  return (*job)->mailbox.DeliverForward(std::move(payload), std::move(from),
+                                        std::move(*arrival));
 }
 
 absl::Status StageHost::DeliverBackward(wire::BackwardPayload payload,
@@ -440,7 +450,12 @@ absl::Status StageHost::DeliverBackward(wire::BackwardPayload payload,
   absl::StatusOr<std::shared_ptr<StageJob>> job =
       FindJob(payload.header.job_id);
   if (!job.ok()) return job.status();
-  return (*job)->mailbox.DeliverBackward(std::move(payload), std::move(from));
+  absl::StatusOr<engine::Transfer> arrival = (*job)->transfer.ToDevice(
+      wire::TensorsOf(payload),
+      absl::StrCat("receiving micro-batch ", payload.header.micro_batch_id));
+  if (!arrival.ok()) return arrival.status();
+  return (*job)->mailbox.DeliverBackward(std::move(payload), std::move(from),
+                                         std::move(*arrival));
 }
 
 uint32_t StageHost::window() {

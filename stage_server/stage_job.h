@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
+#include "services/engine/device_transfer.h"
 #include "services/engine/stage_worker.h"
 #include "stage_server/stage_mailbox.h"
 
@@ -29,12 +30,16 @@ struct RestoreUpload {
 };
 
 struct StageJob {
-  explicit StageJob(const petra::v1::AssignRequest& a)
+  // `device`: the server's (--device), where the stage runs.
+  StageJob(const petra::v1::AssignRequest& a, const std::string& device)
       : assign(a),
+        transfer(c10::Device(device), static_cast<int>(a.stage_index())),
         mailbox(a.stage_index(), a.stage_count(), CreditWindow(a),
                 a.spec().training().mode() ==
                     petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {}
   const petra::v1::AssignRequest assign;
+  // Payloads between the host and the stage's device (a no-op on the CPU).
+  const engine::DeviceTransfer transfer;
   std::unique_ptr<engine::StageWorker> worker;  // set by the executor
   StageMailbox mailbox;
   // Guarded by StageHost::mu_.

@@ -98,7 +98,8 @@ bool StageMailbox::ForwardReady(const ForwardSlot& s) const {
 }
 
 absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
-                                          std::shared_ptr<ReplySink> from) {
+                                          std::shared_ptr<ReplySink> from,
+                                          engine::Transfer arrival) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = p.header.micro_batch_id;
   if (absl::Status s = CheckId(id, next_forward_, "forward"); !s.ok()) return s;
@@ -172,12 +173,14 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
     if (index_ == count_ - 1) labels_sink_ = from;
   }
   slot.senders.push_back(std::move(from));
+  if (!arrival.empty()) slot.arrivals.push_back(std::move(arrival));
   if (ForwardReady(slot)) cv_.notify_all();
   return absl::OkStatus();
 }
 
 absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
-                                           std::shared_ptr<ReplySink> from) {
+                                           std::shared_ptr<ReplySink> from,
+                                           engine::Transfer arrival) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = p.header.micro_batch_id;
   if (absl::Status s = CheckId(id, next_backward_, "backward"); !s.ok())
@@ -218,6 +221,7 @@ absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
   slot.item = {static_cast<int64_t>(id), std::move(p.output), std::move(p.grad),
                std::move(p.directional)};
   slot.sender = std::move(from);
+  slot.arrival = std::move(arrival);
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -251,6 +255,7 @@ absl::StatusOr<engine::ForwardItem> StageMailbox::NextForward(int64_t id) {
       [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
   if (!slot.ok()) return slot.status();
   for (auto& sender : slot->senders) sender->Send(CreditReply(1));
+  for (const engine::Transfer& a : slot->arrivals) a.Adopt();
   return engine::ForwardItem{id, std::move(slot->x), std::move(slot->labels),
                              std::move(slot->tangents)};
 }
@@ -261,6 +266,7 @@ absl::StatusOr<engine::BackwardItem> StageMailbox::NextBackward(int64_t id) {
       true);
   if (!slot.ok()) return slot.status();
   slot->sender->Send(CreditReply(1));
+  slot->arrival.Adopt();
   return std::move(slot->item);
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
+#include "services/engine/device_transfer.h"
 #include "services/engine/stage_io.h"
 #include "services/wire/stage_messages.h"
 
@@ -59,14 +60,17 @@ class StageMailbox : public engine::StageInbox {
   void Close(const std::string& why);
 
   // From the reactors. OK when the micro-batch was accepted; otherwise the
-  // reason, for a MessageError on `from`.
+  // reason, for a MessageError on `from`. `arrival`: the payload's copies to
+  // the stage's device, still under way (device_transfer.h).
   absl::Status DeliverForward(wire::ForwardPayload payload,
-                              std::shared_ptr<ReplySink> from);
+                              std::shared_ptr<ReplySink> from,
+                              engine::Transfer arrival = {});
   absl::Status DeliverBackward(wire::BackwardPayload payload,
-                               std::shared_ptr<ReplySink> from);
+                               std::shared_ptr<ReplySink> from,
+                               engine::Transfer arrival = {});
 
-  // StageInbox, for the executor. Takes the item and grants its senders one
-  // credit each.
+  // StageInbox, for the executor. Takes the item, grants its senders one
+  // credit each, and has the executor's stream wait for its copies.
   absl::StatusOr<engine::ForwardItem> NextForward(int64_t id) override;
   absl::StatusOr<engine::BackwardItem> NextBackward(int64_t id) override;
 
@@ -89,10 +93,12 @@ class StageMailbox : public engine::StageInbox {
     bool has_x = false;
     bool has_labels = false;
     std::vector<std::shared_ptr<ReplySink>> senders;
+    std::vector<engine::Transfer> arrivals;
   };
   struct BackwardSlot {
     engine::BackwardItem item;
     std::shared_ptr<ReplySink> sender;
+    engine::Transfer arrival;
   };
 
   absl::Status CheckId(uint64_t id, int64_t next, const char* direction) const;

@@ -67,12 +67,16 @@ if [[ $all == 1 ]]; then
   ctest --test-dir build-cuda --output-on-failure -j 8 --timeout 600
 fi
 if [[ $bench == 1 ]]; then
-  # PaReprop on the GPU (issue 18): stage 1 holds revvit's 6 blocks; the
-  # paper reports up to +20% for the overlap.
-  for size in "--patch-size 4 --micro-batch 256" \
-              "--patch-size 2 --embed-dim 192 --heads 3 --micro-batch 128"; do
-    echo "gpu-build: PaReprop, revvit $size on cuda"
-    python3 bench/pareprop.py --petra build-cuda/bin/petra --rounds 5 \
-      --job-flags "--arch revvit $size --split-at 1,7 --devices cuda"
-  done
+  # Issue 17's GPU section of docs/BENCHMARKS.md (and issue 18's PaReprop
+  # figure), by scripts/bench.sh gpu. Under the device tool the updated
+  # document comes back as $OUT/BENCHMARKS.md; the tree there has no .git,
+  # so BENCH_COMMIT names the commit.
+  doc=docs/BENCHMARKS.md
+  if [[ -n "${OUT:-}" ]]; then
+    cp docs/BENCHMARKS.md "$OUT/BENCHMARKS.md"
+    doc=$OUT/BENCHMARKS.md
+  fi
+  echo "gpu-build: the GPU benchmarks into $doc"
+  BUILD_DIR=build-cuda PETRA_SKIP_BUILD=1 PETRA_PYTHON=python3 \
+    BENCH_DOC="$doc" bash scripts/bench.sh gpu
 fi

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/engine/torch_guard.h"
 #include "services/engine/weight_prediction.h"
 #include "services/model/batch_norm.h"
 #include "services/model/device_memory.h"
@@ -16,60 +16,6 @@ namespace {
 using model::BnMode;
 using model::ScopedBnMode;
 using model::TensorPair;
-
-// The allocator's message runs on with advice about fragmentation settings.
-std::string FirstLine(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
-// What to change when a stage runs out of memory.
-constexpr char kOutOfMemoryAdvice[] =
-    "lower --micro-batch, cut the network into more stages (--stages), or "
-    "give the stage more memory";
-
-// Torch reports errors by exception; they end at the worker's boundary,
-// with the stage named and without torch's backtrace (kilobytes of frames
-// that say nothing to the user), on one line. Running out of memory, the
-// device's or the host's, is RESOURCE_EXHAUSTED: the job cannot fit, the
-// server itself is fine.
-template <typename F>
-auto Guard(int stage, const char* what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::OutOfMemoryError& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "stage ", stage, ": ", what, ": out of device memory: ",
-        FirstLine(e.what_without_backtrace()), "; ", kOutOfMemoryAdvice));
-  } catch (const c10::Error& e) {
-    const std::string message = FirstLine(e.what_without_backtrace());
-    // The host allocator's failure ("... DefaultCPUAllocator: can't
-    // allocate memory: you tried to allocate N bytes. Error code 12 ...").
-    if (message.find("DefaultCPUAllocator") != std::string::npos) {
-      const size_t at = message.find("tried to allocate ");
-      int64_t bytes = 0;
-      std::string asked;
-      if (at != std::string::npos) {
-        const size_t from = at + 18;
-        if (absl::SimpleAtoi(
-                message.substr(from, message.find(' ', from) - from), &bytes)) {
-          asked = absl::StrFormat(" allocating %.2f GB", bytes / 1e9);
-        }
-      }
-      return absl::ResourceExhaustedError(
-          absl::StrCat("stage ", stage, ": ", what, ": out of memory", asked,
-                       "; ", kOutOfMemoryAdvice));
-    }
-    return absl::InternalError(
-        absl::StrCat("stage ", stage, ": ", what, ": ", message));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "stage ", stage, ": ", what, ": out of memory (an allocation failed); ",
-        kOutOfMemoryAdvice));
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("stage ", stage, ": ", what, ": ", FirstLine(e.what())));
-  }
-}
 
 // Moves a stage's blocks to its device before anything takes their
 // parameters (the optimizer, the backward program).

@@ -204,6 +204,19 @@ absl::Status CheckBoundary(const torch::Tensor& a, const torch::Tensor& b,
 
 }  // namespace
 
+std::vector<torch::Tensor*> TensorsOf(ForwardPayload& p) {
+  std::vector<torch::Tensor*> out = {&p.x.a, &p.x.b, &p.labels};
+  for (model::TensorPair& t : p.tangents) {
+    out.push_back(&t.a);
+    out.push_back(&t.b);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor*> TensorsOf(BackwardPayload& p) {
+  return {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b};
+}
+
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     const ForwardPayload& p, uint64_t chunk_bytes) {
   if (p.tangents.size() > static_cast<size_t>(kMaxTangents)) {

@@ -47,6 +47,11 @@ struct BackwardPayload {
   std::vector<double> directional;
 };
 
+// Every tensor slot of a payload, defined or not (to move them between the
+// host and a device in one go).
+std::vector<torch::Tensor*> TensorsOf(ForwardPayload& payload);
+std::vector<torch::Tensor*> TensorsOf(BackwardPayload& payload);
+
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     const ForwardPayload& payload, uint64_t chunk_bytes);
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(

@@ -1,0 +1,228 @@
+// petra_bench_transport: how fast a stage's tensors cross between its device
+// and the host, and from one stage's device to another's over the gRPC
+// transport on loopback (issue 17): the copies to pinned host memory and
+// back (device_transfer.h), and the whole path a micro-batch takes between
+// two stage servers: device -> pinned host -> chunked messages -> a Forward
+// stream on 127.0.0.1 -> assembled, decoded -> pinned host -> device. On a
+// CPU there are no device copies: the transport row is host to host.
+#include <grpcpp/grpcpp.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "petra/v1/stage.grpc.pb.h"
+#include "services/cli/flag_set.h"
+#include "services/engine/device_transfer.h"
+#include "services/model/device_check.h"
+#include "services/wire/grpc_defaults.h"
+#include "services/wire/stage_messages.h"
+#include "services/wire/stream_sender.h"
+
+namespace petra {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// The receiving stage, reduced to its transport: every micro-batch is
+// assembled, decoded and copied to the device (waiting for the copy), and
+// a credit goes back. The sync API is enough for one stream.
+class Receiver final : public petra::v1::StageService::Service {
+ public:
+  Receiver(const engine::DeviceTransfer& transfer, int window)
+      : transfer_(transfer), window_(window) {}
+
+  grpc::Status Forward(
+      grpc::ServerContext* /*context*/,
+      grpc::ServerReaderWriter<petra::v1::StreamReply,
+                               petra::v1::ForwardMessage>* stream) override {
+    petra::v1::StreamReply credit;
+    credit.mutable_credit()->set_micro_batches(window_);
+    stream->Write(credit);
+    credit.mutable_credit()->set_micro_batches(1);
+    wire::ForwardAssembler assembler;
+    petra::v1::ForwardMessage m;
+    while (stream->Read(&m)) {
+      absl::StatusOr<std::optional<wire::ForwardPayload>> p =
+          assembler.Add(std::move(m));
+      if (!p.ok()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string(p.status().message()));
+      }
+      if (!p->has_value()) continue;
+      absl::StatusOr<engine::Transfer> copied =
+          transfer_.ToDevice(wire::TensorsOf(**p), "receiving");
+      if (!copied.ok()) {
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            std::string(copied.status().message()));
+      }
+      copied->Wait();
+      ++received_;
+      stream->Write(credit);
+    }
+    return grpc::Status::OK;
+  }
+
+  int received() const { return received_; }
+
+ private:
+  const engine::DeviceTransfer& transfer_;
+  const int window_;
+  int received_ = 0;
+};
+
+struct Rate {
+  double seconds = 0;  // median per tensor
+  double gb_per_s = 0;
+};
+
+template <typename F>
+Rate Median(int repeats, double bytes, F once) {
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const Clock::time_point start = Clock::now();
+    once();
+    t.push_back(Seconds(start));
+  }
+  std::sort(t.begin(), t.end());
+  const double s = t[t.size() / 2];
+  return {s, bytes / s / 1e9};
+}
+
+int Run(const std::string& device_name, double megabytes, int repeats,
+        int window) {
+  const c10::Device device(device_name);
+  engine::DeviceTransfer sender_side(device, 0), receiver_side(device, 1);
+  sender_side.UseComputeStreamOnThisThread();
+  const int64_t elements = static_cast<int64_t>(megabytes * (1 << 20) / 4);
+  const double bytes = static_cast<double>(elements) * 4;
+  const torch::Tensor source = torch::randn({elements}, device);
+  auto check = [](const absl::Status& s) {
+    if (!s.ok()) {
+      std::cerr << "transport bench: " << s.message() << "\n";
+      std::exit(1);
+    }
+  };
+
+  std::printf(
+      "%g MiB float32 tensors on %s; copies: the median of %d; transport: "
+      "%d tensors back to back, a credit window of %d, chunks of %d "
+      "MiB.\n\n",
+      megabytes, device_name.c_str(), repeats, repeats, window,
+      wire::kTensorChunkBytes >> 20);
+  std::printf("| path | per tensor | GB/s |\n|---|---:|---:|\n");
+  auto row = [](const char* path, const Rate& r) {
+    std::printf("| %s | %.2f ms | %.2f |\n", path, r.seconds * 1e3, r.gb_per_s);
+  };
+  if (sender_side.on_device()) {
+    // Warm the allocators first: their first allocations are not copies.
+    for (int i = 0; i < 2; ++i) {
+      torch::Tensor t = source;
+      auto out = sender_side.ToHost({&t}, "warm-up");
+      check(out.status());
+      out->Wait();
+      auto in = sender_side.ToDevice({&t}, "warm-up");
+      check(in.status());
+      in->Wait();
+    }
+    const torch::Tensor host = source.cpu();
+    row("device to pinned host (copy stream)", Median(repeats, bytes, [&] {
+          torch::Tensor t = source;
+          auto out = sender_side.ToHost({&t}, "sending");
+          check(out.status());
+          out->Wait();
+        }));
+    row("device to pageable host (`.to(cpu)`)",
+        Median(repeats, bytes, [&] { (void)source.to(torch::kCPU); }));
+    row("host to device through pinned memory (copy stream)",
+        Median(repeats, bytes, [&] {
+          torch::Tensor t = host;
+          auto in = sender_side.ToDevice({&t}, "receiving");
+          check(in.status());
+          in->Wait();
+        }));
+  }
+
+  // Two stages' transport on loopback: device to device.
+  Receiver receiver(receiver_side, window);
+  int port = 0;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      wire::StartServer("127.0.0.1:0", "--listen", {&receiver}, &port);
+  check(server.status());
+  auto channel = wire::CreateChannel("127.0.0.1:" + std::to_string(port));
+  auto stub = petra::v1::StageService::NewStub(channel);
+  double total = 0;
+  for (int round = 0; round < 2; ++round) {  // the first warms the stream
+    wire::StreamSender<petra::v1::ForwardMessage> sender(
+        "the receiver", [&](grpc::ClientContext* c) {
+          return std::unique_ptr<grpc::ClientReaderWriter<
+              petra::v1::ForwardMessage, petra::v1::StreamReply>>(
+              stub->Forward(c));
+        });
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < repeats; ++i) {
+      wire::ForwardPayload p;
+      p.header.micro_batch_id = static_cast<uint64_t>(i);
+      p.x.a = source;
+      auto out = sender_side.ToHost(wire::TensorsOf(p), "sending");
+      check(out.status());
+      out->Wait();
+      auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      check(parts.status());
+      check(sender.Send(*parts));
+    }
+    check(sender.Close());
+    total = Seconds(start);
+  }
+  (*server)->Shutdown();
+  row(sender_side.on_device()
+          ? "device to device over gRPC on loopback (whole path)"
+          : "host to host over gRPC on loopback",
+      {total / repeats, bytes * repeats / total / 1e9});
+  std::printf(
+      "\nThe transport row is a stream of %d tensors sent back to back "
+      "(%d received in all), so up to %d are in flight: its rate is the "
+      "pipeline's, not one tensor's latency.\n",
+      repeats, receiver.received(), window);
+  return 0;
+}
+
+}  // namespace
+}  // namespace petra
+
+int main(int argc, char** argv) {
+  std::string device = "cpu";
+  double megabytes = 64;
+  int64_t repeats = 20, window = 4;
+  petra::cli::FlagSet flags(
+      "petra_bench_transport [flags]",
+      "How fast tensors cross between a stage's device and the host, and\n"
+      "between two stages over the gRPC transport on loopback (device to\n"
+      "device). Prints a Markdown table.");
+  flags.AddString("device", &device, "cpu, cuda or cuda:N");
+  flags.AddDouble("megabytes", &megabytes, "size of each tensor, in MiB");
+  flags.AddInt("repeats", &repeats, "tensors per measurement (median)");
+  flags.AddInt("window", &window,
+               "micro-batches the receiver lets the sender have in flight");
+  if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (absl::Status s = petra::model::CheckDeviceAvailable(device, "--device");
+      !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 2;
+  }
+  if (!(megabytes > 0 && megabytes <= 4096) || repeats < 1 || window < 1) {
+    std::cerr << "--megabytes must be in (0, 4096], --repeats and --window "
+                 ">= 1\n";
+    return 2;
+  }
+  return petra::Run(device, megabytes, static_cast<int>(repeats),
+                    static_cast<int>(window));
+}

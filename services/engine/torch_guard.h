@@ -1,0 +1,78 @@
+// Where torch's exceptions end: a call into torch that throws becomes a
+// status naming the stage and what it was doing, on one line, without
+// torch's backtrace. Running out of memory, the device's or the host's, is
+// RESOURCE_EXHAUSTED: the job cannot fit, the server itself is fine.
+#pragma once
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace petra::engine {
+namespace torch_guard_internal {
+
+// The allocator's message runs on with advice about fragmentation settings.
+inline std::string FirstLine(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+// What to change when a stage runs out of memory.
+inline constexpr char kOutOfMemoryAdvice[] =
+    "lower --micro-batch, cut the network into more stages (--stages), or "
+    "give the stage more memory";
+
+}  // namespace torch_guard_internal
+
+// Runs `f` (returning a status or StatusOr); torch's backtrace is kilobytes
+// of frames that say nothing to the user, so it is left out.
+template <typename F>
+auto Guard(int stage, absl::string_view what, F&& f) -> decltype(f()) {
+  using torch_guard_internal::FirstLine;
+  using torch_guard_internal::kOutOfMemoryAdvice;
+  try {
+    return f();
+  } catch (const c10::OutOfMemoryError& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "stage ", stage, ": ", what, ": out of device memory: ",
+        FirstLine(e.what_without_backtrace()), "; ", kOutOfMemoryAdvice));
+  } catch (const c10::Error& e) {
+    const std::string message = FirstLine(e.what_without_backtrace());
+    // The host allocator's failure ("... DefaultCPUAllocator: can't
+    // allocate memory: you tried to allocate N bytes. Error code 12 ...").
+    if (message.find("DefaultCPUAllocator") != std::string::npos) {
+      const size_t at = message.find("tried to allocate ");
+      int64_t bytes = 0;
+      std::string asked;
+      if (at != std::string::npos) {
+        const size_t from = at + 18;
+        if (absl::SimpleAtoi(
+                message.substr(from, message.find(' ', from) - from), &bytes)) {
+          asked = absl::StrFormat(" allocating %.2f GB", bytes / 1e9);
+        }
+      }
+      return absl::ResourceExhaustedError(
+          absl::StrCat("stage ", stage, ": ", what, ": out of memory", asked,
+                       "; ", kOutOfMemoryAdvice));
+    }
+    return absl::InternalError(
+        absl::StrCat("stage ", stage, ": ", what, ": ", message));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "stage ", stage, ": ", what, ": out of memory (an allocation failed); ",
+        kOutOfMemoryAdvice));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("stage ", stage, ": ", what, ": ", FirstLine(e.what())));
+  }
+}
+
+}  // namespace petra::engine
