@@ -58,20 +58,8 @@ class NeighborOutbox : public engine::StageOutbox {
     p.x = std::move(item.x);
     p.labels = std::move(item.labels);
     p.tangents = std::move(item.tangents);
-    // Back to the host on the copy stream; the stage computes on meanwhile.
-    absl::StatusOr<engine::Transfer> copied = job_.transfer.ToHost(
-        wire::TensorsOf(p), absl::StrCat("sending micro-batch ", item.id));
-    if (!copied.ok()) return copied.status();
-    after_each_();
-    return forward_queue_.Push(
-        [this, p = std::move(p), copied = std::move(*copied)] {
-          copied.Wait();
-          absl::StatusOr<std::vector<petra::v1::ForwardMessage>> parts =
-              wire::EncodeForward(p, wire::kTensorChunkBytes);
-          if (!parts.ok()) return parts.status();
-          metrics_.Sent(false, PayloadBytes(*parts));
-          return next_->Send(*parts);
-        });
+    return Queue(forward_queue_, std::move(p), &wire::EncodeForward, next_,
+                 false);
   }
 
   absl::Status SendBackward(engine::BackwardItem item) override {
@@ -80,19 +68,8 @@ class NeighborOutbox : public engine::StageOutbox {
     p.output = std::move(item.output);
     p.grad = std::move(item.grad);
     p.directional = std::move(item.directional);
-    absl::StatusOr<engine::Transfer> copied = job_.transfer.ToHost(
-        wire::TensorsOf(p), absl::StrCat("sending micro-batch ", item.id));
-    if (!copied.ok()) return copied.status();
-    after_each_();
-    return backward_queue_.Push(
-        [this, p = std::move(p), copied = std::move(*copied)] {
-          copied.Wait();
-          absl::StatusOr<std::vector<petra::v1::BackwardMessage>> parts =
-              wire::EncodeBackward(p, wire::kTensorChunkBytes);
-          if (!parts.ok()) return parts.status();
-          metrics_.Sent(true, PayloadBytes(*parts));
-          return previous_->Send(*parts);
-        });
+    return Queue(backward_queue_, std::move(p), &wire::EncodeBackward,
+                 previous_, true);
   }
 
   void ReportLoss(int64_t id, const engine::LossOutput& loss) override {
@@ -110,6 +87,28 @@ class NeighborOutbox : public engine::StageOutbox {
   }
 
  private:
+  // Starts the payload's copy back to the host on the copy stream (the
+  // stage computes on meanwhile) and queues its encoding and sending, which
+  // wait for that copy.
+  template <typename Payload, typename Encode, typename Message>
+  absl::Status Queue(SendQueue& queue, Payload p, Encode encode,
+                     Sender<Message>* to, bool backward) {
+    absl::StatusOr<engine::Transfer> copied = job_.transfer.ToHost(
+        wire::TensorsOf(p),
+        absl::StrCat("sending micro-batch ", p.header.micro_batch_id));
+    if (!copied.ok()) return copied.status();
+    after_each_();
+    return queue.Push([this, p = std::move(p), copied = std::move(*copied),
+                       encode, to, backward] {
+      copied.Wait();
+      absl::StatusOr<std::vector<Message>> parts =
+          encode(p, wire::kTensorChunkBytes);
+      if (!parts.ok()) return parts.status();
+      metrics_.Sent(backward, PayloadBytes(*parts));
+      return to->Send(*parts);
+    });
+  }
+
   wire::MessageHeader Header(int64_t id) const {
     wire::MessageHeader h;
     h.job_id = job_.id();

@@ -41,6 +41,16 @@ petra::v1::MemoryBreakdown MemoryWithRss(const engine::MemoryStats& m) {
   return p;
 }
 
+// Starts a received payload's copy to the stage's device now, while the
+// stage computes the micro-batch before it.
+template <typename Payload>
+absl::StatusOr<engine::Transfer> StartCopy(const StageJob& job,
+                                           Payload& payload) {
+  return job.transfer.ToDevice(
+      wire::TensorsOf(payload),
+      absl::StrCat("receiving micro-batch ", payload.header.micro_batch_id));
+}
+
 }  // namespace
 
 StageHost::StageHost(Options options)
@@ -435,11 +445,7 @@ absl::Status StageHost::DeliverForward(wire::ForwardPayload payload,
   absl::StatusOr<std::shared_ptr<StageJob>> job =
       FindJob(payload.header.job_id);
   if (!job.ok()) return job.status();
-  // The copy to the device starts now, while the stage computes the
-  // micro-batch before this one.
-  absl::StatusOr<engine::Transfer> arrival = (*job)->transfer.ToDevice(
-      wire::TensorsOf(payload),
-      absl::StrCat("receiving micro-batch ", payload.header.micro_batch_id));
+  absl::StatusOr<engine::Transfer> arrival = StartCopy(**job, payload);
   if (!arrival.ok()) return arrival.status();
   return (*job)->mailbox.DeliverForward(std::move(payload), std::move(from),
                                         std::move(*arrival));
@@ -450,9 +456,7 @@ absl::Status StageHost::DeliverBackward(wire::BackwardPayload payload,
   absl::StatusOr<std::shared_ptr<StageJob>> job =
       FindJob(payload.header.job_id);
   if (!job.ok()) return job.status();
-  absl::StatusOr<engine::Transfer> arrival = (*job)->transfer.ToDevice(
-      wire::TensorsOf(payload),
-      absl::StrCat("receiving micro-batch ", payload.header.micro_batch_id));
+  absl::StatusOr<engine::Transfer> arrival = StartCopy(**job, payload);
   if (!arrival.ok()) return arrival.status();
   return (*job)->mailbox.DeliverBackward(std::move(payload), std::move(from),
                                          std::move(*arrival));
