@@ -16,10 +16,13 @@
 # Sections: throughput fleets memory accuracy long_run forward_gradient feed
 # peer transformer staleness threads partition probe transport (the
 # default), compare, main_job and gpu (only when named; gpu needs a CUDA
-# build: scripts/gpu/build.sh --bench runs it on a GPU host).
+# build and a GPU, and scripts/gpu/build.sh --bench runs it on a GPU host;
+# gpu --smoke runs its commands on the CPU at toy sizes).
 # Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
-# build's bin directory; BENCH_OLD_COMMIT names its commit in the doc).
+# build's bin directory; BENCH_OLD_COMMIT names its commit in the doc),
+# BENCH_COMMIT (the commit to name where the tree has no .git), PETRA_PYTHON
+# (default /usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -34,7 +37,8 @@ sections=()
 for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
-    --help|-h) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --help|-h) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
+      exit 0 ;;
     throughput|fleets|memory|accuracy|long_run|forward_gradient|feed|peer|\
     transformer|\
     staleness|threads|partition|probe|transport|compare|main_job|gpu)
@@ -245,9 +249,18 @@ section_transport() {
 }
 
 # Issue 17's GPU figures, all on one GPU. Needs a CUDA build:
-# scripts/gpu/build.sh --bench runs this with BUILD_DIR=build-cuda.
+# scripts/gpu/build.sh --bench runs this with BUILD_DIR=build-cuda. With
+# --smoke the same commands run on the CPU at toy sizes (CI keeps them
+# from rotting; the numbers mean nothing).
 section_gpu() {
-  if ! "$BIN/petra_bench_transport" --device cuda --megabytes 1 \
+  local dev=cuda width=1 mb=256 pp_mb=(256 128) warmup=3 repeats=10
+  local archs=(revnet18 revnet34 revnet50) samples=51200 megabytes=64
+  local transfers=20 rounds=5 pp_extra=()
+  if ((smoke)); then
+    dev=cpu width=0.125 mb=4 pp_mb=(4 4) warmup=1 repeats=1
+    archs=(revnet18) samples=64 megabytes=1 transfers=2 rounds=1
+    pp_extra=(--smoke)
+  elif ! "$BIN/petra_bench_transport" --device cuda --megabytes 1 \
       --repeats 1 >/dev/null 2>&1; then
     echo "bench.sh: section gpu needs a CUDA build and a GPU" \
       "($BIN/petra_bench_transport --device cuda fails here)" >&2
@@ -265,14 +278,14 @@ section_gpu() {
     "(paper, Table 5: 3.0x on 10 GPUs, 2.4x on 18)"
   echo
   echo "Each block's forward and backward timed on the GPU (CIFAR-10 size," \
-    "width 1, micro-batch 256), then simulated with one GPU per stage and" \
-    "10 GB/s links:"
+    "width $width, micro-batch $mb), then simulated with one GPU per stage" \
+    "and 10 GB/s links:"
   echo
-  for arch in revnet18 revnet34 revnet50; do
+  for arch in "${archs[@]}"; do
     run "$BIN/petra" profile --arch "$arch" --variant cifar \
-      --dataset synthetic --width 1 --stages per-block --micro-batch 256 \
-      --devices cuda --warmup 3 --repeats 10 \
-      --output "$RESULTS/gpu-profile-$arch.json"
+      --dataset synthetic --width "$width" --stages per-block \
+      --micro-batch "$mb" --devices "$dev" --warmup "$warmup" \
+      --repeats "$repeats" --output "$RESULTS/gpu-profile-$arch.json"
     echo
     run "$BIN/petra" simulate --profile "$RESULTS/gpu-profile-$arch.json" \
       --schedule all --link-bandwidth 1e10 --link-latency 2e-5 \
@@ -282,39 +295,46 @@ section_gpu() {
   echo "### Memory of the buffer configurations, from the device allocator" \
     "(paper, Table 3)"
   echo
-  for arch in revnet18 revnet34 revnet50; do
-    run "$BIN/petra_bench_memory" --arch "$arch" --variant cifar --width 1 \
-      --micro-batch 256 --device cuda
+  for arch in "${archs[@]}"; do
+    run "$BIN/petra_bench_memory" --arch "$arch" --variant cifar \
+      --width "$width" --micro-batch "$mb" --device "$dev"
     echo
   done
   echo "### PETRA against reversible backprop on one GPU"
   echo
   echo "Every stage on the one GPU (the paper's code simulates stages so);" \
-    "RevNet18, CIFAR-10 size, micro-batch 256, 51,200 synthetic samples," \
-    "the in-process runner; the epoch's samples/s:"
+    "RevNet18, CIFAR-10 size, micro-batch $mb, $samples synthetic" \
+    "samples, the in-process runner; the epoch's samples/s:"
   echo
   # 200 micro-batches an epoch, so filling and draining the pipeline (19
   # ticks per block) is a small part of it.
-  printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s }\n' \
-    "synthetic_train_size: 51200 synthetic_test_size: 256" \
+  printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
+    "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
     > "$RESULTS/gpu-synthetic.textproto"
   for mode in petra backprop; do
     run "$BIN/petra" train --from "$RESULTS/gpu-synthetic.textproto" \
-      --runner in-process --devices cuda --arch revnet18 --variant cifar --dataset synthetic --width 1 \
-      --stages per-block --micro-batch 256 --mode "$mode" --epochs 1 \
+      --runner in-process --devices "$dev" --arch revnet18 --variant cifar \
+      --dataset synthetic --width "$width" --stages per-block \
+      --micro-batch "$mb" --mode "$mode" --epochs 1 \
       | grep -E '^(Command|epoch|petra train|$)'
     echo
   done
   echo "### Transport of device tensors"
   echo
-  run "$BIN/petra_bench_transport" --device cuda --megabytes 64 --repeats 20
+  run "$BIN/petra_bench_transport" --device "$dev" --megabytes "$megabytes" \
+    --repeats "$transfers"
   echo
   echo "### PaReprop on the GPU (issue 18; the paper: up to +20%)"
   echo
-  for size in "--patch-size 4 --micro-batch 256" \
-              "--patch-size 2 --embed-dim 192 --heads 3 --micro-batch 128"; do
-    run $PY bench/pareprop.py --petra "$BIN/petra" --rounds 5 \
-      --job-flags "--arch revvit $size --split-at 1,7 --devices cuda"
+  local sizes=("--patch-size 4 --micro-batch ${pp_mb[0]}"
+    "--patch-size 2 --embed-dim 192 --heads 3 --micro-batch ${pp_mb[1]}")
+  if ((smoke)); then
+    sizes=("--patch-size 7 --embed-dim 16 --heads 2 --micro-batch 4")
+  fi
+  for size in "${sizes[@]}"; do
+    run $PY bench/pareprop.py --petra "$BIN/petra" --rounds "$rounds" \
+      "${pp_extra[@]}" \
+      --job-flags "--arch revvit $size --split-at 1,7 --devices $dev"
     echo
   done
 }

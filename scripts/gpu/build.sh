@@ -4,7 +4,7 @@
 # into a prefix, builds the CUDA flavour into build-cuda/ against the Python
 # torch's libtorch (scripts/build.sh with PETRA_TORCH=python), prints what it
 # runs on, and runs the `gpu` tests. With --all, then the whole suite; with
-# --bench, then the GPU benchmarks (PaReprop's overlap on a CUDA stream).
+# --bench, then the GPU benchmarks (scripts/bench.sh gpu: docs/GPU.md).
 # Output also goes to $OUT/gpu-build.log when OUT is set (the device tool).
 # Environment: PETRA_DEPS_PREFIX (default /opt/petra-deps), JOBS (default:
 # every core).
