@@ -3,6 +3,7 @@
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/torch.h>
 
 #include <chrono>
 #include <thread>
