@@ -33,11 +33,17 @@ TEST(DeviceTransfer, OnTheCpuEveryCallLeavesTheTensorsAsTheyAre) {
   EXPECT_TRUE(in->done());
 }
 
-// The GPU tests run on a thread of their own: UseComputeStreamOnThisThread
-// lasts for the thread.
+// Runs `body(transfer, device)` for stage `stage` on GPU 0 with the stage's
+// compute stream current, on a thread of its own (UseComputeStreamOnThisThread
+// lasts for the thread).
 template <typename F>
-void OnFreshThread(F f) {
-  std::thread t(f);
+void OnStageThread(int stage, F body) {
+  std::thread t([&] {
+    const torch::Device cuda(torch::kCUDA, 0);
+    DeviceTransfer transfer(cuda, stage);
+    transfer.UseComputeStreamOnThisThread();
+    body(transfer, cuda);
+  });
   t.join();
 }
 
@@ -58,10 +64,7 @@ c10::Event Busy(const torch::Device& device) {
 TEST(GpuDeviceTransfer, ACopyToTheDeviceRunsWhileTheStageComputes) {
   PETRA_REQUIRE_CUDA();
   test_support::UseExactGpuMath();
-  OnFreshThread([] {
-    const torch::Device cuda(torch::kCUDA, 0);
-    DeviceTransfer transfer(cuda, 1);
-    transfer.UseComputeStreamOnThisThread();
+  OnStageThread(1, [](DeviceTransfer& transfer, const torch::Device& cuda) {
     const torch::Tensor host = torch::arange(1 << 20, torch::kFloat32);
     // Warm the pinned and device allocators, whose first allocations may
     // synchronize the device.
@@ -90,10 +93,7 @@ TEST(GpuDeviceTransfer, ACopyToTheDeviceRunsWhileTheStageComputes) {
 TEST(GpuDeviceTransfer, ACopyToTheHostWaitsForItsComputeAndNotTheNext) {
   PETRA_REQUIRE_CUDA();
   test_support::UseExactGpuMath();
-  OnFreshThread([] {
-    const torch::Device cuda(torch::kCUDA, 0);
-    DeviceTransfer transfer(cuda, 2);
-    transfer.UseComputeStreamOnThisThread();
+  OnStageThread(2, [](DeviceTransfer& transfer, const torch::Device& cuda) {
     torch::Tensor warm = torch::zeros({1 << 20}, cuda);
     absl::StatusOr<Transfer> first = transfer.ToHost({&warm}, "warm-up");
     ASSERT_TRUE(first.ok()) << first.status();
