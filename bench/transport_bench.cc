@@ -59,7 +59,7 @@ class Receiver final : public petra::v1::StageService::Service {
       }
       if (!p->has_value()) continue;
       absl::StatusOr<engine::Transfer> copied =
-          transfer_.ToDevice(wire::TensorsOf(**p), "receiving");
+          transfer_.ToDevice(wire::TensorsOf(**p), (*p)->header.micro_batch_id);
       if (!copied.ok()) {
         return grpc::Status(grpc::StatusCode::INTERNAL,
                             std::string(copied.status().message()));
@@ -126,17 +126,17 @@ int Run(const std::string& device_name, double megabytes, int repeats,
     // Warm the allocators first: their first allocations are not copies.
     for (int i = 0; i < 2; ++i) {
       torch::Tensor t = source;
-      auto out = sender_side.ToHost({&t}, "warm-up");
+      auto out = sender_side.ToHost({&t}, i);
       check(out.status());
       out->Wait();
-      auto in = sender_side.ToDevice({&t}, "warm-up");
+      auto in = sender_side.ToDevice({&t}, i);
       check(in.status());
       in->Wait();
     }
     const torch::Tensor host = source.cpu();
     row("device to pinned host (copy stream)", Median(repeats, bytes, [&] {
           torch::Tensor t = source;
-          auto out = sender_side.ToHost({&t}, "sending");
+          auto out = sender_side.ToHost({&t}, 0);
           check(out.status());
           out->Wait();
         }));
@@ -145,7 +145,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
     row("host to device through pinned memory (copy stream)",
         Median(repeats, bytes, [&] {
           torch::Tensor t = host;
-          auto in = sender_side.ToDevice({&t}, "receiving");
+          auto in = sender_side.ToDevice({&t}, 0);
           check(in.status());
           in->Wait();
         }));
@@ -172,7 +172,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
       wire::ForwardPayload p;
       p.header.micro_batch_id = static_cast<uint64_t>(i);
       p.x.a = source;
-      auto out = sender_side.ToHost(wire::TensorsOf(p), "sending");
+      auto out = sender_side.ToHost(wire::TensorsOf(p), i);
       check(out.status());
       out->Wait();
       auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);

@@ -93,9 +93,8 @@ class NeighborOutbox : public engine::StageOutbox {
   template <typename Payload, typename Encode, typename Message>
   absl::Status Queue(SendQueue& queue, Payload p, Encode encode,
                      Sender<Message>* to, bool backward) {
-    absl::StatusOr<engine::Transfer> copied = job_.transfer.ToHost(
-        wire::TensorsOf(p),
-        absl::StrCat("sending micro-batch ", p.header.micro_batch_id));
+    absl::StatusOr<engine::Transfer> copied =
+        job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
     if (!copied.ok()) return copied.status();
     after_each_();
     return queue.Push([this, p = std::move(p), copied = std::move(*copied),

@@ -46,9 +46,8 @@ petra::v1::MemoryBreakdown MemoryWithRss(const engine::MemoryStats& m) {
 template <typename Payload>
 absl::StatusOr<engine::Transfer> StartCopy(const StageJob& job,
                                            Payload& payload) {
-  return job.transfer.ToDevice(
-      wire::TensorsOf(payload),
-      absl::StrCat("receiving micro-batch ", payload.header.micro_batch_id));
+  return job.transfer.ToDevice(wire::TensorsOf(payload),
+                               payload.header.micro_batch_id);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "services/engine/torch_guard.h"
 
 namespace petra::engine {
@@ -74,8 +75,9 @@ void DeviceTransfer::UseComputeStreamOnThisThread() const {
 }
 
 absl::StatusOr<Transfer> DeviceTransfer::ToDevice(
-    const std::vector<at::Tensor*>& tensors, const std::string& what) const {
-  if (!on_device()) return Transfer();
+    const std::vector<at::Tensor*>& tensors, uint64_t micro_batch) const {
+  if (!on_device()) return Transfer();  // no work on the CPU's hot path
+  const std::string what = absl::StrCat("receiving micro-batch ", micro_batch);
   return Guard(stage_, what, [&]() -> absl::StatusOr<Transfer> {
     std::vector<at::Tensor> moved;
     c10::StreamGuard on_copy(*copy_stream_);
@@ -100,8 +102,9 @@ absl::StatusOr<Transfer> DeviceTransfer::ToDevice(
 }
 
 absl::StatusOr<Transfer> DeviceTransfer::ToHost(
-    const std::vector<at::Tensor*>& tensors, const std::string& what) const {
+    const std::vector<at::Tensor*>& tensors, uint64_t micro_batch) const {
   if (!on_device()) return Transfer();
+  const std::string what = absl::StrCat("sending micro-batch ", micro_batch);
   return Guard(stage_, what, [&]() -> absl::StatusOr<Transfer> {
     bool any = false;
     for (at::Tensor* t : tensors) any |= t->defined() && !t->is_cpu();

@@ -16,6 +16,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,17 +79,19 @@ class DeviceTransfer {
   // copy on the device, queued on the copy stream from pinned host memory
   // (one host copy into it, the one the driver would make into its own
   // staging buffer for pageable memory). Tensors already on the device and
-  // undefined ones are left alone. RESOURCE_EXHAUSTED, naming `what`, when
-  // the device or pinned memory is out.
+  // undefined ones are left alone. RESOURCE_EXHAUSTED, naming the stage
+  // and "receiving micro-batch `micro_batch`", when the device or pinned
+  // memory is out.
   absl::StatusOr<Transfer> ToDevice(const std::vector<at::Tensor*>& tensors,
-                                    const std::string& what) const;
+                                    uint64_t micro_batch) const;
 
   // On the computing thread: replaces each defined device tensor in
   // `tensors` with a pinned host tensor that the copy stream fills once the
   // calling thread's stream has computed it; that stream goes on at once.
-  // Wait() on the result before reading the host tensors.
+  // Wait() on the result before reading the host tensors. Errors name
+  // "sending micro-batch `micro_batch`".
   absl::StatusOr<Transfer> ToHost(const std::vector<at::Tensor*>& tensors,
-                                  const std::string& what) const;
+                                  uint64_t micro_batch) const;
 
  private:
   const c10::Device device_;

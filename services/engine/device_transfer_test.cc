@@ -19,12 +19,12 @@ TEST(DeviceTransfer, OnTheCpuEveryCallLeavesTheTensorsAsTheyAre) {
   torch::Tensor t = torch::randn({4, 5});
   torch::Tensor none;
   void* const bytes = t.data_ptr();
-  absl::StatusOr<Transfer> in = transfer.ToDevice({&t, &none}, "receiving");
+  absl::StatusOr<Transfer> in = transfer.ToDevice({&t, &none}, 0);
   ASSERT_TRUE(in.ok()) << in.status();
   EXPECT_TRUE(in->empty());
   EXPECT_EQ(t.data_ptr(), bytes);  // no copy: the receive stays zero-copy
   EXPECT_FALSE(none.defined());
-  absl::StatusOr<Transfer> out = transfer.ToHost({&t, &none}, "sending");
+  absl::StatusOr<Transfer> out = transfer.ToHost({&t, &none}, 0);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_TRUE(out->empty());
   EXPECT_EQ(t.data_ptr(), bytes);
@@ -69,14 +69,14 @@ TEST(GpuDeviceTransfer, ACopyToTheDeviceRunsWhileTheStageComputes) {
     // Warm the pinned and device allocators, whose first allocations may
     // synchronize the device.
     torch::Tensor warm = host.clone();
-    absl::StatusOr<Transfer> first = transfer.ToDevice({&warm}, "warm-up");
+    absl::StatusOr<Transfer> first = transfer.ToDevice({&warm}, 0);
     ASSERT_TRUE(first.ok()) << first.status();
     first->Wait();
     warm = torch::Tensor();
 
     const c10::Event busy = Busy(cuda);
     torch::Tensor t = host.clone();
-    absl::StatusOr<Transfer> in = transfer.ToDevice({&t}, "receiving");
+    absl::StatusOr<Transfer> in = transfer.ToDevice({&t}, 1);
     ASSERT_TRUE(in.ok()) << in.status();
     ASSERT_FALSE(in->empty());
     EXPECT_TRUE(t.is_cuda());
@@ -95,7 +95,7 @@ TEST(GpuDeviceTransfer, ACopyToTheHostWaitsForItsComputeAndNotTheNext) {
   test_support::UseExactGpuMath();
   OnStageThread(2, [](DeviceTransfer& transfer, const torch::Device& cuda) {
     torch::Tensor warm = torch::zeros({1 << 20}, cuda);
-    absl::StatusOr<Transfer> first = transfer.ToHost({&warm}, "warm-up");
+    absl::StatusOr<Transfer> first = transfer.ToHost({&warm}, 0);
     ASSERT_TRUE(first.ok()) << first.status();
     first->Wait();
 
@@ -104,7 +104,7 @@ TEST(GpuDeviceTransfer, ACopyToTheHostWaitsForItsComputeAndNotTheNext) {
     const torch::Tensor eye = torch::eye(4096, cuda);
     for (int i = 0; i < 32; ++i) a = torch::mm(a, eye);
     torch::Tensor out = a.narrow(0, 0, 256) * 2;  // a view's product
-    absl::StatusOr<Transfer> sent = transfer.ToHost({&out}, "sending");
+    absl::StatusOr<Transfer> sent = transfer.ToHost({&out}, 1);
     ASSERT_TRUE(sent.ok()) << sent.status();
     a = torch::Tensor();
     const c10::Event next = Busy(cuda);
