@@ -36,6 +36,9 @@ struct ScopedDir {
   std::string path;
 };
 
+// Every job here has synthetic data: the servers' data root only has to
+// exist, and the test's own directory serves (GPU hosts have no
+// /usr/share/datasets, and the GPU tests must not need it).
 petra::v1::JobSpec FiftySteps(petra::v1::TrainingMode mode) {
   petra::v1::JobSpec s;
   s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
@@ -61,7 +64,7 @@ struct FleetRun {
 FleetRun RunOnFleet(const petra::v1::JobSpec& spec, const std::string& dir) {
   FleetRun run;
   LocalFleet::Options options{static_cast<int>(spec.partition().stage_count()),
-                              1, "/usr/share/datasets", dir};
+                              1, dir, dir};
   for (int j = 0; j < options.stages; ++j) {
     options.devices.push_back(job::DeviceForStage(spec, j));
   }
@@ -115,8 +118,8 @@ void ExpectSameRun(
   ASSERT_TRUE(spec.ok()) << spec.status();
 
   // In-process, one intra-op thread per stage like the fleet below.
-  absl::StatusOr<data::Splits> data = data::LoadForJob(
-      *spec, "/usr/share/datasets", model::InputShape(spec->model().variant()));
+  absl::StatusOr<data::Splits> data =
+      data::LoadForJob(*spec, "", model::InputShape(spec->model().variant()));
   ASSERT_TRUE(data.ok()) << data.status();
   // (epoch, micro-batch of the epoch) -> loss.
   std::map<std::pair<int, int64_t>, double> reference;
@@ -296,7 +299,7 @@ TEST(GpuLocalFleet, OutOfDeviceMemoryFailsTheJobAndTheServersStay) {
     return FollowJob(stub, job.id(), quiet);
   };
   ScopedDir dir;
-  LocalFleet::Options options{3, 1, "/usr/share/datasets", dir.path};
+  LocalFleet::Options options{3, 1, dir.path, dir.path};
   options.devices = {"cuda", "cuda", "cuda"};
   auto fleet = LocalFleet::Start(options);
   ASSERT_TRUE(fleet.ok()) << fleet.status();
@@ -342,8 +345,8 @@ std::vector<engine::EpochReport> ExpectSameEpochs(
     ADD_FAILURE() << spec.status();
     return {};
   }
-  absl::StatusOr<data::Splits> data = data::LoadForJob(
-      *spec, "/usr/share/datasets", model::InputShape(spec->model().variant()));
+  absl::StatusOr<data::Splits> data =
+      data::LoadForJob(*spec, "", model::InputShape(spec->model().variant()));
   if (!data.ok()) {
     ADD_FAILURE() << data.status();
     return {};
@@ -420,8 +423,8 @@ TEST(LocalFleet, BothRunnersReportTheSameEpochsUpToMaxStepsWithAFullPass) {
   EXPECT_GT(local[1].test_accuracy, 0);
   // The final weights on the training split, not the running accuracy.
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
-  absl::StatusOr<data::Splits> again = data::LoadForJob(
-      *spec, "/usr/share/datasets", model::InputShape(spec->model().variant()));
+  absl::StatusOr<data::Splits> again =
+      data::LoadForJob(*spec, "", model::InputShape(spec->model().variant()));
   ASSERT_TRUE(again.ok());
   absl::StatusOr<std::pair<double, double>> whole =
       runner->Evaluate(again->train);

@@ -75,11 +75,13 @@ class CoordinatorServer {
   std::vector<std::string> stages_;
   wire::TransportSecurity security_;
   std::string token_;
+  // Before the members that point into its registry, so that it is
+  // destroyed after them also when Start failed half-way.
+  std::unique_ptr<metrics::MetricsExposer> metrics_;
   std::unique_ptr<CoordinatorMetrics> job_metrics_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<metrics::MetricsExposer> metrics_;
   int port_ = 0;
 };
 

@@ -22,7 +22,10 @@
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
 # build's bin directory; BENCH_OLD_COMMIT names its commit in the doc),
 # BENCH_COMMIT (the commit to name where the tree has no .git), PETRA_PYTHON
-# (default /usr/bin/python3).
+# (default /usr/bin/python3), BENCH_DEADLINE (a Unix time: each command gets
+# only the time left, none starts after it; scripts/gpu/build.sh sets it).
+# A command that fails is marked in its section, the others still run, and
+# the script then exits 1 naming what failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -60,20 +63,63 @@ trap 'rm -rf "$RESULTS"' EXIT
 machine() {
   echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit" \
     "${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} on" \
-    "$(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1))," \
+    "$(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | sed -n 1p))," \
     "$(free -g | awk '/Mem:/{print $2}') GiB."
 }
 
 # Prints "Command: `...`" (shell-quoted), runs the command (its stderr is
-# progress) and prints its standard output.
+# progress) and prints its standard output, through grep -E "$RUN_FILTER"
+# when that is set. A command that fails loses only itself: the section
+# says so with the end of its stderr and goes on, and the script exits 1
+# at the end naming it. With BENCH_DEADLINE (a Unix time) a command gets
+# only the time left, and none starts once it has passed. After each
+# command the section so far goes into the document, so a run stopped
+# midway keeps what it measured.
 run() {
   # Quoted as a shell would need it, so that the line can be pasted.
-  local line
+  local line rc=0 limit=()
   line=$($PY -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@")
   echo "Command: \`$line\`"
   echo
   echo "bench: $line" >&2
-  "$@"
+  if [[ -n "${BENCH_DEADLINE:-}" ]]; then
+    local left=$((BENCH_DEADLINE - $(date +%s)))
+    if ((left < 5)); then
+      echo "Not run: the time budget (BENCH_DEADLINE) was spent before it."
+      echo "$SECTION: not run (time budget): $line" >> "$RESULTS/failed.txt"
+      flush_section
+      return 0
+    fi
+    limit=(timeout --kill-after=10 "$left")
+  fi
+  set +e
+  "${limit[@]}" "$@" 2>&1 >"$RESULTS/out.txt" | tee "$RESULTS/err.txt" >&2
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [[ -n "${RUN_FILTER:-}" ]]; then
+    grep -E "$RUN_FILTER" "$RESULTS/out.txt" || true
+  else
+    cat "$RESULTS/out.txt"
+  fi
+  if ((rc != 0)); then
+    local why="exit $rc"
+    if ((rc == 124 || rc == 137)) && ((${#limit[@]})); then
+      why="stopped at the time budget"
+    fi
+    echo
+    echo "**Failed** ($why); the end of its error output:"
+    echo
+    echo '```'
+    tail -n 5 "$RESULTS/err.txt"
+    echo '```'
+    echo "$SECTION: failed ($why): $line" >> "$RESULTS/failed.txt"
+  fi
+  flush_section
+}
+
+# Writes the section's text so far into the document.
+flush_section() {
+  $PY bench/update_doc.py "$DOC" "$SECTION" < "$RESULTS/$SECTION.md"
 }
 
 section_throughput() {
@@ -248,31 +294,76 @@ section_transport() {
   run "$BIN/petra_bench_transport" --device cpu "${args[@]}"
 }
 
-# Issue 17's GPU figures, all on one GPU. Needs a CUDA build:
-# scripts/gpu/build.sh --bench runs this with BUILD_DIR=build-cuda. With
-# --smoke the same commands run on the CPU at toy sizes (CI keeps them
-# from rotting; the numbers mean nothing).
+# The GPU figures, all on one GPU, the headline ones first (a GPU lease is
+# short, and BENCH_DEADLINE may stop the section). Needs a CUDA build:
+# scripts/gpu/build.sh --bench runs this on its build. With --smoke the
+# same commands run on the CPU at toy sizes (CI keeps them from rotting;
+# the numbers mean nothing).
 section_gpu() {
   local dev=cuda width=1 mb=256 pp_mb=(256 128) warmup=3 repeats=10
   local archs=(revnet18 revnet34 revnet50) samples=51200 megabytes=64
-  local transfers=20 rounds=5 pp_extra=()
+  local transfers=20 rounds=5 pp_extra=() stock_warmup=5 stock_steps=30
   if ((smoke)); then
     dev=cpu width=0.125 mb=4 pp_mb=(4 4) warmup=1 repeats=1
     archs=(revnet18) samples=64 megabytes=1 transfers=2 rounds=1
-    pp_extra=(--smoke)
+    pp_extra=(--smoke) stock_warmup=0 stock_steps=1
   elif ! "$BIN/petra_bench_transport" --device cuda --megabytes 1 \
       --repeats 1 >/dev/null 2>&1; then
     echo "bench.sh: section gpu needs a CUDA build and a GPU" \
       "($BIN/petra_bench_transport --device cuda fails here)" >&2
     return 2
   fi
-  echo "## GPU: profiles, predicted fleets, memory, one-GPU throughput," \
-    "transport"
+  echo "## GPU: one-GPU throughput beside stock PyTorch, transport," \
+    "profiles, predicted fleets, memory, PaReprop"
   echo
   machine
-  echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
-    2>/dev/null | head -1); torch $($PY -c 'import torch; print(torch.__version__)' \
-    2>/dev/null)."
+  local gpu_name
+  gpu_name=$(nvidia-smi --query-gpu=name,driver_version \
+    --format=csv,noheader 2>/dev/null | sed -n 1p) || true
+  echo "${gpu_name:-No GPU}; torch" \
+    "$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)."
+  echo
+  echo "### Training on one GPU, beside stock PyTorch on the same GPU"
+  echo
+  echo "Every stage on the one GPU (the paper's code simulates stages so);" \
+    "RevNet18, CIFAR size, width $width, micro-batch $mb, $samples" \
+    "synthetic samples, one epoch; first the yardstick, then our runs and" \
+    "their ratios to it:"
+  echo
+  run $PY bench/stock_pytorch.py --device "$dev" --batch "$mb" \
+    --width "$width" --warmup "$stock_warmup" --steps "$stock_steps" \
+    --json "$RESULTS/gpu-stock.json"
+  echo
+  # 200 micro-batches an epoch, so filling and draining the pipeline (19
+  # ticks per block) is a small part of it.
+  printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
+    "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
+    > "$RESULTS/gpu-synthetic.textproto"
+  local runs=() cfg mode stages runner report label
+  for cfg in PETRA:2:in-process PETRA:per-block:in-process \
+      backprop:1:in-process PETRA:2:fleet; do
+    IFS=: read -r label stages runner <<< "$cfg"
+    mode=${label,,}
+    report=$RESULTS/gpu-train-$mode-$stages-$runner.json
+    run "$BIN/petra" train --quiet --from "$RESULTS/gpu-synthetic.textproto" \
+      --runner "$runner" --devices "$dev" --arch revnet18 --variant cifar \
+      --dataset synthetic --width "$width" --stages "$stages" \
+      --micro-batch "$mb" --mode "$mode" --epochs 1 --report "$report"
+    echo
+    case "$stages" in
+      1) label+=", 1 stage" ;;
+      per-block) label+=", per block" ;;
+      *) label+=", $stages stages" ;;
+    esac
+    if [[ -f "$report" ]]; then runs+=("$label, $runner=$report"); fi
+  done
+  run $PY bench/gpu_ratios.py --stock "$RESULTS/gpu-stock.json" \
+    ${runs[@]+"${runs[@]}"}
+  echo
+  echo "### Transport of device tensors"
+  echo
+  run "$BIN/petra_bench_transport" --device "$dev" --megabytes "$megabytes" \
+    --repeats "$transfers"
   echo
   echo "### Per-block profiles on the GPU and the fleets they predict" \
     "(paper, Table 5: 3.0x on 10 GPUs, 2.4x on 18)"
@@ -300,30 +391,6 @@ section_gpu() {
       --width "$width" --micro-batch "$mb" --device "$dev"
     echo
   done
-  echo "### PETRA against reversible backprop on one GPU"
-  echo
-  echo "Every stage on the one GPU (the paper's code simulates stages so);" \
-    "RevNet18, CIFAR-10 size, micro-batch $mb, $samples synthetic" \
-    "samples, the in-process runner; the epoch's samples/s:"
-  echo
-  # 200 micro-batches an epoch, so filling and draining the pipeline (19
-  # ticks per block) is a small part of it.
-  printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
-    "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
-    > "$RESULTS/gpu-synthetic.textproto"
-  for mode in petra backprop; do
-    run "$BIN/petra" train --from "$RESULTS/gpu-synthetic.textproto" \
-      --runner in-process --devices "$dev" --arch revnet18 --variant cifar \
-      --dataset synthetic --width "$width" --stages per-block \
-      --micro-batch "$mb" --mode "$mode" --epochs 1 \
-      | grep -E '^(Command|epoch|petra train|$)'
-    echo
-  done
-  echo "### Transport of device tensors"
-  echo
-  run "$BIN/petra_bench_transport" --device "$dev" --megabytes "$megabytes" \
-    --repeats "$transfers"
-  echo
   echo "### PaReprop on the GPU (issue 18; the paper: up to +20%)"
   echo
   local sizes=("--patch-size 4 --micro-batch ${pp_mb[0]}"
@@ -503,9 +570,26 @@ section_main_job() {
   run $PY bench/main_job.py --old-bin "$old" --new-bin "$BIN" "${args[@]}"
 }
 
-for s in "${sections[@]}"; do
-  echo "bench: section $s" >&2
-  "section_$s" > "$RESULTS/$s.md"
-  $PY bench/update_doc.py "$DOC" "$s" < "$RESULTS/$s.md"
+# Each section runs in a subshell with errexit, so that a step outside
+# run() that fails stops its own section only; what it wrote is kept.
+touch "$RESULTS/failed.txt"
+for SECTION in "${sections[@]}"; do
+  echo "bench: section $SECTION" >&2
+  : > "$RESULTS/$SECTION.md"
+  set +e
+  (set -e; "section_$SECTION" >> "$RESULTS/$SECTION.md")
+  rc=$?
+  set -e
+  if ((rc != 0)); then
+    printf '\n**The section stopped here** (exit %d).\n' "$rc" \
+      >> "$RESULTS/$SECTION.md"
+    echo "$SECTION: the section stopped (exit $rc)" >> "$RESULTS/failed.txt"
+  fi
+  flush_section
 done
 echo "bench: wrote ${sections[*]} into $DOC"
+if [[ -s "$RESULTS/failed.txt" ]]; then
+  echo "bench: what failed or did not run:" >&2
+  sed 's/^/  /' "$RESULTS/failed.txt" >&2
+  exit 1
+fi

@@ -73,11 +73,14 @@ class StageServer {
   StageServer(Options options, wire::TransportSecurity security);
   Options options_;
   wire::TransportSecurity security_;
+  // Before the members that point into its registry, so that it is
+  // destroyed after them also when Start failed half-way (GracefulStop then
+  // has nothing to stop and leaves the order to the destructor).
+  std::unique_ptr<metrics::MetricsExposer> metrics_;
   std::unique_ptr<StageMetrics> stage_metrics_;
   std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<metrics::MetricsExposer> metrics_;
   int port_ = 0;
 };
 

@@ -1,82 +1,169 @@
 #!/usr/bin/env bash
 # Run on a GPU host, in the repository (the device tool runs it there with
 # `carry: [".gpu"]`): unpacks the Debian packages of scripts/gpu/fetch-deps.sh
-# into a prefix, builds the CUDA flavour into build-cuda/ against the Python
-# torch's libtorch (scripts/build.sh with PETRA_TORCH=python), prints what it
-# runs on, and runs the `gpu` tests. With --all, then the whole suite; with
-# --bench, then the GPU benchmarks (scripts/bench.sh gpu: docs/GPU.md).
-# Output also goes to $OUT/gpu-build.log when OUT is set (the device tool).
-# Environment: PETRA_DEPS_PREFIX (default /opt/petra-deps), JOBS (default:
-# every core).
+# into a prefix, builds the CUDA flavour against the Python torch's libtorch
+# (scripts/build.sh with PETRA_TORCH=python) in a folder outside the tree,
+# prints what it runs on, and runs the `gpu` tests. With --bench, then the
+# GPU benchmarks (scripts/bench.sh gpu) into docs/BENCHMARKS.md ($OUT's copy
+# under the device tool); with --all, then the whole suite.
+#
+# Under the device tool every result lands in $OUT as it is made: the log
+# (gpu-build.log), the gpu tests' CTest log (ctest-gpu.log) and, after each
+# benchmark, BENCHMARKS.md. A failed test or benchmark does not stop what
+# follows it; the script exits 1 at the end if anything failed.
+#
+# The tree is copied afresh for each command while /tmp lives as long as the
+# host does: the build stays in $PETRA_GPU_BUILD_DIR, and unchanged sources
+# get back the times the last build saw (scripts/gpu/source_stamps.py), so a
+# second command rebuilds only what changed.
+#
+# Flags: --bench, --all, --deadline SECONDS (default 450: no benchmark
+# starts, and the running one is stopped, that many seconds after this
+# script started, so that one command ends inside the device tool's limit).
+# Environment: PETRA_DEPS_PREFIX (default /opt/petra-deps),
+# PETRA_GPU_BUILD_DIR (default /tmp/petra-build-cuda), JOBS (default: every
+# core).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+start=$(date +%s)
 
 all=0
 bench=0
-for arg in "$@"; do
-  case "$arg" in
+deadline=450
+args=("$@")
+while (($#)); do
+  case "$1" in
     --all) all=1 ;;
     --bench) bench=1 ;;
-    --help|-h) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "build: unknown argument '$arg' (--all, --bench, --help)" >&2
+    --deadline)
+      [[ "${2:-}" =~ ^[0-9]+$ ]] || {
+        echo "gpu-build: --deadline takes a number of seconds" >&2; exit 2; }
+      deadline=$2; shift ;;
+    --help|-h) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
+      exit 0 ;;
+    *) echo "gpu-build: unknown argument '$1' (--all, --bench," \
+         "--deadline SECONDS, --help)" >&2
        exit 2 ;;
   esac
+  shift
 done
 if [[ -n "${OUT:-}" && -z "${PETRA_GPU_LOGGING:-}" ]]; then
   export PETRA_GPU_LOGGING=1
-  set -o pipefail
-  bash "$0" "$@" 2>&1 | tee "$OUT/gpu-build.log"
+  bash "$0" ${args[@]+"${args[@]}"} 2>&1 | tee "$OUT/gpu-build.log"
   exit "${PIPESTATUS[0]}"
 fi
 
 PREFIX=${PETRA_DEPS_PREFIX:-/opt/petra-deps}
-ls .gpu/debs/*.deb >/dev/null 2>&1 || {
-  echo "gpu-build: no .gpu/debs here: run scripts/gpu/fetch-deps.sh on the Debian machine and carry .gpu" >&2
-  exit 2
+BUILD=${PETRA_GPU_BUILD_DIR:-/tmp/petra-build-cuda}
+failed=()
+
+# First line of a command's output. Not `| head -1`: under pipefail the
+# command may die of SIGPIPE once head has gone (exit 141, a race).
+first_line() {
+  local text
+  text=$("$@" 2>&1) || true
+  echo "${text%%$'\n'*}"
 }
-echo "gpu-build: unpacking $(ls .gpu/debs/*.deb | wc -l) packages into $PREFIX"
-mkdir -p "$PREFIX"
-for f in .gpu/debs/*.deb; do dpkg-deb -x "$f" "$PREFIX"; done
+
+shopt -s nullglob
+debs=(.gpu/debs/*.deb)
+shopt -u nullglob
+if ((${#debs[@]} == 0)); then
+  echo "gpu-build: no .gpu/debs here: run scripts/gpu/fetch-deps.sh on the" \
+    "Debian machine and carry .gpu" >&2
+  exit 2
+fi
+# Unpacked once per host: the list of packages is the stamp.
+deb_list=$(ls -l .gpu/debs | awk '{print $5, $9}')
+if [[ "$(cat "$PREFIX/.petra-debs" 2>/dev/null)" == "$deb_list" ]]; then
+  echo "gpu-build: the ${#debs[@]} packages are unpacked in $PREFIX already"
+else
+  echo "gpu-build: unpacking ${#debs[@]} packages into $PREFIX"
+  mkdir -p "$PREFIX"
+  for f in "${debs[@]}"; do dpkg-deb -x "$f" "$PREFIX"; done
+  echo "$deb_list" > "$PREFIX/.petra-debs"
+fi
 export PATH="$PREFIX/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 echo "gpu-build: host"
-ldd --version | head -1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+first_line ldd --version
+first_line nvidia-smi --query-gpu=name,driver_version,memory.total \
+  --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
-nvcc --version | tail -1 || true
-c++ --version | head -1
-cmake --version | head -1
+nvcc --version 2>/dev/null | tail -n 1 || true
+first_line c++ --version
+first_line cmake --version
 
-BUILD_DIR=build-cuda PETRA_TORCH=python PETRA_SKIP_INSTALL=1 \
+# A build folder configured for a tree at another path cannot be reused.
+if [[ -f "$BUILD/CMakeCache.txt" ]] &&
+   ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$PWD" "$BUILD/CMakeCache.txt"; then
+  echo "gpu-build: $BUILD was configured for another source folder:" \
+    "building afresh"
+  rm -rf "$BUILD"
+fi
+mkdir -p "$BUILD"
+python3 scripts/gpu/source_stamps.py restore "$BUILD/petra-source-stamps.json"
+set +e
+BUILD_DIR=$BUILD PETRA_TORCH=python PETRA_SKIP_INSTALL=1 \
   JOBS="${JOBS:-$(nproc)}" \
   CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$PREFIX/usr ${CMAKE_ARGS:-}" \
   bash scripts/build.sh
+rc=$?
+set -e
+# Saved after a failed build too: the objects it did make match these.
+python3 scripts/gpu/source_stamps.py save "$BUILD/petra-source-stamps.json"
+if ((rc != 0)); then
+  echo "gpu-build: the build failed (exit $rc)" >&2
+  exit "$rc"
+fi
+echo "gpu-build: built in $(($(date +%s) - start)) s"
 
 echo "gpu-build: the gpu tests"
-ctest --test-dir build-cuda -L gpu --output-on-failure --timeout 600 \
-  | tee build-cuda/ctest-gpu.log
-skipped=$(grep -c '(Skipped)$' build-cuda/ctest-gpu.log || true)
+set +e
+ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 300 \
+  | tee "$BUILD/ctest-gpu.log"
+rc=${PIPESTATUS[0]}
+set -e
+if [[ -n "${OUT:-}" ]]; then cp "$BUILD/ctest-gpu.log" "$OUT/ctest-gpu.log"; fi
+skipped=$(grep -c '(Skipped)$' "$BUILD/ctest-gpu.log" || true)
 echo "gpu-build: ${skipped} gpu test(s) skipped"
+if ((rc != 0)); then failed+=("gpu tests (ctest exit $rc)"); fi
 if [[ "$skipped" != 0 ]]; then
-  echo "gpu-build: a gpu test skipped on a GPU host: that is a failure here" >&2
-  exit 1
+  # On a GPU host a skip means the build or the device is not what it
+  # should be.
+  failed+=("${skipped} gpu test(s) skipped on a GPU host")
 fi
-if [[ $all == 1 ]]; then
-  echo "gpu-build: the whole suite"
-  ctest --test-dir build-cuda --output-on-failure -j 8 --timeout 600
-fi
-if [[ $bench == 1 ]]; then
-  # Issue 17's GPU section of docs/BENCHMARKS.md (and issue 18's PaReprop
-  # figure), by scripts/bench.sh gpu. Under the device tool the updated
-  # document comes back as $OUT/BENCHMARKS.md; the tree there has no .git,
-  # so BENCH_COMMIT names the commit.
+if ((bench)); then
+  # The GPU section of docs/BENCHMARKS.md. Under the device tool the
+  # document comes back as $OUT/BENCHMARKS.md, rewritten after each
+  # benchmark; the tree there has no .git, so BENCH_COMMIT names the commit
+  # when the caller sets it.
   doc=docs/BENCHMARKS.md
   if [[ -n "${OUT:-}" ]]; then
     cp docs/BENCHMARKS.md "$OUT/BENCHMARKS.md"
     doc=$OUT/BENCHMARKS.md
   fi
-  echo "gpu-build: the GPU benchmarks into $doc"
-  BUILD_DIR=build-cuda PETRA_SKIP_BUILD=1 PETRA_PYTHON=python3 \
-    BENCH_DOC="$doc" bash scripts/bench.sh gpu
+  echo "gpu-build: the GPU benchmarks into $doc" \
+    "(until $((deadline - ($(date +%s) - start))) s from now)"
+  set +e
+  BUILD_DIR=$BUILD PETRA_SKIP_BUILD=1 PETRA_PYTHON=python3 \
+    BENCH_DOC="$doc" BENCH_DEADLINE=$((start + deadline)) \
+    bash scripts/bench.sh gpu
+  rc=$?
+  set -e
+  if ((rc != 0)); then failed+=("benchmarks (bench.sh exit $rc)"); fi
+fi
+if ((all)); then
+  echo "gpu-build: the whole suite"
+  set +e
+  ctest --test-dir "$BUILD" --output-on-failure -j 8 --timeout 600
+  rc=$?
+  set -e
+  if ((rc != 0)); then failed+=("whole suite (ctest exit $rc)"); fi
+fi
+echo "gpu-build: done in $(($(date +%s) - start)) s"
+if ((${#failed[@]})); then
+  printf 'gpu-build: failed: %s\n' "${failed[@]}" >&2
+  exit 1
 fi

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "services/torch_compat.h"
+
 namespace petra::engine {
 namespace {
 
@@ -158,8 +160,7 @@ int64_t GradientAccumulator::state_bytes() const {
 
 torch::Tensor GradientAccumulator::Momentum(const torch::Tensor& p) const {
   if (optimizer_ == nullptr) return {};
-  auto it =
-      optimizer_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  auto it = optimizer_->state().find(OptimizerStateKey(*optimizer_, p));
   if (it == optimizer_->state().end()) return {};
   return static_cast<const torch::optim::SGDParamState&>(*it->second)
       .momentum_buffer();
@@ -170,8 +171,7 @@ void GradientAccumulator::SetMomentum(const torch::Tensor& p,
   if (optimizer_ == nullptr) return;
   auto s = std::make_unique<torch::optim::SGDParamState>();
   s->momentum_buffer(buffer);
-  optimizer_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] =
-      std::move(s);
+  optimizer_->state()[OptimizerStateKey(*optimizer_, p)] = std::move(s);
 }
 
 torch::Tensor GradientAccumulator::PredictedChange(const torch::Tensor& param,

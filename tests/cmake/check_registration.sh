@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# CI (with this machine's CMake) and by hand (with another, e.g. CMake 4.x):
+# builds tests/cmake/registration with the CMake given and checks what
+# cmake/PetraTests.cmake promises: the test lists load, the `gpu` label
+# holds exactly the Gpu test, and CTest reports a skipped test as skipped,
+# never as passed. CMake 4.4 once failed to read every test list here.
+# Usage: check_registration.sh [CMAKE] (default: cmake on the PATH)
+set -euo pipefail
+cmake_bin=${1:-cmake}
+ctest_bin=$(dirname "$(command -v "$cmake_bin")")/ctest
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(mktemp -d -t petra-registration-XXXXXX)
+trap 'rm -rf "$build"' EXIT
+fail() { echo "check_registration: $*" >&2; exit 1; }
+
+echo "check_registration: $("$cmake_bin" --version | sed -n 1p)"
+"$cmake_bin" -S "$here/registration" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+  > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure failed"; }
+"$cmake_bin" --build "$build" -j 2 > "$build/build.log" 2>&1 ||
+  { cat "$build/build.log"; fail "build failed"; }
+gpu=$("$ctest_bin" --test-dir "$build" -L gpu 2>&1) || true
+echo "$gpu"
+[[ "$gpu" == *"Error"* ]] && fail "ctest could not read the test lists"
+grep -Eq 'GpuRegistration\.SkipsWithoutADevice .*Skipped' <<< "$gpu" ||
+  fail "the Gpu test is not reported as skipped under -L gpu"
+[[ $(grep -c 'Test #' <<< "$gpu") == 1 ]] ||
+  fail "-L gpu should select exactly the one Gpu test"
+other=$("$ctest_bin" --test-dir "$build" -LE gpu 2>&1) ||
+  { echo "$other"; fail "the test outside the label failed"; }
+grep -Eq 'Registration\.RunsAnywhere .*Passed' <<< "$other" ||
+  fail "the test outside the gpu label did not run"
+echo "check_registration: ok"
