@@ -113,7 +113,7 @@ def fleet_job(bin_dir, fleet, job_flags, mode, timeout):
     if job.get("state") != "JOB_STATE_SUCCEEDED":
         raise BenchError(f"{job_id} ({mode}) ended {job.get('state')}: "
                          f"{job.get('error', '')}")
-    return float(job["progress"]["samplesPerSecond"])
+    return float(job["progress"]["samples_per_second"])
 
 
 def in_process(bin_dir, job_flags, stages, cores, workdir, timeout):

@@ -2,18 +2,22 @@
 // export. Each maps flags to one CoordinatorService call.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/default_job.h"
 #include "client/job_progress.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/json_text.h"
+#include "services/cli/shutdown_signal.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/wire/bearer_token.h"
@@ -145,6 +149,39 @@ void PrintJobLine(const petra::v1::Job& job) {
                   : "-");
 }
 
+// `submit --watch` and `watch`: follows job `id` to its end, with the
+// per-stage table at the end (not with --json). Ctrl-C stops the following,
+// not the job, and says so and how to stop it. Exits 0 when the job
+// succeeded, 1 otherwise, 130 on Ctrl-C.
+int FollowToEnd(CoordinatorService::Stub& stub, const std::string& id,
+                bool json, const std::string& command) {
+  ProgressPrinter printer(false, json);
+  grpc::ClientContext context;
+  std::atomic<bool> interrupted{false};
+  cli::InstallShutdownHandlers();
+  std::thread on_signal([&] {
+    if (cli::WaitForShutdownSignal() == 0) return;
+    interrupted = true;
+    context.TryCancel();
+  });
+  absl::StatusOr<petra::v1::Job> end = FollowJob(stub, id, printer, &context);
+  cli::WakeShutdownWaiter();
+  on_signal.join();
+  if (interrupted) {
+    std::cerr << "\n"
+              << command << ": stopped following; " << id
+              << " keeps running on the coordinator (petra watch " << id
+              << " follows it again, petra cancel " << id << " stops it)\n";
+    return 130;
+  }
+  if (!end.ok()) {
+    std::cerr << command << ": " << end.status().message() << "\n";
+    return 1;
+  }
+  if (!json && end->progress().stages_size() > 0) PrintStageTable(*end);
+  return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+}
+
 int RunSubmit(const std::string& program,
               const std::vector<std::string>& args) {
   Connection coordinator;
@@ -155,7 +192,10 @@ int RunSubmit(const std::string& program,
       absl::StrCat(program, " submit [--from FILE] [job flags] [--watch]"),
       "Submits a training job to the coordinator and prints its id. The spec\n"
       "is the file given with --from (JSON or text proto), with the job\n"
-      "flags laid over it; the coordinator applies defaults and validates.");
+      "flags laid over it; the coordinator applies defaults and validates.\n"
+      "Without --from (or --resume-from) the base is `petra train`'s default\n"
+      "job: RevNet18 (width 0.25) on Fashion-MNIST, 2 stages, 3 epochs, seed\n"
+      "1, so `submit --epochs 1` trains it for one epoch.");
   AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("from", &from, "job spec file (JSON or text proto)");
   flags.AddBool("watch", &watch, "follow the job until it ends");
@@ -169,8 +209,10 @@ int RunSubmit(const std::string& program,
   auto stub = Connect(command, coordinator);
   if (stub == nullptr) return 2;
   // --resume-from without --from: the resumed job's own spec is the base,
-  // so the flags given change only what they name (--epochs, say).
-  petra::v1::JobSpec base;
+  // so the flags given change only what they name (--epochs, say). Neither:
+  // the embedded default job, as `petra train` (the deploy docs' first
+  // command is `petra submit --epochs 1`).
+  petra::v1::JobSpec base = DefaultTrainJob();  // --from replaces it
   if (const std::string& resumed = overrides.checkpoint().resume_from_job();
       !resumed.empty() && from.empty()) {
     grpc::ClientContext get_context;
@@ -200,13 +242,7 @@ int RunSubmit(const std::string& program,
     std::cout << job.id() << std::endl;
   }
   if (!watch) return 0;
-  ProgressPrinter printer(false, json);
-  absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, job.id(), printer);
-  if (!end.ok()) {
-    std::cerr << command << ": " << end.status().message() << "\n";
-    return 1;
-  }
-  return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+  return FollowToEnd(*stub, job.id(), json, command);
 }
 
 int RunWatch(const std::string& program, const std::vector<std::string>& args) {
@@ -229,14 +265,7 @@ int RunWatch(const std::string& program, const std::vector<std::string>& args) {
       rc >= 0) {
     return rc;
   }
-  ProgressPrinter printer(false, json);
-  absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, id, printer);
-  if (!end.ok()) {
-    std::cerr << command << ": " << end.status().message() << "\n";
-    return 1;
-  }
-  if (!json && end->progress().stages_size() > 0) PrintStageTable(*end);
-  return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+  return FollowToEnd(*stub, id, json, command);
 }
 
 int RunStatus(const std::string& program,

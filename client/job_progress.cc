@@ -36,6 +36,8 @@ std::string JobJson(const google::protobuf::Message& m, bool pretty) {
   std::string json;
   google::protobuf::util::JsonPrintOptions o;
   o.add_whitespace = pretty;
+  // snake_case, as `petra spec` prints specs and spec files are written.
+  o.preserve_proto_field_names = true;
   // A message the client itself received always prints; an empty string
   // would only hide a bug.
   if (!google::protobuf::util::MessageToJsonString(m, &json, o).ok()) {
@@ -131,11 +133,11 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
 
 absl::StatusOr<petra::v1::Job> FollowJob(
     petra::v1::CoordinatorService::Stub& stub, const std::string& id,
-    ProgressPrinter& printer) {
-  grpc::ClientContext context;
+    ProgressPrinter& printer, grpc::ClientContext* context) {
+  grpc::ClientContext own;
   petra::v1::WatchJobRequest request;
   request.set_job_id(id);
-  auto reader = stub.WatchJob(&context, request);
+  auto reader = stub.WatchJob(context != nullptr ? context : &own, request);
   JobEvent event;
   petra::v1::Job last;
   while (reader->Read(&event)) {

@@ -32,10 +32,11 @@ class ProgressPrinter {
 };
 
 // Follows job `id` until it ends, printing through `printer`; returns the
-// final Job.
+// final Job. `context`, when given, is the stream's (TryCancel on it ends
+// the following early, with CANCELLED).
 absl::StatusOr<petra::v1::Job> FollowJob(
     petra::v1::CoordinatorService::Stub& stub, const std::string& id,
-    ProgressPrinter& printer);
+    ProgressPrinter& printer, grpc::ClientContext* context = nullptr);
 
 // `m` as one line of JSON (protobuf's JSON mapping, field names as in
 // the proto), or pretty-printed over several lines.

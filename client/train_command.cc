@@ -24,6 +24,7 @@
 #include "client/job_progress.h"
 #include "client/local_fleet.h"
 #include "petra/v1/coordinator.grpc.pb.h"
+#include "services/cli/durable_file.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/shutdown_signal.h"
 #include "services/data/dataset.h"
@@ -314,13 +315,18 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     }
   }
   if (!report_path.empty()) {
-    // Fail before training, not after, when the report cannot be written.
+    // Fail before training, not after, when the report cannot be written;
+    // the probe leaves no file behind (a run stopped early writes none).
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(report_path, ec);
     std::ofstream probe(report_path, std::ios::app);
     if (!probe) {
       std::cerr << program << " train: --report: cannot write \"" << report_path
                 << "\"\n";
       return 1;
     }
+    probe.close();
+    if (!existed) std::filesystem::remove(report_path, ec);
   }
 
   const auto start = Clock::now();
@@ -367,12 +373,13 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               Duration(wall).c_str());
   if (!quiet) PrintStageTable(result->job);
   if (!report_path.empty()) {
-    std::ofstream out(report_path, std::ios::trunc);
-    out << ReportJson(result->job, result->epochs, wall,
-                      in_process ? "in-process" : "fleet");
-    if (!out) {
+    // Whole or not at all: a reader never sees half a report.
+    if (absl::Status w = cli::WriteFileAtomically(
+            report_path, ReportJson(result->job, result->epochs, wall,
+                                    in_process ? "in-process" : "fleet"));
+        !w.ok()) {
       std::cerr << command << ": --report: writing \"" << report_path
-                << "\" failed\n";
+                << "\" failed: " << w.message() << "\n";
       return 1;
     }
     if (!quiet) std::cout << "report written to " << report_path << "\n";

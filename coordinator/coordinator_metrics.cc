@@ -56,8 +56,10 @@ struct CoordinatorMetrics::Families {
                    .Register(r)),
         recoveries(prometheus::BuildCounter()
                        .Name("petra_job_recoveries_total")
-                       .Help("Times a running job lost a stage server and "
-                             "began recovering, over all jobs")
+                       .Help("Times a running job began recovering, over "
+                             "all jobs: it lost a stage server, or this "
+                             "coordinator took it over after its "
+                             "predecessor stopped or crashed")
                        .Register(r)
                        .Add({})),
         checkpoint_failures(

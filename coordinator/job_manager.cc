@@ -13,6 +13,8 @@
 #include "coordinator/job_resume.h"
 #include "coordinator/torchscript_file.h"
 #include "services/cli/paths.h"
+#include "services/data/dataset.h"
+#include "services/job/enum_names.h"
 #include "services/job/job_spec_validation.h"
 
 namespace petra::coordinator {
@@ -105,6 +107,9 @@ void JobManager::LoadRecords() {
     order_.push_back(id);
     if (interrupted) {
       recovering.push_back(id);
+      // Its recovery starts in this process: counted here, as a lost
+      // stage's is where it is lost.
+      if (env_.metrics != nullptr) env_.metrics->Recovery();
     } else if (queued) {
       queue_.push_back(id);
     }
@@ -117,12 +122,10 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
   if (!resolved.ok()) return resolved.status();
   // Refused at submission, not when the job starts: the path may not leave
-  // --data-root.
-  if (resolved->dataset().kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
-    absl::StatusOr<std::filesystem::path> data =
-        cli::ConfinedPath(env_.data_root, resolved->dataset().path(),
-                          "dataset.path", cli::AbsolutePath::kAllowInsideRoot);
-    if (!data.ok()) return data.status();
+  // --data-root, and the folders it names must be there.
+  if (absl::Status s = data::CheckDatasetFolder(*resolved, env_.data_root);
+      !s.ok()) {
+    return s;
   }
   const int stages = job::StageCount(*resolved);
   if (stages > static_cast<int>(env_.stage_addresses.size())) {
@@ -278,6 +281,13 @@ absl::StatusOr<petra::v1::ListJobsResponse> JobManager::List(
 absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
   std::shared_ptr<JobRecord> r = Find(id);
   if (r == nullptr) return NoSuchJob(id);
+  // An ended job stays as it ended: saying "cancelling" would be false.
+  if (const petra::v1::JobState state = r->Snapshot().state();
+      IsTerminal(state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", id, "\" has already ended (",
+                     job::EnumShortName(state), "): nothing to cancel"));
+  }
   r->RequestCancel();
   // A queued job ends here; a running one ends when its runner notices
   // (within a second) and has released its stages.

@@ -43,7 +43,8 @@ TEST(ExpandStageList, ErrorsNameTheFlag) {
                          {"s-{0..1}-{0..1}:1", "exactly one range"},
                          {"s-{0,1}:1", "exactly one range"},
                          {"s}:1", "without '{'"},
-                         {"nohost", "has no host"},
+                         {"noport", "has no port"},
+                         {":50051", "has no host"},
                          {"h:0", "port 0"},
                          {"s-{0..99999}:1", "more than 4096"}}) {
     auto r = ExpandStageList(c.value);

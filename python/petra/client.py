@@ -107,10 +107,50 @@ def _spec(spec):
                          "petra.v1.JobSpec, not %s" % type(spec).__name__)
     message = job_pb2.JobSpec()
     try:
-        json_format.ParseDict(spec, message)
+        json_format.ParseDict(_full_enum_names(spec, message.DESCRIPTOR),
+                              message)
     except json_format.ParseError as e:
         raise ValueError("spec: %s" % e)
     return message
+
+
+def _full_enum_names(value, descriptor):
+    """`value` (a dict of message `descriptor`) with every enum field's short
+    name ("image_folder", as `petra` flags take them, any case, '-' or '_')
+    made the full name ("DATASET_KIND_IMAGE_FOLDER"); the rest unchanged,
+    for json_format to judge (services/job/json_enum_names.h does the same
+    for JSON files)."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        field = (descriptor.fields_by_name.get(key)
+                 or descriptor.fields_by_camelcase_name.get(key))
+        if field is None or (field.message_type is not None and
+                             field.message_type.GetOptions().map_entry):
+            out[key] = item
+            continue
+
+        def one(v, field=field):
+            if field.enum_type is not None and isinstance(v, str):
+                return _full_enum_name(field.enum_type, v)
+            if field.message_type is not None:
+                return _full_enum_names(v, field.message_type)
+            return v
+        if field.label == field.LABEL_REPEATED and isinstance(item, list):
+            out[key] = [one(v) for v in item]
+        else:
+            out[key] = one(item)
+    return out
+
+
+def _full_enum_name(enum, text):
+    if text in enum.values_by_name:
+        return text
+    zero = enum.values_by_number[0].name  # every petra.v1 enum: X_UNSPECIFIED
+    prefix = zero[:-len("UNSPECIFIED")] if zero.endswith("UNSPECIFIED") else ""
+    name = prefix + text.strip().upper().replace("-", "_")
+    return name if name in enum.values_by_name else text
 
 
 def _yaml(text, path):
@@ -286,4 +326,5 @@ class Client:
     @staticmethod
     def to_dict(message):
         """A Job, JobEvent or JobSpec as a dict (protobuf's JSON mapping)."""
-        return json_format.MessageToDict(message)
+        return json_format.MessageToDict(message,
+                                         preserving_proto_field_name=True)

@@ -506,10 +506,14 @@ def _build_transformer(arch, variant, num_classes, sizes):
 # Argument checking (job_spec_validation.cc) and the public API.
 # --------------------------------------------------------------------------
 
-def _short_name(value, allowed, field):
-    """A lower-case name from `allowed` (case-insensitive, '-' as '_')."""
+def _short_name(value, allowed, field, prefix):
+    """A lower-case name from `allowed` (case-insensitive, '-' as '_'), or
+    the proto's full name with `prefix` ("VARIANT_MNIST", as specs and
+    petra.Client.to_dict give them)."""
     if isinstance(value, str):
         name = value.strip().lower().replace("-", "_")
+        if name.startswith(prefix.lower()):
+            name = name[len(prefix):]
         if name in allowed:
             return name
     raise ValueError(f"{field}: {value!r} is not one of "
@@ -546,8 +550,8 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
     `field(name)` is how an error names an argument. Returns (arch,
     variant, width, num_classes, resolved sizes or None).
     """
-    arch = _short_name(arch, ARCHITECTURES, field("arch"))
-    variant = _short_name(variant, VARIANTS, field("variant"))
+    arch = _short_name(arch, ARCHITECTURES, field("arch"), "ARCHITECTURE_")
+    variant = _short_name(variant, VARIANTS, field("variant"), "VARIANT_")
     width = 1.0 if width is None else _check_real(width, field("width"),
                                                   _MAX_WIDTH)
     if arch == "irevnet18" and variant == "mnist":
@@ -604,7 +608,8 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
 
 def input_shape(variant):
     """One sample's input shape (C, H, W) for a variant (InputShape)."""
-    return _INPUT_SHAPES[_short_name(variant, VARIANTS, "variant")]
+    return _INPUT_SHAPES[_short_name(variant, VARIANTS, "variant",
+                                     "VARIANT_")]
 
 
 def build(arch, variant="cifar", width=1.0, num_classes=None, *,
@@ -641,9 +646,10 @@ def _camel(name):
 def _field(message, name, where):
     """A proto field of a JSON dict by its snake_case or lowerCamel name.
 
-    `petra spec` prints proto field names (num_classes), `petra status
-    --json` lowerCamel JSON names (numClasses); the proto JSON parser takes
-    both. null is absent, as for the parser.
+    `petra spec`, `petra status --json` and petra.Client.to_dict print
+    proto field names (num_classes); protobuf's own JSON printer lowerCamel
+    names (numClasses), and its parser takes both. null is absent, as for
+    the parser.
     """
     values = [message[k] for k in dict.fromkeys((name, _camel(name)))
               if k in message and message[k] is not None]

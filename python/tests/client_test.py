@@ -175,7 +175,13 @@ class ClientTest(unittest.TestCase):
 
     def test_list_get_and_cancel(self):
         running = self.client.submit(small_job(200))
-        self.addCleanup(self.client.cancel, running.id)
+
+        def stop_if_running():  # the test may fail before it cancels
+            if self.client.get(running.id).state in (
+                    pb.JOB_STATE_QUEUED, pb.JOB_STATE_STARTING,
+                    pb.JOB_STATE_RUNNING, pb.JOB_STATE_RECOVERING):
+                self.client.cancel(running.id)
+        self.addCleanup(stop_if_running)
         queued = self.client.submit(small_job(1))
         self.assertEqual(self.client.get(queued.id).state,
                          pb.JOB_STATE_QUEUED)
@@ -187,8 +193,32 @@ class ClientTest(unittest.TestCase):
         self.client.cancel(running.id)
         end = self.client.wait(running.id)
         self.assertEqual(end.state, pb.JOB_STATE_CANCELLED, end)
+        # An ended job is not cancelled again, and the error says why.
+        with self.assertRaises(petra.ClientError) as e:
+            self.client.cancel(running.id)
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("has already ended (cancelled): nothing to cancel",
+                      e.exception.message)
         with self.assertRaisesRegex(ValueError, "unknown state 'sleeping'"):
             self.client.list("sleeping")
+
+    def test_specs_take_short_enum_names_as_the_flags_do(self):
+        from petra import client
+        from petra.v1 import job_pb2 as job
+        spec = client._spec({
+            "model": {"architecture": "revvit", "variant": "MNIST"},
+            "dataset": {"kind": "image-folder", "path": "revvit",
+                        "imageFolder": {"corrupt_images": "skip"}},
+            "training": {"mode": "TRAINING_MODE_BACKPROP"}})
+        self.assertEqual(spec.model.architecture, job.ARCHITECTURE_REVVIT)
+        self.assertEqual(spec.model.variant, job.VARIANT_MNIST)
+        self.assertEqual(spec.dataset.kind, job.DATASET_KIND_IMAGE_FOLDER)
+        self.assertEqual(spec.dataset.path, "revvit")
+        self.assertEqual(spec.dataset.image_folder.corrupt_images,
+                         job.ImageFolderSpec.CORRUPT_IMAGE_POLICY_SKIP)
+        self.assertEqual(spec.training.mode, job.TRAINING_MODE_BACKPROP)
+        with self.assertRaisesRegex(ValueError, "spec: .*imagefolder"):
+            client._spec({"dataset": {"kind": "imagefolder"}})
 
     def test_refusals_are_clear(self):
         with self.assertRaises(petra.ClientError) as e:

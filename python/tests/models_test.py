@@ -335,6 +335,12 @@ class StructureTestCase(unittest.TestCase):
                                ("cifar", (3, 32, 32)),
                                ("mnist", (1, 28, 28))):
             self.assertEqual(models.input_shape(variant), shape)
+            # The proto's full names, as specs and Client.to_dict give them.
+            self.assertEqual(
+                models.input_shape("VARIANT_" + variant.upper()), shape)
+        self.assertEqual(
+            models.build("ARCHITECTURE_RESNET18", "VARIANT_MNIST", 0.125,
+                         3).arch, "resnet18")
         model = models.build("resnet18", "mnist", 0.125, 3).eval()
         with torch.no_grad():
             self.assertEqual(tuple(model(torch.randn(2, 1, 28, 28)).shape),

@@ -172,6 +172,20 @@ absl::Status CachedNormalisation(ImageSource& source,
   return absl::OkStatus();
 }
 
+// An image folder's evaluation split: test/, or val/ where there is no
+// test/; an error naming both when neither is there.
+absl::StatusOr<std::filesystem::path> ImageFolderTestSplit(
+    const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const char* name : {"test", "val"}) {
+    if (std::filesystem::is_directory(dir / name, ec)) return dir / name;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("image folder \"", dir.string(),
+                   "\" has no test/ (or val/) folder: the layout is "
+                   "<dir>/{train,test}/<class>/<image>"));
+}
+
 // Both splits of an image folder, streamed: train/ and test/ (or val/)
 // under `dir`, labels by the training split's sorted classes.
 absl::StatusOr<Splits> LoadImageFolder(const petra::v1::JobSpec& resolved,
@@ -180,12 +194,10 @@ absl::StatusOr<Splits> LoadImageFolder(const petra::v1::JobSpec& resolved,
                                        const LoadOptions& load) {
   absl::StatusOr<ImageFolderIndex> train = ScanImageFolder(dir / "train");
   if (!train.ok()) return train.status();
-  std::error_code ec;
-  const std::filesystem::path test_dir =
-      std::filesystem::is_directory(dir / "test", ec) ? dir / "test"
-                                                      : dir / "val";
+  absl::StatusOr<std::filesystem::path> test_dir = ImageFolderTestSplit(dir);
+  if (!test_dir.ok()) return test_dir.status();
   absl::StatusOr<ImageFolderIndex> test =
-      ScanImageFolder(test_dir, &train->classes);
+      ScanImageFolder(*test_dir, &train->classes);
   if (!test.ok()) return test.status();
   const int64_t classes = static_cast<int64_t>(train->classes.size());
   if (classes != resolved.model().num_classes()) {
@@ -388,6 +400,31 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
   s.train = Subset(s.train, d.train_limit(), resolved.seed());
   s.test = Subset(s.test, d.test_limit(), std::nullopt);
   return s;
+}
+
+absl::Status CheckDatasetFolder(const petra::v1::JobSpec& resolved,
+                                const std::string& data_root) {
+  const petra::v1::DatasetSpec& d = resolved.dataset();
+  if (d.kind() == petra::v1::DATASET_KIND_SYNTHETIC) return absl::OkStatus();
+  absl::StatusOr<std::filesystem::path> dir = cli::ConfinedPath(
+      data_root, d.path(), "dataset.path", cli::AbsolutePath::kAllowInsideRoot);
+  if (!dir.ok()) return dir.status();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(*dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset.path \"", d.path(), "\": \"", dir->string(),
+                     "\" is not a directory on the coordinator"));
+  }
+  if (d.kind() != petra::v1::DATASET_KIND_IMAGE_FOLDER) {
+    return absl::OkStatus();
+  }
+  if (!std::filesystem::is_directory(*dir / "train", ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("image folder \"", dir->string(),
+                     "\" has no train/ folder: the layout is "
+                     "<dir>/{train,test}/<class>/<image>"));
+  }
+  return ImageFolderTestSplit(*dir).status();
 }
 
 std::vector<int64_t> Dataset::Rows(const torch::Tensor& index) const {

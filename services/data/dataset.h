@@ -75,4 +75,11 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
                                   const std::vector<int64_t>& chw,
                                   const LoadOptions& load = {});
 
+// What can be checked of a resolved spec's data without reading it, when
+// the job is submitted rather than when it starts: the path stays inside
+// `data_root` and is a directory, and an image folder has its train/ and
+// test/ (or val/) folders. Synthetic data passes.
+absl::Status CheckDatasetFolder(const petra::v1::JobSpec& resolved,
+                                const std::string& data_root);
+
 }  // namespace petra::data

@@ -7,6 +7,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -51,6 +52,18 @@ void JpegErrorExit(j_common_ptr cinfo) {
 
 void JpegSilence(j_common_ptr, int) {}
 
+// One row of CMYK to RGB. Adobe's files (the Adobe marker) store the inks
+// inverted, 255 for none, as Photoshop writes them.
+void CmykToRgb(const uint8_t* cmyk, int width, bool adobe, uint8_t* rgb) {
+  for (int x = 0; x < width; ++x, cmyk += 4, rgb += 3) {
+    const int k = adobe ? cmyk[3] : 255 - cmyk[3];
+    for (int c = 0; c < 3; ++c) {
+      const int ink = adobe ? cmyk[c] : 255 - cmyk[c];
+      rgb[c] = static_cast<uint8_t>((ink * k + 127) / 255);
+    }
+  }
+}
+
 absl::StatusOr<DecodedImage> DecodeJpeg(const std::string& bytes,
                                         const std::string& name,
                                         int64_t max_pixels) {
@@ -64,9 +77,11 @@ absl::StatusOr<DecodedImage> DecodeJpeg(const std::string& bytes,
   // Everything that must survive a longjmp lives outside this frame's
   // locals that change after setjmp.
   DecodedImage* img = new DecodedImage();
+  std::vector<uint8_t>* cmyk_row = new std::vector<uint8_t>();
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     delete img;
+    delete cmyk_row;
     return Bad(name, absl::StrCat("not a valid JPEG (", err.message, ")"));
   }
   jpeg_create_decompress(&cinfo);
@@ -79,21 +94,31 @@ absl::StatusOr<DecodedImage> DecodeJpeg(const std::string& bytes,
         absl::StrCat(cinfo.image_width, "x", cinfo.image_height);
     jpeg_destroy_decompress(&cinfo);
     delete img;
+    delete cmyk_row;
     return Bad(name, absl::StrCat("a ", size, " image is larger than ",
                                   max_pixels, " pixels"));
   }
   const bool grey = cinfo.jpeg_color_space == JCS_GRAYSCALE;
-  cinfo.out_color_space = grey ? JCS_GRAYSCALE : JCS_RGB;
+  // CMYK (print, often Adobe's) has no conversion to RGB in libjpeg: it is
+  // read as CMYK and converted below.
+  const bool cmyk =
+      cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = grey ? JCS_GRAYSCALE : cmyk ? JCS_CMYK : JCS_RGB;
   jpeg_start_decompress(&cinfo);
   img->height = cinfo.output_height;
   img->width = cinfo.output_width;
-  img->channels = cinfo.output_components;
+  img->channels = cmyk ? 3 : cinfo.output_components;
   img->pixels.resize(
       static_cast<size_t>(img->height * img->width * img->channels));
+  cmyk_row->resize(cmyk ? static_cast<size_t>(img->width) * 4 : 0);
   while (cinfo.output_scanline < cinfo.output_height) {
-    JSAMPROW row = &img->pixels[static_cast<size_t>(cinfo.output_scanline) *
+    uint8_t* out = &img->pixels[static_cast<size_t>(cinfo.output_scanline) *
                                 img->width * img->channels];
+    JSAMPROW row = cmyk ? cmyk_row->data() : out;
     jpeg_read_scanlines(&cinfo, &row, 1);
+    if (cmyk) {
+      CmykToRgb(cmyk_row->data(), img->width, cinfo.saw_Adobe_marker, out);
+    }
   }
   // A truncated file decodes with libjpeg's filler and a warning: that is
   // a corrupt image for us.
@@ -102,6 +127,7 @@ absl::StatusOr<DecodedImage> DecodeJpeg(const std::string& bytes,
   jpeg_destroy_decompress(&cinfo);
   DecodedImage out = std::move(*img);
   delete img;
+  delete cmyk_row;
   if (warnings > 0) {
     return Bad(name, "a corrupt or truncated JPEG");
   }

@@ -60,6 +60,29 @@ TEST(DecodeImage, JpegDecodesCloseToTheOriginal) {
   EXPECT_EQ(img->channels, 1);
 }
 
+// A CMYK JPEG (print workflows write them) decodes to RGB: no cyan, full
+// magenta, no yellow, no black is (255, 0, 255).
+TEST(DecodeImage, CmykJpegDecodesToRgb) {
+  std::vector<uint8_t> cmyk;
+  for (int i = 0; i < 8 * 8; ++i) {
+    cmyk.insert(cmyk.end(), {255, 0, 255, 255});  // Adobe's inverted inks
+  }
+  absl::StatusOr<DecodedImage> img =
+      DecodeImage(EncodeJpeg(cmyk, 8, 8, 4, 95), 3, "print.jpg");
+  ASSERT_TRUE(img.ok()) << img.status();
+  ASSERT_EQ(img->channels, 3);
+  ASSERT_EQ(img->pixels.size(), 8u * 8 * 3);
+  for (size_t i = 0; i < img->pixels.size(); i += 3) {
+    EXPECT_GE(img->pixels[i], 250);
+    EXPECT_LE(img->pixels[i + 1], 5);
+    EXPECT_GE(img->pixels[i + 2], 250);
+  }
+  // Grey from CMYK goes through RGB like any colour image.
+  img = DecodeImage(EncodeJpeg(cmyk, 8, 8, 4, 95), 1, "print.jpg");
+  ASSERT_TRUE(img.ok()) << img.status();
+  EXPECT_EQ(img->channels, 1);
+}
+
 TEST(DecodeImage, BadBytesAreErrorsNamingTheFile) {
   const auto rgb = Pattern(16, 16, 3);
   const std::string jpeg = EncodeJpeg(rgb, 16, 16, 3, 90);

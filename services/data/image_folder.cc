@@ -221,6 +221,25 @@ absl::StatusOr<torch::Tensor> ImageSource::Read(
   return Decode(rows, train, seed);
 }
 
+int64_t ImageSource::corrupt_skipped() const {
+  std::lock_guard<std::mutex> lock(corrupt_mu_);
+  return corrupt_count_;
+}
+
+bool ImageSource::MarkCorrupt(int64_t i) {
+  std::lock_guard<std::mutex> lock(corrupt_mu_);
+  if (corrupt_.empty()) corrupt_.assign(index_.files.size(), false);
+  if (corrupt_[i]) return false;
+  corrupt_[i] = true;
+  ++corrupt_count_;
+  return true;
+}
+
+bool ImageSource::IsCorrupt(int64_t i) const {
+  std::lock_guard<std::mutex> lock(corrupt_mu_);
+  return !corrupt_.empty() && corrupt_[i];
+}
+
 absl::StatusOr<torch::Tensor> ImageSource::Decode(
     const std::vector<int64_t>& rows, bool train, uint64_t seed) {
   std::vector<torch::Tensor> images;
@@ -241,7 +260,9 @@ absl::StatusOr<torch::Tensor> ImageSource::DecodeOne(int64_t row, bool train,
                                                      uint64_t seed) {
   const int64_t n = size();
   for (int64_t k = 0; k < n; ++k) {
-    const fs::path& file = index_.files[(row + k) % n];
+    const int64_t i = (row + k) % n;
+    if (options_.skip_corrupt && IsCorrupt(i)) continue;
+    const fs::path& file = index_.files[i];
     absl::StatusOr<std::string> bytes =
         cli::ReadSmallFile(file.string(), kMaxImageFileBytes, "an image");
     absl::StatusOr<DecodedImage> img =
@@ -252,13 +273,16 @@ absl::StatusOr<torch::Tensor> ImageSource::DecodeOne(int64_t row, bool train,
       if (!options_.skip_corrupt) {
         return absl::InvalidArgumentError(img.status().message());
       }
-      const int64_t skipped = ++corrupt_skipped_;
-      if (skipped <= kLoggedSkips) {
-        // The message names the file.
-        std::cerr << "image folder: skipping " << img.status().message()
-                  << (skipped == kLoggedSkips ? " (further skips counted only)"
-                                              : "")
-                  << "\n";
+      if (MarkCorrupt(i)) {
+        const int64_t skipped = corrupt_skipped();
+        if (skipped <= kLoggedSkips) {
+          // The message names the file.
+          std::cerr << "image folder: skipping " << img.status().message()
+                    << (skipped == kLoggedSkips
+                            ? " (further skips counted only)"
+                            : "")
+                    << "\n";
+        }
       }
       continue;
     }

@@ -74,8 +74,10 @@ class ImageSource {
   // later Read with the same arguments takes the result.
   void Prefetch(const std::vector<int64_t>& rows, bool train, uint64_t seed);
 
-  // Files replaced because they did not decode, so far.
-  int64_t corrupt_skipped() const { return corrupt_skipped_.load(); }
+  // Files found not to decode so far, each counted once however often it
+  // is asked for (every epoch, and by the rows before it that skip onto
+  // it); replaced by the next file that decodes, and not read again.
+  int64_t corrupt_skipped() const;
 
  private:
   using Key = std::tuple<bool, uint64_t, std::vector<int64_t>>;
@@ -91,7 +93,13 @@ class ImageSource {
 
   const ImageFolderIndex index_;
   const ImageSourceOptions options_;
-  std::atomic<int64_t> corrupt_skipped_{0};
+  // Records file `i` as corrupt; true the first time.
+  bool MarkCorrupt(int64_t i);
+  bool IsCorrupt(int64_t i) const;
+
+  mutable std::mutex corrupt_mu_;
+  std::vector<bool> corrupt_;  // by file index; guarded by corrupt_mu_
+  int64_t corrupt_count_ = 0;  // guarded by corrupt_mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::shared_ptr<Pending>> pending_;

@@ -5,6 +5,7 @@
 #include <png.h>
 
 #include <filesystem>
+#include <numeric>
 #include <string>
 
 #include "services/data/batches.h"
@@ -133,6 +134,28 @@ TEST(ImageSource, CorruptFilesFailNamingThemOrAreSkippedAndCounted) {
   EXPECT_TRUE(torch::equal((*r)[1], (*two)[0]));
 }
 
+// A corrupt file counts once, however often it is asked for: by its own
+// row every epoch, and by the corrupt row before it that skips onto it.
+TEST(ImageSource, EachCorruptFileCountsOnce) {
+  TempFolder t;
+  MakeFolder(t.path(), "train", 3);  // ant: img0.JPG, img1.png, img2.png
+  for (const char* name : {"img1.png", "img2.png"}) {
+    WriteFile(t.path() / "train" / "ant" / name, "\x89PNG\r\n\x1A\nbroken");
+  }
+  absl::StatusOr<ImageFolderIndex> idx = ScanImageFolder(t.path() / "train");
+  ASSERT_TRUE(idx.ok());
+  ImageSourceOptions o;
+  o.height = o.width = 8;
+  o.skip_corrupt = true;
+  ImageSource source(*idx, o);
+  std::vector<int64_t> all(idx->files.size());
+  std::iota(all.begin(), all.end(), 0);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    ASSERT_TRUE(source.Read(all, epoch % 2 == 0, epoch).ok());
+  }
+  EXPECT_EQ(source.corrupt_skipped(), 2);
+}
+
 petra::v1::JobSpec FolderSpec(const fs::path& root) {
   petra::v1::JobSpec s;
   s.mutable_model()->set_variant(petra::v1::VARIANT_CIFAR);
@@ -201,6 +224,39 @@ TEST(LoadForJob, StreamsAnImageFolderThroughTheBatches) {
   s = LoadForJob(spec, "/", {3, 32, 32});
   EXPECT_THAT(s.status().message(),
               HasSubstr("has 3 classes but the model has 10"));
+}
+
+}  // namespace
+}  // namespace petra::data
+
+namespace petra::data {
+namespace {
+
+// What a submission checks of the data before the job is queued: the
+// folders, not their files.
+TEST(CheckDatasetFolder, NamesWhatIsMissingBeforeAnythingIsRead) {
+  TempFolder t;
+  petra::v1::JobSpec spec = FolderSpec(t.path() / "photos");
+  absl::Status s = CheckDatasetFolder(spec, "/");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("is not a directory on the coordinator"));
+  fs::create_directories(t.path() / "photos");
+  s = CheckDatasetFolder(spec, "/");
+  EXPECT_THAT(s.message(), HasSubstr("has no train/ folder"));
+  MakeFolder(t.path() / "photos", "train", 1);
+  s = CheckDatasetFolder(spec, "/");
+  EXPECT_THAT(s.message(), HasSubstr("photos\" has no test/ (or val/) folder"));
+  // The load itself says the same, not ".../val is not a directory".
+  EXPECT_EQ(LoadForJob(spec, "/", {3, 32, 32}).status().message(), s.message());
+  MakeFolder(t.path() / "photos", "val", 1);
+  EXPECT_TRUE(CheckDatasetFolder(spec, "/").ok());
+  // Outside the data root, as at load.
+  s = CheckDatasetFolder(spec, (t.path() / "elsewhere").string());
+  EXPECT_THAT(s.message(), HasSubstr("outside"));
+  // Synthetic data has no folder to check.
+  petra::v1::JobSpec synthetic;
+  synthetic.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  EXPECT_TRUE(CheckDatasetFolder(synthetic, "/nonexistent").ok());
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c,
   cinfo.image_width = w;
   cinfo.image_height = h;
   cinfo.input_components = c;
-  cinfo.in_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.in_color_space = c == 1 ? JCS_GRAYSCALE : c == 4 ? JCS_CMYK : JCS_RGB;
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, quality, TRUE);
   jpeg_start_compress(&cinfo, TRUE);

@@ -13,6 +13,8 @@ namespace petra::data {
 // (no wrap-around for images up to 16 x 24 x 3).
 std::vector<uint8_t> Pattern(int h, int w, int c);
 
+// c: 1 (grey), 3 (RGB) or 4 (CMYK, stored as given, with libjpeg's Adobe
+// marker: inks inverted, 255 for none).
 std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c,
                        int quality);
 // color_type: PNG_COLOR_TYPE_GRAY (0), _RGB (2) or _RGBA (6).

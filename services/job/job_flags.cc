@@ -370,6 +370,28 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
     base->mutable_model()->clear_width();
     base->mutable_model()->clear_transformer();
   }
+  // Another mode starts from its own mode settings: those in the base (often
+  // a resolved spec, the old mode's defaults filled in) would be refused
+  // with it. What the flags set themselves is laid over them below.
+  using petra::v1::TrainingMode;
+  const TrainingMode mode = overrides.training().mode();
+  if (mode != petra::v1::TRAINING_MODE_UNSPECIFIED &&
+      mode != base->training().mode()) {
+    petra::v1::TrainingSpec* t = base->mutable_training();
+    t->clear_rebuild_with();
+    if (mode != petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {
+      t->clear_forward_gradient();
+    }
+    if (mode != petra::v1::TRAINING_MODE_DELAYED) {
+      t->clear_stash_inputs();
+      t->clear_stash_weights();
+    }
+    if (mode != petra::v1::TRAINING_MODE_PETRA &&
+        mode != petra::v1::TRAINING_MODE_DELAYED) {
+      t->clear_predict_weights();
+      t->clear_spike_compensation();
+    }
+  }
   base->MergeFrom(overrides);
 }
 

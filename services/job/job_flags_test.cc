@@ -116,6 +116,47 @@ TEST(JobFlags, OverlayReplacesRepeatedFieldsAndLayout) {
   EXPECT_EQ(base.seed(), 1u);
 }
 
+// A resolved spec (what `petra spec` prints) reused with another --mode:
+// the old mode's settings give way, what the flags set stays.
+TEST(JobFlags, AnotherModeStartsFromItsOwnModeSettings) {
+  petra::v1::JobSpec raw;
+  raw.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  raw.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  ASSERT_TRUE(
+      ParseInto({"--mode", "delayed", "--stash-weights", "--predict-weights"},
+                &raw)
+          .ok());
+  absl::StatusOr<petra::v1::JobSpec> delayed = ResolveJobSpec(raw);
+  ASSERT_TRUE(delayed.ok()) << delayed.status();
+  ASSERT_EQ(delayed->training().rebuild_with(),
+            petra::v1::TrainingSpec::REBUILD_WITH_STASHED);
+  for (const std::string mode :
+       {"backprop", "petra", "forward_gradient", "delayed"}) {
+    petra::v1::JobSpec spec = *delayed, overrides;
+    ASSERT_TRUE(ParseInto({"--mode", mode}, &overrides).ok());
+    OverlayJobSpec(overrides, &spec);
+    absl::StatusOr<petra::v1::JobSpec> r = ResolveJobSpec(spec);
+    EXPECT_TRUE(r.ok()) << mode << ": " << r.status();
+  }
+  petra::v1::JobSpec spec = *delayed, overrides;
+  ASSERT_TRUE(ParseInto({"--mode", "petra"}, &overrides).ok());
+  OverlayJobSpec(overrides, &spec);
+  absl::StatusOr<petra::v1::JobSpec> petra = ResolveJobSpec(spec);
+  ASSERT_TRUE(petra.ok()) << petra.status();
+  EXPECT_EQ(petra->training().rebuild_with(),
+            petra::v1::TrainingSpec::REBUILD_WITH_CURRENT);
+  EXPECT_FALSE(petra->training().stash_weights());
+  EXPECT_TRUE(petra->training().predict_weights());  // still valid: kept
+  // A mode setting given beside the mode is the user's, and is judged.
+  spec = *delayed;
+  overrides.Clear();
+  ASSERT_TRUE(
+      ParseInto({"--mode", "backprop", "--predict-weights"}, &overrides).ok());
+  OverlayJobSpec(overrides, &spec);
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+              HasSubstr("training.predict_weights"));
+}
+
 // The transformer flags, and --arch revvit over a CNN job (the default
 // `petra train` job is a RevNet18 of width 0.25): the width goes, the
 // transformer's defaults come, and the flags given still win.

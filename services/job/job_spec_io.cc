@@ -10,6 +10,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "services/cli/small_file.h"
+#include "services/job/json_enum_names.h"
 
 namespace petra::job {
 namespace {
@@ -39,8 +40,9 @@ absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
   if (format == SpecFormat::kJson) {
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = false;
-    auto status =
-        google::protobuf::util::JsonStringToMessage(text, &spec, options);
+    auto status = google::protobuf::util::JsonStringToMessage(
+        ExpandShortEnumNames(text, petra::v1::JobSpec::descriptor()), &spec,
+        options);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("job spec JSON: ", status.message().as_string()));

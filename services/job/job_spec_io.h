@@ -12,6 +12,8 @@ enum class SpecFormat { kJson, kTextProto };
 
 // Parses `text`. INVALID_ARGUMENT with the parser's message (line and column
 // for text proto) on syntax errors, unknown fields or unknown enum names.
+// JSON takes enum values by their short names too ("image_folder", as the
+// flags do; json_enum_names.h).
 // Does not validate: call ResolveJobSpec next.
 absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
                                                 SpecFormat format);

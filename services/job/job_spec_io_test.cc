@@ -47,6 +47,36 @@ TEST(JobSpecIo, ParsesJsonWithEnumNamesAndOptionalZeros) {
   EXPECT_FALSE(s->training().has_epochs());
 }
 
+// The short names the flags take work in JSON too, in any case, in nested
+// and repeated fields; full names and everything else are as they were.
+TEST(JobSpecIo, JsonTakesShortEnumNamesAsTheFlagsDo) {
+  absl::StatusOr<petra::v1::JobSpec> s = ParseJobSpec(R"({
+    "model": {"architecture": "revvit", "variant": "MNIST"},
+    "dataset": {"kind": "image_folder", "path": "revvit",
+                "imageFolder": {"corruptImages": "skip"}},
+    "training": {"mode": "forward-gradient",
+                 "forward_gradient": {"guess": "random"}},
+    "optimizer": {"kind": "KIND_SGD"},
+    "seed": "18446744073709551615"
+  })",
+                                                      SpecFormat::kJson);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model().architecture(), petra::v1::ARCHITECTURE_REVVIT);
+  EXPECT_EQ(s->model().variant(), petra::v1::VARIANT_MNIST);
+  EXPECT_EQ(s->dataset().kind(), petra::v1::DATASET_KIND_IMAGE_FOLDER);
+  EXPECT_EQ(s->dataset().path(), "revvit");  // a string, not an enum
+  EXPECT_EQ(s->dataset().image_folder().corrupt_images(),
+            petra::v1::ImageFolderSpec::CORRUPT_IMAGE_POLICY_SKIP);
+  EXPECT_EQ(s->training().mode(), petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+  EXPECT_EQ(s->training().forward_gradient().guess(),
+            petra::v1::ForwardGradientSpec::GUESS_RANDOM);
+  EXPECT_EQ(s->seed(), 18446744073709551615u);  // numbers untouched
+  // An unknown short name is still refused by the parser.
+  s = ParseJobSpec(R"({"dataset": {"kind": "imagefolder"}})",
+                   SpecFormat::kJson);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobSpecIo, JsonErrorsAreInvalidArgument) {
   for (const char* bad :
        {"{", R"({"modle": {}})", R"({"model": {"architecture": "REVNET99"}})",

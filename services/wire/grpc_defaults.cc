@@ -1,12 +1,17 @@
 #include "services/wire/grpc_defaults.h"
 
+#include <grpc/support/log.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <iostream>
+#include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/wire/bearer_token.h"
@@ -89,6 +94,58 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
       std::move(interceptors));
 }
 
+namespace {
+
+// gRPC's own log while a server binds: a failed bind prints a raw error
+// ("UNKNOWN:No address added out of total 1 resolved ... Address already in
+// use ...") before ours. It is held here instead, and its cause named in
+// our one line. One server binds at a time here (the log function is
+// process-wide).
+class HeldGrpcLog {
+ public:
+  HeldGrpcLog() : one_at_a_time_(binding_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    text_ = &held_;
+    gpr_set_log_function(&Hold);
+  }
+  ~HeldGrpcLog() {
+    gpr_set_log_function(nullptr);  // gRPC's default again
+    std::lock_guard<std::mutex> lock(mu_);
+    text_ = nullptr;
+  }
+  const std::string& text() const { return held_; }
+
+ private:
+  static void Hold(gpr_log_func_args* args) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (text_ != nullptr) absl::StrAppend(text_, args->message, "\n");
+  }
+  static std::mutex binding_;
+  static std::mutex mu_;
+  static std::string* text_;
+  std::lock_guard<std::mutex> one_at_a_time_;
+  std::string held_;
+};
+std::mutex HeldGrpcLog::binding_;
+std::mutex HeldGrpcLog::mu_;
+std::string* HeldGrpcLog::text_ = nullptr;
+
+// Why a bind failed, from what gRPC logged.
+std::string BindFailure(const std::string& log) {
+  if (absl::StrContains(log, "Address already in use")) {
+    return "the address is in use (another server on this port?)";
+  }
+  if (absl::StrContains(log, "Cannot assign requested address")) {
+    return "not an address of this host";
+  }
+  if (absl::StrContains(log, "Permission denied")) {
+    return "permission denied (ports below 1024 need privileges)";
+  }
+  return "address in use, or not an address of this host";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& listen, const std::string& flag,
     const std::vector<grpc::Service*>& services, int* bound_port,
@@ -98,12 +155,18 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   ApplyServerDefaults(builder);
   builder.AddListeningPort(listen, MakeServerCredentials(security), bound_port);
   for (grpc::Service* service : services) builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || *bound_port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat(flag, ": cannot listen on ", listen,
-                     " (address in use, or not an address of this host)"));
+  std::unique_ptr<grpc::Server> server;
+  std::string log;
+  {
+    HeldGrpcLog held;
+    server = builder.BuildAndStart();
+    log = held.text();
   }
+  if (server == nullptr || *bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ",
+                                               listen, ": ", BindFailure(log)));
+  }
+  if (!log.empty()) std::cerr << log;  // a server that started: as it was
   return server;
 }
 
@@ -116,7 +179,8 @@ absl::Status ValidateAddress(const std::string& address,
                      "[::1]:50051)"));
   };
   size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return bad("has no host");
+  if (colon == std::string::npos) return bad("has no port");
+  if (colon == 0) return bad("has no host");
   std::string host = address.substr(0, colon);
   if (host.front() == '[' && host.back() != ']')
     return bad("has an unclosed [");

@@ -383,7 +383,7 @@ def one_run(args, run, seed, baseline, use_tmpfs):
         result["recoveries"] = len(recoveries)
         result["worst_recovery_seconds"] = max(
             [r.get("seconds", 0) for r in recoveries] or [0])
-        accuracy = end.get("progress", {}).get("testAccuracy", 0)
+        accuracy = end.get("progress", {}).get("test_accuracy", 0)
         result["accuracy"] = accuracy
         if end["state"] == "JOB_STATE_SUCCEEDED":
             result["outcome"] = "succeeded"
@@ -432,8 +432,8 @@ def uninterrupted(args, use_tmpfs):
                                 r.stderr)
         job = r.stdout.split()[0]
         end = job_state(fleet, job)
-        return {"accuracy": end["progress"]["testAccuracy"],
-                "seconds": end["progress"].get("elapsedSeconds", 0),
+        return {"accuracy": end["progress"]["test_accuracy"],
+                "seconds": end["progress"].get("elapsed_seconds", 0),
                 "checkpoints": checkpoints(fleet.state_dir("coordinator"),
                                            job)}
     finally:

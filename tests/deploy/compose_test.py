@@ -6,15 +6,17 @@ job on loopback.
 
 import os
 import posixpath
+import shlex
 import shutil
 import tempfile
 import unittest
 
 import yaml
 
-from harness import (COMPOSE, COMPOSE_DIR, DASHBOARD, DEPLOY, FleetLaunch,
-                     PETRA_PROGRAMS, PROMTOOL, client_flags, flag_value,
-                     localize, main, make_certs, run)
+from harness import (COMPOSE, COMPOSE_DIR, DASHBOARD, DEPLOY, DEPLOY_DOC,
+                     README, FleetLaunch, PETRA_PROGRAMS, PROMTOOL,
+                     client_flags, documented_block, flag_value, localize,
+                     main, make_certs, petra_lines, run)
 
 
 def compose_config(*files, env=None):
@@ -194,10 +196,26 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
                               checks, client=client_flags(certs))
 
     def test_launch_rendered_commands(self):
+        # The fleet the compose file starts, driven by docs/DEPLOY.md's
+        # walk-through as written (its `petra` lines).
         services = compose_config("docker-compose.yml")["services"]
         stages, checks = launch_plan(services, lambda s, args: args)
-        self.launch_and_train(stages, services["coordinator"]["command"],
-                              checks)
+        self.launch_and_train(
+            stages, services["coordinator"]["command"], checks,
+            walkthrough=documented_block(DEPLOY_DOC,
+                                         "## docker-compose (one machine)"))
+
+    def test_every_copy_of_the_walkthrough_agrees(self):
+        # The README's deploying section and the compose file's header give
+        # the client commands that test_launch_rendered_commands runs.
+        tested = petra_lines(documented_block(
+            DEPLOY_DOC, "## docker-compose (one machine)"))
+        self.assertEqual(
+            petra_lines(documented_block(README, "## Deploying")), tested)
+        with open(os.path.join(COMPOSE_DIR, "docker-compose.yml")) as f:
+            header = [line[1:].strip() for line in f
+                      if line.startswith("#   petra ")]
+        self.assertEqual([shlex.split(line) for line in header], tested)
 
 
 if __name__ == "__main__":

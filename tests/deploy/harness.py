@@ -43,12 +43,52 @@ IMAGE_UID = 10001
 SHORT_JOB = ["--arch", "revnet18", "--width", "0.125", "--dataset",
              "fashion_mnist", "--train-limit", "512", "--test-limit", "256",
              "--stages", "2", "--epochs", "1", "--seed", "5"]
+# Added to a documented `petra submit` so that a walk-through's job runs in
+# seconds: a narrower network on fewer examples, every documented flag kept.
+SHORTER = ["--width", "0.125", "--train-limit", "512", "--test-limit", "256"]
+DEPLOY_DOC = os.path.join(SOURCE, "docs", "DEPLOY.md")
+README = os.path.join(SOURCE, "README.md")
 
 
-def run(args, timeout=120, env=None, check=True):
+def documented_block(path, heading):
+    """The commands of the first indented code block after the Markdown
+    heading line `heading` in `path`: continuations joined, comments and
+    blank lines dropped. Fails loudly when the heading or block is gone, so
+    a walk-through cannot be dropped from the tests by editing the doc."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    if heading not in lines:
+        raise AssertionError("%s has no heading %r" % (path, heading))
+    block, started = [], False
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("    "):
+            started = True
+            block.append(line[4:])
+        elif started and line.strip():
+            break
+    commands, pending = [], ""
+    for line in block:
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        words = shlex.split(pending + line, comments=True)
+        pending = ""
+        if words:
+            commands.append(words)
+    if not commands:
+        raise AssertionError("%s: no code block after %r" % (path, heading))
+    return commands
+
+
+def petra_lines(commands):
+    """The `petra ...` commands among a block's, as word lists."""
+    return [c for c in commands if c[0] == "petra"]
+
+
+def run(args, timeout=120, env=None, check=True, cwd=None):
     """Runs a command to its end; returns (exit code, stdout, stderr)."""
     result = subprocess.run(args, capture_output=True, text=True,
-                            timeout=timeout, env=env)
+                            timeout=timeout, env=env, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(
             "%s exited %d\nstdout:\n%s\nstderr:\n%s" %
@@ -224,10 +264,14 @@ class FleetLaunch:
     listen, checks health and metrics, and runs the short job."""
 
     def launch_and_train(self, stages, coordinator, health_checks,
-                         client=()):
+                         client=(), walkthrough=None, walkthrough_dir=None):
         """stages: [(name, command)] in stage order; coordinator: command;
         health_checks: {name: (port in the manifest, check command or None)};
-        client: the TLS and token flags `petra` needs (none: plaintext).
+        client: the TLS and token flags `petra` needs (none: plaintext);
+        walkthrough: a documented block (documented_block) whose `export`
+        and `petra` commands, run in walkthrough_dir, replace the short job:
+        the coordinator's documented address becomes the local one, and a
+        `submit` gets SHORTER.
         """
         workdir = tempfile.mkdtemp(prefix="petra-deploy-")
         fleet = Fleet(self, workdir)
@@ -279,14 +323,18 @@ class FleetLaunch:
                                    check=False)
                 self.assertEqual(code, 1, err)
                 self.assertIn("cannot reach the coordinator", err)
-            _, out, _ = run([os.path.join(BIN, "petra"), "submit",
-                             "--coordinator", coordinator_address] +
-                            client + SHORT_JOB)
-            job_id = re.search(r"(job-[0-9a-zA-Z-]+)", out)
-            self.assertIsNotNone(job_id, "no job id in: " + out)
-            _, out, _ = run([os.path.join(BIN, "petra"), "watch",
-                             "--coordinator", coordinator_address] + client +
-                            [job_id.group(1)], timeout=600)
+            if walkthrough is None:
+                _, out, _ = run([os.path.join(BIN, "petra"), "submit",
+                                 "--coordinator", coordinator_address] +
+                                client + SHORT_JOB)
+                job_id = re.search(r"(job-[0-9a-zA-Z-]+)", out)
+                self.assertIsNotNone(job_id, "no job id in: " + out)
+                run([os.path.join(BIN, "petra"), "watch", "--coordinator",
+                     coordinator_address] + client + [job_id.group(1)],
+                    timeout=600)
+            else:
+                job_id = self.run_walkthrough(walkthrough, walkthrough_dir,
+                                              coordinator_address)
             _, out, _ = run([os.path.join(BIN, "petra"), "status",
                              "--coordinator", coordinator_address] + client +
                             [job_id.group(1)])
@@ -301,6 +349,34 @@ class FleetLaunch:
         for name, process, log_path in fleet.processes:
             self.assertEqual(process.returncode, 0,
                              "%s did not stop cleanly" % name)
+
+    def run_walkthrough(self, commands, cwd, coordinator_address):
+        """Runs a documented block's `export` and `petra` lines as written
+        (the others start what launch_and_train has started); returns the
+        match of the first job id a `submit` printed."""
+        env = dict(os.environ)
+        job_id = None
+        for words in commands:
+            if words[0] == "export":
+                name, _, value = words[1].partition("=")
+                env[name] = (coordinator_address if name == "PETRA_COORDINATOR"
+                             else value)
+                continue
+            if words[0] != "petra":
+                continue
+            args = [coordinator_address if a == "localhost:50050" else a
+                    for a in words[1:]]
+            if args[0] == "submit":
+                args += SHORTER
+            code, out, err = run([os.path.join(BIN, "petra")] + args,
+                                 timeout=600, env=env, check=False, cwd=cwd)
+            self.assertEqual(code, 0, "the documented `%s` failed:\n%s%s"
+                             % (" ".join(words), out, err))
+            if args[0] == "submit" and job_id is None:
+                job_id = re.search(r"(job-[0-9a-zA-Z-]+)", out)
+                self.assertIsNotNone(job_id, "no job id in: " + out)
+        self.assertIsNotNone(job_id, "the walk-through submits no job")
+        return job_id
 
     @staticmethod
     def http_get(port):

@@ -14,9 +14,10 @@ import unittest
 
 import yaml
 
-from harness import (BIN, DASHBOARD, DEPLOY, FleetLaunch, IMAGE_UID,
-                     KUSTOMIZE, NODE, SOURCE, client_flags, flag_value,
-                     localize, main, make_certs, run, with_flag)
+from harness import (BIN, DASHBOARD, DEPLOY, DEPLOY_DOC, FleetLaunch,
+                     IMAGE_UID, KUSTOMIZE, NODE, SOURCE, client_flags,
+                     documented_block, flag_value, localize, main, make_certs,
+                     run, with_flag)
 
 # Fields kustomize has deprecated (kustomize 5 warns on each): none of the
 # kustomizations may use them.
@@ -396,11 +397,17 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             check = localize(c["readinessProbe"]["exec"]["command"], mounts)
             port = int(flag_value(check, "address").rsplit(":", 1)[1])
             checks[n] = (port, check)
+        # docs/DEPLOY.md's walk-through runs as written, in a folder where
+        # its petra-certs/ is what make-certs.sh made.
+        os.symlink(os.path.join(certs, "out"),
+                   os.path.join(certs, "petra-certs"))
         self.launch_and_train(
             stages,
             localize(container_command(objects, coordinator, "coordinator"),
                      coordinator_mounts),
-            checks, client=client_flags(os.path.join(certs, "out")))
+            checks, client=client_flags(os.path.join(certs, "out")),
+            walkthrough=documented_block(DEPLOY_DOC, "## Kubernetes"),
+            walkthrough_dir=certs)
 
 
 if __name__ == "__main__":

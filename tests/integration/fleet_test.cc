@@ -46,7 +46,7 @@ TEST_F(FleetProcesses, JobsQueueReuseTheStagesAndExport) {
     EXPECT_THAT(a, HasSubstr(address));
     EXPECT_THAT(b, HasSubstr(address));
   }
-  EXPECT_THAT(a, HasSubstr("\"testAccuracy\""));
+  EXPECT_THAT(a, HasSubstr("\"test_accuracy\""));
   for (int j = 0; j < 2; ++j) {
     EXPECT_EQ(StageStatus(j).state(), petra::v1::StageStatus::STATE_IDLE);
   }
@@ -88,7 +88,7 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
   StartCoordinator();
   const std::string id = Submit(SmallJob(200));
   ASSERT_TRUE(
-      WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)))
+      WaitForStatus(id, "\"samples_per_second\"", std::chrono::seconds(60)))
       << StatusJson(id);
   RunResult cancel = Petra({"cancel", id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
@@ -102,6 +102,35 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
   const std::string next = Submit(SmallJob(1));
   RunResult watch = Petra({"watch", next});
   EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+  // An ended job cannot be cancelled, and the answer says so.
+  RunResult late = Petra({"cancel", next});
+  EXPECT_EQ(late.exit_code, 1) << late.out << late.err;
+  EXPECT_THAT(late.err,
+              HasSubstr("has already ended (succeeded): nothing to cancel"))
+      << late.err;
+  EXPECT_EQ(late.out, "");
+}
+
+// Ctrl-C on `submit --watch` stops the following, not the job, and says so
+// and how to stop the job.
+TEST_F(FleetProcesses, CtrlCOnSubmitWatchLeavesTheJobRunningAndSaysSo) {
+  StartStages(2);
+  StartCoordinator();
+  std::vector<std::string> args = {"submit", "--coordinator", address_,
+                                   "--watch"};
+  for (const std::string& a : SmallJob(200)) args.push_back(a);
+  Subprocess submit(kPetra, args);
+  ASSERT_THAT(submit.WaitForLine("epoch 1/200 ["), HasSubstr("step"))
+      << submit.out() << submit.err();
+  EXPECT_EQ(submit.SignalAndWait(SIGINT, std::chrono::seconds(30)), 130);
+  EXPECT_THAT(submit.err(),
+              HasSubstr("stopped following; job-1 keeps running on the "
+                        "coordinator (petra watch job-1 follows it again, "
+                        "petra cancel job-1 stops it)"));
+  EXPECT_TRUE(
+      WaitForStatus("job-1", "JOB_STATE_RUNNING", std::chrono::seconds(10)))
+      << StatusJson("job-1");
+  EXPECT_EQ(Petra({"cancel", "job-1"}).exit_code, 0);
 }
 
 // Reads a job's train_log.csv: "epoch,micro_batch,step,loss" rows.
@@ -181,7 +210,7 @@ TEST_F(FleetProcesses, AResumedJobTrainsAsIfNeverInterrupted) {
   const std::string whole_json = StatusJson(whole);
   const std::string resumed_json = StatusJson(resumed);
   auto test_accuracy = [](const std::string& json) {
-    const size_t at = json.find("\"testAccuracy\":");
+    const size_t at = json.find("\"test_accuracy\":");
     return at == std::string::npos ? -1.0 : std::stod(json.substr(at + 15));
   };
   EXPECT_GT(test_accuracy(whole_json), 0);
@@ -260,7 +289,7 @@ TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
   StartCoordinator();
   const std::string id = Submit(SmallJob(200));
   ASSERT_TRUE(
-      WaitForStatus(id, "\"samplesPerSecond\"", std::chrono::seconds(60)));
+      WaitForStatus(id, "\"samples_per_second\"", std::chrono::seconds(60)));
   // While it drains, its health check says NOT_SERVING (2), so readiness
   // probes stop routing work to it.
   ASSERT_EQ(kill(stages_[1]->pid(), SIGTERM), 0);

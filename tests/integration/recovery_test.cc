@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/probes.h"
 
 namespace petra::testing {
 namespace {
@@ -220,7 +221,12 @@ TEST_F(Recovery, AGracefulCoordinatorStopLeavesTheJobResumable) {
   ASSERT_EQ(coordinator_->SignalAndWait(SIGTERM, std::chrono::seconds(30)), 0);
   // It let go of the stages rather than cancel the job.
   EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
-  StartCoordinator();
+  StartCoordinator(5, {"--metrics-listen", "127.0.0.1:0"});
+  // The coordinator that takes the job over counts its recovery.
+  const int metrics_port = NumberAfter(
+      coordinator_->WaitForLine("metrics on port"), "metrics on port ");
+  EXPECT_THAT(HttpGet(metrics_port, "/metrics"),
+              ::testing::ContainsRegex("\npetra_job_recoveries_total 1\n"));
   const petra::v1::Job done = WaitForTheEnd(id, std::chrono::seconds(300));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
   ASSERT_EQ(done.recoveries_size(), 1);
