@@ -68,4 +68,6 @@ endforeach()
 # brings it too.
 find_package(glog CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
+# The /metrics endpoint's HTTP server (services/metrics/metrics_exposer.cc).
+find_package(civetweb CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)

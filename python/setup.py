@@ -6,8 +6,11 @@ protobuf-compiler and protobuf-compiler-grpc), so they always match the
 protos and the protobuf runtime of the machine (gen_stubs.py).
 """
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -22,4 +25,12 @@ class BuildWithStubs(build_py):
         generate_stubs(self.build_lib)
 
 
-setup(cmdclass={"build_py": BuildWithStubs})
+# pip builds in the source folder: setuptools' build/ and petra.egg-info/
+# go to a scratch folder instead, removed when the build ends, so that
+# `pip install ./python` leaves the tree as it found it.
+_scratch = tempfile.mkdtemp(prefix="petra-python-build-")
+atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
+
+setup(cmdclass={"build_py": BuildWithStubs},
+      options={"build": {"build_base": os.path.join(_scratch, "build")},
+               "egg_info": {"egg_base": _scratch}})

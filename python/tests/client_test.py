@@ -278,6 +278,7 @@ class InstallTest(unittest.TestCase):
                                 "__pycache__", "build", "*.egg-info"))
             shutil.copytree(os.path.join(SOURCE_DIR, "proto"),
                             os.path.join(src, "proto"))
+            before = set(os.listdir(os.path.join(src, "python")))
             venv = os.path.join(root, "venv")
             subprocess.run(["/usr/bin/python3", "-m", "venv",
                             "--system-site-packages", venv], check=True)
@@ -286,6 +287,10 @@ class InstallTest(unittest.TestCase):
                  "--no-build-isolation", os.path.join(src, "python")],
                 capture_output=True, text=True)
             self.assertEqual(pip.returncode, 0, pip.stdout + pip.stderr)
+            # The build left the source folder as it was.
+            left = sorted(set(os.listdir(os.path.join(src, "python"))) -
+                          before)
+            self.assertEqual(left, [], "pip left these in python/")
             check = subprocess.run(
                 [os.path.join(venv, "bin", "python"), "-c",
                  "import petra, petra.v1.coordinator_pb2_grpc as g\n"

@@ -10,8 +10,7 @@ prometheus::Labels ErrorCodeLabel(absl::StatusCode code) {
       n >= 1 && n <= 16 ? code : absl::StatusCode::kUnknown;
   // absl spells them "INVALID_ARGUMENT", like gRPC, upper-cased here for
   // the few it writes in mixed case.
-  return {{"code",
-           absl::AsciiStrToUpper(absl::StatusCodeToString(known))}};
+  return {{"code", absl::AsciiStrToUpper(absl::StatusCodeToString(known))}};
 }
 
 void AddErrorCodes(prometheus::Family<prometheus::Counter>& family) {

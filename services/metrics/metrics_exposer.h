@@ -7,8 +7,8 @@
 
 #include "absl/status/statusor.h"
 
+class CivetServer;
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -18,7 +18,9 @@ class MetricsExposer {
  public:
   // Serves /metrics on `address` (host:port; port 0 picks a free one) and
   // registers petra_build_info{component, version}. UNAVAILABLE when the
-  // address cannot be bound.
+  // address cannot be bound. Only the registry's metrics are served, in
+  // the text format with NaN spelt as it specifies (prometheus-cpp's own
+  // exposer printed "Nan" and added its own metrics in microseconds).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
       const std::string& address, const std::string& component);
   ~MetricsExposer();
@@ -29,9 +31,11 @@ class MetricsExposer {
   prometheus::Registry& registry() { return *registry_; }
 
  private:
-  MetricsExposer() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  class Handler;
+  MetricsExposer();
   std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<CivetServer> server_;  // after handler_: stops first
   int port_ = 0;
 };
 

@@ -1,0 +1,84 @@
+#include "services/metrics/metrics_exposer.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <string>
+
+namespace petra::metrics {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// One plain HTTP/1.0 GET on loopback; the whole response.
+std::string Get(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\n\r\n";
+  if (write(fd, request.data(), request.size()) < 0) {
+    close(fd);
+    return "";
+  }
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) {
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return response;
+}
+
+// Only the registry's metrics, NaN spelt as the text format says (the
+// exposer of prometheus-cpp printed "Nan" and its own metrics in
+// microseconds).
+TEST(MetricsExposer, ServesTheRegistryWithNaNSpeltAsTheFormatSays) {
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> m =
+      MetricsExposer::Start("127.0.0.1:0", "test");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_GT((*m)->port(), 0);
+  prometheus::BuildGauge()
+      .Name("petra_test_loss")
+      .Help("a loss that went wrong")
+      .Register((*m)->registry())
+      .Add({})
+      .Set(std::nan(""));
+  const std::string response = Get((*m)->port(), "/metrics");
+  EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_THAT(response, HasSubstr("text/plain; version=0.0.4"));
+  EXPECT_THAT(response, HasSubstr("\npetra_test_loss NaN\n"));
+  EXPECT_THAT(response, HasSubstr("petra_build_info{"));
+  EXPECT_THAT(response, Not(HasSubstr("Nan")));
+  EXPECT_THAT(response, Not(HasSubstr("exposer_")));
+  EXPECT_THAT(Get((*m)->port(), "/other"), HasSubstr("404"));
+}
+
+TEST(MetricsExposer, ABusyAddressIsUnavailableNamingIt) {
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> first =
+      MetricsExposer::Start("127.0.0.1:0", "test");
+  ASSERT_TRUE(first.ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*first)->port());
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> second =
+      MetricsExposer::Start(address, "test");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(
+      second.status().message(),
+      HasSubstr("--metrics-listen: cannot serve metrics on " + address));
+}
+
+}  // namespace
+}  // namespace petra::metrics
