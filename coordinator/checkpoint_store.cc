@@ -28,7 +28,7 @@ absl::StatusOr<std::string> ReadWhole(const std::filesystem::path& path) {
 
 absl::StatusOr<std::string> CheckpointStore::Write(
     uint32_t epoch, const std::vector<std::string>& stage_files,
-    uint32_t keep_last) {
+    uint32_t keep_last, const petra::v1::Preprocessing& input) {
   for (size_t j = 0; j < stage_files.size(); ++j) {
     const std::filesystem::path file =
         layout_.stage_file(epoch, static_cast<int>(j));
@@ -42,7 +42,8 @@ absl::StatusOr<std::string> CheckpointStore::Write(
       return s;
     }
   }
-  absl::StatusOr<std::string> exported = engine::MergeForExport(stage_files);
+  absl::StatusOr<std::string> exported =
+      engine::MergeForExport(stage_files, input);
   if (!exported.ok()) return exported.status();
   if (absl::Status s =
           cli::WriteFileAtomically(layout_.export_file(), *exported);

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/job_layout.h"
+#include "petra/v1/job.pb.h"
 
 namespace petra::coordinator {
 
@@ -23,9 +24,11 @@ class CheckpointStore {
   // built from them, each file atomically. Keeps the newest `keep_last`
   // checkpoints by epoch (at least 1), counting those of an earlier
   // coordinator process. Returns the folder relative to --state-dir.
+  // `input`: the model's preprocessing, the export's input.* tensors.
   absl::StatusOr<std::string> Write(uint32_t epoch,
                                     const std::vector<std::string>& stage_files,
-                                    uint32_t keep_last);
+                                    uint32_t keep_last,
+                                    const petra::v1::Preprocessing& input);
 
  private:
   JobLayout layout_;

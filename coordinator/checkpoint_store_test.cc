@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/cli/durable_file.h"
+#include "services/engine/export_input.h"
 #include "services/engine/state_file.h"
 
 namespace petra::coordinator {
@@ -131,9 +132,16 @@ TEST_F(CheckpointStoreTest, WritesWhatAResumeFindsAndKeepsTheNewest) {
          {"meta.epoch", torch::tensor(int64_t{epoch})}});
   };
   CheckpointStore store(JobLayout(root_, "job-1"));
+  petra::v1::Preprocessing input;
+  for (double v : {0.25, 0.5, 0.75}) input.add_mean(v);
+  for (double v : {0.125, 0.25, 0.5}) input.add_std(v);
+  for (uint32_t d : {3u, 32u, 32u}) input.add_input_shape(d);
+  for (const char* n : {"cat", "dog", "caf\u00e9 au lait"}) {
+    input.add_class_names(n);
+  }
   for (uint32_t e : {1u, 2u, 3u}) {
     absl::StatusOr<std::string> rel =
-        store.Write(e, {stage(e, 0), stage(e, 1)}, 2);
+        store.Write(e, {stage(e, 0), stage(e, 1)}, 2, input);
     ASSERT_TRUE(rel.ok()) << rel.status();
     EXPECT_EQ(*rel, absl::StrCat("jobs/job-1/checkpoints/epoch-", e));
   }
@@ -148,8 +156,30 @@ TEST_F(CheckpointStoreTest, WritesWhatAResumeFindsAndKeepsTheNewest) {
   absl::StatusOr<engine::NamedTensors> exported = engine::DecodeStateFile(
       std::string((std::istreambuf_iterator<char>(in)), {}));
   ASSERT_TRUE(exported.ok()) << exported.status();
-  ASSERT_EQ(exported->size(), 2u);
+  // The blocks, then the model's input, which reads back as written.
+  ASSERT_EQ(exported->size(), 6u);
   EXPECT_EQ(exported->at("blocks.1.w")[0].item<float>(), 31.0f);
+  absl::StatusOr<petra::v1::Preprocessing> back =
+      engine::PreprocessingFromTensors(*exported);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->DebugString(), input.DebugString());
+  // Without normalisation the tensors are the identity, 0 and 1.
+  input.clear_mean();
+  input.clear_std();
+  std::map<std::string, torch::Tensor> identity;
+  for (auto& [name, t] : engine::InputTensors(input)) identity[name] = t;
+  EXPECT_TRUE(torch::equal(identity.at("input.mean"), torch::zeros({3})));
+  EXPECT_TRUE(torch::equal(identity.at("input.std"), torch::ones({3})));
+  // An export of an earlier version has none: NOT_FOUND, said so.
+  EXPECT_EQ(engine::PreprocessingFromTensors({{"blocks.0.w", torch::ones(1)}})
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  identity.erase("input.std");
+  EXPECT_THAT(
+      std::string(
+          engine::PreprocessingFromTensors(identity).status().message()),
+      ::testing::HasSubstr("no tensor \"input.std\""));
 }
 
 TEST(JobLayout, SpellsOutEveryPath) {

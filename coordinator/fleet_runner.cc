@@ -52,6 +52,12 @@ absl::Status FleetRunner::Prepare() {
       spec_, env_.data_root, model::InputShape(spec_.model().variant()), load);
   if (!data.ok()) return Prefixed("loading the data: ", data.status());
   data_ = std::move(*data);
+  // Recorded with the job, and carried by every export.
+  preprocessing_ = data::PreprocessingOf(
+      spec_, data_, model::InputShape(spec_.model().variant()));
+  record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    *job.mutable_preprocessing() = preprocessing_;
+  });
   absl::StatusOr<int64_t> steps =
       engine::StepsPerEpoch(spec_, data_.train.size());
   if (!steps.ok()) return steps.status();

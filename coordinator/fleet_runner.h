@@ -76,6 +76,7 @@ class FleetRunner final : public engine::PassExecutor,
   std::string id_;
   petra::v1::JobSpec spec_;
   data::Splits data_;
+  petra::v1::Preprocessing preprocessing_;  // what data_ gives the model
   int64_t steps_per_epoch_ = 0;
   std::vector<model::BlockRange> ranges_;
   std::unique_ptr<StageFleet> fleet_;

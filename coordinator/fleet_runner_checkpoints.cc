@@ -145,7 +145,7 @@ absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
   const uint32_t keep =
       spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2;
   absl::StatusOr<std::string> written =
-      CheckpointStore(layout()).Write(epoch, files, keep);
+      CheckpointStore(layout()).Write(epoch, files, keep, preprocessing_);
   if (!written.ok()) {
     if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
     PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},

@@ -121,17 +121,17 @@ void JobManager::LoadRecords() {
 absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
   if (!resolved.ok()) return resolved.status();
-  // Refused at submission, not when the job starts: the path may not leave
-  // --data-root, and the folders it names must be there.
-  if (absl::Status s = data::CheckDatasetFolder(*resolved, env_.data_root);
-      !s.ok()) {
-    return s;
-  }
   const int stages = job::StageCount(*resolved);
   if (stages > static_cast<int>(env_.stage_addresses.size())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job needs ", stages, " stage servers but the fleet has ",
         env_.stage_addresses.size(), " (--stages)"));
+  }
+  // Refused at submission, not when the job starts: the path may not leave
+  // --data-root, and the folders it names must be there.
+  if (absl::Status s = data::CheckDatasetFolder(*resolved, env_.data_root);
+      !s.ok()) {
+    return s;
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is stopping");
@@ -322,7 +322,7 @@ absl::StatusOr<std::string> JobManager::ExportFile(
                      petra::v1::JobState_Name(r->Snapshot().state()), ")"));
   }
   if (format != petra::v1::ExportJobRequest::FORMAT_TORCHSCRIPT) return path;
-  return TorchScriptFile(layout, r->Snapshot().spec(), env_.data_root);
+  return TorchScriptFile(layout, r->Snapshot(), env_.data_root);
 }
 
 }  // namespace petra::coordinator

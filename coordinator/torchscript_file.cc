@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/cli/durable_file.h"
 #include "services/data/dataset.h"
+#include "services/engine/export_input.h"
 #include "services/engine/state_file.h"
 #include "services/engine/torchscript_export.h"
 #include "services/model/architecture_catalog.h"
@@ -16,8 +17,9 @@ namespace petra::coordinator {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> TorchScriptFile(const JobLayout& layout,
-                                            const petra::v1::JobSpec& resolved,
+                                            const petra::v1::Job& job,
                                             const std::string& data_root) {
+  const petra::v1::JobSpec& resolved = job.spec();
   const fs::path plain = layout.export_file();
   const fs::path script = layout.torchscript_file();
   std::error_code ec;
@@ -40,23 +42,29 @@ absl::StatusOr<std::string> TorchScriptFile(const JobLayout& layout,
       engine::DecodeStateFile(bytes.str());
   if (!tensors.ok()) return tensors.status();
 
-  // The normalisation evaluation applied: the statistics of the job's data
-  // as it loaded them (limits included), or none.
-  engine::TorchScriptInput input;
-  if (resolved.dataset().augmentation().normalize()) {
-    absl::StatusOr<data::Splits> data = data::LoadForJob(
-        resolved, data_root, model::InputShape(resolved.model().variant()));
-    if (!data.ok()) {
-      return absl::Status(
-          data.status().code(),
-          absl::StrCat("loading the data for its normalisation: ",
-                       data.status().message()));
+  // An export of an earlier version has no input.* tensors: its record's,
+  // or (a record as old) the job's data again.
+  if (engine::PreprocessingFromTensors(*tensors).status().code() ==
+      absl::StatusCode::kNotFound) {
+    petra::v1::Preprocessing input = job.preprocessing();
+    if (input.input_shape_size() == 0) {
+      const std::vector<int64_t> chw =
+          model::InputShape(resolved.model().variant());
+      absl::StatusOr<data::Splits> data =
+          data::LoadForJob(resolved, data_root, chw);
+      if (!data.ok()) {
+        return absl::Status(
+            data.status().code(),
+            absl::StrCat("this export predates its input.* tensors, and "
+                         "loading the data for its normalisation failed: ",
+                         data.status().message()));
+      }
+      input = data::PreprocessingOf(resolved, *data, chw);
     }
-    input.mean = data->test.mean;
-    input.std = data->test.std;
+    for (auto& [name, t] : engine::InputTensors(input)) (*tensors)[name] = t;
   }
   absl::StatusOr<std::string> module =
-      engine::EncodeTorchScript(resolved, *tensors, input);
+      engine::EncodeTorchScript(resolved, *tensors);
   if (!module.ok()) return module.status();
   if (absl::Status s = cli::WriteFileAtomically(script, *module); !s.ok()) {
     return s;

@@ -6,15 +6,18 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/job_layout.h"
-#include "petra/v1/job.pb.h"
+#include "petra/v1/coordinator.pb.h"
 
 namespace petra::coordinator {
 
 // The path of layout.torchscript_file(), made now unless the one there was
-// made from the current layout.export_file(). `resolved` is the job's spec;
-// its dataset (under `data_root`) gives the input normalisation to fold in.
+// made from the current layout.export_file(). The model's input (the
+// normalisation folded in, the class names) comes from the export's own
+// input.* tensors; an export written before they existed takes it from
+// `job`'s record, and a record from before that from the job's data
+// under `data_root`, read again.
 absl::StatusOr<std::string> TorchScriptFile(const JobLayout& layout,
-                                            const petra::v1::JobSpec& resolved,
+                                            const petra::v1::Job& job,
                                             const std::string& data_root);
 
 }  // namespace petra::coordinator

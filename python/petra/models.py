@@ -16,8 +16,9 @@ outside the fleet:
                                num_classes=10)
     model.load_state_dict(torch.load("job-1.pt"), strict=True)
     model.eval()
-    logits = model(images)  # images: float N x C x H x W, normalised as
-                            # the job's data pipeline normalised them
+    logits = model(images)  # images: float N x C x H x W, pixel values in
+                            # [0, 1]; normalised inside, as the job did
+    model.class_names[logits.argmax(1)[0]]  # e.g. "Ankle boot"
 
 The contract, checked by python/tests/models_test.py against the C++ build:
 
@@ -28,7 +29,13 @@ The contract, checked by python/tests/models_test.py against the C++ build:
   ``blocks.0.conv.bn.running_mean``, ``blocks.8.residual.body.1.conv.weight``,
   ``blocks.9.fc.weight`` (RevNet18). BatchNorm is our own
   (services/model/batch_norm.cc): weight, bias, running_mean and running_var,
-  and no ``num_batches_tracked``, so strict loading works both ways.
+  and no ``num_batches_tracked``, so strict loading works both ways. And
+  the model's input, ``input.mean``, ``input.std`` (float [C]),
+  ``input.shape`` (int64 [3]) and ``input.class_names`` (uint8, the names
+  each ended by a NUL): the job's preprocessing (services/engine/
+  export_input.h). ``forward`` takes pixel values in [0, 1] and normalises
+  them with ``input.mean`` and ``input.std``; a network built here and not
+  loaded has the identity there, and no class names.
 * In ``eval()`` mode the forward computes what the C++ evaluation computes
   (BatchNorm with running statistics, eps 1e-5; LayerNorm eps 1e-5; exact
   erf GELU; attention logits divided by sqrt(head_dim)), with the same
@@ -401,11 +408,43 @@ class TokenHeadBlock(nn.Module):
 # The network.
 # --------------------------------------------------------------------------
 
+class Input(nn.Module):
+    """The model's input as the job gave it (export_input.h): forward
+    normalises images with pixel values in [0, 1], (x - mean) / std per
+    channel. Built as the identity with no class names; an export's
+    ``input.*`` tensors load into it, the class names whatever their length.
+    """
+
+    def __init__(self, shape):
+        super().__init__()
+        channels = shape[0]
+        self.register_buffer("mean", torch.zeros(channels))
+        self.register_buffer("std", torch.ones(channels))
+        self.register_buffer("shape", torch.tensor(shape, dtype=torch.int64))
+        self.register_buffer("class_names", torch.zeros(0, dtype=torch.uint8))
+
+    def forward(self, images):
+        c = self.mean.numel()
+        return (images - self.mean.view(1, c, 1, 1)) / self.std.view(1, c, 1, 1)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        names = state_dict.get(prefix + "class_names")
+        if isinstance(names, torch.Tensor):
+            # The export's length, not the built one's (none).
+            self.class_names = torch.zeros_like(names)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def names(self):
+        raw = bytes(self.class_names.tolist())
+        return [n.decode("utf-8") for n in raw.split(b"\0")[:-1]]
+
+
 class Network(nn.Module):
     """The blocks in order; forward maps images to logits.
 
     ``blocks[i]`` is block i of the C++ network (and of the export's
-    ``blocks.<i>.`` names). Attributes say what was built: ``arch``,
+    ``blocks.<i>.`` names); ``input`` holds the export's ``input.*``
+    (the normalisation forward applies, and ``class_names``). Attributes say what was built: ``arch``,
     ``variant``, ``width``, ``num_classes``, ``input_shape`` (C, H, W) and
     ``transformer`` (the sizes as a dict, None for a CNN).
     """
@@ -420,6 +459,7 @@ class Network(nn.Module):
         self.num_classes = num_classes
         self.input_shape = _INPUT_SHAPES[variant]
         self.transformer = transformer
+        self.input = Input(self.input_shape)
 
     def forward(self, images):
         if images.dim() != 4 or images.shape[1] != self.input_shape[0]:
@@ -428,10 +468,15 @@ class Network(nn.Module):
                 f"{self.input_shape[0]} x H x W "
                 f"({'x'.join(map(str, self.input_shape))} as trained), got "
                 f"{tuple(images.shape)}")
-        pair = (images, None)
+        pair = (self.input(images), None)
         for block in self.blocks:
             pair = block(pair)
         return pair[0]
+
+    @property
+    def class_names(self):
+        """Class i's name at i, from a loaded export; [] before one is."""
+        return self.input.names()
 
     def extra_repr(self):
         if self.transformer is not None:

@@ -6,9 +6,11 @@ drives them only through petra.Client, and stops them all at the end. Also
 installs the package with pip into a venv, offline, as the README says.
 """
 
+import gzip
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,8 +34,25 @@ from petra.v1 import coordinator_pb2 as pb  # noqa: E402
 import grpc  # noqa: E402
 
 TOKEN = "s3cret-token"
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 # Quotes, a backslash and non-ASCII text must survive the round trip.
 AWKWARD_NAME = 'run "A" \\ caf\u00e9 \u2603 \U0001d11e'
+
+
+def read_idx_split(folder, split, limit):
+    """The first `limit` images of an IDX split, pixel values in [0, 1], and
+    their labels."""
+    def read(name):
+        with gzip.open(os.path.join(folder, name + ".gz")) as f:
+            return f.read()
+    raw = read("%s-images-idx3-ubyte" % split)
+    n, rows, cols = struct.unpack(">III", raw[4:16])
+    images = torch.frombuffer(bytearray(raw[16:16 + limit * rows * cols]),
+                              dtype=torch.uint8)
+    labels = torch.frombuffer(bytearray(
+        read("%s-labels-idx1-ubyte" % split)[8:8 + limit]), dtype=torch.uint8)
+    return (images.view(limit, 1, rows, cols).float() / 255,
+            labels.long())
 
 
 def small_job(epochs, name=None):
@@ -52,7 +71,7 @@ def small_job(epochs, name=None):
 class Fleet:
     """Two stage servers and a coordinator, each a child process."""
 
-    def __init__(self, root):
+    def __init__(self, root, data_root="/usr/share/datasets"):
         self.root = root
         self.processes = []
         self.logs = []
@@ -69,7 +88,7 @@ class Fleet:
         port = self._start("petra-coordinator", [
             "--listen", "127.0.0.1:0", "--metrics-listen", "",
             "--stages", ",".join(stages),
-            "--data-root", "/usr/share/datasets",
+            "--data-root", data_root,
             "--state-dir", os.path.join(root, "coordinator"),
             "--auth-token-file", self.token_file])
         self.address = "127.0.0.1:%d" % port
@@ -111,7 +130,14 @@ class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp(prefix="petra-client-test-")
-        cls.fleet = Fleet(cls.root)
+        # A data root of the test's own, whose Fashion-MNIST can be moved
+        # away once a job has trained on it.
+        cls.data_root = os.path.join(cls.root, "datasets")
+        os.makedirs(cls.data_root)
+        # A copy: a link out of the data root would be refused by it.
+        shutil.copytree(FASHION_MNIST,
+                        os.path.join(cls.data_root, "fashion-mnist"))
+        cls.fleet = Fleet(cls.root, cls.data_root)
         cls.client = petra.Client(cls.fleet.address,
                                   token_file=cls.fleet.token_file)
 
@@ -145,8 +171,8 @@ class ClientTest(unittest.TestCase):
         model.eval()
 
         # The TorchScript export runs with no petra code (python -I: no
-        # user site, no PYTHONPATH) and computes what petra.models does on
-        # the normalised input.
+        # user site, no PYTHONPATH) and computes what petra.models does,
+        # both normalising the [0, 1] images with the export's input.*.
         script = self.client.export(job.id, format="torchscript")
         self.addCleanup(os.remove, script)
         self.assertEqual(script, job.id + ".torchscript.pt")
@@ -165,13 +191,63 @@ class ClientTest(unittest.TestCase):
             capture_output=True, text=True, cwd=self.root)
         self.assertEqual(run.returncode, 0, run.stderr)
         buffers = dict(torch.jit.load(script).named_buffers())
-        mean, std = buffers["input_mean"], buffers["input_std"]
+        torch.testing.assert_close(buffers["input.mean"], state["input.mean"])
+        torch.testing.assert_close(buffers["input.std"], state["input.std"])
         with torch.no_grad():
-            want = model((images - mean) / std)
+            want = model(images)
         torch.testing.assert_close(torch.load(out), want, atol=1e-5,
                                    rtol=1e-5)
         with self.assertRaisesRegex(ValueError, "not state_dict or"):
             self.client.export(job.id, format="onnx")
+
+    def test_an_export_carries_its_preprocessing(self):
+        # A real test split: petra.models on pixel values in [0, 1] scores
+        # what the fleet scored, and the TorchScript export is made from the
+        # export alone after the data has moved away.
+        test_limit = 1000
+        job = self.client.submit({
+            "model": {"architecture": "revnet18", "width": 0.125},
+            "dataset": {"kind": "fashion_mnist", "train_limit": "2048",
+                        "test_limit": str(test_limit)},
+            "partition": {"stage_count": 2},
+            "training": {"epochs": 1},
+            "seed": "3"})
+        final = self.client.wait(job.id)
+        self.assertEqual(final.state, pb.JOB_STATE_SUCCEEDED, final)
+        names = list(final.preprocessing.class_names)
+        self.assertEqual(names[9], "Ankle boot")
+        self.assertEqual(list(final.preprocessing.input_shape), [1, 28, 28])
+        self.assertEqual(len(final.preprocessing.mean), 1)
+
+        here = os.path.join(self.data_root, "fashion-mnist")
+        away = os.path.join(self.root, "moved-away")
+        os.rename(here, away)  # the data root no longer has it
+        self.addCleanup(os.rename, away, here)
+        path = os.path.join(self.root, "carried.pt")
+        self.client.export(job.id, path)
+        script = self.client.export(job.id, format="torchscript")
+        self.addCleanup(os.remove, script)
+
+        model = petra.models.from_spec(petra.Client.to_dict(final))
+        model.load_state_dict(torch.load(path), strict=True)
+        model.eval()
+        self.assertEqual(model.class_names, names)
+        images, labels = read_idx_split(FASHION_MNIST, "t10k", test_limit)
+        with torch.no_grad():
+            logits = model(images)
+            scripted = torch.jit.load(script)(images)
+        accuracy = (logits.argmax(1) == labels).double().mean().item()
+        self.assertAlmostEqual(accuracy, final.progress.test_accuracy,
+                               delta=0.005)
+        torch.testing.assert_close(scripted, logits, atol=1e-4, rtol=1e-4)
+        self.assertEqual(list(torch.jit.load(script).class_names), names)
+        # Before: the same model on [0, 1] without the normalisation is far
+        # off, which is what users met.
+        model.input.mean.zero_()
+        model.input.std.fill_(1)
+        with torch.no_grad():
+            plain = (model(images).argmax(1) == labels).double().mean().item()
+        self.assertLess(plain, accuracy)
 
     def test_list_get_and_cancel(self):
         running = self.client.submit(small_job(200))

@@ -190,10 +190,16 @@ class ReferenceTestCase(unittest.TestCase):
         self.assertEqual((missing, unexpected), ([], []),
                          "keys only in the export / only in petra.models")
         for name, tensor in exported.items():
+            if name == "input.class_names":
+                continue  # the export's own length: the names it holds
             self.assertEqual(tuple(tensor.shape), tuple(ours[name].shape),
                              name)
         model.load_state_dict(exported, strict=True)
         model.eval()
+        # The input as petra_zoo_reference records it: the model normalises
+        # the [0, 1] images itself, and names the classes.
+        self.assertEqual(model.class_names,
+                         ["class %d" % k for k in range(model.num_classes)])
         images = reference["input"]
         self.assertEqual(tuple(images.shape[1:]),
                          models.input_shape(variant))
@@ -307,7 +313,10 @@ class StructureTestCase(unittest.TestCase):
                      "blocks.8.residual.body.1.conv.weight",
                      "blocks.9.fc.weight"):
             self.assertIn(name, keys)
-        self.assertEqual(len({k.split(".")[1] for k in keys}), 10)
+        blocks = {k for k in keys if k.startswith("blocks.")}
+        self.assertEqual(len({k.split(".")[1] for k in blocks}), 10)
+        self.assertEqual(keys - blocks, {"input.mean", "input.std",
+                                         "input.shape", "input.class_names"})
 
     def test_batch_norm_has_no_counter(self):
         """The C++ BatchNorm has no num_batches_tracked; neither may we."""
@@ -328,7 +337,8 @@ class StructureTestCase(unittest.TestCase):
               for layer in names for name in (
                   f"{layer}.weight", f"{layer}.bias")),
             "blocks.2.norm.weight", "blocks.2.norm.bias",
-            "blocks.2.fc.weight", "blocks.2.fc.bias"})
+            "blocks.2.fc.weight", "blocks.2.fc.bias",
+            "input.mean", "input.std", "input.shape", "input.class_names"})
 
     def test_input_shapes_and_logits(self):
         for variant, shape in (("imagenet", (3, 224, 224)),

@@ -402,6 +402,43 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
   return s;
 }
 
+petra::v1::Preprocessing PreprocessingOf(const petra::v1::JobSpec& resolved,
+                                         const Splits& splits,
+                                         const std::vector<int64_t>& chw) {
+  petra::v1::Preprocessing p;
+  if (resolved.dataset().augmentation().normalize()) {
+    p.mutable_mean()->Add(splits.train.mean.begin(), splits.train.mean.end());
+    p.mutable_std()->Add(splits.train.std.begin(), splits.train.std.end());
+  }
+  for (int64_t d : chw) p.add_input_shape(static_cast<uint32_t>(d));
+  std::vector<std::string> names;
+  switch (resolved.dataset().kind()) {
+    case petra::v1::DATASET_KIND_FASHION_MNIST:
+      // The dataset's own label names (Xiao et al. 2017).
+      names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+               "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+      break;
+    case petra::v1::DATASET_KIND_CIFAR10:
+      names = {"airplane", "automobile", "bird",  "cat",  "deer",
+               "dog",      "frog",       "horse", "ship", "truck"};
+      break;
+    case petra::v1::DATASET_KIND_IMAGE_FOLDER:
+      if (splits.train.source != nullptr) {
+        names = splits.train.source->classes();
+      }
+      break;
+    default:  // MNIST's digits, and synthetic classes: their indices
+      break;
+  }
+  if (names.empty()) {
+    for (int64_t i = 0; i < splits.train.classes; ++i) {
+      names.push_back(absl::StrCat(i));
+    }
+  }
+  for (std::string& n : names) p.add_class_names(std::move(n));
+  return p;
+}
+
 absl::Status CheckDatasetFolder(const petra::v1::JobSpec& resolved,
                                 const std::string& data_root) {
   const petra::v1::DatasetSpec& d = resolved.dataset();

@@ -75,6 +75,13 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
                                   const std::vector<int64_t>& chw,
                                   const LoadOptions& load = {});
 
+// What a model trained on `splits` (as `resolved` loaded them, images of
+// `chw`) expects of its input: the normalisation its batches had (none when
+// the job does not normalise), the input shape and the class names.
+petra::v1::Preprocessing PreprocessingOf(const petra::v1::JobSpec& resolved,
+                                         const Splits& splits,
+                                         const std::vector<int64_t>& chw);
+
 // What can be checked of a resolved spec's data without reading it, when
 // the job is submitted rather than when it starts: the path stays inside
 // `data_root` and is a directory, and an image folder has its train/ and

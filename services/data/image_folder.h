@@ -74,6 +74,9 @@ class ImageSource {
   // later Read with the same arguments takes the result.
   void Prefetch(const std::vector<int64_t>& rows, bool train, uint64_t seed);
 
+  // The class names, label i's at i (the training split's sorted folders).
+  const std::vector<std::string>& classes() const { return index_.classes; }
+
   // Files found not to decode so far, each counted once however often it
   // is asked for (every epoch, and by the rows before it that skip onto
   // it); replaced by the next file that decodes, and not read again.

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "services/engine/export_input.h"
 
 namespace petra::engine {
 namespace {
@@ -98,7 +99,8 @@ absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
 }
 
 absl::StatusOr<std::string> MergeForExport(
-    const std::vector<std::string>& stage_checkpoints) {
+    const std::vector<std::string>& stage_checkpoints,
+    const petra::v1::Preprocessing& input) {
   std::vector<std::pair<std::string, torch::Tensor>> all;
   for (size_t j = 0; j < stage_checkpoints.size(); ++j) {
     absl::StatusOr<NamedTensors> t = DecodeStateFile(stage_checkpoints[j]);
@@ -116,6 +118,7 @@ absl::StatusOr<std::string> MergeForExport(
     auto block = [](const std::string& n) { return std::atoi(n.c_str() + 7); };
     return block(x.first) < block(y.first);
   });
+  for (auto& named : InputTensors(input)) all.push_back(std::move(named));
   return EncodeStateFile(all);
 }
 

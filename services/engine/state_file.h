@@ -2,7 +2,7 @@
 // this code (pickle_load) and Python's torch.load read. A stage checkpoint
 // holds the stage's parameters, BN statistics, optimizer state and its
 // counters ("meta.*" int64 scalars); an export holds the model tensors of
-// every stage ("blocks.<i>.<name>") and nothing else.
+// every stage ("blocks.<i>.<name>") and the model's input ("input.*").
 #pragma once
 
 #include <cstdint>
@@ -38,8 +38,10 @@ absl::StatusOr<std::string> EncodeStageCheckpoint(
 absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
     const std::string& bytes, StageWorker& worker);
 
-// The export: the "blocks.*" tensors of every stage's checkpoint, in order.
+// The export: the "blocks.*" tensors of every stage's checkpoint, in order,
+// then `input`'s "input.*" tensors (export_input.h).
 absl::StatusOr<std::string> MergeForExport(
-    const std::vector<std::string>& stage_checkpoints);
+    const std::vector<std::string>& stage_checkpoints,
+    const petra::v1::Preprocessing& input);
 
 }  // namespace petra::engine

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "services/engine/export_input.h"
 #include "services/model/batch_norm.h"
 #include "services/model/network.h"
 
@@ -75,17 +76,22 @@ class ModuleTree {
 }  // namespace
 
 absl::StatusOr<std::string> EncodeTorchScript(
-    const petra::v1::JobSpec& resolved, const NamedTensors& exported,
-    const TorchScriptInput& input) {
+    const petra::v1::JobSpec& resolved, const NamedTensors& exported) {
   absl::StatusOr<model::Network> net = model::BuildNetwork(resolved.model());
   if (!net.ok()) return net.status();
   const int64_t channels = net->input_shape[0];
-  if (input.mean.size() != input.std.size() ||
-      (!input.mean.empty() &&
-       input.mean.size() != static_cast<size_t>(channels))) {
+  absl::StatusOr<petra::v1::Preprocessing> input =
+      PreprocessingFromTensors(exported);
+  if (!input.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("normalisation: ", input.mean.size(), " means and ",
-                     input.std.size(), " stds for ", channels, " channels"));
+        absl::StrCat("export: ", input.status().message()));
+  }
+  if (input->mean_size() != channels ||
+      std::vector<int64_t>(input->input_shape().begin(),
+                           input->input_shape().end()) != net->input_shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("export: its input.* tensors are for ", input->mean_size(),
+                     " channels, the network takes ", channels));
   }
   torch::NoGradGuard no_grad;
   ModuleTree tree;
@@ -118,19 +124,21 @@ absl::StatusOr<std::string> EncodeTorchScript(
       if (absl::Status s = take(b.key(), b.value(), false); !s.ok()) return s;
     }
   }
+  // The input tensors under the export's names (the module's state_dict is
+  // the export's); forward reads mean and std as [1, C, 1, 1].
   torch::Tensor mean, std;
-  if (!input.mean.empty()) {
-    mean = torch::tensor(input.mean, torch::kFloat64)
-               .to(torch::kFloat32)
-               .view({1, channels, 1, 1});
-    std = torch::tensor(input.std, torch::kFloat64)
-              .to(torch::kFloat32)
-              .view({1, channels, 1, 1});
-    tree.Add("input_mean", mean, false);
-    tree.Add("input_std", std, false);
+  for (auto& [name, t] : InputTensors(*input)) {
+    if (name == "input.mean") mean = t;
+    if (name == "input.std") std = t;
+    tree.Add(name, t, false);
   }
   tree.Link();
   torch::jit::Module& module = tree.root();
+  c10::List<std::string> class_names;
+  for (const std::string& n : input->class_names()) class_names.push_back(n);
+  module.register_attribute("class_names",
+                            c10::ListType::create(c10::StringType::get()),
+                            class_names);
 
   std::vector<int64_t> shape = {2};
   shape.insert(shape.end(), net->input_shape.begin(), net->input_shape.end());
@@ -140,7 +148,7 @@ absl::StatusOr<std::string> EncodeTorchScript(
   model::ScopedBnMode running(model::BnMode::kRunningStats);
   auto forward = [&](torch::jit::Stack in) -> torch::jit::Stack {
     torch::Tensor x = in[0].toTensor();
-    if (mean.defined()) x = (x - mean) / std;
+    x = (x - mean.view({1, channels, 1, 1})) / std.view({1, channels, 1, 1});
     model::TensorPair pair{x, torch::Tensor()};
     for (auto& block : net->blocks) pair = block->Forward(pair);
     return {pair.a};

@@ -3,7 +3,9 @@
 // tracing our own C++ evaluation forward (BatchNorm running statistics,
 // eval mode) over a module that holds the weights under the export's names,
 // so the module's state_dict is the plain export's too; the input
-// normalisation the data pipeline applies is folded in.
+// normalisation the data pipeline applies, from the export's own "input.*"
+// tensors (export_input.h), is folded in, and the class names are the
+// module's `class_names` attribute.
 #pragma once
 
 #include <string>
@@ -15,18 +17,13 @@
 
 namespace petra::engine {
 
-// What the module's forward takes: float images N x C x H x W with pixel
-// values in [0, 1]; it normalises them with `mean` and `std` (per channel;
-// both empty: no normalisation) and returns the logits N x classes.
-struct TorchScriptInput {
-  std::vector<double> mean, std;
-};
-
-// `resolved`: the job's spec (its model); `exported`: the plain export's
-// tensors ("blocks.<i>.<name>", every one the network has, of its shape).
-// INVALID_ARGUMENT naming a missing or misshapen tensor.
+// The module's forward takes float images N x C x H x W with pixel values
+// in [0, 1], normalises them as training did and returns the logits
+// N x classes. `resolved`: the job's spec (its model); `exported`: the
+// plain export's tensors ("blocks.<i>.<name>", every one the network has,
+// of its shape, and "input.*"). INVALID_ARGUMENT naming a missing or
+// misshapen tensor.
 absl::StatusOr<std::string> EncodeTorchScript(
-    const petra::v1::JobSpec& resolved, const NamedTensors& exported,
-    const TorchScriptInput& input);
+    const petra::v1::JobSpec& resolved, const NamedTensors& exported);
 
 }  // namespace petra::engine

@@ -5,8 +5,10 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <set>
 #include <sstream>
 
+#include "services/engine/export_input.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/batch_norm.h"
 #include "services/model/network.h"
@@ -58,14 +60,35 @@ NamedTensors Weights(model::Network& net) {
   return out;
 }
 
+// A model's input: normalisation, shape and class names.
+petra::v1::Preprocessing Input(const model::Network& net,
+                               std::vector<double> mean,
+                               std::vector<double> std) {
+  petra::v1::Preprocessing p;
+  for (double v : mean) p.add_mean(v);
+  for (double v : std) p.add_std(v);
+  for (int64_t d : net.input_shape) p.add_input_shape(d);
+  for (const char* n : {"zero", "one", "two"}) p.add_class_names(n);
+  return p;
+}
+
+// `weights` with `input`'s input.* tensors, as an export holds them.
+NamedTensors WithInput(NamedTensors weights,
+                       const petra::v1::Preprocessing& input) {
+  for (auto& [name, t] : InputTensors(input)) weights[name] = t;
+  return weights;
+}
+
 // What StageWorker::Evaluate computes, on the normalised input.
 torch::Tensor Evaluate(model::Network& net, torch::Tensor x,
-                       const TorchScriptInput& in) {
+                       const petra::v1::Preprocessing& in) {
   torch::NoGradGuard no_grad;
   model::ScopedBnMode running(model::BnMode::kRunningStats);
   const int64_t c = x.size(1);
-  x = (x - torch::tensor(in.mean).to(torch::kFloat32).view({1, c, 1, 1})) /
-      torch::tensor(in.std).to(torch::kFloat32).view({1, c, 1, 1});
+  const std::vector<double> mean(in.mean().begin(), in.mean().end());
+  const std::vector<double> std(in.std().begin(), in.std().end());
+  x = (x - torch::tensor(mean).to(torch::kFloat32).view({1, c, 1, 1})) /
+      torch::tensor(std).to(torch::kFloat32).view({1, c, 1, 1});
   model::TensorPair p{x, torch::Tensor()};
   for (auto& b : net.blocks) {
     b->eval();
@@ -84,10 +107,11 @@ TEST_P(TorchScriptExport, LoadsWithoutPetraAndGivesTheSameLogits) {
   ASSERT_TRUE(net.ok()) << net.status();
   const NamedTensors weights = Weights(*net);
   const bool rgb = net->input_shape[0] == 3;
-  const TorchScriptInput in =
-      rgb ? TorchScriptInput{{0.49, 0.48, 0.45}, {0.25, 0.24, 0.26}}
-          : TorchScriptInput{{0.2860}, {0.3530}};
-  absl::StatusOr<std::string> bytes = EncodeTorchScript(spec, weights, in);
+  const petra::v1::Preprocessing in =
+      rgb ? Input(*net, {0.49, 0.48, 0.45}, {0.25, 0.24, 0.26})
+          : Input(*net, {0.2860}, {0.3530});
+  absl::StatusOr<std::string> bytes =
+      EncodeTorchScript(spec, WithInput(weights, in));
   ASSERT_TRUE(bytes.ok()) << bytes.status();
 
   std::istringstream stream(*bytes);
@@ -113,13 +137,23 @@ TEST_P(TorchScriptExport, LoadsWithoutPetraAndGivesTheSameLogits) {
     alone = loaded.forward({x.narrow(0, 1, 1)}).toTensor();
   }
   EXPECT_TRUE(torch::allclose(alone, got.narrow(0, 1, 1), 1e-5, 1e-5));
-  // The module's tensors carry the export's names.
+  // The module's tensors carry the export's names, the input's included,
+  // and it names the classes.
   size_t named = 0;
   for (const auto& p : loaded.named_parameters(true)) {
     EXPECT_EQ(weights.count(p.name), 1u) << p.name;
     ++named;
   }
   EXPECT_GT(named, 0u);
+  std::set<std::string> buffers;
+  for (const auto& b : loaded.named_buffers(true)) buffers.insert(b.name);
+  for (const char* name :
+       {"input.mean", "input.std", "input.shape", "input.class_names"}) {
+    EXPECT_EQ(buffers.count(name), 1u) << name;
+  }
+  c10::List<c10::IValue> names = loaded.attr("class_names").toList();
+  ASSERT_EQ(names.size(), 3u);
+  EXPECT_EQ(names.get(2).toStringRef(), "two");
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, TorchScriptExport,
@@ -133,17 +167,25 @@ TEST(TorchScriptExportErrors, NameTheMissingOrMisshapenTensor) {
   torch::manual_seed(1);
   absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model());
   ASSERT_TRUE(net.ok());
-  NamedTensors weights = Weights(*net);
+  const petra::v1::Preprocessing grey = Input(*net, {0.5}, {0.25});
+  NamedTensors weights = WithInput(Weights(*net), grey);
   weights.erase("blocks.9.fc.bias");
-  absl::StatusOr<std::string> r = EncodeTorchScript(spec, weights, {});
+  absl::StatusOr<std::string> r = EncodeTorchScript(spec, weights);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("blocks.9.fc.bias"));
-  weights = Weights(*net);
+  weights = WithInput(Weights(*net), grey);
   weights["blocks.9.fc.bias"] = torch::zeros({3});
-  r = EncodeTorchScript(spec, weights, {});
+  r = EncodeTorchScript(spec, weights);
   EXPECT_THAT(r.status().message(), HasSubstr("has shape [3]"));
-  r = EncodeTorchScript(spec, Weights(*net), {{0.1, 0.2}, {1, 1}});
-  EXPECT_THAT(r.status().message(), HasSubstr("2 means and 2 stds for 1"));
+  // The input is for another network, or missing.
+  petra::v1::Preprocessing rgb = Input(*net, {0.1, 0.2, 0.3}, {1, 1, 1});
+  rgb.set_input_shape(0, 3);
+  r = EncodeTorchScript(spec, WithInput(Weights(*net), rgb));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("input.* tensors are for 3 channels, the network "
+                        "takes 1"));
+  r = EncodeTorchScript(spec, Weights(*net));
+  EXPECT_THAT(r.status().message(), HasSubstr("no input.* tensors"));
 }
 
 }  // namespace

@@ -210,8 +210,10 @@ TEST_F(FleetProcesses, AResumedJobTrainsAsIfNeverInterrupted) {
   const std::string whole_json = StatusJson(whole);
   const std::string resumed_json = StatusJson(resumed);
   auto test_accuracy = [](const std::string& json) {
-    const size_t at = json.find("\"test_accuracy\":");
-    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + 15));
+    const std::string key = "\"test_accuracy\":";
+    const size_t at = json.find(key);
+    return at == std::string::npos ? -1.0
+                                   : std::stod(json.substr(at + key.size()));
   };
   EXPECT_GT(test_accuracy(whole_json), 0);
   EXPECT_NEAR(test_accuracy(resumed_json), test_accuracy(whole_json), 1e-6);

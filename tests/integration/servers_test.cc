@@ -232,6 +232,19 @@ TEST_F(CoordinatorProcess, JobLargerThanTheFleetIsRefused) {
               HasSubstr("needs 10 stage servers but the fleet has 2"));
 }
 
+// A dataset folder the coordinator does not have is refused at submission,
+// not when the job starts (its --data-root here is an empty folder).
+TEST_F(CoordinatorProcess, AMissingDatasetFolderIsRefusedAtSubmit) {
+  petra::v1::JobSpec spec = RevNet18OnFashion();
+  spec.mutable_partition()->set_stage_count(2);
+  grpc::Status s = Submit(spec);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("dataset.path \"fashion-mnist\": \"" + state_.path() +
+                        "/fashion-mnist\" is not a directory on the "
+                        "coordinator"));
+}
+
 TEST_F(CoordinatorProcess, AnswersHealthReflectionAndQueries) {
   EXPECT_EQ(HealthCheck(Loopback(port_)), 1);
   EXPECT_THAT(ReflectionListServices(Loopback(port_)),

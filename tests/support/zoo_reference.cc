@@ -75,15 +75,34 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
     if (!c.ok()) return c.status();
     checkpoints.push_back(std::move(*c));
   }
-  absl::StatusOr<std::string> exported = engine::MergeForExport(checkpoints);
+  // A normalisation that matters, and class names, as a job records them:
+  // petra.models must apply the one and carry the other.
+  const std::vector<int64_t> chw = model::InputShape(spec->model().variant());
+  petra::v1::Preprocessing preprocessing;
+  for (int64_t c = 0; c < chw[0]; ++c) {
+    preprocessing.add_mean(0.2 + 0.1 * static_cast<double>(c));
+    preprocessing.add_std(0.3 + 0.05 * static_cast<double>(c));
+  }
+  for (int64_t d : chw) preprocessing.add_input_shape(static_cast<uint32_t>(d));
+  for (int64_t k = 0; k < spec->model().num_classes(); ++k) {
+    preprocessing.add_class_names(absl::StrCat("class ", k));
+  }
+  absl::StatusOr<std::string> exported =
+      engine::MergeForExport(checkpoints, preprocessing);
   if (!exported.ok()) return exported.status();
 
   std::vector<int64_t> shape = {batch};
-  for (int64_t d : model::InputShape(spec->model().variant())) {
-    shape.push_back(d);
+  shape.insert(shape.end(), chw.begin(), chw.end());
+  // Pixel values in [0, 1], as a user has them; the network sees them
+  // normalised.
+  const torch::Tensor input = torch::rand(shape);
+  torch::Tensor normalised = input.clone();
+  for (int64_t c = 0; c < chw[0]; ++c) {
+    normalised.select(1, c)
+        .sub_(preprocessing.mean(c))
+        .div_(preprocessing.std(c));
   }
-  const torch::Tensor input = torch::randn(shape);
-  model::TensorPair x{input, torch::Tensor()};
+  model::TensorPair x{normalised, torch::Tensor()};
   for (auto& w : *workers) {
     absl::StatusOr<model::TensorPair> y = w->Evaluate(x);
     if (!y.ok()) return y.status();

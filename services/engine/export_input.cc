@@ -1,0 +1,95 @@
+#include "services/engine/export_input.h"
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace petra::engine {
+
+std::vector<std::pair<std::string, torch::Tensor>> InputTensors(
+    const petra::v1::Preprocessing& p) {
+  const int64_t channels = p.input_shape_size() > 0 ? p.input_shape(0) : 0;
+  std::vector<double> mean(p.mean().begin(), p.mean().end());
+  std::vector<double> std(p.std().begin(), p.std().end());
+  if (mean.empty()) {  // not normalised: the identity
+    mean.assign(static_cast<size_t>(channels), 0.0);
+    std.assign(static_cast<size_t>(channels), 1.0);
+  }
+  std::vector<int64_t> shape(p.input_shape().begin(), p.input_shape().end());
+  std::string names;
+  for (const std::string& n : p.class_names()) {
+    names += n;
+    names.push_back('\0');
+  }
+  torch::Tensor name_bytes =
+      torch::empty({static_cast<int64_t>(names.size())}, torch::kUInt8);
+  std::memcpy(name_bytes.data_ptr<uint8_t>(), names.data(), names.size());
+  return {
+      {"input.mean", torch::tensor(mean, torch::kFloat64).to(torch::kFloat32)},
+      {"input.std", torch::tensor(std, torch::kFloat64).to(torch::kFloat32)},
+      {"input.shape", torch::tensor(shape, torch::kInt64)},
+      {"input.class_names", name_bytes}};
+}
+
+absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
+    const NamedTensors& exported) {
+  const char* const kNames[] = {"input.mean", "input.std", "input.shape",
+                                "input.class_names"};
+  int present = 0;
+  for (const char* name : kNames) present += exported.count(name);
+  if (present == 0) {
+    return absl::NotFoundError("the export holds no input.* tensors");
+  }
+  auto get = [&](const char* name, torch::ScalarType type,
+                 int64_t size) -> absl::StatusOr<torch::Tensor> {
+    auto it = exported.find(name);
+    if (it == exported.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("export: no tensor \"", name, "\""));
+    }
+    const torch::Tensor& t = it->second;
+    if (t.dim() != 1 || t.scalar_type() != type ||
+        (size >= 0 && t.size(0) != size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "export: \"", name, "\" is ", c10::toString(t.scalar_type()), " ",
+          c10::str(t.sizes()), ", not a ", c10::toString(type), " vector",
+          size >= 0 ? absl::StrCat(" of ", size) : ""));
+    }
+    return t.contiguous();
+  };
+  absl::StatusOr<torch::Tensor> shape = get("input.shape", torch::kInt64, 3);
+  if (!shape.ok()) return shape.status();
+  const int64_t channels = (*shape)[0].item<int64_t>();
+  absl::StatusOr<torch::Tensor> mean =
+      get("input.mean", torch::kFloat32, channels);
+  if (!mean.ok()) return mean.status();
+  absl::StatusOr<torch::Tensor> std =
+      get("input.std", torch::kFloat32, channels);
+  if (!std.ok()) return std.status();
+  absl::StatusOr<torch::Tensor> names =
+      get("input.class_names", torch::kUInt8, -1);
+  if (!names.ok()) return names.status();
+
+  petra::v1::Preprocessing p;
+  for (int64_t i = 0; i < 3; ++i) {
+    p.add_input_shape(static_cast<uint32_t>((*shape)[i].item<int64_t>()));
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    p.add_mean((*mean)[c].item<float>());
+    p.add_std((*std)[c].item<float>());
+  }
+  const char* bytes = reinterpret_cast<const char*>(names->data_ptr<uint8_t>());
+  const std::string joined(bytes, static_cast<size_t>(names->numel()));
+  if (!joined.empty() && joined.back() != '\0') {
+    return absl::InvalidArgumentError(
+        "export: \"input.class_names\" does not end with a NUL");
+  }
+  for (size_t at = 0; at < joined.size();) {
+    const size_t end = joined.find('\0', at);
+    p.add_class_names(joined.substr(at, end - at));
+    at = end + 1;
+  }
+  return p;
+}
+
+}  // namespace petra::engine
