@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -67,7 +68,7 @@ void WriteImages(const fs::path& root, int n, int side) {
 
 int Main(int argc, char** argv) {
   int64_t images = 1024, side = 256, batch = 64;
-  std::string workers_list = "1,2", dir;
+  std::string workers_list = "1,2", dir, fleet_rates = "1000,3000,10000";
   cli::FlagSet flags(
       "petra_bench_feed [--images N] [--side PX] [--workers 1,2]",
       "Times the image-folder feed (decode, random resized crop to 224x224,\n"
@@ -76,6 +77,9 @@ int Main(int argc, char** argv) {
   flags.AddInt("side", &side, "their side in pixels");
   flags.AddInt("micro-batch", &batch, "samples per micro-batch");
   flags.AddString("workers", &workers_list, "data-worker counts to time");
+  flags.AddString("fleet-rates", &fleet_rates,
+                  "training rates (images/s) to size the coordinator's "
+                  "cores for, from the rate of one worker");
   flags.AddString("dir", &dir, "where to write them (default: a temp dir)");
   if (int rc = cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   std::vector<int> workers;
@@ -132,6 +136,7 @@ int Main(int argc, char** argv) {
   std::printf(
       "| data workers | images/s | micro-batches | seconds | RSS growth | "
       "peak RSS |\n|---:|---:|---:|---:|---:|---:|\n");
+  double per_worker = 0;  // images/s of the first count, per worker
   for (int w : workers) {
     const int64_t rss0 = RssBytes("VmRSS:");
     data::LoadOptions load;
@@ -156,9 +161,24 @@ int Main(int argc, char** argv) {
     }
     const double s =
         std::chrono::duration<double>(Clock::now() - start).count();
-    std::printf("| %d | %.1f | %lld | %.2f | %.1f MB | %.1f MB |\n", w,
-                epoch.size() * batch / s, static_cast<long long>(epoch.size()),
-                s, grown / 1e6, RssBytes("VmHWM:") / 1e6);
+    const double rate = epoch.size() * batch / s;
+    if (per_worker == 0) per_worker = rate / w;
+    std::printf("| %d | %.1f | %lld | %.2f | %.1f MB | %.1f MB |\n", w, rate,
+                static_cast<long long>(epoch.size()), s, grown / 1e6,
+                RssBytes("VmHWM:") / 1e6);
+  }
+  // Each worker is one core's work (image_folder.cc), so the first row's
+  // rate per worker is a core's. A pipeline takes each image in once, at
+  // the rate the whole fleet trains.
+  std::printf(
+      "\nOne core feeds %.0f images/s. Cores the coordinator needs so that "
+      "the feed keeps up with a fleet training at:\n\n"
+      "| fleet images/s | cores |\n|---:|---:|\n",
+      per_worker);
+  for (absl::string_view r : absl::StrSplit(fleet_rates, ',')) {
+    double rate = 0;
+    if (!absl::SimpleAtod(r, &rate) || rate <= 0 || per_worker <= 0) continue;
+    std::printf("| %.0f | %.0f |\n", rate, std::ceil(rate / per_worker));
   }
   if (temporary) fs::remove_all(dir);
   return 0;

@@ -32,7 +32,7 @@ class LocalFleet {
     // The device each stage server runs on (--device), one per stage; "cpu"
     // for those not listed.
     std::vector<std::string> devices;
-    int data_workers = 2;  // the coordinator's --data-workers
+    int data_workers = 0;  // the coordinator's --data-workers (0: per core)
   };
   static absl::StatusOr<std::unique_ptr<LocalFleet>> Start(
       const Options& options);

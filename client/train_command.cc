@@ -46,7 +46,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainOptions {
   std::string data_root;
-  int data_workers = 2;
+  int data_workers = 0;
   std::string state_dir;  // fleet only; empty = a temporary directory
   int threads_per_stage = 1;
   bool quiet = false;
@@ -263,9 +263,10 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                   "directory dataset paths are resolved under");
   flags.AddString("report", &report_path,
                   "write a JSON report of the run to this file");
-  int64_t data_workers = 2;
+  int64_t data_workers = 0;
   flags.AddInt("data-workers", &data_workers,
-               "threads decoding image-folder datasets ahead of training");
+               "threads decoding image-folder datasets ahead of training; 0 "
+               "= one per core this process may use");
   flags.AddString("runner", &runner, "fleet (loopback gRPC) or in-process");
   flags.AddString("state-dir", &state_dir,
                   "fleet: where checkpoints and job records go (default: a "
@@ -281,8 +282,8 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
     std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
     return 2;
   }
-  if (data_workers < 1 || data_workers > data::kMaxDataWorkers) {
-    std::cerr << command << ": flag --data-workers: must be in [1, "
+  if (data_workers < 0 || data_workers > data::kMaxDataWorkers) {
+    std::cerr << command << ": flag --data-workers: must be in [0, "
               << data::kMaxDataWorkers << "]\n";
     return 2;
   }

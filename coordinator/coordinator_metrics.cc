@@ -62,6 +62,26 @@ struct CoordinatorMetrics::Families {
                              "predecessor stopped or crashed")
                        .Register(r)
                        .Add({})),
+        feed_wait(
+            prometheus::BuildCounter()
+                .Name("petra_feed_wait_seconds_total")
+                .Help("Time the data feed spent, by what it waited for: "
+                      "data (the next micro-batch's images decoded and "
+                      "augmented: the feed is behind) or credits (stage 0 "
+                      "had not taken the last ones: the fleet is behind)")
+                .Register(r)),
+        feed_batches(prometheus::BuildCounter()
+                         .Name("petra_feed_micro_batches_total")
+                         .Help("Micro-batches the data feed sent to stage 0")
+                         .Register(r)
+                         .Add({})),
+        feed_ready(prometheus::BuildGauge()
+                       .Name("petra_feed_ready_micro_batches")
+                       .Help("Micro-batches of an image folder decoded ahead "
+                             "and waiting for the feed (0 while it waits for "
+                             "data)")
+                       .Register(r)
+                       .Add({})),
         checkpoint_failures(
             prometheus::BuildCounter()
                 .Name("petra_job_checkpoint_failures_total")
@@ -84,6 +104,9 @@ struct CoordinatorMetrics::Families {
   Family<Gauge>& jobs;
   Family<Counter>& errors;
   Counter& recoveries;
+  Family<Counter>& feed_wait;
+  Counter& feed_batches;
+  Gauge& feed_ready;
   Counter& checkpoint_failures;
   Family<Gauge>& info;
 };
@@ -104,7 +127,12 @@ struct CoordinatorMetrics::JobSeries {
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry* registry)
     : f_(registry == nullptr ? nullptr
                              : std::make_unique<Families>(*registry)) {
-  if (f_) metrics::AddErrorCodes(f_->errors);
+  if (f_) {
+    metrics::AddErrorCodes(f_->errors);
+    for (const char* what : {"data", "credits"}) {
+      f_->feed_wait.Add({{"waiting_for", what}});
+    }
+  }
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() = default;
@@ -180,6 +208,16 @@ void CoordinatorMetrics::JobStates(
 
 void CoordinatorMetrics::Recovery() {
   if (f_) f_->recoveries.Increment();
+}
+
+void CoordinatorMetrics::Fed(double data_wait_seconds,
+                             double credit_wait_seconds, int64_t ready) {
+  if (!f_) return;
+  f_->feed_wait.Add({{"waiting_for", "data"}}).Increment(data_wait_seconds);
+  f_->feed_wait.Add({{"waiting_for", "credits"}})
+      .Increment(credit_wait_seconds);
+  f_->feed_batches.Increment();
+  f_->feed_ready.Set(static_cast<double>(ready));
 }
 
 void CoordinatorMetrics::Error(absl::StatusCode code) {

@@ -1,7 +1,8 @@
 // The coordinator's Prometheus metrics, all in this one place: the running
 // job's identity (petra_job_info: its name, architecture and mode), loss,
 // accuracy, epoch, step and learning rate, training samples completed,
-// recoveries and checkpoint failures, jobs by state, and RPC errors by code.
+// recoveries and checkpoint failures, jobs by state, RPC errors by code, and
+// the data feed: what it waits for, and what it holds ready.
 // The job gauges carry the job's id: the label stays bounded because a
 // job's series are removed when it ends (a coordinator runs one job at a
 // time). Without a registry every call does nothing.
@@ -39,8 +40,12 @@ class CoordinatorMetrics {
   void TrainSamples(int64_t samples);
   void JobStates(const std::vector<petra::v1::JobState>& states);
   void Error(absl::StatusCode code);
-  // A running job lost a stage server and began recovering.
+  // A running job began recovering (a stage server lost, or taken over
+  // from a coordinator that stopped).
   void Recovery();
+  // The feed sent a micro-batch to stage 0: how long it waited for the
+  // batch's data and then for credits, and the batches decoded ahead.
+  void Fed(double data_wait_seconds, double credit_wait_seconds, int64_t ready);
 
  private:
   struct Families;

@@ -58,11 +58,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
       !s.ok()) {
     return s;
   }
-  if (options.data_workers < 1 ||
+  if (options.data_workers < 0 ||
       options.data_workers > data::kMaxDataWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data-workers: ", options.data_workers,
-                     " is not in [1, ", data::kMaxDataWorkers, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data-workers: ", options.data_workers, " is not in [0, ",
+        data::kMaxDataWorkers, "] (0: one per core)"));
   }
   if (absl::Status s =
           cli::EnsureWritableDirectory(options.state_dir, "--state-dir");

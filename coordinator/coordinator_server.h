@@ -35,8 +35,9 @@ class CoordinatorServer {
     std::string stages;
     // Root every dataset path is resolved under.
     std::string data_root = job::kDefaultDataRoot;
-    // Threads decoding a streamed dataset's images (image folders).
-    int64_t data_workers = 2;
+    // Threads decoding a streamed dataset's images (image folders); 0: one
+    // per core this process may use.
+    int64_t data_workers = 0;
     // Job records and checkpoints; created when missing.
     std::string state_dir = "/var/lib/petra/coordinator";
     // TLS for clients and for the calls to the stages (the certificate is

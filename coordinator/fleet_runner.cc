@@ -203,6 +203,7 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   feed.labels_with_data =
       phase == petra::v1::PHASE_TRAIN &&
       spec_.training().mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
+  feed.metrics = env_.metrics;
   return RunFeedPass(*fleet_, id_, phase, batches, watch, feed);
 }
 

@@ -19,8 +19,8 @@ namespace petra::coordinator {
 struct RunnerEnvironment {
   std::vector<std::string> stage_addresses;  // the whole fleet
   std::string data_root;
-  int data_workers = 2;                   // image-folder decode threads
-  std::string state_dir;                  // the coordinator's
+  int data_workers = 0;   // image-folder decode threads; 0: one per core
+  std::string state_dir;  // the coordinator's
   CoordinatorMetrics* metrics = nullptr;  // none when null
   // TLS of the calls to the stages: the coordinator's own certificate.
   wire::TransportSecurity security;

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   flags.AddString("data-root", &options.data_root,
                   "directory every dataset path is resolved under");
   flags.AddInt("data-workers", &options.data_workers,
-               "threads decoding image-folder datasets ahead of training");
+               "threads decoding image-folder datasets ahead of training; 0 "
+               "= one per core this process may use (its CPU quota too)");
   flags.AddString("state-dir", &options.state_dir,
                   "directory for job records and checkpoints (created when "
                   "missing)");

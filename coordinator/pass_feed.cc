@@ -82,11 +82,13 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
   std::atomic<bool> feed_over{false};
   std::thread feeder([&] {
     for (int64_t m = 0; m < n && feed_status.ok(); ++m) {
+      const auto asked = steady_clock::now();
       absl::StatusOr<data::Batch> got = batches.Get(m);
       if (!got.ok()) {
         feed_status = got.status();
         break;
       }
+      const double data_wait = SecondsSince(asked);
       data::Batch& b = *got;
       wire::ForwardPayload p;
       p.header.job_id = job_id;
@@ -97,7 +99,12 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       p.x = {b.images, {}};
       if (stages == 1 || options.labels_with_data) p.labels = b.labels;
       auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      const auto sending = steady_clock::now();  // Send waits for credits
       feed_status = parts.ok() ? data->Send(*parts) : parts.status();
+      if (options.metrics != nullptr) {
+        options.metrics->Fed(data_wait, SecondsSince(sending),
+                             batches.Ready(m));
+      }
       if (!feed_status.ok() || stages == 1) continue;
       p.x = {};
       p.labels = b.labels;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/fleet_control.h"
 #include "petra/v1/common.pb.h"
 #include "services/engine/pass_batches.h"
@@ -34,6 +35,8 @@ struct FeedOptions {
   // The first stage gets the labels with the data too (mode
   // forward_gradient's training passes: every stage has a local loss).
   bool labels_with_data = false;
+  // Where the feed reports what it waited for (none when null).
+  CoordinatorMetrics* metrics = nullptr;
 };
 
 // Runs the micro-batches of `batches` through the fleet (each message

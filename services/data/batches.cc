@@ -32,35 +32,23 @@ torch::Tensor EpochBatches::Indices(int64_t index) const {
   return order_.narrow(0, begin, len);
 }
 
-absl::StatusOr<Batch> EpochBatches::Get(int64_t index) const {
-  if (index < 0 || index >= count_) {
-    return absl::OutOfRangeError(
-        absl::StrCat("batch ", index, " of ", count_, " requested"));
-  }
-  torch::Tensor idx = Indices(index);
-  const int64_t len = idx.size(0);
-  Batch b;
-  b.labels = data_.labels.index_select(0, idx);
-  torch::Tensor x;
-  if (data_.source != nullptr) {
-    // Streamed: decode this batch (or take it from the queue), and start
-    // the next few so they are ready when asked for.
-    absl::StatusOr<torch::Tensor> images = data_.source->Read(
-        data_.Rows(idx), options_.train_transform, Seed(index));
-    if (!images.ok()) return images.status();
-    for (int64_t k = 1; k <= kPrefetchAhead && index + k < count_; ++k) {
-      data_.source->Prefetch(data_.Rows(Indices(index + k)),
-                             options_.train_transform, Seed(index + k));
-    }
-    x = images->to(torch::kFloat32).div_(255.0);
-  } else {
-    x = data_.images.index_select(0, idx).to(torch::kFloat32).div_(255.0);
-  }
-  const int64_t pad = options_.crop_padding;
-  if (pad > 0 || options_.horizontal_flip) {
+namespace {
+
+// Batch images (uint8 [B, C, H, W]) as training or evaluation takes them:
+// float in [0, 1], the augmentation seeded by `seed`, normalised. A pure
+// function of its arguments, so a decode worker can run it for a batch
+// whose EpochBatches is gone by then.
+torch::Tensor Transform(const torch::Tensor& uint8_images, uint64_t seed,
+                        const BatchOptions& options,
+                        const std::vector<double>& mean_values,
+                        const std::vector<double>& std_values) {
+  torch::Tensor x = uint8_images.to(torch::kFloat32).div_(255.0);
+  const int64_t len = x.size(0);
+  const int64_t pad = options.crop_padding;
+  if (pad > 0 || options.horizontal_flip) {
     // One generator per batch: the same batch is augmented the same way
     // however often and wherever it is built.
-    torch::Generator gen = at::detail::createCPUGenerator(Seed(index));
+    torch::Generator gen = at::detail::createCPUGenerator(seed);
     const int64_t h = x.size(2), w = x.size(3);
     torch::Tensor padded =
         pad > 0 ? torch::constant_pad_nd(x, {pad, pad, pad, pad}, 0.0) : x;
@@ -73,22 +61,62 @@ absl::StatusOr<Batch> EpochBatches::Get(int64_t index) const {
         s = s.narrow(1, offsets[i][0].item<int64_t>(), h)
                 .narrow(2, offsets[i][1].item<int64_t>(), w);
       }
-      if (options_.horizontal_flip && flips[i].item<bool>()) s = s.flip({2});
+      if (options.horizontal_flip && flips[i].item<bool>()) s = s.flip({2});
       out.push_back(s);
     }
     x = torch::stack(out);
   }
-  if (options_.normalize) {
+  if (options.normalize) {
     const int64_t c = x.size(1);
-    torch::Tensor mean = torch::tensor(data_.mean, torch::kFloat64)
+    torch::Tensor mean = torch::tensor(mean_values, torch::kFloat64)
                              .to(torch::kFloat32)
                              .view({1, c, 1, 1});
-    torch::Tensor std = torch::tensor(data_.std, torch::kFloat64)
+    torch::Tensor std = torch::tensor(std_values, torch::kFloat64)
                             .to(torch::kFloat32)
                             .view({1, c, 1, 1});
     x = (x - mean) / std;
   }
-  b.images = x.contiguous();
+  return x.contiguous();
+}
+
+}  // namespace
+
+int64_t EpochBatches::Ready() const {
+  return data_.source != nullptr ? data_.source->ready() : 0;
+}
+
+absl::StatusOr<Batch> EpochBatches::Get(int64_t index) const {
+  if (index < 0 || index >= count_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("batch ", index, " of ", count_, " requested"));
+  }
+  torch::Tensor idx = Indices(index);
+  Batch b;
+  b.labels = data_.labels.index_select(0, idx);
+  if (data_.source == nullptr) {
+    b.images = Transform(data_.images.index_select(0, idx), Seed(index),
+                         options_, data_.mean, data_.std);
+    return b;
+  }
+  // Streamed: decode and transform this batch on the workers (or take it
+  // from the queue), and start the next ones so they are ready when asked
+  // for. The transform holds copies, not this object.
+  auto finish = [this](int64_t i) -> ImageSource::Finish {
+    return [seed = Seed(i), options = options_, mean = data_.mean,
+            std = data_.std](torch::Tensor images) {
+      return Transform(images, seed, options, mean, std);
+    };
+  };
+  absl::StatusOr<torch::Tensor> images = data_.source->Read(
+      data_.Rows(idx), options_.train_transform, Seed(index), finish(index));
+  if (!images.ok()) return images.status();
+  const int64_t ahead = data_.source->prefetch_depth();
+  for (int64_t k = 1; k <= ahead && index + k < count_; ++k) {
+    data_.source->Prefetch(data_.Rows(Indices(index + k)),
+                           options_.train_transform, Seed(index + k),
+                           finish(index + k));
+  }
+  b.images = *std::move(images);
   return b;
 }
 

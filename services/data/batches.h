@@ -36,10 +36,11 @@ class EpochBatches {
   // A streamed set's decoding can fail (a corrupt file under policy FAIL):
   // INVALID_ARGUMENT naming the file. OUT_OF_RANGE outside [0, size()).
   absl::StatusOr<Batch> Get(int64_t index) const;
+  // A streamed set's batches decoded ahead and waiting to be read; 0 for a
+  // set held in memory (it decodes nothing).
+  int64_t Ready() const;
 
  private:
-  // Batches of a streamed set decoded ahead of the one asked for.
-  static constexpr int64_t kPrefetchAhead = 3;
   uint64_t Seed(int64_t index) const;  // the batch's augmentation seed
   torch::Tensor Indices(int64_t index) const;
 

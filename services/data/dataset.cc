@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/cli/durable_file.h"
 #include "services/cli/paths.h"
+#include "services/cli/usable_cores.h"
 #include "services/data/image_folder.h"
 
 namespace petra::data {
@@ -214,8 +215,11 @@ absl::StatusOr<Splits> LoadImageFolder(const petra::v1::JobSpec& resolved,
   o.random_resized_crop = f.random_resized_crop();
   o.skip_corrupt = f.corrupt_images() ==
                    petra::v1::ImageFolderSpec::CORRUPT_IMAGE_POLICY_SKIP;
-  o.workers = load.data_workers;
-  o.prefetch_batches = load.prefetch_batches;
+  o.workers = load.data_workers > 0
+                  ? load.data_workers
+                  : std::min(cli::UsableCores(), kMaxDataWorkers);
+  o.prefetch_batches =
+      load.prefetch_batches > 0 ? load.prefetch_batches : 2 * o.workers;
   Splits s;
   for (auto [split, index] :
        {std::pair{&s.train, &*train}, std::pair{&s.test, &*test}}) {

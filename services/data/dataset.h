@@ -55,12 +55,16 @@ Splits MakeSynthetic(const std::vector<int64_t>& chw, int64_t classes,
 // decoded ahead and held (each a micro-batch of C x H x W bytes per image).
 inline constexpr int kMaxDataWorkers = 64;
 struct LoadOptions {
-  int data_workers = 2;  // in [1, kMaxDataWorkers]
+  // 0: one per core this process may use (cli::UsableCores), at most
+  // kMaxDataWorkers; else in [1, kMaxDataWorkers].
+  int data_workers = 0;
   // Where an image folder's measured normalisation is kept, keyed by its
   // training files (paths, sizes, modification times) and the input
   // geometry, so it is measured once; empty: measured at every load.
   std::string cache_dir;
-  int64_t prefetch_batches = 4;
+  // Batches decoded ahead and held; 0: twice the workers, so that every
+  // worker has a batch to decode while the feed takes the ready ones.
+  int64_t prefetch_batches = 0;
 };
 
 // Training images image folders measure their normalisation on, spread

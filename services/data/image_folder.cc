@@ -170,7 +170,18 @@ ImageSource::~ImageSource() {
   for (std::thread& t : workers_) t.join();
 }
 
+int64_t ImageSource::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [key, pending] : pending_) n += pending->done ? 1 : 0;
+  return n;
+}
+
 void ImageSource::Work() {
+  // One worker is one core's work: the workers are the parallelism, and
+  // torch's own threads inside each (the resize) would fight the others'
+  // (measured: a second worker added nothing while each used both cores).
+  at::set_num_threads(1);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -180,6 +191,7 @@ void ImageSource::Work() {
     lock.unlock();
     absl::StatusOr<torch::Tensor> result =
         Decode(std::get<2>(key), std::get<0>(key), std::get<1>(key));
+    if (result.ok() && pending->finish) result = pending->finish(*result);
     lock.lock();
     pending->result = std::move(result);
     pending->done = true;
@@ -188,28 +200,31 @@ void ImageSource::Work() {
 }
 
 void ImageSource::Prefetch(const std::vector<int64_t>& rows, bool train,
-                           uint64_t seed) {
+                           uint64_t seed, Finish finish) {
   std::lock_guard<std::mutex> lock(mu_);
-  Key key{train, seed, rows};
+  Key key{train, seed, rows, static_cast<bool>(finish)};
   if (pending_.count(key) > 0 ||
       static_cast<int64_t>(pending_.size()) >= options_.prefetch_batches) {
     return;
   }
   auto pending = std::make_shared<Pending>();
+  pending->finish = std::move(finish);
   pending_.emplace(key, pending);
   queue_.emplace_back(std::move(key), std::move(pending));
   cv_.notify_one();
 }
 
 absl::StatusOr<torch::Tensor> ImageSource::Read(
-    const std::vector<int64_t>& rows, bool train, uint64_t seed) {
+    const std::vector<int64_t>& rows, bool train, uint64_t seed,
+    const Finish& finish) {
+  const Key key{train, seed, rows, static_cast<bool>(finish)};
   {
     std::unique_lock<std::mutex> lock(mu_);
-    auto it = pending_.find(Key{train, seed, rows});
+    auto it = pending_.find(key);
     if (it != pending_.end()) {
       std::shared_ptr<Pending> p = it->second;
       cv_.wait(lock, [&] { return p->done; });
-      pending_.erase(Key{train, seed, rows});
+      pending_.erase(key);
       return std::move(p->result);
     }
     // A read nobody prefetched: what was decoded ahead and finished is for
@@ -218,7 +233,9 @@ absl::StatusOr<torch::Tensor> ImageSource::Read(
       i = i->second->done ? pending_.erase(i) : std::next(i);
     }
   }
-  return Decode(rows, train, seed);
+  absl::StatusOr<torch::Tensor> images = Decode(rows, train, seed);
+  if (images.ok() && finish) return finish(*images);
+  return images;
 }
 
 int64_t ImageSource::corrupt_skipped() const {

@@ -48,7 +48,7 @@ struct ImageSourceOptions {
   // A file that does not decode: replaced by the next one that does
   // (counted), instead of failing the read.
   bool skip_corrupt = false;
-  int workers = 2;               // decode threads
+  int workers = 2;               // decode threads, one core's work each
   int64_t prefetch_batches = 4;  // most batches decoded ahead and held
 };
 
@@ -68,11 +68,24 @@ class ImageSource {
   // arguments give the same pixels, whoever asks and whenever.
   // INVALID_ARGUMENT naming the file when one does not decode (unless
   // skip_corrupt) or cannot be read.
+  // With `finish`, the result is finish(those images), computed by the
+  // worker that decoded them (the batch's augmentation and normalisation:
+  // the feed's whole per-batch work runs on the workers, in parallel).
+  using Finish = std::function<torch::Tensor(torch::Tensor)>;
   absl::StatusOr<torch::Tensor> Read(const std::vector<int64_t>& rows,
-                                     bool train, uint64_t seed);
+                                     bool train, uint64_t seed,
+                                     const Finish& finish = {});
   // Starts decoding these reads in the workers, if the queue has room; a
-  // later Read with the same arguments takes the result.
-  void Prefetch(const std::vector<int64_t>& rows, bool train, uint64_t seed);
+  // later Read with the same arguments (a `finish` or none alike) takes
+  // the result. `finish` must not refer to anything that may end first.
+  void Prefetch(const std::vector<int64_t>& rows, bool train, uint64_t seed,
+                Finish finish = {});
+
+  // How many batches a reader should ask to be decoded ahead of the one it
+  // reads: all the source holds.
+  int64_t prefetch_depth() const { return options_.prefetch_batches; }
+  // Batches decoded and waiting to be read.
+  int64_t ready() const;
 
   // The class names, label i's at i (the training split's sorted folders).
   const std::vector<std::string>& classes() const { return index_.classes; }
@@ -83,10 +96,12 @@ class ImageSource {
   int64_t corrupt_skipped() const;
 
  private:
-  using Key = std::tuple<bool, uint64_t, std::vector<int64_t>>;
+  // train, seed, rows, and whether the result is finished.
+  using Key = std::tuple<bool, uint64_t, std::vector<int64_t>, bool>;
   struct Pending {
     bool done = false;
     absl::StatusOr<torch::Tensor> result = torch::Tensor();
+    Finish finish;
   };
   absl::StatusOr<torch::Tensor> Decode(const std::vector<int64_t>& rows,
                                        bool train, uint64_t seed);
@@ -103,7 +118,7 @@ class ImageSource {
   mutable std::mutex corrupt_mu_;
   std::vector<bool> corrupt_;  // by file index; guarded by corrupt_mu_
   int64_t corrupt_count_ = 0;  // guarded by corrupt_mu_
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::shared_ptr<Pending>> pending_;
   std::deque<std::pair<Key, std::shared_ptr<Pending>>> queue_;

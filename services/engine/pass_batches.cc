@@ -40,6 +40,11 @@ absl::StatusOr<data::Batch> PassBatches::Get(int64_t id) const {
   return parts_[part].batches->Get(index);
 }
 
+int64_t PassBatches::Ready(int64_t id) const {
+  if (id < 0 || id >= size()) return 0;
+  return parts_[Locate(id).first].batches->Ready();
+}
+
 std::vector<PassResult> SplitIntoEpochs(const PassResult& whole,
                                         const PassBatches& batches) {
   const int parts = static_cast<int>(batches.parts().size());

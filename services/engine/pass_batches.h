@@ -37,6 +37,8 @@ class PassBatches {
   uint32_t EpochOf(int64_t id) const { return parts_[Locate(id).first].epoch; }
   // The batch of pass micro-batch `id` (EpochBatches::Get's errors).
   absl::StatusOr<data::Batch> Get(int64_t id) const;
+  // Batches of `id`'s epoch decoded ahead and waiting (EpochBatches::Ready).
+  int64_t Ready(int64_t id) const;
 
  private:
   std::vector<Part> parts_;

@@ -356,7 +356,16 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         self.assertEqual(flag_value(command[1:], "device"), "cpu")
 
     def test_gpu_overlay_renders_and_validates(self):
-        objects, stage_set, _ = self.check_overlay("gpu")
+        objects, stage_set, coordinator = self.check_overlay("gpu")
+        # The coordinator has the cores to feed GPUs (coordinator-gpu.yaml,
+        # sized from the feed benchmark), and a decode worker on each.
+        (feeder,) = coordinator["spec"]["template"]["spec"]["containers"]
+        for bound in ("requests", "limits"):
+            self.assertEqual(feeder["resources"][bound]["cpu"], "8")
+        workers = flag_value(container_command(objects, coordinator,
+                                               "coordinator")[1:],
+                             "data-workers")
+        self.assertIn(workers, (None, "0"))
         (container,) = stage_set["spec"]["template"]["spec"]["containers"]
         for bound in ("requests", "limits"):
             self.assertEqual(

@@ -91,6 +91,17 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
             Sum(before[0], "petra_job_train_samples_total"));
   EXPECT_GT(Sum(after[0], "petra_job_optimizer_steps"),
             Sum(before[0], "petra_job_optimizer_steps"));
+  // The feed: micro-batches sent, and what it waited for (credits, here:
+  // synthetic data is ready at once, the fleet is what paces it).
+  EXPECT_GT(Sum(after[0], "petra_feed_micro_batches_total"),
+            Sum(before[0], "petra_feed_micro_batches_total"));
+  EXPECT_GT(
+      Sum(after[0], "petra_feed_wait_seconds_total{waiting_for=\"credits\"}"),
+      Sum(before[0], "petra_feed_wait_seconds_total{waiting_for=\"credits\"}"));
+  EXPECT_EQ(
+      after[0].count("petra_feed_wait_seconds_total{waiting_for=\"data\"}"),
+      1u);
+  EXPECT_EQ(after[0].count("petra_feed_ready_micro_batches"), 1u);
 
   for (int j = 0; j < 2; ++j) {
     const auto& b = before[j + 1];
