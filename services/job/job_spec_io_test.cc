@@ -71,6 +71,14 @@ TEST(JobSpecIo, JsonTakesShortEnumNamesAsTheFlagsDo) {
   EXPECT_EQ(s->training().forward_gradient().guess(),
             petra::v1::ForwardGradientSpec::GUESS_RANDOM);
   EXPECT_EQ(s->seed(), 18446744073709551615u);  // numbers untouched
+  // Nesting deeper than the walk goes is left to the parser, not a crash.
+  s = ParseJobSpec(std::string(100000, '[') + std::string(100000, ']'),
+                   SpecFormat::kJson);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  s = ParseJobSpec(
+      "{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+      SpecFormat::kJson);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   // An unknown short name is still refused by the parser.
   s = ParseJobSpec(R"({"dataset": {"kind": "imagefolder"}})",
                    SpecFormat::kJson);

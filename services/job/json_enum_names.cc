@@ -46,6 +46,20 @@ class Walker {
   }
 
  private:
+  // Objects and arrays nest at most this deep here (the text is returned
+  // unchanged beyond, for protobuf's parser and its own limit to judge):
+  // the walk recurses, and a hostile spec must not exhaust the stack.
+  static constexpr int kMaxDepth = 64;
+  class Nesting {
+   public:
+    explicit Nesting(Walker* w) : w_(w) { ++w_->depth_; }
+    ~Nesting() { --w_->depth_; }
+    bool too_deep() const { return w_->depth_ > kMaxDepth; }
+
+   private:
+    Walker* w_;
+  };
+
   struct Replacement {
     size_t begin, end;  // the string's contents, quotes excluded
     std::string name;
@@ -79,7 +93,8 @@ class Walker {
   }
   // An object of message `type` (nullptr: not a message we know).
   bool Object(const Descriptor* type) {
-    if (!Eat('{')) return false;
+    Nesting nesting(this);
+    if (nesting.too_deep() || !Eat('{')) return false;
     if (Eat('}')) return true;
     do {
       size_t begin, end;
@@ -122,6 +137,8 @@ class Walker {
                         : nullptr);
     }
     if (c == '[') {
+      Nesting nesting(this);
+      if (nesting.too_deep()) return false;
       ++pos_;
       if (Eat(']')) return true;
       do {
@@ -157,6 +174,7 @@ class Walker {
 
   const std::string& in_;
   size_t pos_ = 0;
+  int depth_ = 0;
   std::vector<Replacement> replacements_;
 };
 
