@@ -16,6 +16,7 @@
 #include "client/job_progress.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/data/dataset.h"
+#include "services/engine/export_input.h"
 #include "services/engine/in_process_runner.h"
 #include "services/engine/state_file.h"
 #include "services/job/job_spec_validation.h"
@@ -182,7 +183,9 @@ void ExpectSameRun(
           << name;
     }
   }
-  EXPECT_EQ(exported->size(), expected);
+  // Those, and the model's input (export_input.h): 4 more.
+  EXPECT_EQ(exported->size(), expected + 4);
+  EXPECT_TRUE(engine::PreprocessingFromTensors(*exported).ok());
 
   // The end-to-end gradient check, when on, gives each stage the same
   // figures on the fleet.

@@ -116,14 +116,19 @@ class Walker {
     }
     if (field != nullptr && field->is_repeated() && pos_ < in_.size() &&
         in_[pos_] == '[') {
-      ++pos_;
-      if (Eat(']')) return true;
-      do {
-        if (!Element(field)) return false;
-      } while (Eat(','));
-      return Eat(']');
+      return Array(field);
     }
     return Element(field);
+  }
+  // An array at pos_, each element a value of `field` (nullptr: unknown).
+  bool Array(const FieldDescriptor* field) {
+    Nesting nesting(this);
+    if (nesting.too_deep() || !Eat('[')) return false;
+    if (Eat(']')) return true;
+    do {
+      if (!Element(field)) return false;
+    } while (Eat(','));
+    return Eat(']');
   }
   // One value of `field` (one element, for a repeated field).
   bool Element(const FieldDescriptor* field) {
@@ -136,16 +141,7 @@ class Walker {
                         ? field->message_type()
                         : nullptr);
     }
-    if (c == '[') {
-      Nesting nesting(this);
-      if (nesting.too_deep()) return false;
-      ++pos_;
-      if (Eat(']')) return true;
-      do {
-        if (!Element(nullptr)) return false;
-      } while (Eat(','));
-      return Eat(']');
-    }
+    if (c == '[') return Array(nullptr);
     if (c == '"') {
       size_t begin, end;
       if (!String(&begin, &end)) return false;
