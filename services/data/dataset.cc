@@ -181,10 +181,9 @@ absl::StatusOr<std::filesystem::path> ImageFolderTestSplit(
   for (const char* name : {"test", "val"}) {
     if (std::filesystem::is_directory(dir / name, ec)) return dir / name;
   }
-  return absl::NotFoundError(
-      absl::StrCat("image folder \"", dir.string(),
-                   "\" has no test/ (or val/) folder: the layout is "
-                   "<dir>/{train,test}/<class>/<image>"));
+  return absl::NotFoundError(absl::StrCat(
+      "image folder \"", dir.string(),
+      "\" has no test/ (or val/) folder: the layout is ", kImageFolderLayout));
 }
 
 // Both splits of an image folder, streamed: train/ and test/ (or val/)
@@ -460,10 +459,9 @@ absl::Status CheckDatasetFolder(const petra::v1::JobSpec& resolved,
     return absl::OkStatus();
   }
   if (!std::filesystem::is_directory(*dir / "train", ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("image folder \"", dir->string(),
-                     "\" has no train/ folder: the layout is "
-                     "<dir>/{train,test}/<class>/<image>"));
+    return absl::NotFoundError(absl::StrCat(
+        "image folder \"", dir->string(),
+        "\" has no train/ folder: the layout is ", kImageFolderLayout));
   }
   return ImageFolderTestSplit(*dir).status();
 }

@@ -100,10 +100,9 @@ absl::StatusOr<ImageFolderIndex> ScanImageFolder(
     const fs::path& split_dir, const std::vector<std::string>* classes) {
   std::error_code ec;
   if (!fs::is_directory(split_dir, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("image folder \"", split_dir.string(),
-                     "\" is not a directory (the layout is "
-                     "<path>/{train,test}/<class>/<image>)"));
+    return absl::NotFoundError(absl::StrCat(
+        "image folder \"", split_dir.string(),
+        "\" is not a directory (the layout is ", kImageFolderLayout, ")"));
   }
   ImageFolderIndex out;
   std::vector<fs::path> class_dirs;

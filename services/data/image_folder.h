@@ -40,6 +40,10 @@ absl::StatusOr<ImageFolderIndex> ScanImageFolder(
     const std::filesystem::path& split_dir,
     const std::vector<std::string>* classes = nullptr);
 
+// An image folder's layout, as errors about it spell it.
+inline constexpr char kImageFolderLayout[] =
+    "<dir>/{train,test}/<class>/<image>";
+
 struct ImageSourceOptions {
   int64_t channels = 3, height = 32, width = 32;  // what Read returns
   // Training reads: a seeded random resized crop (else resize and centre

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace petra::engine {
