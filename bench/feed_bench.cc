@@ -93,6 +93,16 @@ int Main(int argc, char** argv) {
     }
     workers.push_back(v);
   }
+  std::vector<double> rates;
+  for (absl::string_view r : absl::StrSplit(fleet_rates, ',')) {
+    double v = 0;
+    if (!absl::SimpleAtod(r, &v) || !(v > 0)) {
+      std::cerr << "petra_bench_feed: --fleet-rates: \"" << r
+                << "\" is not a rate in images/s above 0\n";
+      return 2;
+    }
+    rates.push_back(v);
+  }
   if (images < 3 * batch || side < 16 || side > 4096 || batch < 1) {
     std::cerr << "petra_bench_feed: need --images >= 3 x --micro-batch, "
                  "--side in [16, 4096]\n";
@@ -175,9 +185,8 @@ int Main(int argc, char** argv) {
       "the feed keeps up with a fleet training at:\n\n"
       "| fleet images/s | cores |\n|---:|---:|\n",
       per_worker);
-  for (absl::string_view r : absl::StrSplit(fleet_rates, ',')) {
-    double rate = 0;
-    if (!absl::SimpleAtod(r, &rate) || rate <= 0 || per_worker <= 0) continue;
+  for (double rate : rates) {
+    if (per_worker <= 0) break;
     std::printf("| %.0f | %.0f |\n", rate, std::ceil(rate / per_worker));
   }
   if (temporary) fs::remove_all(dir);

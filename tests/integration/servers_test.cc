@@ -108,6 +108,10 @@ TEST(BadOptions, AreRefusedBeforeServing) {
             "--recovery-timeout = -1: must be between 0 and 604800"},
            {kCoordinator,
             {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
+             dir.path(), "--data-root", dir.path(), "--data-workers", "65"},
+            "--data-workers: 65 is not in [0, 64] (0: one per core)"},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
              dir.path(), "--max-recoveries", "1001"},
             "--max-recoveries = 1001: must be between 0 and 1000"}}) {
     RunResult r = RunToExit(c.binary, c.args);
@@ -417,6 +421,9 @@ TEST(PetraTrain, RefusesBadJobsBeforeTraining) {
   r = RunToExit(kPetra, {"train", "--threads-per-stage", "-1"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--threads-per-stage: must be >= 0"));
+  r = RunToExit(kPetra, {"train", "--data-workers", "-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--data-workers: must be in [0, 64]"));
   r = RunToExit(kPetra, {"train", "--from", "/nonexistent/job.json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("/nonexistent/job.json"));
