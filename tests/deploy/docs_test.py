@@ -75,8 +75,10 @@ class DocsTest(unittest.TestCase):
         ports = dict(zip(("50050", "50051", "50052", "9450"), free_ports(4)))
 
         def local(word):
+            # The documented state folder first: the build may itself live
+            # under /tmp (a CI clone in /tmp/petra-ci).
+            word = word.replace("/tmp/petra/", os.path.join(scratch, "state/"))
             word = word.replace("build/bin/", BIN + "/")
-            word = word.replace("/tmp/petra", os.path.join(scratch, "state"))
             for documented, port in ports.items():
                 word = word.replace(documented, str(port))
             return word
