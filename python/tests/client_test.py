@@ -140,9 +140,15 @@ class ClientTest(unittest.TestCase):
         cls.fleet = Fleet(cls.root, cls.data_root)
         cls.client = petra.Client(cls.fleet.address,
                                   token_file=cls.fleet.token_file)
+        # Exports without a path land in the working directory; ctest runs
+        # these tests side by side, each with its own fleet and so its own
+        # job-1, so each works in its own folder.
+        cls.cwd = os.getcwd()
+        os.chdir(cls.root)
 
     @classmethod
     def tearDownClass(cls):
+        os.chdir(cls.cwd)
         cls.client.close()
         cls.fleet.stop()
         shutil.rmtree(cls.root, ignore_errors=True)
