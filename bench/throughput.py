@@ -227,9 +227,18 @@ def parse_args(argv):
                    help="also profile each J (petra profile, one core) and "
                         "print petra simulate's prediction beside the "
                         "measured throughput")
+    p.add_argument("--transports", default="shm,grpc",
+                   help="data channels to run PETRA on the fleet with, "
+                        "comma-separated, the first also for reversible "
+                        "backprop (default shm,grpc; docs/DATA_PLANE.md)")
     p.add_argument("--json", help="write every run's numbers to this file")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
+    args.transport_list = args.transports.split(",")
+    if not args.transport_list or any(
+            t not in ("auto", "grpc", "shm") for t in args.transport_list):
+        p.error(f"--transports: '{args.transports}' is not a list of auto, "
+                "grpc, shm")
     try:
         args.stage_counts = [int(s) for s in args.stages.split(",")]
     except ValueError:
@@ -302,10 +311,16 @@ def measure_width(args, width, micro_batches, progress):
                      "coordinator")
             fleet = Fleet(args.bin_dir, j, args.cores, workdir)
             try:
-                for mode in ("petra", "backprop"):
-                    row[mode] = median_of(
-                        f"{name}, J = {j}, {mode} on the fleet", args.repeats,
-                        lambda: fleet_job(args.bin_dir, fleet, job_flags, mode,
+                first = args.transport_list[0]
+                for mode, transport in (
+                        [("petra", t) for t in args.transport_list] +
+                        [("backprop", first)]):
+                    key = mode if transport == first else f"{mode}_{transport}"
+                    flags = job_flags + ["--transport", transport]
+                    row[key] = median_of(
+                        f"{name}, J = {j}, {mode} on the fleet over "
+                        f"{transport}", args.repeats,
+                        lambda: fleet_job(args.bin_dir, fleet, flags, mode,
                                           args.timeout), progress)
             finally:
                 fleet.stop()
@@ -351,10 +366,14 @@ def main(argv):
         print(f"* width {width}: {r['micro_batches']} micro-batches an "
               f"epoch; {layouts}")
     print()
-    print("| width | J | plain backprop | reversible backprop (fleet) "
-          "| PETRA (fleet) | PETRA / rev. backprop | PETRA (in-process) "
-          "| fleet / in-process |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    first, others = args.transport_list[0], args.transport_list[1:]
+    print(f"| width | J | plain backprop | reversible backprop (fleet, "
+          f"{first}) | PETRA (fleet, {first}) | PETRA / rev. backprop "
+          "| PETRA (in-process) | fleet / in-process "
+          f"({first}) |" + "".join(f" PETRA (fleet, {t}) | fleet / "
+                                   f"in-process ({t}) |" for t in others))
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|---:|" *
+          len(others))
     for width, r in results["widths"].items():
         plain = r["plain_backprop"]["median"]
         for j in args.stage_counts:
@@ -362,12 +381,17 @@ def main(argv):
             petra, rev, local = (row["petra"]["median"],
                                  row["backprop"]["median"],
                                  row["in_process"]["median"])
-            print(f"| {width} | {j} | {plain:.1f} | {rev:.1f} | {petra:.1f} "
-                  f"| {petra / rev:.2f}x | {local:.1f} "
-                  f"| {petra / local:.2f} |")
+            line = (f"| {width} | {j} | {plain:.1f} | {rev:.1f} | {petra:.1f} "
+                    f"| {petra / rev:.2f}x | {local:.1f} "
+                    f"| {petra / local:.2f} |")
+            for t in others:
+                other = row[f"petra_{t}"]["median"]
+                line += f" {other:.1f} | {other / local:.2f} |"
+            print(line)
     print("\nsamples/s throughout; PETRA / rev. backprop is the paper's "
-          "speed-up; fleet / in-process is what the gRPC transport keeps of "
-          "the transport-free runner's rate.")
+          "speed-up; fleet / in-process is what the fleet keeps of the "
+          "transport-free runner's rate, per data channel between the "
+          "stages (docs/DATA_PLANE.md).")
     if args.simulate:
         print("\nThe simulator's prediction (`petra profile` of each stage on "
               "one core, then `petra simulate --profile FILE --devices "

@@ -1,10 +1,11 @@
 // petra_bench_transport: how fast a stage's tensors cross between its device
-// and the host, and from one stage's device to another's over the gRPC
-// transport on loopback (issue 17): the copies to pinned host memory and
-// back (device_transfer.h), and the whole path a micro-batch takes between
-// two stage servers: device -> pinned host -> chunked messages -> a Forward
-// stream on 127.0.0.1 -> assembled, decoded -> pinned host -> device. On a
-// CPU there are no device copies: the transport row is host to host.
+// and the host, and from one stage's device to another's through each data
+// channel (docs/DATA_PLANE.md): the copies to pinned host memory and back
+// (device_transfer.h), and the whole path a micro-batch takes between two
+// stage servers: device -> pinned host -> chunked messages (grpc) or a
+// shared-memory slot and a small message (shm) -> a Forward stream on
+// 127.0.0.1 -> assembled, decoded -> pinned host -> device. On a CPU there
+// are no device copies: the transport rows are host to host.
 #include <grpcpp/grpcpp.h>
 #include <torch/torch.h>
 
@@ -17,7 +18,10 @@
 
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/cli/flag_set.h"
+#include "absl/strings/str_split.h"
 #include "services/engine/device_transfer.h"
+#include "services/link/channel_factory.h"
+#include "services/link/transport_choice.h"
 #include "services/model/device_check.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/stage_messages.h"
@@ -48,7 +52,8 @@ class Receiver final : public petra::v1::StageService::Service {
     credit.mutable_credit()->set_micro_batches(window_);
     stream->Write(credit);
     credit.mutable_credit()->set_micro_batches(1);
-    wire::ForwardAssembler assembler;
+    std::unique_ptr<wire::PayloadFetcher> fetcher = link::MakeFetcher();
+    wire::ForwardAssembler assembler({}, fetcher.get());
     petra::v1::ForwardMessage m;
     while (stream->Read(&m)) {
       absl::StatusOr<std::optional<wire::ForwardPayload>> p =
@@ -98,7 +103,7 @@ Rate Median(int repeats, double bytes, F once) {
 }
 
 int Run(const std::string& device_name, double megabytes, int repeats,
-        int window) {
+        int window, const std::vector<petra::v1::Transport>& transports) {
   const c10::Device device(device_name);
   engine::DeviceTransfer sender_side(device, 0), receiver_side(device, 1);
   sender_side.UseComputeStreamOnThisThread();
@@ -151,7 +156,8 @@ int Run(const std::string& device_name, double megabytes, int repeats,
         }));
   }
 
-  // Two stages' transport on loopback: device to device.
+  // Two stages' transport on loopback: device to device, through each
+  // data channel beside the stream.
   Receiver receiver(receiver_side, window);
   int port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
@@ -159,38 +165,49 @@ int Run(const std::string& device_name, double megabytes, int repeats,
   check(server.status());
   auto channel = wire::CreateChannel("127.0.0.1:" + std::to_string(port));
   auto stub = petra::v1::StageService::NewStub(channel);
-  double total = 0;
-  for (int round = 0; round < 2; ++round) {  // the first warms the stream
-    wire::StreamSender<petra::v1::ForwardMessage> sender(
-        "the receiver", [&](grpc::ClientContext* c) {
-          return std::unique_ptr<grpc::ClientReaderWriter<
-              petra::v1::ForwardMessage, petra::v1::StreamReply>>(
-              stub->Forward(c));
-        });
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < repeats; ++i) {
-      wire::ForwardPayload p;
-      p.header.micro_batch_id = static_cast<uint64_t>(i);
-      p.x.a = source;
-      auto out = sender_side.ToHost(wire::TensorsOf(p), i);
-      check(out.status());
-      out->Wait();
-      auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
-      check(parts.status());
-      check(sender.Send(*parts));
+  for (petra::v1::Transport transport : transports) {
+    double total = 0;
+    for (int round = 0; round < 2; ++round) {  // the first warms the stream
+      wire::StreamSender<petra::v1::ForwardMessage> sender(
+          "the receiver", [&](grpc::ClientContext* c) {
+            return std::unique_ptr<grpc::ClientReaderWriter<
+                petra::v1::ForwardMessage, petra::v1::StreamReply>>(
+                stub->Forward(c));
+          });
+      absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
+          link::MakePlacer(transport, [&] { return sender.health(); });
+      check(placer.status());
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < repeats; ++i) {
+        wire::ForwardPayload p;
+        p.header.micro_batch_id = static_cast<uint64_t>(i);
+        p.x.a = source;
+        auto out = sender_side.ToHost(wire::TensorsOf(p), i);
+        check(out.status());
+        out->Wait();
+        auto parts =
+            wire::EncodeForward(p, wire::kTensorChunkBytes, placer->get());
+        check(parts.status());
+        check(sender.Send(*parts));
+      }
+      check(sender.Close());
+      total = Seconds(start);
     }
-    check(sender.Close());
-    total = Seconds(start);
+    const std::string path = absl::StrCat(
+        sender_side.on_device() ? "device to device" : "host to host",
+        transport == petra::v1::TRANSPORT_GRPC
+            ? " over gRPC on loopback"
+            : " through shared memory (shm) beside a gRPC stream",
+        sender_side.on_device() ? " (whole path)" : "");
+    row(path.c_str(), {total / repeats, bytes * repeats / total / 1e9});
   }
   (*server)->Shutdown();
-  row(sender_side.on_device()
-          ? "device to device over gRPC on loopback (whole path)"
-          : "host to host over gRPC on loopback",
-      {total / repeats, bytes * repeats / total / 1e9});
   std::printf(
-      "\nThe transport row is a stream of %d tensors sent back to back "
+      "\nEach transport row is a stream of %d tensors sent back to back "
       "(%d received in all), so up to %d are in flight: its rate is the "
-      "pipeline's, not one tensor's latency.\n",
+      "pipeline's, not one tensor's latency. grpc carries the bytes in the "
+      "messages; shm copies them into a shared-memory slot and the receiver "
+      "copies them out (docs/DATA_PLANE.md).\n",
       repeats, receiver.received(), window);
   return 0;
 }
@@ -202,16 +219,19 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   double megabytes = 64;
   int64_t repeats = 20, window = 4;
+  std::string transports = "grpc,shm";
   petra::cli::FlagSet flags(
       "petra_bench_transport [flags]",
       "How fast tensors cross between a stage's device and the host, and\n"
-      "between two stages over the gRPC transport on loopback (device to\n"
-      "device). Prints a Markdown table.");
+      "between two stages through each data channel beside a gRPC stream on\n"
+      "loopback (device to device). Prints a Markdown table.");
   flags.AddString("device", &device, "cpu, cuda or cuda:N");
   flags.AddDouble("megabytes", &megabytes, "size of each tensor, in MiB");
   flags.AddInt("repeats", &repeats, "tensors per measurement (median)");
   flags.AddInt("window", &window,
                "micro-batches the receiver lets the sender have in flight");
+  flags.AddString("transports", &transports,
+                  "data channels to measure, comma-separated: grpc, shm");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (absl::Status s = petra::model::CheckDeviceAvailable(device, "--device");
       !s.ok()) {
@@ -223,6 +243,18 @@ int main(int argc, char** argv) {
                  ">= 1\n";
     return 2;
   }
+  std::vector<petra::v1::Transport> chosen;
+  for (absl::string_view t : absl::StrSplit(transports, ',')) {
+    if (t == "grpc") {
+      chosen.push_back(petra::v1::TRANSPORT_GRPC);
+    } else if (t == "shm") {
+      chosen.push_back(petra::v1::TRANSPORT_SHM);
+    } else {
+      std::cerr << "--transports: \"" << t
+                << "\" is not one of grpc, shm\n";
+      return 2;
+    }
+  }
   return petra::Run(device, megabytes, static_cast<int>(repeats),
-                    static_cast<int>(window));
+                    static_cast<int>(window), chosen);
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "services/cli/json_text.h"
+#include "services/link/transport_choice.h"
 #include "services/wire/status_map.h"
 
 namespace petra::client {
@@ -152,13 +153,18 @@ absl::StatusOr<petra::v1::Job> FollowJob(
 void PrintStageTable(const petra::v1::Job& job) {
   bool on_device = false;  // a GPU's allocator figures get their columns
   bool checked = false;    // so does the end-to-end gradient check
+  bool linked = false;     // a fleet: each link's data channel
   for (const petra::v1::StageStats& s : job.progress().stages()) {
     on_device = on_device || s.memory().device_reserved_bytes() > 0;
     checked = checked || s.end_to_end_samples() > 0;
   }
+  for (const petra::v1::StagePlacement& p : job.stages()) {
+    linked = linked || p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED;
+  }
   std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s", "stage",
               "blocks", "delay", "staleness", "params+opt", "input buffer",
               "weight stash", "peak", "rss");
+  if (linked) std::printf(" %8s", "to next");
   if (on_device) {
     std::printf(" %12s %12s %12s", "device", "dev reserved", "dev peak");
   }
@@ -180,6 +186,14 @@ void PrintStageTable(const petra::v1::Job& job) {
         (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
         m.activation_buffer_bytes() / 1e6, m.weight_stash_bytes() / 1e6,
         m.peak_bytes() / 1e6, m.process_rss_bytes() / 1e6);
+    if (linked) {
+      const int j = static_cast<int>(s.stage_index());
+      const bool last = j + 1 >= job.stages_size();
+      std::printf(" %8s", last ? "-"
+                               : link::TransportName(
+                                     job.stages(j).transport_to_next())
+                                     .c_str());
+    }
     if (on_device) {
       std::printf(" %10.2fMB %10.2fMB %10.2fMB", m.device_bytes() / 1e6,
                   m.device_reserved_bytes() / 1e6, m.device_peak_bytes() / 1e6);
@@ -195,6 +209,11 @@ void PrintStageTable(const petra::v1::Job& job) {
       "micro-batch's\n"
       " forward and its backward; buffer and stash now, peak the highest "
       "sum)\n");
+  if (linked) {
+    std::printf(
+        "(to next: the data channel to the next stage, grpc or shm; "
+        "docs/DATA_PLANE.md)\n");
+  }
   if (checked) {
     std::printf(
         "(e2e: the applied gradient against the true end-to-end one, cosine "

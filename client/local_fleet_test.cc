@@ -145,6 +145,20 @@ void ExpectSameRun(
   ASSERT_EQ(end.state(), petra::v1::JOB_STATE_SUCCEEDED)
       << end.error().message();
   EXPECT_EQ(end.progress().step(), 50u);
+  // Every process of this fleet sees the same /dev/shm: auto chooses shared
+  // memory for every link and the feed, unless the job forced gRPC.
+  const petra::v1::Transport used =
+      spec->transport() == petra::v1::TRANSPORT_GRPC
+          ? petra::v1::TRANSPORT_GRPC
+          : petra::v1::TRANSPORT_SHM;
+  for (const petra::v1::StagePlacement& p : end.stages()) {
+    if (p.stage_index() + 1 < static_cast<uint32_t>(end.stages_size())) {
+      EXPECT_EQ(p.transport_to_next(), used) << p.stage_index();
+    }
+    if (p.stage_index() == 0) {
+      EXPECT_EQ(p.transport_from_feed(), used);
+    }
+  }
 
   const std::string job_dir = dir.path + "/coordinator/jobs/" + end.id();
   std::ifstream log(job_dir + "/train_log.csv");
@@ -207,8 +221,24 @@ void ExpectSameRun(
   }
 }
 
+// Loss for loss with every transport this machine has: auto (shared
+// memory here), and each forced.
 TEST(LocalFleet, PetraMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_PETRA);
+}
+
+TEST(LocalFleet, PetraOverGrpcMatchesTheInProcessRunner) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.set_transport(petra::v1::TRANSPORT_GRPC);
+                });
+}
+
+TEST(LocalFleet, PetraOverSharedMemoryMatchesTheInProcessRunner) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.set_transport(petra::v1::TRANSPORT_SHM);
+                });
 }
 
 // Two epochs in one pass (nothing evaluated or saved between them): the

@@ -53,6 +53,7 @@ ProbeResult ServerProbe::Round(int wanted) {
                       !status->job_id().empty())) {
       r.chosen.push_back(address);
       r.held.push_back(status->job_id());
+      r.endpoints.push_back(status->endpoint());
     } else {
       r.missing.push_back(absl::StrCat(
           name, " is ", petra::v1::StageStatus::State_Name(status->state())));
@@ -62,8 +63,11 @@ ProbeResult ServerProbe::Round(int wanted) {
 }
 
 StageFleet::StageFleet(std::string job_id, std::vector<std::string> addresses,
-                       const StageConnector& connect)
-    : job_id_(std::move(job_id)), addresses_(std::move(addresses)) {
+                       const StageConnector& connect,
+                       std::vector<petra::v1::LinkEndpoint> endpoints)
+    : job_id_(std::move(job_id)),
+      addresses_(std::move(addresses)),
+      endpoints_(std::move(endpoints)) {
   for (const std::string& a : addresses_) clients_.push_back(connect(a));
 }
 

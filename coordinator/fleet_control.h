@@ -24,6 +24,8 @@ absl::Status Prefixed(const std::string& prefix, const absl::Status& s);
 struct ProbeResult {
   std::vector<std::string> chosen;   // in order, up to the number wanted
   std::vector<std::string> held;     // the job each chosen server still holds
+  // How each chosen server's data channels can be reached.
+  std::vector<petra::v1::LinkEndpoint> endpoints;
   std::vector<std::string> missing;  // why each passed-over server was
 };
 
@@ -46,11 +48,18 @@ class ServerProbe {
 
 class StageFleet {
  public:
+  // `endpoints`: each server's, as its status gave it (none: unknown, and
+  // every link then uses gRPC).
   StageFleet(std::string job_id, std::vector<std::string> addresses,
-             const StageConnector& connect);
+             const StageConnector& connect,
+             std::vector<petra::v1::LinkEndpoint> endpoints = {});
 
   int size() const { return static_cast<int>(addresses_.size()); }
   const std::string& address(int j) const { return addresses_[j]; }
+  petra::v1::LinkEndpoint endpoint(int j) const {
+    return j < static_cast<int>(endpoints_.size()) ? endpoints_[j]
+                                                   : petra::v1::LinkEndpoint();
+  }
   // "stage j (address)".
   std::string Name(int j) const;
   StageClient& client(int j) { return *clients_[j]; }
@@ -86,6 +95,7 @@ class StageFleet {
   std::string job_id_;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<StageClient>> clients_;
+  std::vector<petra::v1::LinkEndpoint> endpoints_;
 };
 
 }  // namespace petra::coordinator

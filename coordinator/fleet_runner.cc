@@ -17,6 +17,8 @@
 #include "services/engine/job_plan.h"
 #include "services/engine/lr_schedule.h"
 #include "services/job/job_spec_validation.h"
+#include "services/link/endpoint.h"
+#include "services/link/transport_choice.h"
 #include "services/model/architecture_catalog.h"
 
 namespace petra::coordinator {
@@ -102,7 +104,8 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
     if (absl::Status s = Interrupted(); !s.ok()) return s;
     ProbeResult r = probe.Round(stages);
     if (static_cast<int>(r.chosen.size()) == stages) {
-      fleet_ = std::make_unique<StageFleet>(id_, std::move(r.chosen), connect_);
+      fleet_ = std::make_unique<StageFleet>(id_, std::move(r.chosen), connect_,
+                                            std::move(r.endpoints));
       absl::Status s = fleet_->ReleaseStale(r.held);
       if (s.ok()) s = Assign();
       // A recovery outlives a server that stops between the probe and the
@@ -130,8 +133,36 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
   }
 }
 
+absl::Status FleetRunner::ChooseTransports() {
+  const int stages = fleet_->size();
+  const petra::v1::Transport wanted = spec_.transport();
+  links_.assign(stages, petra::v1::TRANSPORT_GRPC);
+  for (int j = 0; j + 1 < stages; ++j) {
+    absl::StatusOr<petra::v1::Transport> t = link::ChooseTransport(
+        wanted, fleet_->endpoint(j), fleet_->endpoint(j + 1),
+        absl::StrCat(fleet_->Name(j), " <-> ", fleet_->Name(j + 1)));
+    if (!t.ok()) return t.status();
+    links_[j] = *t;
+  }
+  const petra::v1::LinkEndpoint& here = link::LocalEndpoint();
+  for (auto [j, to] : {std::pair{0, &feed_to_first_},
+                       std::pair{stages - 1, &feed_to_last_}}) {
+    absl::StatusOr<petra::v1::Transport> t =
+        link::ChooseTransport(wanted, here, fleet_->endpoint(j),
+                              absl::StrCat("the coordinator -> ",
+                                           fleet_->Name(j)));
+    if (!t.ok()) return t.status();
+    *to = *t;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FleetRunner::Assign() {
   const int stages = fleet_->size();
+  if (absl::Status s = ChooseTransports(); !s.ok()) {
+    // Not the fleet's fault: no recovery changes where the servers run.
+    return absl::FailedPreconditionError(s.message());
+  }
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
     job.clear_stages();
     for (int j = 0; j < stages; ++j) {
@@ -141,6 +172,9 @@ absl::Status FleetRunner::Assign() {
       p->set_layer_begin(ranges_[j].begin);
       p->set_layer_end(ranges_[j].end);
       p->set_device(job::RequestedDevice(spec_, j));
+      if (j + 1 < stages) p->set_transport_to_next(links_[j]);
+      if (j == 0) p->set_transport_from_feed(feed_to_first_);
+      if (j == stages - 1 && j > 0) p->set_transport_from_feed(feed_to_last_);
     }
   });
   for (int j = 0; j < stages; ++j) {
@@ -156,8 +190,14 @@ absl::Status FleetRunner::Assign() {
       l->set_begin(r.begin);
       l->set_end(r.end);
     }
-    if (j > 0) request.set_previous_address(fleet_->address(j - 1));
-    if (j + 1 < stages) request.set_next_address(fleet_->address(j + 1));
+    if (j > 0) {
+      request.set_previous_address(fleet_->address(j - 1));
+      request.set_previous_transport(links_[j - 1]);
+    }
+    if (j + 1 < stages) {
+      request.set_next_address(fleet_->address(j + 1));
+      request.set_next_transport(links_[j]);
+    }
     request.set_device(job::RequestedDevice(spec_, j));
     request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));
     absl::StatusOr<petra::v1::AssignResponse> response =
@@ -204,6 +244,8 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
       phase == petra::v1::PHASE_TRAIN &&
       spec_.training().mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
   feed.metrics = env_.metrics;
+  feed.to_first = feed_to_first_;
+  feed.to_last = feed_to_last_;
   return RunFeedPass(*fleet_, id_, phase, batches, watch, feed);
 }
 

@@ -61,6 +61,9 @@ class FleetRunner final : public engine::PassExecutor,
   // in order. Waits up to `wait` for enough of them.
   absl::Status Attach(std::chrono::seconds wait);
   absl::Status Assign();
+  // Each link's data channel from the job's `transport` and the ends'
+  // LinkEndpoint (services/link/transport_choice.h).
+  absl::Status ChooseTransports();
   // The newest usable checkpoint in every stage: the job's own, else that
   // of checkpoint.resume_from_job, else none (the seeded initial weights).
   absl::StatusOr<engine::TrainingCursor> RestoreNewest();
@@ -80,6 +83,11 @@ class FleetRunner final : public engine::PassExecutor,
   int64_t steps_per_epoch_ = 0;
   std::vector<model::BlockRange> ranges_;
   std::unique_ptr<StageFleet> fleet_;
+  // The data channel of each link j <-> j+1, and of the feed's two streams,
+  // as ChooseTransports decided at the last Assign.
+  std::vector<petra::v1::Transport> links_;
+  petra::v1::Transport feed_to_first_ = petra::v1::TRANSPORT_GRPC;
+  petra::v1::Transport feed_to_last_ = petra::v1::TRANSPORT_GRPC;
   std::vector<petra::v1::StageStats> stage_stats_;
   RecoveryPolicy recovery_;
   bool recovering_ = false;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "services/link/channel_factory.h"
 #include "services/wire/grpc_defaults.h"  // kTensorChunkBytes
 #include "services/wire/stage_messages.h"
 
@@ -75,6 +76,21 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       stages > 1
           ? fleet.client(stages - 1).OpenFeed(fleet.Name(stages - 1), on_done)
           : nullptr;
+  // The data channels beside the two streams (none for gRPC).
+  absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> data_channel =
+      link::MakePlacer(options.to_first, [&data] { return data->health(); });
+  absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> labels_channel =
+      labels == nullptr ? nullptr
+                        : link::MakePlacer(options.to_last, [&labels] {
+                            return labels->health();
+                          });
+  for (const auto* c : {&data_channel, &labels_channel}) {
+    if (!c->ok()) {
+      data->Cancel();
+      if (labels) labels->Cancel();
+      return c->status();
+    }
+  }
 
   // The feed runs on its own thread so this one can watch the stages and
   // the cancel flag while the feed waits for credits.
@@ -98,7 +114,8 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       p.header.epoch = batches.EpochOf(m);
       p.x = {b.images, {}};
       if (stages == 1 || options.labels_with_data) p.labels = b.labels;
-      auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes,
+                                       data_channel->get());
       const auto sending = steady_clock::now();  // Send waits for credits
       feed_status = parts.ok() ? data->Send(*parts) : parts.status();
       if (options.metrics != nullptr) {
@@ -108,7 +125,8 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       if (!feed_status.ok() || stages == 1) continue;
       p.x = {};
       p.labels = b.labels;
-      parts = wire::EncodeForward(p, wire::kTensorChunkBytes);
+      parts = wire::EncodeForward(p, wire::kTensorChunkBytes,
+                                  labels_channel->get());
       feed_status = parts.ok() ? labels->Send(*parts) : parts.status();
     }
     feed_over = true;
@@ -172,6 +190,9 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
     }
   }
   if (!status.ok()) {
+    for (const auto* c : {&data_channel, &labels_channel}) {
+      if (**c) (**c)->Cancel();
+    }
     data->Cancel();
     if (labels) labels->Cancel();
   }

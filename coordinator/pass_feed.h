@@ -14,6 +14,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/fleet_control.h"
 #include "petra/v1/common.pb.h"
+#include "petra/v1/job.pb.h"
 #include "services/engine/pass_batches.h"
 #include "services/engine/pass_result.h"
 
@@ -37,6 +38,9 @@ struct FeedOptions {
   bool labels_with_data = false;
   // Where the feed reports what it waited for (none when null).
   CoordinatorMetrics* metrics = nullptr;
+  // The data channels into the first stage and (labels) the last.
+  petra::v1::Transport to_first = petra::v1::TRANSPORT_GRPC;
+  petra::v1::Transport to_last = petra::v1::TRANSPORT_GRPC;
 };
 
 // Runs the micro-batches of `batches` through the fleet (each message

@@ -285,13 +285,17 @@ section_transformer() {
 }
 
 section_transport() {
-  local args=(--megabytes 64 --repeats 20)
-  if ((smoke)); then args=(--megabytes 1 --repeats 2); fi
-  echo "## Transport: a tensor between two stages on loopback"
+  local sizes=(16 64 256) repeats=20
+  if ((smoke)); then sizes=(1); repeats=2; fi
+  echo "## Transport: a tensor between two stages on loopback, per data channel"
   echo
   machine
-  echo
-  run "$BIN/petra_bench_transport" --device cpu "${args[@]}"
+  local mb
+  for mb in "${sizes[@]}"; do
+    echo
+    run "$BIN/petra_bench_transport" --device cpu --megabytes "$mb" \
+      --repeats "$repeats" --transports grpc,shm
+  done
 }
 
 # The GPU figures, all on one GPU, the headline ones first (a GPU lease is

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "services/link/channel_factory.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/stream_sender.h"
 #include "stage_server/send_queue.h"
@@ -15,12 +16,27 @@ namespace {
 template <typename Message>
 using Sender = wire::StreamSender<Message>;
 
+// What a micro-batch puts on the link: its messages and the bytes a data
+// channel carried beside them.
 template <typename Message>
-int64_t PayloadBytes(const std::vector<Message>& parts) {
+int64_t PayloadBytes(const std::vector<Message>& parts,
+                     const std::vector<torch::Tensor*>& tensors,
+                     bool channel) {
   int64_t n = 0;
   for (const Message& m : parts) n += static_cast<int64_t>(m.ByteSizeLong());
+  if (channel) {
+    for (const torch::Tensor* t : tensors) {
+      if (t->defined()) n += t->numel() * t->element_size();
+    }
+  }
   return n;
 }
+
+// One direction's data channel, if the link has one.
+struct Channel {
+  std::unique_ptr<wire::PayloadPlacer> placer;
+  const char* name() const { return placer ? placer->name() : "grpc"; }
+};
 
 // The stage's outbox: hands micro-batches to the send queues, whose
 // threads encode them onto the streams to its neighbours, and reports
@@ -30,11 +46,14 @@ class NeighborOutbox : public engine::StageOutbox {
   NeighborOutbox(StageJob& job, const PassInfo& pass,
                  Sender<petra::v1::ForwardMessage>* next,
                  Sender<petra::v1::BackwardMessage>* previous,
-                 StageMetrics& metrics, std::function<void()> after_each)
+                 Channel* up, Channel* down, StageMetrics& metrics,
+                 std::function<void()> after_each)
       : job_(job),
         pass_(pass),
         next_(next),
         previous_(previous),
+        up_(up),
+        down_(down),
         metrics_(metrics),
         after_each_(std::move(after_each)) {}
 
@@ -59,7 +78,7 @@ class NeighborOutbox : public engine::StageOutbox {
     p.labels = std::move(item.labels);
     p.tangents = std::move(item.tangents);
     return Queue(forward_queue_, std::move(p), &wire::EncodeForward, next_,
-                 false);
+                 up_, false);
   }
 
   absl::Status SendBackward(engine::BackwardItem item) override {
@@ -69,7 +88,7 @@ class NeighborOutbox : public engine::StageOutbox {
     p.grad = std::move(item.grad);
     p.directional = std::move(item.directional);
     return Queue(backward_queue_, std::move(p), &wire::EncodeBackward,
-                 previous_, true);
+                 previous_, down_, true);
   }
 
   void ReportLoss(int64_t id, const engine::LossOutput& loss) override {
@@ -92,18 +111,20 @@ class NeighborOutbox : public engine::StageOutbox {
   // wait for that copy.
   template <typename Payload, typename Encode, typename Message>
   absl::Status Queue(SendQueue& queue, Payload p, Encode encode,
-                     Sender<Message>* to, bool backward) {
+                     Sender<Message>* to, Channel* channel, bool backward) {
     absl::StatusOr<engine::Transfer> copied =
         job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
     if (!copied.ok()) return copied.status();
     after_each_();
     return queue.Push([this, p = std::move(p), copied = std::move(*copied),
-                       encode, to, backward] {
+                       encode, to, channel, backward]() mutable {
       copied.Wait();
       absl::StatusOr<std::vector<Message>> parts =
-          encode(p, wire::kTensorChunkBytes);
+          encode(p, wire::kTensorChunkBytes, channel->placer.get());
       if (!parts.ok()) return parts.status();
-      metrics_.Sent(backward, PayloadBytes(*parts));
+      metrics_.Sent(backward, channel->name(),
+                    PayloadBytes(*parts, wire::TensorsOf(p),
+                                 channel->placer != nullptr));
       return to->Send(*parts);
     });
   }
@@ -132,6 +153,8 @@ class NeighborOutbox : public engine::StageOutbox {
   const PassInfo pass_;
   Sender<petra::v1::ForwardMessage>* next_;
   Sender<petra::v1::BackwardMessage>* previous_;
+  Channel* up_;
+  Channel* down_;
   StageMetrics& metrics_;
   std::function<void()> after_each_;
   // Two micro-batches may wait per direction: enough to cover one tick's
@@ -156,8 +179,26 @@ std::unique_ptr<Sender<Message>> Connect(
 struct NeighborLinks::Impl {
   std::unique_ptr<Sender<petra::v1::ForwardMessage>> next;
   std::unique_ptr<Sender<petra::v1::BackwardMessage>> previous;
+  Channel up, down;  // the data channels beside `next` and `previous`
   std::unique_ptr<NeighborOutbox> outbox;
+  absl::Status error;  // a data channel that could not be made
 };
+
+namespace {
+
+// The data channel beside `stream`, as the coordinator chose it.
+template <typename Message>
+absl::Status OpenChannel(petra::v1::Transport transport,
+                         Sender<Message>* stream, Channel* channel) {
+  if (stream == nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
+      link::MakePlacer(transport, [stream] { return stream->health(); });
+  if (!placer.ok()) return placer.status();
+  channel->placer = std::move(*placer);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
                              const wire::TransportSecurity& security,
@@ -179,9 +220,16 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
           return s.Backward(c);
         });
   }
+  impl_->error = OpenChannel(job.assign.next_transport(), impl_->next.get(),
+                             &impl_->up);
+  if (absl::Status s = OpenChannel(job.assign.previous_transport(),
+                                   impl_->previous.get(), &impl_->down);
+      impl_->error.ok()) {
+    impl_->error = s;
+  }
   impl_->outbox = std::make_unique<NeighborOutbox>(
-      job, pass, impl_->next.get(), impl_->previous.get(), metrics,
-      std::move(after_each));
+      job, pass, impl_->next.get(), impl_->previous.get(), &impl_->up,
+      &impl_->down, metrics, std::move(after_each));
 }
 
 NeighborLinks::~NeighborLinks() {
@@ -192,9 +240,14 @@ NeighborLinks::~NeighborLinks() {
 engine::StageOutbox& NeighborLinks::outbox() { return *impl_->outbox; }
 
 void NeighborLinks::Cancel() {
+  for (Channel* c : {&impl_->up, &impl_->down}) {
+    if (c->placer) c->placer->Cancel();
+  }
   if (impl_->next) impl_->next->Cancel();
   if (impl_->previous) impl_->previous->Cancel();
 }
+
+absl::Status NeighborLinks::status() const { return impl_->error; }
 
 absl::Status NeighborLinks::Finish(absl::Status status) {
   // A failed pass cancels the streams first, so queued sends end at once.

@@ -26,6 +26,9 @@ class NeighborLinks {
   ~NeighborLinks();
 
   engine::StageOutbox& outbox();
+  // Not OK when a data channel the job chose could not be made here: the
+  // pass must not start.
+  absl::Status status() const;
   void Cancel();
   // Ends the pass's sending: waits for what is queued (after cancelling
   // the streams when `status` is already an error), closes the streams and

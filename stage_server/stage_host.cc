@@ -13,6 +13,7 @@
 #include "services/engine/stage_worker.h"
 #include "services/job/device_name.h"
 #include "services/job/job_spec_validation.h"
+#include "services/link/endpoint.h"
 #include "services/metrics/process_memory.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_memory.h"
@@ -48,6 +49,23 @@ absl::StatusOr<engine::Transfer> StartCopy(const StageJob& job,
                                            Payload& payload) {
   return job.transfer.ToDevice(wire::TensorsOf(payload),
                                payload.header.micro_batch_id);
+}
+
+// The stage loop of the pass's phase.
+absl::Status RunPhase(StageJob& job, const PassInfo& pass,
+                      engine::StageOutbox& outbox) {
+  switch (pass.phase) {
+    case petra::v1::PHASE_TRAIN:
+      return engine::RunStageEpoch(
+          *job.worker, job.mailbox, outbox, pass.micro_batches,
+          engine::ScheduleForMode(job.assign.spec().training().mode()));
+    case petra::v1::PHASE_GRADIENT_CHECK:
+      return engine::RunStageGradientCheck(*job.worker, job.mailbox, outbox,
+                                           pass.micro_batches);
+    default:
+      return engine::RunStageEval(*job.worker, job.mailbox, outbox,
+                                  pass.micro_batches);
+  }
 }
 
 }  // namespace
@@ -267,20 +285,8 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
       job->cancel_streams = [&links] { links->Cancel(); };
     }
     if (job->released) job->CancelStreams();
-    switch (pass.phase) {
-      case petra::v1::PHASE_TRAIN:
-        status = engine::RunStageEpoch(
-            *job->worker, job->mailbox, links->outbox(), pass.micro_batches,
-            engine::ScheduleForMode(job->assign.spec().training().mode()));
-        break;
-      case petra::v1::PHASE_GRADIENT_CHECK:
-        status = engine::RunStageGradientCheck(
-            *job->worker, job->mailbox, links->outbox(), pass.micro_batches);
-        break;
-      default:
-        status = engine::RunStageEval(*job->worker, job->mailbox,
-                                      links->outbox(), pass.micro_batches);
-    }
+    status = links->status();  // a data channel that could not be made
+    if (status.ok()) status = RunPhase(*job, pass, links->outbox());
     status = links->Finish(status);
     {
       std::lock_guard<std::mutex> lock(job->streams_mu);
@@ -411,6 +417,7 @@ StageStatus StageHost::Status() {
   StageStatus s;
   s.set_device(options_.device);
   s.set_version(kVersion);
+  *s.mutable_endpoint() = link::LocalEndpoint();
   std::lock_guard<std::mutex> lock(mu_);
   if (job_ == nullptr) {
     s.set_state(draining_ ? StageStatus::STATE_DRAINING

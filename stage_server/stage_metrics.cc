@@ -69,12 +69,15 @@ struct StageMetrics::Families {
                    .Register(r)),
         sent(prometheus::BuildCounter()
                  .Name("petra_stage_stream_sent_bytes_total")
-                 .Help("Payload bytes a stage sent on its streams, by stream")
+                 .Help("Payload bytes a stage sent to its neighbours, by stream "
+                       "and by the data channel the tensors went through "
+                       "(transport: grpc or shm)")
                  .Register(r)),
         received(prometheus::BuildCounter()
                      .Name("petra_stage_stream_received_bytes_total")
-                     .Help("Payload bytes a stage received on its streams, by "
-                           "stream")
+                     .Help("Payload bytes a stage received from its neighbours "
+                           "and the coordinator, messages and data channels "
+                           "together, by stream")
                      .Register(r)),
         cosine(prometheus::BuildGauge()
                    .Name("petra_stage_grad_cosine_similarity")
@@ -196,9 +199,10 @@ void StageMetrics::Diagnostic(int stage, const char* reference,
   f_->norm_ratio.Add(l).Set(norm_ratio);
 }
 
-void StageMetrics::Sent(bool backward, int64_t bytes) {
+void StageMetrics::Sent(bool backward, const char* transport,
+                        int64_t bytes) {
   if (!f_) return;
-  f_->sent.Add({{"stream", Direction(backward)}})
+  f_->sent.Add({{"stream", Direction(backward)}, {"transport", transport}})
       .Increment(static_cast<double>(bytes));
 }
 

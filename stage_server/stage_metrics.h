@@ -37,8 +37,9 @@ class StageMetrics {
   // gradient, --grad-diagnostics) or "end_to_end" (--e2e-diagnostics).
   void Diagnostic(int stage, const char* reference, double cosine_similarity,
                   double norm_ratio);
-  // Stream payload: `backward` selects the Backward stream.
-  void Sent(bool backward, int64_t bytes);
+  // Stream payload: `backward` selects the Backward stream; `transport`
+  // the data channel the tensors went through ("grpc", "shm").
+  void Sent(bool backward, const char* transport, int64_t bytes);
   void Received(bool backward, int64_t bytes);
   // An error sent back for a message or returned by an RPC.
   void Error(absl::StatusCode code);

@@ -4,7 +4,9 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "services/cli/event_log.h"
 #include "services/cli/paths.h"
+#include "services/link/shared_ring.h"
 #include "services/metrics/metrics_exposer.h"
 #include "services/model/device_check.h"
 #include "services/wire/grpc_defaults.h"
@@ -81,6 +83,11 @@ absl::Status StageServer::Start() {
   }
   stage_metrics_ = std::make_unique<StageMetrics>(
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
+  // Shared-memory rings left by servers of this host that died holding them
+  // (their names; the memory goes with the last mapping).
+  if (const int swept = link::SweepOrphanRings(); swept > 0) {
+    PETRA_LOG_EVENT(kInfo, "orphan_rings_swept", {"count", absl::StrCat(swept)});
+  }
   host_ = std::make_unique<StageHost>(StageHost::Options{
       options_.device, static_cast<int>(options_.threads), options_.state_dir,
       stage_metrics_.get(), security_, options_.memory_limit_bytes});

@@ -3,6 +3,7 @@
 #include <deque>
 #include <mutex>
 
+#include "services/link/channel_factory.h"
 #include "services/wire/stage_messages.h"
 #include "services/wire/status_map.h"
 #include "services/wire/transport_security.h"
@@ -114,9 +115,13 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
       return;
     }
     const uint64_t id = in_.micro_batch_id();
-    metrics_.Received(backward_, static_cast<int64_t>(in_.ByteSizeLong()));
+    const int64_t message_bytes = static_cast<int64_t>(in_.ByteSizeLong());
+    const uint64_t fetched = fetcher_->fetched_bytes();
     absl::Status status;
     auto whole = assembler_.Add(std::move(in_));  // takes its payload
+    metrics_.Received(
+        backward_, message_bytes + static_cast<int64_t>(
+                                       fetcher_->fetched_bytes() - fetched));
     if (!whole.ok()) {
       status = whole.status();
     } else if (whole->has_value()) {
@@ -142,7 +147,10 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
 
  private:
   In in_;
-  Assembler assembler_;
+  // Reads the data channel the sender's messages name, if any (before the
+  // assembler, which uses it).
+  std::unique_ptr<wire::PayloadFetcher> fetcher_ = link::MakeFetcher();
+  Assembler assembler_{wire::TensorLimits{}, fetcher_.get()};
   Deliver deliver_;
   StageMetrics& metrics_;
   const bool backward_;

@@ -340,6 +340,15 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               });
   f.AddCustom("seed", "N", "0", "seed of every random choice",
               Uint64([s](uint64_t v) { s->set_seed(v); }));
+  const EnumDescriptor* transport = GetEnumDescriptor<petra::v1::Transport>();
+  f.AddCustom("transport", Choices(transport), "auto",
+              "what activations travel through between processes: auto "
+              "(shared memory where both ends share a host's /dev/shm, gRPC "
+              "elsewhere), grpc, shm (refused for a link that cannot share "
+              "memory) or cuda_ipc (not built yet; docs/DATA_PLANE.md)",
+              Enum(transport, [s](int v) {
+                s->set_transport(static_cast<petra::v1::Transport>(v));
+              }));
   f.AddCustom(
       "devices", "D1,D2,...", "cpu",
       "device of every stage (one entry) or of each stage: cpu, cuda, cuda:N",

@@ -149,6 +149,9 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     train->set_non_finite(petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL);
   }
 
+  if (spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED) {
+    spec->set_transport(petra::v1::TRANSPORT_AUTO);
+  }
   if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
     spec->set_recipe(petra::v1::RECIPE_DEFAULT);
   }

@@ -423,6 +423,11 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
 void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::OptimizerSpec& o = s.optimizer();
   CheckEnum<petra::v1::Recipe>(p, "recipe", s.recipe(), false);
+  CheckEnum<petra::v1::Transport>(p, "transport", s.transport(), false);
+  if (s.transport() == petra::v1::TRANSPORT_CUDA_IPC) {
+    p.Add("transport", "cuda_ipc",
+          "not built yet: use auto, shm or grpc (docs/DATA_PLANE.md)");
+  }
   CheckEnum<petra::v1::OptimizerSpec::Kind>(p, "optimizer.kind", o.kind(),
                                             false);
   if (!std::isfinite(o.learning_rate()) || o.learning_rate() < 0) {

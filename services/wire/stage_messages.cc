@@ -25,6 +25,70 @@ absl::StatusOr<Slot> Chunked(const torch::Tensor& t, uint64_t chunk_bytes) {
   return slot;
 }
 
+// The tensors' headers, their bytes in `placer`'s data channel: one chunk
+// per defined tensor, carrying a SlotRef and no bytes.
+absl::StatusOr<std::vector<Slot>> Placed(
+    const std::vector<const torch::Tensor*>& tensors, PayloadPlacer* placer) {
+  std::vector<Slot> slots(tensors.size());
+  std::vector<torch::Tensor> dense;  // alive until placed
+  std::vector<PayloadPiece> pieces;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i]->defined()) continue;
+    absl::StatusOr<torch::Tensor> d =
+        DenseWithHeader(*tensors[i], &slots[i].chunks.emplace_back());
+    if (!d.ok()) return d.status();
+    pieces.push_back({d->data_ptr(), static_cast<uint64_t>(d->numel()) *
+                                         d->element_size()});
+    dense.push_back(std::move(*d));
+    owner.push_back(i);
+  }
+  if (pieces.empty()) return slots;  // nothing for the channel to carry
+  absl::StatusOr<std::vector<petra::v1::SlotRef>> refs = placer->Place(pieces);
+  if (!refs.ok()) return refs.status();
+  for (size_t k = 0; k < owner.size(); ++k) {
+    *slots[owner[k]].chunks.front().mutable_slot() = std::move((*refs)[k]);
+  }
+  return slots;
+}
+
+absl::StatusOr<std::vector<Slot>> Encoded(
+    const std::vector<const torch::Tensor*>& tensors, uint64_t chunk_bytes,
+    PayloadPlacer* placer) {
+  if (placer != nullptr) return Placed(tensors, placer);
+  std::vector<Slot> slots;
+  for (const torch::Tensor* t : tensors) {
+    absl::StatusOr<Slot> s = Chunked(*t, chunk_bytes);
+    if (!s.ok()) return s.status();
+    slots.push_back(std::move(*s));
+  }
+  return slots;
+}
+
+// Brings in the bytes of the part's tensors that a data channel carries.
+absl::Status FetchSlots(const std::vector<petra::v1::Tensor*>& tensors,
+                        const std::vector<std::string>& names,
+                        const TensorLimits& limits, PayloadFetcher* fetcher,
+                        uint64_t id) {
+  std::vector<PayloadFetcher::Field> fields;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i] != nullptr && tensors[i]->has_slot()) {
+      fields.push_back({tensors[i], names[i]});
+    }
+  }
+  if (fields.empty()) return absl::OkStatus();
+  if (fetcher == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batch ", id, ": ", fields.front().name,
+                     " names a data-channel slot, which this receiver does "
+                     "not read"));
+  }
+  absl::Status s = fetcher->Fetch(fields, limits);
+  if (s.ok()) return s;
+  return absl::Status(s.code(),
+                      absl::StrCat("micro-batch ", id, ": ", s.message()));
+}
+
 // Packs the slots' chunks into parts: in order, at most one chunk per slot
 // per part, and at most `budget` payload bytes per part (a single chunk is
 // never over budget: it was cut to size). The chunks are moved out of the
@@ -218,7 +282,7 @@ std::vector<torch::Tensor*> TensorsOf(BackwardPayload& p) {
 }
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
-    const ForwardPayload& p, uint64_t chunk_bytes) {
+    const ForwardPayload& p, uint64_t chunk_bytes, PayloadPlacer* placer) {
   if (p.tangents.size() > static_cast<size_t>(kMaxTangents)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a forward message carries at most ", kMaxTangents,
@@ -229,14 +293,11 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     tensors.push_back(&t.a);
     tensors.push_back(&t.b);
   }
-  std::vector<Slot> slots;
-  for (const torch::Tensor* t : tensors) {
-    absl::StatusOr<Slot> s = Chunked(*t, chunk_bytes);
-    if (!s.ok()) return s.status();
-    slots.push_back(std::move(*s));
-  }
+  absl::StatusOr<std::vector<Slot>> slots =
+      Encoded(tensors, chunk_bytes, placer);
+  if (!slots.ok()) return slots.status();
   std::vector<petra::v1::ForwardMessage> out;
-  for (const auto& part : Pack(slots, chunk_bytes)) {
+  for (const auto& part : Pack(*slots, chunk_bytes)) {
     petra::v1::ForwardMessage& m = out.emplace_back();
     SetHeader(p.header, &m);
     for (const auto& [slot, chunk] : part) {
@@ -262,16 +323,12 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
 }
 
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
-    const BackwardPayload& p, uint64_t chunk_bytes) {
-  std::vector<Slot> slots;
-  for (const torch::Tensor* t :
-       {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b}) {
-    absl::StatusOr<Slot> s = Chunked(*t, chunk_bytes);
-    if (!s.ok()) return s.status();
-    slots.push_back(std::move(*s));
-  }
+    const BackwardPayload& p, uint64_t chunk_bytes, PayloadPlacer* placer) {
+  absl::StatusOr<std::vector<Slot>> slots = Encoded(
+      {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b}, chunk_bytes, placer);
+  if (!slots.ok()) return slots.status();
   std::vector<petra::v1::BackwardMessage> out;
-  for (const auto& part : Pack(slots, chunk_bytes)) {
+  for (const auto& part : Pack(*slots, chunk_bytes)) {
     petra::v1::BackwardMessage& m = out.emplace_back();
     SetHeader(p.header, &m);
     if (out.size() == 1) {
@@ -291,7 +348,9 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
   return out;
 }
 
-ForwardAssembler::ForwardAssembler(TensorLimits limits) : limits_(limits) {}
+ForwardAssembler::ForwardAssembler(TensorLimits limits,
+                                   PayloadFetcher* fetcher)
+    : limits_(limits), fetcher_(fetcher) {}
 
 absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
     petra::v1::ForwardMessage m) {
@@ -316,6 +375,13 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
     const auto pair = Present(m.mutable_tangents(k));
     tensors.push_back(pair.first);
     tensors.push_back(pair.second);
+  }
+  if (absl::Status s =
+          FetchSlots(tensors, names, limits_, fetcher_, m.micro_batch_id());
+      !s.ok()) {
+    header_.reset();
+    slots_.clear();
+    return s;
   }
   absl::StatusOr<bool> last =
       AddPart(m, tensors, names, limits_, header_, slots_);
@@ -366,7 +432,9 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
   return p;
 }
 
-BackwardAssembler::BackwardAssembler(TensorLimits limits) : limits_(limits) {}
+BackwardAssembler::BackwardAssembler(TensorLimits limits,
+                                     PayloadFetcher* fetcher)
+    : limits_(limits), fetcher_(fetcher) {}
 
 absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
     petra::v1::BackwardMessage m) {
@@ -384,9 +452,18 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
                       m.directional().end());
   const auto activation = Present(m.mutable_activation());
   const auto gradient = Present(m.mutable_gradient());
-  absl::StatusOr<bool> last = AddPart(
-      m, {activation.first, activation.second, gradient.first, gradient.second},
-      names, limits_, header_, slots_);
+  const std::vector<petra::v1::Tensor*> tensors = {
+      activation.first, activation.second, gradient.first, gradient.second};
+  if (absl::Status s =
+          FetchSlots(tensors, names, limits_, fetcher_, m.micro_batch_id());
+      !s.ok()) {
+    header_.reset();
+    slots_.clear();
+    directional_.clear();
+    return s;
+  }
+  absl::StatusOr<bool> last =
+      AddPart(m, tensors, names, limits_, header_, slots_);
   if (!last.ok()) return last.status();
   if (!*last) return std::nullopt;
   BackwardPayload p;

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/stage.pb.h"
 #include "services/model/tensor_pair.h"
+#include "services/wire/data_channel.h"
 #include "services/wire/tensor_chunks.h"
 #include "services/wire/tensor_limits.h"
 
@@ -52,18 +53,25 @@ struct BackwardPayload {
 std::vector<torch::Tensor*> TensorsOf(ForwardPayload& payload);
 std::vector<torch::Tensor*> TensorsOf(BackwardPayload& payload);
 
+// With a `placer`, the tensors' bytes go into its data channel and the one
+// message carries a SlotRef per tensor instead (no chunks).
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
-    const ForwardPayload& payload, uint64_t chunk_bytes);
+    const ForwardPayload& payload, uint64_t chunk_bytes,
+    PayloadPlacer* placer = nullptr);
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
-    const BackwardPayload& payload, uint64_t chunk_bytes);
+    const BackwardPayload& payload, uint64_t chunk_bytes,
+    PayloadPlacer* placer = nullptr);
 
 // Joins the messages of one stream. Add returns the micro-batch once its
 // last part has arrived, nothing while parts are missing, and
 // INVALID_ARGUMENT (naming the micro-batch and field) for a malformed part;
 // after an error the partial micro-batch is dropped and the stream goes on.
+// Tensors whose bytes a data channel carries are fetched through `fetcher`
+// (none: such a message is refused).
 class ForwardAssembler {
  public:
-  explicit ForwardAssembler(TensorLimits limits = {});
+  explicit ForwardAssembler(TensorLimits limits = {},
+                            PayloadFetcher* fetcher = nullptr);
   // Takes `m` by value: pass it with std::move and its payload becomes the
   // tensors' storage without a copy.
   absl::StatusOr<std::optional<ForwardPayload>> Add(
@@ -71,6 +79,7 @@ class ForwardAssembler {
 
  private:
   TensorLimits limits_;
+  PayloadFetcher* fetcher_;
   std::optional<MessageHeader> header_;
   // first, second, labels, then each tangent's first and second
   std::vector<std::optional<TensorAssembler>> slots_;
@@ -78,12 +87,14 @@ class ForwardAssembler {
 
 class BackwardAssembler {
  public:
-  explicit BackwardAssembler(TensorLimits limits = {});
+  explicit BackwardAssembler(TensorLimits limits = {},
+                             PayloadFetcher* fetcher = nullptr);
   absl::StatusOr<std::optional<BackwardPayload>> Add(
       petra::v1::BackwardMessage m);  // as ForwardAssembler::Add
 
  private:
   TensorLimits limits_;
+  PayloadFetcher* fetcher_;
   std::optional<MessageHeader> header_;
   // output.first, output.second, grad.first, grad.second
   std::vector<std::optional<TensorAssembler>> slots_;

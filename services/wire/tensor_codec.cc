@@ -83,6 +83,16 @@ void SetHeader(const at::Tensor& dense, petra::v1::DType dtype,
 
 }  // namespace
 
+absl::StatusOr<at::Tensor> DenseWithHeader(const at::Tensor& tensor,
+                                           petra::v1::Tensor* header) {
+  absl::StatusOr<at::Tensor> dense = Dense(tensor);
+  if (!dense.ok()) return dense.status();
+  absl::StatusOr<petra::v1::DType> dtype = ToWire(dense->scalar_type());
+  if (!dtype.ok()) return dtype.status();
+  SetHeader(*dense, *dtype, header);
+  return dense;
+}
+
 absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out) {
   // Chunk size 0: one whole tensor.
   absl::StatusOr<std::vector<petra::v1::Tensor>> whole =

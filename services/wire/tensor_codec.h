@@ -30,6 +30,12 @@ absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out);
 absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
     const at::Tensor& tensor, uint64_t chunk_bytes);
 
+// The tensor as its bytes leave (on the CPU, contiguous), with `header`
+// set to its dtype and shape and no payload: for a data channel that
+// carries the bytes beside the message (data_channel.h).
+absl::StatusOr<at::Tensor> DenseWithHeader(const at::Tensor& tensor,
+                                           petra::v1::Tensor* header);
+
 // Builds a CPU tensor from `in` after ValidateTensor: nothing is allocated
 // for a tensor whose header or size is wrong. `field` names it in errors.
 absl::StatusOr<at::Tensor> DecodeTensor(const petra::v1::Tensor& in,

@@ -105,6 +105,7 @@ class Fleet:
         self.procs[name] = subprocess.Popen(self.commands[name], stdout=log,
                                             stderr=subprocess.STDOUT)
         log.close()
+        self.pids = getattr(self, "pids", []) + [self.procs[name].pid]
 
     def start_servers(self):
         for j, name in enumerate(("stage-0", "stage-1", "stage-2")):
@@ -315,6 +316,23 @@ def names_a_fault(reason, faults, fleet):
     return False
 
 
+def leaked_rings(pids):
+    """Shared-memory rings (docs/DATA_PLANE.md) still named by processes of
+    the run once all of them are gone: each is a leak. Removed once
+    counted, so one run's leak does not count against the next."""
+    leaked = 0
+    for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+        parts = name.split("-")
+        if len(parts) == 4 and parts[0] == "petra" and \
+                parts[2].isdigit() and int(parts[2]) in pids:
+            leaked += 1
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+    return leaked
+
+
 def one_run(args, run, seed, baseline, use_tmpfs):
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix=f"petra-chaos-{run}-")
@@ -414,6 +432,11 @@ def one_run(args, run, seed, baseline, use_tmpfs):
         result["events"] = [(round(t - (events[0][0] if events else t), 1),
                              k, w) for t, k, w in events]
         fleet.close()
+        leaked = leaked_rings(set(getattr(fleet, "pids", [])))
+        if leaked:
+            result["ok"] = False
+            result["why"] = (f"{leaked} shared-memory ring(s) outlived the "
+                             "run's processes")
         if args.keep:
             result["dir"] = root
         else:
@@ -453,10 +476,15 @@ def main(argv):
                    help="faults start within this many seconds of the "
                         "submission (default: 0.8 x the uninterrupted job's "
                         "time)")
+    p.add_argument("--transport", default="auto",
+                   choices=["auto", "grpc", "shm"],
+                   help="the job's data channel between stages (default "
+                        "auto: shared memory on this one host)")
     p.add_argument("--json", help="write every run's record here")
     p.add_argument("--keep", action="store_true",
                    help="keep each run's directory (logs, state)")
     a = p.parse_args(argv)
+    JOB.extend(["--transport", a.transport])
     if a.runs < 1:
         p.error("--runs must be at least 1")
     if not a.bound > 0 or (a.fault_window is not None and

@@ -116,6 +116,16 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
             gpus.update(device["device_ids"])
         self.assertEqual(len(gpus), 2, "stages share a GPU")
 
+    def test_shm_override_renders(self):
+        # Every petra container shares the host's /dev/shm, so auto picks
+        # shared memory for every link; the others are left as they were.
+        config = compose_config("docker-compose.yml", "docker-compose.shm.yml")
+        for name, service in config["services"].items():
+            if is_petra(service):
+                self.assertEqual(service.get("ipc"), "host", name)
+            else:
+                self.assertNotIn("ipc", service, name)
+
     def test_prometheus_scrapes_every_process(self):
         path = os.path.join(COMPOSE_DIR, "prometheus.yml")
         with open(path) as f:

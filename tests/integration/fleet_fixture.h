@@ -14,6 +14,7 @@
 
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "services/link/shared_ring.h"
 #include "tests/integration/binaries.h"
 #include "tests/integration/subprocess.h"
 
@@ -139,6 +140,39 @@ class FleetProcesses : public ::testing::Test {
     grpc::Status s = stub->GetJob(&context, request, &job);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return job;
+  }
+
+  // No shared-memory ring of the data channels (docs/DATA_PLANE.md) is
+  // left once jobs ended: no running fleet process maps one or has one
+  // named, and the names of processes that were killed were swept (by
+  // the servers that started after them). Rings are let go as their pass
+  // ends, so this waits a little for the last pass's streams to close.
+  void ExpectNoRingsLeft(const std::vector<pid_t>& killed = {}) {
+    std::vector<pid_t> live;
+    for (const auto& s : stages_) {
+      if (s != nullptr && s->pid() > 0) live.push_back(s->pid());
+    }
+    if (coordinator_ != nullptr && coordinator_->pid() > 0) {
+      live.push_back(coordinator_->pid());
+    }
+    auto left = [&] {
+      int n = 0;
+      for (pid_t p : live) n += link::CountRingMappings(p) +
+                                link::CountRingNames(p);
+      for (pid_t p : killed) n += link::CountRingNames(p);
+      return n;
+    };
+    const auto end = Clock::now() + std::chrono::seconds(10);
+    while (left() > 0 && Clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (pid_t p : live) {
+      EXPECT_EQ(link::CountRingMappings(p), 0) << "process " << p;
+      EXPECT_EQ(link::CountRingNames(p), 0) << "process " << p;
+    }
+    for (pid_t p : killed) {
+      EXPECT_EQ(link::CountRingNames(p), 0) << "killed process " << p;
+    }
   }
 
   petra::v1::StageStatus StageStatus(int j) {

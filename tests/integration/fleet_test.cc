@@ -98,6 +98,8 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
   for (int j = 0; j < 2; ++j) {
     EXPECT_EQ(StageStatus(j).state(), petra::v1::StageStatus::STATE_IDLE);
   }
+  // Cancelled mid-transfer, its shared-memory rings all went with it.
+  ExpectNoRingsLeft();
   // The freed servers take the next job.
   const std::string next = Submit(SmallJob(1));
   RunResult watch = Petra({"watch", next});

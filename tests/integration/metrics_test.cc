@@ -119,8 +119,10 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
       EXPECT_GT(Sum(a, moving), Sum(b, moving)) << moving;
     }
     const std::string sent =
-        j == 0 ? "petra_stage_stream_sent_bytes_total{stream=\"forward\"}"
-               : "petra_stage_stream_sent_bytes_total{stream=\"backward\"}";
+        j == 0 ? "petra_stage_stream_sent_bytes_total{stream=\"forward\","
+                 "transport=\""
+               : "petra_stage_stream_sent_bytes_total{stream=\"backward\","
+                 "transport=\"";
     const std::string received =
         j == 0 ? "petra_stage_stream_received_bytes_total{stream=\"backward\"}"
                : "petra_stage_stream_received_bytes_total{stream=\"forward\"}";

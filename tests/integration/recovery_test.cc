@@ -110,6 +110,7 @@ TEST_F(Recovery,
   const std::string id = Submit(MnistJob(3));
   WaitUntilTrainingAfter(id, 1);
   const int port = Port(1);
+  const pid_t killed_pid = stages_[1]->pid();
   ASSERT_EQ(stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10)), -1);
   const auto killed = Clock::now();
   // The coordinator notices within 5 s.
@@ -149,6 +150,10 @@ TEST_F(Recovery,
   EXPECT_EQ(rows["1"], rows["2"]);
   EXPECT_EQ(rows["2"], rows["3"]);
   EXPECT_GT(rows["1"], 0);
+  // The links were shared memory (auto, one host), and the stage died
+  // holding rings: none is left.
+  EXPECT_EQ(done.stages(0).transport_to_next(), petra::v1::TRANSPORT_SHM);
+  ExpectNoRingsLeft({killed_pid});
 }
 
 TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {

@@ -7,8 +7,11 @@ in a host with popen(); limit_bandwidth() puts a token bucket (tc tbf, which
 this kernel has) on a host's link; delay, loss and partitions come from
 faultproxy.py beside this file, run in the namespace of the server it
 fronts. close() kills what was started and deletes every namespace and link
-it made (the veths go with their namespaces). Needs CAP_NET_ADMIN:
-available() says why not when it is missing.
+it made (the veths go with their namespaces). Each process also gets a
+/dev/shm of its own (a private tmpfs in a mount namespace of its own), as
+on separate machines: the fleet's shared-memory transport must not join
+two "hosts" (docs/DATA_PLANE.md). Needs CAP_NET_ADMIN and CAP_SYS_ADMIN:
+available() says why not when they are missing.
 """
 
 import os
@@ -17,6 +20,11 @@ import time
 
 IP = "/usr/sbin/ip"
 TC = "/usr/sbin/tc"
+UNSHARE = "/usr/bin/unshare"
+# Runs its arguments with a /dev/shm of their own (the mount namespace
+# unshare makes is private: the host's /dev/shm is left alone).
+OWN_SHM = [UNSHARE, "--mount", "sh", "-c",
+           'mount -t tmpfs -o size=256m petra-shm /dev/shm && exec "$0" "$@"']
 
 
 def run(argv):
@@ -30,6 +38,8 @@ def available():
     for tool in (IP, TC):
         if not os.access(tool, os.X_OK):
             return "%s is missing (Debian's iproute2)" % tool
+    if subprocess.run(OWN_SHM + ["true"], capture_output=True).returncode:
+        return "cannot give a process its own /dev/shm (unshare --mount)"
     name = "petra-probe-%d" % os.getpid()
     try:
         run([IP, "netns", "add", name])
@@ -75,8 +85,9 @@ class Network:
 
     def popen(self, host, argv, **kwargs):
         """Starts argv in `host`; close() stops it."""
-        p = subprocess.Popen([IP, "netns", "exec", self.hosts[host][0]] + argv,
-                             **kwargs)
+        p = subprocess.Popen(
+            [IP, "netns", "exec", self.hosts[host][0]] + OWN_SHM + argv,
+            **kwargs)
         self.processes.append(p)
         return p
 

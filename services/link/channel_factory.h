@@ -1,0 +1,26 @@
+// The one place a transport becomes a data channel: the stage's neighbour
+// links and the coordinator's feed ask here, so a new transport is a new
+// adapter in services/link and a case below, and nothing else changes.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/job.pb.h"
+#include "services/wire/data_channel.h"
+
+namespace petra::link {
+
+// The sending end for a link the coordinator chose `transport` for: null
+// for gRPC (the bytes stay in the messages). `keep_going` is asked while
+// the channel waits for room (the stream's health).
+absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
+    petra::v1::Transport transport,
+    std::function<absl::Status()> keep_going);
+
+// The receiving end of one incoming stream: reads whatever channel the
+// sender's messages name.
+std::unique_ptr<wire::PayloadFetcher> MakeFetcher();
+
+}  // namespace petra::link

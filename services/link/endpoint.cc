@@ -1,0 +1,58 @@
+#include "services/link/endpoint.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "services/link/shared_ring.h"
+
+namespace petra::link {
+namespace {
+
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// Empty unless a ring can actually be made and read back here.
+std::string ShmDomain(const std::string& host) {
+  struct stat st {};
+  if (host.empty() || stat("/dev/shm", &st) != 0) return "";
+  auto probe = SharedRing::Create(1, 64);
+  if (!probe.ok()) return "";
+  return absl::StrCat(host, ":", st.st_dev, ":", st.st_ino);
+}
+
+petra::v1::LinkEndpoint Make() {
+  petra::v1::LinkEndpoint e;
+  e.set_host_id(BootId());
+  bool grpc = true, shm = true;
+  if (const char* only = std::getenv("PETRA_TRANSPORTS");
+      only != nullptr && *only != '\0') {
+    grpc = shm = false;
+    for (absl::string_view t : absl::StrSplit(only, ',')) {
+      grpc |= t == "grpc";
+      shm |= t == "shm";
+    }
+  }
+  if (shm) e.set_shm_domain(ShmDomain(e.host_id()));
+  if (grpc) e.add_transports(petra::v1::TRANSPORT_GRPC);
+  if (!e.shm_domain().empty()) e.add_transports(petra::v1::TRANSPORT_SHM);
+  return e;
+}
+
+}  // namespace
+
+const petra::v1::LinkEndpoint& LocalEndpoint() {
+  static const petra::v1::LinkEndpoint* const endpoint =
+      new petra::v1::LinkEndpoint(Make());
+  return *endpoint;
+}
+
+}  // namespace petra::link

@@ -1,0 +1,15 @@
+// This process's LinkEndpoint: what a neighbour needs to know to pick the
+// data channel between them (transport_choice.h). Read once, at first use.
+#pragma once
+
+#include "petra/v1/stage.pb.h"
+
+namespace petra::link {
+
+// The host's boot id, the /dev/shm this process sees (empty when none is
+// usable: a ring cannot be made there), and the transports offered. The
+// environment variable PETRA_TRANSPORTS ("grpc" or "grpc,shm") narrows the
+// offer, e.g. to keep a server off shared memory.
+const petra::v1::LinkEndpoint& LocalEndpoint();
+
+}  // namespace petra::link

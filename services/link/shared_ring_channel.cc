@@ -1,0 +1,123 @@
+#include "services/link/shared_ring_channel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "services/wire/tensor_validation.h"
+
+namespace petra::link {
+namespace {
+
+constexpr uint64_t kAlign = 64;
+
+uint64_t Aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+SharedRingPlacer::SharedRingPlacer(std::function<absl::Status()> keep_going,
+                                   int slots)
+    : keep_going_(std::move(keep_going)), slots_(slots) {}
+
+absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
+    const std::vector<wire::PayloadPiece>& pieces) {
+  if (cancelled_) return absl::CancelledError("the link was cancelled");
+  // Nothing to carry (a message of directional derivatives only): a slot
+  // would be published that no message names, and never freed.
+  if (pieces.empty()) return std::vector<petra::v1::SlotRef>();
+  uint64_t total = 0;
+  for (const wire::PayloadPiece& p : pieces) total += Aligned(p.bytes);
+  // Outgrown rings go once the receiver has read all they hold.
+  old_.erase(std::remove_if(old_.begin(), old_.end(),
+                            [](const std::unique_ptr<SharedRing>& r) {
+                              return r->Idle();
+                            }),
+             old_.end());
+  if (ring_ == nullptr || ring_->slot_bytes() < total) {
+    absl::StatusOr<std::unique_ptr<SharedRing>> made =
+        SharedRing::Create(slots_, std::max<uint64_t>(total, kAlign));
+    if (!made.ok()) return made.status();
+    if (ring_ != nullptr) old_.push_back(std::move(ring_));
+    ring_ = std::move(*made);
+  }
+  absl::StatusOr<SharedRing::Lease> lease =
+      ring_->Acquire([this]() -> absl::Status {
+        if (cancelled_) return absl::CancelledError("the link was cancelled");
+        return keep_going_ ? keep_going_() : absl::OkStatus();
+      });
+  if (!lease.ok()) return lease.status();
+  std::vector<petra::v1::SlotRef> refs;
+  uint64_t offset = 0;
+  for (const wire::PayloadPiece& p : pieces) {
+    if (p.bytes > 0) std::memcpy(lease->data + offset, p.data, p.bytes);
+    petra::v1::SlotRef& r = refs.emplace_back();
+    r.set_ring(ring_->name());
+    r.set_index(lease->index);
+    r.set_offset(offset);
+    r.set_sequence(lease->sequence);
+    offset += Aligned(p.bytes);
+  }
+  ring_->Publish(*lease);
+  return refs;
+}
+
+absl::StatusOr<SharedRing*> SharedRingFetcher::Ring(const std::string& name) {
+  if (auto it = rings_.find(name); it != rings_.end()) return it->second.get();
+  absl::StatusOr<std::unique_ptr<SharedRing>> opened = SharedRing::Open(name);
+  if (!opened.ok()) return opened.status();
+  if (order_.size() >= kMaxRings) {
+    rings_.erase(order_.front());
+    order_.pop_front();
+  }
+  order_.push_back(name);
+  SharedRing* ring = opened->get();
+  rings_[name] = std::move(*opened);
+  return ring;
+}
+
+absl::Status SharedRingFetcher::Fetch(const std::vector<Field>& fields,
+                                      const wire::TensorLimits& limits) {
+  absl::Status status;
+  std::set<std::pair<SharedRing*, uint32_t>> used;
+  for (const Field& f : fields) {
+    if (f.tensor == nullptr || !f.tensor->has_slot()) continue;
+    const petra::v1::SlotRef ref = f.tensor->slot();
+    f.tensor->clear_slot();
+    absl::StatusOr<SharedRing*> ring = Ring(ref.ring());
+    if (!ring.ok()) {
+      if (status.ok()) {
+        status = absl::Status(ring.status().code(),
+                              absl::StrCat(f.name, ": ", ring.status().message()));
+      }
+      continue;
+    }
+    used.insert({*ring, ref.index()});
+    if (!status.ok()) continue;
+    if (!f.tensor->data().empty() || f.tensor->has_chunk()) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          f.name, ": has both bytes and a shared-memory slot"));
+      continue;
+    }
+    absl::StatusOr<uint64_t> bytes =
+        wire::ExpectedPayloadBytes(*f.tensor, limits, f.name);
+    if (!bytes.ok()) {
+      status = bytes.status();
+      continue;
+    }
+    absl::StatusOr<const uint8_t*> at =
+        (*ring)->Read(ref.index(), ref.sequence(), ref.offset(), *bytes);
+    if (!at.ok()) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(f.name, ": ", at.status().message()));
+      continue;
+    }
+    f.tensor->mutable_data()->assign(reinterpret_cast<const char*>(*at),
+                                     *bytes);
+    fetched_ += *bytes;
+  }
+  for (const auto& [ring, index] : used) ring->Free(index);
+  return status;
+}
+
+}  // namespace petra::link

@@ -1,0 +1,65 @@
+// TRANSPORT_SHM's data channel: wire::PayloadPlacer and PayloadFetcher over
+// shared_ring.h. The placer makes its ring at the first micro-batch, sized
+// to it, and a larger one when a micro-batch outgrows it; the fetcher maps
+// each ring it is named once and copies every micro-batch out at once, so a
+// slot is held only while its micro-batch crosses (never while it waits in
+// the receiver's queue: credits bound that).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "services/link/shared_ring.h"
+#include "services/wire/data_channel.h"
+
+namespace petra::link {
+
+// Slots per ring: one being written, one being read, one to spare.
+inline constexpr int kRingSlots = 3;
+
+class SharedRingPlacer : public wire::PayloadPlacer {
+ public:
+  // `keep_going` is asked while Place waits for a free slot (the stream's
+  // health: a receiver that is gone frees nothing).
+  explicit SharedRingPlacer(std::function<absl::Status()> keep_going = {},
+                            int slots = kRingSlots);
+  absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
+      const std::vector<wire::PayloadPiece>& pieces) override;
+  void Cancel() override { cancelled_ = true; }
+  const char* name() const override { return "shm"; }
+  // Rings this placer holds (the current one and outgrown ones whose slots
+  // are still being read).
+  int rings() const { return static_cast<int>(old_.size()) + (ring_ ? 1 : 0); }
+
+ private:
+  const std::function<absl::Status()> keep_going_;
+  const int slots_;
+  std::atomic<bool> cancelled_{false};
+  std::unique_ptr<SharedRing> ring_;
+  std::vector<std::unique_ptr<SharedRing>> old_;
+};
+
+class SharedRingFetcher : public wire::PayloadFetcher {
+ public:
+  absl::Status Fetch(const std::vector<Field>& fields,
+                     const wire::TensorLimits& limits) override;
+  uint64_t fetched_bytes() const override { return fetched_; }
+  int rings() const { return static_cast<int>(rings_.size()); }
+
+ private:
+  absl::StatusOr<SharedRing*> Ring(const std::string& name);
+
+  // Most rings kept mapped per stream: a sender replaces its ring only when
+  // a micro-batch outgrows it.
+  static constexpr size_t kMaxRings = 8;
+  std::map<std::string, std::unique_ptr<SharedRing>> rings_;
+  std::deque<std::string> order_;  // oldest first
+  uint64_t fetched_ = 0;
+};
+
+}  // namespace petra::link

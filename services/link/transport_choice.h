@@ -1,0 +1,24 @@
+// Which data channel a link uses: the job's `transport` and both ends'
+// LinkEndpoint decide, in one place (the coordinator calls this for every
+// link at Assign). No torch, no gRPC.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "petra/v1/stage.pb.h"
+
+namespace petra::link {
+
+// "grpc", "shm", "cuda_ipc", "auto".
+std::string TransportName(petra::v1::Transport t);
+
+// AUTO (or UNSPECIFIED): shared memory when both ends offer it and see the
+// same /dev/shm, gRPC otherwise. A forced transport that one end lacks is
+// FAILED_PRECONDITION naming the link (`link`, e.g. "stage 0 -> stage 1")
+// and why; CUDA_IPC is not built yet and always refused.
+absl::StatusOr<petra::v1::Transport> ChooseTransport(
+    petra::v1::Transport wanted, const petra::v1::LinkEndpoint& sender,
+    const petra::v1::LinkEndpoint& receiver, const std::string& link);
+
+}  // namespace petra::link

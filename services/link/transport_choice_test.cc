@@ -1,0 +1,77 @@
+#include "services/link/transport_choice.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "services/link/endpoint.h"
+#include "services/link/shared_ring.h"
+
+namespace petra::link {
+namespace {
+
+using ::petra::v1::LinkEndpoint;
+using ::testing::HasSubstr;
+
+LinkEndpoint End(const std::string& host, const std::string& shm) {
+  LinkEndpoint e;
+  e.set_host_id(host);
+  e.set_shm_domain(shm);
+  e.add_transports(petra::v1::TRANSPORT_GRPC);
+  if (!shm.empty()) e.add_transports(petra::v1::TRANSPORT_SHM);
+  return e;
+}
+
+TEST(TransportChoice, AutoSharesMemoryOnlyWhereBothEndsSeeTheSameShm) {
+  const auto a = End("boot-1", "boot-1:30:1");
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_AUTO, a, a, "l"),
+            petra::v1::TRANSPORT_SHM);
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_UNSPECIFIED, a, a, "l"),
+            petra::v1::TRANSPORT_SHM);
+  for (const LinkEndpoint& b :
+       {End("boot-2", "boot-2:30:1"), End("boot-1", "boot-1:31:7"),
+        End("boot-1", ""), LinkEndpoint()}) {
+    EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_AUTO, a, b, "l"),
+              petra::v1::TRANSPORT_GRPC)
+        << b.DebugString();
+  }
+}
+
+TEST(TransportChoice, AForcedTransportThatALinkLacksNamesTheLinkAndWhy) {
+  const auto a = End("boot-1", "boot-1:30:1");
+  auto other_host = ChooseTransport(petra::v1::TRANSPORT_SHM, a,
+                                    End("boot-2", "boot-2:30:1"),
+                                    "stage 0 -> stage 1");
+  EXPECT_EQ(other_host.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other_host.status().message(),
+              HasSubstr("stage 0 -> stage 1 cannot share memory: the two "
+                        "ends run on different hosts"));
+  auto other_shm = ChooseTransport(petra::v1::TRANSPORT_SHM, a,
+                                   End("boot-1", "boot-1:31:7"), "x");
+  EXPECT_THAT(other_shm.status().message(), HasSubstr("different /dev/shm"));
+  auto none = ChooseTransport(petra::v1::TRANSPORT_SHM, End("boot-1", ""), a,
+                              "x");
+  EXPECT_THAT(none.status().message(),
+              HasSubstr("the sender has no usable /dev/shm"));
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_GRPC, a, a, "x"),
+            petra::v1::TRANSPORT_GRPC);
+  auto ipc = ChooseTransport(petra::v1::TRANSPORT_CUDA_IPC, a, a, "x");
+  EXPECT_EQ(ipc.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(ipc.status().message(), HasSubstr("not built yet"));
+}
+
+TEST(TransportChoice, ThisProcessOffersWhatItsHostHas) {
+  const LinkEndpoint& e = LocalEndpoint();
+  EXPECT_FALSE(e.host_id().empty());
+  EXPECT_THAT(e.transports(), ::testing::Contains(petra::v1::TRANSPORT_GRPC));
+  // The test machines have a /dev/shm: the probe ring was made and is gone.
+  EXPECT_FALSE(e.shm_domain().empty());
+  EXPECT_THAT(e.transports(), ::testing::Contains(petra::v1::TRANSPORT_SHM));
+  EXPECT_EQ(CountRingNames(getpid()), 0);
+  EXPECT_EQ(TransportName(petra::v1::TRANSPORT_SHM), "shm");
+  EXPECT_EQ(TransportName(petra::v1::TRANSPORT_UNSPECIFIED), "auto");
+}
+
+}  // namespace
+}  // namespace petra::link

@@ -1,0 +1,60 @@
+// The seam for data channels (docs/DATA_PLANE.md): a stream's messages
+// always carry the control (ids, shapes, dtypes, credits, errors); a data
+// channel may carry the tensor bytes instead, and the message then holds a
+// petra.v1.SlotRef where the bytes would be. The codec (stage_messages.h)
+// calls these interfaces; services/link implements them, one adapter per
+// transport. No torch, no gRPC.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "petra/v1/tensor.pb.h"
+#include "services/wire/tensor_limits.h"
+
+namespace petra::wire {
+
+// One tensor's bytes, contiguous in this process's memory.
+struct PayloadPiece {
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+// The sending end: takes one micro-batch's pieces at a time.
+class PayloadPlacer {
+ public:
+  virtual ~PayloadPlacer() = default;
+  // Copies every piece in and returns, in order, where each is. Waits while
+  // the channel is full; an error once it was cancelled or the receiver is
+  // gone.
+  virtual absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
+      const std::vector<PayloadPiece>& pieces) = 0;
+  // Makes a waiting or later Place fail at once (from any thread).
+  virtual void Cancel() = 0;
+  // The transport's name for metrics and reports ("shm").
+  virtual const char* name() const = 0;
+};
+
+// The receiving end.
+class PayloadFetcher {
+ public:
+  virtual ~PayloadFetcher() = default;
+  // A tensor of an incoming message, with the name errors give it.
+  struct Field {
+    petra::v1::Tensor* tensor = nullptr;
+    std::string name;
+  };
+  // Replaces each field's SlotRef by the bytes its header (dtype, shape,
+  // checked against `limits`) says it has, then frees the slots, also when
+  // a field is refused. INVALID_ARGUMENT naming the field for a bad
+  // reference; NOT_FOUND when the channel is not visible from here.
+  virtual absl::Status Fetch(const std::vector<Field>& fields,
+                             const TensorLimits& limits) = 0;
+  // Payload bytes fetched so far (the messages' own bytes are not counted).
+  virtual uint64_t fetched_bytes() const = 0;
+};
+
+}  // namespace petra::wire
