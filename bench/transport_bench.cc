@@ -18,6 +18,7 @@
 
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/cli/flag_set.h"
+#include "services/cli/large_allocations.h"
 #include "absl/strings/str_split.h"
 #include "services/engine/device_transfer.h"
 #include "services/link/channel_factory.h"
@@ -216,6 +217,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
 }  // namespace petra
 
 int main(int argc, char** argv) {
+  petra::cli::KeepLargeAllocationsInHeap();  // as every petra binary does
   std::string device = "cpu";
   double megabytes = 64;
   int64_t repeats = 20, window = 4;

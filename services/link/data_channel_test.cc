@@ -243,6 +243,32 @@ TEST(SharedMemoryChannel, AReplayedOrForgedReferenceIsRefused) {
   EXPECT_THAT(missing.status().message(), HasSubstr("use transport grpc"));
 }
 
+TEST(SharedMemoryChannel, ReceiveBuffersAreReusedOnceTheirTensorsAreFreed) {
+  // A large micro-batch's memory is not faulted in afresh each time: the
+  // buffer of a freed tensor carries the next one.
+  SharedRingPlacer placer;
+  SharedRingFetcher fetcher;
+  auto once = [&](float value) {
+    auto parts = wire::EncodeForward(
+        Forward(0, torch::full({1 << 20}, value), {}), 1 << 20, &placer);
+    EXPECT_TRUE(parts.ok());
+    wire::ForwardAssembler assembler({}, &fetcher);
+    auto got = assembler.Add(std::move(parts->front()));
+    EXPECT_TRUE(got.ok() && got->has_value()) << got.status();
+    return (*got)->x.a;
+  };
+  torch::Tensor first = once(1);
+  const void* memory = first.data_ptr();
+  EXPECT_TRUE(torch::equal(first, torch::full({1 << 20}, 1.0f)));
+  torch::Tensor second = once(2);  // the first is still in use
+  EXPECT_NE(second.data_ptr(), memory);
+  first = torch::Tensor();
+  torch::Tensor third = once(3);
+  EXPECT_EQ(third.data_ptr(), memory);
+  EXPECT_TRUE(torch::equal(third, torch::full({1 << 20}, 3.0f)));
+  EXPECT_TRUE(torch::equal(second, torch::full({1 << 20}, 2.0f)));
+}
+
 TEST(SharedMemoryChannel, AReceiverWithoutAFetcherRefusesSlotsClearly) {
   SharedRingPlacer placer;
   auto parts = wire::EncodeForward(Forward(0, torch::randn({2, 3}), {}),

@@ -1,7 +1,9 @@
 #include "services/link/shared_ring_channel.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +64,61 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
   return refs;
 }
 
+BufferPool::~BufferPool() {
+  for (const auto& [capacity, data] : free_) std::free(data);
+}
+
+std::shared_ptr<void> BufferPool::Take(uint64_t bytes) {
+  const uint64_t want = std::max<uint64_t>(bytes, 1);
+  void* data = nullptr;
+  uint64_t capacity = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The smallest free buffer that fits and wastes at most half of itself.
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->first >= want && it->first / 2 <= want &&
+          (best == free_.end() || it->first < best->first)) {
+        best = it;
+      }
+    }
+    if (best != free_.end()) {
+      std::tie(capacity, data) = *best;
+      free_.erase(best);
+    }
+  }
+  if (data == nullptr) {
+    capacity = Aligned(want);
+    data = std::aligned_alloc(kAlign, capacity);
+    if (data == nullptr) return nullptr;
+  }
+  std::shared_ptr<BufferPool> self = shared_from_this();
+  return std::shared_ptr<void>(data, [self, capacity](void* p) {
+    self->Give(capacity, p);
+  });
+}
+
+void BufferPool::Give(uint64_t capacity, void* data) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < kMaxFree) {
+      free_.emplace_back(capacity, data);
+      return;
+    }
+  }
+  std::free(data);
+}
+
+int BufferPool::free_buffers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(free_.size());
+}
+
+SharedRingFetcher::SharedRingFetcher()
+    : pool_(std::make_shared<BufferPool>()) {}
+
+SharedRingFetcher::~SharedRingFetcher() = default;
+
 absl::StatusOr<SharedRing*> SharedRingFetcher::Ring(const std::string& name) {
   if (auto it = rings_.find(name); it != rings_.end()) return it->second.get();
   absl::StatusOr<std::unique_ptr<SharedRing>> opened = SharedRing::Open(name);
@@ -76,11 +133,11 @@ absl::StatusOr<SharedRing*> SharedRingFetcher::Ring(const std::string& name) {
   return ring;
 }
 
-absl::Status SharedRingFetcher::Fetch(const std::vector<Field>& fields,
+absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
                                       const wire::TensorLimits& limits) {
   absl::Status status;
   std::set<std::pair<SharedRing*, uint32_t>> used;
-  for (const Field& f : fields) {
+  for (Field& f : fields) {
     if (f.tensor == nullptr || !f.tensor->has_slot()) continue;
     const petra::v1::SlotRef ref = f.tensor->slot();
     f.tensor->clear_slot();
@@ -112,8 +169,14 @@ absl::Status SharedRingFetcher::Fetch(const std::vector<Field>& fields,
           absl::StrCat(f.name, ": ", at.status().message()));
       continue;
     }
-    f.tensor->mutable_data()->assign(reinterpret_cast<const char*>(*at),
-                                     *bytes);
+    std::shared_ptr<void> buffer = pool_->Take(*bytes);
+    if (buffer == nullptr) {
+      status = absl::ResourceExhaustedError(
+          absl::StrCat(f.name, ": cannot allocate ", *bytes, " bytes"));
+      continue;
+    }
+    if (*bytes > 0) std::memcpy(buffer.get(), *at, *bytes);
+    f.bytes = std::move(buffer);
     fetched_ += *bytes;
   }
   for (const auto& [ring, index] : used) ring->Free(index);

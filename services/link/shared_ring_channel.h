@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,9 +45,28 @@ class SharedRingPlacer : public wire::PayloadPlacer {
   std::vector<std::unique_ptr<SharedRing>> old_;
 };
 
+// Receive buffers, reused: each goes back to the pool when the tensor over
+// it is freed (the pool outlives its fetcher while tensors use it).
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  ~BufferPool();
+  // A buffer of at least `bytes`, as a reference that returns it here.
+  std::shared_ptr<void> Take(uint64_t bytes);
+  int free_buffers();
+
+ private:
+  void Give(uint64_t capacity, void* data);
+  // Free buffers kept; beyond, a returned buffer is released.
+  static constexpr size_t kMaxFree = 4;
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, void*>> free_;  // capacity, memory
+};
+
 class SharedRingFetcher : public wire::PayloadFetcher {
  public:
-  absl::Status Fetch(const std::vector<Field>& fields,
+  SharedRingFetcher();
+  ~SharedRingFetcher() override;
+  absl::Status Fetch(std::vector<Field>& fields,
                      const wire::TensorLimits& limits) override;
   uint64_t fetched_bytes() const override { return fetched_; }
   int rings() const { return static_cast<int>(rings_.size()); }
@@ -60,6 +80,7 @@ class SharedRingFetcher : public wire::PayloadFetcher {
   std::map<std::string, std::unique_ptr<SharedRing>> rings_;
   std::deque<std::string> order_;  // oldest first
   uint64_t fetched_ = 0;
+  std::shared_ptr<BufferPool> pool_;
 };
 
 }  // namespace petra::link

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,16 +43,22 @@ class PayloadPlacer {
 class PayloadFetcher {
  public:
   virtual ~PayloadFetcher() = default;
-  // A tensor of an incoming message, with the name errors give it.
+  // A tensor of an incoming message, with the name errors give it, and
+  // where its bytes go.
   struct Field {
     petra::v1::Tensor* tensor = nullptr;
     std::string name;
+    // Set by Fetch: the payload, as many bytes as the tensor's header
+    // (dtype, shape) says. Its memory is the fetcher's to reuse once the
+    // last reference is gone (so a micro-batch of hundreds of MiB does not
+    // fault in fresh pages each time).
+    std::shared_ptr<const void> bytes;
   };
-  // Replaces each field's SlotRef by the bytes its header (dtype, shape,
-  // checked against `limits`) says it has, then frees the slots, also when
-  // a field is refused. INVALID_ARGUMENT naming the field for a bad
-  // reference; NOT_FOUND when the channel is not visible from here.
-  virtual absl::Status Fetch(const std::vector<Field>& fields,
+  // Copies each field's bytes out of the place its SlotRef names (checked
+  // against the header and `limits`), clears the SlotRef, then frees the
+  // slots, also when a field is refused. INVALID_ARGUMENT naming the field
+  // for a bad reference; NOT_FOUND when the channel is not visible here.
+  virtual absl::Status Fetch(std::vector<Field>& fields,
                              const TensorLimits& limits) = 0;
   // Payload bytes fetched so far (the messages' own bytes are not counted).
   virtual uint64_t fetched_bytes() const = 0;

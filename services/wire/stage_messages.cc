@@ -65,28 +65,66 @@ absl::StatusOr<std::vector<Slot>> Encoded(
   return slots;
 }
 
-// Brings in the bytes of the part's tensors that a data channel carries.
-absl::Status FetchSlots(const std::vector<petra::v1::Tensor*>& tensors,
+// Brings in the tensors of the part that a data channel carries: each
+// becomes a whole tensor in `fetched` (by slot), and its entry in `tensors`
+// null, so that the chunk assembly skips it.
+absl::Status FetchSlots(std::vector<petra::v1::Tensor*>& tensors,
                         const std::vector<std::string>& names,
                         const TensorLimits& limits, PayloadFetcher* fetcher,
-                        uint64_t id) {
+                        uint64_t id, std::vector<torch::Tensor>& fetched) {
   std::vector<PayloadFetcher::Field> fields;
+  std::vector<size_t> at;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] != nullptr && tensors[i]->has_slot()) {
-      fields.push_back({tensors[i], names[i]});
+      fields.push_back({tensors[i], names[i], nullptr});
+      at.push_back(i);
     }
   }
   if (fields.empty()) return absl::OkStatus();
+  const std::string where = absl::StrCat("micro-batch ", id, ": ");
   if (fetcher == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("micro-batch ", id, ": ", fields.front().name,
+        absl::StrCat(where, fields.front().name,
                      " names a data-channel slot, which this receiver does "
                      "not read"));
   }
-  absl::Status s = fetcher->Fetch(fields, limits);
-  if (s.ok()) return s;
-  return absl::Status(s.code(),
-                      absl::StrCat("micro-batch ", id, ": ", s.message()));
+  if (absl::Status s = fetcher->Fetch(fields, limits); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(where, s.message()));
+  }
+  if (fetched.size() < names.size()) fetched.resize(names.size());
+  for (size_t k = 0; k < fields.size(); ++k) {
+    const size_t i = at[k];
+    if (fetched[i].defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, names[i], " arrived twice"));
+    }
+    absl::StatusOr<torch::Tensor> t =
+        TensorOverBytes(*tensors[i], fields[k].bytes, limits, names[i]);
+    if (!t.ok()) return absl::InvalidArgumentError(
+        absl::StrCat(where, t.status().message()));
+    fetched[i] = std::move(*t);
+    tensors[i] = nullptr;
+  }
+  return absl::OkStatus();
+}
+
+// The tensors a data channel brought, put in their slots of `decoded`
+// (where the message's own chunks brought nothing).
+absl::Status Merge(std::vector<torch::Tensor>& fetched,
+                   std::vector<torch::Tensor>& decoded,
+                   const std::vector<std::string>& names,
+                   const std::string& where) {
+  for (size_t i = 0; i < fetched.size() && i < decoded.size(); ++i) {
+    if (!fetched[i].defined()) continue;
+    if (decoded[i].defined()) {
+      fetched.clear();
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, names[i], " came both in the message and in a slot"));
+    }
+    decoded[i] = std::move(fetched[i]);
+  }
+  fetched.clear();
+  return absl::OkStatus();
 }
 
 // Packs the slots' chunks into parts: in order, at most one chunk per slot
@@ -376,16 +414,21 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
     tensors.push_back(pair.first);
     tensors.push_back(pair.second);
   }
-  if (absl::Status s =
-          FetchSlots(tensors, names, limits_, fetcher_, m.micro_batch_id());
+  if (!header_.has_value()) fetched_.clear();
+  if (absl::Status s = FetchSlots(tensors, names, limits_, fetcher_,
+                                  m.micro_batch_id(), fetched_);
       !s.ok()) {
     header_.reset();
     slots_.clear();
+    fetched_.clear();
     return s;
   }
   absl::StatusOr<bool> last =
       AddPart(m, tensors, names, limits_, header_, slots_);
-  if (!last.ok()) return last.status();
+  if (!last.ok()) {
+    fetched_.clear();
+    return last.status();
+  }
   if (!*last) return std::nullopt;
   ForwardPayload p;
   p.header = *header_;
@@ -394,7 +437,11 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
       absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
   absl::StatusOr<std::vector<torch::Tensor>> t =
       DecodeAll(slots_, names, limits_, where);
-  if (!t.ok()) return t.status();
+  if (!t.ok()) {
+    fetched_.clear();
+    return t.status();
+  }
+  if (absl::Status s = Merge(fetched_, *t, names, where); !s.ok()) return s;
   const torch::Tensor *a = &(*t)[0], *b = &(*t)[1], *labels = &(*t)[2];
   for (size_t i = kForwardFixedSlots; i < t->size(); i += 2) {
     const torch::Tensor &ta = (*t)[i], &tb = (*t)[i + 1];
@@ -452,19 +499,24 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
                       m.directional().end());
   const auto activation = Present(m.mutable_activation());
   const auto gradient = Present(m.mutable_gradient());
-  const std::vector<petra::v1::Tensor*> tensors = {
+  std::vector<petra::v1::Tensor*> tensors = {
       activation.first, activation.second, gradient.first, gradient.second};
-  if (absl::Status s =
-          FetchSlots(tensors, names, limits_, fetcher_, m.micro_batch_id());
+  if (!header_.has_value()) fetched_.clear();
+  if (absl::Status s = FetchSlots(tensors, names, limits_, fetcher_,
+                                  m.micro_batch_id(), fetched_);
       !s.ok()) {
     header_.reset();
     slots_.clear();
     directional_.clear();
+    fetched_.clear();
     return s;
   }
   absl::StatusOr<bool> last =
       AddPart(m, tensors, names, limits_, header_, slots_);
-  if (!last.ok()) return last.status();
+  if (!last.ok()) {
+    fetched_.clear();
+    return last.status();
+  }
   if (!*last) return std::nullopt;
   BackwardPayload p;
   p.header = *header_;
@@ -473,7 +525,13 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
       absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
   absl::StatusOr<std::vector<torch::Tensor>> decoded =
       DecodeAll(slots_, names, limits_, where);
-  if (!decoded.ok()) return decoded.status();
+  if (!decoded.ok()) {
+    fetched_.clear();
+    return decoded.status();
+  }
+  if (absl::Status s = Merge(fetched_, *decoded, names, where); !s.ok()) {
+    return s;
+  }
   const std::vector<torch::Tensor>& t = *decoded;
   p.directional = std::move(directional_);
   directional_.clear();

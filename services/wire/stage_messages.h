@@ -81,6 +81,8 @@ class ForwardAssembler {
   TensorLimits limits_;
   PayloadFetcher* fetcher_;
   std::optional<MessageHeader> header_;
+  // Whole tensors a data channel brought, by slot (as slots_).
+  std::vector<torch::Tensor> fetched_;
   // first, second, labels, then each tangent's first and second
   std::vector<std::optional<TensorAssembler>> slots_;
 };
@@ -96,6 +98,8 @@ class BackwardAssembler {
   TensorLimits limits_;
   PayloadFetcher* fetcher_;
   std::optional<MessageHeader> header_;
+  // Whole tensors a data channel brought, by slot (as slots_).
+  std::vector<torch::Tensor> fetched_;
   // output.first, output.second, grad.first, grad.second
   std::vector<std::optional<TensorAssembler>> slots_;
   std::vector<double> directional_;  // gathered over the parts

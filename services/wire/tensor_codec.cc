@@ -128,6 +128,25 @@ absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
   return parts;
 }
 
+absl::StatusOr<at::Tensor> TensorOverBytes(const petra::v1::Tensor& header,
+                                           std::shared_ptr<const void> bytes,
+                                           const TensorLimits& limits,
+                                           const std::string& field) {
+  absl::StatusOr<uint64_t> size = ExpectedPayloadBytes(header, limits, field);
+  if (!size.ok()) return size.status();
+  std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
+  const auto options = torch::TensorOptions().dtype(FromWire(header.dtype()));
+  if (*size == 0 || bytes == nullptr) return torch::empty(shape, options);
+  try {
+    return torch::from_blob(
+        const_cast<void*>(bytes.get()), shape,
+        [bytes](void*) mutable { bytes.reset(); }, options);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat(field, ": cannot wrap the payload: ", e.what()));
+  }
+}
+
 absl::StatusOr<at::Tensor> DecodeTensor(const petra::v1::Tensor& in,
                                         const TensorLimits& limits,
                                         const std::string& field) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
 // carries the bytes beside the message (data_channel.h).
 absl::StatusOr<at::Tensor> DenseWithHeader(const at::Tensor& tensor,
                                            petra::v1::Tensor* header);
+
+// A CPU tensor over `bytes` (a data channel's payload, data_channel.h),
+// shaped and typed by `header` after ExpectedPayloadBytes; the tensor holds
+// a reference to `bytes` until it is freed.
+absl::StatusOr<at::Tensor> TensorOverBytes(const petra::v1::Tensor& header,
+                                           std::shared_ptr<const void> bytes,
+                                           const TensorLimits& limits,
+                                           const std::string& field);
 
 // Builds a CPU tensor from `in` after ValidateTensor: nothing is allocated
 // for a tensor whose header or size is wrong. `field` names it in errors.
