@@ -284,9 +284,10 @@ absl::StatusOr<const uint8_t*> SharedRing::Read(uint32_t index,
   return data(index) + offset;
 }
 
-void SharedRing::Free(uint32_t index) {
+void SharedRing::Free(uint32_t index, uint64_t sequence) {
   if (index >= static_cast<uint32_t>(slots_)) return;
   SlotState& s = state(index);
+  if (s.sequence.load(std::memory_order_relaxed) != sequence) return;
   s.state.store(kFree, std::memory_order_release);
   FutexWake(&s.state);
 }

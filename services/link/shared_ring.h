@@ -67,8 +67,10 @@ class SharedRing {
   // bounds, an empty slot or a stale sequence.
   absl::StatusOr<const uint8_t*> Read(uint32_t index, uint64_t sequence,
                                       uint64_t offset, uint64_t bytes) const;
-  // Receiver: done with slot `index`; the sender may reuse it.
-  void Free(uint32_t index);
+  // Receiver: done with slot `index` holding micro-batch `sequence`; the
+  // sender may reuse it. A stale reference (another sequence) frees
+  // nothing: the slot may hold a micro-batch not yet read.
+  void Free(uint32_t index, uint64_t sequence);
 
  private:
   struct Header;

@@ -136,7 +136,7 @@ absl::StatusOr<SharedRing*> SharedRingFetcher::Ring(const std::string& name) {
 absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
                                       const wire::TensorLimits& limits) {
   absl::Status status;
-  std::set<std::pair<SharedRing*, uint32_t>> used;
+  std::set<std::tuple<SharedRing*, uint32_t, uint64_t>> used;
   for (Field& f : fields) {
     if (f.tensor == nullptr || !f.tensor->has_slot()) continue;
     const petra::v1::SlotRef ref = f.tensor->slot();
@@ -149,7 +149,7 @@ absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
       }
       continue;
     }
-    used.insert({*ring, ref.index()});
+    used.insert({*ring, ref.index(), ref.sequence()});
     if (!status.ok()) continue;
     if (!f.tensor->data().empty() || f.tensor->has_chunk()) {
       status = absl::InvalidArgumentError(absl::StrCat(
@@ -179,7 +179,9 @@ absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
     f.bytes = std::move(buffer);
     fetched_ += *bytes;
   }
-  for (const auto& [ring, index] : used) ring->Free(index);
+  for (const auto& [ring, index, sequence] : used) {
+    ring->Free(index, sequence);
+  }
   return status;
 }
 

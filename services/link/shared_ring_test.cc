@@ -40,7 +40,7 @@ TEST(SharedRing, CarriesBytesFromOneMappingToAnother) {
   auto bytes = (*reader)->Read(lease->index, lease->sequence, 0, 5);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(*bytes), 5), "hello");
-  (*reader)->Free(lease->index);
+  (*reader)->Free(lease->index, lease->sequence);
   EXPECT_TRUE((*ring)->Idle());
 }
 
@@ -95,7 +95,9 @@ TEST(SharedRing, ReadRefusesWhatTheSlotDoesNotHold) {
               HasSubstr("which has 2"));
   EXPECT_FALSE(
       (*ring)->Read(lease->index, lease->sequence, ~uint64_t{0}, 2).ok());
-  (*ring)->Free(lease->index);
+  (*ring)->Free(lease->index, lease->sequence + 1);  // stale: no effect
+  EXPECT_FALSE((*ring)->Idle());
+  (*ring)->Free(lease->index, lease->sequence);
   // Freed: the same reference is now a replay.
   EXPECT_FALSE((*ring)->Read(lease->index, lease->sequence, 0, 8).ok());
 }
@@ -117,7 +119,7 @@ TEST(SharedRing, ASenderWaitsForAFreeSlotAndWakesWhenOneIsFreed) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(120));
   EXPECT_FALSE(got);  // the only slot is full
-  (*reader)->Free(first->index);
+  (*reader)->Free(first->index, first->sequence);
   sender.join();
   EXPECT_TRUE(got);
 }

@@ -516,6 +516,83 @@ TEST_F(StageStreams, MalformedMessagesGetPerMessageErrorsAndTheServerGoesOn) {
   EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
 }
 
+// The shared-memory data channel against a real stage server: the bytes of
+// each micro-batch wait in a slot of this test's ring, the message names
+// it, the server copies them out and frees the slot (the ring never fills,
+// however many micro-batches cross), a stale or forged reference gets a
+// per-message error and the stream goes on, and the server keeps no ring
+// mapped once the stream is over.
+TEST_F(StageStreams, SharedMemorySlotsAreReadCheckedAndFreed) {
+  AssignAndStartEval(6);
+  absl::StatusOr<std::unique_ptr<link::SharedRing>> ring =
+      link::SharedRing::Create(/*slots=*/2, 64 << 10);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  // Good(id) with its two tensors moved into a slot of the ring.
+  auto slotted = [&](uint64_t id) {
+    petra::v1::ForwardMessage m = Good(id);
+    absl::StatusOr<link::SharedRing::Lease> lease =
+        (*ring)->Acquire([] { return absl::OkStatus(); });
+    EXPECT_TRUE(lease.ok());
+    uint64_t offset = 0;
+    for (petra::v1::Tensor* t :
+         {m.mutable_activation()->mutable_first(), m.mutable_labels()}) {
+      std::memcpy(lease->data + offset, t->data().data(), t->data().size());
+      petra::v1::SlotRef* ref = t->mutable_slot();
+      ref->set_ring((*ring)->name());
+      ref->set_index(lease->index);
+      ref->set_offset(offset);
+      ref->set_sequence(lease->sequence);
+      offset += (t->data().size() + 63) / 64 * 64;
+      t->clear_data();
+    }
+    (*ring)->Publish(*lease);
+    return m;
+  };
+  grpc::ClientContext context;
+  auto stream = stub_->Forward(&context);
+  // Four micro-batches through a ring of two slots: each was read and its
+  // slot freed before the next needed it.
+  for (uint64_t id = 0; id < 4; ++id) {
+    petra::v1::StreamReply r = Exchange(*stream, slotted(id));
+    ASSERT_TRUE(r.has_done()) << r.DebugString();
+    EXPECT_EQ(r.done().samples(), 4u);
+  }
+  EXPECT_TRUE((*ring)->Idle());
+  // A replay of a slot already read, and a slot past the ring's end.
+  petra::v1::ForwardMessage replay = slotted(4);
+  petra::v1::StreamReply r = Exchange(*stream, replay);
+  ASSERT_TRUE(r.has_done()) << r.DebugString();
+  r = Exchange(*stream, replay);
+  ASSERT_TRUE(r.has_error()) << r.DebugString();
+  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.error().status().message(), HasSubstr("stale or repeated"));
+  petra::v1::ForwardMessage past = slotted(5);
+  past.mutable_activation()->mutable_first()->mutable_slot()->set_index(9);
+  r = Exchange(*stream, past);
+  ASSERT_TRUE(r.has_error()) << r.DebugString();
+  EXPECT_THAT(r.error().status().message(), HasSubstr("which has 2"));
+  // Both and neither: the bytes and a slot at once are refused too.
+  petra::v1::ForwardMessage both = slotted(5);
+  both.mutable_labels()->set_data(std::string(32, '\0'));
+  r = Exchange(*stream, both);
+  ASSERT_TRUE(r.has_error()) << r.DebugString();
+  EXPECT_THAT(r.error().status().message(),
+              HasSubstr("both bytes and a shared-memory slot"));
+  // Every refused message freed its slot: the last micro-batch crosses.
+  EXPECT_TRUE((*ring)->Idle());
+  r = Exchange(*stream, slotted(5));
+  ASSERT_TRUE(r.has_done()) << r.DebugString();
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  // The server unmapped the ring with the stream; only ours is left.
+  for (int i = 0; i < 50 && link::CountRingMappings(stages_[0]->pid()) > 0;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(link::CountRingMappings(stages_[0]->pid()), 0);
+  EXPECT_EQ(link::CountRingMappings(getpid()), 1);
+}
+
 TEST_F(StageStreams, RestoreCheckpointRefusesBadPiecesThenRestores) {
   AssignJobSeven();
   auto restore = [&](const std::string& job, uint64_t offset,
