@@ -298,15 +298,21 @@ std::string ReportJson(const petra::v1::Job& job,
     const petra::v1::MemoryBreakdown& m = s.memory();
     int begin = 0, end = 0;
     std::string device;
+    // The data channel to the next stage: null in-process and on the last.
+    std::string to_next = "null";
     if (static_cast<int>(s.stage_index()) < job.stages_size()) {
-      begin = job.stages(s.stage_index()).layer_begin();
-      end = job.stages(s.stage_index()).layer_end();
-      device = job.stages(s.stage_index()).device();
+      const petra::v1::StagePlacement& p = job.stages(s.stage_index());
+      begin = p.layer_begin();
+      end = p.layer_end();
+      device = p.device();
+      if (p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED) {
+        to_next = cli::JsonString(link::TransportName(p.transport_to_next()));
+      }
     }
     absl::StrAppendFormat(
         &out,
         "%s\n    {\"index\": %u, \"address\": %s, \"device\": %s, "
-        "\"blocks\": [%d, %d], "
+        "\"blocks\": [%d, %d], \"transport_to_next\": %s, "
         "\"memory_bytes\": {\"parameters\": %llu, \"optimizer_state\": %llu, "
         "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
         "\"process_rss\": %llu, \"device_allocated\": %llu, "
@@ -317,7 +323,7 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
         "\"norm_ratio\": %.6f}}",
         i ? "," : "", s.stage_index(), cli::JsonString(s.address()),
-        cli::JsonString(device), begin, end,
+        cli::JsonString(device), begin, end, to_next,
         static_cast<unsigned long long>(m.parameters_bytes()),
         static_cast<unsigned long long>(m.optimizer_state_bytes()),
         static_cast<unsigned long long>(m.activation_buffer_bytes()),

@@ -163,6 +163,8 @@ TEST(PetraTrainReport, IsOneJsonObjectWhateverTheName) {
        "assert doc['runner'] == 'in-process' and doc['state'] == 'succeeded'\n"
        "assert isinstance(doc['optimizer_steps'], int)\n"
        "assert len(doc['stages']) == 2 and len(doc['epochs']) == 1\n"
+       "assert [s['transport_to_next'] for s in doc['stages']] == "
+       "[None, None]\n"
        "print('ok')\n",
        report, dir.path() + "/name.txt"});
   EXPECT_EQ(py.exit_code, 0) << py.err;

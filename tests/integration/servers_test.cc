@@ -383,6 +383,9 @@ TEST(PetraTrain, FashionMnistBeats85Percent) {
   EXPECT_GT(JsonNumber(json, "wall_seconds"), 0);
   EXPECT_THAT(json, HasSubstr("\"staleness_mean\": "));
   EXPECT_THAT(json, HasSubstr("\"memory_bytes\": {\"parameters\": "));
+  // The main job's one link: shared memory on this one machine.
+  EXPECT_THAT(json, HasSubstr("\"transport_to_next\": \"shm\""));
+  EXPECT_THAT(json, HasSubstr("\"transport_to_next\": null"));
 }
 
 // Ctrl-C cancels the job and stops the coordinator and every stage server
