@@ -10,6 +10,7 @@
 #include "coordinator/stage_list.h"
 #include "services/cli/paths.h"
 #include "services/data/dataset.h"
+#include "services/link/endpoint.h"
 #include "services/metrics/metrics_exposer.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
@@ -28,6 +29,7 @@ CoordinatorServer::~CoordinatorServer() { GracefulStop(); }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     Options options) {
+  if (absl::Status s = link::CheckTransportsEnvironment(); !s.ok()) return s;
   if (absl::Status s = wire::ValidateAddress(options.listen, "--listen", true);
       !s.ok()) {
     return s;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/cli/event_log.h"
 #include "services/cli/paths.h"
+#include "services/link/endpoint.h"
 #include "services/link/shared_ring.h"
 #include "services/metrics/metrics_exposer.h"
 #include "services/model/device_check.h"
@@ -25,6 +26,7 @@ StageServer::~StageServer() { GracefulStop(); }
 
 absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
     Options options) {
+  if (absl::Status s = link::CheckTransportsEnvironment(); !s.ok()) return s;
   if (absl::Status s = wire::ValidateAddress(options.listen, "--listen", true);
       !s.ok()) {
     return s;

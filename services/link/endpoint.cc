@@ -49,6 +49,19 @@ petra::v1::LinkEndpoint Make() {
 
 }  // namespace
 
+absl::Status CheckTransportsEnvironment() {
+  const char* only = std::getenv("PETRA_TRANSPORTS");
+  if (only == nullptr || *only == '\0') return absl::OkStatus();
+  for (absl::string_view t : absl::StrSplit(only, ',')) {
+    if (t != "grpc" && t != "shm") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PETRA_TRANSPORTS=\"", only, "\": \"", t,
+          "\" is not a transport; use grpc or grpc,shm"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 const petra::v1::LinkEndpoint& LocalEndpoint() {
   static const petra::v1::LinkEndpoint* const endpoint =
       new petra::v1::LinkEndpoint(Make());

@@ -2,6 +2,7 @@
 // data channel between them (transport_choice.h). Read once, at first use.
 #pragma once
 
+#include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
 
 namespace petra::link {
@@ -11,5 +12,9 @@ namespace petra::link {
 // environment variable PETRA_TRANSPORTS ("grpc" or "grpc,shm") narrows the
 // offer, e.g. to keep a server off shared memory.
 const petra::v1::LinkEndpoint& LocalEndpoint();
+
+// INVALID_ARGUMENT naming the variable when PETRA_TRANSPORTS holds anything
+// but "grpc" and "shm" (servers check it when they are created).
+absl::Status CheckTransportsEnvironment();
 
 }  // namespace petra::link

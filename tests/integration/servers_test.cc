@@ -68,6 +68,26 @@ TEST(BadUsage, IsExitCodeTwoWithTheReason) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+// A server asked to offer a data channel that does not exist says so and
+// does not start.
+TEST(BadOptions, AnUnknownTransportInTheEnvironmentIsRefused) {
+  TempDir dir;
+  for (const std::string& binary : {kStage, kCoordinator}) {
+    std::vector<std::string> args = {"PETRA_TRANSPORTS=grpc,rdma", binary,
+                                     "--listen", "127.0.0.1:0",
+                                     "--metrics-listen", "", "--state-dir",
+                                     dir.path()};
+    if (binary == kCoordinator) {
+      args.insert(args.end(), {"--stages", "127.0.0.1:1"});
+    }
+    RunResult r = RunToExit("/usr/bin/env", args);
+    EXPECT_EQ(r.exit_code, 1) << binary << r.out;
+    EXPECT_THAT(r.err, HasSubstr("PETRA_TRANSPORTS=\"grpc,rdma\": \"rdma\" "
+                                 "is not a transport; use grpc or grpc,shm"))
+        << binary;
+  }
+}
+
 TEST(BadOptions, AreRefusedBeforeServing) {
   TempDir dir;
   struct Case {
