@@ -301,6 +301,38 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
                                "matchLabels"].items())]
         self.assertEqual(sorted(selected), ["petra-coordinator", "petra-stage"])
 
+    def test_shared_memory_component_mounts_the_nodes_shm(self):
+        # Every petra pod sees the node's /dev/shm, so pods on one node
+        # share memory (docs/DATA_PLANE.md); nothing else changes.
+        with tempfile.TemporaryDirectory(dir=os.path.join(
+                DEPLOY, "k8s", "overlays")) as overlay:
+            with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
+                f.write("apiVersion: kustomize.config.k8s.io/v1beta1\n"
+                        "kind: Kustomization\n"
+                        "resources:\n  - ../cpu\n"
+                        "components:\n"
+                        "  - ../../components/shared-memory\n")
+            objects = render(overlay)
+        self.validate(objects)
+        plain = kustomize("cpu")
+        for kind, name, container in (
+                ("StatefulSet", "petra-stage", "stage-server"),
+                ("Deployment", "petra-coordinator", "coordinator")):
+            (workload,) = find(objects, kind, name)
+            pod = workload["spec"]["template"]["spec"]
+            (c,) = [c for c in pod["containers"] if c["name"] == container]
+            mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+            self.assertIn("/dev/shm", mounts, name)
+            (volume,) = [v for v in pod["volumes"]
+                         if v["name"] == mounts["/dev/shm"]]
+            self.assertEqual(volume["hostPath"]["path"], "/dev/shm")
+            # The base's mounts are all still there.
+            (before,) = find(plain, kind, name)
+            (c0,) = [c for c in before["spec"]["template"]["spec"][
+                "containers"] if c["name"] == container]
+            for m in c0.get("volumeMounts", []):
+                self.assertIn(m, c["volumeMounts"], name)
+
     def test_deploy_doc_walks_a_fresh_cluster_in_order(self):
         """docs/DEPLOY.md's Kubernetes steps, read top to bottom: every
         Secret the manifests mount is created before the overlay is applied,
