@@ -246,6 +246,7 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   feed.metrics = env_.metrics;
   feed.to_first = feed_to_first_;
   feed.to_last = feed_to_last_;
+  feed.wanted = spec_.transport();
   return RunFeedPass(*fleet_, id_, phase, batches, watch, feed);
 }
 

@@ -78,12 +78,15 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
           : nullptr;
   // The data channels beside the two streams (none for gRPC).
   absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> data_channel =
-      link::MakePlacer(options.to_first, [&data] { return data->health(); });
+      link::MakePlacer(
+          options.to_first, [&data] { return data->health(); },
+          options.wanted);
   absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> labels_channel =
       labels == nullptr ? nullptr
-                        : link::MakePlacer(options.to_last, [&labels] {
-                            return labels->health();
-                          });
+                        : link::MakePlacer(
+                              options.to_last,
+                              [&labels] { return labels->health(); },
+                              options.wanted);
   for (const auto* c : {&data_channel, &labels_channel}) {
     if (!c->ok()) {
       data->Cancel();

@@ -41,6 +41,8 @@ struct FeedOptions {
   // The data channels into the first stage and (labels) the last.
   petra::v1::Transport to_first = petra::v1::TRANSPORT_GRPC;
   petra::v1::Transport to_last = petra::v1::TRANSPORT_GRPC;
+  // What the job asked for (auto lets a full channel fall back to gRPC).
+  petra::v1::Transport wanted = petra::v1::TRANSPORT_AUTO;
 };
 
 // Runs the micro-batches of `batches` through the fleet (each message

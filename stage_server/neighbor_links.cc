@@ -122,9 +122,9 @@ class NeighborOutbox : public engine::StageOutbox {
       absl::StatusOr<std::vector<Message>> parts =
           encode(p, wire::kTensorChunkBytes, channel->placer.get());
       if (!parts.ok()) return parts.status();
-      metrics_.Sent(backward, channel->name(),
-                    PayloadBytes(*parts, wire::TensorsOf(p),
-                                 channel->placer != nullptr));
+      const bool beside = wire::CarriesSlots(*parts);
+      metrics_.Sent(backward, beside ? channel->name() : "grpc",
+                    PayloadBytes(*parts, wire::TensorsOf(p), beside));
       return to->Send(*parts);
     });
   }
@@ -189,10 +189,12 @@ namespace {
 // The data channel beside `stream`, as the coordinator chose it.
 template <typename Message>
 absl::Status OpenChannel(petra::v1::Transport transport,
-                         Sender<Message>* stream, Channel* channel) {
+                         petra::v1::Transport wanted, Sender<Message>* stream,
+                         Channel* channel) {
   if (stream == nullptr) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
-      link::MakePlacer(transport, [stream] { return stream->health(); });
+      link::MakePlacer(
+          transport, [stream] { return stream->health(); }, wanted);
   if (!placer.ok()) return placer.status();
   channel->placer = std::move(*placer);
   return absl::OkStatus();
@@ -220,9 +222,10 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
           return s.Backward(c);
         });
   }
-  impl_->error = OpenChannel(job.assign.next_transport(), impl_->next.get(),
-                             &impl_->up);
-  if (absl::Status s = OpenChannel(job.assign.previous_transport(),
+  const petra::v1::Transport wanted = job.assign.spec().transport();
+  impl_->error = OpenChannel(job.assign.next_transport(), wanted,
+                             impl_->next.get(), &impl_->up);
+  if (absl::Status s = OpenChannel(job.assign.previous_transport(), wanted,
                                    impl_->previous.get(), &impl_->down);
       impl_->error.ok()) {
     impl_->error = s;

@@ -7,14 +7,16 @@
 namespace petra::link {
 
 absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
-    petra::v1::Transport transport,
-    std::function<absl::Status()> keep_going) {
+    petra::v1::Transport transport, std::function<absl::Status()> keep_going,
+    petra::v1::Transport wanted) {
   switch (transport) {
     case petra::v1::TRANSPORT_UNSPECIFIED:
     case petra::v1::TRANSPORT_GRPC:
       return nullptr;
     case petra::v1::TRANSPORT_SHM:
-      return std::make_unique<SharedRingPlacer>(std::move(keep_going));
+      return std::make_unique<SharedRingPlacer>(
+          std::move(keep_going), kRingSlots,
+          /*may_fall_back=*/wanted != petra::v1::TRANSPORT_SHM);
     default:
       return absl::UnimplementedError(absl::StrCat(
           "transport ", TransportName(transport), " has no data channel here"));

@@ -14,10 +14,12 @@ namespace petra::link {
 
 // The sending end for a link the coordinator chose `transport` for: null
 // for gRPC (the bytes stay in the messages). `keep_going` is asked while
-// the channel waits for room (the stream's health).
+// the channel waits for room (the stream's health). `wanted` is what the
+// job asked for: with auto, a micro-batch the channel has no room for
+// (a small /dev/shm) travels in the message instead of failing the job.
 absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
-    petra::v1::Transport transport,
-    std::function<absl::Status()> keep_going);
+    petra::v1::Transport transport, std::function<absl::Status()> keep_going,
+    petra::v1::Transport wanted = petra::v1::TRANSPORT_AUTO);
 
 // The receiving end of one incoming stream: reads whatever channel the
 // sender's messages name.

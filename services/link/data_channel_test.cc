@@ -269,6 +269,40 @@ TEST(SharedMemoryChannel, ReceiveBuffersAreReusedOnceTheirTensorsAreFreed) {
   EXPECT_TRUE(torch::equal(second, torch::full({1 << 20}, 2.0f)));
 }
 
+TEST(SharedMemoryChannel, NoRoomFallsBackToTheMessageOnlyWhereTheJobAllows) {
+  // A /dev/shm too small for a micro-batch (here: a 1 MiB cap per ring).
+  // Under transport auto the bytes travel in the message, and the next
+  // small micro-batch uses the channel again; under transport shm, asked
+  // for by name, the send fails saying why.
+  const torch::Tensor big = torch::randn({1 << 20});  // 4 MiB
+  const torch::Tensor small = torch::randn({16});
+  SharedRingFetcher fetcher;
+  {
+    SharedRingPlacer placer({}, kRingSlots, /*may_fall_back=*/true, 1 << 20);
+    auto parts = wire::EncodeForward(Forward(0, big, {}), 1 << 20, &placer);
+    ASSERT_TRUE(parts.ok()) << parts.status();
+    EXPECT_FALSE(wire::CarriesSlots(*parts));
+    EXPECT_EQ(parts->size(), 4u);  // 4 chunks of 1 MiB
+    wire::ForwardAssembler assembler({}, &fetcher);
+    std::optional<wire::ForwardPayload> got;
+    for (auto& m : *parts) {
+      auto r = assembler.Add(std::move(m));
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (r->has_value()) got = std::move(**r);
+    }
+    ASSERT_TRUE(got.has_value());
+    EXPECT_TRUE(torch::equal(got->x.a, big));
+    parts = wire::EncodeForward(Forward(1, small, {}), 1 << 20, &placer);
+    ASSERT_TRUE(parts.ok());
+    EXPECT_TRUE(wire::CarriesSlots(*parts));
+    EXPECT_TRUE(assembler.Add(std::move(parts->front())).ok());
+  }
+  SharedRingPlacer forced({}, kRingSlots, /*may_fall_back=*/false, 1 << 20);
+  auto parts = wire::EncodeForward(Forward(0, big, {}), 1 << 20, &forced);
+  EXPECT_EQ(parts.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(parts.status().message(), HasSubstr("exceeds the cap"));
+}
+
 TEST(SharedMemoryChannel, AReceiverWithoutAFetcherRefusesSlotsClearly) {
   SharedRingPlacer placer;
   auto parts = wire::EncodeForward(Forward(0, torch::randn({2, 3}), {}),

@@ -19,8 +19,12 @@ uint64_t Aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 SharedRingPlacer::SharedRingPlacer(std::function<absl::Status()> keep_going,
-                                   int slots)
-    : keep_going_(std::move(keep_going)), slots_(slots) {}
+                                   int slots, bool may_fall_back,
+                                   uint64_t max_ring_bytes)
+    : keep_going_(std::move(keep_going)),
+      slots_(slots),
+      may_fall_back_(may_fall_back),
+      max_ring_bytes_(max_ring_bytes) {}
 
 absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
     const std::vector<wire::PayloadPiece>& pieces) {
@@ -37,9 +41,22 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
                             }),
              old_.end());
   if (ring_ == nullptr || ring_->slot_bytes() < total) {
+    if (no_room_ > 0 && total >= no_room_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no shared-memory ring of ", slots_, " slots of ", total,
+          " bytes could be made (tried before)"));
+    }
+    const uint64_t slot_bytes = std::max<uint64_t>(total, kAlign);
     absl::StatusOr<std::unique_ptr<SharedRing>> made =
-        SharedRing::Create(slots_, std::max<uint64_t>(total, kAlign));
-    if (!made.ok()) return made.status();
+        max_ring_bytes_ > 0 && slot_bytes * slots_ > max_ring_bytes_
+            ? absl::ResourceExhaustedError(absl::StrCat(
+                  "a ring of ", slots_, " slots of ", slot_bytes,
+                  " bytes exceeds the cap of ", max_ring_bytes_))
+            : SharedRing::Create(slots_, slot_bytes);
+    if (!made.ok()) {
+      if (absl::IsResourceExhausted(made.status())) no_room_ = total;
+      return made.status();
+    }
     if (ring_ != nullptr) old_.push_back(std::move(ring_));
     ring_ = std::move(*made);
   }

@@ -26,13 +26,18 @@ inline constexpr int kRingSlots = 3;
 class SharedRingPlacer : public wire::PayloadPlacer {
  public:
   // `keep_going` is asked while Place waits for a free slot (the stream's
-  // health: a receiver that is gone frees nothing).
+  // health: a receiver that is gone frees nothing). `may_fall_back`: see
+  // wire::PayloadPlacer. `max_ring_bytes` (0: no cap) bounds one ring's
+  // shared memory; a micro-batch whose ring would exceed it gets
+  // RESOURCE_EXHAUSTED, as when /dev/shm is full.
   explicit SharedRingPlacer(std::function<absl::Status()> keep_going = {},
-                            int slots = kRingSlots);
+                            int slots = kRingSlots, bool may_fall_back = false,
+                            uint64_t max_ring_bytes = 0);
   absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
       const std::vector<wire::PayloadPiece>& pieces) override;
   void Cancel() override { cancelled_ = true; }
   const char* name() const override { return "shm"; }
+  bool may_fall_back() const override { return may_fall_back_; }
   // Rings this placer holds (the current one and outgrown ones whose slots
   // are still being read).
   int rings() const { return static_cast<int>(old_.size()) + (ring_ ? 1 : 0); }
@@ -40,6 +45,11 @@ class SharedRingPlacer : public wire::PayloadPlacer {
  private:
   const std::function<absl::Status()> keep_going_;
   const int slots_;
+  const bool may_fall_back_;
+  const uint64_t max_ring_bytes_;
+  // The smallest micro-batch no ring could be made for (0: none yet):
+  // larger ones fail at once instead of trying /dev/shm again each time.
+  uint64_t no_room_ = 0;
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<SharedRing> ring_;
   std::vector<std::unique_ptr<SharedRing>> old_;

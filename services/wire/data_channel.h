@@ -37,6 +37,10 @@ class PayloadPlacer {
   virtual void Cancel() = 0;
   // The transport's name for metrics and reports ("shm").
   virtual const char* name() const = 0;
+  // True when a micro-batch the channel has no room for (Place answers
+  // RESOURCE_EXHAUSTED) may travel in the message instead: the job asked
+  // for transport auto, not for this channel by name.
+  virtual bool may_fall_back() const { return false; }
 };
 
 // The receiving end.

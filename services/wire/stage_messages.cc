@@ -55,7 +55,15 @@ absl::StatusOr<std::vector<Slot>> Placed(
 absl::StatusOr<std::vector<Slot>> Encoded(
     const std::vector<const torch::Tensor*>& tensors, uint64_t chunk_bytes,
     PayloadPlacer* placer) {
-  if (placer != nullptr) return Placed(tensors, placer);
+  if (placer != nullptr) {
+    absl::StatusOr<std::vector<Slot>> placed = Placed(tensors, placer);
+    // No room in the channel: the bytes go in the message, if the job
+    // allows it (transport auto).
+    if (placed.ok() || !absl::IsResourceExhausted(placed.status()) ||
+        !placer->may_fall_back()) {
+      return placed;
+    }
+  }
   std::vector<Slot> slots;
   for (const torch::Tensor* t : tensors) {
     absl::StatusOr<Slot> s = Chunked(*t, chunk_bytes);
@@ -304,7 +312,28 @@ absl::Status CheckBoundary(const torch::Tensor& a, const torch::Tensor& b,
   return absl::OkStatus();
 }
 
+bool HasSlot(const petra::v1::TensorPair& p) {
+  return p.first().has_slot() || p.second().has_slot();
+}
+
 }  // namespace
+
+bool CarriesSlots(const std::vector<petra::v1::ForwardMessage>& parts) {
+  for (const petra::v1::ForwardMessage& m : parts) {
+    if (HasSlot(m.activation()) || m.labels().has_slot()) return true;
+    for (const petra::v1::TensorPair& t : m.tangents()) {
+      if (HasSlot(t)) return true;
+    }
+  }
+  return false;
+}
+
+bool CarriesSlots(const std::vector<petra::v1::BackwardMessage>& parts) {
+  for (const petra::v1::BackwardMessage& m : parts) {
+    if (HasSlot(m.activation()) || HasSlot(m.gradient())) return true;
+  }
+  return false;
+}
 
 std::vector<torch::Tensor*> TensorsOf(ForwardPayload& p) {
   std::vector<torch::Tensor*> out = {&p.x.a, &p.x.b, &p.labels};

@@ -62,6 +62,11 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
     const BackwardPayload& payload, uint64_t chunk_bytes,
     PayloadPlacer* placer = nullptr);
 
+// Whether a data channel carries some of the micro-batch's bytes (a
+// channel with no room may have left them all in the messages).
+bool CarriesSlots(const std::vector<petra::v1::ForwardMessage>& parts);
+bool CarriesSlots(const std::vector<petra::v1::BackwardMessage>& parts);
+
 // Joins the messages of one stream. Add returns the micro-batch once its
 // last part has arrived, nothing while parts are missing, and
 // INVALID_ARGUMENT (naming the micro-batch and field) for a malformed part;
