@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +112,42 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
               HasSubstr("has already ended (succeeded): nothing to cancel"))
       << late.err;
   EXPECT_EQ(late.out, "");
+}
+
+// Servers that offer no shared memory (PETRA_TRANSPORTS=grpc): transport
+// auto trains over gRPC and says so per link; transport shm, asked for by
+// name, fails the job at assignment naming the link and why.
+TEST_F(FleetProcesses, TheTransportIsChosenPerLinkFromWhatBothEndsOffer) {
+  ASSERT_EQ(setenv("PETRA_TRANSPORTS", "grpc", 1), 0);
+  StartStages(2);
+  unsetenv("PETRA_TRANSPORTS");
+  StartCoordinator();
+  EXPECT_EQ(StageStatus(0).endpoint().transports_size(), 1);
+  EXPECT_TRUE(StageStatus(0).endpoint().shm_domain().empty());
+
+  const std::string shm = Submit([] {
+    std::vector<std::string> job = SmallJob(1);
+    job.insert(job.end(), {"--transport", "shm"});
+    return job;
+  }());
+  ASSERT_TRUE(WaitForStatus(shm, "JOB_STATE_FAILED", std::chrono::seconds(60)))
+      << StatusJson(shm);
+  EXPECT_THAT(GetJob(shm).error().message(),
+              HasSubstr("transport shm: stage 0 (" + stage_addresses_[0] +
+                        ") <-> stage 1 (" + stage_addresses_[1] +
+                        ") cannot share memory: the sender has no usable "
+                        "/dev/shm"));
+
+  const std::string id = Submit(SmallJob(1));
+  ASSERT_TRUE(
+      WaitForStatus(id, "JOB_STATE_SUCCEEDED", std::chrono::seconds(120)))
+      << StatusJson(id);
+  const petra::v1::Job done = GetJob(id);
+  EXPECT_EQ(done.stages(0).transport_to_next(), petra::v1::TRANSPORT_GRPC);
+  EXPECT_EQ(done.stages(0).transport_from_feed(), petra::v1::TRANSPORT_GRPC);
+  RunResult status = Petra({"status", id});
+  EXPECT_THAT(status.out, HasSubstr("to next"));
+  EXPECT_THAT(status.out, ::testing::ContainsRegex("\n0 .* grpc\n"));
 }
 
 // Ctrl-C on `submit --watch` stops the following, not the job, and says so
