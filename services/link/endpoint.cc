@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "services/link/shared_ring.h"
@@ -29,20 +30,35 @@ std::string ShmDomain(const std::string& host) {
   return absl::StrCat(host, ":", st.st_dev, ":", st.st_ino);
 }
 
+// What PETRA_TRANSPORTS lets this process offer (both when it is unset).
+struct Offer {
+  bool grpc = true, shm = true;
+};
+
+absl::StatusOr<Offer> ReadTransportsEnvironment() {
+  const char* only = std::getenv("PETRA_TRANSPORTS");
+  if (only == nullptr || *only == '\0') return Offer();
+  Offer offer{false, false};
+  for (absl::string_view t : absl::StrSplit(only, ',')) {
+    if (t != "grpc" && t != "shm") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PETRA_TRANSPORTS=\"", only, "\": \"", t,
+          "\" is not a transport; use grpc or grpc,shm"));
+    }
+    offer.grpc |= t == "grpc";
+    offer.shm |= t == "shm";
+  }
+  return offer;
+}
+
 petra::v1::LinkEndpoint Make() {
   petra::v1::LinkEndpoint e;
   e.set_host_id(BootId());
-  bool grpc = true, shm = true;
-  if (const char* only = std::getenv("PETRA_TRANSPORTS");
-      only != nullptr && *only != '\0') {
-    grpc = shm = false;
-    for (absl::string_view t : absl::StrSplit(only, ',')) {
-      grpc |= t == "grpc";
-      shm |= t == "shm";
-    }
-  }
-  if (shm) e.set_shm_domain(ShmDomain(e.host_id()));
-  if (grpc) e.add_transports(petra::v1::TRANSPORT_GRPC);
+  // Servers refuse a bad value at start (CheckTransportsEnvironment); any
+  // other process offers only gRPC then.
+  const Offer offer = ReadTransportsEnvironment().value_or(Offer{true, false});
+  if (offer.shm) e.set_shm_domain(ShmDomain(e.host_id()));
+  if (offer.grpc) e.add_transports(petra::v1::TRANSPORT_GRPC);
   if (!e.shm_domain().empty()) e.add_transports(petra::v1::TRANSPORT_SHM);
   return e;
 }
@@ -50,16 +66,7 @@ petra::v1::LinkEndpoint Make() {
 }  // namespace
 
 absl::Status CheckTransportsEnvironment() {
-  const char* only = std::getenv("PETRA_TRANSPORTS");
-  if (only == nullptr || *only == '\0') return absl::OkStatus();
-  for (absl::string_view t : absl::StrSplit(only, ',')) {
-    if (t != "grpc" && t != "shm") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PETRA_TRANSPORTS=\"", only, "\": \"", t,
-          "\" is not a transport; use grpc or grpc,shm"));
-    }
-  }
-  return absl::OkStatus();
+  return ReadTransportsEnvironment().status();
 }
 
 const petra::v1::LinkEndpoint& LocalEndpoint() {

@@ -292,36 +292,37 @@ void SharedRing::Free(uint32_t index, uint64_t sequence) {
   FutexWake(&s.state);
 }
 
-int SweepOrphanRings() {
-  const std::string own = PidNamespace();
+// Calls `f(file name, pid namespace, pid)` for every ring name in /dev/shm.
+template <typename F>
+void ForEachRingName(F f) {
   DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  int swept = 0;
+  if (dir == nullptr) return;
   while (dirent* e = readdir(dir)) {
     std::string ns;
     int pid = 0;
-    if (!ParseName(e->d_name, &ns, &pid) || ns != own || pid == getpid()) {
-      continue;
-    }
-    if (kill(pid, 0) != 0 && errno == ESRCH &&
-        shm_unlink(absl::StrCat("/", e->d_name).c_str()) == 0) {
-      ++swept;
-    }
+    if (ParseName(e->d_name, &ns, &pid)) f(e->d_name, ns, pid);
   }
   closedir(dir);
+}
+
+int SweepOrphanRings() {
+  const std::string own = PidNamespace();
+  int swept = 0;
+  ForEachRingName([&](const char* file, const std::string& ns, int pid) {
+    if (ns != own || pid == getpid()) return;
+    if (kill(pid, 0) != 0 && errno == ESRCH &&
+        shm_unlink(absl::StrCat("/", file).c_str()) == 0) {
+      ++swept;
+    }
+  });
   return swept;
 }
 
 int CountRingNames(int pid) {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return 0;
   int n = 0;
-  while (dirent* e = readdir(dir)) {
-    std::string ns;
-    int owner = 0;
-    if (ParseName(e->d_name, &ns, &owner) && owner == pid) ++n;
-  }
-  closedir(dir);
+  ForEachRingName([&](const char*, const std::string&, int owner) {
+    if (owner == pid) ++n;
+  });
   return n;
 }
 

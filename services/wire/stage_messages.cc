@@ -258,6 +258,55 @@ absl::StatusOr<std::vector<torch::Tensor>> DecodeAll(
   return out;
 }
 
+// A micro-batch once its last part has arrived: its header, and its
+// tensors by slot (undefined where none came), from the messages' chunks and
+// the data channel alike.
+struct Whole {
+  MessageHeader header;
+  std::string where;  // "micro-batch N: ", for errors
+  std::vector<torch::Tensor> tensors;
+};
+
+// Adds one part (`tensors` are its tensor slots, null where absent): the
+// whole micro-batch after its last part, nothing while parts are missing.
+// After an error nothing of the micro-batch is kept.
+template <typename M>
+absl::StatusOr<std::optional<Whole>> AddAndDecode(
+    const M& m, std::vector<petra::v1::Tensor*> tensors,
+    const std::vector<std::string>& names, const TensorLimits& limits,
+    PayloadFetcher* fetcher, std::optional<MessageHeader>& header,
+    std::vector<std::optional<TensorAssembler>>& slots,
+    std::vector<torch::Tensor>& fetched) {
+  if (!header.has_value()) fetched.clear();
+  if (absl::Status s = FetchSlots(tensors, names, limits, fetcher,
+                                  m.micro_batch_id(), fetched);
+      !s.ok()) {
+    header.reset();
+    slots.clear();
+    fetched.clear();
+    return s;
+  }
+  absl::StatusOr<bool> last = AddPart(m, tensors, names, limits, header, slots);
+  if (!last.ok()) {
+    fetched.clear();
+    return last.status();
+  }
+  if (!*last) return std::nullopt;
+  Whole w;
+  w.header = *header;
+  header.reset();
+  w.where = absl::StrCat("micro-batch ", w.header.micro_batch_id, ": ");
+  absl::StatusOr<std::vector<torch::Tensor>> t =
+      DecodeAll(slots, names, limits, w.where);
+  if (!t.ok()) {
+    fetched.clear();
+    return t.status();
+  }
+  if (absl::Status s = Merge(fetched, *t, names, w.where); !s.ok()) return s;
+  w.tensors = std::move(*t);
+  return w;
+}
+
 // The forward slots' names, with `tangents` tangents' two each.
 std::vector<std::string> ForwardNames(int tangents) {
   std::vector<std::string> n = {"activation.first", "activation.second",
@@ -443,34 +492,14 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
     tensors.push_back(pair.first);
     tensors.push_back(pair.second);
   }
-  if (!header_.has_value()) fetched_.clear();
-  if (absl::Status s = FetchSlots(tensors, names, limits_, fetcher_,
-                                  m.micro_batch_id(), fetched_);
-      !s.ok()) {
-    header_.reset();
-    slots_.clear();
-    fetched_.clear();
-    return s;
-  }
-  absl::StatusOr<bool> last =
-      AddPart(m, tensors, names, limits_, header_, slots_);
-  if (!last.ok()) {
-    fetched_.clear();
-    return last.status();
-  }
-  if (!*last) return std::nullopt;
+  absl::StatusOr<std::optional<Whole>> whole = AddAndDecode(
+      m, tensors, names, limits_, fetcher_, header_, slots_, fetched_);
+  if (!whole.ok()) return whole.status();
+  if (!whole->has_value()) return std::nullopt;
   ForwardPayload p;
-  p.header = *header_;
-  header_.reset();
-  const std::string where =
-      absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
-  absl::StatusOr<std::vector<torch::Tensor>> t =
-      DecodeAll(slots_, names, limits_, where);
-  if (!t.ok()) {
-    fetched_.clear();
-    return t.status();
-  }
-  if (absl::Status s = Merge(fetched_, *t, names, where); !s.ok()) return s;
+  p.header = (*whole)->header;
+  const std::string& where = (*whole)->where;
+  std::vector<torch::Tensor>* t = &(*whole)->tensors;
   const torch::Tensor *a = &(*t)[0], *b = &(*t)[1], *labels = &(*t)[2];
   for (size_t i = kForwardFixedSlots; i < t->size(); i += 2) {
     const torch::Tensor &ta = (*t)[i], &tb = (*t)[i + 1];
@@ -528,40 +557,19 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
                       m.directional().end());
   const auto activation = Present(m.mutable_activation());
   const auto gradient = Present(m.mutable_gradient());
-  std::vector<petra::v1::Tensor*> tensors = {
-      activation.first, activation.second, gradient.first, gradient.second};
-  if (!header_.has_value()) fetched_.clear();
-  if (absl::Status s = FetchSlots(tensors, names, limits_, fetcher_,
-                                  m.micro_batch_id(), fetched_);
-      !s.ok()) {
-    header_.reset();
-    slots_.clear();
+  absl::StatusOr<std::optional<Whole>> whole = AddAndDecode(
+      m,
+      {activation.first, activation.second, gradient.first, gradient.second},
+      names, limits_, fetcher_, header_, slots_, fetched_);
+  if (!whole.ok()) {
     directional_.clear();
-    fetched_.clear();
-    return s;
+    return whole.status();
   }
-  absl::StatusOr<bool> last =
-      AddPart(m, tensors, names, limits_, header_, slots_);
-  if (!last.ok()) {
-    fetched_.clear();
-    return last.status();
-  }
-  if (!*last) return std::nullopt;
+  if (!whole->has_value()) return std::nullopt;
   BackwardPayload p;
-  p.header = *header_;
-  header_.reset();
-  const std::string where =
-      absl::StrCat("micro-batch ", p.header.micro_batch_id, ": ");
-  absl::StatusOr<std::vector<torch::Tensor>> decoded =
-      DecodeAll(slots_, names, limits_, where);
-  if (!decoded.ok()) {
-    fetched_.clear();
-    return decoded.status();
-  }
-  if (absl::Status s = Merge(fetched_, *decoded, names, where); !s.ok()) {
-    return s;
-  }
-  const std::vector<torch::Tensor>& t = *decoded;
+  p.header = (*whole)->header;
+  const std::string& where = (*whole)->where;
+  const std::vector<torch::Tensor>& t = (*whole)->tensors;
   p.directional = std::move(directional_);
   directional_.clear();
   if (!p.directional.empty()) {

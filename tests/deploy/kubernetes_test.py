@@ -40,6 +40,20 @@ def kustomize(overlay):
     return render(os.path.join(DEPLOY, "k8s", "overlays", overlay))
 
 
+def with_component(component):
+    """The cpu overlay's objects with `component` added, in an overlay as
+    docs/DEPLOY.md tells operators to write it."""
+    with tempfile.TemporaryDirectory(dir=os.path.join(
+            DEPLOY, "k8s", "overlays")) as overlay:
+        with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
+            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\n"
+                    "kind: Kustomization\n"
+                    "resources:\n  - ../cpu\n"
+                    "components:\n"
+                    "  - ../../components/%s\n" % component)
+        return render(overlay)
+
+
 def find(objects, kind, name=None):
     found = [o for o in objects if o["kind"] == kind and
              (name is None or o["metadata"]["name"] == name)]
@@ -280,16 +294,7 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         self.assertEqual(found, [])
 
     def test_prometheus_operator_component_adds_a_service_monitor(self):
-        # An overlay as docs/DEPLOY.md tells operators to write it.
-        with tempfile.TemporaryDirectory(dir=os.path.join(
-                DEPLOY, "k8s", "overlays")) as overlay:
-            with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
-                f.write("apiVersion: kustomize.config.k8s.io/v1beta1\n"
-                        "kind: Kustomization\n"
-                        "resources:\n  - ../cpu\n"
-                        "components:\n"
-                        "  - ../../components/prometheus-operator\n")
-            objects = render(overlay)
+        objects = with_component("prometheus-operator")
         self.validate(objects)
         (monitor,) = find(objects, "ServiceMonitor")
         self.assertEqual(monitor["metadata"]["namespace"], "petra")
@@ -304,15 +309,7 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
     def test_shared_memory_component_mounts_the_nodes_shm(self):
         # Every petra pod sees the node's /dev/shm, so pods on one node
         # share memory (docs/DATA_PLANE.md); nothing else changes.
-        with tempfile.TemporaryDirectory(dir=os.path.join(
-                DEPLOY, "k8s", "overlays")) as overlay:
-            with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
-                f.write("apiVersion: kustomize.config.k8s.io/v1beta1\n"
-                        "kind: Kustomization\n"
-                        "resources:\n  - ../cpu\n"
-                        "components:\n"
-                        "  - ../../components/shared-memory\n")
-            objects = render(overlay)
+        objects = with_component("shared-memory")
         self.validate(objects)
         plain = kustomize("cpu")
         for kind, name, container in (
