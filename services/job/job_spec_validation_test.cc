@@ -43,6 +43,7 @@ TEST(ResolveJobSpec, MinimalSpecGetsTheDocumentedDefaults) {
   EXPECT_EQ(r->checkpoint().every_epochs(), 1u);
   EXPECT_EQ(StageCount(*r), 10);
   EXPECT_EQ(DeviceForStage(*r, 3), "cpu");
+  EXPECT_EQ(r->transport(), petra::v1::TRANSPORT_AUTO);
 }
 
 TEST(ResolveJobSpec, LearningRateFollowsTheScalingRule) {
@@ -526,6 +527,16 @@ INSTANTIATE_TEST_SUITE_P(
                      s->set_recipe(static_cast<petra::v1::Recipe>(9));
                    },
                    "recipe = 9", "unknown value"},
+        RejectCase{"TransportUnknown",
+                   [](JobSpec* s) {
+                     s->set_transport(static_cast<petra::v1::Transport>(9));
+                   },
+                   "transport = 9", "unknown value"},
+        RejectCase{"TransportCudaIpcNotBuilt",
+                   [](JobSpec* s) {
+                     s->set_transport(petra::v1::TRANSPORT_CUDA_IPC);
+                   },
+                   "transport = cuda_ipc", "not built yet"},
         RejectCase{"RebuildWithUnknown",
                    [](JobSpec* s) {
                      s->mutable_training()->set_rebuild_with(
