@@ -32,12 +32,6 @@ int64_t PayloadBytes(const std::vector<Message>& parts,
   return n;
 }
 
-// One direction's data channel, if the link has one.
-struct Channel {
-  std::unique_ptr<wire::PayloadPlacer> placer;
-  const char* name() const { return placer ? placer->name() : "grpc"; }
-};
-
 // The stage's outbox: hands micro-batches to the send queues, whose
 // threads encode them onto the streams to its neighbours, and reports
 // completions on the coordinator's streams.
@@ -46,7 +40,8 @@ class NeighborOutbox : public engine::StageOutbox {
   NeighborOutbox(StageJob& job, const PassInfo& pass,
                  Sender<petra::v1::ForwardMessage>* next,
                  Sender<petra::v1::BackwardMessage>* previous,
-                 Channel* up, Channel* down, StageMetrics& metrics,
+                 wire::PayloadPlacer* up, wire::PayloadPlacer* down,
+                 StageMetrics& metrics,
                  std::function<void()> after_each)
       : job_(job),
         pass_(pass),
@@ -111,7 +106,8 @@ class NeighborOutbox : public engine::StageOutbox {
   // wait for that copy.
   template <typename Payload, typename Encode, typename Message>
   absl::Status Queue(SendQueue& queue, Payload p, Encode encode,
-                     Sender<Message>* to, Channel* channel, bool backward) {
+                     Sender<Message>* to, wire::PayloadPlacer* channel,
+                     bool backward) {
     absl::StatusOr<engine::Transfer> copied =
         job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
     if (!copied.ok()) return copied.status();
@@ -120,7 +116,7 @@ class NeighborOutbox : public engine::StageOutbox {
                        encode, to, channel, backward]() mutable {
       copied.Wait();
       absl::StatusOr<std::vector<Message>> parts =
-          encode(p, wire::kTensorChunkBytes, channel->placer.get());
+          encode(p, wire::kTensorChunkBytes, channel);
       if (!parts.ok()) return parts.status();
       const bool beside = wire::CarriesSlots(*parts);
       metrics_.Sent(backward, beside ? channel->name() : "grpc",
@@ -153,8 +149,9 @@ class NeighborOutbox : public engine::StageOutbox {
   const PassInfo pass_;
   Sender<petra::v1::ForwardMessage>* next_;
   Sender<petra::v1::BackwardMessage>* previous_;
-  Channel* up_;
-  Channel* down_;
+  // The data channels beside `next_` and `previous_` (null: none).
+  wire::PayloadPlacer* up_;
+  wire::PayloadPlacer* down_;
   StageMetrics& metrics_;
   std::function<void()> after_each_;
   // Two micro-batches may wait per direction: enough to cover one tick's
@@ -179,7 +176,8 @@ std::unique_ptr<Sender<Message>> Connect(
 struct NeighborLinks::Impl {
   std::unique_ptr<Sender<petra::v1::ForwardMessage>> next;
   std::unique_ptr<Sender<petra::v1::BackwardMessage>> previous;
-  Channel up, down;  // the data channels beside `next` and `previous`
+  // The data channels beside `next` and `previous` (null: gRPC bytes).
+  std::unique_ptr<wire::PayloadPlacer> up, down;
   std::unique_ptr<NeighborOutbox> outbox;
   absl::Status error;  // a data channel that could not be made
 };
@@ -190,13 +188,13 @@ namespace {
 template <typename Message>
 absl::Status OpenChannel(petra::v1::Transport transport,
                          petra::v1::Transport wanted, Sender<Message>* stream,
-                         Channel* channel) {
+                         std::unique_ptr<wire::PayloadPlacer>* channel) {
   if (stream == nullptr) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
       link::MakePlacer(
           transport, [stream] { return stream->health(); }, wanted);
   if (!placer.ok()) return placer.status();
-  channel->placer = std::move(*placer);
+  *channel = std::move(*placer);
   return absl::OkStatus();
 }
 
@@ -231,8 +229,8 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
     impl_->error = s;
   }
   impl_->outbox = std::make_unique<NeighborOutbox>(
-      job, pass, impl_->next.get(), impl_->previous.get(), &impl_->up,
-      &impl_->down, metrics, std::move(after_each));
+      job, pass, impl_->next.get(), impl_->previous.get(), impl_->up.get(),
+      impl_->down.get(), metrics, std::move(after_each));
 }
 
 NeighborLinks::~NeighborLinks() {
@@ -243,8 +241,8 @@ NeighborLinks::~NeighborLinks() {
 engine::StageOutbox& NeighborLinks::outbox() { return *impl_->outbox; }
 
 void NeighborLinks::Cancel() {
-  for (Channel* c : {&impl_->up, &impl_->down}) {
-    if (c->placer) c->placer->Cancel();
+  for (wire::PayloadPlacer* c : {impl_->up.get(), impl_->down.get()}) {
+    if (c != nullptr) c->Cancel();
   }
   if (impl_->next) impl_->next->Cancel();
   if (impl_->previous) impl_->previous->Cancel();
