@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "services/wire/slot_codec.h"
 #include "services/wire/tensor_codec.h"
 
 namespace petra::wire {
@@ -25,43 +26,24 @@ absl::StatusOr<Slot> Chunked(const torch::Tensor& t, uint64_t chunk_bytes) {
   return slot;
 }
 
-// The tensors' headers, their bytes in `placer`'s data channel: one chunk
-// per defined tensor, carrying a SlotRef and no bytes.
-absl::StatusOr<std::vector<Slot>> Placed(
-    const std::vector<const torch::Tensor*>& tensors, PayloadPlacer* placer) {
-  std::vector<Slot> slots(tensors.size());
-  std::vector<torch::Tensor> dense;  // alive until placed
-  std::vector<PayloadPiece> pieces;
-  std::vector<size_t> owner;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i]->defined()) continue;
-    absl::StatusOr<torch::Tensor> d =
-        DenseWithHeader(*tensors[i], &slots[i].chunks.emplace_back());
-    if (!d.ok()) return d.status();
-    pieces.push_back({d->data_ptr(), static_cast<uint64_t>(d->numel()) *
-                                         d->element_size()});
-    dense.push_back(std::move(*d));
-    owner.push_back(i);
-  }
-  if (pieces.empty()) return slots;  // nothing for the channel to carry
-  absl::StatusOr<std::vector<petra::v1::SlotRef>> refs = placer->Place(pieces);
-  if (!refs.ok()) return refs.status();
-  for (size_t k = 0; k < owner.size(); ++k) {
-    *slots[owner[k]].chunks.front().mutable_slot() = std::move((*refs)[k]);
-  }
-  return slots;
-}
-
 absl::StatusOr<std::vector<Slot>> Encoded(
     const std::vector<const torch::Tensor*>& tensors, uint64_t chunk_bytes,
     PayloadPlacer* placer) {
   if (placer != nullptr) {
-    absl::StatusOr<std::vector<Slot>> placed = Placed(tensors, placer);
+    absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> placed =
+        PlaceTensors(tensors, placer);
+    if (placed.ok()) {
+      std::vector<Slot> slots(placed->size());
+      for (size_t i = 0; i < slots.size(); ++i) {
+        slots[i].chunks = std::move((*placed)[i]);
+      }
+      return slots;
+    }
     // No room in the channel: the bytes go in the message, if the job
     // allows it (transport auto).
-    if (placed.ok() || !absl::IsResourceExhausted(placed.status()) ||
+    if (!absl::IsResourceExhausted(placed.status()) ||
         !placer->may_fall_back()) {
-      return placed;
+      return placed.status();
     }
   }
   std::vector<Slot> slots;
@@ -71,68 +53,6 @@ absl::StatusOr<std::vector<Slot>> Encoded(
     slots.push_back(std::move(*s));
   }
   return slots;
-}
-
-// Brings in the tensors of the part that a data channel carries: each
-// becomes a whole tensor in `fetched` (by slot), and its entry in `tensors`
-// null, so that the chunk assembly skips it.
-absl::Status FetchSlots(std::vector<petra::v1::Tensor*>& tensors,
-                        const std::vector<std::string>& names,
-                        const TensorLimits& limits, PayloadFetcher* fetcher,
-                        uint64_t id, std::vector<torch::Tensor>& fetched) {
-  std::vector<PayloadFetcher::Field> fields;
-  std::vector<size_t> at;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i] != nullptr && tensors[i]->has_slot()) {
-      fields.push_back({tensors[i], names[i], nullptr});
-      at.push_back(i);
-    }
-  }
-  if (fields.empty()) return absl::OkStatus();
-  const std::string where = absl::StrCat("micro-batch ", id, ": ");
-  if (fetcher == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, fields.front().name,
-                     " names a data-channel slot, which this receiver does "
-                     "not read"));
-  }
-  if (absl::Status s = fetcher->Fetch(fields, limits); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(where, s.message()));
-  }
-  if (fetched.size() < names.size()) fetched.resize(names.size());
-  for (size_t k = 0; k < fields.size(); ++k) {
-    const size_t i = at[k];
-    if (fetched[i].defined()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, names[i], " arrived twice"));
-    }
-    absl::StatusOr<torch::Tensor> t =
-        TensorOverBytes(*tensors[i], fields[k].bytes, limits, names[i]);
-    if (!t.ok()) return absl::InvalidArgumentError(
-        absl::StrCat(where, t.status().message()));
-    fetched[i] = std::move(*t);
-    tensors[i] = nullptr;
-  }
-  return absl::OkStatus();
-}
-
-// The tensors a data channel brought, put in their slots of `decoded`
-// (where the message's own chunks brought nothing).
-absl::Status Merge(std::vector<torch::Tensor>& fetched,
-                   std::vector<torch::Tensor>& decoded,
-                   const std::vector<std::string>& names,
-                   const std::string& where) {
-  for (size_t i = 0; i < fetched.size() && i < decoded.size(); ++i) {
-    if (!fetched[i].defined()) continue;
-    if (decoded[i].defined()) {
-      fetched.clear();
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, names[i], " came both in the message and in a slot"));
-    }
-    decoded[i] = std::move(fetched[i]);
-  }
-  fetched.clear();
-  return absl::OkStatus();
 }
 
 // Packs the slots' chunks into parts: in order, at most one chunk per slot
@@ -278,8 +198,8 @@ absl::StatusOr<std::optional<Whole>> AddAndDecode(
     std::vector<std::optional<TensorAssembler>>& slots,
     std::vector<torch::Tensor>& fetched) {
   if (!header.has_value()) fetched.clear();
-  if (absl::Status s = FetchSlots(tensors, names, limits, fetcher,
-                                  m.micro_batch_id(), fetched);
+  if (absl::Status s = FetchSlotTensors(tensors, names, limits, fetcher,
+                                        m.micro_batch_id(), fetched);
       !s.ok()) {
     header.reset();
     slots.clear();
@@ -302,7 +222,8 @@ absl::StatusOr<std::optional<Whole>> AddAndDecode(
     fetched.clear();
     return t.status();
   }
-  if (absl::Status s = Merge(fetched, *t, names, w.where); !s.ok()) return s;
+  if (absl::Status s = MergeFetched(fetched, *t, names, w.where); !s.ok())
+    return s;
   w.tensors = std::move(*t);
   return w;
 }
@@ -361,28 +282,7 @@ absl::Status CheckBoundary(const torch::Tensor& a, const torch::Tensor& b,
   return absl::OkStatus();
 }
 
-bool HasSlot(const petra::v1::TensorPair& p) {
-  return p.first().has_slot() || p.second().has_slot();
-}
-
 }  // namespace
-
-bool CarriesSlots(const std::vector<petra::v1::ForwardMessage>& parts) {
-  for (const petra::v1::ForwardMessage& m : parts) {
-    if (HasSlot(m.activation()) || m.labels().has_slot()) return true;
-    for (const petra::v1::TensorPair& t : m.tangents()) {
-      if (HasSlot(t)) return true;
-    }
-  }
-  return false;
-}
-
-bool CarriesSlots(const std::vector<petra::v1::BackwardMessage>& parts) {
-  for (const petra::v1::BackwardMessage& m : parts) {
-    if (HasSlot(m.activation()) || HasSlot(m.gradient())) return true;
-  }
-  return false;
-}
 
 std::vector<torch::Tensor*> TensorsOf(ForwardPayload& p) {
   std::vector<torch::Tensor*> out = {&p.x.a, &p.x.b, &p.labels};
@@ -464,8 +364,7 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
   return out;
 }
 
-ForwardAssembler::ForwardAssembler(TensorLimits limits,
-                                   PayloadFetcher* fetcher)
+ForwardAssembler::ForwardAssembler(TensorLimits limits, PayloadFetcher* fetcher)
     : limits_(limits), fetcher_(fetcher) {}
 
 absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
@@ -558,8 +457,7 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
   const auto activation = Present(m.mutable_activation());
   const auto gradient = Present(m.mutable_gradient());
   absl::StatusOr<std::optional<Whole>> whole = AddAndDecode(
-      m,
-      {activation.first, activation.second, gradient.first, gradient.second},
+      m, {activation.first, activation.second, gradient.first, gradient.second},
       names, limits_, fetcher_, header_, slots_, fetched_);
   if (!whole.ok()) {
     directional_.clear();
