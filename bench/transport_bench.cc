@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
-#include "absl/strings/str_split.h"
 #include "services/engine/device_transfer.h"
 #include "services/link/channel_factory.h"
 #include "services/link/transport_choice.h"
@@ -252,8 +252,7 @@ int main(int argc, char** argv) {
     } else if (t == "shm") {
       chosen.push_back(petra::v1::TRANSPORT_SHM);
     } else {
-      std::cerr << "--transports: \"" << t
-                << "\" is not one of grpc, shm\n";
+      std::cerr << "--transports: \"" << t << "\" is not one of grpc, shm\n";
       return 2;
     }
   }

@@ -159,7 +159,8 @@ void PrintStageTable(const petra::v1::Job& job) {
     checked = checked || s.end_to_end_samples() > 0;
   }
   for (const petra::v1::StagePlacement& p : job.stages()) {
-    linked = linked || p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED;
+    linked =
+        linked || p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED;
   }
   std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s", "stage",
               "blocks", "delay", "staleness", "params+opt", "input buffer",
@@ -189,10 +190,11 @@ void PrintStageTable(const petra::v1::Job& job) {
     if (linked) {
       const int j = static_cast<int>(s.stage_index());
       const bool last = j + 1 >= job.stages_size();
-      std::printf(" %8s", last ? "-"
-                               : link::TransportName(
-                                     job.stages(j).transport_to_next())
-                                     .c_str());
+      std::printf(
+          " %8s",
+          last
+              ? "-"
+              : link::TransportName(job.stages(j).transport_to_next()).c_str());
     }
     if (on_device) {
       std::printf(" %10.2fMB %10.2fMB %10.2fMB", m.device_bytes() / 1e6,

@@ -22,8 +22,8 @@ absl::Status Prefixed(const std::string& prefix, const absl::Status& s);
 
 // One round of asking servers whether they can take a job.
 struct ProbeResult {
-  std::vector<std::string> chosen;   // in order, up to the number wanted
-  std::vector<std::string> held;     // the job each chosen server still holds
+  std::vector<std::string> chosen;  // in order, up to the number wanted
+  std::vector<std::string> held;    // the job each chosen server still holds
   // How each chosen server's data channels can be reached.
   std::vector<petra::v1::LinkEndpoint> endpoints;
   std::vector<std::string> missing;  // why each passed-over server was

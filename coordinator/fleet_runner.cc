@@ -145,12 +145,11 @@ absl::Status FleetRunner::ChooseTransports() {
     links_[j] = *t;
   }
   const petra::v1::LinkEndpoint& here = link::LocalEndpoint();
-  for (auto [j, to] : {std::pair{0, &feed_to_first_},
-                       std::pair{stages - 1, &feed_to_last_}}) {
-    absl::StatusOr<petra::v1::Transport> t =
-        link::ChooseTransport(wanted, here, fleet_->endpoint(j),
-                              absl::StrCat("the coordinator -> ",
-                                           fleet_->Name(j)));
+  for (auto [j, to] :
+       {std::pair{0, &feed_to_first_}, std::pair{stages - 1, &feed_to_last_}}) {
+    absl::StatusOr<petra::v1::Transport> t = link::ChooseTransport(
+        wanted, here, fleet_->endpoint(j),
+        absl::StrCat("the coordinator -> ", fleet_->Name(j)));
     if (!t.ok()) return t.status();
     *to = *t;
   }

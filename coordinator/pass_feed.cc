@@ -79,14 +79,13 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
   // The data channels beside the two streams (none for gRPC).
   absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> data_channel =
       link::MakePlacer(
-          options.to_first, [&data] { return data->health(); },
-          options.wanted);
+          options.to_first, [&data] { return data->health(); }, options.wanted);
   absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> labels_channel =
-      labels == nullptr ? nullptr
-                        : link::MakePlacer(
-                              options.to_last,
-                              [&labels] { return labels->health(); },
-                              options.wanted);
+      labels == nullptr
+          ? nullptr
+          : link::MakePlacer(
+                options.to_last, [&labels] { return labels->health(); },
+                options.wanted);
   for (const auto* c : {&data_channel, &labels_channel}) {
     if (!c->ok()) {
       data->Cancel();
@@ -117,8 +116,8 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       p.header.epoch = batches.EpochOf(m);
       p.x = {b.images, {}};
       if (stages == 1 || options.labels_with_data) p.labels = b.labels;
-      auto parts = wire::EncodeForward(p, wire::kTensorChunkBytes,
-                                       data_channel->get());
+      auto parts =
+          wire::EncodeForward(p, wire::kTensorChunkBytes, data_channel->get());
       const auto sending = steady_clock::now();  // Send waits for credits
       feed_status = parts.ok() ? data->Send(*parts) : parts.status();
       if (options.metrics != nullptr) {

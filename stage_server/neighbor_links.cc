@@ -20,8 +20,7 @@ using Sender = wire::StreamSender<Message>;
 // channel carried beside them.
 template <typename Message>
 int64_t PayloadBytes(const std::vector<Message>& parts,
-                     const std::vector<torch::Tensor*>& tensors,
-                     bool channel) {
+                     const std::vector<torch::Tensor*>& tensors, bool channel) {
   int64_t n = 0;
   for (const Message& m : parts) n += static_cast<int64_t>(m.ByteSizeLong());
   if (channel) {
@@ -41,8 +40,7 @@ class NeighborOutbox : public engine::StageOutbox {
                  Sender<petra::v1::ForwardMessage>* next,
                  Sender<petra::v1::BackwardMessage>* previous,
                  wire::PayloadPlacer* up, wire::PayloadPlacer* down,
-                 StageMetrics& metrics,
-                 std::function<void()> after_each)
+                 StageMetrics& metrics, std::function<void()> after_each)
       : job_(job),
         pass_(pass),
         next_(next),
@@ -72,8 +70,8 @@ class NeighborOutbox : public engine::StageOutbox {
     p.x = std::move(item.x);
     p.labels = std::move(item.labels);
     p.tangents = std::move(item.tangents);
-    return Queue(forward_queue_, std::move(p), &wire::EncodeForward, next_,
-                 up_, false);
+    return Queue(forward_queue_, std::move(p), &wire::EncodeForward, next_, up_,
+                 false);
   }
 
   absl::Status SendBackward(engine::BackwardItem item) override {

@@ -88,7 +88,8 @@ absl::Status StageServer::Start() {
   // Shared-memory rings left by servers of this host that died holding them
   // (their names; the memory goes with the last mapping).
   if (const int swept = link::SweepOrphanRings(); swept > 0) {
-    PETRA_LOG_EVENT(kInfo, "orphan_rings_swept", {"count", absl::StrCat(swept)});
+    PETRA_LOG_EVENT(kInfo, "orphan_rings_swept",
+                    {"count", absl::StrCat(swept)});
   }
   host_ = std::make_unique<StageHost>(StageHost::Options{
       options_.device, static_cast<int>(options_.threads), options_.state_dir,

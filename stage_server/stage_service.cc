@@ -119,9 +119,9 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
     const uint64_t fetched = fetcher_->fetched_bytes();
     absl::Status status;
     auto whole = assembler_.Add(std::move(in_));  // takes its payload
-    metrics_.Received(
-        backward_, message_bytes + static_cast<int64_t>(
-                                       fetcher_->fetched_bytes() - fetched));
+    metrics_.Received(backward_,
+                      message_bytes + static_cast<int64_t>(
+                                          fetcher_->fetched_bytes() - fetched));
     if (!whole.ok()) {
       status = whole.status();
     } else if (whole->has_value()) {

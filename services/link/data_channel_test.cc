@@ -73,7 +73,8 @@ TEST_P(DataChannel, CarriesEveryTensorOfAMicroBatchBitForBit) {
   wire::ForwardPayload p =
       Forward(3, torch::randn({4, 3, 5, 5}), torch::randn({4, 3, 5, 5}),
               torch::tensor({1, 0, 7, 2}, torch::kInt64));
-  p.tangents.push_back({torch::randn({4, 3, 5, 5}), torch::randn({4, 3, 5, 5})});
+  p.tangents.push_back(
+      {torch::randn({4, 3, 5, 5}), torch::randn({4, 3, 5, 5})});
   auto out = RoundTrip(p);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->header.micro_batch_id, 3u);
@@ -125,7 +126,8 @@ TEST_P(DataChannel, CarriesLargeAndEmptyTensors) {
   auto large = RoundTrip(Forward(0, big, {}));
   ASSERT_TRUE(large.ok()) << large.status();
   EXPECT_TRUE(torch::equal(large->x.a, big));
-  auto empty = RoundTrip(Forward(1, torch::empty({0, 3}), torch::empty({0, 3})));
+  auto empty =
+      RoundTrip(Forward(1, torch::empty({0, 3}), torch::empty({0, 3})));
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->x.a.sizes(), (std::vector<int64_t>{0, 3}));
   auto labels =
@@ -144,8 +146,8 @@ TEST_P(DataChannel, KeepsTheOrderWhileASenderRunsAheadAndReusesItsSlots) {
   std::thread sender([&] {
     for (int i = 0; i < kCount; ++i) {
       auto parts = wire::EncodeForward(
-          Forward(i, torch::full({64, 64}, static_cast<float>(i)), {}),
-          1 << 20, placer_.get());
+          Forward(i, torch::full({64, 64}, static_cast<float>(i)), {}), 1 << 20,
+          placer_.get());
       if (!parts.ok()) {
         failed = true;
         break;
@@ -176,8 +178,8 @@ TEST_P(DataChannel, ARefusedMicroBatchLeavesTheChannelUsable) {
   // A message the assembler refuses (labels of the wrong type) still frees
   // its slot, and the next micro-batch crosses.
   for (int i = 0; i < 2 * kRingSlots; ++i) {
-    auto bad = RoundTrip(Forward(i, torch::randn({2, 3}), {},
-                                 torch::tensor({1.5f, 2.5f})));
+    auto bad = RoundTrip(
+        Forward(i, torch::randn({2, 3}), {}, torch::tensor({1.5f, 2.5f})));
     EXPECT_THAT(bad.status().message(), HasSubstr("labels must be int64"));
   }
   auto good = RoundTrip(Forward(9, torch::randn({2, 3}), {}));
@@ -314,7 +316,8 @@ TEST(SharedMemoryChannel, AReceiverWithoutAFetcherRefusesSlotsClearly) {
                         "not read"));
 }
 
-TEST(SharedMemoryChannel, ARingIsRemadeWhenAMicroBatchOutgrowsItAndNothingLeaks) {
+TEST(SharedMemoryChannel,
+     ARingIsRemadeWhenAMicroBatchOutgrowsItAndNothingLeaks) {
   {
     SharedRingPlacer placer;
     SharedRingFetcher fetcher;
@@ -326,8 +329,8 @@ TEST(SharedMemoryChannel, ARingIsRemadeWhenAMicroBatchOutgrowsItAndNothingLeaks)
       auto got = assembler.Add(std::move(parts->front()));
       ASSERT_TRUE(got.ok()) << got.status();
     }
-    EXPECT_EQ(fetcher.rings(), 3);  // 16, 4096 and 65536 elements
-    EXPECT_LE(placer.rings(), 2);   // outgrown idle rings are let go
+    EXPECT_EQ(fetcher.rings(), 3);           // 16, 4096 and 65536 elements
+    EXPECT_LE(placer.rings(), 2);            // outgrown idle rings are let go
     EXPECT_EQ(CountRingNames(getpid()), 0);  // the receiver unlinked them
   }
   EXPECT_EQ(CountRingMappings(getpid()), 0);

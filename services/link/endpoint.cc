@@ -41,9 +41,9 @@ absl::StatusOr<Offer> ReadTransportsEnvironment() {
   Offer offer{false, false};
   for (absl::string_view t : absl::StrSplit(only, ',')) {
     if (t != "grpc" && t != "shm") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PETRA_TRANSPORTS=\"", only, "\": \"", t,
-          "\" is not a transport; use grpc or grpc,shm"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PETRA_TRANSPORTS=\"", only, "\": \"", t,
+                       "\" is not a transport; use grpc or grpc,shm"));
     }
     offer.grpc |= t == "grpc";
     offer.shm |= t == "shm";

@@ -118,10 +118,10 @@ absl::StatusOr<std::unique_ptr<SharedRing>> SharedRing::Create(
     int slots, uint64_t slot_bytes) {
   if (slots < 1 || slots > kMaxRingSlots || slot_bytes == 0 ||
       slot_bytes > kMaxSlotBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a shared-memory ring needs 1 to ", kMaxRingSlots,
-        " slots of 1 byte to ", kMaxSlotBytes, " bytes, not ", slots, " of ",
-        slot_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a shared-memory ring needs 1 to ", kMaxRingSlots,
+                     " slots of 1 byte to ", kMaxSlotBytes, " bytes, not ",
+                     slots, " of ", slot_bytes));
   }
   static std::atomic<uint64_t> counter{0};
   slot_bytes = RoundUp(slot_bytes, kLine);
@@ -140,8 +140,7 @@ absl::StatusOr<std::unique_ptr<SharedRing>> SharedRing::Create(
   }
   // Reserved now, so a full /dev/shm is an error here and not a SIGBUS on
   // the first write (docker gives containers 64 MiB unless --shm-size).
-  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(size));
-      e != 0) {
+  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
     close(fd);
     shm_unlink(name.c_str());
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -277,9 +276,11 @@ absl::StatusOr<const uint8_t*> SharedRing::Read(uint32_t index,
   const SlotState& s = state(index);
   if (s.state.load(std::memory_order_acquire) != kFull ||
       s.sequence.load(std::memory_order_relaxed) != sequence) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slot ", index, " of ring ", name_, " does not hold micro-batch "
-        "sequence ", sequence, " (stale or repeated reference)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot ", index, " of ring ", name_,
+                     " does not hold micro-batch "
+                     "sequence ",
+                     sequence, " (stale or repeated reference)"));
   }
   return data(index) + offset;
 }

@@ -58,7 +58,8 @@ class SharedRing {
   // Sender: waits until the next slot in turn is free, asking `keep_going`
   // every 50 ms while it waits (its error ends the wait: the receiver is
   // gone or the link was cancelled).
-  absl::StatusOr<Lease> Acquire(const std::function<absl::Status()>& keep_going);
+  absl::StatusOr<Lease> Acquire(
+      const std::function<absl::Status()>& keep_going);
   // Sender: the slot's bytes are written; the receiver may read them.
   void Publish(const Lease& lease);
 
@@ -86,8 +87,8 @@ class SharedRing {
   int slots_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t data_offset_ = 0;
-  uint32_t next_ = 0;       // sender: the slot Acquire takes next
-  uint64_t sequence_ = 0;   // sender: micro-batches published
+  uint32_t next_ = 0;      // sender: the slot Acquire takes next
+  uint64_t sequence_ = 0;  // sender: micro-batches published
 };
 
 // The prefix of every ring's name this process makes ("/petra-<ns>-<pid>-").

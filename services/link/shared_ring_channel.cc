@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <tuple>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "services/wire/tensor_validation.h"
@@ -42,16 +42,16 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
              old_.end());
   if (ring_ == nullptr || ring_->slot_bytes() < total) {
     if (no_room_ > 0 && total >= no_room_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "no shared-memory ring of ", slots_, " slots of ", total,
-          " bytes could be made (tried before)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no shared-memory ring of ", slots_, " slots of ", total,
+                       " bytes could be made (tried before)"));
     }
     const uint64_t slot_bytes = std::max<uint64_t>(total, kAlign);
     absl::StatusOr<std::unique_ptr<SharedRing>> made =
         max_ring_bytes_ > 0 && slot_bytes * slots_ > max_ring_bytes_
-            ? absl::ResourceExhaustedError(absl::StrCat(
-                  "a ring of ", slots_, " slots of ", slot_bytes,
-                  " bytes exceeds the cap of ", max_ring_bytes_))
+            ? absl::ResourceExhaustedError(
+                  absl::StrCat("a ring of ", slots_, " slots of ", slot_bytes,
+                               " bytes exceeds the cap of ", max_ring_bytes_))
             : SharedRing::Create(slots_, slot_bytes);
     if (!made.ok()) {
       if (absl::IsResourceExhausted(made.status())) no_room_ = total;
@@ -110,9 +110,8 @@ std::shared_ptr<void> BufferPool::Take(uint64_t bytes) {
     if (data == nullptr) return nullptr;
   }
   std::shared_ptr<BufferPool> self = shared_from_this();
-  return std::shared_ptr<void>(data, [self, capacity](void* p) {
-    self->Give(capacity, p);
-  });
+  return std::shared_ptr<void>(
+      data, [self, capacity](void* p) { self->Give(capacity, p); });
 }
 
 void BufferPool::Give(uint64_t capacity, void* data) {
@@ -161,16 +160,17 @@ absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
     absl::StatusOr<SharedRing*> ring = Ring(ref.ring());
     if (!ring.ok()) {
       if (status.ok()) {
-        status = absl::Status(ring.status().code(),
-                              absl::StrCat(f.name, ": ", ring.status().message()));
+        status =
+            absl::Status(ring.status().code(),
+                         absl::StrCat(f.name, ": ", ring.status().message()));
       }
       continue;
     }
     used.insert({*ring, ref.index(), ref.sequence()});
     if (!status.ok()) continue;
     if (!f.tensor->data().empty() || f.tensor->has_chunk()) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          f.name, ": has both bytes and a shared-memory slot"));
+      status = absl::InvalidArgumentError(
+          absl::StrCat(f.name, ": has both bytes and a shared-memory slot"));
       continue;
     }
     absl::StatusOr<uint64_t> bytes =

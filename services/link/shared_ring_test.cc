@@ -77,20 +77,17 @@ TEST(SharedRing, ReadRefusesWhatTheSlotDoesNotHold) {
   auto lease = (*ring)->Acquire(KeepGoing);
   ASSERT_TRUE(lease.ok());
   // Not published yet.
-  EXPECT_THAT((*ring)->Read(lease->index, lease->sequence, 0, 8)
-                  .status()
-                  .message(),
-              HasSubstr("stale or repeated"));
+  EXPECT_THAT(
+      (*ring)->Read(lease->index, lease->sequence, 0, 8).status().message(),
+      HasSubstr("stale or repeated"));
   (*ring)->Publish(*lease);
   EXPECT_TRUE((*ring)->Read(lease->index, lease->sequence, 0, 64).ok());
-  EXPECT_THAT((*ring)->Read(lease->index, lease->sequence, 8, 64)
-                  .status()
-                  .message(),
-              HasSubstr("overrun"));
-  EXPECT_THAT((*ring)->Read(lease->index, lease->sequence + 1, 0, 8)
-                  .status()
-                  .message(),
-              HasSubstr("stale or repeated"));
+  EXPECT_THAT(
+      (*ring)->Read(lease->index, lease->sequence, 8, 64).status().message(),
+      HasSubstr("overrun"));
+  EXPECT_THAT(
+      (*ring)->Read(lease->index, lease->sequence + 1, 0, 8).status().message(),
+      HasSubstr("stale or repeated"));
   EXPECT_THAT((*ring)->Read(7, lease->sequence, 0, 8).status().message(),
               HasSubstr("which has 2"));
   EXPECT_FALSE(

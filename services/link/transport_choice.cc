@@ -18,7 +18,8 @@ std::string NoSharedMemory(const petra::v1::LinkEndpoint& sender,
   if (!Offers(sender, petra::v1::TRANSPORT_SHM) ||
       !Offers(receiver, petra::v1::TRANSPORT_SHM)) {
     return absl::StrCat(
-        Offers(sender, petra::v1::TRANSPORT_SHM) ? "the receiver" : "the sender",
+        Offers(sender, petra::v1::TRANSPORT_SHM) ? "the receiver"
+                                                 : "the sender",
         " has no usable /dev/shm (or PETRA_TRANSPORTS leaves shm out)");
   }
   if (sender.host_id() != receiver.host_id()) {
@@ -63,9 +64,9 @@ absl::StatusOr<petra::v1::Transport> ChooseTransport(
           "transport shm: ", link, " cannot share memory: ", shm_missing,
           " (transport auto uses gRPC for such links)"));
     case petra::v1::TRANSPORT_CUDA_IPC:
-      return absl::UnimplementedError(absl::StrCat(
-          "transport cuda_ipc: not built yet (", link,
-          "); use auto, shm or grpc"));
+      return absl::UnimplementedError(
+          absl::StrCat("transport cuda_ipc: not built yet (", link,
+                       "); use auto, shm or grpc"));
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("transport ", static_cast<int>(wanted), " is unknown"));

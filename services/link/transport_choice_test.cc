@@ -39,19 +39,18 @@ TEST(TransportChoice, AutoSharesMemoryOnlyWhereBothEndsSeeTheSameShm) {
 
 TEST(TransportChoice, AForcedTransportThatALinkLacksNamesTheLinkAndWhy) {
   const auto a = End("boot-1", "boot-1:30:1");
-  auto other_host = ChooseTransport(petra::v1::TRANSPORT_SHM, a,
-                                    End("boot-2", "boot-2:30:1"),
-                                    "stage 0 -> stage 1");
-  EXPECT_EQ(other_host.status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  auto other_host =
+      ChooseTransport(petra::v1::TRANSPORT_SHM, a, End("boot-2", "boot-2:30:1"),
+                      "stage 0 -> stage 1");
+  EXPECT_EQ(other_host.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(other_host.status().message(),
               HasSubstr("stage 0 -> stage 1 cannot share memory: the two "
                         "ends run on different hosts"));
   auto other_shm = ChooseTransport(petra::v1::TRANSPORT_SHM, a,
                                    End("boot-1", "boot-1:31:7"), "x");
   EXPECT_THAT(other_shm.status().message(), HasSubstr("different /dev/shm"));
-  auto none = ChooseTransport(petra::v1::TRANSPORT_SHM, End("boot-1", ""), a,
-                              "x");
+  auto none =
+      ChooseTransport(petra::v1::TRANSPORT_SHM, End("boot-1", ""), a, "x");
   EXPECT_THAT(none.status().message(),
               HasSubstr("the sender has no usable /dev/shm"));
   EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_GRPC, a, a, "x"),

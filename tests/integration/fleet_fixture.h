@@ -157,8 +157,8 @@ class FleetProcesses : public ::testing::Test {
     }
     auto left = [&] {
       int n = 0;
-      for (pid_t p : live) n += link::CountRingMappings(p) +
-                                link::CountRingNames(p);
+      for (pid_t p : live)
+        n += link::CountRingMappings(p) + link::CountRingNames(p);
       for (pid_t p : killed) n += link::CountRingNames(p);
       return n;
     };

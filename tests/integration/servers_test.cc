@@ -73,10 +73,9 @@ TEST(BadUsage, IsExitCodeTwoWithTheReason) {
 TEST(BadOptions, AnUnknownTransportInTheEnvironmentIsRefused) {
   TempDir dir;
   for (const std::string& binary : {kStage, kCoordinator}) {
-    std::vector<std::string> args = {"PETRA_TRANSPORTS=grpc,rdma", binary,
-                                     "--listen", "127.0.0.1:0",
-                                     "--metrics-listen", "", "--state-dir",
-                                     dir.path()};
+    std::vector<std::string> args = {
+        "PETRA_TRANSPORTS=grpc,rdma", binary, "--listen",    "127.0.0.1:0",
+        "--metrics-listen",           "",     "--state-dir", dir.path()};
     if (binary == kCoordinator) {
       args.insert(args.end(), {"--stages", "127.0.0.1:1"});
     }
