@@ -236,9 +236,10 @@ def parse_args(argv):
     args = p.parse_args(argv)
     args.transport_list = args.transports.split(",")
     if not args.transport_list or any(
-            t not in ("auto", "grpc", "shm") for t in args.transport_list):
+            t not in ("auto", "grpc", "grpc_bulk", "shm")
+            for t in args.transport_list):
         p.error(f"--transports: '{args.transports}' is not a list of auto, "
-                "grpc, shm")
+                "grpc, grpc_bulk, shm")
     try:
         args.stage_counts = [int(s) for s in args.stages.split(",")]
     except ValueError:

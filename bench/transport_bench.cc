@@ -21,6 +21,7 @@
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
 #include "services/engine/device_transfer.h"
+#include "services/link/bulk_service.h"
 #include "services/link/channel_factory.h"
 #include "services/link/transport_choice.h"
 #include "services/model/device_check.h"
@@ -104,7 +105,8 @@ Rate Median(int repeats, double bytes, F once) {
 }
 
 int Run(const std::string& device_name, double megabytes, int repeats,
-        int window, const std::vector<petra::v1::Transport>& transports) {
+        int window, const std::vector<petra::v1::Transport>& transports,
+        int connections) {
   const c10::Device device(device_name);
   engine::DeviceTransfer sender_side(device, 0), receiver_side(device, 1);
   sender_side.UseComputeStreamOnThisThread();
@@ -160,11 +162,13 @@ int Run(const std::string& device_name, double megabytes, int repeats,
   // Two stages' transport on loopback: device to device, through each
   // data channel beside the stream.
   Receiver receiver(receiver_side, window);
+  link::BulkReceiver bulk;
   int port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      wire::StartServer("127.0.0.1:0", "--listen", {&receiver}, &port);
+      wire::StartServer("127.0.0.1:0", "--listen", {&receiver, &bulk}, &port);
   check(server.status());
-  auto channel = wire::CreateChannel("127.0.0.1:" + std::to_string(port));
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  auto channel = wire::CreateChannel(address);
   auto stub = petra::v1::StageService::NewStub(channel);
   for (petra::v1::Transport transport : transports) {
     double total = 0;
@@ -176,7 +180,14 @@ int Run(const std::string& device_name, double megabytes, int repeats,
                 stub->Forward(c));
           });
       absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
-          link::MakePlacer(transport, [&] { return sender.health(); });
+          transport == petra::v1::TRANSPORT_GRPC_BULK
+              ? std::make_unique<link::GrpcBulkPlacer>(
+                    [&](int i) {
+                      return wire::CreateBulkChannel(
+                          address, wire::TransportSecurity(), i);
+                    },
+                    [&] { return sender.health(); }, connections)
+              : link::MakePlacer(transport, [&] { return sender.health(); });
       check(placer.status());
       const Clock::time_point start = Clock::now();
       for (int i = 0; i < repeats; ++i) {
@@ -196,8 +207,10 @@ int Run(const std::string& device_name, double megabytes, int repeats,
     }
     const std::string path = absl::StrCat(
         sender_side.on_device() ? "device to device" : "host to host",
-        transport == petra::v1::TRANSPORT_GRPC
-            ? " over gRPC on loopback"
+        transport == petra::v1::TRANSPORT_GRPC ? " over gRPC on loopback"
+        : transport == petra::v1::TRANSPORT_GRPC_BULK
+            ? absl::StrCat(" over the bulk gRPC channel (grpc_bulk, ",
+                           connections, " connections) on loopback")
             : " through shared memory (shm) beside a gRPC stream",
         sender_side.on_device() ? " (whole path)" : "");
     row(path.c_str(), {total / repeats, bytes * repeats / total / 1e9});
@@ -207,9 +220,13 @@ int Run(const std::string& device_name, double megabytes, int repeats,
       "\nEach transport row is a stream of %d tensors sent back to back "
       "(%d received in all), so up to %d are in flight: its rate is the "
       "pipeline's, not one tensor's latency. grpc carries the bytes in the "
-      "messages; shm copies them into a shared-memory slot and the receiver "
-      "copies them out (docs/DATA_PLANE.md).\n",
-      repeats, receiver.received(), window);
+      "messages; grpc_bulk sends them as raw byte buffers over the tensor's "
+      "own memory, in frames of %d MiB dealt to its connections, and the "
+      "receiver copies each frame once; shm copies them into a "
+      "shared-memory slot and the receiver copies them out "
+      "(docs/DATA_PLANE.md).\n",
+      repeats, receiver.received(), window,
+      static_cast<int>(link::kBulkFrameBytes >> 20));
   return 0;
 }
 
@@ -221,7 +238,8 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   double megabytes = 64;
   int64_t repeats = 20, window = 4;
-  std::string transports = "grpc,shm";
+  int64_t connections = petra::link::kBulkConnections;
+  std::string transports = "grpc,grpc_bulk,shm";
   petra::cli::FlagSet flags(
       "petra_bench_transport [flags]",
       "How fast tensors cross between a stage's device and the host, and\n"
@@ -233,16 +251,20 @@ int main(int argc, char** argv) {
   flags.AddInt("window", &window,
                "micro-batches the receiver lets the sender have in flight");
   flags.AddString("transports", &transports,
-                  "data channels to measure, comma-separated: grpc, shm");
+                  "data channels to measure, comma-separated: grpc, "
+                  "grpc_bulk, shm");
+  flags.AddInt("connections", &connections,
+               "connections of the grpc_bulk channel");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (absl::Status s = petra::model::CheckDeviceAvailable(device, "--device");
       !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;
   }
-  if (!(megabytes > 0 && megabytes <= 4096) || repeats < 1 || window < 1) {
+  if (!(megabytes > 0 && megabytes <= 4096) || repeats < 1 || window < 1 ||
+      connections < 1 || connections > 64) {
     std::cerr << "--megabytes must be in (0, 4096], --repeats and --window "
-                 ">= 1\n";
+                 ">= 1, --connections in [1, 64]\n";
     return 2;
   }
   std::vector<petra::v1::Transport> chosen;
@@ -251,11 +273,15 @@ int main(int argc, char** argv) {
       chosen.push_back(petra::v1::TRANSPORT_GRPC);
     } else if (t == "shm") {
       chosen.push_back(petra::v1::TRANSPORT_SHM);
+    } else if (t == "grpc_bulk") {
+      chosen.push_back(petra::v1::TRANSPORT_GRPC_BULK);
     } else {
-      std::cerr << "--transports: \"" << t << "\" is not one of grpc, shm\n";
+      std::cerr << "--transports: \"" << t
+                << "\" is not one of grpc, grpc_bulk, shm\n";
       return 2;
     }
   }
   return petra::Run(device, megabytes, static_cast<int>(repeats),
-                    static_cast<int>(window), chosen);
+                    static_cast<int>(window), chosen,
+                    static_cast<int>(connections));
 }

@@ -213,8 +213,8 @@ void PrintStageTable(const petra::v1::Job& job) {
       "sum)\n");
   if (linked) {
     std::printf(
-        "(to next: the data channel to the next stage, grpc or shm; "
-        "docs/DATA_PLANE.md)\n");
+        "(to next: the data channel to the next stage, grpc, grpc_bulk or "
+        "shm; docs/DATA_PLANE.md)\n");
   }
   if (checked) {
     std::printf(

@@ -146,17 +146,21 @@ void ExpectSameRun(
       << end.error().message();
   EXPECT_EQ(end.progress().step(), 50u);
   // Every process of this fleet sees the same /dev/shm: auto chooses shared
-  // memory for every link and the feed, unless the job forced gRPC.
+  // memory for every link and the feed, unless the job forced a transport
+  // (grpc_bulk is for links between stages: the feed then uses gRPC).
   const petra::v1::Transport used =
-      spec->transport() == petra::v1::TRANSPORT_GRPC
-          ? petra::v1::TRANSPORT_GRPC
-          : petra::v1::TRANSPORT_SHM;
+      spec->transport() == petra::v1::TRANSPORT_AUTO ||
+              spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED
+          ? petra::v1::TRANSPORT_SHM
+          : spec->transport();
   for (const petra::v1::StagePlacement& p : end.stages()) {
     if (p.stage_index() + 1 < static_cast<uint32_t>(end.stages_size())) {
       EXPECT_EQ(p.transport_to_next(), used) << p.stage_index();
     }
     if (p.stage_index() == 0) {
-      EXPECT_EQ(p.transport_from_feed(), used);
+      EXPECT_EQ(p.transport_from_feed(), used == petra::v1::TRANSPORT_GRPC_BULK
+                                             ? petra::v1::TRANSPORT_GRPC
+                                             : used);
     }
   }
 
@@ -234,11 +238,17 @@ TEST(LocalFleet, PetraOverGrpcMatchesTheInProcessRunner) {
                 });
 }
 
-TEST(LocalFleet, PetraOverSharedMemoryMatchesTheInProcessRunner) {
+TEST(LocalFleet, PetraOverTheBulkGrpcChannelMatchesTheInProcessRunner) {
   ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
                 [](petra::v1::JobSpec& s) {
-                  s.set_transport(petra::v1::TRANSPORT_SHM);
+                  s.set_transport(petra::v1::TRANSPORT_GRPC_BULK);
                 });
+}
+
+TEST(LocalFleet, PetraOverSharedMemoryMatchesTheInProcessRunner) {
+  ExpectSameRun(
+      petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+      [](petra::v1::JobSpec& s) { s.set_transport(petra::v1::TRANSPORT_SHM); });
 }
 
 // Two epochs in one pass (nothing evaluated or saved between them): the

@@ -294,7 +294,7 @@ section_transport() {
   for mb in "${sizes[@]}"; do
     echo
     run "$BIN/petra_bench_transport" --device cpu --megabytes "$mb" \
-      --repeats "$repeats" --transports grpc,shm
+      --repeats "$repeats" --transports grpc,grpc_bulk,shm
   done
 }
 

@@ -182,15 +182,21 @@ struct NeighborLinks::Impl {
 
 namespace {
 
-// The data channel beside `stream`, as the coordinator chose it.
+// The data channel beside `stream` to the stage at `address`, as the
+// coordinator chose it.
 template <typename Message>
 absl::Status OpenChannel(petra::v1::Transport transport,
                          petra::v1::Transport wanted, Sender<Message>* stream,
+                         const std::string& address,
+                         const wire::TransportSecurity& security,
                          std::unique_ptr<wire::PayloadPlacer>* channel) {
   if (stream == nullptr) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
       link::MakePlacer(
-          transport, [stream] { return stream->health(); }, wanted);
+          transport, [stream] { return stream->health(); }, wanted,
+          [address, security](int index) {
+            return wire::CreateBulkChannel(address, security, index);
+          });
   if (!placer.ok()) return placer.status();
   *channel = std::move(*placer);
   return absl::OkStatus();
@@ -219,10 +225,12 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
         });
   }
   const petra::v1::Transport wanted = job.assign.spec().transport();
-  impl_->error = OpenChannel(job.assign.next_transport(), wanted,
-                             impl_->next.get(), &impl_->up);
-  if (absl::Status s = OpenChannel(job.assign.previous_transport(), wanted,
-                                   impl_->previous.get(), &impl_->down);
+  impl_->error =
+      OpenChannel(job.assign.next_transport(), wanted, impl_->next.get(),
+                  job.assign.next_address(), security, &impl_->up);
+  if (absl::Status s = OpenChannel(
+          job.assign.previous_transport(), wanted, impl_->previous.get(),
+          job.assign.previous_address(), security, &impl_->down);
       impl_->error.ok()) {
     impl_->error = s;
   }

@@ -67,12 +67,13 @@ struct StageMetrics::Families {
                    .Name("petra_stage_memory_bytes")
                    .Help("Memory a stage holds, by kind")
                    .Register(r)),
-        sent(prometheus::BuildCounter()
-                 .Name("petra_stage_stream_sent_bytes_total")
-                 .Help("Payload bytes a stage sent to its neighbours, by stream "
-                       "and by the data channel the tensors went through "
-                       "(transport: grpc or shm)")
-                 .Register(r)),
+        sent(
+            prometheus::BuildCounter()
+                .Name("petra_stage_stream_sent_bytes_total")
+                .Help("Payload bytes a stage sent to its neighbours, by stream "
+                      "and by the data channel the tensors went through "
+                      "(transport: grpc, grpc_bulk or shm)")
+                .Register(r)),
         received(prometheus::BuildCounter()
                      .Name("petra_stage_stream_received_bytes_total")
                      .Help("Payload bytes a stage received from its neighbours "
@@ -199,8 +200,7 @@ void StageMetrics::Diagnostic(int stage, const char* reference,
   f_->norm_ratio.Add(l).Set(norm_ratio);
 }
 
-void StageMetrics::Sent(bool backward, const char* transport,
-                        int64_t bytes) {
+void StageMetrics::Sent(bool backward, const char* transport, int64_t bytes) {
   if (!f_) return;
   f_->sent.Add({{"stream", Direction(backward)}, {"transport", transport}})
       .Increment(static_cast<double>(bytes));

@@ -16,6 +16,9 @@ class Server;
 namespace petra::metrics {
 class MetricsExposer;
 }  // namespace petra::metrics
+namespace petra::link {
+class BulkReceiver;
+}  // namespace petra::link
 
 namespace petra::stage_server {
 
@@ -80,6 +83,8 @@ class StageServer {
   std::unique_ptr<StageMetrics> stage_metrics_;
   std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
+  // The receiving end of links that chose transport grpc_bulk.
+  std::unique_ptr<link::BulkReceiver> bulk_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -343,9 +343,11 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   const EnumDescriptor* transport = GetEnumDescriptor<petra::v1::Transport>();
   f.AddCustom("transport", Choices(transport), "auto",
               "what activations travel through between processes: auto "
-              "(shared memory where both ends share a host's /dev/shm, gRPC "
-              "elsewhere), grpc, shm (refused for a link that cannot share "
-              "memory) or cuda_ipc (not built yet; docs/DATA_PLANE.md)",
+              "(shared memory where both ends share a host's /dev/shm, "
+              "grpc_bulk elsewhere), grpc (bytes in the stream's messages), "
+              "grpc_bulk (raw byte buffers on several connections), shm "
+              "(refused for a link that cannot share memory) or cuda_ipc "
+              "(not built yet; docs/DATA_PLANE.md)",
               Enum(transport, [s](int v) {
                 s->set_transport(static_cast<petra::v1::Transport>(v));
               }));

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
+#include "services/link/bulk_channel.h"
 #include "services/wire/data_channel.h"
 
 namespace petra::link {
@@ -17,9 +18,11 @@ namespace petra::link {
 // the channel waits for room (the stream's health). `wanted` is what the
 // job asked for: with auto, a micro-batch the channel has no room for
 // (a small /dev/shm) travels in the message instead of failing the job.
+// `connect` reaches the receiver's BulkService (grpc_bulk only).
 absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
-    petra::v1::Transport wanted = petra::v1::TRANSPORT_AUTO);
+    petra::v1::Transport wanted = petra::v1::TRANSPORT_AUTO,
+    BulkConnector connect = nullptr);
 
 // The receiving end of one incoming stream: reads whatever channel the
 // sender's messages name.

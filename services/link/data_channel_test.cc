@@ -14,10 +14,12 @@
 #include <thread>
 
 #include "services/engine/blocking_queue.h"
+#include "services/link/bulk_service.h"
 #include "services/link/channel_factory.h"
 #include "services/link/shared_ring.h"
 #include "services/link/shared_ring_channel.h"
 #include "services/link/transport_choice.h"
+#include "services/wire/grpc_defaults.h"
 #include "services/wire/stage_messages.h"
 
 namespace petra::link {
@@ -25,13 +27,48 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A server with the bulk channel's receiving end, on loopback (grpc_bulk
+// needs one; the other transports reach nothing over the network).
+class BulkServer {
+ public:
+  static BulkServer& Get() {
+    static BulkServer* const server = new BulkServer();
+    return *server;
+  }
+  BulkConnector connector() const {
+    return [address = address_](int i) {
+      return wire::CreateBulkChannel(address, wire::TransportSecurity(), i);
+    };
+  }
+
+ private:
+  BulkServer() {
+    int port = 0;
+    auto server = wire::StartServer("127.0.0.1:0", "--test", {&receiver_},
+                                    &port, wire::TransportSecurity());
+    if (!server.ok()) std::abort();
+    server_ = std::move(*server);
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+  BulkReceiver receiver_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
 class DataChannel : public ::testing::TestWithParam<petra::v1::Transport> {
  protected:
   void SetUp() override {
-    auto placer = MakePlacer(GetParam(), [] { return absl::OkStatus(); });
+    auto placer = MakePlacer(
+        GetParam(), [] { return absl::OkStatus(); }, petra::v1::TRANSPORT_AUTO,
+        BulkServer::Get().connector());
     ASSERT_TRUE(placer.ok()) << placer.status();
     placer_ = std::move(*placer);
     fetcher_ = MakeFetcher();
+  }
+  void TearDown() override {
+    placer_.reset();
+    // Every micro-batch that crossed was taken: nothing waits in the inbox.
+    EXPECT_EQ(BulkInbox::Global().held_micro_batches(), 0);
   }
 
   // One micro-batch there and back through serialized messages.
@@ -188,7 +225,8 @@ TEST_P(DataChannel, ARefusedMicroBatchLeavesTheChannelUsable) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryTransport, DataChannel,
-    ::testing::Values(petra::v1::TRANSPORT_GRPC, petra::v1::TRANSPORT_SHM),
+    ::testing::Values(petra::v1::TRANSPORT_GRPC, petra::v1::TRANSPORT_SHM,
+                      petra::v1::TRANSPORT_GRPC_BULK),
     [](const ::testing::TestParamInfo<petra::v1::Transport>& info) {
       return TransportName(info.param);
     });

@@ -32,21 +32,22 @@ std::string ShmDomain(const std::string& host) {
 
 // What PETRA_TRANSPORTS lets this process offer (both when it is unset).
 struct Offer {
-  bool grpc = true, shm = true;
+  bool grpc = true, shm = true, grpc_bulk = true;
 };
 
 absl::StatusOr<Offer> ReadTransportsEnvironment() {
   const char* only = std::getenv("PETRA_TRANSPORTS");
   if (only == nullptr || *only == '\0') return Offer();
-  Offer offer{false, false};
+  Offer offer{false, false, false};
   for (absl::string_view t : absl::StrSplit(only, ',')) {
-    if (t != "grpc" && t != "shm") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PETRA_TRANSPORTS=\"", only, "\": \"", t,
-                       "\" is not a transport; use grpc or grpc,shm"));
+    if (t != "grpc" && t != "shm" && t != "grpc_bulk") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PETRA_TRANSPORTS=\"", only, "\": \"", t,
+          "\" is not a transport; use a list of grpc, grpc_bulk and shm"));
     }
     offer.grpc |= t == "grpc";
     offer.shm |= t == "shm";
+    offer.grpc_bulk |= t == "grpc_bulk";
   }
   return offer;
 }
@@ -56,10 +57,12 @@ petra::v1::LinkEndpoint Make() {
   e.set_host_id(BootId());
   // Servers refuse a bad value at start (CheckTransportsEnvironment); any
   // other process offers only gRPC then.
-  const Offer offer = ReadTransportsEnvironment().value_or(Offer{true, false});
+  const Offer offer =
+      ReadTransportsEnvironment().value_or(Offer{true, false, false});
   if (offer.shm) e.set_shm_domain(ShmDomain(e.host_id()));
   if (offer.grpc) e.add_transports(petra::v1::TRANSPORT_GRPC);
   if (!e.shm_domain().empty()) e.add_transports(petra::v1::TRANSPORT_SHM);
+  if (offer.grpc_bulk) e.add_transports(petra::v1::TRANSPORT_GRPC_BULK);
   return e;
 }
 

@@ -9,12 +9,14 @@ namespace petra::link {
 
 // The host's boot id, the /dev/shm this process sees (empty when none is
 // usable: a ring cannot be made there), and the transports offered. The
-// environment variable PETRA_TRANSPORTS ("grpc" or "grpc,shm") narrows the
-// offer, e.g. to keep a server off shared memory.
+// environment variable PETRA_TRANSPORTS (a list of grpc, grpc_bulk and
+// shm, e.g. "grpc,shm") narrows the offer, e.g. to keep a server off
+// shared memory.
 const petra::v1::LinkEndpoint& LocalEndpoint();
 
 // INVALID_ARGUMENT naming the variable when PETRA_TRANSPORTS holds anything
-// but "grpc" and "shm" (servers check it when they are created).
+// but "grpc", "grpc_bulk" and "shm" (servers check it when they are
+// created).
 absl::Status CheckTransportsEnvironment();
 
 }  // namespace petra::link

@@ -42,6 +42,8 @@ std::string TransportName(petra::v1::Transport t) {
       return "shm";
     case petra::v1::TRANSPORT_CUDA_IPC:
       return "cuda_ipc";
+    case petra::v1::TRANSPORT_GRPC_BULK:
+      return "grpc_bulk";
     default:
       return "auto";
   }
@@ -51,13 +53,25 @@ absl::StatusOr<petra::v1::Transport> ChooseTransport(
     petra::v1::Transport wanted, const petra::v1::LinkEndpoint& sender,
     const petra::v1::LinkEndpoint& receiver, const std::string& link) {
   const std::string shm_missing = NoSharedMemory(sender, receiver);
+  const std::string bulk_missing =
+      !Offers(sender, petra::v1::TRANSPORT_GRPC_BULK)
+          ? "the sender does not offer it (PETRA_TRANSPORTS?)"
+      : !Offers(receiver, petra::v1::TRANSPORT_GRPC_BULK)
+          ? "the receiver does not offer it (PETRA_TRANSPORTS, or a server "
+            "older than grpc_bulk)"
+          : "";
   switch (wanted) {
     case petra::v1::TRANSPORT_UNSPECIFIED:
     case petra::v1::TRANSPORT_AUTO:
       if (shm_missing.empty()) return petra::v1::TRANSPORT_SHM;
+      if (bulk_missing.empty()) return petra::v1::TRANSPORT_GRPC_BULK;
       return petra::v1::TRANSPORT_GRPC;
     case petra::v1::TRANSPORT_GRPC:
       return petra::v1::TRANSPORT_GRPC;
+    case petra::v1::TRANSPORT_GRPC_BULK:
+      if (bulk_missing.empty()) return petra::v1::TRANSPORT_GRPC_BULK;
+      return absl::FailedPreconditionError(
+          absl::StrCat("transport grpc_bulk: ", link, ": ", bulk_missing));
     case petra::v1::TRANSPORT_SHM:
       if (shm_missing.empty()) return petra::v1::TRANSPORT_SHM;
       return absl::FailedPreconditionError(absl::StrCat(

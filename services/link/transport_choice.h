@@ -10,11 +10,12 @@
 
 namespace petra::link {
 
-// "grpc", "shm", "cuda_ipc", "auto".
+// "grpc", "grpc_bulk", "shm", "cuda_ipc", "auto".
 std::string TransportName(petra::v1::Transport t);
 
 // AUTO (or UNSPECIFIED): shared memory when both ends offer it and see the
-// same /dev/shm, gRPC otherwise. A forced transport that one end lacks is
+// same /dev/shm, else the bulk gRPC channel when both offer it, else gRPC
+// bytes in the messages. A forced transport that one end lacks is
 // FAILED_PRECONDITION naming the link (`link`, e.g. "stage 0 -> stage 1")
 // and why; CUDA_IPC is not built yet and always refused.
 absl::StatusOr<petra::v1::Transport> ChooseTransport(

@@ -13,12 +13,14 @@ namespace {
 using ::petra::v1::LinkEndpoint;
 using ::testing::HasSubstr;
 
-LinkEndpoint End(const std::string& host, const std::string& shm) {
+LinkEndpoint End(const std::string& host, const std::string& shm,
+                 bool bulk = false) {
   LinkEndpoint e;
   e.set_host_id(host);
   e.set_shm_domain(shm);
   e.add_transports(petra::v1::TRANSPORT_GRPC);
   if (!shm.empty()) e.add_transports(petra::v1::TRANSPORT_SHM);
+  if (bulk) e.add_transports(petra::v1::TRANSPORT_GRPC_BULK);
   return e;
 }
 
@@ -60,6 +62,30 @@ TEST(TransportChoice, AForcedTransportThatALinkLacksNamesTheLinkAndWhy) {
   EXPECT_THAT(ipc.status().message(), HasSubstr("not built yet"));
 }
 
+TEST(TransportChoice, AutoUsesTheBulkChannelWhereMemoryCannotBeShared) {
+  const auto a = End("boot-1", "boot-1:30:1", true);
+  const auto b = End("boot-2", "boot-2:30:1", true);
+  // One host: shared memory still wins.
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_AUTO, a, a, "l"),
+            petra::v1::TRANSPORT_SHM);
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_AUTO, a, b, "l"),
+            petra::v1::TRANSPORT_GRPC_BULK);
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_GRPC_BULK, a, a, "l"),
+            petra::v1::TRANSPORT_GRPC_BULK);
+  // Either end without it: auto falls back to the messages, forcing fails.
+  const auto old = End("boot-2", "boot-2:30:1", false);
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_AUTO, a, old, "l"),
+            petra::v1::TRANSPORT_GRPC);
+  EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_AUTO, old, a, "l"),
+            petra::v1::TRANSPORT_GRPC);
+  auto forced = ChooseTransport(petra::v1::TRANSPORT_GRPC_BULK, a, old,
+                                "stage 0 -> stage 1");
+  EXPECT_EQ(forced.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(forced.status().message(),
+              HasSubstr("stage 0 -> stage 1: the receiver does not offer it"));
+  EXPECT_EQ(TransportName(petra::v1::TRANSPORT_GRPC_BULK), "grpc_bulk");
+}
+
 TEST(TransportChoice, ThisProcessOffersWhatItsHostHas) {
   const LinkEndpoint& e = LocalEndpoint();
   EXPECT_FALSE(e.host_id().empty());
@@ -67,6 +93,8 @@ TEST(TransportChoice, ThisProcessOffersWhatItsHostHas) {
   // The test machines have a /dev/shm: the probe ring was made and is gone.
   EXPECT_FALSE(e.shm_domain().empty());
   EXPECT_THAT(e.transports(), ::testing::Contains(petra::v1::TRANSPORT_SHM));
+  EXPECT_THAT(e.transports(),
+              ::testing::Contains(petra::v1::TRANSPORT_GRPC_BULK));
   EXPECT_EQ(CountRingNames(getpid()), 0);
   EXPECT_EQ(TransportName(petra::v1::TRANSPORT_SHM), "shm");
   EXPECT_EQ(TransportName(petra::v1::TRANSPORT_UNSPECIFIED), "auto");

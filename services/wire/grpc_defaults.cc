@@ -94,6 +94,18 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
       std::move(interceptors));
 }
 
+std::shared_ptr<grpc::Channel> CreateBulkChannel(
+    const std::string& address, const TransportSecurity& security, int index) {
+  grpc::ChannelArguments args = ClientChannelArguments();
+  // Subchannels (connections) are shared between channels whose arguments
+  // are equal: a distinct argument per index and a pool of the channel's
+  // own keep them apart.
+  args.SetInt("petra.bulk_connection", index);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, MakeChannelCredentials(security),
+                                   args);
+}
+
 namespace {
 
 // gRPC's own log while a server binds: a failed bind prints a raw error

@@ -477,7 +477,7 @@ def main(argv):
                         "submission (default: 0.8 x the uninterrupted job's "
                         "time)")
     p.add_argument("--transport", default="auto",
-                   choices=["auto", "grpc", "shm"],
+                   choices=["auto", "grpc", "grpc_bulk", "shm"],
                    help="the job's data channel between stages (default "
                         "auto: shared memory on this one host)")
     p.add_argument("--json", help="write every run's record here")

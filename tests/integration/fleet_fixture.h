@@ -173,6 +173,13 @@ class FleetProcesses : public ::testing::Test {
     for (pid_t p : killed) {
       EXPECT_EQ(link::CountRingNames(p), 0) << "killed process " << p;
     }
+    // Nor does a live stage hold bulk-channel payloads.
+    for (size_t j = 0; j < stages_.size(); ++j) {
+      if (stages_[j] != nullptr && stages_[j]->pid() > 0) {
+        EXPECT_EQ(StageStatus(static_cast<int>(j)).bulk_inbox_bytes(), 0u)
+            << "stage server " << j;
+      }
+    }
   }
 
   petra::v1::StageStatus StageStatus(int j) {

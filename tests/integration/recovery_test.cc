@@ -159,7 +159,11 @@ TEST_F(Recovery,
 TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {
   StartStages(3);  // the job uses two; the third is a spare
   StartCoordinator(/*recovery_timeout=*/60);
-  const std::string id = Submit(SmallJob(3));
+  // Over the bulk gRPC channel: the stage dies with frames in flight both
+  // ways, and the new link to the spare opens its own.
+  std::vector<std::string> job = SmallJob(3);
+  job.insert(job.end(), {"--transport", "grpc_bulk"});
+  const std::string id = Submit(job);
   WaitUntilTrainingAfter(id, 1);
   const std::string lost = stage_addresses_[1];
   const petra::v1::Job done =
@@ -168,6 +172,8 @@ TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {
   ASSERT_EQ(done.stages_size(), 2);
   EXPECT_EQ(done.stages(0).address(), stage_addresses_[0]);
   EXPECT_EQ(done.stages(1).address(), stage_addresses_[2]);
+  EXPECT_EQ(done.stages(0).transport_to_next(), petra::v1::TRANSPORT_GRPC_BULK);
+  ExpectNoRingsLeft();  // and no bulk payload is left in the inbox
   // The job names no device: each stage runs on its server's own (--device,
   // "cpu" here), and the placement says so.
   EXPECT_EQ(done.stages(0).device(), "cpu");

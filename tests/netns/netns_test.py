@@ -128,6 +128,7 @@ class Hosts(unittest.TestCase):
         out, err = submit.communicate(timeout=60)
         self.assertEqual(submit.returncode, 0, err)
         job = out.split()[0]
+        self.last_job = (coordinator, job)
         if during is not None:
             during()
         watch = self.net.popen("coord", [
@@ -157,6 +158,19 @@ class Hosts(unittest.TestCase):
         self.net.limit_bandwidth("s1", "100mbit")
         got = self.run_job(coordinator)
         self.assertEqual(len(got), 41)  # the header and 40 micro-batches
+        # Separate hosts share no memory: auto chose the bulk gRPC channel
+        # between the stages, and the coordinator's feed kept its bytes in
+        # its messages.
+        coordinator, job = self.last_job
+        status = self.net.popen("coord", [
+            os.path.join(BIN, "petra"), "status", "--coordinator",
+            coordinator, "--json", job],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = status.communicate(timeout=60)
+        self.assertEqual(status.returncode, 0, err)
+        stages = json.loads(out)["stages"]
+        self.assertIn("GRPC_BULK", str(stages[0]["transport_to_next"]).upper())
+        self.assertNotIn("BULK", str(stages[0]["transport_from_feed"]).upper())
         self.assertEqual(got, self.reference())
         # The streams did cross the proxies, and the faults did happen.
         stats = self.proxy_stats()
