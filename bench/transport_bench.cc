@@ -210,7 +210,9 @@ int Run(const std::string& device_name, double megabytes, int repeats,
         transport == petra::v1::TRANSPORT_GRPC ? " over gRPC on loopback"
         : transport == petra::v1::TRANSPORT_GRPC_BULK
             ? absl::StrCat(" over the bulk gRPC channel (grpc_bulk, ",
-                           connections, " connections) on loopback")
+                           connections,
+                           connections == 1 ? " connection" : " connections",
+                           ") on loopback")
             : " through shared memory (shm) beside a gRPC stream",
         sender_side.on_device() ? " (whole path)" : "");
     row(path.c_str(), {total / repeats, bytes * repeats / total / 1e9});

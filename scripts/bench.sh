@@ -296,6 +296,14 @@ section_transport() {
     run "$BIN/petra_bench_transport" --device cpu --megabytes "$mb" \
       --repeats "$repeats" --transports grpc,grpc_bulk,shm
   done
+  # What the bulk channel's connections add (4 above, the default).
+  local mb_conn=64 conns
+  if ((smoke)); then mb_conn=1; fi
+  for conns in 1 2; do
+    echo
+    run "$BIN/petra_bench_transport" --device cpu --megabytes "$mb_conn" \
+      --repeats "$repeats" --transports grpc_bulk --connections "$conns"
+  done
 }
 
 # The GPU figures, all on one GPU, the headline ones first (a GPU lease is
