@@ -144,22 +144,11 @@ absl::Status FleetRunner::ChooseTransports() {
     if (!t.ok()) return t.status();
     links_[j] = *t;
   }
-  // The feed's micro-batches are inputs and labels, small beside the
-  // activations: the coordinator sends them in its messages where memory
-  // cannot be shared (it has no bulk channel).
-  petra::v1::LinkEndpoint here = link::LocalEndpoint();
-  here.mutable_transports()->erase(
-      std::remove(here.mutable_transports()->begin(),
-                  here.mutable_transports()->end(),
-                  petra::v1::TRANSPORT_GRPC_BULK),
-      here.mutable_transports()->end());
-  const petra::v1::Transport feed_wanted =
-      wanted == petra::v1::TRANSPORT_GRPC_BULK ? petra::v1::TRANSPORT_GRPC
-                                               : wanted;
+  const petra::v1::LinkEndpoint& here = link::LocalEndpoint();
   for (auto [j, to] :
        {std::pair{0, &feed_to_first_}, std::pair{stages - 1, &feed_to_last_}}) {
-    absl::StatusOr<petra::v1::Transport> t = link::ChooseTransport(
-        feed_wanted, here, fleet_->endpoint(j),
+    absl::StatusOr<petra::v1::Transport> t = link::ChooseFeedTransport(
+        wanted, here, fleet_->endpoint(j),
         absl::StrCat("the coordinator -> ", fleet_->Name(j)));
     if (!t.ok()) return t.status();
     *to = *t;

@@ -13,8 +13,7 @@
 #include "services/engine/stage_worker.h"
 #include "services/job/device_name.h"
 #include "services/job/job_spec_validation.h"
-#include "services/link/bulk_inbox.h"
-#include "services/link/endpoint.h"
+#include "services/link/channel_factory.h"
 #include "services/metrics/process_memory.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_memory.h"
@@ -418,8 +417,7 @@ StageStatus StageHost::Status() {
   StageStatus s;
   s.set_device(options_.device);
   s.set_version(kVersion);
-  *s.mutable_endpoint() = link::LocalEndpoint();
-  s.set_bulk_inbox_bytes(link::BulkInbox::Global().held_bytes());
+  link::FillLinkStatus(s);
   std::lock_guard<std::mutex> lock(mu_);
   if (job_ == nullptr) {
     s.set_state(draining_ ? StageStatus::STATE_DRAINING

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/cli/event_log.h"
 #include "services/cli/paths.h"
-#include "services/link/bulk_service.h"
+#include "services/link/channel_factory.h"
 #include "services/link/endpoint.h"
 #include "services/link/shared_ring.h"
 #include "services/metrics/metrics_exposer.h"
@@ -97,10 +97,11 @@ absl::Status StageServer::Start() {
       stage_metrics_.get(), security_, options_.memory_limit_bytes});
   service_ = std::make_unique<StageServiceImpl>(host_.get(),
                                                 options_.coordinator_identity);
-  bulk_ = std::make_unique<link::BulkReceiver>();
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      wire::StartServer(options_.listen, "--listen",
-                        {service_.get(), bulk_.get()}, &port_, security_);
+  channels_ = std::make_unique<link::ChannelServices>();
+  std::vector<grpc::Service*> services = channels_->services();
+  services.insert(services.begin(), service_.get());
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(
+      options_.listen, "--listen", services, &port_, security_);
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   return absl::OkStatus();

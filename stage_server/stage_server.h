@@ -17,7 +17,7 @@ namespace petra::metrics {
 class MetricsExposer;
 }  // namespace petra::metrics
 namespace petra::link {
-class BulkReceiver;
+class ChannelServices;
 }  // namespace petra::link
 
 namespace petra::stage_server {
@@ -83,8 +83,8 @@ class StageServer {
   std::unique_ptr<StageMetrics> stage_metrics_;
   std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
-  // The receiving end of links that chose transport grpc_bulk.
-  std::unique_ptr<link::BulkReceiver> bulk_;
+  // What the data channels into this server need served.
+  std::unique_ptr<link::ChannelServices> channels_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/link/bulk_channel.h"
+#include "services/link/bulk_service.h"
+#include "services/link/endpoint.h"
 #include "services/link/shared_ring_channel.h"
 #include "services/link/transport_choice.h"
 
@@ -68,6 +70,19 @@ class AnyChannelFetcher final : public wire::PayloadFetcher {
 
 std::unique_ptr<wire::PayloadFetcher> MakeFetcher() {
   return std::make_unique<AnyChannelFetcher>();
+}
+
+ChannelServices::ChannelServices() : bulk_(std::make_unique<BulkReceiver>()) {}
+
+ChannelServices::~ChannelServices() = default;
+
+std::vector<grpc::Service*> ChannelServices::services() const {
+  return {bulk_.get()};
+}
+
+void FillLinkStatus(petra::v1::StageStatus& status) {
+  *status.mutable_endpoint() = LocalEndpoint();
+  status.set_bulk_inbox_bytes(BulkInbox::Global().held_bytes());
 }
 
 }  // namespace petra::link

@@ -8,10 +8,13 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
+#include "petra/v1/stage.pb.h"
 #include "services/link/bulk_channel.h"
 #include "services/wire/data_channel.h"
 
 namespace petra::link {
+
+class BulkReceiver;
 
 // The sending end for a link the coordinator chose `transport` for: null
 // for gRPC (the bytes stay in the messages). `keep_going` is asked while
@@ -27,5 +30,21 @@ absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
 // The receiving end of one incoming stream: reads whatever channel the
 // sender's messages name.
 std::unique_ptr<wire::PayloadFetcher> MakeFetcher();
+
+// What a process that receives links serves beside its own services (the
+// bulk channel's receiving end), for as long as its server runs.
+class ChannelServices {
+ public:
+  ChannelServices();
+  ~ChannelServices();
+  std::vector<grpc::Service*> services() const;
+
+ private:
+  std::unique_ptr<BulkReceiver> bulk_;
+};
+
+// A stage server's status, as far as its data channels go: its
+// LinkEndpoint, and what its receiving channels hold (0 between jobs).
+void FillLinkStatus(petra::v1::StageStatus& status);
 
 }  // namespace petra::link

@@ -87,4 +87,18 @@ absl::StatusOr<petra::v1::Transport> ChooseTransport(
   }
 }
 
+absl::StatusOr<petra::v1::Transport> ChooseFeedTransport(
+    petra::v1::Transport wanted, const petra::v1::LinkEndpoint& coordinator,
+    const petra::v1::LinkEndpoint& stage, const std::string& link) {
+  petra::v1::LinkEndpoint sender = coordinator;
+  auto* offered = sender.mutable_transports();
+  offered->erase(std::remove(offered->begin(), offered->end(),
+                             petra::v1::TRANSPORT_GRPC_BULK),
+                 offered->end());
+  return ChooseTransport(wanted == petra::v1::TRANSPORT_GRPC_BULK
+                             ? petra::v1::TRANSPORT_GRPC
+                             : wanted,
+                         sender, stage, link);
+}
+
 }  // namespace petra::link

@@ -22,4 +22,13 @@ absl::StatusOr<petra::v1::Transport> ChooseTransport(
     petra::v1::Transport wanted, const petra::v1::LinkEndpoint& sender,
     const petra::v1::LinkEndpoint& receiver, const std::string& link);
 
+// The same for the coordinator's feed into a stage (`coordinator` is the
+// coordinator's own endpoint). Its micro-batches are inputs and labels,
+// small beside the activations, and the coordinator serves no data channel
+// of its own: it uses shared memory where it can and its messages
+// elsewhere, also when the job asked for grpc_bulk.
+absl::StatusOr<petra::v1::Transport> ChooseFeedTransport(
+    petra::v1::Transport wanted, const petra::v1::LinkEndpoint& coordinator,
+    const petra::v1::LinkEndpoint& stage, const std::string& link);
+
 }  // namespace petra::link

@@ -86,6 +86,25 @@ TEST(TransportChoice, AutoUsesTheBulkChannelWhereMemoryCannotBeShared) {
   EXPECT_EQ(TransportName(petra::v1::TRANSPORT_GRPC_BULK), "grpc_bulk");
 }
 
+TEST(TransportChoice, TheFeedSharesMemoryOrUsesItsMessagesNeverTheBulkChannel) {
+  const auto coordinator = End("boot-1", "boot-1:30:1", true);
+  const auto near = End("boot-1", "boot-1:30:1", true);
+  const auto far = End("boot-2", "boot-2:30:1", true);
+  for (auto wanted : {petra::v1::TRANSPORT_AUTO, petra::v1::TRANSPORT_GRPC,
+                      petra::v1::TRANSPORT_GRPC_BULK}) {
+    EXPECT_EQ(*ChooseFeedTransport(wanted, coordinator, far, "f"),
+              petra::v1::TRANSPORT_GRPC)
+        << wanted;
+  }
+  EXPECT_EQ(
+      *ChooseFeedTransport(petra::v1::TRANSPORT_AUTO, coordinator, near, "f"),
+      petra::v1::TRANSPORT_SHM);
+  EXPECT_EQ(ChooseFeedTransport(petra::v1::TRANSPORT_SHM, coordinator, far, "f")
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(TransportChoice, ThisProcessOffersWhatItsHostHas) {
   const LinkEndpoint& e = LocalEndpoint();
   EXPECT_FALSE(e.host_id().empty());
