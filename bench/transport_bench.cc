@@ -26,6 +26,7 @@
 #include "services/link/transport_choice.h"
 #include "services/model/device_check.h"
 #include "services/wire/grpc_defaults.h"
+#include "services/wire/payload_link.h"
 #include "services/wire/stage_messages.h"
 #include "services/wire/stream_sender.h"
 
@@ -189,6 +190,9 @@ int Run(const std::string& device_name, double megabytes, int repeats,
                     [&] { return sender.health(); }, connections)
               : link::MakePlacer(transport, [&] { return sender.health(); });
       check(placer.status());
+      const wire::ForwardLink link(
+          [&](const auto& parts) { return sender.Send(parts); }, placer->get(),
+          wire::kTensorChunkBytes);
       const Clock::time_point start = Clock::now();
       for (int i = 0; i < repeats; ++i) {
         wire::ForwardPayload p;
@@ -197,10 +201,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
         auto out = sender_side.ToHost(wire::TensorsOf(p), i);
         check(out.status());
         out->Wait();
-        auto parts =
-            wire::EncodeForward(p, wire::kTensorChunkBytes, placer->get());
-        check(parts.status());
-        check(sender.Send(*parts));
+        check(link.Send(p).status());
       }
       check(sender.Close());
       total = Seconds(start);

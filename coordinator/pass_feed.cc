@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/link/channel_factory.h"
 #include "services/wire/grpc_defaults.h"  // kTensorChunkBytes
+#include "services/wire/payload_link.h"
 #include "services/wire/stage_messages.h"
 
 namespace petra::coordinator {
@@ -94,6 +95,14 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
     }
   }
 
+  // What the feed hands its micro-batches to: each stream with its channel.
+  const wire::ForwardLink to_first(
+      [&data](const auto& parts) { return data->Send(parts); },
+      data_channel->get(), wire::kTensorChunkBytes);
+  const wire::ForwardLink to_last(
+      [&labels](const auto& parts) { return labels->Send(parts); },
+      labels_channel->get(), wire::kTensorChunkBytes);
+
   // The feed runs on its own thread so this one can watch the stages and
   // the cancel flag while the feed waits for credits.
   absl::Status feed_status;
@@ -116,10 +125,9 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       p.header.epoch = batches.EpochOf(m);
       p.x = {b.images, {}};
       if (stages == 1 || options.labels_with_data) p.labels = b.labels;
-      auto parts =
-          wire::EncodeForward(p, wire::kTensorChunkBytes, data_channel->get());
-      const auto sending = steady_clock::now();  // Send waits for credits
-      feed_status = parts.ok() ? data->Send(*parts) : parts.status();
+      // Send encodes (a copy), then waits for a credit.
+      const auto sending = steady_clock::now();
+      feed_status = to_first.Send(p).status();
       if (options.metrics != nullptr) {
         options.metrics->Fed(data_wait, SecondsSince(sending),
                              batches.Ready(m));
@@ -127,9 +135,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       if (!feed_status.ok() || stages == 1) continue;
       p.x = {};
       p.labels = b.labels;
-      parts = wire::EncodeForward(p, wire::kTensorChunkBytes,
-                                  labels_channel->get());
-      feed_status = parts.ok() ? labels->Send(*parts) : parts.status();
+      feed_status = to_last.Send(p).status();
     }
     feed_over = true;
   });

@@ -7,6 +7,7 @@
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/link/channel_factory.h"
 #include "services/wire/grpc_defaults.h"
+#include "services/wire/payload_link.h"
 #include "services/wire/stream_sender.h"
 #include "stage_server/send_queue.h"
 
@@ -16,37 +17,20 @@ namespace {
 template <typename Message>
 using Sender = wire::StreamSender<Message>;
 
-// What a micro-batch puts on the link: its messages and the bytes a data
-// channel carried beside them.
-template <typename Message>
-int64_t PayloadBytes(const std::vector<Message>& parts,
-                     const std::vector<torch::Tensor*>& tensors, bool channel) {
-  int64_t n = 0;
-  for (const Message& m : parts) n += static_cast<int64_t>(m.ByteSizeLong());
-  if (channel) {
-    for (const torch::Tensor* t : tensors) {
-      if (t->defined()) n += t->numel() * t->element_size();
-    }
-  }
-  return n;
-}
-
 // The stage's outbox: hands micro-batches to the send queues, whose
 // threads encode them onto the streams to its neighbours, and reports
 // completions on the coordinator's streams.
 class NeighborOutbox : public engine::StageOutbox {
  public:
+  // `next` and `previous` are null where the stage has no such neighbour.
   NeighborOutbox(StageJob& job, const PassInfo& pass,
-                 Sender<petra::v1::ForwardMessage>* next,
-                 Sender<petra::v1::BackwardMessage>* previous,
-                 wire::PayloadPlacer* up, wire::PayloadPlacer* down,
-                 StageMetrics& metrics, std::function<void()> after_each)
+                 const wire::ForwardLink* next,
+                 const wire::BackwardLink* previous, StageMetrics& metrics,
+                 std::function<void()> after_each)
       : job_(job),
         pass_(pass),
         next_(next),
         previous_(previous),
-        up_(up),
-        down_(down),
         metrics_(metrics),
         after_each_(std::move(after_each)) {}
 
@@ -70,8 +54,7 @@ class NeighborOutbox : public engine::StageOutbox {
     p.x = std::move(item.x);
     p.labels = std::move(item.labels);
     p.tangents = std::move(item.tangents);
-    return Queue(forward_queue_, std::move(p), &wire::EncodeForward, next_, up_,
-                 false);
+    return Queue(forward_queue_, std::move(p), next_, false);
   }
 
   absl::Status SendBackward(engine::BackwardItem item) override {
@@ -80,8 +63,7 @@ class NeighborOutbox : public engine::StageOutbox {
     p.output = std::move(item.output);
     p.grad = std::move(item.grad);
     p.directional = std::move(item.directional);
-    return Queue(backward_queue_, std::move(p), &wire::EncodeBackward,
-                 previous_, down_, true);
+    return Queue(backward_queue_, std::move(p), previous_, true);
   }
 
   void ReportLoss(int64_t id, const engine::LossOutput& loss) override {
@@ -102,24 +84,21 @@ class NeighborOutbox : public engine::StageOutbox {
   // Starts the payload's copy back to the host on the copy stream (the
   // stage computes on meanwhile) and queues its encoding and sending, which
   // wait for that copy.
-  template <typename Payload, typename Encode, typename Message>
-  absl::Status Queue(SendQueue& queue, Payload p, Encode encode,
-                     Sender<Message>* to, wire::PayloadPlacer* channel,
+  template <typename Payload, typename Message>
+  absl::Status Queue(SendQueue& queue, Payload p,
+                     const wire::PayloadLink<Payload, Message>* to,
                      bool backward) {
     absl::StatusOr<engine::Transfer> copied =
         job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
     if (!copied.ok()) return copied.status();
     after_each_();
-    return queue.Push([this, p = std::move(p), copied = std::move(*copied),
-                       encode, to, channel, backward]() mutable {
+    return queue.Push([this, p = std::move(p), copied = std::move(*copied), to,
+                       backward]() mutable -> absl::Status {
       copied.Wait();
-      absl::StatusOr<std::vector<Message>> parts =
-          encode(p, wire::kTensorChunkBytes, channel);
-      if (!parts.ok()) return parts.status();
-      const bool beside = wire::CarriesSlots(*parts);
-      metrics_.Sent(backward, beside ? channel->name() : "grpc",
-                    PayloadBytes(*parts, wire::TensorsOf(p), beside));
-      return to->Send(*parts);
+      auto sent = to->Send(p);
+      if (!sent.ok()) return sent.status();
+      metrics_.Sent(backward, sent->transport, sent->bytes);
+      return absl::OkStatus();
     });
   }
 
@@ -145,11 +124,8 @@ class NeighborOutbox : public engine::StageOutbox {
 
   StageJob& job_;
   const PassInfo pass_;
-  Sender<petra::v1::ForwardMessage>* next_;
-  Sender<petra::v1::BackwardMessage>* previous_;
-  // The data channels beside `next_` and `previous_` (null: none).
-  wire::PayloadPlacer* up_;
-  wire::PayloadPlacer* down_;
+  const wire::ForwardLink* next_;
+  const wire::BackwardLink* previous_;
   StageMetrics& metrics_;
   std::function<void()> after_each_;
   // Two micro-batches may wait per direction: enough to cover one tick's
@@ -176,6 +152,9 @@ struct NeighborLinks::Impl {
   std::unique_ptr<Sender<petra::v1::BackwardMessage>> previous;
   // The data channels beside `next` and `previous` (null: gRPC bytes).
   std::unique_ptr<wire::PayloadPlacer> up, down;
+  // What the outbox hands payloads to: the streams with their channels.
+  std::unique_ptr<wire::ForwardLink> up_link;
+  std::unique_ptr<wire::BackwardLink> down_link;
   std::unique_ptr<NeighborOutbox> outbox;
   absl::Status error;  // a data channel that could not be made
 };
@@ -234,9 +213,21 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
       impl_->error.ok()) {
     impl_->error = s;
   }
+  if (impl_->next != nullptr) {
+    impl_->up_link = std::make_unique<wire::ForwardLink>(
+        [s = impl_->next.get()](const auto& parts) { return s->Send(parts); },
+        impl_->up.get(), wire::kTensorChunkBytes);
+  }
+  if (impl_->previous != nullptr) {
+    impl_->down_link = std::make_unique<wire::BackwardLink>(
+        [s = impl_->previous.get()](const auto& parts) {
+          return s->Send(parts);
+        },
+        impl_->down.get(), wire::kTensorChunkBytes);
+  }
   impl_->outbox = std::make_unique<NeighborOutbox>(
-      job, pass, impl_->next.get(), impl_->previous.get(), impl_->up.get(),
-      impl_->down.get(), metrics, std::move(after_each));
+      job, pass, impl_->up_link.get(), impl_->down_link.get(), metrics,
+      std::move(after_each));
 }
 
 NeighborLinks::~NeighborLinks() {

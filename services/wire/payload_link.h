@@ -1,0 +1,50 @@
+// One direction of a link as its users see it: the stage loop's outbox
+// (stage_server/neighbor_links.cc), the coordinator's feed and the
+// transport benchmark hand it a micro-batch's payload; its encoding (the
+// bytes into the data channel beside the stream where there is one, else
+// into the messages) and the stream's credits are behind it
+// (docs/DATA_PLANE.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/wire/data_channel.h"
+#include "services/wire/stage_messages.h"
+
+namespace petra::wire {
+
+template <typename Payload, typename Message>
+class PayloadLink {
+ public:
+  // Writes one micro-batch's messages once the receiver granted a credit
+  // (the stream's sender).
+  using SendParts = std::function<absl::Status(const std::vector<Message>&)>;
+  // What one micro-batch put on the link, for metrics: the data channel
+  // its tensors went through ("grpc": the messages) and its bytes.
+  struct Sent {
+    const char* transport = "grpc";
+    int64_t bytes = 0;
+  };
+
+  // `channel` (null: the bytes go in the messages) outlives the link;
+  // `chunk_bytes` caps a message's share of one tensor.
+  PayloadLink(SendParts send, PayloadPlacer* channel, uint64_t chunk_bytes)
+      : send_(std::move(send)), channel_(channel), chunk_bytes_(chunk_bytes) {}
+
+  // Encodes `payload` and sends it; its tensors must be on the host.
+  absl::StatusOr<Sent> Send(Payload& payload) const;
+
+ private:
+  SendParts send_;
+  PayloadPlacer* channel_;
+  uint64_t chunk_bytes_;
+};
+
+using ForwardLink = PayloadLink<ForwardPayload, petra::v1::ForwardMessage>;
+using BackwardLink = PayloadLink<BackwardPayload, petra::v1::BackwardMessage>;
+
+}  // namespace petra::wire
