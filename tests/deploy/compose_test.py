@@ -116,6 +116,33 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
             gpus.update(device["device_ids"])
         self.assertEqual(len(gpus), 2, "stages share a GPU")
 
+    def test_gpu_host_override_renders(self):
+        # One host: every stage container sees all the GPUs, its own first
+        # (pinned by CUDA_VISIBLE_DEVICES, a different one each), and every
+        # petra container shares the host's IPC namespace.
+        config = compose_config("docker-compose.yml",
+                                "docker-compose.gpu-host.yml",
+                                env={"PETRA_DEVICE": "cuda",
+                                     "PETRA_IMAGE": "petra-fleet:cuda"})
+        firsts = []
+        for name, service in config["services"].items():
+            if not is_petra(service):
+                self.assertNotIn("ipc", service, name)
+                continue
+            self.assertEqual(service.get("ipc"), "host", name)
+            if service["command"][0] != "petra-stage-server":
+                continue
+            self.assertEqual(flag_value(service["command"][1:], "device"),
+                             "cuda")
+            (device,) = service["deploy"]["resources"]["reservations"][
+                "devices"]
+            self.assertIn("gpu", device["capabilities"])
+            self.assertEqual(device["count"], "all")
+            visible = service["environment"]["CUDA_VISIBLE_DEVICES"].split(",")
+            self.assertEqual(sorted(visible), ["0", "1"], name)
+            firsts.append(visible[0])
+        self.assertEqual(sorted(firsts), ["0", "1"], "stages share a GPU")
+
     def test_shm_override_renders(self):
         # Every petra container shares the host's /dev/shm, so auto picks
         # shared memory for every link; the others are left as they were.
