@@ -4,6 +4,7 @@
 #include "services/engine/gradient_diagnostic.h"
 #include "services/engine/stage_memory.h"
 #include "services/model/batch_norm.h"
+#include "services/model/classification_loss.h"
 
 namespace petra::engine {
 
@@ -59,16 +60,11 @@ absl::StatusOr<EndToEndCheck::LossStep> EndToEndCheck::Loss(
     StageBlocks& blocks, bool first) {
   absl::StatusOr<TensorPair> logits = Forward(i, x, blocks);
   if (!logits.ok()) return logits.status();
-  // The mean cross-entropy's gradient with respect to the logits, exactly:
-  // (softmax - one-hot) / batch.
   const torch::Tensor z = logits->a;
-  torch::Tensor dz = torch::softmax(z, 1);
-  dz.scatter_add_(1, labels.unsqueeze(1),
-                  -torch::ones({z.size(0), 1}, z.options()));
-  dz.div_(z.size(0));
+  const torch::Tensor dz = model::CrossEntropyGradient(z, labels);
   LossStep out;
-  out.loss = torch::nn::functional::cross_entropy(z, labels).item<double>();
-  out.correct = z.argmax(1).eq(labels).sum().item<int64_t>();
+  out.loss = model::CrossEntropy(z, labels).item<double>();
+  out.correct = model::CorrectCount(z, labels);
   absl::StatusOr<std::pair<TensorPair, TensorPair>> back =
       Backward(i, {dz, {}}, blocks, first);
   if (!back.ok()) return back.status();

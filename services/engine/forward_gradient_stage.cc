@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/model/batch_norm.h"
+#include "services/model/classification_loss.h"
 #include "services/model/forward_gradient.h"
 
 namespace petra::engine {
@@ -109,8 +110,7 @@ absl::StatusOr<TangentForward> ForwardGradientStage::Forward(
           HeadName(stage_, "weight"), "\") takes ", weight_.size(1),
           " features, but the stage's output has ", features));
     }
-    torch::Tensor loss =
-        torch::nn::functional::cross_entropy(Head(y), labels.to(device_));
+    torch::Tensor loss = model::CrossEntropy(Head(y), labels.to(device_));
     std::vector<torch::Tensor> wrt = params;
     wrt.push_back(weight_);
     wrt.push_back(bias_);

@@ -8,6 +8,7 @@
 #include "services/engine/torch_guard.h"
 #include "services/engine/weight_prediction.h"
 #include "services/model/batch_norm.h"
+#include "services/model/classification_loss.h"
 #include "services/model/device_memory.h"
 
 namespace petra::engine {
@@ -338,10 +339,8 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
         const TensorPair x = input.to(config_.device);
         const torch::Tensor labels =
             model::ToDevice(received_labels, config_.device);
-        if (labels.dim() != 1 || labels.size(0) != x.a.size(0)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("labels: ", labels.numel(),
-                           " labels for a micro-batch of ", x.a.size(0)));
+        if (absl::Status s = model::CheckLabels(labels, x.a.size(0)); !s.ok()) {
+          return s;
         }
         bool skip_input = false;
         if (absl::Status s =
@@ -377,7 +376,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
             x,
             [&](const TensorPair& y) {
               logits = y.a;
-              loss = torch::nn::functional::cross_entropy(logits, labels);
+              loss = model::CrossEntropy(logits, labels);
               finite = std::isfinite(loss.item<double>());
               using Result = std::pair<std::vector<torch::Tensor>,
                                        std::vector<torch::Tensor>>;
@@ -417,7 +416,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
         out.loss = bad ? std::numeric_limits<double>::quiet_NaN()
                        : loss.item<double>();
         out.samples = labels.size(0);
-        out.correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
+        out.correct = model::CorrectCount(logits, labels);
         out.backward.input = x.detach();
         out.backward.input_grad = input_grad;
         if (forward_gradient_) {
@@ -505,15 +504,12 @@ absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(
   return Guard(config_.index, "evaluate", [&]() -> absl::StatusOr<LossOutput> {
     const torch::Tensor labels =
         model::ToDevice(received_labels, config_.device);
-    if (labels.dim() != 1 || labels.size(0) != y->a.size(0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("labels: ", labels.numel(),
-                       " labels for a micro-batch of ", y->a.size(0)));
+    if (absl::Status s = model::CheckLabels(labels, y->a.size(0)); !s.ok()) {
+      return s;
     }
     LossOutput out;
-    out.loss =
-        torch::nn::functional::cross_entropy(y->a, labels).item<double>();
-    out.correct = y->a.argmax(1).eq(labels).sum().item<int64_t>();
+    out.loss = model::CrossEntropy(y->a, labels).item<double>();
+    out.correct = model::CorrectCount(y->a, labels);
     out.samples = labels.size(0);
     return out;
   });
