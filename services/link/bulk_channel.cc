@@ -13,18 +13,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/link/bulk_frame.h"
+#include "services/link/payload_layout.h"
 #include "services/wire/tensor_validation.h"
 
 namespace petra::link {
 namespace {
 
 constexpr char kPushMethod[] = "/petra.v1.BulkService/Push";
-// Payload offsets are aligned like a ring slot's, so every tensor the
-// receiver makes over its buffer is aligned.
-constexpr uint64_t kAlign = 64;
 constexpr auto kTick = std::chrono::milliseconds(50);
-
-uint64_t Aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 uint64_t RandomLink() {
   std::random_device r;
@@ -226,15 +222,13 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> GrpcBulkPlacer::Place(
   }
   if (absl::Status s = Open(); !s.ok()) return s;
   const uint64_t sequence = ++sequence_;
+  const PayloadLayout layout = LayOut(pieces);
   std::vector<petra::v1::SlotRef> refs;
-  uint64_t total = 0, payload = 0;
-  for (const wire::PayloadPiece& p : pieces) {
-    payload += p.bytes;
+  for (uint64_t offset : layout.offsets) {
     petra::v1::SlotRef& r = refs.emplace_back();
     r.set_ring(absl::StrCat(kBulkRingPrefix, link_));
-    r.set_offset(total);
+    r.set_offset(offset);
     r.set_sequence(sequence);
-    total += Aligned(p.bytes);
   }
   struct Frame {
     const uint8_t* data;
@@ -256,9 +250,9 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> GrpcBulkPlacer::Place(
   }
   for (size_t i = 0; i < frames.size(); ++i) {
     const Frame& f = frames[i];
-    streams_[i % streams_.size()]->Send(
-        EncodeBulkFrame({link_, sequence, f.offset, total, payload}, f.data,
-                        f.bytes, &State::Release, state_.get()));
+    streams_[i % streams_.size()]->Send(EncodeBulkFrame(
+        {link_, sequence, f.offset, layout.total, layout.payload}, f.data,
+        f.bytes, &State::Release, state_.get()));
   }
   // Done when every frame is acknowledged and gRPC refers to none of them
   // (the pieces are the caller's again).

@@ -7,16 +7,10 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "services/link/payload_layout.h"
 #include "services/wire/tensor_validation.h"
 
 namespace petra::link {
-namespace {
-
-constexpr uint64_t kAlign = 64;
-
-uint64_t Aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-}  // namespace
 
 SharedRingPlacer::SharedRingPlacer(std::function<absl::Status()> keep_going,
                                    int slots, bool may_fall_back,
@@ -32,8 +26,8 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
   // Nothing to carry (a message of directional derivatives only): a slot
   // would be published that no message names, and never freed.
   if (pieces.empty()) return std::vector<petra::v1::SlotRef>();
-  uint64_t total = 0;
-  for (const wire::PayloadPiece& p : pieces) total += Aligned(p.bytes);
+  const PayloadLayout layout = LayOut(pieces);
+  const uint64_t total = layout.total;
   // Outgrown rings go once the receiver has read all they hold.
   old_.erase(std::remove_if(old_.begin(), old_.end(),
                             [](const std::unique_ptr<SharedRing>& r) {
@@ -46,7 +40,7 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
           absl::StrCat("no shared-memory ring of ", slots_, " slots of ", total,
                        " bytes could be made (tried before)"));
     }
-    const uint64_t slot_bytes = std::max<uint64_t>(total, kAlign);
+    const uint64_t slot_bytes = std::max<uint64_t>(total, kPayloadAlign);
     absl::StatusOr<std::unique_ptr<SharedRing>> made =
         max_ring_bytes_ > 0 && slot_bytes * slots_ > max_ring_bytes_
             ? absl::ResourceExhaustedError(
@@ -67,15 +61,16 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
       });
   if (!lease.ok()) return lease.status();
   std::vector<petra::v1::SlotRef> refs;
-  uint64_t offset = 0;
-  for (const wire::PayloadPiece& p : pieces) {
-    if (p.bytes > 0) std::memcpy(lease->data + offset, p.data, p.bytes);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const wire::PayloadPiece& p = pieces[i];
+    if (p.bytes > 0) {
+      std::memcpy(lease->data + layout.offsets[i], p.data, p.bytes);
+    }
     petra::v1::SlotRef& r = refs.emplace_back();
     r.set_ring(ring_->name());
     r.set_index(lease->index);
-    r.set_offset(offset);
+    r.set_offset(layout.offsets[i]);
     r.set_sequence(lease->sequence);
-    offset += Aligned(p.bytes);
   }
   ring_->Publish(*lease);
   return refs;
@@ -105,8 +100,8 @@ std::shared_ptr<void> BufferPool::Take(uint64_t bytes) {
     }
   }
   if (data == nullptr) {
-    capacity = Aligned(want);
-    data = std::aligned_alloc(kAlign, capacity);
+    capacity = AlignedBytes(want);
+    data = std::aligned_alloc(kPayloadAlign, capacity);
     if (data == nullptr) return nullptr;
   }
   std::shared_ptr<BufferPool> self = shared_from_this();
