@@ -153,10 +153,12 @@ absl::StatusOr<petra::v1::Job> FollowJob(
 void PrintStageTable(const petra::v1::Job& job) {
   bool on_device = false;  // a GPU's allocator figures get their columns
   bool checked = false;    // so does the end-to-end gradient check
+  bool rebuilt = false;    // and the rebuild's measured error
   bool linked = false;     // a fleet: each link's data channel
   for (const petra::v1::StageStats& s : job.progress().stages()) {
     on_device = on_device || s.memory().device_reserved_bytes() > 0;
     checked = checked || s.end_to_end_samples() > 0;
+    rebuilt = rebuilt || s.rebuild_error_samples() > 0;
   }
   for (const petra::v1::StagePlacement& p : job.stages()) {
     linked =
@@ -170,6 +172,7 @@ void PrintStageTable(const petra::v1::Job& job) {
     std::printf(" %12s %12s %12s", "device", "dev reserved", "dev peak");
   }
   if (checked) std::printf(" %8s %8s", "e2e cos", "e2e norm");
+  if (rebuilt) std::printf(" %11s", "rebuild err");
   std::printf("\n");
   for (const petra::v1::StageStats& s : job.progress().stages()) {
     const petra::v1::MemoryBreakdown& m = s.memory();
@@ -204,6 +207,13 @@ void PrintStageTable(const petra::v1::Job& job) {
       std::printf(" %8.4f %8.4f", s.end_to_end_cosine_similarity(),
                   s.end_to_end_norm_ratio());
     }
+    if (rebuilt) {
+      if (s.rebuild_error_samples() > 0) {
+        std::printf(" %11.2e", s.rebuild_error_max());
+      } else {
+        std::printf(" %11s", "-");
+      }
+    }
     std::printf("\n");
   }
   std::printf(
@@ -220,6 +230,11 @@ void PrintStageTable(const petra::v1::Job& job) {
     std::printf(
         "(e2e: the applied gradient against the true end-to-end one, cosine "
         "and\n norm ratio, mean of the last training pass's samples)\n");
+  }
+  if (rebuilt) {
+    std::printf(
+        "(rebuild err: the largest ||x - rebuilt x|| / ||x|| measured, with "
+        "the forward's\n weights; - where the stage keeps its input)\n");
   }
 }
 
@@ -323,7 +338,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
         "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu, "
         "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
-        "\"norm_ratio\": %.6f}}",
+        "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
+        "\"mean\": %.3e, \"max\": %.3e}}",
         i ? "," : "", s.stage_index(), cli::JsonString(s.address()),
         cli::JsonString(device), begin, end, to_next,
         static_cast<unsigned long long>(m.parameters_bytes()),
@@ -339,7 +355,8 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(s.optimizer_steps()), s.wait_seconds(),
         static_cast<unsigned long long>(s.skipped_micro_batches()),
         s.end_to_end_samples(), s.end_to_end_cosine_similarity(),
-        s.end_to_end_norm_ratio());
+        s.end_to_end_norm_ratio(), s.rebuild_error_samples(),
+        s.rebuild_error_mean(), s.rebuild_error_max());
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;

@@ -205,6 +205,16 @@ void ExpectSameRun(
   EXPECT_EQ(exported->size(), expected + 4);
   EXPECT_TRUE(engine::PreprocessingFromTensors(*exported).ok());
 
+  // The rebuild's measured error is the same on the fleet.
+  for (const petra::v1::StageStats& mine : (*runner)->StageStats()) {
+    for (const petra::v1::StageStats& fleet : end.progress().stages()) {
+      if (fleet.stage_index() != mine.stage_index()) continue;
+      EXPECT_EQ(fleet.rebuild_error_samples(), mine.rebuild_error_samples())
+          << "stage " << mine.stage_index();
+      EXPECT_NEAR(fleet.rebuild_error_max(), mine.rebuild_error_max(), 1e-7)
+          << "stage " << mine.stage_index();
+    }
+  }
   // The end-to-end gradient check, when on, gives each stage the same
   // figures on the fleet.
   for (const petra::v1::StageStats& mine : (*runner)->StageStats()) {
@@ -286,6 +296,28 @@ TEST(LocalFleet, SpikeCompensationMatchesTheInProcessRunner) {
   ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
                 [](petra::v1::JobSpec& s) {
                   s.mutable_training()->set_spike_compensation(true);
+                });
+}
+
+// training.precision bf16 travels in the spec: every stage server runs its
+// blocks under bf16 autocast on its executor's thread (and, for RevViT's
+// rebuilding middle stage, its rebuild helper's), as the in-process stage
+// does; the rebuild error, measured on every micro-batch, agrees too.
+TEST(LocalFleet, Bf16PetraMatchesTheInProcessRunnerForFiftySteps) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->set_precision(
+                      petra::v1::TrainingSpec::PRECISION_BF16);
+                });
+}
+
+TEST(LocalFleet, Bf16RevViTMatchesTheInProcessRunnerForFiftySteps) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, /*revvit=*/true,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->set_precision(
+                      petra::v1::TrainingSpec::PRECISION_BF16);
+                  s.mutable_training()->set_rebuild_error_every(1);
+                  s.mutable_training()->set_overlap_rebuild(true);
                 });
 }
 

@@ -14,11 +14,12 @@
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh main_job
 #                                          # the main job by both builds
 # Sections: throughput fleets memory accuracy long_run forward_gradient feed
-# peer transformer staleness threads partition probe transport (the
-# default), compare, main_job and gpu (only when named; gpu needs a CUDA
+# peer transformer staleness threads partition probe transport precision
+# (the default), compare, main_job and gpu (only when named; gpu needs a CUDA
 # build and a GPU, and scripts/gpu/build.sh --bench runs it on a GPU host;
 # gpu --smoke runs its commands on the CPU at toy sizes).
-# Environment: BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
+# Environment: BENCH_DEVICE (precision: the device, default cpu; cuda on a
+# GPU host), BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
 # build's bin directory; BENCH_OLD_COMMIT names its commit in the doc),
 # BENCH_COMMIT (the commit to name where the tree has no .git), PETRA_PYTHON
@@ -33,7 +34,7 @@ BIN=$BUILD_DIR/bin
 # A GPU host's Python may live elsewhere (scripts/gpu/build.sh sets it).
 PY=${PETRA_PYTHON:-/usr/bin/python3}
 ALL=(throughput fleets memory accuracy long_run forward_gradient feed peer
-     transformer staleness threads partition probe transport)
+     transformer staleness threads partition probe transport precision)
 
 smoke=0
 sections=()
@@ -44,7 +45,8 @@ for arg in "$@"; do
       exit 0 ;;
     throughput|fleets|memory|accuracy|long_run|forward_gradient|feed|peer|\
     transformer|\
-    staleness|threads|partition|probe|transport|compare|main_job|gpu)
+    staleness|threads|partition|probe|transport|precision|compare|main_job|\
+    gpu)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
        exit 2 ;;
@@ -304,6 +306,79 @@ section_transport() {
     run "$BIN/petra_bench_transport" --device cpu --megabytes "$mb_conn" \
       --repeats "$repeats" --transports grpc_bulk --connections "$conns"
   done
+}
+
+# Mixed precision on one device (training.precision, issue 34): stock
+# PyTorch's ResNet18 and RevNet18 (fp32; bf16 autocast with channels_last)
+# beside `petra train` in-process (backprop on one stage, PETRA on 2 stages
+# and per block, fp32 and bf16), with the ratios and the rebuild error each
+# run measured; then, on the CPU, the main job in both precisions (its test
+# accuracy). BENCH_DEVICE=cuda for a GPU.
+section_precision() {
+  local dev=${BENCH_DEVICE:-cpu} width=0.25 mb=64 samples=3200
+  local stock_warmup=2 stock_steps=10 main=1
+  if [[ $dev == cuda* ]]; then
+    width=1 mb=256 samples=51200 stock_warmup=5 stock_steps=30 main=0
+  fi
+  if ((smoke)); then
+    width=0.125 mb=4 samples=64 stock_warmup=0 stock_steps=1 main=0
+  fi
+  echo "## Mixed precision: fp32 and bf16 beside stock PyTorch on one device"
+  echo
+  machine
+  echo
+  echo "Stock PyTorch first (the yardstick, on $dev), then \`petra train\`" \
+    "in-process on the same device: RevNet18, CIFAR size, width $width," \
+    "micro-batch $mb, $samples synthetic samples, one epoch; every run" \
+    "measures the rebuild error on every 8th micro-batch:"
+  echo
+  run $PY bench/stock_pytorch.py --device "$dev" --batch "$mb" \
+    --width "$width" --warmup "$stock_warmup" --steps "$stock_steps" \
+    --json "$RESULTS/precision-stock.json"
+  echo
+  printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
+    "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
+    > "$RESULTS/precision-synthetic.textproto"
+  local runs=() cfg label mode stages precision report
+  for cfg in backprop:1:fp32 backprop:1:bf16 PETRA:2:fp32 PETRA:2:bf16 \
+      PETRA:per-block:fp32 PETRA:per-block:bf16; do
+    IFS=: read -r label stages precision <<< "$cfg"
+    mode=${label,,}
+    report=$RESULTS/precision-$mode-$stages-$precision.json
+    run "$BIN/petra" train --quiet \
+      --from "$RESULTS/precision-synthetic.textproto" --runner in-process \
+      --devices "$dev" --arch revnet18 --variant cifar --dataset synthetic \
+      --width "$width" --stages "$stages" --micro-batch "$mb" --mode "$mode" \
+      --precision "$precision" --rebuild-error-every 8 --epochs 1 \
+      --report "$report"
+    echo
+    case "$stages" in
+      1) label+=", 1 stage" ;;
+      per-block) label+=", per block" ;;
+      *) label+=", $stages stages" ;;
+    esac
+    if [[ -f "$report" ]]; then runs+=("$label, $precision=$report"); fi
+  done
+  run $PY bench/gpu_ratios.py --stock "$RESULTS/precision-stock.json" \
+    ${runs[@]+"${runs[@]}"}
+  echo
+  if ((main)); then
+    echo "### The main job in both precisions"
+    echo
+    echo "\`petra train\` on the embedded default (RevNet18 width 0.25," \
+      "2 stages, Fashion-MNIST, 3 epochs), in-process, fp32 then bf16:"
+    echo
+    runs=()
+    for precision in fp32 bf16; do
+      report=$RESULTS/precision-main-$precision.json
+      run "$BIN/petra" train --quiet --runner in-process \
+        --precision "$precision" --rebuild-error-every 8 --report "$report"
+      echo
+      if [[ -f "$report" ]]; then runs+=("main job, $precision=$report"); fi
+    done
+    run $PY bench/gpu_ratios.py ${runs[@]+"${runs[@]}"}
+    echo
+  fi
 }
 
 # The GPU figures, all on one GPU, the headline ones first (a GPU lease is

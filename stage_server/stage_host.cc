@@ -273,6 +273,10 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
       metrics_->Diagnostic(job->index(), "end_to_end", e.cosine_similarity_mean,
                            e.norm_ratio_mean);
     }
+    if (const engine::RebuildErrorSummary e = w.rebuild_error();
+        e.samples > 0) {
+      metrics_->RebuildError(job->index(), e.mean, e.max);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     job->stats = std::move(s);
   };

@@ -95,6 +95,13 @@ struct StageMetrics::Families {
                              "reference's (see "
                              "petra_stage_grad_cosine_similarity)")
                        .Register(r)),
+        rebuild_error(prometheus::BuildGauge()
+                          .Name("petra_stage_rebuild_error_ratio")
+                          .Help("||x - x'|| / ||x|| of a stage's input x and "
+                                "x' rebuilt from its output with the same "
+                                "weights, mean and max of the samples so far "
+                                "(training.rebuild_error_every)")
+                          .Register(r)),
         errors(prometheus::BuildCounter()
                    .Name("petra_stage_rpc_errors_total")
                    .Help("Errors a stage server returned for RPCs and stream "
@@ -115,6 +122,7 @@ struct StageMetrics::Families {
   Family<Counter>& received;
   Family<Gauge>& cosine;
   Family<Gauge>& norm_ratio;
+  Family<Gauge>& rebuild_error;
   Family<Counter>& errors;
 };
 
@@ -198,6 +206,13 @@ void StageMetrics::Diagnostic(int stage, const char* reference,
                                 {"reference", reference}};
   f_->cosine.Add(l).Set(cosine_similarity);
   f_->norm_ratio.Add(l).Set(norm_ratio);
+}
+
+void StageMetrics::RebuildError(int stage, double mean, double max) {
+  if (!f_) return;
+  const std::string s = absl::StrCat(stage);
+  f_->rebuild_error.Add({{"stage", s}, {"statistic", "mean"}}).Set(mean);
+  f_->rebuild_error.Add({{"stage", s}, {"statistic", "max"}}).Set(max);
 }
 
 void StageMetrics::Sent(bool backward, const char* transport, int64_t bytes) {

@@ -37,6 +37,9 @@ class StageMetrics {
   // gradient, --grad-diagnostics) or "end_to_end" (--e2e-diagnostics).
   void Diagnostic(int stage, const char* reference, double cosine_similarity,
                   double norm_ratio);
+  // The rebuild's measured error (training.rebuild_error_every): the mean
+  // and largest ||x - rebuilt x|| / ||x|| so far.
+  void RebuildError(int stage, double mean, double max);
   // Stream payload: `backward` selects the Backward stream; `transport`
   // the data channel the tensors went through ("grpc", "shm").
   void Sent(bool backward, const char* transport, int64_t bytes);

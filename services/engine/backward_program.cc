@@ -10,6 +10,7 @@
 #include "services/engine/serial_executor.h"
 #include "services/model/batch_norm.h"
 #include "services/model/compute_threads.h"
+#include "services/model/precision.h"
 #include "services/model/reversible_block.h"
 
 namespace petra::engine {
@@ -21,19 +22,6 @@ using model::TensorPair;
 
 model::ReversibleBlock& Reversible(model::Block& b) {
   return static_cast<model::ReversibleBlock&>(b);
-}
-
-// The input rebuilt from the output with the current weights by the
-// inverses alone: no graph, batch statistics, the running ones untouched.
-TensorPair Inverted(StageBlocks& stage, const TensorPair& output) {
-  torch::NoGradGuard no_grad;
-  ScopedBnMode mode(BnMode::kBatchStats);
-  TensorPair y = output.detach();
-  const auto& blocks = stage.blocks();
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-    y = Reversible(**it).Inverse(y);
-  }
-  return y;
 }
 
 // PETRA on reversible blocks: from the last block down, each rebuilds its
@@ -72,7 +60,7 @@ class RebuildProgram : public BackwardProgram {
 
   TensorPair SkippedInput(const ForwardRecord&,
                           const TensorPair& output) override {
-    return Inverted(blocks_, output);
+    return blocks_.Inverse(output);
   }
 
  private:
@@ -89,6 +77,9 @@ class RebuildProgram : public BackwardProgram {
     }
     const BnMode mode = model::CurrentBnMode();
     const c10::Device device = output.a.device();
+    // Thread-local, like the BN mode: the helper computes in the stage's
+    // precision.
+    const bool autocast = model::AutocastOn(device.type());
     std::optional<c10::Stream> stage_stream;
     if (!device.is_cpu()) {
       const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
@@ -118,10 +109,11 @@ class RebuildProgram : public BackwardProgram {
           queued->record(*stage_stream);
           done = std::make_shared<c10::Event>(device.type());
         }
-        auto rebuild = [promise, &below, x = pending->input(), mode,
-                        side = side_, queued, rebuilt = done] {
+        auto rebuild = [promise, &below, x = pending->input(), mode, autocast,
+                        device, side = side_, queued, rebuilt = done] {
           try {
             ScopedBnMode m(mode);
+            model::ScopedAutocast cast(device.type(), autocast);
             std::optional<c10::StreamGuard> on_side;
             if (queued != nullptr) {
               queued->block(*side);
@@ -252,13 +244,13 @@ class ApproximateInputProgram : public BackwardProgram {
                      const TensorPair& output_grad,
                      GradientAccumulator& grads) override {
     ForwardRecord rebuilt = record;
-    rebuilt.input = Inverted(blocks_, output);
+    rebuilt.input = blocks_.Inverse(output);
     return stashed_.Run(rebuilt, output, output_grad, grads);
   }
 
   TensorPair SkippedInput(const ForwardRecord&,
                           const TensorPair& output) override {
-    return Inverted(blocks_, output);
+    return blocks_.Inverse(output);
   }
 
  private:

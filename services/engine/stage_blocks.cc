@@ -2,6 +2,8 @@
 
 #include "services/engine/stage_memory.h"
 #include "services/model/batch_norm.h"
+#include "services/model/precision.h"
+#include "services/model/reversible_block.h"
 
 namespace petra::engine {
 
@@ -30,7 +32,22 @@ int64_t StageBlocks::state_bytes() const {
 
 TensorPair StageBlocks::Forward(const TensorPair& x) {
   TensorPair y = x;
-  for (const auto& b : blocks_) y = b->Forward(y);
+  for (const auto& b : blocks_) {
+    y = b->Forward(y);
+    // Under bf16 autocast a block that is not a coupling (the stem, a
+    // downsampling, the head) may end in bf16; what goes on is fp32.
+    y = {model::ToFullPrecision(y.a), model::ToFullPrecision(y.b)};
+  }
+  return y;
+}
+
+TensorPair StageBlocks::Inverse(const TensorPair& output) {
+  torch::NoGradGuard no_grad;
+  model::ScopedBnMode mode(model::BnMode::kBatchStats);
+  TensorPair y = output.detach();
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+    y = static_cast<model::ReversibleBlock&>(**it).Inverse(y);
+  }
   return y;
 }
 

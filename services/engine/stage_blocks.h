@@ -32,6 +32,11 @@ class StageBlocks {
   // The blocks in order, in the caller's gradient and BatchNorm modes.
   model::TensorPair Forward(const model::TensorPair& x);
 
+  // Every block reversible: the input rebuilt from `output` by the
+  // inverses alone, with the current weights; no graph, batch statistics,
+  // the running ones untouched.
+  model::TensorPair Inverse(const model::TensorPair& output);
+
   // Maps the blocks' output to (tensors to differentiate, their gradients);
   // nothing to differentiate (a skipped micro-batch) gives zero gradients.
   using Head = std::function<

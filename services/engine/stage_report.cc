@@ -16,6 +16,7 @@ StageReport ReportOf(const StageWorker& w, const model::BlockRange& blocks) {
   s.in_flight = w.in_flight();
   s.skipped = w.skipped_count();
   s.end_to_end = w.end_to_end();
+  s.rebuild_error = w.rebuild_error();
   return s;
 }
 
@@ -47,6 +48,11 @@ petra::v1::StageStats ToProto(const StageReport& r) {
     s.set_end_to_end_samples(static_cast<uint32_t>(r.end_to_end.samples));
     s.set_end_to_end_cosine_similarity(r.end_to_end.cosine_similarity_mean);
     s.set_end_to_end_norm_ratio(r.end_to_end.norm_ratio_mean);
+  }
+  if (r.rebuild_error.samples > 0) {
+    s.set_rebuild_error_samples(static_cast<uint32_t>(r.rebuild_error.samples));
+    s.set_rebuild_error_mean(r.rebuild_error.mean);
+    s.set_rebuild_error_max(r.rebuild_error.max);
   }
   return s;
 }

@@ -24,6 +24,7 @@ struct StageReport {
   int64_t in_flight = 0;
   int64_t skipped = 0;  // micro-batches skipped for NaN or Inf
   EndToEndSummary end_to_end;
+  RebuildErrorSummary rebuild_error;
 };
 
 StageReport ReportOf(const StageWorker& worker,

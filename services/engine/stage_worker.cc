@@ -10,6 +10,7 @@
 #include "services/model/batch_norm.h"
 #include "services/model/classification_loss.h"
 #include "services/model/device_memory.h"
+#include "services/model/precision.h"
 
 namespace petra::engine {
 namespace {
@@ -48,6 +49,8 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
     : config_(config),
       forward_gradient_(resolved.training().mode() ==
                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT),
+      bf16_(resolved.training().precision() ==
+            petra::v1::TrainingSpec::PRECISION_BF16),
       staleness_bound_(resolved.training().mode() ==
                                petra::v1::TRAINING_MODE_BACKPROP
                            ? 0
@@ -76,17 +79,26 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                  : resolved.training().grad_diagnostics_every(),
              static_cast<int>(resolved.training().accumulation_steps())),
       check_(resolved.training().end_to_end_every(),
-             static_cast<int>(resolved.training().accumulation_steps())) {
+             static_cast<int>(resolved.training().accumulation_steps())),
+      rebuild_error_(resolved.training().rebuild_error_every()) {
   model::ResetDeviceMemoryPeak(config_.device.str());
   UpdatePeak();
 }
 
 StageWorker::~StageWorker() = default;
 
+template <typename F>
+auto StageWorker::Computing(absl::string_view what, F&& f) -> decltype(f()) {
+  return Guard(config_.index, what, [&]() -> decltype(f()) {
+    model::ScopedAutocast cast(config_.device.type(), bf16_);
+    return f();
+  });
+}
+
 absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
                                                 const TensorPair& input,
                                                 int64_t tick) {
-  return Guard(config_.index, "forward", [&]() -> absl::StatusOr<TensorPair> {
+  return Computing("forward", [&]() -> absl::StatusOr<TensorPair> {
     const TensorPair x = input.to(config_.device);
     if (records_.count(id) != 0) {
       return absl::AlreadyExistsError(
@@ -120,6 +132,12 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
         return s;
       }
     }
+    // With the forward's weights (a prediction's included): what differs
+    // from x is arithmetic alone.
+    if (!r.skipped && program_->rebuilds_input() &&
+        rebuild_error_.Samples(forwards_)) {
+      rebuild_error_.Measure(x, y, blocks_);
+    }
     program_->Keep(x, r);
     ledger_.Keep(r.input.nbytes(), TensorBytes(r.weights));
     // Kept apart from the memory accounting.
@@ -136,110 +154,108 @@ absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
     uint64_t id, const TensorPair& input,
     const std::vector<TensorPair>& received_tangents,
     const torch::Tensor& received_labels, int64_t tick) {
-  return Guard(
-      config_.index, "forward", [&]() -> absl::StatusOr<TangentForward> {
-        if (fg_ == nullptr) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "stage ", config_.index,
-              " takes no tangents: it is the last stage, or the job's mode "
-              "is not forward_gradient"));
-        }
-        const TensorPair x = input.to(config_.device);
-        if (records_.count(id) != 0) {
-          return absl::AlreadyExistsError(absl::StrCat(
-              "micro-batch ", id, " was already forwarded by stage ",
-              config_.index, " and not yet updated"));
-        }
-        if (!received_labels.defined() || received_labels.dim() != 1 ||
-            received_labels.size(0) != x.a.size(0)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("micro-batch ", id, ": stage ", config_.index,
-                           " needs the labels of its ", x.a.size(0),
-                           " samples for its local loss"));
-        }
-        const size_t expected =
-            fg_->guess() == petra::v1::ForwardGradientSpec::GUESS_LOCAL_ONLY
-                ? 0
-                : static_cast<size_t>(config_.index);
-        if (received_tangents.size() != expected) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "micro-batch ", id, ": stage ", config_.index, " needs ",
-              expected, " tangents (one per earlier stage), received ",
-              received_tangents.size()));
-        }
-        std::vector<TensorPair> tangents;
-        for (const TensorPair& t : received_tangents) {
-          if (t.a.sizes() != x.a.sizes() || t.b.defined() != x.b.defined() ||
-              (t.b.defined() && t.b.sizes() != x.b.sizes())) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("micro-batch ", id,
-                             ": a tangent's shape differs "
-                             "from the activation's"));
-          }
-          tangents.push_back(t.to(config_.device));
-        }
-        ForwardRecord r;
-        r.tick = tick;
-        r.step = optimizer_.steps();
-        if (absl::Status s =
-                finite_.Check(x, id, "the input activation", &r.skipped);
-            !s.ok()) {
-          return s;
-        }
-        absl::StatusOr<TangentForward> forward =
-            fg_->Forward(blocks_, x, tangents, received_labels, id, r.step);
-        if (!forward.ok()) return forward.status();
-        TangentForward& out = *forward;
-        if (absl::Status s = finite_.Check(out.output, id,
-                                           "the output activation", &r.skipped);
-            !s.ok()) {
-          return s;
-        }
-        r.guess = out.guess;
-        r.samples = x.a.size(0);
-        // Kept apart from the memory accounting.
-        if (probe_.SamplesId(id)) probe_.Keep(x, blocks_, r);
-        ledger_.Keep(0, TensorBytes(r.guess));
-        records_.emplace(id, std::move(r));
-        ++forwards_;
-        UpdatePeak();
-        return std::move(out);
-      });
+  return Computing("forward", [&]() -> absl::StatusOr<TangentForward> {
+    if (fg_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", config_.index,
+          " takes no tangents: it is the last stage, or the job's mode "
+          "is not forward_gradient"));
+    }
+    const TensorPair x = input.to(config_.device);
+    if (records_.count(id) != 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
+                       config_.index, " and not yet updated"));
+    }
+    if (!received_labels.defined() || received_labels.dim() != 1 ||
+        received_labels.size(0) != x.a.size(0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("micro-batch ", id, ": stage ", config_.index,
+                       " needs the labels of its ", x.a.size(0),
+                       " samples for its local loss"));
+    }
+    const size_t expected =
+        fg_->guess() == petra::v1::ForwardGradientSpec::GUESS_LOCAL_ONLY
+            ? 0
+            : static_cast<size_t>(config_.index);
+    if (received_tangents.size() != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("micro-batch ", id, ": stage ", config_.index, " needs ",
+                       expected, " tangents (one per earlier stage), received ",
+                       received_tangents.size()));
+    }
+    std::vector<TensorPair> tangents;
+    for (const TensorPair& t : received_tangents) {
+      if (t.a.sizes() != x.a.sizes() || t.b.defined() != x.b.defined() ||
+          (t.b.defined() && t.b.sizes() != x.b.sizes())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("micro-batch ", id,
+                         ": a tangent's shape differs "
+                         "from the activation's"));
+      }
+      tangents.push_back(t.to(config_.device));
+    }
+    ForwardRecord r;
+    r.tick = tick;
+    r.step = optimizer_.steps();
+    if (absl::Status s =
+            finite_.Check(x, id, "the input activation", &r.skipped);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<TangentForward> forward =
+        fg_->Forward(blocks_, x, tangents, received_labels, id, r.step);
+    if (!forward.ok()) return forward.status();
+    TangentForward& out = *forward;
+    if (absl::Status s =
+            finite_.Check(out.output, id, "the output activation", &r.skipped);
+        !s.ok()) {
+      return s;
+    }
+    r.guess = out.guess;
+    r.samples = x.a.size(0);
+    // Kept apart from the memory accounting.
+    if (probe_.SamplesId(id)) probe_.Keep(x, blocks_, r);
+    ledger_.Keep(0, TensorBytes(r.guess));
+    records_.emplace(id, std::move(r));
+    ++forwards_;
+    UpdatePeak();
+    return std::move(out);
+  });
 }
 
 absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
     uint64_t id, const std::vector<double>& directional,
     const TensorPair& output_grad, int64_t tick) {
-  return Guard(
-      config_.index, "update", [&]() -> absl::StatusOr<BackwardOutput> {
-        if (fg_ == nullptr) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "stage ", config_.index, " takes no directional derivatives"));
-        }
-        for (double d : directional) {
-          if (!std::isfinite(d)) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                "the directional derivative of micro-batch ", id, " is ", d,
-                " (training diverged; lower the learning rate)"));
-          }
-        }
-        absl::StatusOr<ForwardRecord> r = TakeRecord(id);
-        if (!r.ok()) return r.status();
-        absl::StatusOr<std::vector<torch::Tensor>> estimate =
-            fg_->Estimate(r->guess, directional);
-        if (!estimate.ok()) return estimate.status();
-        optimizer_.Add(blocks_.parameters(), *estimate);
-        BackwardOutput out;
-        out.samples = r->samples;
-        if (!r->diagnostic_weights.empty() && output_grad.a.defined()) {
-          out.input_grad = probe_.CompareEstimate(
-              *r, output_grad.to(config_.device), *estimate, optimizer_.steps(),
-              /*with_input=*/config_.index > 0, blocks_);
-        }
-        Measure(*r, tick, out);
-        FinishBackward();
-        return out;
-      });
+  return Computing("update", [&]() -> absl::StatusOr<BackwardOutput> {
+    if (fg_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", config_.index, " takes no directional derivatives"));
+    }
+    for (double d : directional) {
+      if (!std::isfinite(d)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the directional derivative of micro-batch ", id, " is ", d,
+            " (training diverged; lower the learning rate)"));
+      }
+    }
+    absl::StatusOr<ForwardRecord> r = TakeRecord(id);
+    if (!r.ok()) return r.status();
+    absl::StatusOr<std::vector<torch::Tensor>> estimate =
+        fg_->Estimate(r->guess, directional);
+    if (!estimate.ok()) return estimate.status();
+    optimizer_.Add(blocks_.parameters(), *estimate);
+    BackwardOutput out;
+    out.samples = r->samples;
+    if (!r->diagnostic_weights.empty() && output_grad.a.defined()) {
+      out.input_grad = probe_.CompareEstimate(
+          *r, output_grad.to(config_.device), *estimate, optimizer_.steps(),
+          /*with_input=*/config_.index > 0, blocks_);
+    }
+    Measure(*r, tick, out);
+    FinishBackward();
+    return out;
+  });
 }
 
 absl::StatusOr<ForwardRecord> StageWorker::TakeRecord(uint64_t id) {
@@ -267,172 +283,168 @@ void StageWorker::Measure(const ForwardRecord& r, int64_t tick,
 absl::StatusOr<BackwardOutput> StageWorker::Backward(
     uint64_t id, const TensorPair& received_output,
     const TensorPair& received_grad, int64_t tick) {
-  return Guard(
-      config_.index, "backward", [&]() -> absl::StatusOr<BackwardOutput> {
-        const TensorPair output = received_output.to(config_.device);
-        const TensorPair output_grad = received_grad.to(config_.device);
-        absl::StatusOr<ForwardRecord> r = TakeRecord(id);
-        if (!r.ok()) return r.status();
-        bool skip = r->skipped;
-        if (!skip && program_->rebuilds_input()) {
-          if (absl::Status s = finite_.Check(
-                  output, id, "the activation received for the backward",
-                  &skip);
-              !s.ok()) {
-            return s;
-          }
-        }
-        if (!skip) {
-          if (absl::Status s = finite_.Check(output_grad, id,
-                                             "the gradient received", &skip);
-              !s.ok()) {
-            return s;
-          }
-        }
-        const bool sampled = check_.Samples(static_cast<int64_t>(id));
-        if (skip) {
-          BackwardOutput out = SkippedBackward(*r, output);
-          Measure(*r, tick, out);
-          ++skipped_;
-          if (sampled) KeepEndToEndSample(id, {});
-          FinishBackward();
-          return out;
-        }
-        // The parameter gradients wait until the gradient going down is known
-        // to be finite (skip policy).
-        if (finite_.skips()) optimizer_.Hold();
-        std::vector<torch::Tensor> before;
-        if (!r->diagnostic_weights.empty() || sampled)
-          before = probe_.GradientsBefore(blocks_);
-        BackwardOutput out = program_->Run(*r, output, output_grad, optimizer_);
-        bool bad = false;
-        absl::Status s = finite_.Check(
-            out.input_grad, id, "the gradient computed for the input", &bad);
-        if (!s.ok()) {
-          optimizer_.Drop();
-          return s;
-        }
-        if (bad) {
-          optimizer_.Drop();
-          out.input_grad = ZerosLike(out.input_grad);
-          ++skipped_;
-        } else {
-          optimizer_.Commit();
-          if (!r->diagnostic_weights.empty()) {
-            probe_.Compare(*r, output_grad, before, optimizer_.steps(),
-                           blocks_);
-          }
-        }
-        if (sampled)
-          KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
-        Measure(*r, tick, out);
-        FinishBackward();
-        return out;
-      });
+  return Computing("backward", [&]() -> absl::StatusOr<BackwardOutput> {
+    const TensorPair output = received_output.to(config_.device);
+    const TensorPair output_grad = received_grad.to(config_.device);
+    absl::StatusOr<ForwardRecord> r = TakeRecord(id);
+    if (!r.ok()) return r.status();
+    bool skip = r->skipped;
+    if (!skip && program_->rebuilds_input()) {
+      if (absl::Status s = finite_.Check(
+              output, id, "the activation received for the backward", &skip);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (!skip) {
+      if (absl::Status s =
+              finite_.Check(output_grad, id, "the gradient received", &skip);
+          !s.ok()) {
+        return s;
+      }
+    }
+    const bool sampled = check_.Samples(static_cast<int64_t>(id));
+    if (skip) {
+      BackwardOutput out = SkippedBackward(*r, output);
+      Measure(*r, tick, out);
+      ++skipped_;
+      if (sampled) KeepEndToEndSample(id, {});
+      FinishBackward();
+      return out;
+    }
+    // The parameter gradients wait until the gradient going down is known
+    // to be finite (skip policy).
+    if (finite_.skips()) optimizer_.Hold();
+    std::vector<torch::Tensor> before;
+    if (!r->diagnostic_weights.empty() || sampled)
+      before = probe_.GradientsBefore(blocks_);
+    BackwardOutput out = program_->Run(*r, output, output_grad, optimizer_);
+    bool bad = false;
+    absl::Status s = finite_.Check(out.input_grad, id,
+                                   "the gradient computed for the input", &bad);
+    if (!s.ok()) {
+      optimizer_.Drop();
+      return s;
+    }
+    if (bad) {
+      optimizer_.Drop();
+      out.input_grad = ZerosLike(out.input_grad);
+      ++skipped_;
+    } else {
+      optimizer_.Commit();
+      if (!r->diagnostic_weights.empty()) {
+        probe_.Compare(*r, output_grad, before, optimizer_.steps(), blocks_);
+      }
+    }
+    if (sampled)
+      KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
+    Measure(*r, tick, out);
+    FinishBackward();
+    return out;
+  });
 }
 
 absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     uint64_t id, const TensorPair& input, const torch::Tensor& received_labels,
     int64_t tick, const std::vector<TensorPair>& received_tangents) {
-  return Guard(
-      config_.index, "forward-loss", [&]() -> absl::StatusOr<LossOutput> {
-        const TensorPair x = input.to(config_.device);
-        const torch::Tensor labels =
-            model::ToDevice(received_labels, config_.device);
-        if (absl::Status s = model::CheckLabels(labels, x.a.size(0)); !s.ok()) {
-          return s;
-        }
-        bool skip_input = false;
-        if (absl::Status s =
-                finite_.Check(x, id, "the input activation", &skip_input);
-            !s.ok()) {
-          return s;
-        }
-        const bool sampled = check_.Samples(static_cast<int64_t>(id));
-        if (skip_input) {
-          // Not even a forward: its recompute would take NaN into the BN
-          // running statistics.
-          if (sampled) KeepEndToEndSample(id, {});
-          LossOutput out;
-          out.loss = std::numeric_limits<double>::quiet_NaN();
-          out.samples = labels.size(0);
-          out.backward.input = x.detach();
-          if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
-          if (forward_gradient_) out.directional.assign(config_.index, 0.0);
-          ++forwards_;
-          ++measured_;
-          ++skipped_;
-          FinishBackward();
-          return out;
-        }
-        if (finite_.skips()) optimizer_.Hold();
-        std::vector<torch::Tensor> before;
-        if (sampled) before = probe_.GradientsBefore(blocks_);
-        // Forward and backward are one step here: the forward is the recompute,
-        // so it updates the BN running statistics.
-        torch::Tensor logits, loss;
-        bool finite = true;
-        TensorPair input_grad = blocks_.Recompute(
-            x,
-            [&](const TensorPair& y) {
-              logits = y.a;
-              loss = model::CrossEntropy(logits, labels);
-              finite = std::isfinite(loss.item<double>());
-              using Result = std::pair<std::vector<torch::Tensor>,
-                                       std::vector<torch::Tensor>>;
-              return finite ? Result{{loss}, {}} : Result{};
-            },
-            optimizer_);
-        if (!finite && !finite_.skips()) {
-          optimizer_.Drop();
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the loss of micro-batch ", id, " is ", loss.item<double>(),
-              " (training diverged; lower the learning rate, or set "
-              "training.non_finite to skip such micro-batches)"));
-        }
-        bool bad = !finite;
-        if (finite) {
-          if (absl::Status s = finite_.Check(
-                  input_grad, id, "the gradient computed for the input", &bad);
-              !s.ok()) {
-            optimizer_.Drop();
-            return s;
-          }
-        }
-        if (bad) {
-          optimizer_.Drop();
-          input_grad = ZerosLike(input_grad);
-          ++skipped_;
-        } else {
-          optimizer_.Commit();
-        }
-        if (sampled) {
-          KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
-        }
-        LossOutput out;
-        // A micro-batch skipped for its gradient reports its loss as NaN
-        // too: "skipped" means one thing on every count (this stage's, the
-        // epoch's mean and skip count, the train log's nan).
-        out.loss = bad ? std::numeric_limits<double>::quiet_NaN()
-                       : loss.item<double>();
-        out.samples = labels.size(0);
-        out.correct = model::CorrectCount(logits, labels);
-        out.backward.input = x.detach();
-        out.backward.input_grad = input_grad;
-        if (forward_gradient_) {
-          std::vector<TensorPair> tangents;
-          for (const TensorPair& t : received_tangents) {
-            tangents.push_back(t.to(config_.device));
-          }
-          out.directional =
-              DirectionalDerivatives(input_grad, tangents, config_.index);
-        }
-        (void)tick;  // the loss step's delay and staleness are 0
-        ++forwards_;
-        ++measured_;
-        FinishBackward();
-        return out;
-      });
+  return Computing("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
+    const TensorPair x = input.to(config_.device);
+    const torch::Tensor labels =
+        model::ToDevice(received_labels, config_.device);
+    if (absl::Status s = model::CheckLabels(labels, x.a.size(0)); !s.ok()) {
+      return s;
+    }
+    bool skip_input = false;
+    if (absl::Status s =
+            finite_.Check(x, id, "the input activation", &skip_input);
+        !s.ok()) {
+      return s;
+    }
+    const bool sampled = check_.Samples(static_cast<int64_t>(id));
+    if (skip_input) {
+      // Not even a forward: its recompute would take NaN into the BN
+      // running statistics.
+      if (sampled) KeepEndToEndSample(id, {});
+      LossOutput out;
+      out.loss = std::numeric_limits<double>::quiet_NaN();
+      out.samples = labels.size(0);
+      out.backward.input = x.detach();
+      if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
+      if (forward_gradient_) out.directional.assign(config_.index, 0.0);
+      ++forwards_;
+      ++measured_;
+      ++skipped_;
+      FinishBackward();
+      return out;
+    }
+    if (finite_.skips()) optimizer_.Hold();
+    std::vector<torch::Tensor> before;
+    if (sampled) before = probe_.GradientsBefore(blocks_);
+    // Forward and backward are one step here: the forward is the recompute,
+    // so it updates the BN running statistics.
+    torch::Tensor logits, loss;
+    bool finite = true;
+    TensorPair input_grad = blocks_.Recompute(
+        x,
+        [&](const TensorPair& y) {
+          logits = y.a;
+          loss = model::CrossEntropy(logits, labels);
+          finite = std::isfinite(loss.item<double>());
+          using Result =
+              std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>;
+          return finite ? Result{{loss}, {}} : Result{};
+        },
+        optimizer_);
+    if (!finite && !finite_.skips()) {
+      optimizer_.Drop();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the loss of micro-batch ", id, " is ", loss.item<double>(),
+          " (training diverged; lower the learning rate, or set "
+          "training.non_finite to skip such micro-batches)"));
+    }
+    bool bad = !finite;
+    if (finite) {
+      if (absl::Status s = finite_.Check(
+              input_grad, id, "the gradient computed for the input", &bad);
+          !s.ok()) {
+        optimizer_.Drop();
+        return s;
+      }
+    }
+    if (bad) {
+      optimizer_.Drop();
+      input_grad = ZerosLike(input_grad);
+      ++skipped_;
+    } else {
+      optimizer_.Commit();
+    }
+    if (sampled) {
+      KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
+    }
+    LossOutput out;
+    // A micro-batch skipped for its gradient reports its loss as NaN
+    // too: "skipped" means one thing on every count (this stage's, the
+    // epoch's mean and skip count, the train log's nan).
+    out.loss =
+        bad ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
+    out.samples = labels.size(0);
+    out.correct = model::CorrectCount(logits, labels);
+    out.backward.input = x.detach();
+    out.backward.input_grad = input_grad;
+    if (forward_gradient_) {
+      std::vector<TensorPair> tangents;
+      for (const TensorPair& t : received_tangents) {
+        tangents.push_back(t.to(config_.device));
+      }
+      out.directional =
+          DirectionalDerivatives(input_grad, tangents, config_.index);
+    }
+    (void)tick;  // the loss step's delay and staleness are 0
+    ++forwards_;
+    ++measured_;
+    FinishBackward();
+    return out;
+  });
 }
 
 void StageWorker::KeepEndToEndSample(uint64_t id,
@@ -449,48 +461,45 @@ void StageWorker::KeepEndToEndSample(uint64_t id,
 
 absl::StatusOr<TensorPair> StageWorker::CheckForward(int64_t i,
                                                      const TensorPair& x) {
-  return Guard(config_.index, "gradient check",
-               [&]() -> absl::StatusOr<TensorPair> {
-                 return check_.Forward(i, x.to(config_.device), blocks_);
-               });
+  return Computing("gradient check", [&]() -> absl::StatusOr<TensorPair> {
+    return check_.Forward(i, x.to(config_.device), blocks_);
+  });
 }
 
 absl::StatusOr<LossOutput> StageWorker::CheckLoss(int64_t i,
                                                   const TensorPair& x,
                                                   const torch::Tensor& labels) {
-  return Guard(config_.index, "gradient check",
-               [&]() -> absl::StatusOr<LossOutput> {
-                 const TensorPair in = x.to(config_.device);
-                 absl::StatusOr<EndToEndCheck::LossStep> step =
-                     check_.Loss(i, in, model::ToDevice(labels, config_.device),
-                                 blocks_, config_.index == 0);
-                 if (!step.ok()) return step.status();
-                 LossOutput out;
-                 out.loss = step->loss;
-                 out.correct = step->correct;
-                 out.samples = labels.size(0);
-                 out.backward.input = in.detach();
-                 out.backward.input_grad = std::move(step->input_grad);
-                 return out;
-               });
+  return Computing("gradient check", [&]() -> absl::StatusOr<LossOutput> {
+    const TensorPair in = x.to(config_.device);
+    absl::StatusOr<EndToEndCheck::LossStep> step =
+        check_.Loss(i, in, model::ToDevice(labels, config_.device), blocks_,
+                    config_.index == 0);
+    if (!step.ok()) return step.status();
+    LossOutput out;
+    out.loss = step->loss;
+    out.correct = step->correct;
+    out.samples = labels.size(0);
+    out.backward.input = in.detach();
+    out.backward.input_grad = std::move(step->input_grad);
+    return out;
+  });
 }
 
 absl::StatusOr<BackwardOutput> StageWorker::CheckBackward(
     int64_t i, const TensorPair& output_grad) {
-  return Guard(config_.index, "gradient check",
-               [&]() -> absl::StatusOr<BackwardOutput> {
-                 auto r = check_.Backward(i, output_grad.to(config_.device),
-                                          blocks_, config_.index == 0);
-                 if (!r.ok()) return r.status();
-                 BackwardOutput out;
-                 out.input = std::move(r->first);
-                 out.input_grad = std::move(r->second);
-                 return out;
-               });
+  return Computing("gradient check", [&]() -> absl::StatusOr<BackwardOutput> {
+    auto r = check_.Backward(i, output_grad.to(config_.device), blocks_,
+                             config_.index == 0);
+    if (!r.ok()) return r.status();
+    BackwardOutput out;
+    out.input = std::move(r->first);
+    out.input_grad = std::move(r->second);
+    return out;
+  });
 }
 
 absl::StatusOr<TensorPair> StageWorker::Evaluate(const TensorPair& x) {
-  return Guard(config_.index, "evaluate", [&]() -> absl::StatusOr<TensorPair> {
+  return Computing("evaluate", [&]() -> absl::StatusOr<TensorPair> {
     torch::NoGradGuard no_grad;
     ScopedBnMode mode(BnMode::kRunningStats);
     return blocks_.Forward(x.to(config_.device));
@@ -501,7 +510,7 @@ absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(
     const TensorPair& x, const torch::Tensor& received_labels) {
   absl::StatusOr<TensorPair> y = Evaluate(x);
   if (!y.ok()) return y.status();
-  return Guard(config_.index, "evaluate", [&]() -> absl::StatusOr<LossOutput> {
+  return Computing("evaluate", [&]() -> absl::StatusOr<LossOutput> {
     const torch::Tensor labels =
         model::ToDevice(received_labels, config_.device);
     if (absl::Status s = model::CheckLabels(labels, y->a.size(0)); !s.ok()) {

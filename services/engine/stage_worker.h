@@ -24,6 +24,7 @@
 #include "services/engine/gradient_diagnostic.h"
 #include "services/engine/lr_schedule.h"
 #include "services/engine/non_finite.h"
+#include "services/engine/rebuild_error.h"
 #include "services/engine/stage_blocks.h"
 #include "services/engine/stage_memory.h"
 #include "services/engine/stage_state.h"
@@ -149,6 +150,11 @@ class StageWorker {
   absl::StatusOr<BackwardOutput> CheckBackward(
       int64_t i, const model::TensorPair& output_grad);
   EndToEndSummary end_to_end() const { return check_.summary(); }
+  // The rebuild's error (training.rebuild_error_every); no samples where
+  // the stage keeps its input.
+  RebuildErrorSummary rebuild_error() const { return rebuild_error_.summary(); }
+  // training.precision bf16: F, G, the stem and the head under autocast.
+  bool bf16() const { return bf16_; }
   // Last stage: evaluation forward, mean cross-entropy and correct count
   // (no backward; `backward` stays empty).
   absl::StatusOr<LossOutput> EvaluateLoss(const model::TensorPair& x,
@@ -186,6 +192,11 @@ class StageWorker {
                               int64_t steps);
 
  private:
+  // Guard (torch_guard.h) in the stage's precision: every public call that
+  // computes runs its work through this, on whatever thread calls it.
+  template <typename F>
+  auto Computing(absl::string_view what, F&& f) -> decltype(f());
+
   absl::StatusOr<ForwardRecord> TakeRecord(uint64_t id);
   // A skipped micro-batch's backward: x~_{j-1} without a graph or BN update,
   // zero gradients.
@@ -204,6 +215,7 @@ class StageWorker {
 
   const StageConfig config_;
   const bool forward_gradient_;
+  const bool bf16_;
   const int64_t staleness_bound_;
   // Optimizer steps the forward's weights are predicted ahead
   // (training.predict_weights): the stage's mean delay, 2 (J - 1 - j) / k;
@@ -216,6 +228,7 @@ class StageWorker {
   NonFiniteCheck finite_;
   GradientProbe probe_;
   EndToEndCheck check_;
+  RebuildErrorProbe rebuild_error_;
   MemoryLedger ledger_;
   std::map<uint64_t, ForwardRecord> records_;
   int64_t forwards_ = 0;

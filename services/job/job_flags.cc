@@ -187,6 +187,21 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_training()->set_non_finite(
                     static_cast<petra::v1::TrainingSpec::NonFinitePolicy>(v));
               }));
+  const EnumDescriptor* precision =
+      GetEnumDescriptor<petra::v1::TrainingSpec::Precision>();
+  f.AddCustom("precision", Choices(precision), "fp32",
+              "bf16: the blocks' functions under bf16 autocast; residual "
+              "streams, weights, optimizer and BatchNorm statistics stay fp32",
+              Enum(precision, [s](int v) {
+                s->mutable_training()->set_precision(
+                    static_cast<petra::v1::TrainingSpec::Precision>(v));
+              }));
+  f.AddCustom("rebuild-error-every", "N", "64",
+              "every N-th micro-batch, a stage that rebuilds its input "
+              "measures ||x - rebuilt x|| / ||x|| (0 = off)",
+              Uint32([s](uint32_t v) {
+                s->mutable_training()->set_rebuild_error_every(v);
+              }));
   f.AddCustom("mode", Choices(mode), "petra", "training mode",
               Enum(mode, [s](int v) {
                 s->mutable_training()->set_mode(

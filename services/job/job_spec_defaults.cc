@@ -148,6 +148,10 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
       petra::v1::TrainingSpec::NON_FINITE_POLICY_UNSPECIFIED) {
     train->set_non_finite(petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL);
   }
+  if (train->precision() == petra::v1::TrainingSpec::PRECISION_UNSPECIFIED) {
+    train->set_precision(petra::v1::TrainingSpec::PRECISION_FP32);
+  }
+  if (!train->has_rebuild_error_every()) train->set_rebuild_error_every(64);
 
   if (spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED) {
     spec->set_transport(petra::v1::TRANSPORT_AUTO);

@@ -418,6 +418,14 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
   }
   CheckEnum<petra::v1::TrainingSpec::NonFinitePolicy>(p, "training.non_finite",
                                                       t.non_finite(), false);
+  if (CheckEnum<petra::v1::TrainingSpec::Precision>(p, "training.precision",
+                                                    t.precision(), false) &&
+      t.precision() == petra::v1::TrainingSpec::PRECISION_BF16 &&
+      t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {
+    p.Add("training.precision", "bf16",
+          "not with mode forward_gradient, whose forward-mode derivatives "
+          "run in fp32 only; use fp32");
+  }
 }
 
 void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {

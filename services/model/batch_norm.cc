@@ -1,5 +1,7 @@
 #include "services/model/batch_norm.h"
 
+#include "services/model/precision.h"
+
 namespace petra::model {
 namespace {
 thread_local BnMode current_mode = BnMode::kBatchStats;
@@ -20,7 +22,12 @@ BatchNorm2dImpl::BatchNorm2dImpl(int64_t channels, double momentum, double eps)
   running_var = register_buffer("running_var", torch::ones({channels}));
 }
 
-torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
+torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& input) {
+  // Under bf16 autocast (training.precision) a convolution hands over bf16.
+  // cuDNN normalises bf16 against fp32 weights and statistics itself; on
+  // the CPU the statistics are computed from an fp32 copy, so that they
+  // (and the running ones) are fp32's, not bf16's.
+  const torch::Tensor x = input.is_cuda() ? input : ToFullPrecision(input);
   switch (CurrentBnMode()) {
     case BnMode::kRunningStats:
       return torch::batch_norm(x, weight, bias, running_mean, running_var,

@@ -1,5 +1,7 @@
 #include "services/model/coupling_block.h"
 
+#include "services/model/precision.h"
+
 namespace petra::model {
 
 CouplingBlock::CouplingBlock(const ResidualOptions& r) : squeeze_(r.stride) {
@@ -14,13 +16,16 @@ torch::Tensor CouplingBlock::Unsqueeze(const torch::Tensor& x) const {
   return squeeze_ == 1 ? x : torch::pixel_shuffle(x, squeeze_);
 }
 
+// R's output joins the stream in the stream's dtype (fp32 under bf16
+// autocast: precision.h), so the inverse's subtraction undoes the
+// forward's addition to fp32 rounding.
 TensorPair CouplingBlock::Forward(const TensorPair& x) {
-  return {Squeeze(x.b) + residual_->forward(x.a), Squeeze(x.a)};
+  return {Squeeze(x.b) + AsStream(residual_->forward(x.a), x.b), Squeeze(x.a)};
 }
 
 TensorPair CouplingBlock::Inverse(const TensorPair& y) {
   torch::Tensor a = Unsqueeze(y.b);
-  return {a, Unsqueeze(y.a - residual_->forward(a))};
+  return {a, Unsqueeze(y.a - AsStream(residual_->forward(a), y.a))};
 }
 
 // a = S^-1(y2) and R(a) with the current weights, b = S^-1(y1 - R(a)); dR's
@@ -31,7 +36,7 @@ class CouplingBlock::Pending : public PendingVjp {
  public:
   Pending(CouplingBlock& block, const TensorPair& y) : block_(block) {
     a_ = block.Unsqueeze(y.b).detach().requires_grad_(true);
-    r_ = block.residual_->forward(a_);
+    r_ = AsStream(block.residual_->forward(a_), y.a);
     input_ = {a_.detach(), block.Unsqueeze(y.a - r_.detach())};
   }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "services/model/layers.h"
+#include "services/model/precision.h"
 
 namespace petra::model {
 namespace {
@@ -87,14 +88,15 @@ RevViTBlock::RevViTBlock(const TransformerOptions& o) {
   g_ = register_module("mlp", Mlp(o.embed_dim, o.mlp_hidden));
 }
 
+// F and G join the streams in the streams' dtype (precision.h).
 TensorPair RevViTBlock::Forward(const TensorPair& x) {
-  torch::Tensor y1 = x.a + f_->forward(x.b);
-  return {y1, x.b + g_->forward(y1)};
+  torch::Tensor y1 = x.a + AsStream(f_->forward(x.b), x.a);
+  return {y1, x.b + AsStream(g_->forward(y1), x.b)};
 }
 
 TensorPair RevViTBlock::Inverse(const TensorPair& y) {
-  torch::Tensor x2 = y.b - g_->forward(y.a);
-  return {y.a - f_->forward(x2), x2};
+  torch::Tensor x2 = y.b - AsStream(g_->forward(y.a), y.b);
+  return {y.a - AsStream(f_->forward(x2), y.a), x2};
 }
 
 // With L(Y1, Y2): dL/dY1 in all is dY1 + G'(Y1)^T dY2 (= dL/dX1), and
@@ -105,9 +107,9 @@ class RevViTBlock::Pending : public PendingVjp {
  public:
   Pending(RevViTBlock& block, const TensorPair& y) : block_(block) {
     y1_ = y.a.detach().requires_grad_(true);
-    g_ = block.g_->forward(y1_);
+    g_ = AsStream(block.g_->forward(y1_), y.b);
     x2_ = (y.b - g_.detach()).detach().requires_grad_(true);
-    f_ = block.f_->forward(x2_);
+    f_ = AsStream(block.f_->forward(x2_), y.a);
     input_ = {(y.a - f_.detach()).detach(), x2_.detach()};
   }
 
@@ -149,8 +151,8 @@ ViTBlock::ViTBlock(const TransformerOptions& o) {
 }
 
 TensorPair ViTBlock::Forward(const TensorPair& x) {
-  torch::Tensor h = x.a + f_->forward(x.a);
-  return {h + g_->forward(h), {}};
+  torch::Tensor h = x.a + AsStream(f_->forward(x.a), x.a);
+  return {h + AsStream(g_->forward(h), h), {}};
 }
 
 TokenHeadBlock::TokenHeadBlock(int64_t features, int64_t classes) {
