@@ -12,7 +12,8 @@ import sys
 
 SECTIONS = ["throughput", "fleets", "memory", "accuracy", "long_run",
             "forward_gradient", "feed", "peer", "transformer", "staleness",
-            "threads", "partition", "probe", "transport", "compare",
+            "threads", "partition", "probe", "transport", "precision",
+            "compare",
             "main_job", "gpu"]
 
 HEADER = """# Benchmarks

@@ -426,23 +426,30 @@ section_gpu() {
   printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
     "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
     > "$RESULTS/gpu-synthetic.textproto"
-  local runs=() cfg mode stages runner report label
-  for cfg in PETRA:2:in-process PETRA:per-block:in-process \
-      backprop:1:in-process PETRA:2:fleet; do
-    IFS=: read -r label stages runner <<< "$cfg"
+  local runs=() cfg mode stages runner report label precision
+  # bf16 first: issue 34's target is PETRA in bf16 at >= 0.6 of stock
+  # PyTorch's bf16 + channels_last.
+  for cfg in PETRA:2:in-process:bf16 PETRA:per-block:in-process:bf16 \
+      backprop:1:in-process:bf16 PETRA:2:in-process:fp32 \
+      PETRA:per-block:in-process:fp32 backprop:1:in-process:fp32 \
+      PETRA:2:fleet:fp32 PETRA:2:fleet:bf16; do
+    IFS=: read -r label stages runner precision <<< "$cfg"
     mode=${label,,}
-    report=$RESULTS/gpu-train-$mode-$stages-$runner.json
+    report=$RESULTS/gpu-train-$mode-$stages-$runner-$precision.json
     run "$BIN/petra" train --quiet --from "$RESULTS/gpu-synthetic.textproto" \
       --runner "$runner" --devices "$dev" --arch revnet18 --variant cifar \
       --dataset synthetic --width "$width" --stages "$stages" \
-      --micro-batch "$mb" --mode "$mode" --epochs 1 --report "$report"
+      --micro-batch "$mb" --mode "$mode" --precision "$precision" \
+      --rebuild-error-every 8 --epochs 1 --report "$report"
     echo
     case "$stages" in
       1) label+=", 1 stage" ;;
       per-block) label+=", per block" ;;
       *) label+=", $stages stages" ;;
     esac
-    if [[ -f "$report" ]]; then runs+=("$label, $runner=$report"); fi
+    if [[ -f "$report" ]]; then
+      runs+=("$label, $runner, $precision=$report")
+    fi
   done
   run $PY bench/gpu_ratios.py --stock "$RESULTS/gpu-stock.json" \
     ${runs[@]+"${runs[@]}"}
