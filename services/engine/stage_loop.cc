@@ -136,7 +136,8 @@ absl::Status RunStageEpoch(StageWorker& w, StageInbox& inbox,
     }
     if (!s.ok()) return s;
   }
-  return absl::OkStatus();
+  // The last calls' NaN and Inf checks (read late: non_finite.h).
+  return w.SettleChecks();
 }
 
 absl::Status RunStageGradientCheck(StageWorker& w, StageInbox& inbox,

@@ -89,10 +89,23 @@ StageWorker::~StageWorker() = default;
 
 template <typename F>
 auto StageWorker::Computing(absl::string_view what, F&& f) -> decltype(f()) {
-  return Guard(config_.index, what, [&]() -> decltype(f()) {
+  const size_t before = finite_.pending();
+  auto result = Guard(config_.index, what, [&]() -> decltype(f()) {
     model::ScopedAutocast cast(config_.device.type(), bf16_);
     return f();
   });
+  // The checks queued by earlier calls are read once this call's kernels
+  // are queued (one micro-batch behind); what they found comes first, as
+  // the likelier cause of anything this call ran into.
+  const size_t mine =
+      finite_.pending() > before ? finite_.pending() - before : 0;
+  if (absl::Status older = SettleChecks(mine); !older.ok()) return older;
+  return result;
+}
+
+absl::Status StageWorker::SettleChecks(size_t keep) {
+  return Guard(config_.index, "non-finite check",
+               [&]() -> absl::Status { return finite_.Settle(keep); });
 }
 
 absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
@@ -397,6 +410,9 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
         optimizer_);
     if (!finite && !finite_.skips()) {
       optimizer_.Drop();
+      // The loss's read waited for this micro-batch's forward: its input
+      // check is in, and names the cause better when it failed.
+      if (absl::Status s = finite_.Settle(); !s.ok()) return s;
       return absl::FailedPreconditionError(absl::StrCat(
           "the loss of micro-batch ", id, " is ", loss.item<double>(),
           " (training diverged; lower the learning rate, or set "

@@ -80,8 +80,12 @@ class StageWorker {
 
   // NaN and Inf at the stage boundary (training.non_finite): each tensor
   // that comes in or goes out of Forward, Backward and ForwardLoss is checked
-  // (one isfinite().all() reduction each). With the fail policy the call
-  // fails with FAILED_PRECONDITION naming the stage, micro-batch and tensor.
+  // (one isfinite().all() reduction each). With the fail policy the checks
+  // are read late, so that nothing waits for a micro-batch's kernels: each
+  // call reads those of the calls before it once its own work is queued,
+  // and a pass ends with SettleChecks. A failed one fails that later call
+  // with FAILED_PRECONDITION naming the stage, the micro-batch it was
+  // queued for and the tensor.
   // With the skip policy the micro-batch is skipped on this stage: a
   // non-finite forward still goes up (so the stages above skip it too), and
   // its backward accumulates nothing, leaves the BN running statistics
@@ -99,6 +103,10 @@ class StageWorker {
                                           const model::TensorPair& output,
                                           const model::TensorPair& output_grad,
                                           int64_t tick);
+  // Reads the checks still queued (the fail policy's) but the newest
+  // `keep`: all of them at the end of a pass.
+  absl::Status SettleChecks(size_t keep = 0);
+
   // Mode forward_gradient (forward_gradient_stage.h): a stage but the last
   // forwards `x` with its incoming `tangents` (one per earlier stage) and
   // its `labels` (the local loss), and returns its output with the tangents

@@ -614,8 +614,10 @@ TEST(StageWorker, NonFiniteLossFailsOrSkips) {
 }
 
 // NaN and Inf at the stage boundary, not only in the loss: each tensor
-// coming in or going out fails the call naming stage, micro-batch and
-// tensor (the default policy).
+// coming in or going out fails the stage naming stage, micro-batch and
+// tensor (the default policy). The checks are read late, so the call that
+// queued one returns, and the failure comes from the next read: the
+// stage's next call, or SettleChecks at the end of a pass.
 TEST(StageWorker, NonFiniteActivationsAndGradientsFailNamingTheTensor) {
   petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
   // Stage 1 is one reversible block: it rebuilds its input from its output.
@@ -632,39 +634,50 @@ TEST(StageWorker, NonFiniteActivationsAndGradientsFailNamingTheTensor) {
     return out;
   };
 
-  absl::Status s =
-      workers[0]->Forward(0, poison({images, {}}, nan), 0).status();
+  ASSERT_TRUE(workers[0]->Forward(0, poison({images, {}}, nan), 0).ok());
+  absl::Status s = workers[0]->SettleChecks();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(message(s),
               ::testing::HasSubstr("stage 0, micro-batch 0: the input "
                                    "activation holds NaN or Inf"));
   EXPECT_THAT(message(s), ::testing::HasSubstr("training.non_finite"));
+  EXPECT_TRUE(workers[0]->SettleChecks().ok()) << "read once";
 
   TensorPair h = *workers[0]->Forward(1, {images, {}}, 0);
-  s = workers[1]->Forward(2, poison(h, inf), 1).status();
+  ASSERT_TRUE(workers[1]->Forward(2, poison(h, inf), 1).ok());
+  // One micro-batch behind: the stage's next call reports it.
+  s = workers[1]->Forward(1, h, 1).status();
   EXPECT_THAT(message(s), ::testing::HasSubstr(
                               "stage 1, micro-batch 2: the input activation"));
-  TensorPair y = *workers[1]->Forward(1, h, 1);
+  TensorPair y = *workers[1]->Forward(5, h, 1);
+  EXPECT_TRUE(workers[1]->SettleChecks().ok());
+  // The last stage reads its loss at once, and with it its input's check,
+  // which names the cause.
   s = workers[2]
           ->ForwardLoss(3, poison(y, -inf), batches[0].labels, 2)
           .status();
   EXPECT_THAT(message(s), ::testing::HasSubstr(
                               "stage 2, micro-batch 3: the input activation"));
 
-  LossOutput l = *workers[2]->ForwardLoss(1, y, batches[0].labels, 2);
+  LossOutput l = *workers[2]->ForwardLoss(5, y, batches[0].labels, 2);
+  EXPECT_TRUE(workers[2]->SettleChecks().ok());
   // The rebuilding stage checks the output it rebuilds from ...
-  s = workers[1]
-          ->Backward(1, poison(l.backward.input, nan), l.backward.input_grad, 3)
-          .status();
+  ASSERT_TRUE(
+      workers[1]
+          ->Backward(5, poison(l.backward.input, nan), l.backward.input_grad, 3)
+          .ok());
+  s = workers[1]->SettleChecks();
   EXPECT_THAT(message(s),
-              ::testing::HasSubstr("stage 1, micro-batch 1: the activation "
+              ::testing::HasSubstr("stage 1, micro-batch 5: the activation "
                                    "received for the backward"));
   // ... and every stage the gradient it receives.
   ASSERT_TRUE(workers[0]->Forward(4, {images, {}}, 4).ok());
   ASSERT_TRUE(workers[1]->Forward(4, h, 5).ok());
-  s = workers[1]
+  ASSERT_TRUE(
+      workers[1]
           ->Backward(4, l.backward.input, poison(l.backward.input_grad, nan), 6)
-          .status();
+          .ok());
+  s = workers[1]->SettleChecks();
   EXPECT_THAT(message(s), ::testing::HasSubstr(
                               "stage 1, micro-batch 4: the gradient received"));
 
@@ -673,9 +686,10 @@ TEST(StageWorker, NonFiniteActivationsAndGradientsFailNamingTheTensor) {
     torch::NoGradGuard no_grad;
     workers[0]->parameters()[0].view({-1})[0] = nan;
   }
-  s = workers[0]->Forward(5, {images, {}}, 7).status();
+  ASSERT_TRUE(workers[0]->Forward(6, {images, {}}, 7).ok());
+  s = workers[0]->SettleChecks();
   EXPECT_THAT(message(s), ::testing::HasSubstr(
-                              "stage 0, micro-batch 5: the output activation"));
+                              "stage 0, micro-batch 6: the output activation"));
 }
 
 // A gradient that overflows inside the stage: nothing of it is accumulated
@@ -694,8 +708,11 @@ TEST(StageWorker, AGradientThatOverflowsIsCaughtBeforeItIsAccumulated) {
     TensorPair huge{torch::full_like(y.a, 3e38), torch::full_like(y.b, 3e38)};
     absl::StatusOr<BackwardOutput> b = workers[1]->Backward(0, y, huge, 2);
     if (policy == petra::v1::TrainingSpec::NON_FINITE_POLICY_FAIL) {
-      EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
-      EXPECT_THAT(std::string(b.status().message()),
+      // Read late (the stage's next call, or the end of its pass).
+      ASSERT_TRUE(b.ok()) << b.status();
+      const absl::Status s = workers[1]->SettleChecks();
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_THAT(std::string(s.message()),
                   ::testing::HasSubstr("stage 1, micro-batch 0: the gradient "
                                        "computed for the input"));
       continue;
