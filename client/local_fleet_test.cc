@@ -321,6 +321,20 @@ TEST(LocalFleet, Bf16RevViTMatchesTheInProcessRunnerForFiftySteps) {
                 });
 }
 
+// training.memory_format channels_last: in process the stages hand each
+// other channels_last tensors, over the wire they go as NCHW and each stage
+// puts what it receives in its layout: the same kernels on the same values.
+TEST(LocalFleet, ChannelsLastMatchesTheInProcessRunnerForFiftySteps) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->set_memory_format(
+                      petra::v1::TrainingSpec::MEMORY_FORMAT_CHANNELS_LAST);
+                  s.mutable_training()->set_precision(
+                      petra::v1::TrainingSpec::PRECISION_BF16);
+                  s.set_transport(petra::v1::TRANSPORT_GRPC);
+                });
+}
+
 TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_BACKPROP);
 }

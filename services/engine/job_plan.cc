@@ -121,6 +121,7 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
       return absl::InvalidArgumentError(
           absl::StrCat("stage ", j, ": unknown device \"", name, "\""));
     }
+    config.channels_last = ChannelsLast(s, config.device);
     std::vector<std::shared_ptr<model::Block>> mine(
         net->blocks.begin() + ranges[j].begin,
         net->blocks.begin() + ranges[j].end);

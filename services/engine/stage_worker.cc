@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "services/engine/torch_guard.h"
 #include "services/engine/weight_prediction.h"
+#include "services/model/architecture_catalog.h"
 #include "services/model/batch_norm.h"
 #include "services/model/classification_loss.h"
 #include "services/model/device_memory.h"
@@ -19,13 +20,33 @@ using model::BnMode;
 using model::ScopedBnMode;
 using model::TensorPair;
 
-// Moves a stage's blocks to its device before anything takes their
+// Moves a stage's blocks to its device, and their convolution weights to
+// channels_last when the stage computes in it, before anything takes their
 // parameters (the optimizer, the backward program).
 std::vector<std::shared_ptr<model::Block>> OnDevice(
     std::vector<std::shared_ptr<model::Block>> blocks,
-    const torch::Device& device) {
-  for (const auto& b : blocks) b->to(device);
+    const torch::Device& device, bool channels_last) {
+  for (const auto& b : blocks) {
+    b->to(device);
+    if (!channels_last) continue;
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : b->parameters()) {
+      if (p.dim() == 4) {
+        p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+      }
+    }
+  }
   return blocks;
+}
+
+model::TensorPair InLayout(const model::TensorPair& t, bool channels_last) {
+  if (!channels_last) return t;
+  auto one = [](const torch::Tensor& x) {
+    return x.defined() && x.dim() == 4
+               ? x.contiguous(at::MemoryFormat::ChannelsLast)
+               : x;
+  };
+  return {one(t.a), one(t.b)};
 }
 
 // PETRA's tick order: a micro-batch's backward comes this many ticks after
@@ -59,7 +80,8 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                                  resolved.training().accumulation_steps()),
       predict_steps_(
           DelaySteps(config, resolved, resolved.training().predict_weights())),
-      blocks_(OnDevice(std::move(blocks), config.device), config.index == 0),
+      blocks_(OnDevice(std::move(blocks), config.device, config.channels_last),
+              config.index == 0),
       optimizer_(blocks_.parameters(), resolved, schedule,
                  DelaySteps(config, resolved,
                             resolved.training().spike_compensation())),
@@ -87,6 +109,23 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
 
 StageWorker::~StageWorker() = default;
 
+bool ChannelsLast(const petra::v1::JobSpec& resolved,
+                  const torch::Device& device) {
+  switch (resolved.training().memory_format()) {
+    case petra::v1::TrainingSpec::MEMORY_FORMAT_CHANNELS_LAST:
+      return true;
+    case petra::v1::TrainingSpec::MEMORY_FORMAT_NCHW:
+      return false;
+    default:
+      return device.is_cuda() &&
+             !model::IsTransformer(resolved.model().architecture());
+  }
+}
+
+TensorPair StageWorker::Arrive(const TensorPair& t) const {
+  return InLayout(t.to(config_.device), config_.channels_last);
+}
+
 template <typename F>
 auto StageWorker::Computing(absl::string_view what, F&& f) -> decltype(f()) {
   const size_t before = finite_.pending();
@@ -112,7 +151,7 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
                                                 const TensorPair& input,
                                                 int64_t tick) {
   return Computing("forward", [&]() -> absl::StatusOr<TensorPair> {
-    const TensorPair x = input.to(config_.device);
+    const TensorPair x = Arrive(input);
     if (records_.count(id) != 0) {
       return absl::AlreadyExistsError(
           absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
@@ -174,7 +213,7 @@ absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
           " takes no tangents: it is the last stage, or the job's mode "
           "is not forward_gradient"));
     }
-    const TensorPair x = input.to(config_.device);
+    const TensorPair x = Arrive(input);
     if (records_.count(id) != 0) {
       return absl::AlreadyExistsError(
           absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
@@ -206,7 +245,7 @@ absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
                          ": a tangent's shape differs "
                          "from the activation's"));
       }
-      tangents.push_back(t.to(config_.device));
+      tangents.push_back(Arrive(t));
     }
     ForwardRecord r;
     r.tick = tick;
@@ -262,7 +301,7 @@ absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
     out.samples = r->samples;
     if (!r->diagnostic_weights.empty() && output_grad.a.defined()) {
       out.input_grad = probe_.CompareEstimate(
-          *r, output_grad.to(config_.device), *estimate, optimizer_.steps(),
+          *r, Arrive(output_grad), *estimate, optimizer_.steps(),
           /*with_input=*/config_.index > 0, blocks_);
     }
     Measure(*r, tick, out);
@@ -297,8 +336,8 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
     uint64_t id, const TensorPair& received_output,
     const TensorPair& received_grad, int64_t tick) {
   return Computing("backward", [&]() -> absl::StatusOr<BackwardOutput> {
-    const TensorPair output = received_output.to(config_.device);
-    const TensorPair output_grad = received_grad.to(config_.device);
+    const TensorPair output = Arrive(received_output);
+    const TensorPair output_grad = Arrive(received_grad);
     absl::StatusOr<ForwardRecord> r = TakeRecord(id);
     if (!r.ok()) return r.status();
     bool skip = r->skipped;
@@ -361,7 +400,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     uint64_t id, const TensorPair& input, const torch::Tensor& received_labels,
     int64_t tick, const std::vector<TensorPair>& received_tangents) {
   return Computing("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
-    const TensorPair x = input.to(config_.device);
+    const TensorPair x = Arrive(input);
     const torch::Tensor labels =
         model::ToDevice(received_labels, config_.device);
     if (absl::Status s = model::CheckLabels(labels, x.a.size(0)); !s.ok()) {
@@ -450,7 +489,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     if (forward_gradient_) {
       std::vector<TensorPair> tangents;
       for (const TensorPair& t : received_tangents) {
-        tangents.push_back(t.to(config_.device));
+        tangents.push_back(Arrive(t));
       }
       out.directional =
           DirectionalDerivatives(input_grad, tangents, config_.index);
@@ -478,7 +517,7 @@ void StageWorker::KeepEndToEndSample(uint64_t id,
 absl::StatusOr<TensorPair> StageWorker::CheckForward(int64_t i,
                                                      const TensorPair& x) {
   return Computing("gradient check", [&]() -> absl::StatusOr<TensorPair> {
-    return check_.Forward(i, x.to(config_.device), blocks_);
+    return check_.Forward(i, Arrive(x), blocks_);
   });
 }
 
@@ -486,7 +525,7 @@ absl::StatusOr<LossOutput> StageWorker::CheckLoss(int64_t i,
                                                   const TensorPair& x,
                                                   const torch::Tensor& labels) {
   return Computing("gradient check", [&]() -> absl::StatusOr<LossOutput> {
-    const TensorPair in = x.to(config_.device);
+    const TensorPair in = Arrive(x);
     absl::StatusOr<EndToEndCheck::LossStep> step =
         check_.Loss(i, in, model::ToDevice(labels, config_.device), blocks_,
                     config_.index == 0);
@@ -504,8 +543,8 @@ absl::StatusOr<LossOutput> StageWorker::CheckLoss(int64_t i,
 absl::StatusOr<BackwardOutput> StageWorker::CheckBackward(
     int64_t i, const TensorPair& output_grad) {
   return Computing("gradient check", [&]() -> absl::StatusOr<BackwardOutput> {
-    auto r = check_.Backward(i, output_grad.to(config_.device), blocks_,
-                             config_.index == 0);
+    auto r =
+        check_.Backward(i, Arrive(output_grad), blocks_, config_.index == 0);
     if (!r.ok()) return r.status();
     BackwardOutput out;
     out.input = std::move(r->first);
@@ -518,7 +557,7 @@ absl::StatusOr<TensorPair> StageWorker::Evaluate(const TensorPair& x) {
   return Computing("evaluate", [&]() -> absl::StatusOr<TensorPair> {
     torch::NoGradGuard no_grad;
     ScopedBnMode mode(BnMode::kRunningStats);
-    return blocks_.Forward(x.to(config_.device));
+    return blocks_.Forward(Arrive(x));
   });
 }
 

@@ -47,11 +47,19 @@ struct StageConfig {
   bool overlap_rebuild = false;
   // Index of the stage's first block in the whole network (state names).
   int first_block = 0;
+  // Images (4-D activations) and convolution weights in channels_last
+  // (training.memory_format; ChannelsLast below).
+  bool channels_last = false;
   // Where the stage's parameters, optimizer state and every tensor it
   // computes live. Inputs may come from anywhere (they are moved here);
   // outputs stay here, and whoever ships them moves them to the host.
   torch::Device device = torch::kCPU;
 };
+
+// training.memory_format for a stage on `device`: AUTO is channels_last on
+// a CUDA device for a convolutional network.
+bool ChannelsLast(const petra::v1::JobSpec& resolved,
+                  const torch::Device& device);
 
 struct LossOutput {
   double loss = 0;  // mean over the micro-batch
@@ -204,6 +212,10 @@ class StageWorker {
   // computes runs its work through this, on whatever thread calls it.
   template <typename F>
   auto Computing(absl::string_view what, F&& f) -> decltype(f());
+
+  // A tensor that arrives (an input, an output to rebuild from, a
+  // gradient): on the stage's device, and in its layout.
+  model::TensorPair Arrive(const model::TensorPair& t) const;
 
   absl::StatusOr<ForwardRecord> TakeRecord(uint64_t id);
   // A skipped micro-batch's backward: x~_{j-1} without a graph or BN update,

@@ -196,6 +196,16 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_training()->set_precision(
                     static_cast<petra::v1::TrainingSpec::Precision>(v));
               }));
+  const EnumDescriptor* memory_format =
+      GetEnumDescriptor<petra::v1::TrainingSpec::MemoryFormat>();
+  f.AddCustom("memory-format", Choices(memory_format), "auto",
+              "the layout of a stage's images and convolution weights: "
+              "channels_last (auto: on a GPU, for convolutional networks) "
+              "or nchw",
+              Enum(memory_format, [s](int v) {
+                s->mutable_training()->set_memory_format(
+                    static_cast<petra::v1::TrainingSpec::MemoryFormat>(v));
+              }));
   f.AddCustom("rebuild-error-every", "N", "64",
               "every N-th micro-batch, a stage that rebuilds its input "
               "measures ||x - rebuilt x|| / ||x|| (0 = off)",

@@ -152,6 +152,10 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     train->set_precision(petra::v1::TrainingSpec::PRECISION_FP32);
   }
   if (!train->has_rebuild_error_every()) train->set_rebuild_error_every(64);
+  if (train->memory_format() ==
+      petra::v1::TrainingSpec::MEMORY_FORMAT_UNSPECIFIED) {
+    train->set_memory_format(petra::v1::TrainingSpec::MEMORY_FORMAT_AUTO);
+  }
 
   if (spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED) {
     spec->set_transport(petra::v1::TRANSPORT_AUTO);

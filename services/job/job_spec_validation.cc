@@ -426,6 +426,8 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
           "not with mode forward_gradient, whose forward-mode derivatives "
           "run in fp32 only; use fp32");
   }
+  CheckEnum<petra::v1::TrainingSpec::MemoryFormat>(p, "training.memory_format",
+                                                   t.memory_format(), false);
 }
 
 void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
