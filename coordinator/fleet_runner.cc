@@ -16,6 +16,7 @@
 #include "services/data/image_folder.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/lr_schedule.h"
+#include "services/engine/training_mode.h"
 #include "services/job/job_spec_validation.h"
 #include "services/link/endpoint.h"
 #include "services/link/transport_choice.h"
@@ -239,9 +240,8 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
     watch.finite_samples = [this](int64_t n) { env_.metrics->TrainSamples(n); };
   }
   FeedOptions feed;
-  feed.labels_with_data =
-      phase == petra::v1::PHASE_TRAIN &&
-      spec_.training().mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
+  feed.labels_with_data = phase == petra::v1::PHASE_TRAIN &&
+                          engine::PlanMode(spec_.training()).forward_gradient;
   feed.metrics = env_.metrics;
   feed.to_first = feed_to_first_;
   feed.to_last = feed_to_last_;

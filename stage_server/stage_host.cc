@@ -11,6 +11,7 @@
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
+#include "services/engine/training_mode.h"
 #include "services/job/device_name.h"
 #include "services/job/job_spec_validation.h"
 #include "services/link/channel_factory.h"
@@ -58,7 +59,7 @@ absl::Status RunPhase(StageJob& job, const PassInfo& pass,
     case petra::v1::PHASE_TRAIN:
       return engine::RunStageEpoch(
           *job.worker, job.mailbox, outbox, pass.micro_batches,
-          engine::ScheduleForMode(job.assign.spec().training().mode()));
+          engine::PlanMode(job.assign.spec().training()).schedule);
     case petra::v1::PHASE_GRADIENT_CHECK:
       return engine::RunStageGradientCheck(*job.worker, job.mailbox, outbox,
                                            pass.micro_batches);

@@ -13,6 +13,7 @@
 #include "petra/v1/stage.pb.h"
 #include "services/engine/device_transfer.h"
 #include "services/engine/stage_worker.h"
+#include "services/engine/training_mode.h"
 #include "stage_server/stage_mailbox.h"
 
 namespace petra::stage_server {
@@ -35,8 +36,7 @@ struct StageJob {
       : assign(a),
         transfer(c10::Device(device), static_cast<int>(a.stage_index())),
         mailbox(a.stage_index(), a.stage_count(), CreditWindow(a),
-                a.spec().training().mode() ==
-                    petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {}
+                engine::PlanMode(a.spec().training()).forward_gradient) {}
   const petra::v1::AssignRequest assign;
   // Payloads between the host and the stage's device (a no-op on the CPU).
   const engine::DeviceTransfer transfer;

@@ -10,6 +10,7 @@
 #include "services/engine/blocking_queue.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
+#include "services/engine/training_mode.h"
 #include "services/model/compute_threads.h"
 
 namespace petra::engine {
@@ -183,7 +184,7 @@ absl::StatusOr<PassResult> InProcessRunner::Check(const PassBatches& batches) {
 absl::StatusOr<PassResult> InProcessRunner::Train(const PassBatches& batches) {
   const int64_t micro_batches = batches.size();
   const int stages = stage_count();
-  const ScheduleKind schedule = ScheduleForMode(spec_.training().mode());
+  const ScheduleKind schedule = PlanMode(spec_.training()).schedule;
   Channels channels(stages, micro_batches);
   std::mutex mu;
   absl::Status failure;

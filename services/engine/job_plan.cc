@@ -1,6 +1,7 @@
 #include "services/engine/job_plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "services/engine/training_mode.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/model/partition_plan.h"
@@ -95,7 +96,7 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
   if (order.empty()) {
     for (int j = 0; j < stages; ++j) order.push_back(j);
   }
-  const bool delayed = s.training().mode() == petra::v1::TRAINING_MODE_DELAYED;
+  const ModePlan mode = PlanMode(s.training());
   std::vector<std::unique_ptr<StageWorker>> out;
   for (int j : order) {
     if (j < 0 || j >= stages) {
@@ -106,12 +107,9 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     config.index = j;
     config.count = stages;
     config.first_block = ranges[j].begin;
-    config.stash_inputs = delayed && s.training().stash_inputs();
-    config.stash_weights = delayed && s.training().stash_weights();
-    config.rebuild_with_current =
-        config.stash_weights &&
-        s.training().rebuild_with() ==
-            petra::v1::TrainingSpec::REBUILD_WITH_CURRENT;
+    config.stash_inputs = mode.stash_inputs;
+    config.stash_weights = mode.stash_weights;
+    config.rebuild_with_current = mode.rebuild_with_current;
     config.overlap_rebuild = s.training().overlap_rebuild();
     const std::string name =
         device.empty() ? job::DeviceForStage(s, j) : device;

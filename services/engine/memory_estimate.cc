@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/engine/training_mode.h"
 
 namespace petra::engine {
 namespace {
@@ -36,12 +37,10 @@ StageMemoryEstimate EstimateStageMemory(
     const std::vector<int64_t>& input_shape) {
   const model::BlockRange& r = ranges[stage];
   const int stages = static_cast<int>(ranges.size());
-  const petra::v1::TrainingMode mode = s.training().mode();
+  const ModePlan mode = PlanMode(s.training());
   StageMemoryEstimate e;
   e.micro_batch = s.training().micro_batch_size();
-  e.in_flight = mode == petra::v1::TRAINING_MODE_BACKPROP
-                    ? 1
-                    : 2 * (stages - 1 - stage) + 1;
+  e.in_flight = mode.in_flight(stage, stages);
   int64_t params = 0, graph = 0;
   bool reversible = true;
   for (int b = r.begin; b < r.end; ++b) {
@@ -55,15 +54,12 @@ StageMemoryEstimate EstimateStageMemory(
                                      : OutputElements(blocks[r.begin - 1]);
   const int64_t output = OutputElements(blocks[r.end - 1]);
   e.parameters_bytes = 3 * kFloat * params;
-  const bool delayed = mode == petra::v1::TRAINING_MODE_DELAYED;
   const bool keeps_input =
-      mode != petra::v1::TRAINING_MODE_FORWARD_GRADIENT &&
-      (!reversible || (delayed && s.training().stash_inputs()));
+      !mode.forward_gradient && (!reversible || mode.stash_inputs);
   if (keeps_input) {
     e.input_buffer_bytes = e.in_flight * e.micro_batch * input * kFloat;
   }
-  if ((delayed && s.training().stash_weights()) ||
-      mode == petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {
+  if (mode.stash_weights || mode.keeps_directions) {
     e.weight_stash_bytes = e.in_flight * params * kFloat;
   }
   // The graph and its gradients for one micro-batch, and up to two
@@ -93,7 +89,7 @@ std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
   if (e.input_buffer_bytes > 0 || e.weight_stash_bytes > 0) {
     absl::StrAppend(&advice, ", cut the network into more stages (--stages)");
   }
-  if (s.training().mode() == petra::v1::TRAINING_MODE_DELAYED) {
+  if (PlanMode(s.training()).schedule == ScheduleKind::kDelayed) {
     absl::StrAppend(&advice,
                     ", or use --mode petra (it keeps neither inputs "
                     "of reversible stages nor weights)");

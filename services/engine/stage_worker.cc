@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/engine/torch_guard.h"
+#include "services/engine/training_mode.h"
 #include "services/engine/weight_prediction.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/batch_norm.h"
@@ -68,16 +69,14 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                          StageConfig config, const petra::v1::JobSpec& resolved,
                          LrSchedule schedule)
     : config_(config),
-      forward_gradient_(resolved.training().mode() ==
-                        petra::v1::TRAINING_MODE_FORWARD_GRADIENT),
+      forward_gradient_(PlanMode(resolved.training()).forward_gradient),
       bf16_(resolved.training().precision() ==
             petra::v1::TrainingSpec::PRECISION_BF16),
-      staleness_bound_(resolved.training().mode() ==
-                               petra::v1::TRAINING_MODE_BACKPROP
-                           ? 0
-                           : (DelayTicks(config) +
+      staleness_bound_(PlanMode(resolved.training()).delayed_gradients
+                           ? (DelayTicks(config) +
                               resolved.training().accumulation_steps() - 1) /
-                                 resolved.training().accumulation_steps()),
+                                 resolved.training().accumulation_steps()
+                           : 0),
       predict_steps_(
           DelaySteps(config, resolved, resolved.training().predict_weights())),
       blocks_(OnDevice(std::move(blocks), config.device, config.channels_last),

@@ -1,0 +1,20 @@
+#include "services/engine/training_mode.h"
+
+namespace petra::engine {
+
+ModePlan PlanMode(const petra::v1::TrainingSpec& t) {
+  ModePlan m;
+  m.schedule = ScheduleForMode(t.mode());
+  m.forward_gradient = t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
+  m.delayed_gradients = t.mode() != petra::v1::TRAINING_MODE_BACKPROP;
+  const bool delayed = t.mode() == petra::v1::TRAINING_MODE_DELAYED;
+  m.stash_inputs = delayed && t.stash_inputs();
+  m.stash_weights = delayed && t.stash_weights();
+  m.rebuild_with_current =
+      m.stash_weights &&
+      t.rebuild_with() == petra::v1::TrainingSpec::REBUILD_WITH_CURRENT;
+  m.keeps_directions = m.forward_gradient;
+  return m;
+}
+
+}  // namespace petra::engine

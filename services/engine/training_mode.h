@@ -1,0 +1,40 @@
+// What a training mode means for the stages, decided in one place from the
+// resolved spec: the schedule the stages run, what a stage keeps between a
+// micro-batch's forward and its backward, and what travels beside the
+// activations. The parts that act by mode (the stage worker, the stage
+// loop, the plan, the memory estimate, the stage server's mailbox, the
+// coordinator's feed) read this, never training.mode itself.
+#pragma once
+
+#include "petra/v1/job.pb.h"
+#include "services/engine/pipeline_schedule.h"
+
+namespace petra::engine {
+
+struct ModePlan {
+  ScheduleKind schedule = ScheduleKind::kPetra;
+  // Tangents go up with the activations and the labels to every stage;
+  // directional derivatives come down (forward_gradient_stage.h).
+  bool forward_gradient = false;
+  // Gradients apply after later forwards (every mode but backprop): the
+  // staleness bound and the in-flight depth follow.
+  bool delayed_gradients = true;
+  // Delayed mode's buffers: every stage keeps its inputs, its weights.
+  bool stash_inputs = false;
+  bool stash_weights = false;
+  // With stash_weights: rebuild with the current weights (Table 4 row 3).
+  bool rebuild_with_current = false;
+  // A stage keeps the tangent directions of its micro-batches in flight,
+  // which the memory accounts count as its weight stash.
+  bool keeps_directions = false;
+
+  // Micro-batches stage `stage` of `stages` holds between a forward and its
+  // backward at most, its own included: 1 in backprop.
+  int in_flight(int stage, int stages) const {
+    return delayed_gradients ? 2 * (stages - 1 - stage) + 1 : 1;
+  }
+};
+
+ModePlan PlanMode(const petra::v1::TrainingSpec& resolved);
+
+}  // namespace petra::engine

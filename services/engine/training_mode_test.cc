@@ -1,0 +1,49 @@
+#include "services/engine/training_mode.h"
+
+#include <gtest/gtest.h>
+
+namespace petra::engine {
+namespace {
+
+petra::v1::TrainingSpec Mode(petra::v1::TrainingMode mode) {
+  petra::v1::TrainingSpec t;
+  t.set_mode(mode);
+  return t;
+}
+
+TEST(PlanMode, SaysWhatEachModeMeansForTheStages) {
+  const ModePlan backprop = PlanMode(Mode(petra::v1::TRAINING_MODE_BACKPROP));
+  EXPECT_EQ(backprop.schedule, ScheduleKind::kBackprop);
+  EXPECT_FALSE(backprop.delayed_gradients);
+  EXPECT_EQ(backprop.in_flight(0, 4), 1);
+
+  const ModePlan petra = PlanMode(Mode(petra::v1::TRAINING_MODE_PETRA));
+  EXPECT_EQ(petra.schedule, ScheduleKind::kPetra);
+  EXPECT_TRUE(petra.delayed_gradients);
+  EXPECT_FALSE(petra.stash_inputs || petra.stash_weights ||
+               petra.forward_gradient || petra.keeps_directions);
+  EXPECT_EQ(petra.in_flight(0, 4), 7);
+  EXPECT_EQ(petra.in_flight(3, 4), 1);
+
+  petra::v1::TrainingSpec t = Mode(petra::v1::TRAINING_MODE_DELAYED);
+  t.set_stash_weights(true);
+  t.set_rebuild_with(petra::v1::TrainingSpec::REBUILD_WITH_CURRENT);
+  const ModePlan delayed = PlanMode(t);
+  EXPECT_EQ(delayed.schedule, ScheduleKind::kDelayed);
+  EXPECT_FALSE(delayed.stash_inputs);
+  EXPECT_TRUE(delayed.stash_weights);
+  EXPECT_TRUE(delayed.rebuild_with_current);
+
+  // Stash flags mean nothing outside delayed mode.
+  t.set_mode(petra::v1::TRAINING_MODE_PETRA);
+  EXPECT_FALSE(PlanMode(t).stash_weights);
+  EXPECT_FALSE(PlanMode(t).rebuild_with_current);
+
+  const ModePlan fg = PlanMode(Mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT));
+  EXPECT_EQ(fg.schedule, ScheduleKind::kForwardGradient);
+  EXPECT_TRUE(fg.forward_gradient);
+  EXPECT_TRUE(fg.keeps_directions);
+}
+
+}  // namespace
+}  // namespace petra::engine
