@@ -339,19 +339,25 @@ section_precision() {
   printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
     "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
     > "$RESULTS/precision-synthetic.textproto"
-  local runs=() cfg label mode stages precision report
-  for cfg in backprop:1:fp32 backprop:1:bf16 PETRA:2:fp32 PETRA:2:bf16 \
-      PETRA:per-block:fp32 PETRA:per-block:bf16; do
+  # bf16 twice: in the device's default layout (auto: channels_last on a
+  # GPU, NCHW on the CPU), and in channels_last, stock PyTorch's bf16 row.
+  local runs=() cfg label mode stages precision report layout
+  for cfg in backprop:1:fp32 backprop:1:bf16 backprop:1:bf16-cl \
+      PETRA:2:fp32 PETRA:2:bf16 PETRA:2:bf16-cl PETRA:per-block:fp32 \
+      PETRA:per-block:bf16 PETRA:per-block:bf16-cl; do
     IFS=: read -r label stages precision <<< "$cfg"
     mode=${label,,}
+    layout=auto
+    if [[ $precision == *-cl ]]; then layout=channels_last; fi
     report=$RESULTS/precision-$mode-$stages-$precision.json
     run "$BIN/petra" train --quiet \
       --from "$RESULTS/precision-synthetic.textproto" --runner in-process \
       --devices "$dev" --arch revnet18 --variant cifar --dataset synthetic \
       --width "$width" --stages "$stages" --micro-batch "$mb" --mode "$mode" \
-      --precision "$precision" --rebuild-error-every 8 --epochs 1 \
-      --report "$report"
+      --precision "${precision%-cl}" --memory-format "$layout" \
+      --rebuild-error-every 8 --epochs 1 --report "$report"
     echo
+    precision=${precision/-cl/ + channels_last}
     case "$stages" in
       1) label+=", 1 stage" ;;
       per-block) label+=", per block" ;;
