@@ -11,9 +11,11 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-int64_t OutputBytes(const model::StageSummary& s, int64_t micro_batch) {
-  return Elements(s.output_shape) * (s.output_is_pair ? 2 : 1) *
-         static_cast<int64_t>(sizeof(float)) * micro_batch;
+// What a stage hands the next: `element` bytes a value (training.wire_dtype).
+int64_t OutputBytes(const model::StageSummary& s, int64_t micro_batch,
+                    int64_t element) {
+  return Elements(s.output_shape) * (s.output_is_pair ? 2 : 1) * element *
+         micro_batch;
 }
 
 }  // namespace
@@ -28,6 +30,10 @@ petra::v1::Profile EstimateProfile(const petra::v1::JobSpec& resolved,
   p.set_width(resolved.model().width());
   p.set_micro_batch_size(static_cast<uint32_t>(micro_batch));
   p.set_source("estimated");
+  const int64_t element = resolved.training().wire_dtype() ==
+                                  petra::v1::TrainingSpec::WIRE_DTYPE_BF16
+                              ? 2
+                              : static_cast<int64_t>(sizeof(float));
   for (size_t j = 0; j < model.stages.size(); ++j) {
     const model::StageSummary& s = model.stages[j];
     petra::v1::StageProfile* out = p.add_stages();
@@ -39,9 +45,10 @@ petra::v1::Profile EstimateProfile(const petra::v1::JobSpec& resolved,
     const int64_t input_bytes =
         j == 0 ? Elements(model.input_shape) *
                      static_cast<int64_t>(sizeof(float)) * micro_batch
-               : OutputBytes(model.stages[j - 1], micro_batch);
+               : OutputBytes(model.stages[j - 1], micro_batch, element);
     out->set_input_bytes(static_cast<uint64_t>(input_bytes));
-    out->set_output_bytes(static_cast<uint64_t>(OutputBytes(s, micro_batch)));
+    out->set_output_bytes(
+        static_cast<uint64_t>(OutputBytes(s, micro_batch, element)));
     const double forward = static_cast<double>(s.forward_flops) *
                            static_cast<double>(micro_batch) / flops_per_second;
     out->set_forward_seconds(forward);

@@ -321,6 +321,17 @@ TEST(LocalFleet, Bf16RevViTMatchesTheInProcessRunnerForFiftySteps) {
                 });
 }
 
+// training.wire_dtype bf16: both runners hand on the same rounded tensors,
+// in process and over gRPC (where they take half the bytes).
+TEST(LocalFleet, Bf16WireMatchesTheInProcessRunnerForFiftySteps) {
+  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
+                [](petra::v1::JobSpec& s) {
+                  s.mutable_training()->set_wire_dtype(
+                      petra::v1::TrainingSpec::WIRE_DTYPE_BF16);
+                  s.set_transport(petra::v1::TRANSPORT_GRPC);
+                });
+}
+
 // training.memory_format channels_last: in process the stages hand each
 // other channels_last tensors, over the wire they go as NCHW and each stage
 // puts what it receives in its layout: the same kernels on the same values.

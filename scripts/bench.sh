@@ -308,6 +308,21 @@ section_transport() {
   done
 }
 
+# The flags and the label of a precision token of the precision and gpu
+# sections: fp32, bf16, bf16-cl (and channels_last), bf16-wire (and bf16
+# between stages). Sets `pflags` (an array) and `plabel`.
+precision_flags() {
+  case "$1" in
+    fp32) pflags=(--precision fp32); plabel=fp32 ;;
+    bf16) pflags=(--precision bf16); plabel=bf16 ;;
+    bf16-cl) pflags=(--precision bf16 --memory-format channels_last)
+      plabel="bf16 + channels_last" ;;
+    bf16-wire) pflags=(--precision bf16 --wire-dtype bf16)
+      plabel="bf16, bf16 between stages" ;;
+    *) echo "bench.sh: unknown precision token '$1'" >&2; return 2 ;;
+  esac
+}
+
 # Mixed precision on one device (training.precision, issue 34): stock
 # PyTorch's ResNet18 and RevNet18 (fp32; bf16 autocast with channels_last)
 # beside `petra train` in-process (backprop on one stage, PETRA on 2 stages
@@ -341,23 +356,21 @@ section_precision() {
     > "$RESULTS/precision-synthetic.textproto"
   # bf16 twice: in the device's default layout (auto: channels_last on a
   # GPU, NCHW on the CPU), and in channels_last, stock PyTorch's bf16 row.
-  local runs=() cfg label mode stages precision report layout
+  local runs=() cfg label mode stages precision report pflags plabel
   for cfg in backprop:1:fp32 backprop:1:bf16 backprop:1:bf16-cl \
       PETRA:2:fp32 PETRA:2:bf16 PETRA:2:bf16-cl PETRA:per-block:fp32 \
       PETRA:per-block:bf16 PETRA:per-block:bf16-cl; do
     IFS=: read -r label stages precision <<< "$cfg"
+    precision_flags "$precision"
     mode=${label,,}
-    layout=auto
-    if [[ $precision == *-cl ]]; then layout=channels_last; fi
     report=$RESULTS/precision-$mode-$stages-$precision.json
     run "$BIN/petra" train --quiet \
       --from "$RESULTS/precision-synthetic.textproto" --runner in-process \
       --devices "$dev" --arch revnet18 --variant cifar --dataset synthetic \
       --width "$width" --stages "$stages" --micro-batch "$mb" --mode "$mode" \
-      --precision "${precision%-cl}" --memory-format "$layout" \
-      --rebuild-error-every 8 --epochs 1 --report "$report"
+      "${pflags[@]}" --rebuild-error-every 8 --epochs 1 --report "$report"
     echo
-    precision=${precision/-cl/ + channels_last}
+    precision=$plabel
     case "$stages" in
       1) label+=", 1 stage" ;;
       per-block) label+=", per block" ;;
@@ -372,15 +385,17 @@ section_precision() {
     echo "### The main job in both precisions"
     echo
     echo "\`petra train\` on the embedded default (RevNet18 width 0.25," \
-      "2 stages, Fashion-MNIST, 3 epochs), in-process, fp32 then bf16:"
+      "2 stages, Fashion-MNIST, 3 epochs), in-process, fp32, bf16, then" \
+      "bf16 with bf16 between the stages:"
     echo
     runs=()
-    for precision in fp32 bf16; do
+    for precision in fp32 bf16 bf16-wire; do
+      precision_flags "$precision"
       report=$RESULTS/precision-main-$precision.json
-      run "$BIN/petra" train --quiet --runner in-process \
-        --precision "$precision" --rebuild-error-every 8 --report "$report"
+      run "$BIN/petra" train --quiet --runner in-process "${pflags[@]}" \
+        --rebuild-error-every 8 --report "$report"
       echo
-      if [[ -f "$report" ]]; then runs+=("main job, $precision=$report"); fi
+      if [[ -f "$report" ]]; then runs+=("main job, $plabel=$report"); fi
     done
     run $PY bench/gpu_ratios.py ${runs[@]+"${runs[@]}"}
     echo
@@ -432,20 +447,21 @@ section_gpu() {
   printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
     "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
     > "$RESULTS/gpu-synthetic.textproto"
-  local runs=() cfg mode stages runner report label precision
+  local runs=() cfg mode stages runner report label precision pflags plabel
   # bf16 first: issue 34's target is PETRA in bf16 at >= 0.6 of stock
   # PyTorch's bf16 + channels_last.
   for cfg in PETRA:2:in-process:bf16 PETRA:per-block:in-process:bf16 \
       backprop:1:in-process:bf16 PETRA:2:in-process:fp32 \
       PETRA:per-block:in-process:fp32 backprop:1:in-process:fp32 \
-      PETRA:2:fleet:fp32 PETRA:2:fleet:bf16; do
+      PETRA:2:fleet:fp32 PETRA:2:fleet:bf16 PETRA:2:fleet:bf16-wire; do
     IFS=: read -r label stages runner precision <<< "$cfg"
+    precision_flags "$precision"
     mode=${label,,}
     report=$RESULTS/gpu-train-$mode-$stages-$runner-$precision.json
     run "$BIN/petra" train --quiet --from "$RESULTS/gpu-synthetic.textproto" \
       --runner "$runner" --devices "$dev" --arch revnet18 --variant cifar \
       --dataset synthetic --width "$width" --stages "$stages" \
-      --micro-batch "$mb" --mode "$mode" --precision "$precision" \
+      --micro-batch "$mb" --mode "$mode" "${pflags[@]}" \
       --rebuild-error-every 8 --epochs 1 --report "$report"
     echo
     case "$stages" in
@@ -454,7 +470,7 @@ section_gpu() {
       *) label+=", $stages stages" ;;
     esac
     if [[ -f "$report" ]]; then
-      runs+=("$label, $runner, $precision=$report")
+      runs+=("$label, $runner, $plabel=$report")
     fi
   done
   run $PY bench/gpu_ratios.py --stock "$RESULTS/gpu-stock.json" \

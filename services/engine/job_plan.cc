@@ -120,6 +120,8 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
           absl::StrCat("stage ", j, ": unknown device \"", name, "\""));
     }
     config.channels_last = ChannelsLast(s, config.device);
+    config.bf16_wire =
+        s.training().wire_dtype() == petra::v1::TrainingSpec::WIRE_DTYPE_BF16;
     std::vector<std::shared_ptr<model::Block>> mine(
         net->blocks.begin() + ranges[j].begin,
         net->blocks.begin() + ranges[j].end);

@@ -122,7 +122,19 @@ bool ChannelsLast(const petra::v1::JobSpec& resolved,
 }
 
 TensorPair StageWorker::Arrive(const TensorPair& t) const {
-  return InLayout(t.to(config_.device), config_.channels_last);
+  const TensorPair here = t.to(config_.device);
+  // From a bf16 wire (training.wire_dtype): the stage computes in fp32.
+  return InLayout(
+      {model::ToFullPrecision(here.a), model::ToFullPrecision(here.b)},
+      config_.channels_last);
+}
+
+TensorPair StageWorker::Depart(TensorPair t) const {
+  if (!config_.bf16_wire) return t;
+  for (torch::Tensor* x : {&t.a, &t.b}) {
+    if (x->defined() && x->is_floating_point()) *x = x->to(torch::kBFloat16);
+  }
+  return t;
 }
 
 template <typename F>
@@ -149,7 +161,7 @@ absl::Status StageWorker::SettleChecks(size_t keep) {
 absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
                                                 const TensorPair& input,
                                                 int64_t tick) {
-  return Computing("forward", [&]() -> absl::StatusOr<TensorPair> {
+  auto result = Computing("forward", [&]() -> absl::StatusOr<TensorPair> {
     const TensorPair x = Arrive(input);
     if (records_.count(id) != 0) {
       return absl::AlreadyExistsError(
@@ -199,6 +211,8 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
     UpdatePeak();
     return y;
   });
+  if (result.ok()) *result = Depart(*result);
+  return result;
 }
 
 absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
@@ -334,7 +348,7 @@ void StageWorker::Measure(const ForwardRecord& r, int64_t tick,
 absl::StatusOr<BackwardOutput> StageWorker::Backward(
     uint64_t id, const TensorPair& received_output,
     const TensorPair& received_grad, int64_t tick) {
-  return Computing("backward", [&]() -> absl::StatusOr<BackwardOutput> {
+  auto result = Computing("backward", [&]() -> absl::StatusOr<BackwardOutput> {
     const TensorPair output = Arrive(received_output);
     const TensorPair output_grad = Arrive(received_grad);
     absl::StatusOr<ForwardRecord> r = TakeRecord(id);
@@ -393,12 +407,17 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
     FinishBackward();
     return out;
   });
+  if (result.ok()) {
+    result->input = Depart(result->input);
+    result->input_grad = Depart(result->input_grad);
+  }
+  return result;
 }
 
 absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     uint64_t id, const TensorPair& input, const torch::Tensor& received_labels,
     int64_t tick, const std::vector<TensorPair>& received_tangents) {
-  return Computing("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
+  auto result = Computing("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
     const TensorPair x = Arrive(input);
     const torch::Tensor labels =
         model::ToDevice(received_labels, config_.device);
@@ -499,6 +518,11 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     FinishBackward();
     return out;
   });
+  if (result.ok()) {
+    result->backward.input = Depart(result->backward.input);
+    result->backward.input_grad = Depart(result->backward.input_grad);
+  }
+  return result;
 }
 
 void StageWorker::KeepEndToEndSample(uint64_t id,

@@ -50,6 +50,9 @@ struct StageConfig {
   // Images (4-D activations) and convolution weights in channels_last
   // (training.memory_format; ChannelsLast below).
   bool channels_last = false;
+  // What the stage hands on (its outputs forward, its rebuilt inputs and
+  // their gradients backward) rounded to bf16 (training.wire_dtype).
+  bool bf16_wire = false;
   // Where the stage's parameters, optimizer state and every tensor it
   // computes live. Inputs may come from anywhere (they are moved here);
   // outputs stay here, and whoever ships them moves them to the host.
@@ -216,6 +219,8 @@ class StageWorker {
   // A tensor that arrives (an input, an output to rebuild from, a
   // gradient): on the stage's device, and in its layout.
   model::TensorPair Arrive(const model::TensorPair& t) const;
+  // A tensor the stage hands on: in the wire's dtype.
+  model::TensorPair Depart(model::TensorPair t) const;
 
   absl::StatusOr<ForwardRecord> TakeRecord(uint64_t id);
   // A skipped micro-batch's backward: x~_{j-1} without a graph or BN update,

@@ -206,6 +206,16 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_training()->set_memory_format(
                     static_cast<petra::v1::TrainingSpec::MemoryFormat>(v));
               }));
+  const EnumDescriptor* wire_dtype =
+      GetEnumDescriptor<petra::v1::TrainingSpec::WireDtype>();
+  f.AddCustom("wire-dtype", Choices(wire_dtype), "fp32",
+              "what stages hand each other: fp32 (the rebuild exact to fp32 "
+              "rounding) or bf16 (half the bytes, the rebuild off by bf16 "
+              "rounding at each stage boundary)",
+              Enum(wire_dtype, [s](int v) {
+                s->mutable_training()->set_wire_dtype(
+                    static_cast<petra::v1::TrainingSpec::WireDtype>(v));
+              }));
   f.AddCustom("rebuild-error-every", "N", "64",
               "every N-th micro-batch, a stage that rebuilds its input "
               "measures ||x - rebuilt x|| / ||x|| (0 = off)",

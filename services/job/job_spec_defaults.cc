@@ -156,6 +156,9 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
       petra::v1::TrainingSpec::MEMORY_FORMAT_UNSPECIFIED) {
     train->set_memory_format(petra::v1::TrainingSpec::MEMORY_FORMAT_AUTO);
   }
+  if (train->wire_dtype() == petra::v1::TrainingSpec::WIRE_DTYPE_UNSPECIFIED) {
+    train->set_wire_dtype(petra::v1::TrainingSpec::WIRE_DTYPE_FP32);
+  }
 
   if (spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED) {
     spec->set_transport(petra::v1::TRANSPORT_AUTO);

@@ -428,6 +428,14 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
   }
   CheckEnum<petra::v1::TrainingSpec::MemoryFormat>(p, "training.memory_format",
                                                    t.memory_format(), false);
+  if (CheckEnum<petra::v1::TrainingSpec::WireDtype>(p, "training.wire_dtype",
+                                                    t.wire_dtype(), false) &&
+      t.wire_dtype() == petra::v1::TrainingSpec::WIRE_DTYPE_BF16 &&
+      t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {
+    p.Add("training.wire_dtype", "bf16",
+          "not with mode forward_gradient, whose tangents travel in fp32; "
+          "use fp32");
+  }
 }
 
 void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
