@@ -543,6 +543,41 @@ INSTANTIATE_TEST_SUITE_P(
                          static_cast<petra::v1::TrainingSpec::RebuildWith>(7));
                    },
                    "training.rebuild_with = 7", "unknown value"},
+        RejectCase{"PrecisionUnknown",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_precision(
+                         static_cast<petra::v1::TrainingSpec::Precision>(7));
+                   },
+                   "training.precision = 7", "unknown value"},
+        RejectCase{"MemoryFormatUnknown",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_memory_format(
+                         static_cast<petra::v1::TrainingSpec::MemoryFormat>(9));
+                   },
+                   "training.memory_format = 9", "unknown value"},
+        RejectCase{"WireDtypeUnknown",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_wire_dtype(
+                         static_cast<petra::v1::TrainingSpec::WireDtype>(5));
+                   },
+                   "training.wire_dtype = 5", "unknown value"},
+        RejectCase{"Bf16WithForwardGradient",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_training()->set_precision(
+                         petra::v1::TrainingSpec::PRECISION_BF16);
+                   },
+                   "training.precision = bf16",
+                   "forward-mode derivatives run in fp32 only"},
+        RejectCase{"Bf16WireWithForwardGradient",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_training()->set_wire_dtype(
+                         petra::v1::TrainingSpec::WIRE_DTYPE_BF16);
+                   },
+                   "training.wire_dtype = bf16", "tangents travel in fp32"},
         RejectCase{"ForwardGradientOnOneStage",
                    [](JobSpec* s) {
                      s->mutable_training()->set_mode(
