@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/engine/stage_boundary.h"
 #include "services/engine/torch_guard.h"
 #include "services/engine/training_mode.h"
 #include "services/engine/weight_prediction.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/batch_norm.h"
 #include "services/model/classification_loss.h"
 #include "services/model/device_memory.h"
@@ -20,35 +20,6 @@ namespace {
 using model::BnMode;
 using model::ScopedBnMode;
 using model::TensorPair;
-
-// Moves a stage's blocks to its device, and their convolution weights to
-// channels_last when the stage computes in it, before anything takes their
-// parameters (the optimizer, the backward program).
-std::vector<std::shared_ptr<model::Block>> OnDevice(
-    std::vector<std::shared_ptr<model::Block>> blocks,
-    const torch::Device& device, bool channels_last) {
-  for (const auto& b : blocks) {
-    b->to(device);
-    if (!channels_last) continue;
-    torch::NoGradGuard no_grad;
-    for (torch::Tensor& p : b->parameters()) {
-      if (p.dim() == 4) {
-        p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
-      }
-    }
-  }
-  return blocks;
-}
-
-model::TensorPair InLayout(const model::TensorPair& t, bool channels_last) {
-  if (!channels_last) return t;
-  auto one = [](const torch::Tensor& x) {
-    return x.defined() && x.dim() == 4
-               ? x.contiguous(at::MemoryFormat::ChannelsLast)
-               : x;
-  };
-  return {one(t.a), one(t.b)};
-}
 
 // PETRA's tick order: a micro-batch's backward comes this many ticks after
 // its forward on stage `c` (pipeline_schedule.h), one backward a tick.
@@ -79,8 +50,9 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                            : 0),
       predict_steps_(
           DelaySteps(config, resolved, resolved.training().predict_weights())),
-      blocks_(OnDevice(std::move(blocks), config.device, config.channels_last),
-              config.index == 0),
+      blocks_(
+          PlaceBlocks(std::move(blocks), config.device, config.channels_last),
+          config.index == 0),
       optimizer_(blocks_.parameters(), resolved, schedule,
                  DelaySteps(config, resolved,
                             resolved.training().spike_compensation())),
@@ -108,33 +80,12 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
 
 StageWorker::~StageWorker() = default;
 
-bool ChannelsLast(const petra::v1::JobSpec& resolved,
-                  const torch::Device& device) {
-  switch (resolved.training().memory_format()) {
-    case petra::v1::TrainingSpec::MEMORY_FORMAT_CHANNELS_LAST:
-      return true;
-    case petra::v1::TrainingSpec::MEMORY_FORMAT_NCHW:
-      return false;
-    default:
-      return device.is_cuda() &&
-             !model::IsTransformer(resolved.model().architecture());
-  }
-}
-
 TensorPair StageWorker::Arrive(const TensorPair& t) const {
-  const TensorPair here = t.to(config_.device);
-  // From a bf16 wire (training.wire_dtype): the stage computes in fp32.
-  return InLayout(
-      {model::ToFullPrecision(here.a), model::ToFullPrecision(here.b)},
-      config_.channels_last);
+  return Arriving(t, config_.device, config_.channels_last);
 }
 
 TensorPair StageWorker::Depart(TensorPair t) const {
-  if (!config_.bf16_wire) return t;
-  for (torch::Tensor* x : {&t.a, &t.b}) {
-    if (x->defined() && x->is_floating_point()) *x = x->to(torch::kBFloat16);
-  }
-  return t;
+  return Departing(std::move(t), config_.bf16_wire);
 }
 
 template <typename F>

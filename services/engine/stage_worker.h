@@ -26,6 +26,7 @@
 #include "services/engine/non_finite.h"
 #include "services/engine/rebuild_error.h"
 #include "services/engine/stage_blocks.h"
+#include "services/engine/stage_boundary.h"
 #include "services/engine/stage_memory.h"
 #include "services/engine/stage_state.h"
 #include "services/model/blocks.h"
@@ -48,7 +49,7 @@ struct StageConfig {
   // Index of the stage's first block in the whole network (state names).
   int first_block = 0;
   // Images (4-D activations) and convolution weights in channels_last
-  // (training.memory_format; ChannelsLast below).
+  // (training.memory_format; stage_boundary.h's ChannelsLast).
   bool channels_last = false;
   // What the stage hands on (its outputs forward, its rebuilt inputs and
   // their gradients backward) rounded to bf16 (training.wire_dtype).
@@ -58,11 +59,6 @@ struct StageConfig {
   // outputs stay here, and whoever ships them moves them to the host.
   torch::Device device = torch::kCPU;
 };
-
-// training.memory_format for a stage on `device`: AUTO is channels_last on
-// a CUDA device for a convolutional network.
-bool ChannelsLast(const petra::v1::JobSpec& resolved,
-                  const torch::Device& device);
 
 struct LossOutput {
   double loss = 0;  // mean over the micro-batch
