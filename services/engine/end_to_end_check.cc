@@ -10,12 +10,17 @@ namespace petra::engine {
 
 using model::TensorPair;
 
-void EndToEndCheck::Keep(int64_t id, const std::vector<torch::Tensor>& added,
-                         std::vector<torch::Tensor> weights) {
+void EndToEndCheck::KeepSample(int64_t id, const StageBlocks& blocks,
+                               const std::vector<torch::Tensor>& before) {
   std::vector<torch::Tensor> flat;
-  for (const torch::Tensor& g : added) flat.push_back(g.flatten());
+  const std::vector<torch::Tensor>& params = blocks.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    flat.push_back(before.empty() || !params[i].grad().defined()
+                       ? torch::zeros({params[i].numel()}, params[i].options())
+                       : (params[i].grad() - before[i]).flatten());
+  }
   // The backward added (1/k) of the micro-batch's gradient.
-  samples_[id] = {torch::cat(flat) * accumulation_, std::move(weights), {}};
+  samples_[id] = {torch::cat(flat) * accumulation_, blocks.CopyWeights(), {}};
 }
 
 int64_t EndToEndCheck::kept_bytes() const {

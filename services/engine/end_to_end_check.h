@@ -48,11 +48,12 @@ class EndToEndCheck {
 
   // Training: a pass begins (samples of an earlier one are dropped).
   void BeginPass() { samples_.clear(); }
-  // At the backward of sampled micro-batch `id`: `added` is what it added to
-  // the accumulated gradients (1/k of its gradient), `weights` the stage's
-  // weights then.
-  void Keep(int64_t id, const std::vector<torch::Tensor>& added,
-            std::vector<torch::Tensor> weights);
+  // At the end of sampled micro-batch `id`'s backward: what it added to the
+  // accumulated gradients since `before` (their values before it; empty
+  // when it added nothing, e.g. skipped) is 1/k of its gradient; kept with
+  // the stage's weights now.
+  void KeepSample(int64_t id, const StageBlocks& blocks,
+                  const std::vector<torch::Tensor>& before);
   int64_t kept_bytes() const;
 
   // The check pass, micro-batch `i`. Forward: the output at the kept

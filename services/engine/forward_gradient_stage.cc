@@ -1,7 +1,5 @@
 #include "services/engine/forward_gradient_stage.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -27,18 +25,6 @@ uint64_t SplitMix(uint64_t x) {
 // a restore, whatever order the stages' threads run in.
 uint64_t Seed(uint64_t job_seed, int stage, uint64_t a, uint64_t b) {
   return SplitMix(SplitMix(SplitMix(SplitMix(job_seed) ^ stage) ^ a) ^ b);
-}
-
-// Global average pooling of one stream: over space ([N, C, H, W]) or tokens
-// ([N, T, D]); a [N, F] tensor is kept as it is.
-torch::Tensor Pool(const torch::Tensor& t) {
-  if (t.dim() == 4) return t.mean({2, 3});
-  if (t.dim() == 3) return t.mean(1);
-  return t.flatten(1);
-}
-
-torch::Tensor Features(const TensorPair& y) {
-  return y.b.defined() ? torch::cat({Pool(y.a), Pool(y.b)}, 1) : Pool(y.a);
 }
 
 std::vector<torch::Tensor> Parts(const TensorPair& p) {
@@ -67,24 +53,41 @@ ForwardGradientStage::ForwardGradientStage(const petra::v1::JobSpec& resolved,
 ForwardGradientStage::~ForwardGradientStage() = default;
 
 void ForwardGradientStage::BuildHead(int64_t features) {
-  // torch.nn.Linear's initialisation, U(-1/sqrt(F), 1/sqrt(F)), from a
-  // generator of the stage's own.
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(
-      Seed(spec_.seed(), stage_, 0xa0, 0));
-  const double bound = 1.0 / std::sqrt(static_cast<double>(features));
-  weight_ = ((torch::rand({classes_, features}, gen) * 2 - 1) * bound)
-                .to(device_)
-                .requires_grad_(true);
-  bias_ = ((torch::rand({classes_}, gen) * 2 - 1) * bound)
-              .to(device_)
-              .requires_grad_(true);
+  head_ = model::AuxiliaryHead(features, classes_,
+                               Seed(spec_.seed(), stage_, 0xa0, 0), device_);
   head_optimizer_ = std::make_unique<GradientAccumulator>(
-      std::vector<torch::Tensor>{weight_, bias_}, spec_, schedule_);
+      std::vector<torch::Tensor>{head_.weight(), head_.bias()}, spec_,
+      schedule_);
   head_optimizer_->ResetCounters(restored_steps_);
 }
 
-torch::Tensor ForwardGradientStage::Head(const TensorPair& y) const {
-  return torch::nn::functional::linear(Features(y), weight_, bias_);
+absl::Status ForwardGradientStage::CheckArrived(
+    uint64_t id, const TensorPair& x, const std::vector<TensorPair>& tangents,
+    const torch::Tensor& labels) const {
+  if (!labels.defined() || labels.dim() != 1 || labels.size(0) != x.a.size(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch ", id, ": stage ", stage_, " needs the labels of its ",
+        x.a.size(0), " samples for its local loss"));
+  }
+  const size_t expected =
+      guess_ == petra::v1::ForwardGradientSpec::GUESS_LOCAL_ONLY
+          ? 0
+          : static_cast<size_t>(stage_);
+  if (tangents.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch ", id, ": stage ", stage_, " needs ", expected,
+        " tangents (one per earlier stage), received ", tangents.size()));
+  }
+  for (const TensorPair& t : tangents) {
+    if (t.a.sizes() != x.a.sizes() || t.b.defined() != x.b.defined() ||
+        (t.b.defined() && t.b.sizes() != x.b.sizes())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("micro-batch ", id,
+                       ": a tangent's shape differs from the "
+                       "activation's"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TangentForward> ForwardGradientStage::Forward(
@@ -102,25 +105,27 @@ absl::StatusOr<TangentForward> ForwardGradientStage::Forward(
     torch::AutoGradMode grad_on(true);
     ScopedBnMode mode(BnMode::kBatchStatsUpdateRunning);
     TensorPair y = blocks.Forward(x.detach());
-    const int64_t features = Features(y.detach()).size(1);
-    if (!weight_.defined()) BuildHead(features);
-    if (weight_.size(1) != features) {
+    const int64_t features = model::PooledFeatures(y.detach()).size(1);
+    if (!head_.built()) BuildHead(features);
+    if (head_.features() != features) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the auxiliary head of stage ", stage_, " (\"",
-          HeadName(stage_, "weight"), "\") takes ", weight_.size(1),
+          HeadName(stage_, "weight"), "\") takes ", head_.features(),
           " features, but the stage's output has ", features));
     }
-    torch::Tensor loss = model::CrossEntropy(Head(y), labels.to(device_));
+    torch::Tensor loss =
+        model::CrossEntropy(head_.Logits(y), labels.to(device_));
     std::vector<torch::Tensor> wrt = params;
-    wrt.push_back(weight_);
-    wrt.push_back(bias_);
+    wrt.push_back(head_.weight());
+    wrt.push_back(head_.bias());
     std::vector<torch::Tensor> g =
         torch::autograd::grad({loss}, wrt, {}, /*retain_graph=*/false,
                               /*create_graph=*/false, /*allow_unused=*/true);
     for (size_t i = 0; i < g.size(); ++i) {
       if (!g[i].defined()) g[i] = torch::zeros_like(wrt[i]);
     }
-    head_optimizer_->Add({weight_, bias_}, {g[params.size()], g.back()});
+    head_optimizer_->Add({head_.weight(), head_.bias()},
+                         {g[params.size()], g.back()});
     head_optimizer_->FinishBackward([] {});
     g.resize(params.size());
     out.guess = guess_ == ForwardGradientSpec::GUESS_LOCAL_ONLY
@@ -188,9 +193,9 @@ absl::StatusOr<std::vector<torch::Tensor>> ForwardGradientStage::Estimate(
 
 NamedTensorList ForwardGradientStage::NamedState(bool with_optimizer) const {
   NamedTensorList out;
-  if (!weight_.defined()) return out;
+  if (!head_.built()) return out;
   const std::pair<const char*, const torch::Tensor*> named[] = {
-      {"weight", &weight_}, {"bias", &bias_}};
+      {"weight", &head_.weight()}, {"bias", &head_.bias()}};
   for (const auto& [what, t] : named) {
     out.emplace_back(HeadName(stage_, what), t->detach());
   }
@@ -216,7 +221,7 @@ absl::Status ForwardGradientStage::LoadNamedState(
   if (w == state.end() && b == state.end()) {
     // Saved before the head's first forward: it is built then, as it
     // would have been.
-    weight_ = bias_ = torch::Tensor();
+    head_ = model::AuxiliaryHead();
     head_optimizer_.reset();
     return absl::OkStatus();
   }
@@ -229,10 +234,10 @@ absl::Status ForwardGradientStage::LoadNamedState(
         HeadName(stage_, "bias"), "\" of shape [", classes_, "]"));
   }
   BuildHead(w->second.size(1));
-  weight_.copy_(w->second);
-  bias_.copy_(b->second);
-  for (torch::Tensor* t : {&weight_, &bias_}) {
-    const char* what = t == &weight_ ? "weight" : "bias";
+  head_.weight().copy_(w->second);
+  head_.bias().copy_(b->second);
+  for (torch::Tensor* t : {&head_.weight(), &head_.bias()}) {
+    const char* what = t == &head_.weight() ? "weight" : "bias";
     if (auto it = state.find("grad." + HeadName(stage_, what));
         it != state.end()) {
       t->mutable_grad() = it->second.to(device_, false, /*copy=*/true);
@@ -247,9 +252,8 @@ absl::Status ForwardGradientStage::LoadNamedState(
 }
 
 int64_t ForwardGradientStage::state_bytes() const {
-  if (!weight_.defined()) return 0;
-  return (weight_.numel() + bias_.numel()) * weight_.element_size() +
-         head_optimizer_->state_bytes();
+  if (!head_.built()) return 0;
+  return head_.parameter_bytes() + head_optimizer_->state_bytes();
 }
 
 std::vector<double> DirectionalDerivatives(

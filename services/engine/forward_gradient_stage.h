@@ -1,7 +1,11 @@
-// A stage's part in mode forward_gradient (job.proto,
-// TRAINING_MODE_FORWARD_GRADIENT), beside its blocks: the auxiliary head and
-// its local loss, the guess v, the tangents pushed up with the activation,
-// and the update d·v once the directional derivative d comes back.
+// The stage program of mode forward_gradient (job.proto,
+// TRAINING_MODE_FORWARD_GRADIENT), in place of a backward program
+// (backward_program.h) on every stage but the last: what arrives is checked
+// here, the local loss runs through the auxiliary head
+// (model/auxiliary_head.h), the guess v is drawn, the tangents are pushed
+// up with the activation, and the update d·v is formed once the
+// directional derivative d comes back. The stage worker keeps the record,
+// the boundary checks and the optimizer, as for every program.
 //
 // What travels, for J stages and an activation of A bytes: the forward from
 // stage j carries j + 1 tangents (one per stage up to it, each A bytes), so
@@ -32,6 +36,7 @@
 #include "services/engine/lr_schedule.h"
 #include "services/engine/stage_blocks.h"
 #include "services/engine/stage_state.h"
+#include "services/model/auxiliary_head.h"
 #include "services/model/tensor_pair.h"
 
 namespace petra::engine {
@@ -55,6 +60,13 @@ class ForwardGradientStage {
   ~ForwardGradientStage();
 
   petra::v1::ForwardGradientSpec::Guess guess() const { return guess_; }
+
+  // What a forward of micro-batch `id` received, before it runs:
+  // INVALID_ARGUMENT unless there is one label per sample, one tangent per
+  // earlier stage (none under GUESS_LOCAL_ONLY), each shaped like `x`.
+  absl::Status CheckArrived(uint64_t id, const model::TensorPair& x,
+                            const std::vector<model::TensorPair>& tangents,
+                            const torch::Tensor& labels) const;
 
   // The training forward of a stage but the last for micro-batch `id`, its
   // guess drawn at `step` optimizer steps. Updates the BN running
@@ -86,8 +98,6 @@ class ForwardGradientStage {
 
  private:
   void BuildHead(int64_t features);
-  // Logits of the head on the pooled output.
-  torch::Tensor Head(const model::TensorPair& y) const;
 
   const petra::v1::JobSpec spec_;
   const int stage_;
@@ -95,7 +105,7 @@ class ForwardGradientStage {
   const int64_t classes_;
   const LrSchedule schedule_;
   const torch::Device device_;
-  torch::Tensor weight_, bias_;  // undefined until built
+  model::AuxiliaryHead head_;  // built at the first forward
   std::unique_ptr<GradientAccumulator> head_optimizer_;
   int64_t restored_steps_ = 0;
 };

@@ -183,33 +183,11 @@ absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
           absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
                        config_.index, " and not yet updated"));
     }
-    if (!received_labels.defined() || received_labels.dim() != 1 ||
-        received_labels.size(0) != x.a.size(0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("micro-batch ", id, ": stage ", config_.index,
-                       " needs the labels of its ", x.a.size(0),
-                       " samples for its local loss"));
-    }
-    const size_t expected =
-        fg_->guess() == petra::v1::ForwardGradientSpec::GUESS_LOCAL_ONLY
-            ? 0
-            : static_cast<size_t>(config_.index);
-    if (received_tangents.size() != expected) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("micro-batch ", id, ": stage ", config_.index, " needs ",
-                       expected, " tangents (one per earlier stage), received ",
-                       received_tangents.size()));
-    }
     std::vector<TensorPair> tangents;
-    for (const TensorPair& t : received_tangents) {
-      if (t.a.sizes() != x.a.sizes() || t.b.defined() != x.b.defined() ||
-          (t.b.defined() && t.b.sizes() != x.b.sizes())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("micro-batch ", id,
-                         ": a tangent's shape differs "
-                         "from the activation's"));
-      }
-      tangents.push_back(Arrive(t));
+    for (const TensorPair& t : received_tangents) tangents.push_back(Arrive(t));
+    if (absl::Status s = fg_->CheckArrived(id, x, tangents, received_labels);
+        !s.ok()) {
+      return s;
     }
     ForwardRecord r;
     r.tick = tick;
@@ -324,7 +302,7 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
       BackwardOutput out = SkippedBackward(*r, output);
       Measure(*r, tick, out);
       ++skipped_;
-      if (sampled) KeepEndToEndSample(id, {});
+      if (sampled) check_.KeepSample(static_cast<int64_t>(id), blocks_, {});
       FinishBackward();
       return out;
     }
@@ -353,7 +331,8 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
       }
     }
     if (sampled)
-      KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
+      check_.KeepSample(static_cast<int64_t>(id), blocks_,
+                        bad ? std::vector<torch::Tensor>{} : before);
     Measure(*r, tick, out);
     FinishBackward();
     return out;
@@ -385,7 +364,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     if (skip_input) {
       // Not even a forward: its recompute would take NaN into the BN
       // running statistics.
-      if (sampled) KeepEndToEndSample(id, {});
+      if (sampled) check_.KeepSample(static_cast<int64_t>(id), blocks_, {});
       LossOutput out;
       out.loss = std::numeric_limits<double>::quiet_NaN();
       out.samples = labels.size(0);
@@ -443,7 +422,8 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
       optimizer_.Commit();
     }
     if (sampled) {
-      KeepEndToEndSample(id, bad ? std::vector<torch::Tensor>{} : before);
+      check_.KeepSample(static_cast<int64_t>(id), blocks_,
+                        bad ? std::vector<torch::Tensor>{} : before);
     }
     LossOutput out;
     // A micro-batch skipped for its gradient reports its loss as NaN
@@ -474,18 +454,6 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     result->backward.input_grad = Depart(result->backward.input_grad);
   }
   return result;
-}
-
-void StageWorker::KeepEndToEndSample(uint64_t id,
-                                     const std::vector<torch::Tensor>& before) {
-  const std::vector<torch::Tensor>& params = blocks_.parameters();
-  std::vector<torch::Tensor> added;
-  for (size_t i = 0; i < params.size(); ++i) {
-    added.push_back(before.empty() || !params[i].grad().defined()
-                        ? torch::zeros_like(params[i])
-                        : params[i].grad() - before[i]);
-  }
-  check_.Keep(static_cast<int64_t>(id), added, blocks_.CopyWeights());
 }
 
 absl::StatusOr<TensorPair> StageWorker::CheckForward(int64_t i,

@@ -229,11 +229,6 @@ class StageWorker {
   void UpdatePeak();
   // The optimizer's state and, in mode forward_gradient, the head's.
   int64_t OptimizerBytes() const;
-  // A sampled micro-batch's backward is done: keeps what it added since
-  // `before` (none: nothing, a skipped one) and the weights now.
-  void KeepEndToEndSample(uint64_t id,
-                          const std::vector<torch::Tensor>& before);
-
   const StageConfig config_;
   const bool forward_gradient_;
   const bool bf16_;
