@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   torch::manual_seed(spec->seed());
-  absl::StatusOr<model::Network> net = model::BuildNetwork(spec->model());
+  absl::StatusOr<model::Network> net =
+      model::BuildNetwork(spec->model(), spec->seed());
   if (!net.ok()) {
     std::cerr << "petra_bench_backprop: " << net.status().message() << "\n";
     return 1;

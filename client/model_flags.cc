@@ -78,8 +78,8 @@ absl::StatusOr<petra::v1::JobSpec> ModelSpecFromFlags(const ModelFlags& m) {
 
 absl::StatusOr<PartitionedModel> BuildPartitionedModel(
     const petra::v1::JobSpec& resolved) {
-  torch::manual_seed(0);
-  absl::StatusOr<model::Network> net = model::BuildNetwork(resolved.model());
+  absl::StatusOr<model::NetworkBlueprint> net =
+      model::DescribeNetwork(resolved.model());
   if (!net.ok()) return net.status();
   PartitionedModel out;
   out.blocks = model::SummarizeBlocks(*net);

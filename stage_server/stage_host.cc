@@ -319,8 +319,8 @@ absl::Status StageHost::CheckFits(const petra::v1::JobSpec& spec,
   }
   if (capacity.bytes <= 0) return absl::OkStatus();  // nothing to go by
   try {
-    torch::manual_seed(0);
-    absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model());
+    absl::StatusOr<model::NetworkBlueprint> net =
+        model::DescribeNetwork(spec.model());
     if (!net.ok()) return net.status();
     const engine::StageMemoryEstimate e = engine::EstimateStageMemory(
         spec, model::SummarizeBlocks(*net), ranges, stage, net->input_shape);
@@ -328,7 +328,7 @@ absl::Status StageHost::CheckFits(const petra::v1::JobSpec& spec,
     return absl::ResourceExhaustedError(
         engine::DoesNotFit(stage, e, capacity.bytes, capacity.source, spec));
   } catch (const std::exception&) {
-    // Building the whole network to measure it failed: the build proper
+    // Measuring the network (a block at a time) failed: the build proper
     // will say why.
     return absl::OkStatus();
   }

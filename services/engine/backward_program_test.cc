@@ -49,8 +49,7 @@ struct Result {
 // One reversible block of RevNet18 (its second block) and its stage.
 struct Stage {
   Stage() {
-    torch::manual_seed(spec.seed());
-    net = *model::BuildNetwork(spec.model());
+    net = *model::BuildNetwork(spec.model(), spec.seed());
     block = net.blocks[1];
     blocks = std::make_unique<StageBlocks>(
         std::vector<std::shared_ptr<model::Block>>{block}, /*first=*/false);

@@ -55,8 +55,7 @@ struct Pipeline {
 
 // Three stages over the network's blocks: [0, 1), [1, n - 1), [n - 1, n).
 Pipeline Build(const petra::v1::JobSpec& spec) {
-  torch::manual_seed(spec.seed());
-  Pipeline p{*model::BuildNetwork(spec.model()), {}};
+  Pipeline p{*model::BuildNetwork(spec.model(), spec.seed()), {}};
   const int n = static_cast<int>(p.net.blocks.size());
   const int bounds[4] = {0, 1, n - 1, n};
   for (int j = 0; j < 3; ++j) {

@@ -1,6 +1,7 @@
 #include "services/engine/job_plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "services/engine/torch_guard.h"
 #include "services/engine/training_mode.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
@@ -62,8 +63,8 @@ int64_t TrainMicroBatches(const petra::v1::JobSpec& s, int64_t available,
 
 absl::StatusOr<std::vector<model::BlockRange>> PlanStages(
     const petra::v1::JobSpec& s) {
-  torch::manual_seed(s.seed());
-  absl::StatusOr<model::Network> net = model::BuildNetwork(s.model());
+  absl::StatusOr<model::NetworkBlueprint> net =
+      model::DescribeNetwork(s.model());
   if (!net.ok()) return net.status();
   return model::PlanPartition(*net, s);
 }
@@ -72,17 +73,18 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     const petra::v1::JobSpec& s, const std::vector<model::BlockRange>& ranges,
     int64_t steps_per_epoch, const std::vector<int>& which,
     const std::string& device) {
-  // The same seed before the same construction: every runner, and every
-  // stage server building only its own slice, gets the same initial weights.
-  torch::manual_seed(s.seed());
-  absl::StatusOr<model::Network> net = model::BuildNetwork(s.model());
+  // Only the stages' own blocks are built, each from its own seed
+  // (model::BlockSeed): every runner, and every stage server building only
+  // its slice, gets the same initial weights.
+  absl::StatusOr<model::NetworkBlueprint> net =
+      model::DescribeNetwork(s.model());
   if (!net.ok()) return net.status();
   const int stages = static_cast<int>(ranges.size());
   if (stages < 1 || ranges.front().begin != 0 ||
-      ranges.back().end != static_cast<int>(net->blocks.size())) {
+      ranges.back().end != net->size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the stage ranges do not cover the network's ",
-                     net->blocks.size(), " blocks"));
+                     net->size(), " blocks"));
   }
   for (int j = 1; j < stages; ++j) {
     if (ranges[j].begin != ranges[j - 1].end ||
@@ -122,12 +124,21 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     config.channels_last = ChannelsLast(s, config.device);
     config.bf16_wire =
         s.training().wire_dtype() == petra::v1::TrainingSpec::WIRE_DTYPE_BF16;
-    std::vector<std::shared_ptr<model::Block>> mine(
-        net->blocks.begin() + ranges[j].begin,
-        net->blocks.begin() + ranges[j].end);
-    try {  // moving the blocks to the device can fail (no such device, OOM)
+    try {  // building and placing the blocks can fail (no such device, OOM)
+      std::vector<std::shared_ptr<model::Block>> blocks;
+      // Running out of memory here is the job not fitting, said as such.
+      if (absl::Status built = Guard(j, "building its blocks",
+                                     [&]() -> absl::Status {
+                                       blocks = model::BuildBlocks(
+                                           *net, ranges[j].begin, ranges[j].end,
+                                           s.seed());
+                                       return absl::OkStatus();
+                                     });
+          !built.ok()) {
+        return built;
+      }
       out.push_back(std::make_unique<StageWorker>(
-          std::move(mine), config, s, LrSchedule(s, steps_per_epoch)));
+          std::move(blocks), config, s, LrSchedule(s, steps_per_epoch)));
     } catch (const c10::Error& e) {
       return absl::UnavailableError(
           absl::StrCat("stage ", j, ": cannot place it on \"", name,

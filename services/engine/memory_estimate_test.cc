@@ -22,8 +22,7 @@ struct Planned {
 Planned Plan(petra::v1::JobSpec raw) {
   Planned p;
   p.spec = *job::ResolveJobSpec(raw);
-  torch::manual_seed(0);
-  model::Network net = *model::BuildNetwork(p.spec.model());
+  model::NetworkBlueprint net = *model::DescribeNetwork(p.spec.model());
   p.blocks = model::SummarizeBlocks(net);
   p.ranges = *model::PlanPartition(net, p.spec);
   p.input = net.input_shape;

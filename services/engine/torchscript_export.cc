@@ -77,7 +77,10 @@ class ModuleTree {
 
 absl::StatusOr<std::string> EncodeTorchScript(
     const petra::v1::JobSpec& resolved, const NamedTensors& exported) {
-  absl::StatusOr<model::Network> net = model::BuildNetwork(resolved.model());
+  // Every block, as the file holds the whole network; its weights are the
+  // exported ones, loaded below.
+  absl::StatusOr<model::Network> net =
+      model::BuildNetwork(resolved.model(), resolved.seed());
   if (!net.ok()) return net.status();
   const int64_t channels = net->input_shape[0];
   absl::StatusOr<petra::v1::Preprocessing> input =

@@ -102,8 +102,7 @@ class TorchScriptExport
 
 TEST_P(TorchScriptExport, LoadsWithoutPetraAndGivesTheSameLogits) {
   const petra::v1::JobSpec spec = Spec(GetParam());
-  torch::manual_seed(1);
-  absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model());
+  absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model(), 1);
   ASSERT_TRUE(net.ok()) << net.status();
   const NamedTensors weights = Weights(*net);
   const bool rgb = net->input_shape[0] == 3;
@@ -164,8 +163,7 @@ INSTANTIATE_TEST_SUITE_P(Zoo, TorchScriptExport,
 
 TEST(TorchScriptExportErrors, NameTheMissingOrMisshapenTensor) {
   const petra::v1::JobSpec spec = Spec(petra::v1::ARCHITECTURE_REVNET18);
-  torch::manual_seed(1);
-  absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model());
+  absl::StatusOr<model::Network> net = model::BuildNetwork(spec.model(), 1);
   ASSERT_TRUE(net.ok());
   const petra::v1::Preprocessing grey = Input(*net, {0.5}, {0.25});
   NamedTensors weights = WithInput(Weights(*net), grey);

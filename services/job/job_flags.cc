@@ -450,6 +450,14 @@ absl::StatusOr<petra::v1::JobSpec> AssembleJobSpec(
     if (!file.ok()) return file.status();
     spec = std::move(*file);
   }
+  // The base's name says which network and data it trains: once the flags
+  // change either, it would mislabel the job, and the job id names it.
+  const auto changes = [](int to, int from) { return to != 0 && to != from; };
+  if (from_file.empty() && overrides.name().empty() &&
+      (changes(overrides.model().architecture(), base.model().architecture()) ||
+       changes(overrides.dataset().kind(), base.dataset().kind()))) {
+    spec.clear_name();
+  }
   OverlayJobSpec(overrides, &spec);
   return ResolveJobSpec(spec);
 }

@@ -30,6 +30,8 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
 // The spec a command runs: `base`, replaced by the file `from_file` when one
 // is named, with `overrides` (the job flags) on top; then resolved and
 // validated (job_spec_validation.h). Errors name the file or the fields.
+// Flags that change the base's architecture or dataset drop the base's name
+// (the job id names the job), unless they name it too.
 absl::StatusOr<petra::v1::JobSpec> AssembleJobSpec(
     const petra::v1::JobSpec& base, const std::string& from_file,
     const petra::v1::JobSpec& overrides);

@@ -207,5 +207,26 @@ TEST(JobFlags, TransformerSizesAndAnotherArchitecture) {
               HasSubstr("only revvit and vit have transformer sizes"));
 }
 
+// The base's name ("default-revnet18-fashion-mnist") is dropped once the
+// flags change its network or its data, and kept otherwise.
+TEST(AssembleJobSpec, TheBasesNameGoesWithItsNetworkOrData) {
+  petra::v1::JobSpec base;
+  base.set_name("default-revnet18-fashion-mnist");
+  base.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+  auto name = [&](const std::vector<std::string>& args) {
+    petra::v1::JobSpec overrides;
+    EXPECT_TRUE(ParseInto(args, &overrides).ok());
+    absl::StatusOr<petra::v1::JobSpec> s = AssembleJobSpec(base, "", overrides);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->name() : "?";
+  };
+  EXPECT_EQ(name({"--epochs", "1"}), "default-revnet18-fashion-mnist");
+  EXPECT_EQ(name({"--arch", "revnet18"}), "default-revnet18-fashion-mnist");
+  EXPECT_EQ(name({"--arch", "revvit"}), "");
+  EXPECT_EQ(name({"--dataset", "synthetic"}), "");
+  EXPECT_EQ(name({"--arch", "revvit", "--name", "mine"}), "mine");
+}
+
 }  // namespace
 }  // namespace petra::job

@@ -1,7 +1,10 @@
 #include "services/model/network.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "services/model/architecture_catalog.h"
@@ -31,8 +34,8 @@ Depth DepthOf(int architecture) {
 }
 
 // revvit and vit of a resolved spec: stem, depth blocks, head.
-Network BuildTransformer(const petra::v1::ModelSpec& model,
-                         const std::vector<int64_t>& input_shape) {
+NetworkBlueprint DescribeTransformer(const petra::v1::ModelSpec& model,
+                                     const std::vector<int64_t>& input_shape) {
   const petra::v1::TransformerSpec& t = model.transformer();
   const bool rev = model.architecture() == petra::v1::ARCHITECTURE_REVVIT;
   TransformerOptions o;
@@ -43,25 +46,30 @@ Network BuildTransformer(const petra::v1::ModelSpec& model,
   o.mlp_hidden =
       std::max<int64_t>(1, std::llround(t.mlp_ratio() * t.embed_dim()));
   o.patch_size = t.patch_size();
-  Network net;
+  NetworkBlueprint net;
   net.num_classes = model.num_classes();
   net.input_shape = input_shape;
-  net.blocks.push_back(std::make_shared<PatchEmbedBlock>(o, rev));
+  net.blocks.push_back([o, rev]() -> std::shared_ptr<Block> {
+    return std::make_shared<PatchEmbedBlock>(o, rev);
+  });
   for (uint32_t i = 0; i < t.depth(); ++i) {
-    if (rev) {
-      net.blocks.push_back(std::make_shared<RevViTBlock>(o));
-    } else {
-      net.blocks.push_back(std::make_shared<ViTBlock>(o));
-    }
+    net.blocks.push_back([o, rev]() -> std::shared_ptr<Block> {
+      if (rev) return std::make_shared<RevViTBlock>(o);
+      return std::make_shared<ViTBlock>(o);
+    });
   }
-  net.blocks.push_back(std::make_shared<TokenHeadBlock>(
-      rev ? 2 * o.embed_dim : o.embed_dim, net.num_classes));
+  const int64_t features = rev ? 2 * o.embed_dim : o.embed_dim;
+  const int64_t classes = net.num_classes;
+  net.blocks.push_back([features, classes]() -> std::shared_ptr<Block> {
+    return std::make_shared<TokenHeadBlock>(features, classes);
+  });
   return net;
 }
 
 }  // namespace
 
-absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
+absl::StatusOr<NetworkBlueprint> DescribeNetwork(
+    const petra::v1::ModelSpec& model) {
   absl::StatusOr<ArchitectureInfo> info = GetArchitectureInfo(model);
   if (!info.ok()) return info.status();
   if (!(model.width() > 0) || model.num_classes() < 2) {
@@ -79,7 +87,7 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
           "model.transformer: sizes must be resolved and valid before "
           "building");
     }
-    return BuildTransformer(model, shape);
+    return DescribeTransformer(model, shape);
   }
   const Depth depth = DepthOf(model.architecture());
   const bool rev = info->reversible;
@@ -91,14 +99,17 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
     return std::max<int64_t>(1, std::llround(c * model.width()));
   };
 
-  Network net;
+  NetworkBlueprint net;
   net.num_classes = model.num_classes();
   net.input_shape = InputShape(model.variant());
 
   // A RevNet carries two streams, each as wide as the matching ResNet.
   const int64_t stem_width = scaled(64);
-  net.blocks.push_back(std::make_shared<StemBlock>(StemOptions{
-      net.input_shape[0], rev ? 2 * stem_width : stem_width, imagenet, rev}));
+  const StemOptions stem{net.input_shape[0], rev ? 2 * stem_width : stem_width,
+                         imagenet, rev};
+  net.blocks.push_back([stem]() -> std::shared_ptr<Block> {
+    return std::make_shared<StemBlock>(stem);
+  });
 
   int64_t channels = stem_width;  // per stream
   const int64_t base_widths[] = {64, 128, 256, 512};
@@ -115,30 +126,70 @@ absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model) {
       if (invertible_downsampling) {
         // A squeeze by the stride keeps every value: 4x the channels.
         r.out = channels * r.stride * r.stride;
-        net.blocks.push_back(std::make_shared<CouplingBlock>(r));
+        net.blocks.push_back([r]() -> std::shared_ptr<Block> {
+          return std::make_shared<CouplingBlock>(r);
+        });
         channels = r.out;
         continue;
       }
       const bool changes_shape = r.stride != 1 || r.in != r.out;
-      if (!rev) {
-        net.blocks.push_back(std::make_shared<ResidualBlock>(r));
-      } else if (changes_shape) {
-        net.blocks.push_back(
-            std::make_shared<RevDownsampleBlock>(r, depth.bottleneck));
-      } else {
-        net.blocks.push_back(std::make_shared<CouplingBlock>(r));
-      }
+      const bool bottleneck = depth.bottleneck;
+      net.blocks.push_back(
+          [r, rev, changes_shape, bottleneck]() -> std::shared_ptr<Block> {
+            if (!rev) return std::make_shared<ResidualBlock>(r);
+            if (changes_shape) {
+              return std::make_shared<RevDownsampleBlock>(r, bottleneck);
+            }
+            return std::make_shared<CouplingBlock>(r);
+          });
       channels = out;
     }
   }
-  net.blocks.push_back(std::make_shared<HeadBlock>(
-      rev ? 2 * channels : channels, net.num_classes));
+  const int64_t features = rev ? 2 * channels : channels;
+  const int64_t classes = net.num_classes;
+  net.blocks.push_back([features, classes]() -> std::shared_ptr<Block> {
+    return std::make_shared<HeadBlock>(features, classes);
+  });
 
   if (static_cast<int>(net.blocks.size()) != info->per_block_stages) {
     return absl::InternalError(
         absl::StrCat(info->display_name, " built ", net.blocks.size(),
                      " blocks, expected ", info->per_block_stages));
   }
+  return net;
+}
+
+uint64_t BlockSeed(uint64_t seed, int index) {
+  // SplitMix64 of the pair: neighbouring seeds and blocks far apart.
+  uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(index) +
+               0x632be59bd9b4e019ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::vector<std::shared_ptr<Block>> BuildBlocks(
+    const NetworkBlueprint& blueprint, int begin, int end, uint64_t seed) {
+  // torch::nn's initialisers draw from the global generator: one build at a
+  // time, so that a seed gives its block whatever other threads build.
+  static std::mutex* const mu = new std::mutex;
+  std::lock_guard<std::mutex> lock(*mu);
+  std::vector<std::shared_ptr<Block>> out;
+  for (int i = std::max(0, begin); i < std::min(end, blueprint.size()); ++i) {
+    torch::manual_seed(BlockSeed(seed, i));
+    out.push_back(blueprint.blocks[i]());
+  }
+  return out;
+}
+
+absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model,
+                                     uint64_t seed) {
+  absl::StatusOr<NetworkBlueprint> blueprint = DescribeNetwork(model);
+  if (!blueprint.ok()) return blueprint.status();
+  Network net;
+  net.blocks = BuildBlocks(*blueprint, 0, blueprint->size(), seed);
+  net.input_shape = blueprint->input_shape;
+  net.num_classes = blueprint->num_classes;
   return net;
 }
 

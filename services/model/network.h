@@ -1,8 +1,16 @@
 // Builds the model zoo: RevNet18/34/50 and ResNet18/34/50 in the imagenet,
 // cifar and mnist variants, with a width multiplier, as a list of blocks
-// (one stage each in the per-block partition).
+// (one stage each in the per-block partition), and RevViT and ViT.
+//
+// A network is first described (NetworkBlueprint: how to build each block,
+// no parameters), then any range of its blocks is built. Each block draws
+// its weights from a seed of its own, so a stage that builds only its
+// blocks gets the same weights as a process that builds the whole network:
+// no process needs to materialise parameters it does not own.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,9 +28,33 @@ struct Network {
   int64_t num_classes = 0;
 };
 
+struct NetworkBlueprint {
+  // Builds block i with freshly initialised weights (from torch's global
+  // generator, as torch::nn's initialisers draw).
+  std::vector<std::function<std::shared_ptr<Block>()>> blocks;
+  std::vector<int64_t> input_shape;  // one sample's {channels, height, width}
+  int64_t num_classes = 0;
+  int size() const { return static_cast<int>(blocks.size()); }
+};
+
 // `model` must be resolved (job::ResolveJobSpec): variant, width and
-// num_classes set. Parameters are drawn from torch's global generator, so
-// seed it first (torch::manual_seed) for a deterministic network.
-absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model);
+// num_classes set (INVALID_ARGUMENT otherwise). Cheap: nothing is built.
+absl::StatusOr<NetworkBlueprint> DescribeNetwork(
+    const petra::v1::ModelSpec& model);
+
+// Blocks [begin, end) of `blueprint`, block i's weights drawn from
+// BlockSeed(seed, i): the same blocks whatever the range. Leaves torch's
+// global generator seeded for the last block built.
+std::vector<std::shared_ptr<Block>> BuildBlocks(
+    const NetworkBlueprint& blueprint, int begin, int end, uint64_t seed);
+
+// The seed block `index` of a network seeded with `seed` draws its weights
+// from.
+uint64_t BlockSeed(uint64_t seed, int index);
+
+// The whole network (DescribeNetwork, then BuildBlocks of every block):
+// tests, the export and tools that need every block at once.
+absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model,
+                                     uint64_t seed);
 
 }  // namespace petra::model

@@ -8,7 +8,7 @@ int64_t CountParameters(torch::nn::Module& module) {
   return n;
 }
 
-std::vector<BlockSummary> SummarizeBlocks(Network& network) {
+std::vector<BlockSummary> SummarizeBlocks(const NetworkBlueprint& network) {
   torch::NoGradGuard no_grad;
   ScopedBnMode eval(BnMode::kRunningStats);
   std::vector<int64_t> shape = {1};
@@ -16,7 +16,9 @@ std::vector<BlockSummary> SummarizeBlocks(Network& network) {
                network.input_shape.end());
   TensorPair x{torch::zeros(shape), {}};
   std::vector<BlockSummary> out;
-  for (const std::shared_ptr<Block>& block : network.blocks) {
+  for (int i = 0; i < network.size(); ++i) {
+    // One block at a time: no more than the largest block is ever held.
+    const std::shared_ptr<Block> block = BuildBlocks(network, i, i + 1, 0)[0];
     BlockSummary s;
     s.kind = block->kind();
     s.reversible = block->reversible();

@@ -40,8 +40,8 @@ struct StageSummary {
 };
 
 // Runs one sample through the network (no gradients, running statistics)
-// to measure shapes and FLOPs.
-std::vector<BlockSummary> SummarizeBlocks(Network& network);
+// to measure shapes and FLOPs, building one block at a time.
+std::vector<BlockSummary> SummarizeBlocks(const NetworkBlueprint& network);
 
 std::vector<StageSummary> SummarizeStages(
     const std::vector<BlockSummary>& blocks,

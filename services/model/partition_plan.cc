@@ -6,15 +6,17 @@
 
 namespace petra::model {
 
-std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch,
-                                        int repeats) {
+std::vector<double> MeasureBlockSeconds(const NetworkBlueprint& network,
+                                        int64_t batch, int repeats) {
   ScopedBnMode mode(BnMode::kBatchStats);  // running statistics untouched
   std::vector<int64_t> shape = {batch};
   shape.insert(shape.end(), network.input_shape.begin(),
                network.input_shape.end());
   TensorPair x{torch::randn(shape), {}};
   std::vector<double> seconds;
-  for (const std::shared_ptr<Block>& block : network.blocks) {
+  for (int i = 0; i < network.size(); ++i) {
+    // One block at a time, as the summary.
+    const std::shared_ptr<Block> block = BuildBlocks(network, i, i + 1, 0)[0];
     double best = 1e30;
     TensorPair y;
     for (int r = 0; r < repeats; ++r) {
@@ -42,9 +44,9 @@ std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch,
 }
 
 absl::StatusOr<std::vector<BlockRange>> PlanPartition(
-    Network& network, const petra::v1::JobSpec& resolved) {
+    const NetworkBlueprint& network, const petra::v1::JobSpec& resolved) {
   const petra::v1::PartitionSpec& p = resolved.partition();
-  const int blocks = static_cast<int>(network.blocks.size());
+  const int blocks = network.size();
   if (p.has_splits()) {
     std::vector<BlockRange> ranges;
     int begin = 0;

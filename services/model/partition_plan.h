@@ -13,11 +13,12 @@ namespace petra::model {
 
 // `resolved` from job::ResolveJobSpec.
 absl::StatusOr<std::vector<BlockRange>> PlanPartition(
-    Network& network, const petra::v1::JobSpec& resolved);
+    const NetworkBlueprint& network, const petra::v1::JobSpec& resolved);
 
 // Seconds of one forward and backward of each block on a micro-batch of
-// `batch` random inputs (the best of `repeats`), on this thread's CPU.
-std::vector<double> MeasureBlockSeconds(Network& network, int64_t batch,
-                                        int repeats = 2);
+// `batch` random inputs (the best of `repeats`), on this thread's CPU; one
+// block built at a time.
+std::vector<double> MeasureBlockSeconds(const NetworkBlueprint& network,
+                                        int64_t batch, int repeats = 2);
 
 }  // namespace petra::model

@@ -26,7 +26,7 @@ petra::v1::JobSpec MainJob(petra::v1::PartitionSpec::Cost cost) {
 }
 
 std::vector<BlockRange> Plan(const petra::v1::JobSpec& spec) {
-  Network net = *BuildNetwork(spec.model());
+  NetworkBlueprint net = *DescribeNetwork(spec.model());
   return *PlanPartition(net, spec);
 }
 
@@ -46,7 +46,7 @@ TEST(PlanPartition, TheEstimateWeighsMemoryBoundLayers) {
 
 TEST(SummarizeBlocks, CountsMemoryBoundElementsOfEveryKind) {
   petra::v1::JobSpec spec = MainJob(petra::v1::PartitionSpec::COST_ESTIMATED);
-  Network net = *BuildNetwork(spec.model());
+  NetworkBlueprint net = *DescribeNetwork(spec.model());
   std::vector<BlockSummary> blocks = SummarizeBlocks(net);
   // The first reversible block at 16x28x28 per stream: R's two BatchNorms
   // and two ReLUs write 4 x 16 x 28 x 28 elements.
@@ -63,7 +63,7 @@ TEST(SummarizeBlocks, CountsMemoryBoundElementsOfEveryKind) {
   t->set_heads(2);
   t->set_mlp_ratio(2);
   t->set_patch_size(7);
-  Network vit = *BuildNetwork(spec.model());
+  NetworkBlueprint vit = *DescribeNetwork(spec.model());
   blocks = SummarizeBlocks(vit);
   const int64_t n = 16, d = 16, heads = 2;
   EXPECT_EQ(blocks[1].forward_elementwise,

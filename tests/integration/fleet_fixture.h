@@ -75,7 +75,8 @@ class FleetProcesses : public ::testing::Test {
 
   // A job that loses a stage waits `recovery_timeout` seconds for it.
   void StartCoordinator(int recovery_timeout = 5,
-                        const std::vector<std::string>& extra = {}) {
+                        const std::vector<std::string>& extra = {},
+                        const std::vector<std::string>& prefix = {}) {
     std::string list;
     for (const std::string& a : stage_addresses_) {
       list += (list.empty() ? "" : ",") + a;
@@ -88,7 +89,13 @@ class FleetProcesses : public ::testing::Test {
         "--state-dir",        dir_.path() + "/coordinator",
         "--recovery-timeout", std::to_string(recovery_timeout)};
     args.insert(args.end(), extra.begin(), extra.end());
-    coordinator_ = std::make_unique<Subprocess>(kCoordinator, args);
+    std::string program = kCoordinator;
+    if (!prefix.empty()) {
+      args.insert(args.begin(), kCoordinator);
+      args.insert(args.begin(), prefix.begin() + 1, prefix.end());
+      program = prefix.front();
+    }
+    coordinator_ = std::make_unique<Subprocess>(program, args);
     const int port =
         NumberAfter(coordinator_->WaitForLine("listening on port"), "port ");
     ASSERT_GT(port, 0) << coordinator_->err();

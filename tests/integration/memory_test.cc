@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <regex>
 
 #include "tests/integration/fleet_fixture.h"
 
@@ -84,6 +85,97 @@ TEST_F(Memory, AnAllocationThatFailsMidJobEndsItInOneLine) {
     EXPECT_EQ(kill(stages_[j]->pid(), 0), 0) << stages_[j]->err();
     EXPECT_NE(StageStatus(j).state(),
               petra::v1::StageStatus::STATE_UNSPECIFIED);
+  }
+}
+
+// The kB of `key` ("VmData:", "VmSize:") in /proc/<pid>/status.
+int64_t StatusKb(pid_t pid, const std::string& key) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string word; status >> word;) {
+    if (word == key) {
+      int64_t kb = 0;
+      status >> kb;
+      return kb;
+    }
+  }
+  return 0;
+}
+
+// A network whose parameters do not fit one process's memory limit, while
+// each of its 12 stages, with its gradients and its checkpoint, does:
+// every stage server runs under that limit (RLIMIT_DATA: heap and private
+// mappings, what tensors take), and the job trains. The same job in one
+// process, under the same limit, fails.
+TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
+  // RevViT with 22 blocks of width 1024 (12 x 1024^2 parameters each) at
+  // 28x28: 277M parameters, in 12 stages of at most 25M.
+  const std::vector<std::string> model = {
+      "--arch",    "revvit",  "--embed-dim", "1024",        "--depth",
+      "22",        "--heads", "16",          "--mlp-ratio", "4",
+      "--variant", "mnist",   "--stages",    "12"};
+  std::vector<std::string> info = {"model-info", "--json"};
+  info.insert(info.end(), model.begin(), model.end());
+  const RunResult described =
+      RunToExit(kPetra, info, std::chrono::seconds(120));
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(described.out, m, std::regex("\"params\": ?([0-9]+)")))
+      << described.out;
+  const int64_t whole_bytes = std::stoll(m[1]) * 4;
+  ASSERT_GT(whole_bytes, int64_t{1000} << 20);
+
+  // What an idle server takes, and 90% of the network's parameters more. A
+  // stage holds its weights and gradients (200 MB), about 300 MB more in a
+  // job than idle (threads' stacks, buffers), and its weights three times
+  // more while a checkpoint leaves it (encoded, as a message, on the wire).
+  Subprocess probe(kStage, {"--listen", Loopback(0), "--metrics-listen", "",
+                            "--state-dir", dir_.path() + "/probe"});
+  ASSERT_GT(NumberAfter(probe.WaitForLine("listening on port"), "port "), 0);
+  const int64_t idle = StatusKb(probe.pid(), "VmData:") * 1024;
+  probe.SignalAndWait(SIGTERM, std::chrono::seconds(30));
+  ASSERT_GT(idle, 0);
+  const int64_t budget = whole_bytes * 9 / 10;
+  const std::vector<std::string> limited = {
+      "/usr/bin/prlimit", "--data=" + std::to_string(idle + budget), "--"};
+  std::cout << "network: " << (whole_bytes >> 20) << " MiB of parameters; "
+            << "each process: " << (idle >> 20) << " MiB idle + "
+            << (budget >> 20) << " MiB" << std::endl;
+
+  // In one process the network does not fit.
+  std::vector<std::string> alone = limited;
+  alone.insert(alone.end(),
+               {kPetra, "train", "--runner", "in-process", "--dataset",
+                "synthetic", "--micro-batch", "4", "--epochs", "1",
+                "--train-limit", "32", "--test-limit", "8", "--momentum", "0"});
+  alone.insert(alone.end(), model.begin(), model.end());
+  const RunResult whole = RunToExit(alone[0], {alone.begin() + 1, alone.end()},
+                                    std::chrono::seconds(300));
+  EXPECT_NE(whole.exit_code, 0) << whole.out;
+  EXPECT_THAT(whole.err, HasSubstr("out of memory")) << whole.err;
+
+  // Twelve servers under the limit, each told its budget (the estimate
+  // checks each stage against it at Assign). The coordinator, which never
+  // builds the network but holds the stages' files while it writes a
+  // checkpoint and the export, is not limited.
+  StartStages(12, {"--memory-limit-bytes", std::to_string(budget)}, limited);
+  StartCoordinator(0);
+  std::vector<std::string> job = {
+      "--dataset", "synthetic", "--micro-batch", "4", "--epochs", "1",
+      "--train-limit", "32", "--test-limit", "8",
+      // Plain SGD: no momentum in a stage's memory nor in its checkpoint.
+      "--momentum", "0"};
+  job.insert(job.end(), model.begin(), model.end());
+  const std::string id = Submit(job);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(
+      WaitForStatus(id, "JOB_STATE_SUCCEEDED", std::chrono::seconds(400)))
+      << StatusJson(id);
+  for (int j = 0; j < 12; ++j) {
+    const int64_t used = StatusKb(stages_[j]->pid(), "VmData:") * 1024;
+    std::cout << "stage " << j << ": " << ((used - idle) >> 20)
+              << " MiB above idle" << std::endl;
+    EXPECT_LT(used, idle + budget) << j;
   }
 }
 

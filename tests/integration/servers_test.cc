@@ -387,13 +387,15 @@ double JsonNumber(const std::string& json, const std::string& key) {
 }
 
 // A small RevNet trained with PETRA on real Fashion-MNIST (Debian's
-// dataset-fashion-mnist): one epoch, two stages, about two minutes on 2 cores.
+// dataset-fashion-mnist): two epochs, two stages, about a minute on 2 cores.
+// Two, as one epoch's test accuracy depends on the initial draw: 83.5% to
+// 88.0% over seeds 1 to 6 (seed 1 the lowest; 88.2% after its second).
 TEST(PetraTrain, FashionMnistBeats85Percent) {
   TempDir dir;
   const std::string report = dir.path() + "/report.json";
   RunResult r = RunToExit(kPetra,
                           {"train", "--stages", "2", "--width", "0.125",
-                           "--epochs", "1", "--report", report, "--quiet"},
+                           "--epochs", "2", "--report", report, "--quiet"},
                           std::chrono::seconds(900));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream in(report);
