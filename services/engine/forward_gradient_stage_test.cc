@@ -3,6 +3,7 @@
 // on each stage's guess, and the auxiliary heads survive a checkpoint.
 #include "services/engine/forward_gradient_stage.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -21,6 +22,7 @@ namespace petra::engine {
 namespace {
 
 using model::TensorPair;
+using ::testing::HasSubstr;
 using Guess = petra::v1::ForwardGradientSpec::Guess;
 
 petra::v1::JobSpec Spec(petra::v1::Architecture arch, Guess guess) {
@@ -311,6 +313,48 @@ TEST(ForwardGradientStage, RefusesWhatDoesNotFitTheStage) {
   // The last stage takes no tangents of its own making.
   auto last = p.workers[2]->ForwardTangents(2, f0->output, {}, b.labels, 1);
   EXPECT_EQ(last.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// What a forward receives is checked before it runs: a label per sample,
+// one tangent per earlier stage (none under the local-only guess), each
+// shaped like the activation; each refusal names what was wrong.
+TEST(ForwardGradientStage, RefusesWhatDoesNotFitTheForward) {
+  const petra::v1::JobSpec spec =
+      Spec(petra::v1::ARCHITECTURE_REVNET18,
+           petra::v1::ForwardGradientSpec::GUESS_LOCAL);
+  ForwardGradientStage stage(spec, 2, LrSchedule(spec, 10), torch::kCPU);
+  const TensorPair x{torch::zeros({4, 2, 8, 8}), torch::zeros({4, 2, 8, 8})};
+  const torch::Tensor labels = torch::zeros({4}, torch::kInt64);
+  const std::vector<TensorPair> two = {x, x};
+  EXPECT_TRUE(stage.CheckArrived(7, x, two, labels).ok());
+  auto message = [&](const std::vector<TensorPair>& tangents,
+                     const torch::Tensor& l) {
+    absl::Status s = stage.CheckArrived(7, x, tangents, l);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  EXPECT_THAT(message(two, torch::zeros({3}, torch::kInt64)),
+              HasSubstr("needs the labels of its 4 samples"));
+  EXPECT_THAT(message(two, torch::Tensor()),
+              HasSubstr("needs the labels of its 4 samples"));
+  EXPECT_THAT(
+      message({x}, labels),
+      HasSubstr("needs 2 tangents (one per earlier stage), received 1"));
+  const TensorPair narrow{torch::zeros({4, 2, 4, 8}), x.b};
+  EXPECT_THAT(message({x, narrow}, labels),
+              HasSubstr("a tangent's shape differs from the activation's"));
+  const TensorPair single{x.a, {}};
+  EXPECT_THAT(message({x, single}, labels),
+              HasSubstr("a tangent's shape differs from the activation's"));
+
+  // Under the local-only guess no tangent comes.
+  const petra::v1::JobSpec local =
+      Spec(petra::v1::ARCHITECTURE_REVNET18,
+           petra::v1::ForwardGradientSpec::GUESS_LOCAL_ONLY);
+  ForwardGradientStage alone(local, 2, LrSchedule(local, 10), torch::kCPU);
+  EXPECT_TRUE(alone.CheckArrived(7, x, {}, labels).ok());
+  EXPECT_THAT(std::string(alone.CheckArrived(7, x, two, labels).message()),
+              HasSubstr("needs 0 tangents"));
 }
 
 }  // namespace
