@@ -51,27 +51,31 @@ class CampaignError(Exception):
     pass
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_for_text(path, pattern, timeout=60):
+def wait_for_text(path, pattern, timeout=60, proc=None):
+    """The first match of `pattern` in the log at `path`; raises when it does
+    not come within `timeout` s or `proc` exits first (a port taken, a crash),
+    with the log's tail, so a failed start says why."""
     deadline = time.time() + timeout
-    while time.time() < deadline:
+    while True:
+        text = ""
         try:
             with open(path) as f:
-                m = re.search(pattern, f.read())
-            if m:
-                return m
+                text = f.read()
         except FileNotFoundError:
             pass
-        time.sleep(0.1)
-    raise CampaignError(f"no {pattern!r} in {path} after {timeout} s")
+        m = re.search(pattern, text)
+        if m:
+            return m
+        if proc is not None and proc.poll() is not None:
+            why = f"exited with {proc.returncode}"
+        elif time.time() >= deadline:
+            why = f"not after {timeout} s"
+        else:
+            time.sleep(0.1)
+            continue
+        tail = "\n".join(text.splitlines()[-10:])
+        raise CampaignError(f"no {pattern!r} in {path}: {why}; its log ends:\n"
+                            f"{tail}")
 
 
 class Fleet:
@@ -85,10 +89,11 @@ class Fleet:
         self.mounts = []
         self.use_tmpfs = use_tmpfs
         self.controls = {}
-        self.ports = {name: free_port() for name in
-                      ("coordinator", "stage-0", "stage-1", "stage-2")}
-        self.proxy_ports = {name: free_port() for name in
-                            ("stage-0", "stage-1", "stage-2")}
+        # Every process binds port 0 at its first start and reports the port
+        # it got; restarts reuse it. Ports picked here and bound later could be
+        # taken in between by a test running beside this one.
+        self.ports = {}
+        self.proxy_ports = {}
 
     def state_dir(self, name):
         path = os.path.join(self.root, "state", name)
@@ -107,38 +112,45 @@ class Fleet:
         log.close()
         self.pids = getattr(self, "pids", []) + [self.procs[name].pid]
 
+    def start_on_free_port(self, name, command, pattern):
+        """Starts `name` from command(port) on port 0, reads the port it
+        reports (group 1 of `pattern`) and keeps the command on that port
+        for restarts."""
+        self.commands[name] = command(0)
+        self.start(name)
+        m = wait_for_text(os.path.join(self.root, f"{name}.log"), pattern,
+                          proc=self.procs[name])
+        port = int(m.group(1))
+        self.commands[name] = command(port)
+        return port
+
     def start_servers(self):
         for j, name in enumerate(("stage-0", "stage-1", "stage-2")):
-            self.commands[name] = [
-                os.path.join(self.bin, "petra-stage-server"), "--listen",
-                f"127.0.0.1:{self.ports[name]}", "--metrics-listen", "",
-                "--threads", "1", "--drain-seconds", "5", "--state-dir",
-                self.state_dir(name)]
-            self.start(name)
+            self.ports[name] = self.start_on_free_port(
+                name, lambda port: [
+                    os.path.join(self.bin, "petra-stage-server"), "--listen",
+                    f"127.0.0.1:{port}", "--metrics-listen", "",
+                    "--threads", "1", "--drain-seconds", "5", "--state-dir",
+                    self.state_dir(name)], r"listening on port (\d+)")
             control = os.path.join(self.root, f"faults-{name}.json")
             self.controls[name] = control
             self.set_faults(name)
-            self.commands["proxy-" + name] = [
-                sys.executable, PROXY, "--listen",
-                f"127.0.0.1:{self.proxy_ports[name]}", "--target",
-                f"127.0.0.1:{self.ports[name]}", "--control", control,
-                "--seed", str(j)]
-            self.start("proxy-" + name)
-        for name in ("stage-0", "stage-1", "stage-2"):
-            wait_for_text(os.path.join(self.root, f"{name}.log"),
-                          r"listening on port")
-            wait_for_text(os.path.join(self.root, f"proxy-{name}.log"),
-                          r"faultproxy listening")
+            self.proxy_ports[name] = self.start_on_free_port(
+                "proxy-" + name, lambda port: [
+                    sys.executable, PROXY, "--listen", f"127.0.0.1:{port}",
+                    "--target", f"127.0.0.1:{self.ports[name]}", "--control",
+                    control, "--seed", str(j)],
+                r"faultproxy listening on [^:]+:(\d+)")
         stages = ",".join(f"127.0.0.1:{self.proxy_ports[n]}"
                           for n in ("stage-0", "stage-1", "stage-2"))
-        self.commands["coordinator"] = [
-            os.path.join(self.bin, "petra-coordinator"), "--listen",
-            f"127.0.0.1:{self.ports['coordinator']}", "--metrics-listen", "",
-            "--stages", stages, "--data-root", "/usr/share/datasets",
-            "--state-dir", self.state_dir("coordinator"),
-            "--recovery-timeout", "30", "--max-recoveries", "6"]
-        self.start("coordinator")
-        self.wait_coordinator()
+        self.ports["coordinator"] = self.start_on_free_port(
+            "coordinator", lambda port: [
+                os.path.join(self.bin, "petra-coordinator"), "--listen",
+                f"127.0.0.1:{port}", "--metrics-listen", "",
+                "--stages", stages, "--data-root", "/usr/share/datasets",
+                "--state-dir", self.state_dir("coordinator"),
+                "--recovery-timeout", "30", "--max-recoveries", "6"],
+            r"listening on port (\d+)")
 
     def wait_coordinator(self):
         log = os.path.join(self.root, "coordinator.log")
