@@ -4,7 +4,6 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "services/engine/training_mode.h"
 
 namespace petra::engine {
@@ -23,13 +22,6 @@ int64_t OutputElements(const model::BlockSummary& b) {
 }
 
 }  // namespace
-
-std::string Bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) {
-    return absl::StrFormat("%.1f GB", bytes / 1e9);
-  }
-  return absl::StrFormat("%.0f MB", bytes / 1e6);
-}
 
 StageMemoryEstimate EstimateStageMemory(
     const petra::v1::JobSpec& s, const std::vector<model::BlockSummary>& blocks,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "petra/v1/job.pb.h"
+#include "services/cli/byte_text.h"
 #include "services/model/network_summary.h"
 #include "services/model/partition.h"
 
@@ -43,6 +44,6 @@ std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
                        const petra::v1::JobSpec& resolved);
 
 // "1.5 GB", "312 MB".
-std::string Bytes(int64_t bytes);
+using cli::Bytes;
 
 }  // namespace petra::engine

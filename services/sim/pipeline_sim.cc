@@ -205,6 +205,20 @@ absl::Status ValidateSimConfig(const SimConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "link bandwidth = ", c.link_bandwidth, " bytes/s: must be > 0"));
   }
+  if (!c.link_bandwidths.empty() &&
+      static_cast<int64_t>(c.link_bandwidths.size()) != stages - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("link bandwidths: ", c.link_bandwidths.size(),
+                     " entries for ", stages - 1, " links between ", stages,
+                     " stages: give one per link"));
+  }
+  for (size_t l = 0; l < c.link_bandwidths.size(); ++l) {
+    if (std::isnan(c.link_bandwidths[l]) || c.link_bandwidths[l] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("link ", l, " bandwidth = ", c.link_bandwidths[l],
+                       " bytes/s: must be > 0"));
+    }
+  }
   if (!FiniteNonNegative(c.link_latency)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "link latency = ", c.link_latency, " s: must be a finite number >= 0"));
@@ -276,8 +290,13 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
 
   auto send = [&](LinkState& link, double now, int64_t bytes, int to,
                   bool backward, int32_t m) {
+    // Link min(to, from) joins the two stages.
+    const int index = backward ? to : to - 1;
+    const double bandwidth = config.link_bandwidths.empty()
+                                 ? config.link_bandwidth
+                                 : config.link_bandwidths[index];
     const double start = std::max(now, link.free_at);
-    link.free_at = start + static_cast<double>(bytes) / config.link_bandwidth;
+    link.free_at = start + static_cast<double>(bytes) / bandwidth;
     events.push(
         {link.free_at + config.link_latency, seq++, true, backward, to, m});
   };

@@ -57,6 +57,10 @@ struct SimConfig {
   // be +infinity) and seconds from the end of a transfer to its arrival.
   double link_bandwidth = 1e9;
   double link_latency = 1e-4;
+  // Each link's own bandwidth, link j joining stages j and j + 1 (one entry
+  // per link), for fleets whose links differ (inside a host, across hosts);
+  // empty: link_bandwidth everywhere.
+  std::vector<double> link_bandwidths;
 };
 
 // Micro-batches per flush when none is asked for: 4 per stage (GPipe's

@@ -242,6 +242,20 @@ TEST(PipelineSim, ASlowLinkBoundsThePipeline) {
   EXPECT_NEAR(Sim(c).steady_samples_per_second, 1.0 / 3, 1e-9);
 }
 
+// Links of their own: only the slow one (across hosts, say) bounds it, in
+// whichever direction it carries more.
+TEST(PipelineSim, EachLinkHasItsOwnBandwidth) {
+  SimConfig c = Uniform(3, 1, 1, 200, Schedule::kPetra);
+  c.stages[0].output_bytes = c.stages[1].output_bytes = 3'000'000;
+  c.stages[1].input_bytes = c.stages[2].input_bytes = 3'000'000;
+  c.link_bandwidths = {kInf, 1e6};  // the backward: 6 s a message
+  EXPECT_NEAR(Sim(c).steady_samples_per_second, 1.0 / 6, 1e-9);
+  c.link_bandwidths = {1e6, kInf};
+  EXPECT_NEAR(Sim(c).steady_samples_per_second, 1.0 / 6, 1e-9);
+  c.link_bandwidths = {kInf, kInf};
+  EXPECT_NEAR(Sim(c).steady_samples_per_second, 1.0 / 2, 1e-9);
+}
+
 TEST(PipelineSim, TheSlowestStageSetsThePace) {
   SimConfig c = Uniform(4, 0.01, 0.02, 2000, Schedule::kPetra);
   c.stages[2].backward_seconds = 0.1;
@@ -332,6 +346,11 @@ TEST(PipelineSim, RejectsInvalidInputs) {
   c = ok;
   c.stages[0].input_bytes = -5;
   EXPECT_THAT(error(c), HasSubstr("input_bytes"));
+  c = ok;
+  c.link_bandwidths = {1e9};
+  EXPECT_THAT(error(c), HasSubstr("link bandwidths: 1 entries for 2 links"));
+  c.link_bandwidths = {1e9, 0};
+  EXPECT_THAT(error(c), HasSubstr("link 1 bandwidth = 0"));
   c = ok;
   c.stages[0].parameters = -1;
   EXPECT_THAT(error(c), HasSubstr("parameters"));

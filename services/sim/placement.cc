@@ -1,0 +1,415 @@
+#include "services/sim/placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/cli/byte_text.h"
+
+namespace petra::sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Exhaustive search over server orders up to this many servers.
+constexpr int kExhaustiveServers = 8;
+constexpr int kMaxBlocks = 4096;
+// Dynamic-programming steps the exhaustive search may take (about a second).
+constexpr double kMaxSearchSteps = 3e8;
+
+// a beats b by more than rounding (anything finite beats infinity).
+bool Better(double a, double b) {
+  if (std::isinf(b)) return a < b;
+  return a < b - 1e-9 * std::max(1.0, b);
+}
+
+// Everything the search asks many times, computed once.
+class Search {
+ public:
+  explicit Search(const PlacementProblem& p)
+      : p_(p),
+        blocks_(static_cast<int>(p.block_costs.size())),
+        stages_(p.stages),
+        prefix_(blocks_ + 1, 0.0) {
+    for (int b = 0; b < blocks_; ++b)
+      prefix_[b + 1] = prefix_[b] + p.block_costs[b];
+    const int64_t cells =
+        static_cast<int64_t>(stages_) * blocks_ * (blocks_ + 1);
+    if (cells <= 40'000'000) memo_.assign(cells, -1);
+  }
+
+  int blocks() const { return blocks_; }
+  int stages() const { return stages_; }
+
+  double Cost(int begin, int end) const { return prefix_[end] - prefix_[begin]; }
+
+  int64_t Bytes(int stage, int begin, int end) const {
+    if (memo_.empty()) return p_.stage_bytes({begin, end}, stage, stages_);
+    int64_t& m =
+        memo_[(static_cast<int64_t>(stage) * blocks_ + begin) * (blocks_ + 1) +
+              end];
+    if (m < 0) m = std::max<int64_t>(0, p_.stage_bytes({begin, end}, stage,
+                                                       stages_));
+    return m;
+  }
+
+  bool Fits(int stage, int begin, int end, int server) const {
+    const int64_t cap = p_.servers[server].memory_bytes;
+    return cap <= 0 || Bytes(stage, begin, end) <= cap;
+  }
+
+  bool SameHost(int a, int b) const {
+    return p_.servers[a].host == p_.servers[b].host;
+  }
+
+  // The busier direction of the link across the cut before block `begin`
+  // (the backward carries twice the activation), in cost units.
+  double Link(int begin, int from, int to) const {
+    if (p_.seconds_per_cost <= 0) return 0;
+    const double bandwidth = SameHost(from, to) ? p_.same_host_bandwidth
+                                                : p_.cross_host_bandwidth;
+    return 2.0 * static_cast<double>(p_.cut_bytes[begin - 1]) / bandwidth /
+           p_.seconds_per_cost;
+  }
+
+  int CrossHostLinks(const std::vector<int>& order) const {
+    int n = 0;
+    for (size_t j = 1; j < order.size(); ++j)
+      n += SameHost(order[j - 1], order[j]) ? 0 : 1;
+    return n;
+  }
+
+  double Bottleneck(const std::vector<model::BlockRange>& ranges,
+                    const std::vector<int>& order) const {
+    double worst = 0;
+    for (int j = 0; j < stages_; ++j) {
+      const model::BlockRange& r = ranges[j];
+      if (!Fits(j, r.begin, r.end, order[j])) return -1;
+      worst = std::max(worst, Cost(r.begin, r.end));
+      if (j > 0) worst = std::max(worst, Link(r.begin, order[j - 1], order[j]));
+    }
+    return worst;
+  }
+
+  // The cut with the smallest bottleneck for a fixed server order, by
+  // dynamic programming over (stages placed, blocks covered); respects
+  // memory unless `ignore_memory`. Infinite when nothing fits.
+  double BestCut(const std::vector<int>& order, bool ignore_memory,
+                 std::vector<model::BlockRange>* ranges) const {
+    const int n = blocks_, J = stages_;
+    std::vector<std::vector<double>> best(J + 1, std::vector<double>(n + 1, kInf));
+    std::vector<std::vector<int>> from(J + 1, std::vector<int>(n + 1, -1));
+    best[0][0] = 0;
+    for (int j = 0; j < J; ++j) {
+      // Stage j takes [b, e): at least one block, leaving one per stage after.
+      for (int b = j; b <= n - (J - j); ++b) {
+        if (best[j][b] == kInf) continue;
+        const double link = j > 0 ? Link(b, order[j - 1], order[j]) : 0;
+        const double before = std::max(best[j][b], link);
+        for (int e = b + 1; e <= n - (J - j - 1); ++e) {
+          if (!ignore_memory && !Fits(j, b, e, order[j])) continue;
+          const double v = std::max(before, Cost(b, e));
+          if (Better(v, best[j + 1][e])) {
+            best[j + 1][e] = v;
+            from[j + 1][e] = b;
+          }
+        }
+      }
+    }
+    if (best[J][n] == kInf) return kInf;
+    ranges->assign(J, {});
+    for (int j = J, e = n; j > 0; --j) {
+      const int b = from[j][e];
+      (*ranges)[j - 1] = {b, e};
+      e = b;
+    }
+    return best[J][n];
+  }
+
+ private:
+  const PlacementProblem& p_;
+  const int blocks_;
+  const int stages_;
+  std::vector<double> prefix_;
+  mutable std::vector<int64_t> memo_;
+};
+
+absl::Status Validate(const PlacementProblem& p) {
+  const int blocks = static_cast<int>(p.block_costs.size());
+  if (blocks < 1 || blocks > kMaxBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement: ", blocks, " blocks: must be in [1, ", kMaxBlocks, "]"));
+  }
+  for (int b = 0; b < blocks; ++b) {
+    if (!std::isfinite(p.block_costs[b]) || p.block_costs[b] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement: block ", b, " costs ", p.block_costs[b],
+                       ": must be a finite number >= 0"));
+    }
+  }
+  if (static_cast<int>(p.cut_bytes.size()) != blocks - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement: ", p.cut_bytes.size(), " cut sizes for ",
+                     blocks, " blocks: give one per cut (", blocks - 1, ")"));
+  }
+  if (!p.stage_bytes) {
+    return absl::InvalidArgumentError("placement: no stage memory estimate");
+  }
+  if (p.stages < 1 || p.stages > blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement: ", p.stages, " stages for ", blocks,
+                     " blocks: must be in [1, ", blocks, "]"));
+  }
+  if (static_cast<int>(p.servers.size()) < p.stages) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job needs ", p.stages, " stage servers but only ",
+        p.servers.size(), " are free"));
+  }
+  if (!(p.seconds_per_cost >= 0) || !std::isfinite(p.seconds_per_cost) ||
+      !(p.same_host_bandwidth > 0) || !(p.cross_host_bandwidth > 0)) {
+    return absl::InvalidArgumentError(
+        "placement: seconds per cost must be >= 0 and bandwidths > 0");
+  }
+  for (const std::vector<model::BlockRange>* given :
+       {&p.fixed_ranges, &p.preferred_ranges}) {
+    if (given->empty()) continue;
+    bool ok = static_cast<int>(given->size()) == p.stages &&
+              given->front().begin == 0 && given->back().end == blocks;
+    for (size_t j = 0; ok && j < given->size(); ++j) {
+      ok = (*given)[j].begin < (*given)[j].end &&
+           (j == 0 || (*given)[j].begin == (*given)[j - 1].end);
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement: the given ranges are not ", p.stages,
+          " consecutive non-empty ranges covering ", blocks, " blocks"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The classes servers fall in for the search: same host, same memory.
+std::vector<int> ServerClasses(const PlacementProblem& p) {
+  std::map<std::pair<std::string, int64_t>, int> ids;
+  std::vector<int> out;
+  for (const PlacementServer& s : p.servers) {
+    out.push_back(
+        ids.emplace(std::make_pair(s.host, s.memory_bytes), ids.size())
+            .first->second);
+  }
+  return out;
+}
+
+int64_t Capacity(const PlacementServer& s) {
+  return s.memory_bytes > 0 ? s.memory_bytes
+                            : std::numeric_limits<int64_t>::max();
+}
+
+// Server orders to try, the listed order first; orders that only swap
+// interchangeable servers (ServerClasses) appear once.
+std::vector<std::vector<int>> CandidateOrders(const PlacementProblem& p) {
+  const int K = static_cast<int>(p.servers.size()), J = p.stages;
+  const std::vector<int> cls = ServerClasses(p);
+  std::set<std::vector<int>> seen;
+  std::vector<std::vector<int>> out;
+  auto add = [&](std::vector<int> order) {
+    order.resize(J);
+    std::vector<int> key;
+    for (int s : order) key.push_back(cls[s]);
+    if (seen.insert(key).second) out.push_back(std::move(order));
+  };
+  std::vector<int> listed(K);
+  std::iota(listed.begin(), listed.end(), 0);
+  if (K <= kExhaustiveServers) {
+    // Every J-permutation, in lexicographic order of the listed positions.
+    std::vector<int> perm = listed;
+    do {
+      // Each J-prefix appears (K - J)! times in a row; keep the first.
+      add(perm);
+      std::reverse(perm.begin() + J, perm.end());
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    const double blocks = static_cast<double>(p.block_costs.size());
+    if (out.size() * J * blocks * blocks <= kMaxSearchSteps) return out;
+    seen.clear();  // too many distinct orders to cut each: the heuristics
+    out.clear();
+  }
+  add(listed);
+  // Hosts together, in the order they first appear.
+  std::vector<std::string> hosts;
+  for (const PlacementServer& s : p.servers) {
+    if (std::find(hosts.begin(), hosts.end(), s.host) == hosts.end())
+      hosts.push_back(s.host);
+  }
+  auto grouped = [&](const std::vector<std::string>& host_order,
+                     bool by_memory) {
+    std::vector<int> order;
+    for (const std::string& h : host_order) {
+      std::vector<int> on;
+      for (int i = 0; i < K; ++i)
+        if (p.servers[i].host == h) on.push_back(i);
+      if (by_memory) {
+        std::stable_sort(on.begin(), on.end(), [&](int a, int b) {
+          return Capacity(p.servers[a]) > Capacity(p.servers[b]);
+        });
+      }
+      order.insert(order.end(), on.begin(), on.end());
+    }
+    return order;
+  };
+  add(grouped(hosts, false));
+  // The front stages hold the most in flight: the most memory there.
+  std::vector<std::string> by_total = hosts;
+  std::map<std::string, double> total;
+  for (const PlacementServer& s : p.servers)
+    total[s.host] += static_cast<double>(Capacity(s));
+  std::stable_sort(by_total.begin(), by_total.end(),
+                   [&](const std::string& a, const std::string& b) {
+                     return total[a] > total[b];
+                   });
+  add(grouped(by_total, true));
+  std::vector<int> by_memory = listed;
+  std::stable_sort(by_memory.begin(), by_memory.end(), [&](int a, int b) {
+    return Capacity(p.servers[a]) > Capacity(p.servers[b]);
+  });
+  add(by_memory);
+  return out;
+}
+
+std::string Blocks(const model::BlockRange& r) {
+  return r.end - r.begin == 1 ? absl::StrCat("block ", r.begin)
+                              : absl::StrCat("blocks ", r.begin, "-", r.end - 1);
+}
+
+// Why nothing fits, said for the cut balanced by cost alone (or the given
+// one) on the servers with the most memory first.
+absl::Status NothingFits(const PlacementProblem& p, const Search& search) {
+  std::vector<int> order(p.servers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return Capacity(p.servers[a]) > Capacity(p.servers[b]);
+  });
+  order.resize(p.stages);
+  std::vector<model::BlockRange> ranges =
+      !p.fixed_ranges.empty() ? p.fixed_ranges : p.preferred_ranges;
+  if (ranges.empty()) search.BestCut(order, /*ignore_memory=*/true, &ranges);
+  int worst = 0;
+  std::vector<int64_t> need(p.stages);
+  for (int j = 0; j < p.stages; ++j) {
+    need[j] = search.Bytes(j, ranges[j].begin, ranges[j].end);
+    if (need[j] > need[worst]) worst = j;
+  }
+  const PlacementServer& largest = p.servers[order[0]];
+  const std::string what =
+      p.fixed_ranges.empty() ? "with the blocks balanced by cost, "
+                             : "with the job's partition, ";
+  const std::string advice =
+      "lower --micro-batch, use more stages (--stages), or add servers with "
+      "more memory";
+  if (need[worst] > Capacity(largest)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job fits no placement on these servers: ", what, "stage ", worst,
+        " (", Blocks(ranges[worst]), ") needs about ", cli::Bytes(need[worst]),
+        " but the largest server, ", largest.name, ", has ",
+        cli::Bytes(largest.memory_bytes),
+        largest.memory_source.empty() ? "" : " (" + largest.memory_source + ")",
+        "; ", advice));
+  }
+  std::vector<std::string> needs, haves;
+  for (int j = 0; j < p.stages; ++j) {
+    needs.push_back(absl::StrCat("stage ", j, " (", Blocks(ranges[j]), ") ",
+                                 cli::Bytes(need[j])));
+  }
+  for (int i : order) {
+    haves.push_back(p.servers[i].memory_bytes > 0
+                        ? cli::Bytes(p.servers[i].memory_bytes)
+                        : std::string("unknown"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the job fits no placement on these servers: ", what, "the stages need ",
+      absl::StrJoin(needs, ", "), " and the largest servers have ",
+      absl::StrJoin(haves, ", "), "; ", advice));
+}
+
+}  // namespace
+
+double PlacementBottleneck(const PlacementProblem& problem,
+                           const std::vector<model::BlockRange>& ranges,
+                           const std::vector<int>& servers) {
+  return Search(problem).Bottleneck(ranges, servers);
+}
+
+absl::StatusOr<Placement> PlanPlacement(const PlacementProblem& p) {
+  if (absl::Status s = Validate(p); !s.ok()) return s;
+  const Search search(p);
+  Placement best;
+  best.bottleneck = kInf;
+  for (const std::vector<int>& order : CandidateOrders(p)) {
+    std::vector<model::BlockRange> ranges;
+    double v;
+    if (!p.fixed_ranges.empty()) {
+      ranges = p.fixed_ranges;
+      v = search.Bottleneck(ranges, order);
+      if (v < 0) v = kInf;
+    } else {
+      v = search.BestCut(order, /*ignore_memory=*/false, &ranges);
+    }
+    if (v == kInf) continue;
+    const int cross = search.CrossHostLinks(order);
+    if (Better(v, best.bottleneck) ||
+        (!Better(best.bottleneck, v) && cross < best.cross_host_links)) {
+      best.ranges = std::move(ranges);
+      best.servers = order;
+      best.bottleneck = v;
+      best.cross_host_links = cross;
+    }
+  }
+  if (best.bottleneck == kInf) return NothingFits(p, search);
+  if (!p.preferred_ranges.empty() && p.fixed_ranges.empty()) {
+    const double v = search.Bottleneck(p.preferred_ranges, best.servers);
+    if (v >= 0 && !Better(best.bottleneck, v)) {
+      best.ranges = p.preferred_ranges;
+      best.bottleneck = v;
+    }
+  }
+  for (int j = 0; j < p.stages; ++j) {
+    best.stage_bytes.push_back(
+        search.Bytes(j, best.ranges[j].begin, best.ranges[j].end));
+  }
+  return best;
+}
+
+SimConfig SimConfigFor(const PlacementProblem& p, const Placement& placement,
+                       int64_t micro_batch_size, int64_t micro_batches) {
+  SimConfig c;
+  c.micro_batch_size = micro_batch_size;
+  c.micro_batches = micro_batches;
+  c.schedule = Schedule::kPetra;
+  const double unit = p.seconds_per_cost;
+  for (size_t j = 0; j < placement.ranges.size(); ++j) {
+    const model::BlockRange& r = placement.ranges[j];
+    double cost = 0;
+    for (int b = r.begin; b < r.end; ++b) cost += p.block_costs[b];
+    StageCost s;
+    s.forward_seconds = 0.25 * cost * unit;
+    s.backward_seconds = 0.75 * cost * unit;
+    s.input_bytes = r.begin > 0 ? p.cut_bytes[r.begin - 1] : 0;
+    s.output_bytes = r.end < static_cast<int>(p.block_costs.size())
+                         ? p.cut_bytes[r.end - 1]
+                         : 0;
+    s.reversible = true;
+    c.stages.push_back(s);
+    if (j > 0) {
+      const bool same = p.servers[placement.servers[j - 1]].host ==
+                        p.servers[placement.servers[j]].host;
+      c.link_bandwidths.push_back(same ? p.same_host_bandwidth
+                                       : p.cross_host_bandwidth);
+    }
+  }
+  return c;
+}
+
+}  // namespace petra::sim
