@@ -32,10 +32,22 @@ ServerProbe::ServerProbe(std::vector<std::string> candidates,
   for (const std::string& a : candidates_) clients_.push_back(connect(a));
 }
 
-ProbeResult ServerProbe::Round(int wanted) {
+void ProbeResult::Keep(const std::vector<int>& indices) {
+  ProbeResult kept;
+  for (int i : indices) {
+    kept.chosen.push_back(chosen[i]);
+    kept.held.push_back(held[i]);
+    kept.endpoints.push_back(endpoints[i]);
+    kept.memory_bytes.push_back(memory_bytes[i]);
+    kept.memory_sources.push_back(memory_sources[i]);
+  }
+  kept.missing = std::move(missing);
+  *this = std::move(kept);
+}
+
+ProbeResult ServerProbe::Round() {
   ProbeResult r;
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (static_cast<int>(r.chosen.size()) == wanted) break;
     const std::string& address = candidates_[i];
     const std::string name = absl::StrCat("stage server ", address);
     absl::StatusOr<petra::v1::StageStatus> status = clients_[i]->GetStatus();
@@ -54,6 +66,9 @@ ProbeResult ServerProbe::Round(int wanted) {
       r.chosen.push_back(address);
       r.held.push_back(status->job_id());
       r.endpoints.push_back(status->endpoint());
+      r.memory_bytes.push_back(
+          static_cast<int64_t>(status->memory_capacity_bytes()));
+      r.memory_sources.push_back(status->memory_capacity_source());
     } else {
       r.missing.push_back(absl::StrCat(
           name, " is ", petra::v1::StageStatus::State_Name(status->state())));

@@ -22,11 +22,17 @@ absl::Status Prefixed(const std::string& prefix, const absl::Status& s);
 
 // One round of asking servers whether they can take a job.
 struct ProbeResult {
-  std::vector<std::string> chosen;  // in order, up to the number wanted
+  std::vector<std::string> chosen;  // every free server, in listed order
   std::vector<std::string> held;    // the job each chosen server still holds
   // How each chosen server's data channels can be reached.
   std::vector<petra::v1::LinkEndpoint> endpoints;
+  // What a stage may use on each chosen server (0: unknown), and whence.
+  std::vector<int64_t> memory_bytes;
+  std::vector<std::string> memory_sources;
   std::vector<std::string> missing;  // why each passed-over server was
+
+  // Keeps the chosen servers at `indices`, in that order.
+  void Keep(const std::vector<int>& indices);
 };
 
 // Servers that might take a job, asked again each round while a recovery
@@ -35,11 +41,12 @@ class ServerProbe {
  public:
   ServerProbe(std::vector<std::string> candidates,
               const StageConnector& connect);
-  // Asks the candidates in order until `wanted` answer and are free. A
-  // server that still holds a job is taken too: this coordinator runs one
-  // job at a time, so that job is this one's or left over from before a
-  // restart (it is released rather than waited for forever).
-  ProbeResult Round(int wanted);
+  // Asks every candidate, in order, whether it is free (placement chooses
+  // among them by memory and host). A server that still holds a job is
+  // taken too: this coordinator runs one job at a time, so that job is this
+  // one's or left over from before a restart (it is released rather than
+  // waited for forever).
+  ProbeResult Round();
 
  private:
   std::vector<std::string> candidates_;

@@ -95,24 +95,35 @@ TEST_F(FleetControlTest, ProbeTakesFreeServersInOrderAndSaysWhyOthersNot) {
   servers_["d:1"].status.set_state(petra::v1::StageStatus::STATE_RUNNING);
   servers_["d:1"].status.set_job_id("job-0");
   servers_["e:1"].status.set_state(petra::v1::StageStatus::STATE_IDLE);
+  servers_["e:1"].status.set_memory_capacity_bytes(5000);
+  servers_["e:1"].status.set_memory_capacity_source("its limit");
   ServerProbe probe({"a:1", "b:1", "c:1", "d:1", "e:1"}, connect());
-  ProbeResult r = probe.Round(2);
-  EXPECT_EQ(r.chosen, (std::vector<std::string>{"c:1", "d:1"}));
-  EXPECT_EQ(r.held, (std::vector<std::string>{"", "job-0"}));
+  ProbeResult r = probe.Round();
+  EXPECT_EQ(r.chosen, (std::vector<std::string>{"c:1", "d:1", "e:1"}));
+  EXPECT_EQ(r.held, (std::vector<std::string>{"", "job-0", ""}));
+  EXPECT_EQ(r.memory_bytes, (std::vector<int64_t>{0, 0, 5000}));
+  EXPECT_EQ(r.memory_sources[2], "its limit");
   ASSERT_EQ(r.missing.size(), 2u);
   EXPECT_EQ(r.missing[0],
             "stage server a:1 is unreachable: connection refused");
   EXPECT_EQ(r.missing[1], "stage server b:1 is STATE_DRAINING");
+  // Placement keeps some, in its order.
+  r.Keep({2, 1});
+  EXPECT_EQ(r.chosen, (std::vector<std::string>{"e:1", "d:1"}));
+  EXPECT_EQ(r.held, (std::vector<std::string>{"", "job-0"}));
+  EXPECT_EQ(r.memory_bytes, (std::vector<int64_t>{5000, 0}));
+  EXPECT_EQ(r.missing.size(), 2u);
 
   StageFleet fleet("job-1", r.chosen, connect());
   ASSERT_TRUE(fleet.ReleaseStale(r.held).ok());
   // A stale job must be released: the full control deadline, not best
   // effort.
   EXPECT_EQ(servers_["d:1"].released, (std::vector<std::string>{"job-0"}));
-  EXPECT_TRUE(servers_["c:1"].released.empty());
+  EXPECT_TRUE(servers_["e:1"].released.empty());
   fleet.ReleaseAll();
-  EXPECT_EQ(servers_["c:1"].released,
+  EXPECT_EQ(servers_["e:1"].released,
             (std::vector<std::string>{"job-1 (best effort)"}));
+  EXPECT_TRUE(servers_["c:1"].released.empty());
 }
 
 TEST_F(FleetControlTest, ADrainingServerIsNotTakenEvenWhileItHoldsAJob) {
@@ -121,7 +132,7 @@ TEST_F(FleetControlTest, ADrainingServerIsNotTakenEvenWhileItHoldsAJob) {
   servers_["a:1"].status.set_job_id("job-1");
   servers_["b:1"].status.set_state(petra::v1::StageStatus::STATE_IDLE);
   ServerProbe probe({"a:1", "b:1"}, connect());
-  ProbeResult r = probe.Round(2);
+  ProbeResult r = probe.Round();
   EXPECT_EQ(r.chosen, (std::vector<std::string>{"b:1"}));
   ASSERT_EQ(r.missing.size(), 1u);
   EXPECT_EQ(r.missing[0], "stage server a:1 is STATE_DRAINING");

@@ -65,11 +65,31 @@ absl::Status FleetRunner::Prepare() {
       engine::StepsPerEpoch(spec_, data_.train.size());
   if (!steps.ok()) return steps.status();
   steps_per_epoch_ = *steps;
-  absl::StatusOr<std::vector<model::BlockRange>> ranges =
-      engine::PlanStages(spec_);
-  if (!ranges.ok())
-    return Prefixed("planning the partition: ", ranges.status());
-  ranges_ = std::move(*ranges);
+  absl::StatusOr<JobBlocks> blocks = DescribeJobBlocks(spec_);
+  if (!blocks.ok())
+    return Prefixed("planning the partition: ", blocks.status());
+  blocks_ = std::move(*blocks);
+  ranges_ = blocks_.ranges;
+  // A job that placed its stages before (this coordinator restarted) keeps
+  // their cut: its checkpoints are of those ranges.
+  const Job before = record_.Snapshot();
+  if (before.stages_size() == static_cast<int>(ranges_.size())) {
+    std::vector<model::BlockRange> recorded;
+    for (const petra::v1::StagePlacement& p : before.stages()) {
+      recorded.push_back({static_cast<int>(p.layer_begin()),
+                          static_cast<int>(p.layer_end())});
+    }
+    bool covers = recorded.front().begin == 0 &&
+                  recorded.back().end == static_cast<int>(blocks_.costs.size());
+    for (size_t j = 0; covers && j < recorded.size(); ++j) {
+      covers = recorded[j].begin < recorded[j].end &&
+               (j == 0 || recorded[j].begin == recorded[j - 1].end);
+    }
+    if (covers) {
+      ranges_ = std::move(recorded);
+      ranges_fixed_ = true;
+    }
+  }
   const int stages = static_cast<int>(ranges_.size());
   if (stages > static_cast<int>(env_.stage_addresses.size())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -103,8 +123,10 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
   ServerProbe probe(std::move(candidates), connect_);
   while (true) {
     if (absl::Status s = Interrupted(); !s.ok()) return s;
-    ProbeResult r = probe.Round(stages);
-    if (static_cast<int>(r.chosen.size()) == stages) {
+    ProbeResult r = probe.Round();
+    if (static_cast<int>(r.chosen.size()) >= stages) {
+      // Nothing fits these servers: refused before any stage starts.
+      if (absl::Status s = Place(r); !s.ok()) return s;
       fleet_ = std::make_unique<StageFleet>(id_, std::move(r.chosen), connect_,
                                             std::move(r.endpoints));
       absl::Status s = fleet_->ReleaseStale(r.held);
@@ -132,6 +154,32 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
     }
     std::this_thread::sleep_for(milliseconds(500));
   }
+}
+
+absl::Status FleetRunner::Place(ProbeResult& probe) {
+  std::vector<sim::PlacementServer> servers;
+  for (size_t i = 0; i < probe.chosen.size(); ++i) {
+    const std::string& host = probe.endpoints[i].host_id();
+    servers.push_back({probe.chosen[i], host.empty() ? probe.chosen[i] : host,
+                       probe.memory_bytes[i], probe.memory_sources[i]});
+  }
+  absl::StatusOr<sim::Placement> placement =
+      PlaceStages(blocks_, ranges_, ranges_fixed_, std::move(servers));
+  if (!placement.ok()) return placement.status();
+  const bool moved = placement->ranges != ranges_;
+  ranges_ = placement->ranges;
+  ranges_fixed_ = true;
+  probe.Keep(placement->servers);
+  std::vector<std::string> cut;
+  for (const model::BlockRange& r : ranges_)
+    cut.push_back(absl::StrCat(r.begin, "-", r.end - 1));
+  PETRA_LOG_EVENT(kInfo, "placement", {"job_id", id_},
+                  {"servers", absl::StrJoin(probe.chosen, ",")},
+                  {"blocks", absl::StrJoin(cut, ",")},
+                  {"cross_host_links",
+                   absl::StrCat(placement->cross_host_links)},
+                  {"cut", moved ? "moved to fit memory" : "as planned"});
+  return absl::OkStatus();
 }
 
 absl::Status FleetRunner::ChooseTransports() {

@@ -23,6 +23,7 @@
 #include "coordinator/job_record.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/recovery_policy.h"
+#include "coordinator/stage_placement.h"
 #include "services/data/dataset.h"
 #include "services/engine/job_driver.h"
 #include "services/model/partition.h"
@@ -56,10 +57,14 @@ class FleetRunner final : public engine::PassExecutor,
   JobLayout layout() const { return JobLayout(env_.state_dir, id_); }
   absl::Status Interrupted() const;
   absl::Status Prepare();
-  // Picks the job's servers and assigns them: those that answer and are
-  // free, the job's own first (after a loss), then the others of --stages
-  // in order. Waits up to `wait` for enough of them.
+  // Picks the job's servers and assigns them: of those that answer and are
+  // free (the job's own first, after a loss, then the others of --stages in
+  // order), the placement planner's choice by memory and host. Waits up to
+  // `wait` for enough of them.
   absl::Status Attach(std::chrono::seconds wait);
+  // Keeps the servers of `probe` that stage_placement chooses, in stage
+  // order, and its cut while the job has not placed stages yet.
+  absl::Status Place(ProbeResult& probe);
   absl::Status Assign();
   // Each link's data channel from the job's `transport` and the ends'
   // LinkEndpoint (services/link/transport_choice.h).
@@ -82,6 +87,10 @@ class FleetRunner final : public engine::PassExecutor,
   petra::v1::Preprocessing preprocessing_;  // what data_ gives the model
   int64_t steps_per_epoch_ = 0;
   std::vector<model::BlockRange> ranges_;
+  JobBlocks blocks_;
+  // Set once stages hold the cut (placed, or recorded before a restart):
+  // their checkpoints are of these ranges, so a recovery keeps them.
+  bool ranges_fixed_ = false;
   std::unique_ptr<StageFleet> fleet_;
   // The data channel of each link j <-> j+1, and of the feed's two streams,
   // as ChooseTransports decided at the last Assign.

@@ -311,12 +311,7 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
 absl::Status StageHost::CheckFits(const petra::v1::JobSpec& spec,
                                   const std::vector<model::BlockRange>& ranges,
                                   int stage) {
-  model::MemoryCapacity capacity;
-  if (options_.memory_limit_bytes > 0) {
-    capacity = {options_.memory_limit_bytes, "its --memory-limit-bytes"};
-  } else {
-    capacity = model::ReadMemoryCapacity(options_.device);
-  }
+  const model::MemoryCapacity& capacity = Capacity();
   if (capacity.bytes <= 0) return absl::OkStatus();  // nothing to go by
   try {
     absl::StatusOr<model::NetworkBlueprint> net =
@@ -418,11 +413,28 @@ void StageHost::Release(const petra::v1::ReleaseRequest& request, Done done) {
   });
 }
 
+const model::MemoryCapacity& StageHost::Capacity() {
+  // Read once: the limit, the machine's memory or a device's do not change
+  // while the server runs.
+  std::call_once(capacity_once_, [this] {
+    if (options_.memory_limit_bytes > 0) {
+      capacity_ = {options_.memory_limit_bytes, "its --memory-limit-bytes"};
+    } else {
+      capacity_ = model::ReadMemoryCapacity(options_.device);
+    }
+  });
+  return capacity_;
+}
+
 StageStatus StageHost::Status() {
   StageStatus s;
   s.set_device(options_.device);
   s.set_version(kVersion);
   link::FillLinkStatus(s);
+  const model::MemoryCapacity& capacity = Capacity();
+  s.set_memory_capacity_bytes(
+      static_cast<uint64_t>(std::max<int64_t>(0, capacity.bytes)));
+  s.set_memory_capacity_source(capacity.source);
   std::lock_guard<std::mutex> lock(mu_);
   if (job_ == nullptr) {
     s.set_state(draining_ ? StageStatus::STATE_DRAINING

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
 #include "services/engine/serial_executor.h"
+#include "services/model/device_memory.h"
 #include "services/model/partition.h"
 #include "services/wire/transport_security.h"
 #include "stage_server/stage_checkpoints.h"
@@ -64,6 +65,8 @@ class StageHost {
                          const std::vector<model::BlockRange>& ranges,
                          int stage);
   petra::v1::StageStatus Status();
+  // What a stage may use here: --memory-limit-bytes, else the device's.
+  const model::MemoryCapacity& Capacity();
 
   // Data plane, from the stream reactors: NOT_FOUND for another job.
   absl::Status DeliverForward(wire::ForwardPayload payload,
@@ -94,6 +97,8 @@ class StageHost {
   const Options options_;
   StageMetrics no_metrics_{nullptr};
   StageMetrics* const metrics_;
+  std::once_flag capacity_once_;
+  model::MemoryCapacity capacity_;
   std::mutex mu_;
   std::shared_ptr<StageJob> job_;
   bool draining_ = false;

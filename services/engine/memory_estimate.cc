@@ -61,9 +61,7 @@ StageMemoryEstimate EstimateStageMemory(
   return e;
 }
 
-std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
-                       int64_t capacity_bytes, const std::string& source,
-                       const petra::v1::JobSpec& s) {
+std::string Breakdown(const StageMemoryEstimate& e) {
   std::string parts = absl::StrCat("weights, gradients and momentum ",
                                    Bytes(e.parameters_bytes));
   if (e.input_buffer_bytes > 0) {
@@ -77,6 +75,13 @@ std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
   }
   absl::StrAppend(&parts, "; working memory ", Bytes(e.working_bytes),
                   " for a micro-batch of ", e.micro_batch);
+  return parts;
+}
+
+std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
+                       int64_t capacity_bytes, const std::string& source,
+                       const petra::v1::JobSpec& s) {
+  const std::string parts = Breakdown(e);
   std::string advice = "lower --micro-batch";
   if (e.input_buffer_bytes > 0 || e.weight_stash_bytes > 0) {
     absl::StrAppend(&advice, ", cut the network into more stages (--stages)");

@@ -37,6 +37,10 @@ StageMemoryEstimate EstimateStageMemory(
     const std::vector<model::BlockRange>& ranges, int stage,
     const std::vector<int64_t>& input_shape);
 
+// "weights, gradients and momentum 1.2 GB; ...; working memory 300 MB for a
+// micro-batch of 64": what the total is made of.
+std::string Breakdown(const StageMemoryEstimate& e);
+
 // "stage 1 needs about 38.2 GB (...) but this server has 5.0 GB (its
 // --memory-limit): lower --micro-batch, ..." for a refusal.
 std::string DoesNotFit(int stage, const StageMemoryEstimate& e,

@@ -43,10 +43,31 @@ std::vector<double> MeasureBlockSeconds(const NetworkBlueprint& network,
   return seconds;
 }
 
-absl::StatusOr<std::vector<BlockRange>> PlanPartition(
-    const NetworkBlueprint& network, const petra::v1::JobSpec& resolved) {
+BlockCosts PartitionCosts(const NetworkBlueprint& network,
+                          const std::vector<BlockSummary>& summary,
+                          const petra::v1::JobSpec& resolved) {
   const petra::v1::PartitionSpec& p = resolved.partition();
-  const int blocks = network.size();
+  BlockCosts out;
+  if (p.has_stage_count() &&
+      p.cost() == petra::v1::PartitionSpec::COST_MEASURED) {
+    out.costs =
+        MeasureBlockSeconds(network, resolved.training().micro_batch_size());
+    out.seconds = true;
+    return out;
+  }
+  const bool flops_only = p.has_stage_count() &&
+                          p.cost() == petra::v1::PartitionSpec::COST_FLOPS;
+  for (const BlockSummary& b : summary) {
+    out.costs.push_back(flops_only ? static_cast<double>(b.forward_flops)
+                                   : EstimatedCost(b));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<BlockRange>> PlanPartitionFromCosts(
+    const std::vector<double>& costs, const petra::v1::JobSpec& resolved) {
+  const petra::v1::PartitionSpec& p = resolved.partition();
+  const int blocks = static_cast<int>(costs.size());
   if (p.has_splits()) {
     std::vector<BlockRange> ranges;
     int begin = 0;
@@ -65,18 +86,19 @@ absl::StatusOr<std::vector<BlockRange>> PlanPartition(
     return ranges;
   }
   if (!p.has_stage_count()) return PerBlockPartition(blocks);
-  std::vector<double> costs;
-  if (p.cost() == petra::v1::PartitionSpec::COST_MEASURED) {
-    costs =
-        MeasureBlockSeconds(network, resolved.training().micro_batch_size());
-  } else {
-    const bool flops_only = p.cost() == petra::v1::PartitionSpec::COST_FLOPS;
-    for (const BlockSummary& b : SummarizeBlocks(network)) {
-      costs.push_back(flops_only ? static_cast<double>(b.forward_flops)
-                                 : EstimatedCost(b));
-    }
-  }
   return BalancedPartition(costs, static_cast<int>(p.stage_count()));
+}
+
+absl::StatusOr<std::vector<BlockRange>> PlanPartition(
+    const NetworkBlueprint& network, const petra::v1::JobSpec& resolved) {
+  const petra::v1::PartitionSpec& p = resolved.partition();
+  if (!p.has_stage_count()) {  // no costs needed
+    return PlanPartitionFromCosts(std::vector<double>(network.size(), 0.0),
+                                  resolved);
+  }
+  return PlanPartitionFromCosts(
+      PartitionCosts(network, SummarizeBlocks(network), resolved).costs,
+      resolved);
 }
 
 }  // namespace petra::model

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 #include "services/model/network.h"
+#include "services/model/network_summary.h"
 #include "services/model/partition.h"
 
 namespace petra::model {
@@ -14,6 +15,22 @@ namespace petra::model {
 // `resolved` from job::ResolveJobSpec.
 absl::StatusOr<std::vector<BlockRange>> PlanPartition(
     const NetworkBlueprint& network, const petra::v1::JobSpec& resolved);
+
+// What the partition balances, per block: seconds measured here
+// (partition.cost = measured, with a stage count) or the estimate from the
+// blocks' summary (FLOPs for cost = flops).
+struct BlockCosts {
+  std::vector<double> costs;
+  bool seconds = false;  // whether `costs` are times
+};
+BlockCosts PartitionCosts(const NetworkBlueprint& network,
+                          const std::vector<BlockSummary>& summary,
+                          const petra::v1::JobSpec& resolved);
+
+// The partition from costs already taken (PlanPartition without measuring
+// again).
+absl::StatusOr<std::vector<BlockRange>> PlanPartitionFromCosts(
+    const std::vector<double>& costs, const petra::v1::JobSpec& resolved);
 
 // Seconds of one forward and backward of each block on a micro-batch of
 // `batch` random inputs (the best of `repeats`), on this thread's CPU; one

@@ -313,6 +313,9 @@ absl::Status NothingFits(const PlacementProblem& p, const Search& search) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the job fits no placement on these servers: ", what, "stage ", worst,
         " (", Blocks(ranges[worst]), ") needs about ", cli::Bytes(need[worst]),
+        p.stage_detail
+            ? " (" + p.stage_detail(ranges[worst], worst, p.stages) + ")"
+            : std::string(),
         " but the largest server, ", largest.name, ", has ",
         cli::Bytes(largest.memory_bytes),
         largest.memory_source.empty() ? "" : " (" + largest.memory_source + ")",

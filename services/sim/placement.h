@@ -38,6 +38,9 @@ struct PlacementProblem {
   // Bytes stage `stage` of `stages` needs to run `range`.
   std::function<int64_t(model::BlockRange range, int stage, int stages)>
       stage_bytes;
+  // Optional: what a stage's bytes are made of, for a refusal.
+  std::function<std::string(model::BlockRange range, int stage, int stages)>
+      stage_detail;
   std::vector<PlacementServer> servers;  // in the order they were listed
   int stages = 0;
   // Seconds per unit of block_costs; 0 when the costs are not times (a FLOP

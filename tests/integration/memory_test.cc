@@ -27,10 +27,11 @@ TEST_F(Memory, AJobThatCannotFitIsRefusedWithBothNumbers) {
       << StatusJson(id);
   const petra::v1::Job job = GetJob(id);
   const std::string& reason = job.error().message();
-  EXPECT_THAT(reason, HasSubstr("needs about"));
-  EXPECT_THAT(
-      reason,
-      HasSubstr("but this server has 100 MB (its --memory-limit-bytes)"));
+  // Refused by the coordinator's placement, before any Assign.
+  EXPECT_THAT(reason, HasSubstr("the job fits no placement on these servers"));
+  EXPECT_THAT(reason, HasSubstr("stage 0 (blocks 0-3) needs about"));
+  EXPECT_THAT(reason, HasSubstr("weights, gradients and momentum"));
+  EXPECT_THAT(reason, HasSubstr("has 100 MB (its --memory-limit-bytes)"));
   EXPECT_THAT(reason, HasSubstr("lower --micro-batch"));
   EXPECT_EQ(reason.find('\n'), std::string::npos) << reason;
   // The servers are idle and take a job that fits.
@@ -41,6 +42,24 @@ TEST_F(Memory, AJobThatCannotFitIsRefusedWithBothNumbers) {
   EXPECT_TRUE(
       WaitForStatus(small, "JOB_STATE_SUCCEEDED", std::chrono::seconds(240)))
       << StatusJson(small);
+}
+
+// The first server listed has too little memory for either stage: the
+// coordinator's placement passes it over for the two after it, where the
+// probe used to take the first two and the job failed at Assign.
+TEST_F(Memory, AServerTooSmallForAnyStageIsPassedOver) {
+  StartStages(1, {"--memory-limit-bytes", "1000000"});
+  StartStages(2, {"--memory-limit-bytes", "100000000000"});
+  StartCoordinator(0);
+  const std::string id = Submit(SmallJob(1));
+  ASSERT_TRUE(
+      WaitForStatus(id, "JOB_STATE_SUCCEEDED", std::chrono::seconds(240)))
+      << StatusJson(id);
+  const petra::v1::Job job = GetJob(id);
+  ASSERT_EQ(job.stages_size(), 2);
+  EXPECT_EQ(job.stages(0).address(), stage_addresses_[1]);
+  EXPECT_EQ(job.stages(1).address(), stage_addresses_[2]);
+  EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
 }
 
 // The stage servers run under an address-space limit a little above what
