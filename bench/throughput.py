@@ -31,7 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Fleet:
     """A coordinator and J pinned stage servers on loopback."""
 
-    def __init__(self, bin_dir, stages, cores, workdir):
+    def __init__(self, bin_dir, stages, cores, workdir, prefix=(),
+                 extra=()):
+        """`prefix`: a command each stage server runs under (prlimit, say);
+        `extra`: more flags for each."""
         self.procs = []
         self.logs = []
         addresses = []
@@ -41,11 +44,12 @@ class Fleet:
                 threads = max(1, cores // stages)
                 cpus = ",".join(str(core + t) for t in range(threads))
                 port = self._start(
-                    ["taskset", "-c", cpus,
-                     os.path.join(bin_dir, "petra-stage-server"),
+                    ["taskset", "-c", cpus] + list(prefix) +
+                    [os.path.join(bin_dir, "petra-stage-server"),
                      "--listen", "127.0.0.1:0", "--metrics-listen", "",
                      "--threads", str(threads),
-                     "--state-dir", os.path.join(workdir, f"stage{j}")],
+                     "--state-dir", os.path.join(workdir, f"stage{j}")] +
+                    list(extra),
                     os.path.join(workdir, f"stage{j}.log"))
                 addresses.append(f"127.0.0.1:{port}")
             self.port = self._start(
@@ -74,8 +78,9 @@ class Fleet:
                 break
             time.sleep(0.05)
         log.seek(0)
-        raise BenchError(f"{argv[0] if argv[0] != 'taskset' else argv[3]} did "
-                         f"not start:\n{log.read()[-2000:]}")
+        name = next((a for a in argv
+                     if os.path.basename(a).startswith("petra")), argv[0])
+        raise BenchError(f"{name} did not start:\n{log.read()[-2000:]}")
 
     def stop(self):
         for p in reversed(self.procs):

@@ -46,6 +46,8 @@ struct SimulateOptions {
   uint64_t devices = 0;
   std::vector<int> stage_devices;
   double link_bandwidth = 1e9;
+  uint64_t devices_per_host = 0;
+  double cross_host_bandwidth = 0;
   double link_latency = 1e-4;
   bool json = false;
   std::string per_stage = "auto";
@@ -145,6 +147,14 @@ void AddFlags(cli::FlagSet& flags, SimulateOptions* o) {
   flags.AddCustom("link-bandwidth", "BYTES_PER_S", "1e+09",
                   "each direction of each link between neighbouring stages",
                   StoreNumber(&o->link_bandwidth, 0, true));
+  flags.AddCustom("devices-per-host", "N", "all on one host",
+                  "devices per host (device d is on host d / N): links "
+                  "between hosts have --cross-host-bandwidth",
+                  StorePositive(&o->devices_per_host));
+  flags.AddCustom("cross-host-bandwidth", "BYTES_PER_S", "--link-bandwidth",
+                  "with --devices-per-host: each direction of a link between "
+                  "stages on different hosts",
+                  StoreNumber(&o->cross_host_bandwidth, 0, true));
   flags.AddCustom("link-latency", "SECONDS", "0.0001",
                   "from the end of a transfer to its arrival",
                   StoreNumber(&o->link_latency, 0, false));
@@ -295,6 +305,10 @@ absl::StatusOr<SimulationInputs> Inputs(const cli::FlagSet& flags,
   c.stage_devices = o.stage_devices;
   c.link_bandwidth = o.link_bandwidth;
   c.link_latency = o.link_latency;
+  c.devices_per_host = static_cast<int>(
+      std::min<uint64_t>(o.devices_per_host, uint64_t{1} << 30));
+  c.cross_host_bandwidth = o.cross_host_bandwidth > 0 ? o.cross_host_bandwidth
+                                                      : o.link_bandwidth;
   if (absl::Status s = sim::ValidateSimConfig(c); !s.ok()) {
     const bool mapping = !c.stage_devices.empty() &&
                          absl::StrContains(s.message(), "stage devices");

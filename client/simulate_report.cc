@@ -53,13 +53,19 @@ std::string SimulationText(const SimulationInputs& in,
                            const SimulationRuns& runs, bool per_stage) {
   const sim::SimConfig& c = in.config;
   const int stages = static_cast<int>(c.stages.size());
+  const std::string hosts =
+      c.devices_per_host > 0
+          ? absl::StrFormat(
+                " on hosts of %d, across hosts %s", c.devices_per_host,
+                BandwidthText(c.cross_host_bandwidth))
+          : std::string();
   std::string out = absl::StrFormat(
       "Stages: %d, from %s\n"
-      "Devices: %d%s; links: %s, latency %g s, each direction\n"
+      "Devices: %d%s; links: %s%s, latency %g s, each direction\n"
       "Run: %d micro-batches of %d samples\n\n",
       stages, in.source, runs.backprop.devices,
       runs.backprop.devices == stages ? " (one per stage)" : "",
-      BandwidthText(c.link_bandwidth), c.link_latency, c.micro_batches,
+      BandwidthText(c.link_bandwidth), hosts, c.link_latency, c.micro_batches,
       c.micro_batch_size);
   absl::StrAppendFormat(&out, "%-16s %6s %12s %12s %9s %9s %6s %12s\n",
                         "schedule", "group", "samples/s", "steady smp/s",
@@ -112,6 +118,7 @@ std::string SimulationJson(const SimulationInputs& in,
   std::string out = absl::StrFormat(
       "{\n  \"inputs\": {\"source\": %s, \"stages\": %d, \"devices\": %d, "
       "\"stage_devices\": [%s], \"link_bandwidth\": %.9g, "
+      "\"devices_per_host\": %d, \"cross_host_bandwidth\": %.9g, "
       "\"link_latency\": %.9g, \"micro_batches\": %d, "
       "\"micro_batch_size\": %d},\n  \"profile\": %s,\n  \"schedules\": [",
       JsonString(in.source), c.stages.size(), runs.backprop.devices,
@@ -119,8 +126,9 @@ std::string SimulationJson(const SimulationInputs& in,
                     [](std::string* o, const sim::StageResult& s) {
                       absl::StrAppend(o, s.device);
                     }),
-      c.link_bandwidth, c.link_latency, c.micro_batches, c.micro_batch_size,
-      profile);
+      c.link_bandwidth, c.devices_per_host,
+      c.devices_per_host > 0 ? c.cross_host_bandwidth : c.link_bandwidth,
+      c.link_latency, c.micro_batches, c.micro_batch_size, profile);
   for (size_t i = 0; i < runs.runs.size(); ++i) {
     const sim::SimResult& r = runs.runs[i];
     absl::StrAppendFormat(

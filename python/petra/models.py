@@ -1,8 +1,8 @@
 """The PETRA model zoo in plain PyTorch, loadable from `petra export` files.
 
 What: a pure-Python definition of every network the C++ model zoo builds
-(services/model/network.cc BuildNetwork): RevNet18/34/50, i-RevNet18,
-ResNet18/34/50, RevViT and ViT, in the ``imagenet``, ``cifar`` and ``mnist``
+(services/model/network.cc BuildNetwork): RevNet18/34/50/101, i-RevNet18,
+ResNet18/34/50/101, RevViT and ViT, in the ``imagenet``, ``cifar`` and ``mnist``
 variants, with the width multiplier of the CNNs and the sizes of the
 transformers.
 
@@ -58,6 +58,7 @@ and what it accepts.
 
 import math
 import numbers
+import re
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +70,8 @@ __all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "Network",
 # In the proto's enum order (proto/petra/v1/job.proto Architecture, Variant):
 # ARCHITECTURES[i] is enum value i + 1, and so is VARIANTS[i].
 ARCHITECTURES = ("revnet18", "revnet34", "revnet50", "resnet18", "resnet34",
-                 "resnet50", "irevnet18", "revvit", "vit")
+                 "resnet50", "irevnet18", "revvit", "vit", "revnet101",
+                 "resnet101")
 VARIANTS = ("imagenet", "cifar", "mnist")
 TRANSFORMERS = ("revvit", "vit")
 
@@ -491,8 +493,9 @@ class Network(nn.Module):
 
 def _build_cnn(arch, variant, width, num_classes):
     """network.cc BuildNetwork for the CNNs, block by block."""
-    bottleneck = arch.endswith("50")
-    per_layer = (2, 2, 2, 2) if arch.endswith("18") else (3, 4, 6, 3)
+    bottleneck = arch.endswith("50") or arch.endswith("101")
+    per_layer = {"18": (2, 2, 2, 2), "34": (3, 4, 6, 3), "50": (3, 4, 6, 3),
+                 "101": (3, 4, 23, 3)}[re.search(r"\d+$", arch).group()]
     reversible = arch.startswith(("revnet", "irevnet"))
     # i-RevNet: every shape change is a squeeze inside the coupling.
     invertible_downsampling = arch == "irevnet18"

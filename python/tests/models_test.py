@@ -60,8 +60,8 @@ REFERENCE_BINARY = "petra_zoo_reference"
 ATOL = 1e-5
 RTOL = 1e-5
 
-CNNS = ("revnet18", "revnet34", "revnet50", "irevnet18", "resnet18",
-        "resnet34", "resnet50")
+CNNS = ("revnet18", "revnet34", "revnet50", "revnet101", "irevnet18",
+        "resnet18", "resnet34", "resnet50", "resnet101")
 
 # Per variant: (width, num_classes, batch) for the CNNs. The widths give
 # non-round channel counts (64 * 0.3 = 19.2 -> 19); imagenet keeps the
@@ -97,6 +97,9 @@ MODEL_INFO_PARAMS = {
     ("resnet34", "imagenet"): 1464248, ("resnet34", "cifar"): 1334618,
     ("resnet34", "mnist"): 1334330, ("resnet50", "imagenet"): 1993976,
     ("resnet50", "cifar"): 1484186, ("resnet50", "mnist"): 1483898,
+    ("revnet101", "imagenet"): 3880136, ("revnet101", "cifar"): 2861546,
+    ("revnet101", "mnist"): 2860970, ("resnet101", "imagenet"): 3190776,
+    ("resnet101", "cifar"): 2680986, ("resnet101", "mnist"): 2680698,
     ("irevnet18", "imagenet"): 6442376, ("irevnet18", "cifar"): 4410026,
     ("revvit", "imagenet"): 117640, ("revvit", "mnist"): 17898,
     ("vit", "imagenet"): 85576, ("vit", "mnist"): 17514,
@@ -250,6 +253,9 @@ class ReferenceTestCase(unittest.TestCase):
     def test_revnet50(self):
         self.check_cnn("revnet50")
 
+    def test_revnet101(self):
+        self.check_cnn("revnet101")
+
     def test_irevnet18(self):
         self.check_cnn("irevnet18")
 
@@ -261,6 +267,9 @@ class ReferenceTestCase(unittest.TestCase):
 
     def test_resnet50(self):
         self.check_cnn("resnet50")
+
+    def test_resnet101(self):
+        self.check_cnn("resnet101")
 
     def test_revvit(self):
         self.check_transformer("revvit")

@@ -47,7 +47,8 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
     return ArchitectureInfo{rev ? "RevViT" : "ViT", rev, depth, depth + 2};
   }
   // Block counts follow the ResNet paper: 18 = [2,2,2,2] basic blocks,
-  // 34 = [3,4,6,3] basic, 50 = [3,4,6,3] bottleneck.
+  // 34 = [3,4,6,3] basic, 50 = [3,4,6,3] bottleneck, 101 = [3,4,23,3]
+  // bottleneck.
   switch (architecture) {
     case petra::v1::ARCHITECTURE_REVNET18:
       return ArchitectureInfo{"RevNet18", true, 8, 10};
@@ -55,6 +56,8 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
       return ArchitectureInfo{"RevNet34", true, 16, 18};
     case petra::v1::ARCHITECTURE_REVNET50:
       return ArchitectureInfo{"RevNet50", true, 16, 18};
+    case petra::v1::ARCHITECTURE_REVNET101:
+      return ArchitectureInfo{"RevNet101", true, 33, 35};
     case petra::v1::ARCHITECTURE_IREVNET18:
       return ArchitectureInfo{"i-RevNet18", true, 8, 10};
     case petra::v1::ARCHITECTURE_RESNET18:
@@ -63,10 +66,13 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
       return ArchitectureInfo{"ResNet34", false, 16, 18};
     case petra::v1::ARCHITECTURE_RESNET50:
       return ArchitectureInfo{"ResNet50", false, 16, 18};
+    case petra::v1::ARCHITECTURE_RESNET101:
+      return ArchitectureInfo{"ResNet101", false, 33, 35};
     case petra::v1::ARCHITECTURE_UNSPECIFIED:
       return absl::InvalidArgumentError(
           "model.architecture: required (one of revnet18, revnet34, revnet50, "
-          "irevnet18, resnet18, resnet34, resnet50, revvit, vit)");
+          "revnet101, irevnet18, resnet18, resnet34, resnet50, resnet101, "
+          "revvit, vit)");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("model.architecture: unknown value ", architecture));

@@ -28,6 +28,9 @@ Depth DepthOf(int architecture) {
     case petra::v1::ARCHITECTURE_REVNET34:
     case petra::v1::ARCHITECTURE_RESNET34:
       return {false, {3, 4, 6, 3}};
+    case petra::v1::ARCHITECTURE_REVNET101:
+    case petra::v1::ARCHITECTURE_RESNET101:
+      return {true, {3, 4, 23, 3}};
     default:  // 50-layer networks
       return {true, {3, 4, 6, 3}};
   }

@@ -63,6 +63,70 @@ INSTANTIATE_TEST_SUITE_P(
       return petra::v1::Architecture_Name(info.param.arch).substr(13);
     });
 
+// Counted a block at a time: ImageNet-size networks are large.
+int64_t Parameters(const petra::v1::ModelSpec& model) {
+  absl::StatusOr<NetworkBlueprint> net = DescribeNetwork(model);
+  EXPECT_TRUE(net.ok()) << net.status();
+  int64_t params = 0;
+  for (int i = 0; i < net->size(); ++i) {
+    params += CountParameters(*BuildBlocks(*net, i, i + 1, 0)[0]);
+  }
+  return params;
+}
+
+int64_t BlueprintParameters(petra::v1::Architecture arch) {
+  return Parameters(Spec(arch, petra::v1::VARIANT_IMAGENET));
+}
+
+// The 101-layer pair. ResNet101 is torchvision's resnet101 (44,549,160
+// parameters, its documented count; resnet50: 25,557,032). The paper stops at
+// RevNet50, so RevNet101 is checked by construction: it is RevNet50 with 17
+// more layer-3 blocks, each a bottleneck the size of ResNet's, and must exceed
+// RevNet50 by exactly what ResNet101 exceeds ResNet50.
+TEST(Zoo, The101LayerNetworksMatchTheirReferences) {
+  EXPECT_EQ(BlueprintParameters(petra::v1::ARCHITECTURE_RESNET101), 44549160);
+  EXPECT_EQ(BlueprintParameters(petra::v1::ARCHITECTURE_RESNET50), 25557032);
+  EXPECT_EQ(BlueprintParameters(petra::v1::ARCHITECTURE_REVNET101) -
+                BlueprintParameters(petra::v1::ARCHITECTURE_REVNET50),
+            44549160 - 25557032);
+  for (petra::v1::Architecture a : {petra::v1::ARCHITECTURE_RESNET101,
+                                    petra::v1::ARCHITECTURE_REVNET101}) {
+    absl::StatusOr<NetworkBlueprint> net =
+        DescribeNetwork(Spec(a, petra::v1::VARIANT_IMAGENET));
+    ASSERT_TRUE(net.ok());
+    EXPECT_EQ(net->size(), 35);  // stem, 33 blocks, head
+  }
+}
+
+// ViT-B/16 and its reversible twin at 224x224 (embed 768, depth 12, 12
+// heads, MLP 3072, patch 16).
+int64_t BaseTransformerParameters(petra::v1::Architecture arch) {
+  petra::v1::JobSpec job;
+  job.mutable_model()->set_architecture(arch);
+  job.mutable_model()->set_variant(petra::v1::VARIANT_IMAGENET);
+  petra::v1::TransformerSpec* t = job.mutable_model()->mutable_transformer();
+  t->set_embed_dim(768);
+  t->set_depth(12);
+  t->set_heads(12);
+  t->set_mlp_ratio(4);
+  t->set_patch_size(16);
+  job.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  job::ApplyJobSpecDefaults(&job);
+  return Parameters(job.model());
+}
+
+// ViT-B is torchvision's vit_b_16 (86,567,656) less its class token and that
+// token's position embedding (2 x 768: ours averages the patch tokens).
+// RevViT-B adds only its head's reading of both streams (1536 wide: 768 x
+// 1000 more weights, 2 x 768 more LayerNorm parameters): 87.3M, the RevViT
+// paper's "87M" for Rev-ViT-B.
+TEST(Zoo, TheBaseTransformersMatchTheirReferences) {
+  const int64_t vit = BaseTransformerParameters(petra::v1::ARCHITECTURE_VIT);
+  EXPECT_EQ(vit, 86567656 - 2 * 768);
+  EXPECT_EQ(BaseTransformerParameters(petra::v1::ARCHITECTURE_REVVIT),
+            vit + 768 * 1000 + 2 * 768);
+}
+
 struct InverseCase {
   petra::v1::Architecture arch;
   petra::v1::Variant variant;

@@ -219,6 +219,16 @@ absl::Status ValidateSimConfig(const SimConfig& c) {
                        " bytes/s: must be > 0"));
     }
   }
+  if (c.devices_per_host < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "devices per host = ", c.devices_per_host, ": must be >= 1 (0: one host)"));
+  }
+  if (c.devices_per_host > 0 &&
+      (std::isnan(c.cross_host_bandwidth) || c.cross_host_bandwidth <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross-host bandwidth = ", c.cross_host_bandwidth,
+                     " bytes/s: must be > 0"));
+  }
   if (!FiniteNonNegative(c.link_latency)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "link latency = ", c.link_latency, " s: must be a finite number >= 0"));
@@ -288,13 +298,20 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
     dirty.push_back(device_of[j]);
   };
 
+  std::vector<double> bandwidth_of = config.link_bandwidths;
+  if (bandwidth_of.empty()) {
+    const int per_host = config.devices_per_host;
+    for (int j = 0; j + 1 < stages; ++j) {
+      const bool across = per_host > 0 && device_of[j] / per_host !=
+                                              device_of[j + 1] / per_host;
+      bandwidth_of.push_back(across ? config.cross_host_bandwidth
+                                    : config.link_bandwidth);
+    }
+  }
   auto send = [&](LinkState& link, double now, int64_t bytes, int to,
                   bool backward, int32_t m) {
     // Link min(to, from) joins the two stages.
-    const int index = backward ? to : to - 1;
-    const double bandwidth = config.link_bandwidths.empty()
-                                 ? config.link_bandwidth
-                                 : config.link_bandwidths[index];
+    const double bandwidth = bandwidth_of[backward ? to : to - 1];
     const double start = std::max(now, link.free_at);
     link.free_at = start + static_cast<double>(bytes) / bandwidth;
     events.push(

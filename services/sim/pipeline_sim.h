@@ -61,6 +61,11 @@ struct SimConfig {
   // per link), for fleets whose links differ (inside a host, across hosts);
   // empty: link_bandwidth everywhere.
   std::vector<double> link_bandwidths;
+  // Devices per host (0: all on one host). Without link_bandwidths, a link
+  // between stages whose devices are on different hosts (device /
+  // devices_per_host) has cross_host_bandwidth, the others link_bandwidth.
+  int devices_per_host = 0;
+  double cross_host_bandwidth = 0;
 };
 
 // Micro-batches per flush when none is asked for: 4 per stage (GPipe's

@@ -256,6 +256,23 @@ TEST(PipelineSim, EachLinkHasItsOwnBandwidth) {
   EXPECT_NEAR(Sim(c).steady_samples_per_second, 1.0 / 2, 1e-9);
 }
 
+// Two hosts of two devices: only the link between stages 1 and 2 crosses.
+TEST(PipelineSim, OnlyLinksBetweenHostsTakeTheCrossHostBandwidth) {
+  SimConfig c = Uniform(4, 1, 1, 200, Schedule::kPetra);
+  for (int j = 0; j < 4; ++j) {
+    c.stages[j].input_bytes = c.stages[j].output_bytes = 3'000'000;
+  }
+  c.link_bandwidth = kInf;
+  c.devices_per_host = 2;
+  c.cross_host_bandwidth = 1e6;  // 6 s a backward message across
+  EXPECT_NEAR(Sim(c).steady_samples_per_second, 1.0 / 6, 1e-9);
+  c.devices_per_host = 4;  // one host
+  EXPECT_NEAR(Sim(c).steady_samples_per_second, 1.0 / 2, 1e-9);
+  c.cross_host_bandwidth = 0;
+  EXPECT_THAT(Simulate(c).status().message(),
+              HasSubstr("cross-host bandwidth = 0"));
+}
+
 TEST(PipelineSim, TheSlowestStageSetsThePace) {
   SimConfig c = Uniform(4, 0.01, 0.02, 2000, Schedule::kPetra);
   c.stages[2].backward_seconds = 0.1;
