@@ -76,8 +76,10 @@ def one_device(bin_dir, job, limit, timeout):
     if out.returncode == 0 and m:
         return {"fit": True, "samples_per_second": float(m.group(1))}
     text = (out.stdout + out.stderr).strip().splitlines()
-    return {"fit": False, "detail": text[-1][:300] if text else
-            f"exit {out.returncode}"}
+    # libtorch's allocation failure, not the stack trace after it.
+    said = [l for l in text if "memory" in l.lower() or "alloc" in l.lower()]
+    detail = (said or text or [f"exit {out.returncode}"])[0]
+    return {"fit": False, "detail": detail.strip()[:300]}
 
 
 def on_fleet(bin_dir, job, mode, stages, limit, workdir, timeout):

@@ -13,8 +13,9 @@
 #                                          # another's, alternating runs
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh main_job
 #                                          # the main job by both builds
-# Sections: throughput fleets memory accuracy long_run forward_gradient feed
-# peer transformer staleness threads partition probe transport precision
+# Sections: throughput fleets hosts memory capped accuracy long_run
+# forward_gradient feed peer transformer staleness threads partition probe
+# transport precision
 # (the default), compare, main_job and gpu (only when named; gpu needs a CUDA
 # build and a GPU, and scripts/gpu/build.sh --bench runs it on a GPU host;
 # gpu --smoke runs its commands on the CPU at toy sizes).
@@ -33,8 +34,9 @@ BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 # A GPU host's Python may live elsewhere (scripts/gpu/build.sh sets it).
 PY=${PETRA_PYTHON:-/usr/bin/python3}
-ALL=(throughput fleets memory accuracy long_run forward_gradient feed peer
-     transformer staleness threads partition probe transport precision)
+ALL=(throughput fleets hosts memory capped accuracy long_run forward_gradient
+     feed peer transformer staleness threads partition probe transport
+     precision)
 
 smoke=0
 sections=()
@@ -43,7 +45,8 @@ for arg in "$@"; do
     --smoke) smoke=1 ;;
     --help|-h) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
       exit 0 ;;
-    throughput|fleets|memory|accuracy|long_run|forward_gradient|feed|peer|\
+    throughput|fleets|hosts|memory|capped|accuracy|long_run|forward_gradient|\
+    feed|peer|\
     transformer|\
     staleness|threads|partition|probe|transport|precision|compare|main_job|\
     gpu)
@@ -175,6 +178,76 @@ section_fleets() {
       --micro-batches "$mb"
     echo
   done
+}
+
+section_hosts() {
+  echo "## Sixty-four devices on eight hosts (simulator)"
+  echo
+  machine
+  echo
+  echo "A RevViT-B-sized transformer made 62 blocks deep (embed 768, 12 heads,"
+  echo "MLP 3072, patch 16, 224x224: 64 per-block stages) on 8 hosts of 8"
+  echo "devices, NVLink-class links inside a host (450 GB/s) and 50 GB/s"
+  echo "across. First from FLOPs at 400 TFLOP/s sustained (an H100-class"
+  echo "device in bf16), micro-batch 64:"
+  echo
+  local model=(--arch revvit --variant imagenet --embed-dim 768 --depth 62
+               --heads 12 --mlp-ratio 4 --patch-size 16)
+  local links=(--devices-per-host 8 --link-bandwidth 4.5e11
+               --cross-host-bandwidth 5e10 --link-latency 5e-6)
+  local mb=64 profile_mb=8 micro_batches=1000
+  if ((smoke)); then
+    model=(--arch revvit --variant mnist --embed-dim 32 --depth 14 --heads 2
+           --mlp-ratio 2 --patch-size 7)
+    links=(--devices-per-host 4 --link-bandwidth 4.5e11
+           --cross-host-bandwidth 5e10 --link-latency 5e-6)
+    mb=8; profile_mb=4; micro_batches=64
+  fi
+  run "$BIN/petra" simulate "${model[@]}" --stages per-block \
+    --micro-batch "$mb" --device-flops-per-second 4e14 "${links[@]}" \
+    --schedule all --micro-batches "$micro_batches"
+  echo
+  echo "Then from each block's times measured on this machine's CPU (no GPU"
+  echo "profile yet: a CPU's blocks take about a thousand times a GPU's, so"
+  echo "the links never bound this run; the schedules' order and the memory"
+  echo "columns are what carry over), micro-batch $profile_mb:"
+  echo
+  run "$BIN/petra" profile "${model[@]}" --dataset synthetic \
+    --stages per-block --micro-batch "$profile_mb" --threads "$(nproc)" \
+    --warmup 1 --repeats 2 --output "$RESULTS/profile-hosts.json"
+  echo
+  run "$BIN/petra" simulate --profile "$RESULTS/profile-hosts.json" \
+    "${links[@]}" --schedule all --micro-batches "$micro_batches"
+}
+
+section_capped() {
+  echo "## The memory argument: one job under a per-device memory cap"
+  echo
+  machine
+  echo
+  local args=(--stages 10 --cap-mib 1300 --cap-mib 1700 --cap-mib 2400 --job
+              "--arch revnet18 --width 1 --dataset synthetic --variant cifar --micro-batch 128 --train-limit 5120 --test-limit 128 --epochs 1 --seed 1")
+  if ((smoke)); then
+    args=(--stages 2 --cap-mib 2000 --job
+          "--arch revnet18 --width 0.125 --dataset synthetic --variant cifar --micro-batch 16 --train-limit 256 --test-limit 32 --epochs 1 --seed 1")
+  fi
+  run $PY bench/capped_memory.py --bin-dir "$BIN" "${args[@]}" \
+    --json "$RESULTS/capped.json"
+  echo
+  echo "A device is a process here, and its cap RLIMIT_DATA: the same"
+  echo "allocations fail on a GPU at the caching allocator's fraction"
+  echo "(model::LimitDeviceMemory). 1F1B-style stashing is the engine's"
+  echo "delayed mode keeping every stage's inputs and the weights each forward"
+  echo "used (PipeDream's buffers); backprop is plain autograd over the whole"
+  echo "network in one process (petra_bench_backprop). Each stage server gets"
+  echo "one core's share (2 cores here), so the fleet's samples/s is not"
+  echo "faster than one process on this machine: the table says what fits."
+  echo "RevNet18's three downsampling blocks are not reversible: under PETRA"
+  echo "they keep their inputs too (stage 3 of 10: 13 micro-batches in"
+  echo "flight), and that stage sets PETRA's need: at this size about what"
+  echo "plain backprop needs on one device, while stashing needs more. Near a"
+  echo "cap, whether a run fits can change between runs (threads' stacks,"
+  echo "receive buffers and allocator arenas count against RLIMIT_DATA too)."
 }
 
 section_memory() {

@@ -6,6 +6,7 @@
 #include "services/model/batch_norm.h"
 #include "services/model/classification_loss.h"
 #include "services/model/forward_gradient.h"
+#include "services/model/seed_mix.h"
 
 namespace petra::engine {
 namespace {
@@ -14,17 +15,12 @@ using model::BnMode;
 using model::ScopedBnMode;
 using model::TensorPair;
 
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // One seed per (job seed, stage, what): the same on every runner and after
 // a restore, whatever order the stages' threads run in.
 uint64_t Seed(uint64_t job_seed, int stage, uint64_t a, uint64_t b) {
-  return SplitMix(SplitMix(SplitMix(SplitMix(job_seed) ^ stage) ^ a) ^ b);
+  using model::SplitMix64;
+  return SplitMix64(SplitMix64(SplitMix64(SplitMix64(job_seed) ^ stage) ^ a) ^
+                    b);
 }
 
 std::vector<torch::Tensor> Parts(const TensorPair& p) {

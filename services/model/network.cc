@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/model/architecture_catalog.h"
+#include "services/model/seed_mix.h"
 #include "services/model/coupling_block.h"
 #include "services/model/transformer_blocks.h"
 
@@ -163,12 +164,9 @@ absl::StatusOr<NetworkBlueprint> DescribeNetwork(
 }
 
 uint64_t BlockSeed(uint64_t seed, int index) {
-  // SplitMix64 of the pair: neighbouring seeds and blocks far apart.
-  uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(index) +
-               0x632be59bd9b4e019ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  // SplitMix64's mix of the pair: neighbouring seeds and blocks far apart.
+  return Mix64(seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(index) +
+               0x632be59bd9b4e019ULL);
 }
 
 std::vector<std::shared_ptr<Block>> BuildBlocks(
