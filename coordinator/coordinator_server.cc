@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_server.h"
 
+#include <cmath>
+
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -51,6 +53,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("--max-recoveries = ", options.max_recoveries,
                      ": must be between 0 and 1000"));
+  }
+  for (const auto& [flag, value] :
+       {std::pair{"--host-link-bandwidth", options.host_link_bandwidth},
+        std::pair{"--cross-host-bandwidth", options.cross_host_bandwidth}}) {
+    if (!(value > 0) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " = ", value, ": must be a number of bytes/s above 0"));
+    }
   }
   absl::StatusOr<std::vector<std::string>> stages =
       ExpandStageList(options.stages);
@@ -104,6 +114,8 @@ absl::Status CoordinatorServer::Start() {
   env.recovery_timeout =
       std::chrono::seconds(options_.recovery_timeout_seconds);
   env.max_recoveries = static_cast<uint32_t>(options_.max_recoveries);
+  env.host_link_bandwidth = options_.host_link_bandwidth;
+  env.cross_host_bandwidth = options_.cross_host_bandwidth;
   jobs_ = std::make_unique<JobManager>(std::move(env));
   service_ = std::make_unique<CoordinatorServiceImpl>(
       jobs_.get(), job_metrics_.get(), wire::BearerTokenCheck(token_));

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/job/job_spec_defaults.h"
+#include "services/sim/placement.h"
 #include "services/wire/transport_security.h"
 
 namespace grpc {
@@ -52,6 +53,10 @@ class CoordinatorServer {
     int64_t recovery_timeout_seconds = 120;
     // Recoveries in a row without a finished epoch before a job fails.
     int64_t max_recoveries = 3;
+    // What placement assumes of a link inside a host and between hosts,
+    // bytes/s each direction (weighed only against measured block times).
+    double host_link_bandwidth = sim::PlacementProblem().same_host_bandwidth;
+    double cross_host_bandwidth = sim::PlacementProblem().cross_host_bandwidth;
   };
 
   // Checks the options (addresses, stage list, directories) without binding.

@@ -164,7 +164,8 @@ absl::Status FleetRunner::Place(ProbeResult& probe) {
                        probe.memory_bytes[i], probe.memory_sources[i]});
   }
   absl::StatusOr<sim::Placement> placement =
-      PlaceStages(blocks_, ranges_, ranges_fixed_, std::move(servers));
+      PlaceStages(blocks_, ranges_, ranges_fixed_, std::move(servers),
+                  env_.host_link_bandwidth, env_.cross_host_bandwidth);
   if (!placement.ok()) return placement.status();
   const bool moved = placement->ranges != ranges_;
   ranges_ = placement->ranges;

@@ -32,6 +32,9 @@ struct RunnerEnvironment {
   // Recoveries in a row without a finished epoch before the job fails: a
   // stage that crashes on every start must not loop forever.
   uint32_t max_recoveries = 3;
+  // Placement's links (bytes/s each direction): CoordinatorServer::Options.
+  double host_link_bandwidth = 0;
+  double cross_host_bandwidth = 0;
 };
 
 // Sets the record's final state (SUCCEEDED, FAILED with the reason, or

@@ -46,6 +46,13 @@ int main(int argc, char** argv) {
   flags.AddInt("max-recoveries", &options.max_recoveries,
                "recoveries in a row without a finished epoch before a job "
                "fails");
+  flags.AddDouble("host-link-bandwidth", &options.host_link_bandwidth,
+                  "placement: bytes/s each way between stage servers on one "
+                  "host (weighed against block times with "
+                  "--partition-cost measured)");
+  flags.AddDouble("cross-host-bandwidth", &options.cross_host_bandwidth,
+                  "placement: bytes/s each way between stage servers on "
+                  "different hosts");
   if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   petra::cli::InitEventLog(argv[0]);
 

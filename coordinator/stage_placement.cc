@@ -60,7 +60,8 @@ absl::StatusOr<JobBlocks> DescribeJobBlocks(const petra::v1::JobSpec& spec) {
 
 absl::StatusOr<sim::Placement> PlaceStages(
     const JobBlocks& blocks, const std::vector<model::BlockRange>& ranges,
-    bool keep_ranges, std::vector<sim::PlacementServer> servers) {
+    bool keep_ranges, std::vector<sim::PlacementServer> servers,
+    double host_link_bandwidth, double cross_host_bandwidth) {
   sim::PlacementProblem p;
   p.block_costs = blocks.costs;
   p.cut_bytes = blocks.cut_bytes;
@@ -68,9 +69,11 @@ absl::StatusOr<sim::Placement> PlaceStages(
   p.stage_detail = blocks.stage_detail;
   p.servers = std::move(servers);
   p.stages = static_cast<int>(ranges.size());
-  // Only measured times can be weighed against the links' (defaults of
-  // PlacementProblem); an estimate in FLOPs leaves links to break ties.
+  // Only measured times can be weighed against the links'; an estimate in
+  // FLOPs leaves links to break ties.
   p.seconds_per_cost = blocks.seconds ? 1 : 0;
+  if (host_link_bandwidth > 0) p.same_host_bandwidth = host_link_bandwidth;
+  if (cross_host_bandwidth > 0) p.cross_host_bandwidth = cross_host_bandwidth;
   if (keep_ranges || !blocks.cut_is_free) {
     p.fixed_ranges = ranges;
   } else {

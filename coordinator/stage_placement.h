@@ -41,8 +41,11 @@ absl::StatusOr<JobBlocks> DescribeJobBlocks(const petra::v1::JobSpec& resolved);
 // The servers for `ranges.size()` stages and, when `keep_ranges` is false
 // and the spec allows, a new cut; `servers` in the order they were listed.
 // RESOURCE_EXHAUSTED naming the stage and the bytes when nothing fits.
+// Link bandwidths (bytes/s; 0 = the planner's defaults) count only against
+// measured block times.
 absl::StatusOr<sim::Placement> PlaceStages(
     const JobBlocks& blocks, const std::vector<model::BlockRange>& ranges,
-    bool keep_ranges, std::vector<sim::PlacementServer> servers);
+    bool keep_ranges, std::vector<sim::PlacementServer> servers,
+    double host_link_bandwidth = 0, double cross_host_bandwidth = 0);
 
 }  // namespace petra::coordinator

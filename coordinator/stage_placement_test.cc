@@ -71,5 +71,29 @@ TEST(PlaceStages, AKeptCutStays) {
   EXPECT_EQ(placed->servers, (std::vector<int>{0, 1}));
 }
 
+// With measured times, the bandwidth between hosts (--cross-host-bandwidth)
+// moves a cut off a wide activation when crossing it would be the slowest.
+TEST(PlaceStages, ANarrowLinkBetweenHostsMovesTheCutOffAWideActivation) {
+  JobBlocks blocks;
+  blocks.costs = {1, 1, 1, 1};  // seconds
+  blocks.seconds = true;
+  blocks.cut_bytes = {1, 500000000, 1};  // the balanced cut is the wide one
+  blocks.stage_bytes = [](model::BlockRange, int, int) { return 1; };
+  blocks.ranges = {{0, 2}, {2, 4}};
+  blocks.cut_is_free = true;
+  const std::vector<sim::PlacementServer> servers = {{"a:1", "a", 0, ""},
+                                                     {"b:1", "b", 0, ""}};
+  // 5 GB/s (the default): 0.2 s a backward message, under 2 s of compute.
+  absl::StatusOr<sim::Placement> placed =
+      PlaceStages(blocks, blocks.ranges, false, servers);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->ranges, blocks.ranges);
+  // 100 MB/s: 10 s across the wide cut; a narrow cut costs 3 s of compute.
+  placed = PlaceStages(blocks, blocks.ranges, false, servers, 0, 1e8);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->ranges, (std::vector<model::BlockRange>{{0, 1}, {1, 4}}));
+  EXPECT_DOUBLE_EQ(placed->bottleneck, 3);
+}
+
 }  // namespace
 }  // namespace petra::coordinator

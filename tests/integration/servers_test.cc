@@ -133,7 +133,11 @@ TEST(BadOptions, AreRefusedBeforeServing) {
            {kCoordinator,
             {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
              dir.path(), "--max-recoveries", "1001"},
-            "--max-recoveries = 1001: must be between 0 and 1000"}}) {
+            "--max-recoveries = 1001: must be between 0 and 1000"},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
+             dir.path(), "--cross-host-bandwidth", "0"},
+            "--cross-host-bandwidth = 0: must be a number of bytes/s above 0"}}) {
     RunResult r = RunToExit(c.binary, c.args);
     EXPECT_EQ(r.exit_code, 1) << c.expected << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.expected));
