@@ -10,8 +10,8 @@ import os
 import re
 import sys
 
-SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "accuracy",
-            "long_run",
+SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
+            "accuracy", "long_run",
             "forward_gradient", "feed", "peer", "transformer", "staleness",
             "threads", "partition", "probe", "transport", "precision",
             "compare",

@@ -13,7 +13,7 @@
 #                                          # another's, alternating runs
 #   BENCH_OLD_BIN=/old/build/bin bash scripts/bench.sh main_job
 #                                          # the main job by both builds
-# Sections: throughput fleets hosts memory capped accuracy long_run
+# Sections: throughput fleets hosts memory capped zoo accuracy long_run
 # forward_gradient feed peer transformer staleness threads partition probe
 # transport precision
 # (the default), compare, main_job and gpu (only when named; gpu needs a CUDA
@@ -34,9 +34,9 @@ BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 # A GPU host's Python may live elsewhere (scripts/gpu/build.sh sets it).
 PY=${PETRA_PYTHON:-/usr/bin/python3}
-ALL=(throughput fleets hosts memory capped accuracy long_run forward_gradient
-     feed peer transformer staleness threads partition probe transport
-     precision)
+ALL=(throughput fleets hosts memory capped zoo accuracy long_run
+     forward_gradient feed peer transformer staleness threads partition probe
+     transport precision)
 
 smoke=0
 sections=()
@@ -45,7 +45,8 @@ for arg in "$@"; do
     --smoke) smoke=1 ;;
     --help|-h) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
       exit 0 ;;
-    throughput|fleets|hosts|memory|capped|accuracy|long_run|forward_gradient|\
+    throughput|fleets|hosts|memory|capped|zoo|accuracy|long_run|\
+    forward_gradient|\
     feed|peer|\
     transformer|\
     staleness|threads|partition|probe|transport|precision|compare|main_job|\
@@ -248,6 +249,16 @@ section_capped() {
   echo "plain backprop needs on one device, while stashing needs more. Near a"
   echo "cap, whether a run fits can change between runs (threads' stacks,"
   echo "receive buffers and allocator arenas count against RLIMIT_DATA too)."
+}
+
+section_zoo() {
+  echo "## The zoo at ImageNet size: parameter counts and a first epoch"
+  echo
+  machine
+  echo
+  local samples=16
+  if ((smoke)); then samples=0; fi
+  run $PY bench/zoo.py --bin-dir "$BIN" --train-samples "$samples"
 }
 
 section_memory() {
