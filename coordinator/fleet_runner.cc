@@ -79,13 +79,8 @@ absl::Status FleetRunner::Prepare() {
       recorded.push_back({static_cast<int>(p.layer_begin()),
                           static_cast<int>(p.layer_end())});
     }
-    bool covers = recorded.front().begin == 0 &&
-                  recorded.back().end == static_cast<int>(blocks_.costs.size());
-    for (size_t j = 0; covers && j < recorded.size(); ++j) {
-      covers = recorded[j].begin < recorded[j].end &&
-               (j == 0 || recorded[j].begin == recorded[j - 1].end);
-    }
-    if (covers) {
+    if (model::CoversInOrder(recorded,
+                             static_cast<int>(blocks_.costs.size()))) {
       ranges_ = std::move(recorded);
       ranges_fixed_ = true;
     }

@@ -1,20 +1,10 @@
 #include "coordinator/stage_placement.h"
 
-#include <numeric>
-
 #include "services/engine/memory_estimate.h"
 #include "services/model/network_summary.h"
 #include "services/model/partition_plan.h"
 
 namespace petra::coordinator {
-namespace {
-
-int64_t Elements(const std::vector<int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1},
-                         std::multiplies<int64_t>());
-}
-
-}  // namespace
 
 absl::StatusOr<JobBlocks> DescribeJobBlocks(const petra::v1::JobSpec& spec) {
   absl::StatusOr<model::NetworkBlueprint> net =
@@ -37,9 +27,7 @@ absl::StatusOr<JobBlocks> DescribeJobBlocks(const petra::v1::JobSpec& spec) {
           ? 2
           : 4;
   for (size_t b = 0; b + 1 < summary->size(); ++b) {
-    const model::BlockSummary& s = (*summary)[b];
-    out.cut_bytes.push_back(Elements(s.output_shape) *
-                            (s.output_is_pair ? 2 : 1) *
+    out.cut_bytes.push_back(engine::OutputElements((*summary)[b]) *
                             spec.training().micro_batch_size() * element_bytes);
   }
   out.stage_bytes = [spec, summary, input = net->input_shape](

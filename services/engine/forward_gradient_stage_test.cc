@@ -13,6 +13,7 @@
 
 #include "services/data/batches.h"
 #include "services/engine/stage_worker.h"
+#include "services/engine/stage_worker_test_support.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/batch_norm.h"
 #include "services/model/forward_gradient.h"
@@ -27,16 +28,7 @@ using Guess = petra::v1::ForwardGradientSpec::Guess;
 
 petra::v1::JobSpec Spec(petra::v1::Architecture arch, Guess guess) {
   petra::v1::JobSpec s;
-  s.mutable_model()->set_architecture(arch);
-  if (model::IsTransformer(arch)) {
-    petra::v1::TransformerSpec* t = s.mutable_model()->mutable_transformer();
-    t->set_embed_dim(16);
-    t->set_depth(4);
-    t->set_heads(2);
-    t->set_patch_size(7);
-  } else {
-    s.mutable_model()->set_width(0.125);
-  }
+  stage_testing::SetSmallModel(arch, s.mutable_model());
   s.mutable_model()->set_variant(petra::v1::VARIANT_MNIST);
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   s.mutable_partition()->set_stage_count(3);

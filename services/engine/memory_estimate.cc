@@ -16,12 +16,11 @@ int64_t Elements(const std::vector<int64_t>& shape) {
                          std::multiplies<int64_t>());
 }
 
-// One sample's elements where block `b` hands over (both streams).
+}  // namespace
+
 int64_t OutputElements(const model::BlockSummary& b) {
   return Elements(b.output_shape) * (b.output_is_pair ? 2 : 1);
 }
-
-}  // namespace
 
 StageMemoryEstimate EstimateStageMemory(
     const petra::v1::JobSpec& s, const std::vector<model::BlockSummary>& blocks,

@@ -29,6 +29,10 @@ struct StageMemoryEstimate {
   }
 };
 
+// One sample's elements where block `b` hands over (both streams of a pair):
+// what crosses the cut after it.
+int64_t OutputElements(const model::BlockSummary& b);
+
 // Stage `stage` of `ranges` (the whole network's `blocks`, summarised per
 // sample by model::SummarizeBlocks; `input_shape` one sample's input).
 StageMemoryEstimate EstimateStageMemory(

@@ -14,23 +14,27 @@ namespace petra::engine::stage_testing {
 
 using model::TensorPair;
 
+void SetSmallModel(petra::v1::Architecture arch, petra::v1::ModelSpec* model) {
+  model->set_architecture(arch);
+  if (model::IsTransformer(arch)) {
+    // A small transformer: 16 tokens of 16 (at 28x28), 4 blocks.
+    petra::v1::TransformerSpec* t = model->mutable_transformer();
+    t->set_embed_dim(16);
+    t->set_depth(4);
+    t->set_heads(2);
+    t->set_patch_size(7);
+  } else {
+    model->set_width(0.125);
+  }
+}
+
 petra::v1::JobSpec Job(petra::v1::Architecture arch, uint32_t k, bool bf16) {
   petra::v1::JobSpec s;
   if (bf16) {
     s.mutable_training()->set_precision(
         petra::v1::TrainingSpec::PRECISION_BF16);
   }
-  s.mutable_model()->set_architecture(arch);
-  if (model::IsTransformer(arch)) {
-    // A small transformer: 16 tokens of 16, 4 blocks.
-    petra::v1::TransformerSpec* t = s.mutable_model()->mutable_transformer();
-    t->set_embed_dim(16);
-    t->set_depth(4);
-    t->set_heads(2);
-    t->set_patch_size(7);
-  } else {
-    s.mutable_model()->set_width(0.125);
-  }
+  SetSmallModel(arch, s.mutable_model());
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   // i-RevNet's squeezes need sides divisible by 8.
   s.mutable_model()->set_variant(arch == petra::v1::ARCHITECTURE_IREVNET18

@@ -16,6 +16,10 @@
 
 namespace petra::engine::stage_testing {
 
+// The tests' small networks: RevNets at width 1/8, transformers with 16
+// tokens of 16 and 4 blocks (architecture and size only).
+void SetSmallModel(petra::v1::Architecture arch, petra::v1::ModelSpec* model);
+
 // A resolved job: RevNets at width 1/8 (i-RevNet at CIFAR size, for its
 // squeezes), transformers with 16 tokens of 16 and 4 blocks; seed 11.
 petra::v1::JobSpec Job(petra::v1::Architecture arch, uint32_t k,

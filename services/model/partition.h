@@ -16,6 +16,21 @@ struct BlockRange {
   }
 };
 
+// Whether `ranges` are non-empty, consecutive and cover [0, blocks) exactly.
+inline bool CoversInOrder(const std::vector<BlockRange>& ranges, int blocks) {
+  if (ranges.empty() || ranges.front().begin != 0 ||
+      ranges.back().end != blocks) {
+    return false;
+  }
+  for (size_t j = 0; j < ranges.size(); ++j) {
+    if (ranges[j].begin >= ranges[j].end ||
+        (j > 0 && ranges[j].begin != ranges[j - 1].end)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // One stage per block.
 std::vector<BlockRange> PerBlockPartition(int blocks);
 

@@ -177,13 +177,8 @@ absl::Status Validate(const PlacementProblem& p) {
   for (const std::vector<model::BlockRange>* given :
        {&p.fixed_ranges, &p.preferred_ranges}) {
     if (given->empty()) continue;
-    bool ok = static_cast<int>(given->size()) == p.stages &&
-              given->front().begin == 0 && given->back().end == blocks;
-    for (size_t j = 0; ok && j < given->size(); ++j) {
-      ok = (*given)[j].begin < (*given)[j].end &&
-           (j == 0 || (*given)[j].begin == (*given)[j - 1].end);
-    }
-    if (!ok) {
+    if (static_cast<int>(given->size()) != p.stages ||
+        !model::CoversInOrder(*given, blocks)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "placement: the given ranges are not ", p.stages,
           " consecutive non-empty ranges covering ", blocks, " blocks"));
