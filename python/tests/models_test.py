@@ -33,26 +33,12 @@ PYTHON_DIR = os.path.dirname(HERE)
 REPO_ROOT = os.path.dirname(PYTHON_DIR)
 sys.path.insert(0, PYTHON_DIR)
 
-# Debian's python3-torch lives in /usr/bin/python3's dist-packages; a
-# python3 earlier on PATH (pyenv, a venv) may lack it. Rerun under Debian's
-# interpreter then rather than failing on the import.
-SYSTEM_PYTHON = "/usr/bin/python3"
-try:
-    import torch
-except ImportError:
-    if (os.path.exists(SYSTEM_PYTHON)
-            and os.path.realpath(sys.executable)
-            != os.path.realpath(SYSTEM_PYTHON)
-            and not os.environ.get("PETRA_MODELS_TEST_REEXEC")):
-        os.environ["PETRA_MODELS_TEST_REEXEC"] = "1"
-        os.execv(SYSTEM_PYTHON,
-                 [SYSTEM_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
-    raise
+import cpp_reference  # noqa: E402  (the test's own directory)
+
+torch = cpp_reference.import_torch(__file__)
 
 from petra import models  # noqa: E402  (after the sys.path change)
 
-BIN_DIR_ENV = "PETRA_BIN_DIR"
-DEFAULT_BIN_DIR = os.path.join(REPO_ROOT, "build", "bin")
 REFERENCE_BINARY = "petra_zoo_reference"
 
 # Same libtorch kernels on both sides, so the logits agree to float32
@@ -110,29 +96,9 @@ MODEL_INFO_PARAMS = {
 MAX_DIFF = {}
 
 
-def bin_dir():
-    """The directory of the C++ binaries, and whether it was asked for."""
-    if os.environ.get(BIN_DIR_ENV):
-        return os.environ[BIN_DIR_ENV], True
-    return DEFAULT_BIN_DIR, False
-
-
 def reference_binary():
-    """Path of petra_zoo_reference; skips or fails the test when missing.
-
-    Missing under an explicit PETRA_BIN_DIR is a failure (the caller said
-    where the build is); missing under the default is a skip (no build).
-    """
-    directory, explicit = bin_dir()
-    path = os.path.join(directory, REFERENCE_BINARY)
-    if os.access(path, os.X_OK):
-        return path
-    if explicit:
-        raise AssertionError(f"{BIN_DIR_ENV}={directory}: no executable "
-                             f"{REFERENCE_BINARY} there")
-    raise unittest.SkipTest(
-        f"{path} not found: build the C++ tree first (or set {BIN_DIR_ENV} "
-        "to the directory of petra_zoo_reference)")
+    """Path of petra_zoo_reference; skips or fails the test when missing."""
+    return cpp_reference.binary(REFERENCE_BINARY)
 
 
 def job_flags(arch, variant, width=None, num_classes=None, sizes=None):

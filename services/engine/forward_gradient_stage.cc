@@ -197,13 +197,7 @@ NamedTensorList ForwardGradientStage::NamedState(bool with_optimizer) const {
   }
   if (!with_optimizer) return out;
   for (const auto& [what, t] : named) {
-    if (head_optimizer_->pending() > 0 && t->grad().defined()) {
-      out.emplace_back("grad." + HeadName(stage_, what), t->grad());
-    }
-    if (torch::Tensor m = head_optimizer_->Momentum(*t); m.defined()) {
-      out.emplace_back(
-          "optimizer." + HeadName(stage_, what) + ".momentum_buffer", m);
-    }
+    head_optimizer_->AppendState(HeadName(stage_, what), *t, out);
   }
   return out;
 }
@@ -234,15 +228,9 @@ absl::Status ForwardGradientStage::LoadNamedState(
   head_.bias().copy_(b->second);
   for (torch::Tensor* t : {&head_.weight(), &head_.bias()}) {
     const char* what = t == &head_.weight() ? "weight" : "bias";
-    if (auto it = state.find("grad." + HeadName(stage_, what));
-        it != state.end()) {
-      t->mutable_grad() = it->second.to(device_, false, /*copy=*/true);
-    }
-    if (auto it = state.find("optimizer." + HeadName(stage_, what) +
-                             ".momentum_buffer");
-        it != state.end()) {
-      head_optimizer_->SetMomentum(*t, it->second.to(device_, false, true));
-    }
+    absl::Status loaded =
+        head_optimizer_->LoadState(state, HeadName(stage_, what), *t);
+    if (!loaded.ok()) return loaded;
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "services/torch_compat.h"
 
 namespace petra::engine {
@@ -26,32 +27,53 @@ std::pair<double, double> SpikeCoefficients(double m, bool nesterov, double d) {
 GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
                                          const petra::v1::JobSpec& resolved,
                                          LrSchedule schedule,
-                                         double compensated_delay)
+                                         double compensated_delay,
+                                         std::vector<bool> decays)
     : params_(std::move(params)),
       schedule_(std::move(schedule)),
       accumulation_(static_cast<int>(resolved.training().accumulation_steps())),
       compensated_(compensated_delay > 0),
       spike_(SpikeCoefficients(resolved.optimizer().momentum(),
                                resolved.optimizer().nesterov(),
-                               compensated_delay)) {
-  // Weight decay on convolution and linear weights only; never on BatchNorm
-  // parameters or biases (the one-dimensional tensors).
+                               compensated_delay)),
+      adamw_(resolved.optimizer().kind() ==
+             petra::v1::OptimizerSpec::KIND_ADAMW),
+      clip_norm_(resolved.optimizer().clip_grad_norm()) {
+  // Weight decay only where the caller says (or, without a say, on the
+  // tensors of more than one dimension: convolution and linear weights).
   std::vector<torch::Tensor> decay, no_decay;
-  for (const torch::Tensor& p : params_) {
-    (p.dim() > 1 ? decay : no_decay).push_back(p);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const bool decays_i = decays.empty() ? params_[i].dim() > 1 : decays[i];
+    (decays_i ? decay : no_decay).push_back(params_[i]);
   }
   const petra::v1::OptimizerSpec& o = resolved.optimizer();
-  auto options = [&](double wd) {
-    return std::make_unique<torch::optim::SGDOptions>(
-        torch::optim::SGDOptions(o.learning_rate())
-            .momentum(o.momentum())
-            .nesterov(o.nesterov())
-            .weight_decay(wd));
-  };
+  for (const torch::Tensor& p : decay) {
+    weight_decay_[p.unsafeGetTensorImpl()] = o.weight_decay();
+  }
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!decay.empty()) groups.emplace_back(decay, options(o.weight_decay()));
-  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
-  if (!groups.empty()) {
+  auto add_group = [&](const std::vector<torch::Tensor>& ps, double wd) {
+    if (ps.empty()) return;
+    if (adamw_) {
+      groups.emplace_back(ps, std::make_unique<torch::optim::AdamWOptions>(
+                                  torch::optim::AdamWOptions(o.learning_rate())
+                                      .betas({o.beta1(), o.beta2()})
+                                      .eps(o.eps())
+                                      .weight_decay(wd)));
+    } else {
+      groups.emplace_back(ps, std::make_unique<torch::optim::SGDOptions>(
+                                  torch::optim::SGDOptions(o.learning_rate())
+                                      .momentum(o.momentum())
+                                      .nesterov(o.nesterov())
+                                      .weight_decay(wd)));
+    }
+  };
+  add_group(decay, o.weight_decay());
+  add_group(no_decay, 0.0);
+  if (groups.empty()) return;
+  if (adamw_) {
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        groups, torch::optim::AdamWOptions(o.learning_rate()));
+  } else {
     optimizer_ = std::make_unique<torch::optim::SGD>(
         groups, torch::optim::SGDOptions(o.learning_rate()));
   }
@@ -105,8 +127,17 @@ void GradientAccumulator::FinishBackward(
   pending_ = 0;
   if (optimizer_ != nullptr) {
     const double lr = schedule_.At(steps_);
-    for (auto& group : optimizer_->param_groups()) {
-      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    if (clip_norm_ > 0) {
+      std::vector<torch::Tensor> with_grad;
+      for (const torch::Tensor& p : params_) {
+        if (p.grad().defined()) with_grad.push_back(p);
+      }
+      if (!with_grad.empty()) {
+        last_gradient_norm_ =
+            torch::nn::utils::clip_grad_norm_(with_grad, clip_norm_);
+        if (last_gradient_norm_ > clip_norm_) ++clipped_steps_;
+      }
     }
     if (before_step) before_step();
     if (compensated_) {
@@ -142,43 +173,158 @@ void GradientAccumulator::CompensatedStep(double lr) {
   }
 }
 
+const std::vector<std::string>& GradientAccumulator::StateFields() const {
+  static const auto* sgd = new std::vector<std::string>{"momentum_buffer"};
+  static const auto* adamw =
+      new std::vector<std::string>{"exp_avg", "exp_avg_sq", "step"};
+  return adamw_ ? *adamw : *sgd;
+}
+
+const torch::optim::OptimizerParamState* GradientAccumulator::FindState(
+    const torch::Tensor& p) const {
+  if (optimizer_ == nullptr) return nullptr;
+  auto it = optimizer_->state().find(OptimizerStateKey(*optimizer_, p));
+  if (it == optimizer_->state().end()) return nullptr;
+  return it->second.get();
+}
+
 int64_t GradientAccumulator::state_bytes() const {
   int64_t n = 0;
   for (const torch::Tensor& p : params_) {
     if (p.grad().defined()) n += p.grad().numel() * p.grad().element_size();
-  }
-  if (optimizer_ != nullptr) {
-    for (const auto& [key, state] : optimizer_->state()) {
-      const auto& s = static_cast<const torch::optim::SGDParamState&>(*state);
-      if (s.momentum_buffer().defined()) {
-        n += s.momentum_buffer().numel() * s.momentum_buffer().element_size();
-      }
+    NamedTensorList state;
+    AppendState("", p, state);
+    for (const auto& [name, t] : state) {
+      if (name.rfind("optimizer.", 0) == 0) n += t.numel() * t.element_size();
     }
   }
   return n;
 }
 
 torch::Tensor GradientAccumulator::Momentum(const torch::Tensor& p) const {
-  if (optimizer_ == nullptr) return {};
-  auto it = optimizer_->state().find(OptimizerStateKey(*optimizer_, p));
-  if (it == optimizer_->state().end()) return {};
-  return static_cast<const torch::optim::SGDParamState&>(*it->second)
-      .momentum_buffer();
+  if (adamw_) return {};
+  const auto* s = FindState(p);
+  if (s == nullptr) return {};
+  return static_cast<const torch::optim::SGDParamState&>(*s).momentum_buffer();
 }
 
 void GradientAccumulator::SetMomentum(const torch::Tensor& p,
                                       const torch::Tensor& buffer) {
-  if (optimizer_ == nullptr) return;
+  if (optimizer_ == nullptr || adamw_) return;
   auto s = std::make_unique<torch::optim::SGDParamState>();
   s->momentum_buffer(buffer);
   optimizer_->state()[OptimizerStateKey(*optimizer_, p)] = std::move(s);
 }
 
+void GradientAccumulator::AppendState(const std::string& name,
+                                      const torch::Tensor& p,
+                                      NamedTensorList& out) const {
+  // Gradients matter only part-way through a k-step accumulation.
+  if (pending_ > 0 && p.grad().defined()) {
+    out.emplace_back("grad." + name, p.grad());
+  }
+  const auto* state = FindState(p);
+  if (state == nullptr) return;
+  const std::string prefix = "optimizer." + name + ".";
+  if (adamw_) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    out.emplace_back(prefix + "exp_avg", s.exp_avg());
+    out.emplace_back(prefix + "exp_avg_sq", s.exp_avg_sq());
+    out.emplace_back(prefix + "step",
+                     torch::tensor(static_cast<int64_t>(s.step()),
+                                   torch::kInt64));
+    return;
+  }
+  const auto& s = static_cast<const torch::optim::SGDParamState&>(*state);
+  if (s.momentum_buffer().defined()) {
+    out.emplace_back(prefix + "momentum_buffer", s.momentum_buffer());
+  }
+}
+
+absl::Status GradientAccumulator::LoadState(
+    const std::map<std::string, torch::Tensor>& state, const std::string& name,
+    const torch::Tensor& p) {
+  torch::NoGradGuard no_grad;
+  auto copy = [&](const torch::Tensor& t) {
+    return t.to(p.device(), /*non_blocking=*/false, /*copy=*/true);
+  };
+  if (auto it = state.find("grad." + name); it != state.end()) {
+    // A const handle to the same parameter: its .grad is shared.
+    torch::Tensor q = p;
+    q.mutable_grad() = copy(it->second);
+  }
+  const std::string prefix = "optimizer." + name + ".";
+  std::map<std::string, torch::Tensor> fields;
+  std::vector<std::string> missing;
+  for (const std::string& field : StateFields()) {
+    auto it = state.find(prefix + field);
+    if (it == state.end()) {
+      missing.push_back(field);
+      continue;
+    }
+    const bool scalar = field == "step";
+    if (scalar ? it->second.numel() != 1 : it->second.sizes() != p.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint: tensor \"", prefix, field, "\" has shape ",
+          c10::str(it->second.sizes()), ", the optimizer needs ",
+          scalar ? "one value" : c10::str(p.sizes())));
+    }
+    fields[field] = it->second;
+  }
+  if (fields.empty()) {
+    // No state: saved before this parameter's first step. Another
+    // optimizer's state is not that.
+    for (const char* other : {"momentum_buffer", "exp_avg"}) {
+      if (state.count(prefix + other) > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: \"", prefix, other, "\" is another optimizer's "
+            "state; this job's optimizer is ", adamw_ ? "adamw" : "sgd"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: \"", prefix, missing.front(),
+                     "\" is missing beside the rest of the optimizer state"));
+  }
+  if (optimizer_ == nullptr) return absl::OkStatus();
+  if (adamw_) {
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->exp_avg(copy(fields["exp_avg"]));
+    s->exp_avg_sq(copy(fields["exp_avg_sq"]));
+    s->step(fields["step"].to(torch::kCPU).to(torch::kInt64).item<int64_t>());
+    optimizer_->state()[OptimizerStateKey(*optimizer_, p)] = std::move(s);
+  } else {
+    SetMomentum(p, copy(fields["momentum_buffer"]));
+  }
+  return absl::OkStatus();
+}
+
 torch::Tensor GradientAccumulator::PredictedChange(const torch::Tensor& param,
                                                    double steps) const {
-  const torch::Tensor v = Momentum(param);
-  if (!v.defined()) return {};
-  return v * (-steps * schedule_.At(steps_));
+  const double lr = schedule_.At(steps_);
+  if (!adamw_) {
+    const torch::Tensor v = Momentum(param);
+    if (!v.defined()) return {};
+    return v * (-steps * lr);
+  }
+  const auto* state = FindState(param);
+  if (state == nullptr) return {};
+  const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+  const auto& o = static_cast<const torch::optim::AdamWOptions&>(
+      optimizer_->param_groups().front().options());
+  // As torch's AdamW computes its next step (t + 1).
+  const double t = static_cast<double>(s.step()) + 1;
+  const double bias1 = 1 - std::pow(std::get<0>(o.betas()), t);
+  const double bias2 = 1 - std::pow(std::get<1>(o.betas()), t);
+  torch::Tensor direction =
+      (s.exp_avg() / bias1) / ((s.exp_avg_sq() / bias2).sqrt() + o.eps());
+  auto wd = weight_decay_.find(param.unsafeGetTensorImpl());
+  if (wd != weight_decay_.end() && wd->second != 0) {
+    direction = direction + param.detach() * wd->second;
+  }
+  return direction * (-steps * lr);
 }
 
 void GradientAccumulator::ResetCounters(int64_t steps) {

@@ -1,15 +1,20 @@
-// A stage's parameter update: gradients of k micro-batches averaged, then one
-// SGD step (Nesterov momentum, weight decay on convolution and linear
-// weights only) at the schedule's learning rate. Every backward program adds
-// its gradients here, whatever way it computed them.
+// A stage's parameter update: gradients of k micro-batches averaged,
+// optionally clipped to a norm, then one optimizer step (SGD with Nesterov
+// momentum, or AdamW; weight decay on convolution and linear weights only)
+// at the schedule's learning rate. Every backward program adds its gradients
+// here, whatever way it computed them.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/status/status.h"
 
 #include "petra/v1/job.pb.h"
 #include "services/engine/lr_schedule.h"
@@ -18,12 +23,17 @@ namespace petra::engine {
 
 class GradientAccumulator {
  public:
+  using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;
+
   // `params`: the stage's parameters, in block order. `compensated_delay`:
   // the delay D, in optimizer steps, whose missed momentum steps each step
-  // applies at once (training.spike_compensation); 0 = plain SGD.
+  // applies at once (training.spike_compensation; SGD only); 0 = plain
+  // steps. `decays`: which parameters take weight decay, one flag each
+  // (model::TakesWeightDecay); empty: those of more than one dimension.
   GradientAccumulator(std::vector<torch::Tensor> params,
                       const petra::v1::JobSpec& resolved, LrSchedule schedule,
-                      double compensated_delay = 0.0);
+                      double compensated_delay = 0.0,
+                      std::vector<bool> decays = {});
   ~GradientAccumulator();
 
   // Adds (1/k) x `grads` to `params`' .grad (undefined grads are skipped).
@@ -41,6 +51,10 @@ class GradientAccumulator {
   void FinishBackward(const std::function<void()>& before_step);
 
   int64_t steps() const { return steps_; }
+  // Steps whose gradient norm was over optimizer.clip_grad_norm (scaled
+  // down), and the norm before clipping of the last step (0 when off).
+  int64_t clipped_steps() const { return clipped_steps_; }
+  double last_gradient_norm() const { return last_gradient_norm_; }
   // The step's coefficients of the gradient g (weight decay included) and
   // of the updated momentum buffer v: the step is -lr (a g + b v). Plain
   // SGD: a = 1, b = m with Nesterov; a = 0, b = 1 without.
@@ -49,15 +63,32 @@ class GradientAccumulator {
   // Backward passes accumulated since the last step.
   int64_t pending() const { return pending_; }
   const std::vector<torch::Tensor>& parameters() const { return params_; }
-  // Momentum buffers and accumulated gradients.
+  // The optimizer's state and the accumulated gradients, in bytes.
   int64_t state_bytes() const;
-  // The momentum buffer of `param`, undefined when it has none yet.
+  // The SGD momentum buffer of `param`; undefined with AdamW, or before the
+  // first step.
   torch::Tensor Momentum(const torch::Tensor& param) const;
   void SetMomentum(const torch::Tensor& param, const torch::Tensor& buffer);
+
+  // What a checkpoint keeps of `param` (its name: `name`): "grad.<name>"
+  // part-way through a k-step accumulation, and "optimizer.<name>.<field>"
+  // for each field of its optimizer state, named as torch.optim names them
+  // (SGD: momentum_buffer; AdamW: exp_avg, exp_avg_sq and step, an int64
+  // scalar). Nothing before the first step.
+  void AppendState(const std::string& name, const torch::Tensor& param,
+                   NamedTensorList& out) const;
+  // Restores what AppendState kept. A state with some of the optimizer's
+  // fields but not all (another optimizer's checkpoint) is refused.
+  absl::Status LoadState(const std::map<std::string, torch::Tensor>& state,
+                         const std::string& name, const torch::Tensor& param);
+
   // How far `param` moves over the next `steps` optimizer steps if its
-  // momentum buffer v stays as it is: -steps x lr x v (in steady state SGD
-  // moves a parameter by lr x v a step, with Nesterov or without; lr is the
-  // next step's). Undefined where there is no buffer yet.
+  // optimizer state stays as it is; lr is the next step's. SGD: -steps x lr
+  // x v, v the momentum buffer (in steady state SGD moves a parameter by
+  // lr x v a step, with Nesterov or without). AdamW: -steps x lr x (m^ /
+  // (sqrt(v^) + eps) + wd x p), its next step's direction with the moments
+  // m and v bias-corrected as that step will. Undefined where there is no
+  // state yet.
   torch::Tensor PredictedChange(const torch::Tensor& param, double steps) const;
   // After a restore: `steps` taken, nothing pending.
   void ResetCounters(int64_t steps);
@@ -75,8 +106,20 @@ class GradientAccumulator {
   const bool compensated_;
   // (a, b) of gradient_coefficient() and momentum_coefficient().
   std::pair<double, double> spike_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  // The state's fields, in AppendState's order.
+  const std::vector<std::string>& StateFields() const;
+  const torch::optim::OptimizerParamState* FindState(
+      const torch::Tensor& param) const;
+
+  const bool adamw_;
+  const double clip_norm_;
+  // torch::optim::SGD or torch::optim::AdamW.
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  // The parameters that take weight decay (AdamW's PredictedChange).
+  std::map<const void*, double> weight_decay_;
   int64_t steps_ = 0;
+  int64_t clipped_steps_ = 0;
+  double last_gradient_norm_ = 0;
   int64_t pending_ = 0;
   bool holding_ = false;
   std::vector<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>>

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 namespace petra::engine {
@@ -81,6 +83,120 @@ TEST(GradientAccumulator, CompensatedStepIsTorchsStepWithoutDelay) {
   EXPECT_TRUE(torch::allclose(compensated.Momentum(ours),
                               plain.Momentum(torchs), 1e-6, 1e-7));
   EXPECT_FALSE(torch::allclose(ours, start, 1e-3, 1e-3));
+}
+
+petra::v1::JobSpec AdamWSpec(double clip = 0) {
+  petra::v1::JobSpec s = Spec(0, false, 0.05);
+  s.mutable_optimizer()->clear_momentum();
+  s.mutable_optimizer()->clear_nesterov();
+  s.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_ADAMW);
+  s.mutable_optimizer()->set_learning_rate(0.01);
+  s.mutable_optimizer()->set_beta1(0.9);
+  s.mutable_optimizer()->set_beta2(0.999);
+  s.mutable_optimizer()->set_eps(1e-8);
+  s.mutable_optimizer()->set_clip_grad_norm(clip);
+  return s;
+}
+
+// Steps `acc` on gradient number t = from .. to - 1 of a fixed sequence.
+void Feed(GradientAccumulator& acc, const std::vector<torch::Tensor>& params,
+          int from, int to) {
+  for (int t = from; t < to; ++t) {
+    std::vector<torch::Tensor> grads;
+    for (size_t i = 0; i < params.size(); ++i) {
+      grads.push_back(torch::sin(torch::arange(params[i].numel())
+                                     .reshape(params[i].sizes())
+                                     .to(torch::kFloat) *
+                                 (t + 1.0 + static_cast<double>(i))));
+    }
+    acc.Add(params, grads);
+    acc.FinishBackward({});
+  }
+}
+
+// What a checkpoint keeps of AdamW (torch's names) brings a new optimizer to
+// the same next steps: resume gives the same weights.
+TEST(GradientAccumulator, AdamWStateRoundTripsThroughACheckpoint) {
+  const petra::v1::JobSpec spec = AdamWSpec();
+  std::vector<torch::Tensor> a = {torch::zeros({3, 2}), torch::zeros({3})};
+  GradientAccumulator first(a, spec, LrSchedule(spec, 1000));
+  Feed(first, a, 0, 4);
+  GradientAccumulator::NamedTensorList state;
+  first.AppendState("w", a[0], state);
+  first.AppendState("b", a[1], state);
+  std::map<std::string, torch::Tensor> saved;
+  for (const auto& [name, t] : state) saved[name] = t.clone();
+  ASSERT_EQ(saved.size(), 6u);
+  EXPECT_EQ(saved.at("optimizer.w.step").item<int64_t>(), 4);
+  ASSERT_TRUE(saved.count("optimizer.b.exp_avg_sq"));
+
+  std::vector<torch::Tensor> b = {a[0].clone(), a[1].clone()};
+  GradientAccumulator second(b, spec, LrSchedule(spec, 1000));
+  ASSERT_TRUE(second.LoadState(saved, "w", b[0]).ok());
+  ASSERT_TRUE(second.LoadState(saved, "b", b[1]).ok());
+  second.ResetCounters(4);
+  Feed(first, a, 4, 7);
+  Feed(second, b, 4, 7);
+  EXPECT_TRUE(torch::equal(a[0], b[0]));
+  EXPECT_TRUE(torch::equal(a[1], b[1]));
+  // Without the state the steps differ (the test can fail).
+  std::vector<torch::Tensor> c = {b[0].clone(), b[1].clone()};
+  GradientAccumulator fresh(c, spec, LrSchedule(spec, 1000));
+  Feed(fresh, c, 7, 8);
+  Feed(first, a, 7, 8);
+  EXPECT_FALSE(torch::allclose(a[0], c[0]));
+}
+
+// Another optimizer's checkpoint, or a state with a field missing, is
+// refused by name rather than half-loaded.
+TEST(GradientAccumulator, AStateOfAnotherOptimizerIsRefused) {
+  const petra::v1::JobSpec spec = AdamWSpec();
+  torch::Tensor p = torch::zeros({2, 2});
+  GradientAccumulator adamw({p}, spec, LrSchedule(spec, 1000));
+  absl::Status s =
+      adamw.LoadState({{"optimizer.w.momentum_buffer", torch::ones({2, 2})}},
+                      "w", p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("another optimizer's state; this job's "
+                             "optimizer is adamw"),
+            std::string::npos)
+      << s;
+  s = adamw.LoadState({{"optimizer.w.exp_avg", torch::ones({2, 2})},
+                       {"optimizer.w.step", torch::tensor(int64_t{3})}},
+                      "w", p);
+  EXPECT_NE(s.message().find("\"optimizer.w.exp_avg_sq\" is missing"),
+            std::string::npos)
+      << s;
+  s = adamw.LoadState({{"optimizer.w.exp_avg", torch::ones({3})},
+                       {"optimizer.w.exp_avg_sq", torch::ones({3})},
+                       {"optimizer.w.step", torch::tensor(int64_t{3})}},
+                      "w", p);
+  EXPECT_NE(s.message().find("has shape [3], the optimizer needs [2, 2]"),
+            std::string::npos)
+      << s;
+  const petra::v1::JobSpec sgd_spec = Spec(0.9, true, 0);
+  GradientAccumulator sgd({p}, sgd_spec, LrSchedule(sgd_spec, 1000));
+  s = sgd.LoadState({{"optimizer.w.exp_avg", torch::ones({2, 2})}}, "w", p);
+  EXPECT_NE(s.message().find("this job's optimizer is sgd"), std::string::npos)
+      << s;
+}
+
+// Clipping scales a stage's gradient down to the norm, never up, and
+// counts the steps it clipped.
+TEST(GradientAccumulator, ClippingBoundsTheStageGradientNorm) {
+  petra::v1::JobSpec spec = Spec(0, false, 0);
+  spec.mutable_optimizer()->set_learning_rate(1.0);
+  spec.mutable_optimizer()->set_clip_grad_norm(1.0);
+  torch::Tensor p = torch::zeros({2});
+  GradientAccumulator acc({p}, spec, LrSchedule(spec, 1000));
+  acc.Add({p}, {torch::tensor({3.0f, 4.0f})});  // norm 5: scaled to 1
+  acc.FinishBackward({});
+  EXPECT_NEAR(acc.last_gradient_norm(), 5.0, 1e-5);
+  EXPECT_TRUE(torch::allclose(p, torch::tensor({-0.6f, -0.8f})));
+  acc.Add({p}, {torch::tensor({0.3f, 0.4f})});  // norm 0.5: as it is
+  acc.FinishBackward({});
+  EXPECT_TRUE(torch::allclose(p, torch::tensor({-0.9f, -1.2f})));
+  EXPECT_EQ(acc.clipped_steps(), 1);
 }
 
 }  // namespace

@@ -44,7 +44,9 @@ StageMemoryEstimate EstimateStageMemory(
   const int64_t input = r.begin == 0 ? Elements(input_shape)
                                      : OutputElements(blocks[r.begin - 1]);
   const int64_t output = OutputElements(blocks[r.end - 1]);
-  e.parameters_bytes = 3 * kFloat * params;
+  // Weights and gradients, and SGD's momentum or AdamW's two moments.
+  e.adamw = s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW;
+  e.parameters_bytes = (e.adamw ? 4 : 3) * kFloat * params;
   const bool keeps_input =
       !mode.forward_gradient && (!reversible || mode.stash_inputs);
   if (keeps_input) {
@@ -61,7 +63,9 @@ StageMemoryEstimate EstimateStageMemory(
 }
 
 std::string Breakdown(const StageMemoryEstimate& e) {
-  std::string parts = absl::StrCat("weights, gradients and momentum ",
+  std::string parts = absl::StrCat(
+      e.adamw ? "weights, gradients and AdamW's moments "
+              : "weights, gradients and momentum ",
                                    Bytes(e.parameters_bytes));
   if (e.input_buffer_bytes > 0) {
     absl::StrAppend(&parts, "; inputs kept for the backward ",

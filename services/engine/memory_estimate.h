@@ -19,7 +19,8 @@ namespace petra::engine {
 struct StageMemoryEstimate {
   int64_t micro_batch = 0;
   int64_t in_flight = 0;           // micro-batches between forward and backward
-  int64_t parameters_bytes = 0;    // weights, gradients and momentum
+  int64_t parameters_bytes = 0;    // weights, gradients, optimizer state
+  bool adamw = false;              // two moments per weight, not momentum
   int64_t input_buffer_bytes = 0;  // inputs kept until their backward
   int64_t weight_stash_bytes = 0;  // weights (or guesses) kept likewise
   int64_t working_bytes = 0;       // one micro-batch's graph, gradients, queues

@@ -14,6 +14,7 @@ StageBlocks::StageBlocks(std::vector<std::shared_ptr<model::Block>> blocks,
     : blocks_(std::move(blocks)), first_(first) {
   for (const auto& b : blocks_) {
     for (const torch::Tensor& p : b->parameters()) params_.push_back(p);
+    for (bool decays : b->weight_decay_mask()) decays_.push_back(decays);
   }
 }
 

@@ -25,6 +25,8 @@ class StageBlocks {
   }
   // Every parameter, in block order.
   const std::vector<torch::Tensor>& parameters() const { return params_; }
+  // Which parameters take weight decay (model::Block::weight_decay_mask).
+  const std::vector<bool>& weight_decay_mask() const { return decays_; }
   bool all_reversible() const;
   // Parameters and buffers (BN running statistics).
   int64_t state_bytes() const;
@@ -58,6 +60,7 @@ class StageBlocks {
  private:
   std::vector<std::shared_ptr<model::Block>> blocks_;
   std::vector<torch::Tensor> params_;
+  std::vector<bool> decays_;
   bool first_;
 };
 

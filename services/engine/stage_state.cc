@@ -40,14 +40,7 @@ NamedTensorList NamedStageState(const StageBlocks& blocks, int first_block,
   std::map<const void*, std::string> names =
       ParameterNames(blocks, first_block);
   for (const torch::Tensor& p : blocks.parameters()) {
-    const std::string& name = names[p.unsafeGetTensorImpl()];
-    // Gradients matter only part-way through a k-step accumulation.
-    if (optimizer.pending() > 0 && p.grad().defined()) {
-      out.emplace_back("grad." + name, p.grad());
-    }
-    if (torch::Tensor m = optimizer.Momentum(p); m.defined()) {
-      out.emplace_back("optimizer." + name + ".momentum_buffer", m);
-    }
+    optimizer.AppendState(names[p.unsafeGetTensorImpl()], p, out);
   }
   return out;
 }
@@ -83,18 +76,9 @@ absl::Status LoadNamedStageState(
   std::map<const void*, std::string> names =
       ParameterNames(blocks, first_block);
   for (const torch::Tensor& p : blocks.parameters()) {
-    const std::string& name = names[p.unsafeGetTensorImpl()];
-    if (auto it = state.find("grad." + name); it != state.end()) {
-      // A const handle to the same parameter: its .grad is shared.
-      torch::Tensor q = p;
-      q.mutable_grad() = it->second.to(p.device(), /*non_blocking=*/false,
-                                       /*copy=*/true);
-    }
-    if (auto it = state.find("optimizer." + name + ".momentum_buffer");
-        it != state.end()) {
-      optimizer.SetMomentum(
-          p, it->second.to(p.device(), /*non_blocking=*/false, /*copy=*/true));
-    }
+    absl::Status loaded =
+        optimizer.LoadState(state, names[p.unsafeGetTensorImpl()], p);
+    if (!loaded.ok()) return loaded;
   }
   return absl::OkStatus();
 }

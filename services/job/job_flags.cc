@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_io.h"
+#include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 
@@ -294,11 +295,13 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_training()->set_grad_diagnostics_every(v);
               }));
   const EnumDescriptor* recipe = GetEnumDescriptor<petra::v1::Recipe>();
-  f.AddCustom("recipe", Choices(recipe), "default",
+  f.AddCustom("recipe", Choices(recipe),
+              "transformer for revvit and vit, else default",
               "where the optimizer and schedule flags left out come from: "
-              "this project's short-run defaults, or the PETRA paper's "
+              "this project's short-run defaults (SGD), the PETRA paper's "
               "(step decay and warm-up fitted to the run's length, weight "
-              "decay 1e-4 on imagenet; see the README)",
+              "decay 1e-4 on imagenet), or vision transformers' (AdamW, "
+              "warm-up, cosine; after DeiT); see the README",
               Enum(recipe, [s](int v) {
                 s->set_recipe(static_cast<petra::v1::Recipe>(v));
               }));
@@ -309,20 +312,52 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_end_to_end_every(v);
               }));
+  const EnumDescriptor* kind =
+      GetEnumDescriptor<petra::v1::OptimizerSpec::Kind>();
+  f.AddCustom("optimizer", Choices(kind),
+              "the recipe's: adamw for transformer, else sgd",
+              "SGD with (Nesterov) momentum, or AdamW (weight decay "
+              "decoupled, as torch.optim.AdamW)",
+              Enum(kind, [s](int v) {
+                s->mutable_optimizer()->set_kind(
+                    static_cast<petra::v1::OptimizerSpec::Kind>(v));
+              }));
   f.AddCustom(
-      "lr", "RATE", "0.1 * B * K / 256", "peak learning rate",
+      "lr", "RATE",
+      absl::StrCat("sgd: 0.1 * B * K / 256; adamw: ",
+                   kAdamWLearningRatePer128, " * B * K / 128"),
+      "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
   f.AddCustom(
       "momentum", "M", "0.9", "SGD momentum, in [0, 1)",
       Double([s](double v) { s->mutable_optimizer()->set_momentum(v); }));
-  f.AddCustom("nesterov", "", "true when momentum > 0", "Nesterov momentum",
+  f.AddCustom("nesterov", "", "true when momentum > 0",
+              "SGD: Nesterov momentum",
               Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));
+  f.AddCustom("beta1", "B1", "0.9", "AdamW: first moment's decay, in [0, 1)",
+              Double([s](double v) { s->mutable_optimizer()->set_beta1(v); }));
+  f.AddCustom("beta2", "B2", "0.999",
+              "AdamW: second moment's decay, in [0, 1)",
+              Double([s](double v) { s->mutable_optimizer()->set_beta2(v); }));
+  f.AddCustom("eps", "E", "1e-8",
+              "AdamW: added to the second moment's root, > 0",
+              Double([s](double v) { s->mutable_optimizer()->set_eps(v); }));
   f.AddCustom(
-      "weight-decay", "WD", "5e-4 (recipe paper: 1e-4 on imagenet)",
-      "L2 weight decay (never on BatchNorm parameters or biases)",
+      "weight-decay", "WD",
+      "sgd: 5e-4 (recipe paper: 1e-4 on imagenet); adamw: 0.05",
+      "weight decay (L2 with sgd, decoupled with adamw; never on "
+      "normalisation weights, biases or position embeddings)",
       Double([s](double v) { s->mutable_optimizer()->set_weight_decay(v); }));
+  f.AddCustom("clip-grad-norm", "N", "0 (off)",
+              "scale each stage's gradient down to L2 norm N before its step "
+              "(per stage: PETRA never holds the whole network's gradient "
+              "of one step)",
+              Double([s](double v) {
+                s->mutable_optimizer()->set_clip_grad_norm(v);
+              }));
   f.AddCustom("warmup-epochs", "E",
-              "0, or 5 from 10 epochs (recipe paper: 5, less on short runs)",
+              "0, or 5 from 10 epochs (recipe paper: 5, less on short runs; "
+              "recipe transformer: 5% of the run, at most 5)",
               "epochs of linear warm-up from 0", Double([s](double v) {
                 s->mutable_schedule()->set_warmup_epochs(v);
               }));

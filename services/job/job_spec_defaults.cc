@@ -164,27 +164,50 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     spec->set_transport(petra::v1::TRANSPORT_AUTO);
   }
   if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
-    spec->set_recipe(petra::v1::RECIPE_DEFAULT);
+    spec->set_recipe(model::IsTransformer(model->architecture())
+                         ? petra::v1::RECIPE_TRANSFORMER
+                         : petra::v1::RECIPE_DEFAULT);
   }
-  if (spec->recipe() == petra::v1::RECIPE_PAPER) ApplyPaperRecipe(spec);
-
   petra::v1::OptimizerSpec* opt = spec->mutable_optimizer();
   if (opt->kind() == petra::v1::OptimizerSpec::KIND_UNSPECIFIED) {
-    opt->set_kind(petra::v1::OptimizerSpec::KIND_SGD);
+    opt->set_kind(spec->recipe() == petra::v1::RECIPE_TRANSFORMER
+                      ? petra::v1::OptimizerSpec::KIND_ADAMW
+                      : petra::v1::OptimizerSpec::KIND_SGD);
   }
-  if (!opt->has_learning_rate()) {
+  const bool adamw = opt->kind() == petra::v1::OptimizerSpec::KIND_ADAMW;
+  if (spec->recipe() == petra::v1::RECIPE_PAPER && !adamw) {
+    ApplyPaperRecipe(spec);
+  }
+
+  // The effective batch every linear scaling rule reads.
+  const double batch = static_cast<double>(train->micro_batch_size()) *
+                       train->accumulation_steps();
+  if (adamw) {
+    // DeiT's values (Recipe, RECIPE_TRANSFORMER), its peak rate refitted.
+    if (!opt->has_learning_rate()) {
+      opt->set_learning_rate(kAdamWLearningRatePer128 * batch / 128.0);
+    }
+    if (!opt->has_weight_decay()) opt->set_weight_decay(0.05);
+    if (!opt->has_beta1()) opt->set_beta1(0.9);
+    if (!opt->has_beta2()) opt->set_beta2(0.999);
+    if (!opt->has_eps()) opt->set_eps(1e-8);
+  } else {
     // The paper's scaling rule: 0.1 per 256 samples of effective batch.
-    opt->set_learning_rate(0.1 * train->micro_batch_size() *
-                           train->accumulation_steps() / 256.0);
+    if (!opt->has_learning_rate()) opt->set_learning_rate(0.1 * batch / 256.0);
+    if (!opt->has_momentum()) opt->set_momentum(0.9);
+    // Nesterov needs momentum; default to it whenever momentum is on.
+    if (!opt->has_nesterov()) opt->set_nesterov(opt->momentum() > 0);
+    if (!opt->has_weight_decay()) opt->set_weight_decay(5e-4);
   }
-  if (!opt->has_momentum()) opt->set_momentum(0.9);
-  // Nesterov needs momentum; default to it whenever momentum is on.
-  if (!opt->has_nesterov()) opt->set_nesterov(opt->momentum() > 0);
-  if (!opt->has_weight_decay()) opt->set_weight_decay(5e-4);
+  if (!opt->has_clip_grad_norm()) opt->set_clip_grad_norm(0.0);
 
   petra::v1::ScheduleSpec* sched = spec->mutable_schedule();
   if (!sched->has_warmup_epochs()) {
-    sched->set_warmup_epochs(train->epochs() < 10 ? 0.0 : 5.0);
+    if (spec->recipe() == petra::v1::RECIPE_TRANSFORMER) {
+      sched->set_warmup_epochs(std::min(5.0, 0.05 * train->epochs()));
+    } else {
+      sched->set_warmup_epochs(train->epochs() < 10 ? 0.0 : 5.0);
+    }
   }
   if (sched->decay() == petra::v1::ScheduleSpec::DECAY_UNSPECIFIED) {
     sched->set_decay(petra::v1::ScheduleSpec::DECAY_COSINE);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -364,6 +366,14 @@ void CheckMomentumCorrection(const petra::v1::JobSpec& s, bool on,
           absl::StrCat("only valid with modes petra and delayed, not ",
                        EnumShortName(mode),
                        " (no delayed gradient to correct for)"));
+  } else if (s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW) {
+    // Weight prediction reads AdamW's step direction; spike compensation's
+    // coefficients are momentum SGD's alone.
+    if (field == "training.spike_compensation") {
+      p.Add(field, "true",
+            "needs optimizer kind sgd: its catch-up is momentum SGD's "
+            "(use --predict-weights with adamw)");
+    }
   } else if (s.optimizer().momentum() == 0) {
     p.Add(field, "true",
           "needs optimizer.momentum > 0: it acts through the momentum buffer");
@@ -452,11 +462,48 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("optimizer.learning_rate", Num(o.learning_rate()),
           "must be finite and >= 0");
   }
-  if (!std::isfinite(o.momentum()) || o.momentum() < 0 || o.momentum() >= 1) {
-    p.Add("optimizer.momentum", Num(o.momentum()), "must be in [0, 1)");
+  if (o.kind() == petra::v1::OptimizerSpec::KIND_ADAMW) {
+    if (s.recipe() == petra::v1::RECIPE_PAPER) {
+      p.Add("optimizer.kind", "adamw",
+            "not with recipe paper, whose schedule is fitted to SGD with "
+            "momentum (the paper's optimizer); use recipe transformer or "
+            "default");
+    }
+    if (o.has_momentum() || o.has_nesterov()) {
+      p.Add(o.has_momentum() ? "optimizer.momentum" : "optimizer.nesterov",
+            o.has_momentum() ? Num(o.momentum()) : (o.nesterov() ? "true"
+                                                                  : "false"),
+            "only valid with optimizer kind sgd (AdamW's momentum is beta1)");
+    }
+    for (const auto& [field, v] :
+         {std::pair<const char*, double>{"optimizer.beta1", o.beta1()},
+          {"optimizer.beta2", o.beta2()}}) {
+      if (!std::isfinite(v) || v < 0 || v >= 1) {
+        p.Add(field, Num(v), "must be in [0, 1)");
+      }
+    }
+    if (!std::isfinite(o.eps()) || o.eps() <= 0) {
+      p.Add("optimizer.eps", Num(o.eps()), "must be finite and > 0");
+    }
+  } else {
+    for (const auto& [field, has, v] :
+         {std::tuple<const char*, bool, double>{"optimizer.beta1",
+                                                o.has_beta1(), o.beta1()},
+          {"optimizer.beta2", o.has_beta2(), o.beta2()},
+          {"optimizer.eps", o.has_eps(), o.eps()}}) {
+      if (has) p.Add(field, Num(v), "only valid with optimizer kind adamw");
+    }
+    if (!std::isfinite(o.momentum()) || o.momentum() < 0 ||
+        o.momentum() >= 1) {
+      p.Add("optimizer.momentum", Num(o.momentum()), "must be in [0, 1)");
+    }
+    if (o.nesterov() && o.momentum() == 0) {
+      p.Add("optimizer.nesterov", "true", "needs momentum > 0");
+    }
   }
-  if (o.nesterov() && o.momentum() == 0) {
-    p.Add("optimizer.nesterov", "true", "needs momentum > 0");
+  if (!std::isfinite(o.clip_grad_norm()) || o.clip_grad_norm() < 0) {
+    p.Add("optimizer.clip_grad_norm", Num(o.clip_grad_norm()),
+          "must be finite and >= 0 (0: no clipping)");
   }
   if (!std::isfinite(o.weight_decay()) || o.weight_decay() < 0) {
     p.Add("optimizer.weight_decay", Num(o.weight_decay()),

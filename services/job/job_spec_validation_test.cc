@@ -6,10 +6,13 @@
 #include <cmath>
 #include <functional>
 
+#include "services/job/job_spec_defaults.h"
+
 namespace petra::job {
 namespace {
 
 using petra::v1::JobSpec;
+using petra::v1::ScheduleSpec;
 using ::testing::HasSubstr;
 
 JobSpec MinimalSpec() {
@@ -203,6 +206,48 @@ TEST(ResolveJobSpec, PaperRecipeFollowsThePaperForTheDataset) {
   EXPECT_DOUBLE_EQ(ours.schedule().warmup_epochs(), 0);
 }
 
+// Transformers default to their own recipe: AdamW after DeiT, a warm-up of
+// 5% of the run (at most 5 epochs) and cosine decay; an optimizer flag
+// chosen by hand keeps that optimizer's own defaults.
+TEST(ResolveJobSpec, TransformersTrainWithTheTransformerRecipe) {
+  for (auto arch :
+       {petra::v1::ARCHITECTURE_REVVIT, petra::v1::ARCHITECTURE_VIT}) {
+    JobSpec s = MinimalSpec();
+    s.mutable_model()->set_architecture(arch);
+    s.mutable_training()->set_accumulation_steps(2);
+    JobSpec r = *ResolveJobSpec(s);
+    EXPECT_EQ(r.recipe(), petra::v1::RECIPE_TRANSFORMER);
+    EXPECT_EQ(r.optimizer().kind(), petra::v1::OptimizerSpec::KIND_ADAMW);
+    EXPECT_DOUBLE_EQ(r.optimizer().learning_rate(),
+                     kAdamWLearningRatePer128 * 64 * 2 / 128);
+    EXPECT_DOUBLE_EQ(r.optimizer().weight_decay(), 0.05);
+    EXPECT_DOUBLE_EQ(r.optimizer().beta1(), 0.9);
+    EXPECT_DOUBLE_EQ(r.optimizer().beta2(), 0.999);
+    EXPECT_DOUBLE_EQ(r.optimizer().eps(), 1e-8);
+    EXPECT_FALSE(r.optimizer().has_momentum());
+    EXPECT_DOUBLE_EQ(r.schedule().warmup_epochs(), 0.05);
+    EXPECT_EQ(r.schedule().decay(), ScheduleSpec::DECAY_COSINE);
+    s.mutable_training()->set_epochs(300);
+    EXPECT_DOUBLE_EQ(ResolveJobSpec(s)->schedule().warmup_epochs(), 5);
+    s.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_SGD);
+    r = *ResolveJobSpec(s);
+    EXPECT_EQ(r.recipe(), petra::v1::RECIPE_TRANSFORMER);
+    EXPECT_DOUBLE_EQ(r.optimizer().learning_rate(), 0.1 * 64 * 2 / 256);
+    EXPECT_DOUBLE_EQ(r.optimizer().momentum(), 0.9);
+    EXPECT_FALSE(r.optimizer().has_beta1());
+  }
+  // A CNN keeps SGD; asked for, AdamW comes with its own defaults.
+  JobSpec cnn = MinimalSpec();
+  EXPECT_EQ(ResolveJobSpec(cnn)->optimizer().kind(),
+            petra::v1::OptimizerSpec::KIND_SGD);
+  cnn.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_ADAMW);
+  JobSpec r = *ResolveJobSpec(cnn);
+  EXPECT_EQ(r.recipe(), petra::v1::RECIPE_DEFAULT);
+  EXPECT_DOUBLE_EQ(r.optimizer().weight_decay(), 0.05);
+  EXPECT_DOUBLE_EQ(r.schedule().warmup_epochs(), 0);
+  EXPECT_DOUBLE_EQ(r.optimizer().clip_grad_norm(), 0);
+}
+
 TEST(ResolveJobSpec, ForwardGradientGuessesLocallyByDefault) {
   JobSpec s = MinimalSpec();
   s.mutable_training()->set_mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
@@ -280,7 +325,6 @@ TEST_P(RejectedSpec, IsInvalidArgumentNamingFieldAndValue) {
   EXPECT_THAT(std::string(st.message()), HasSubstr(GetParam().reason));
 }
 
-using petra::v1::ScheduleSpec;
 
 INSTANTIATE_TEST_SUITE_P(
     AllRules, RejectedSpec,
@@ -337,6 +381,54 @@ INSTANTIATE_TEST_SUITE_P(
             "NanLearningRate",
             [](JobSpec* s) { s->mutable_optimizer()->set_learning_rate(NAN); },
             "optimizer.learning_rate = nan", "finite"},
+        RejectCase{"MomentumWithAdamW",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_ADAMW);
+                     s->mutable_optimizer()->set_momentum(0.9);
+                   },
+                   "optimizer.momentum = 0.9",
+                   "only valid with optimizer kind sgd (AdamW's momentum is "
+                   "beta1)"},
+        RejectCase{"BetaWithSgd",
+                   [](JobSpec* s) { s->mutable_optimizer()->set_beta2(0.99); },
+                   "optimizer.beta2 = 0.99",
+                   "only valid with optimizer kind adamw"},
+        RejectCase{"BetaOne",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_ADAMW);
+                     s->mutable_optimizer()->set_beta1(1.0);
+                   },
+                   "optimizer.beta1 = 1", "must be in [0, 1)"},
+        RejectCase{"ZeroEps",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_ADAMW);
+                     s->mutable_optimizer()->set_eps(0);
+                   },
+                   "optimizer.eps = 0", "must be finite and > 0"},
+        RejectCase{"AdamWUnderThePaperRecipe",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_ADAMW);
+                     s->set_recipe(petra::v1::RECIPE_PAPER);
+                   },
+                   "optimizer.kind = adamw", "not with recipe paper"},
+        RejectCase{"SpikeCompensationWithAdamW",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_ADAMW);
+                     s->mutable_training()->set_spike_compensation(true);
+                   },
+                   "training.spike_compensation = true",
+                   "needs optimizer kind sgd"},
+        RejectCase{"NegativeClipNorm",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_clip_grad_norm(-1);
+                   },
+                   "optimizer.clip_grad_norm = -1",
+                   "must be finite and >= 0 (0: no clipping)"},
         RejectCase{
             "MomentumOne",
             [](JobSpec* s) { s->mutable_optimizer()->set_momentum(1.0); },

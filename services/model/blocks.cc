@@ -1,8 +1,25 @@
 #include "services/model/blocks.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "services/model/reversible_block.h"
 
 namespace petra::model {
+
+bool TakesWeightDecay(const std::string& name, const torch::Tensor& param) {
+  const bool position =
+      name == kPositionEmbeddingName ||
+      absl::EndsWith(name, absl::StrCat(".", kPositionEmbeddingName));
+  return param.dim() > 1 && !position;
+}
+
+std::vector<bool> Block::weight_decay_mask() const {
+  std::vector<bool> mask;
+  for (const auto& p : named_parameters()) {
+    mask.push_back(TakesWeightDecay(p.key(), p.value()));
+  }
+  return mask;
+}
 
 bool Block::reversible() const {
   return dynamic_cast<const ReversibleBlock*>(this) != nullptr;

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 #include "services/model/layers.h"
 #include "services/model/tensor_pair.h"
@@ -21,7 +22,18 @@ class Block : public torch::nn::Module {
   // engine then treats as one.
   bool reversible() const;
   virtual TensorPair Forward(const TensorPair& x) = 0;
+  // TakesWeightDecay of each parameter, in parameters()' order.
+  std::vector<bool> weight_decay_mask() const;
 };
+
+// The name a transformer's position embedding is registered under.
+inline constexpr char kPositionEmbeddingName[] = "position";
+
+// Whether weight decay applies to the parameter `name` (a module path such
+// as "attention.qkv.weight"): convolution and linear weights take it;
+// normalisation weights and biases (one dimension) and position embeddings
+// do not (as timm and DeiT train transformers), whatever the optimizer.
+bool TakesWeightDecay(const std::string& name, const torch::Tensor& param);
 
 // conv - BN - ReLU (- max-pool); a RevNet stem splits its 2c output
 // channels into the two streams (a, b).

@@ -71,7 +71,7 @@ PatchEmbedBlock::PatchEmbedBlock(const TransformerOptions& o, bool two_streams)
                                      .stride(o.patch_size)));
   const int64_t side = o.image_side / o.patch_size;
   position_ = register_parameter(
-      "position", torch::randn({1, side * side, o.embed_dim}) * 0.02);
+      kPositionEmbeddingName, torch::randn({1, side * side, o.embed_dim}) * 0.02);
 }
 
 TensorPair PatchEmbedBlock::Forward(const TensorPair& x) {

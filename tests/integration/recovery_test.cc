@@ -7,6 +7,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "tests/integration/fleet_fixture.h"
@@ -154,6 +156,68 @@ TEST_F(Recovery,
   // holding rings: none is left.
   EXPECT_EQ(done.stages(0).transport_to_next(), petra::v1::TRANSPORT_SHM);
   ExpectNoRingsLeft({killed_pid});
+}
+
+// AdamW's state (both moments and its step count) travels in the
+// checkpoints: a stage killed mid-job comes back from epoch 1's and the
+// job trains on with the losses of a run never interrupted, row for row.
+TEST_F(Recovery, AnAdamWStageKilledMidJobTrainsOnWithTheSameLosses) {
+  StartStages(2);
+  StartCoordinator(/*recovery_timeout=*/120);
+  // A small RevViT, which trains with AdamW by default (recipe transformer).
+  const std::vector<std::string> job = {
+      "--arch",        "revvit", "--embed-dim", "16",
+      "--depth",       "2",      "--heads",     "2",
+      "--dataset",     "fashion-mnist", "--train-limit", "1024",
+      "--test-limit",  "256",    "--stages",    "2",
+      "--epochs",      "3",      "--seed",      "7"};
+  const std::string baseline = Submit(job);
+  ASSERT_EQ(WaitForState(baseline, petra::v1::JOB_STATE_SUCCEEDED,
+                         std::chrono::seconds(300))
+                .state(),
+            petra::v1::JOB_STATE_SUCCEEDED);
+  const std::string id = Submit(job);
+  WaitUntilTrainingAfter(id, 1);
+  const int port = Port(1);
+  ASSERT_EQ(stages_[1]->SignalAndWait(SIGKILL, std::chrono::seconds(10)), -1);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  StartStage(1, port);
+  const petra::v1::Job done = WaitForTheEnd(id, std::chrono::seconds(300));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.recoveries_size(), 1);
+  EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
+
+  // "epoch,micro_batch,step,loss" rows, the last of each (epoch, micro-batch)
+  // kept: a recovered epoch's rows replace what it logged before the kill.
+  auto losses = [&](const std::string& job_id) {
+    std::ifstream log(dir_.path() + "/coordinator/jobs/" + job_id +
+                      "/train_log.csv");
+    std::map<std::pair<int, int>, double> rows;
+    std::string line;
+    std::getline(log, line);  // header
+    while (std::getline(log, line)) {
+      std::stringstream fields(line);
+      std::string epoch, micro_batch, step, loss;
+      std::getline(fields, epoch, ',');
+      std::getline(fields, micro_batch, ',');
+      std::getline(fields, step, ',');
+      std::getline(fields, loss, ',');
+      rows[{std::stoi(epoch), std::stoi(micro_batch)}] = std::stod(loss);
+    }
+    return rows;
+  };
+  const auto a = losses(baseline);
+  const auto b = losses(id);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 30u);
+  for (const auto& [key, loss] : a) {
+    ASSERT_TRUE(b.count(key)) << "epoch " << key.first << " micro-batch "
+                              << key.second;
+    EXPECT_NEAR(b.at(key), loss, 1e-5 * std::max(1.0, std::abs(loss)))
+        << "epoch " << key.first << " micro-batch " << key.second;
+  }
+  EXPECT_NEAR(done.progress().test_accuracy(),
+              GetJob(baseline).progress().test_accuracy(), 1e-6);
 }
 
 TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {
