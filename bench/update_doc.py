@@ -12,7 +12,8 @@ import sys
 
 SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "accuracy", "long_run",
-            "forward_gradient", "feed", "peer", "transformer", "staleness",
+            "forward_gradient", "feed", "peer", "transformer",
+            "transformer_recipe", "staleness",
             "threads", "partition", "probe", "transport", "precision",
             "compare",
             "main_job", "gpu"]

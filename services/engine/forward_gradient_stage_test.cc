@@ -264,6 +264,10 @@ TEST(ForwardGradientStage, TheAuxiliaryHeadIsCheckpointedAndRestored) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("aux_head.0.weight"), std::string::npos) << s;
   saved["aux_head.0.weight"] = torch::zeros({10, 3});
+  // (Its optimizer state must match it: a mismatch is refused on load.)
+  ASSERT_TRUE(saved.count("optimizer.aux_head.0.weight.momentum_buffer"));
+  EXPECT_FALSE(Build(spec).workers[0]->LoadNamedState(saved, 1).ok());
+  saved["optimizer.aux_head.0.weight.momentum_buffer"] = torch::zeros({10, 3});
   Pipeline d = Build(spec);
   ASSERT_TRUE(d.workers[0]->LoadNamedState(saved, 1).ok());
   auto narrow =

@@ -325,7 +325,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   f.AddCustom(
       "lr", "RATE",
       absl::StrCat("sgd: 0.1 * B * K / 256; adamw: ",
-                   kAdamWLearningRatePer128, " * B * K / 128"),
+                   kAdamWLearningRatePer64, " * B * K / 64"),
       "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
   f.AddCustom(
@@ -357,7 +357,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               }));
   f.AddCustom("warmup-epochs", "E",
               "0, or 5 from 10 epochs (recipe paper: 5, less on short runs; "
-              "recipe transformer: 5% of the run, at most 5)",
+              "recipe transformer: 5, or a third of a shorter run)",
               "epochs of linear warm-up from 0", Double([s](double v) {
                 s->mutable_schedule()->set_warmup_epochs(v);
               }));

@@ -11,9 +11,9 @@ namespace petra::job {
 // validation reports them.
 void ApplyJobSpecDefaults(petra::v1::JobSpec* spec);
 
-// AdamW's peak learning rate per 128 samples of effective batch (Recipe,
+// AdamW's peak learning rate per 64 samples of effective batch (Recipe,
 // RECIPE_TRANSFORMER in job.proto).
-inline constexpr double kAdamWLearningRatePer128 = 2e-3;
+inline constexpr double kAdamWLearningRatePer64 = 2e-3;
 
 // The default --data-root: where Debian's dataset packages install.
 inline constexpr char kDefaultDataRoot[] = "/usr/share/datasets";

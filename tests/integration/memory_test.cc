@@ -166,7 +166,8 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   alone.insert(alone.end(),
                {kPetra, "train", "--runner", "in-process", "--dataset",
                 "synthetic", "--micro-batch", "4", "--epochs", "1",
-                "--train-limit", "32", "--test-limit", "8", "--momentum", "0"});
+                "--train-limit", "32", "--test-limit", "8", "--optimizer", "sgd",
+                "--momentum", "0"});
   alone.insert(alone.end(), model.begin(), model.end());
   const RunResult whole = RunToExit(alone[0], {alone.begin() + 1, alone.end()},
                                     std::chrono::seconds(300));
@@ -183,7 +184,7 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
       "--dataset", "synthetic", "--micro-batch", "4", "--epochs", "1",
       "--train-limit", "32", "--test-limit", "8",
       // Plain SGD: no momentum in a stage's memory nor in its checkpoint.
-      "--momentum", "0"};
+      "--optimizer", "sgd", "--momentum", "0"};
   job.insert(job.end(), model.begin(), model.end());
   const std::string id = Submit(job);
   ASSERT_FALSE(id.empty());
