@@ -352,6 +352,9 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               << stages << " stages, micro-batch "
               << resolved->training().micro_batch_size()
               << ", k = " << resolved->training().accumulation_steps() << ", "
+              << job::EnumShortName(resolved->optimizer().kind()) << " lr "
+              << resolved->optimizer().learning_rate() << " (recipe "
+              << job::EnumShortName(resolved->recipe()) << "), "
               << resolved->training().epochs() << " epochs, "
               << (in_process ? "in-process runner"
                              : "fleet on loopback (a coordinator and " +

@@ -7,9 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "petra/v1/coordinator.grpc.pb.h"
@@ -120,6 +124,27 @@ class FleetProcesses : public ::testing::Test {
 
   std::string StatusJson(const std::string& id) {
     return Petra({"status", "--json", id}).out;
+  }
+
+  // The job's train_log.csv ("epoch,micro_batch,step,loss" rows) as
+  // (epoch, micro-batch) -> loss, the last row of each: a recovered epoch's
+  // rows replace what it logged before the fault.
+  std::map<std::pair<int, int>, double> Losses(const std::string& id) {
+    std::ifstream in(dir_.path() + "/coordinator/jobs/" + id +
+                     "/train_log.csv");
+    std::map<std::pair<int, int>, double> out;
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::stringstream f(line);
+      std::string e, m, step, loss;
+      std::getline(f, e, ',');
+      std::getline(f, m, ',');
+      std::getline(f, step, ',');
+      std::getline(f, loss, ',');
+      out[{std::stoi(e), std::stoi(m)}] = std::stod(loss);
+    }
+    return out;
   }
 
   // Polls the job until its JSON contains `text` or `timeout` passes.

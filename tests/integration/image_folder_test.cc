@@ -76,25 +76,6 @@ class ImageFolderFleet : public FleetProcesses {
     }
     return job;
   }
-
-  // train_log.csv as (epoch, micro-batch) -> loss, the last row of each.
-  std::map<std::pair<int, int>, double> Losses(const std::string& id) {
-    std::ifstream in(dir_.path() + "/coordinator/jobs/" + id +
-                     "/train_log.csv");
-    std::map<std::pair<int, int>, double> out;
-    std::string line;
-    std::getline(in, line);
-    while (std::getline(in, line)) {
-      std::stringstream f(line);
-      std::string e, m, step, loss;
-      std::getline(f, e, ',');
-      std::getline(f, m, ',');
-      std::getline(f, step, ',');
-      std::getline(f, loss, ',');
-      out[{std::stoi(e), std::stoi(m)}] = std::stod(loss);
-    }
-    return out;
-  }
 };
 
 TEST_F(ImageFolderFleet, ACorruptFileFailsTheJobNamingItOrIsSkipped) {

@@ -7,8 +7,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
-#include <utility>
 
 #include "absl/strings/match.h"
 #include "tests/integration/fleet_fixture.h"
@@ -187,27 +185,8 @@ TEST_F(Recovery, AnAdamWStageKilledMidJobTrainsOnWithTheSameLosses) {
   ASSERT_EQ(done.recoveries_size(), 1);
   EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
 
-  // "epoch,micro_batch,step,loss" rows, the last of each (epoch, micro-batch)
-  // kept: a recovered epoch's rows replace what it logged before the kill.
-  auto losses = [&](const std::string& job_id) {
-    std::ifstream log(dir_.path() + "/coordinator/jobs/" + job_id +
-                      "/train_log.csv");
-    std::map<std::pair<int, int>, double> rows;
-    std::string line;
-    std::getline(log, line);  // header
-    while (std::getline(log, line)) {
-      std::stringstream fields(line);
-      std::string epoch, micro_batch, step, loss;
-      std::getline(fields, epoch, ',');
-      std::getline(fields, micro_batch, ',');
-      std::getline(fields, step, ',');
-      std::getline(fields, loss, ',');
-      rows[{std::stoi(epoch), std::stoi(micro_batch)}] = std::stod(loss);
-    }
-    return rows;
-  };
-  const auto a = losses(baseline);
-  const auto b = losses(id);
+  const auto a = Losses(baseline);
+  const auto b = Losses(id);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_GT(a.size(), 30u);
   for (const auto& [key, loss] : a) {
