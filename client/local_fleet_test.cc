@@ -284,10 +284,15 @@ TEST(LocalFleet, EndToEndCheckMatchesTheInProcessRunner) {
 // Weight prediction travels in the spec: every stage server predicts as
 // the in-process stage does.
 TEST(LocalFleet, PredictedWeightsMatchTheInProcessRunner) {
-  ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, false,
-                [](petra::v1::JobSpec& s) {
-                  s.mutable_training()->set_predict_weights(true);
-                });
+  // With SGD (RevNet) and with AdamW (RevViT's recipe), whose prediction
+  // reads both moments.
+  for (bool revvit : {false, true}) {
+    SCOPED_TRACE(revvit ? "revvit, adamw" : "revnet, sgd");
+    ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, revvit,
+                  [](petra::v1::JobSpec& s) {
+                    s.mutable_training()->set_predict_weights(true);
+                  });
+  }
 }
 
 // So does spike compensation: every stage server steps with its own delay's
@@ -351,7 +356,8 @@ TEST(LocalFleet, BackpropMatchesTheInProcessRunnerForFiftySteps) {
 }
 
 // A transformer through the same fleet, streams, export and all: nothing in
-// them knows the blocks are RevViT's.
+// them knows the blocks are RevViT's. It trains with AdamW (the transformer
+// recipe), whose state each stage server keeps as the in-process stage does.
 TEST(LocalFleet, RevViTMatchesTheInProcessRunnerForFiftySteps) {
   ExpectSameRun(petra::v1::TRAINING_MODE_PETRA, "cpu", 1e-5, /*revvit=*/true);
 }
