@@ -192,10 +192,8 @@ int64_t GradientAccumulator::state_bytes() const {
   int64_t n = 0;
   for (const torch::Tensor& p : params_) {
     if (p.grad().defined()) n += p.grad().numel() * p.grad().element_size();
-    NamedTensorList state;
-    AppendState("", p, state);
-    for (const auto& [name, t] : state) {
-      if (name.rfind("optimizer.", 0) == 0) n += t.numel() * t.element_size();
+    for (const torch::Tensor& t : StateTensors(p)) {
+      n += t.numel() * t.element_size();
     }
   }
   return n;
@@ -223,22 +221,33 @@ void GradientAccumulator::AppendState(const std::string& name,
   if (pending_ > 0 && p.grad().defined()) {
     out.emplace_back("grad." + name, p.grad());
   }
-  const auto* state = FindState(p);
-  if (state == nullptr) return;
+  const std::vector<torch::Tensor> tensors = StateTensors(p);
+  if (tensors.empty()) return;
   const std::string prefix = "optimizer." + name + ".";
+  const std::vector<std::string>& fields = StateFields();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.emplace_back(prefix + fields[i], tensors[i]);
+  }
+  if (adamw_) {
+    const auto& s =
+        static_cast<const torch::optim::AdamWParamState&>(*FindState(p));
+    out.emplace_back(
+        prefix + "step",
+        torch::tensor(static_cast<int64_t>(s.step()), torch::kInt64));
+  }
+}
+
+std::vector<torch::Tensor> GradientAccumulator::StateTensors(
+    const torch::Tensor& p) const {
+  const auto* state = FindState(p);
+  if (state == nullptr) return {};
   if (adamw_) {
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
-    out.emplace_back(prefix + "exp_avg", s.exp_avg());
-    out.emplace_back(prefix + "exp_avg_sq", s.exp_avg_sq());
-    out.emplace_back(prefix + "step",
-                     torch::tensor(static_cast<int64_t>(s.step()),
-                                   torch::kInt64));
-    return;
+    return {s.exp_avg(), s.exp_avg_sq()};
   }
   const auto& s = static_cast<const torch::optim::SGDParamState&>(*state);
-  if (s.momentum_buffer().defined()) {
-    out.emplace_back(prefix + "momentum_buffer", s.momentum_buffer());
-  }
+  if (!s.momentum_buffer().defined()) return {};
+  return {s.momentum_buffer()};
 }
 
 absl::Status GradientAccumulator::LoadState(
@@ -264,10 +273,10 @@ absl::Status GradientAccumulator::LoadState(
     }
     const bool scalar = field == "step";
     if (scalar ? it->second.numel() != 1 : it->second.sizes() != p.sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint: tensor \"", prefix, field, "\" has shape ",
-          c10::str(it->second.sizes()), ", the optimizer needs ",
-          scalar ? "one value" : c10::str(p.sizes())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: tensor \"", prefix, field, "\" has shape ",
+                       c10::str(it->second.sizes()), ", the optimizer needs ",
+                       scalar ? "one value" : c10::str(p.sizes())));
     }
     fields[field] = it->second;
   }
@@ -276,9 +285,11 @@ absl::Status GradientAccumulator::LoadState(
     // optimizer's state is not that.
     for (const char* other : {"momentum_buffer", "exp_avg"}) {
       if (state.count(prefix + other) > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint: \"", prefix, other, "\" is another optimizer's "
-            "state; this job's optimizer is ", adamw_ ? "adamw" : "sgd"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: \"", prefix, other,
+                         "\" is another optimizer's "
+                         "state; this job's optimizer is ",
+                         adamw_ ? "adamw" : "sgd"));
       }
     }
     return absl::OkStatus();

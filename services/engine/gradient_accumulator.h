@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-
 #include "petra/v1/job.pb.h"
 #include "services/engine/lr_schedule.h"
 
@@ -106,8 +105,13 @@ class GradientAccumulator {
   const bool compensated_;
   // (a, b) of gradient_coefficient() and momentum_coefficient().
   std::pair<double, double> spike_;
-  // The state's fields, in AppendState's order.
+  // The state's fields, in AppendState's order: StateTensors' names, then
+  // AdamW's step count.
   const std::vector<std::string>& StateFields() const;
+  // The optimizer's tensors for `param` (momentum, or AdamW's two moments);
+  // empty before its first step. What state_bytes counts, without building
+  // names or the step's scalar (it runs on every micro-batch).
+  std::vector<torch::Tensor> StateTensors(const torch::Tensor& param) const;
   const torch::optim::OptimizerParamState* FindState(
       const torch::Tensor& param) const;
 

@@ -63,10 +63,10 @@ StageMemoryEstimate EstimateStageMemory(
 }
 
 std::string Breakdown(const StageMemoryEstimate& e) {
-  std::string parts = absl::StrCat(
-      e.adamw ? "weights, gradients and AdamW's moments "
-              : "weights, gradients and momentum ",
-                                   Bytes(e.parameters_bytes));
+  std::string parts =
+      absl::StrCat(e.adamw ? "weights, gradients and AdamW's moments "
+                           : "weights, gradients and momentum ",
+                   Bytes(e.parameters_bytes));
   if (e.input_buffer_bytes > 0) {
     absl::StrAppend(&parts, "; inputs kept for the backward ",
                     Bytes(e.input_buffer_bytes), " (", e.in_flight,
