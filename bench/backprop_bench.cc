@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "services/cli/crash_report.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
 #include "services/data/batches.h"
@@ -20,6 +21,7 @@
 #include "services/model/network.h"
 
 int main(int argc, char** argv) {
+  petra::cli::InstallCrashReport(argv[0]);
   using namespace petra;
   using Clock = std::chrono::steady_clock;
   cli::KeepLargeAllocationsInHeap();  // as every petra binary does

@@ -16,6 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "services/cli/crash_report.h"
 #include "services/cli/flag_set.h"
 #include "services/data/batches.h"
 #include "services/data/dataset.h"
@@ -196,4 +197,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace petra
 
-int main(int argc, char** argv) { return petra::Main(argc, argv); }
+int main(int argc, char** argv) {
+  petra::cli::InstallCrashReport(argv[0]);
+  return petra::Main(argc, argv);
+}

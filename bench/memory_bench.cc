@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/cli/crash_report.h"
 #include "services/cli/flag_set.h"
 #include "services/data/dataset.h"
 #include "services/engine/in_process_runner.h"
@@ -29,6 +30,7 @@ double MiB(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
 }  // namespace
 
 int main(int argc, char** argv) {
+  petra::cli::InstallCrashReport(argv[0]);
   using namespace petra;
   std::string arch = "revnet18", variant = "cifar";
   double width = 1.0;

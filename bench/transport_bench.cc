@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_split.h"
 #include "petra/v1/stage.grpc.pb.h"
+#include "services/cli/crash_report.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
 #include "services/engine/device_transfer.h"
@@ -237,6 +238,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
 }  // namespace petra
 
 int main(int argc, char** argv) {
+  petra::cli::InstallCrashReport(argv[0]);
   petra::cli::KeepLargeAllocationsInHeap();  // as every petra binary does
   std::string device = "cpu";
   double megabytes = 64;

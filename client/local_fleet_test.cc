@@ -416,9 +416,12 @@ TEST(GpuLocalFleet, OutOfDeviceMemoryFailsTheJobAndTheServersStay) {
   big.mutable_training()->set_max_steps(2);
   big.mutable_training()->set_micro_batch_size(16384);  // ~400 MB a stage
   big.mutable_dataset()->set_synthetic_train_size(32768);
-  ASSERT_TRUE(model::LimitDeviceMemory("cuda", 0.002).ok());
+  // Before any stage has used the GPU in this process.
+  absl::Status capped = model::LimitDeviceMemory("cuda", 0.002);
+  ASSERT_TRUE(capped.ok()) << capped;
   absl::StatusOr<petra::v1::Job> failed = submit(*stub, big);
-  ASSERT_TRUE(model::LimitDeviceMemory("cuda", 1.0).ok());
+  capped = model::LimitDeviceMemory("cuda", 1.0);
+  ASSERT_TRUE(capped.ok()) << capped;
   ASSERT_TRUE(failed.ok()) << failed.status();
   EXPECT_EQ(failed->state(), petra::v1::JOB_STATE_FAILED);
   EXPECT_THAT(failed->error().message(),

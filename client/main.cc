@@ -4,10 +4,12 @@
 #include <vector>
 
 #include "client/commands.h"
+#include "services/cli/crash_report.h"
 #include "services/cli/event_log.h"
 #include "services/cli/large_allocations.h"
 
 int main(int argc, char** argv) {
+  petra::cli::InstallCrashReport(argv[0]);
   petra::cli::KeepLargeAllocationsInHeap();  // petra train runs stages
   // `petra train` runs a coordinator and stage servers in this process:
   // their warnings and errors (a recovery, a failure) go to standard error;

@@ -182,6 +182,13 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   }
   fo.threads_per_stage = options.threads_per_stage;
   fo.data_root = options.data_root;
+  std::error_code no_folder;
+  if (spec.dataset().kind() == petra::v1::DATASET_KIND_SYNTHETIC &&
+      !std::filesystem::is_directory(options.data_root, no_folder)) {
+    // A synthetic job reads no file, and the default data root need not
+    // exist on this machine; the coordinator wants a folder all the same.
+    fo.data_root = options.state_dir;
+  }
   fo.data_workers = options.data_workers;
   fo.state_dir = options.state_dir;
   absl::StatusOr<std::unique_ptr<LocalFleet>> fleet = LocalFleet::Start(fo);

@@ -19,4 +19,4 @@ endfunction()
 # stack trace printed when a test crashes.
 add_library(petra_test_main STATIC
   ${CMAKE_CURRENT_LIST_DIR}/../tests/support/test_main.cc)
-target_link_libraries(petra_test_main PUBLIC GTest::gtest absl::symbolize)
+target_link_libraries(petra_test_main PUBLIC GTest::gtest petra_cli)

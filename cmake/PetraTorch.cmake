@@ -16,3 +16,15 @@ function(petra_use_torch target)
     target_precompile_headers(${target} REUSE_FROM petra_torch_pch)
   endif()
 endfunction()
+
+# Every program lists the C++ runtime first among the libraries it needs. A
+# pip wheel's libtorch.so carries and exports its own copy of parts of
+# libstdc++ (64 std::filesystem functions in torch 2.11.0+cu130), and the
+# dynamic linker binds each symbol to the first library in that list that
+# defines it: with libtorch.so first, our std::filesystem::remove_all ran
+# the wheel's, which called through a null pointer, and every fleet run on
+# the first GPU hosts crashed (docs/GPU.md, 2026-11-27). Listed first,
+# libstdc++'s own definitions win for the whole process, libtorch's
+# included. tests/cmake/check_needed_order.sh checks the order.
+add_link_options("LINKER:--push-state,--no-as-needed" "-lstdc++"
+                 "LINKER:--pop-state")

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
+#include "services/cli/crash_report.h"
 #include "services/cli/event_log.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
@@ -11,6 +12,7 @@
 #include "services/wire/tls_flags.h"
 
 int main(int argc, char** argv) {
+  petra::cli::InstallCrashReport(argv[0]);
   petra::cli::KeepLargeAllocationsInHeap();
   petra::cli::InstallShutdownHandlers();
   petra::coordinator::CoordinatorServer::Options options;

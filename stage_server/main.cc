@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "services/cli/crash_report.h"
 #include "services/cli/event_log.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/large_allocations.h"
@@ -11,6 +12,7 @@
 #include "stage_server/stage_server.h"
 
 int main(int argc, char** argv) {
+  petra::cli::InstallCrashReport(argv[0]);
   petra::cli::KeepLargeAllocationsInHeap();
   petra::cli::InstallShutdownHandlers();
   petra::stage_server::StageServer::Options options;

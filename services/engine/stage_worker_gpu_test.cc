@@ -82,7 +82,9 @@ TEST(GpuStageWorker, AReversibleStageHoldsNoActivationsOnTheDevice) {
       EXPECT_GE(held, 4 * input_bytes);
       EXPECT_EQ(s.worker->memory().activation_buffer_bytes, 4 * input_bytes);
     } else {
-      EXPECT_EQ(held, 0);
+      // Nothing more; a little less where a scratch buffer of the first
+      // micro-batch was freed meanwhile (512 bytes, torch 2.11 on an H200).
+      EXPECT_LE(held, 0);
       EXPECT_EQ(s.worker->memory().activation_buffer_bytes, 0);
     }
     EXPECT_GT(s.worker->memory().device_bytes, 0);

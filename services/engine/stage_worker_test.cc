@@ -38,6 +38,13 @@ struct GradCase {
   bool cuda = false;  // every stage on the GPU (the exact reference on CPU)
   bool bf16 = false;  // training.precision bf16, against bf16 backprop
   bool channels_last = false;  // training.memory_format channels_last
+  // fp32's bound. i-RevNet18 in channels_last, per block, gets 1e-2: its
+  // gradients here move by 5e-3 with the order of fp32 sums alone (PETRA
+  // per block on the CPU against the same-layout reference; 5.5e-3 on a GPU
+  // against the CPU's NCHW one), and the two references, NCHW and
+  // channels_last, differ by 4.8e-2 on one weight. A wrong rebuild or a
+  // misread layout is off by orders more; in NCHW the same split holds 1e-4.
+  double tolerance = 1e-4;
 };
 
 // Largest error over parameters, relative to each one's largest entry.
@@ -95,7 +102,8 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
   ASSERT_EQ(petra.size(), exact.size());
   const double worst = WorstRelativeError(petra, exact);
   if (!bf16) {
-    EXPECT_LE(worst, 1e-4) << "max relative error over parameters";
+    EXPECT_LE(worst, GetParam().tolerance)
+        << "max relative error over parameters";
   } else {
     // The same operations in the same precision, but a rebuilt input is the
     // forward's only to fp32 rounding, and where an element sits on a bf16
@@ -152,7 +160,10 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet18_PerBlock_ChannelsLast",
                  petra::v1::ARCHITECTURE_REVNET18, 0, false, false, true},
         GradCase{"RevNet18_PerBlock_Bf16_ChannelsLast",
-                 petra::v1::ARCHITECTURE_REVNET18, 0, false, true, true}),
+                 petra::v1::ARCHITECTURE_REVNET18, 0, false, true, true},
+        GradCase{"IRevNet18_PerBlock_ChannelsLast",
+                 petra::v1::ARCHITECTURE_IREVNET18, 0, false, false, true,
+                 1e-2}),
     [](const auto& info) { return info.param.name; });
 
 // Every row of the paper's Table 4 (which buffers, which weights rebuild)
@@ -180,13 +191,7 @@ TEST(FrozenWeights, EveryTableFourRowEqualsBackprop) {
       for (auto& p : w->parameters()) got.push_back(p.grad() * double(k));
     }
     ASSERT_EQ(got.size(), exact.size());
-    double worst = 0;
-    for (size_t i = 0; i < exact.size(); ++i) {
-      const double scale = exact[i].abs().max().item<double>();
-      const double err = (got[i] - exact[i]).abs().max().item<double>();
-      if (scale > 1e-8) worst = std::max(worst, err / scale);
-    }
-    EXPECT_LE(worst, 1e-4) << row.name;
+    EXPECT_LE(WorstRelativeError(got, exact), 1e-4) << row.name;
   }
 }
 
@@ -198,8 +203,9 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet18_J2", petra::v1::ARCHITECTURE_REVNET18, 2, true},
         GradCase{"RevNet18_PerBlock", petra::v1::ARCHITECTURE_REVNET18, 0,
                  true},
+        // channels_last: the GPU's default layout for a CNN.
         GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0,
-                 true}),
+                 true, false, false, 1e-2}),
     [](const auto& info) { return info.param.name; });
 
 // PaReprop's overlap: a middle stage of several reversible blocks rebuilds

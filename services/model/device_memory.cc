@@ -130,6 +130,12 @@ absl::Status LimitDeviceMemory(const std::string& device, double fraction) {
         absl::StrCat("\"", device, "\" is not a CUDA device visible here"));
   }
   try {
+    // The caching allocator is made when the process first uses CUDA, and
+    // refuses a fraction before that ("Allocator not initialized for
+    // device"): a cap set before any stage ran (as the fleet test's, on
+    // torch 2.11) makes it first, with one element.
+    torch::empty({1}, torch::TensorOptions().device(
+                          torch::kCUDA, static_cast<c10::DeviceIndex>(index)));
     c10::cuda::CUDACachingAllocator::setMemoryFraction(
         fraction, static_cast<c10::DeviceIndex>(index));
     c10::cuda::CUDACachingAllocator::emptyCache();

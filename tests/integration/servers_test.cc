@@ -137,7 +137,8 @@ TEST(BadOptions, AreRefusedBeforeServing) {
            {kCoordinator,
             {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
              dir.path(), "--cross-host-bandwidth", "0"},
-            "--cross-host-bandwidth = 0: must be a number of bytes/s above 0"}}) {
+            "--cross-host-bandwidth = 0: must be a number of bytes/s above "
+            "0"}}) {
     RunResult r = RunToExit(c.binary, c.args);
     EXPECT_EQ(r.exit_code, 1) << c.expected << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.expected));
@@ -439,6 +440,13 @@ TEST(PetraTrain, RefusesBadJobsBeforeTraining) {
                 {"train", "--data-root", "/nonexistent", "--epochs", "1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--data-root: \"/nonexistent\""));
+  // A synthetic job reads no file: it needs no data folder (the default
+  // one is missing on a GPU host).
+  r = RunToExit(
+      kPetra, {"train", "--data-root", "/nonexistent", "--dataset", "synthetic",
+               "--width", "0.125", "--epochs", "1", "--train-limit", "64",
+               "--test-limit", "16", "--quiet"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   r = RunToExit(kPetra, {"train", "--report", "/nonexistent/dir/r.json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--report: cannot write"));
