@@ -17,6 +17,7 @@ endfunction()
 
 # Every test binary's main (tests/support/test_main.cc): gtest's, with a
 # stack trace printed when a test crashes.
+include(${CMAKE_CURRENT_LIST_DIR}/PetraCrashReport.cmake)
 add_library(petra_test_main STATIC
   ${CMAKE_CURRENT_LIST_DIR}/../tests/support/test_main.cc)
-target_link_libraries(petra_test_main PUBLIC GTest::gtest petra_cli)
+target_link_libraries(petra_test_main PUBLIC GTest::gtest petra_crash_report)

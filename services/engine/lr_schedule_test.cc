@@ -49,5 +49,29 @@ TEST(LrSchedule, MaxStepsShortensCosine) {
   EXPECT_NEAR(s.At(10), 0.2, 1e-12);
 }
 
+TEST(LrSchedule, ADelayedStageStepsAtTheRateOverOnePlusItsDelayToThePower) {
+  petra::v1::JobSpec spec = Spec(petra::v1::ScheduleSpec::DECAY_CONSTANT, 1);
+  spec.mutable_schedule()->set_delay_lr_power(0.5);
+  const LrSchedule shared(spec, 10);
+  const LrSchedule late = shared.ForDelay(8);  // (1 + 8)^-0.5 = 1/3
+  for (int64_t step : {0, 5, 9, 10, 99}) {
+    EXPECT_NEAR(late.At(step), shared.At(step) / 3, 1e-12) << step;
+  }
+  EXPECT_DOUBLE_EQ(shared.ForDelay(0).At(50), 0.4);  // the last stage
+  spec.mutable_schedule()->set_delay_lr_power(0);
+  EXPECT_DOUBLE_EQ(LrSchedule(spec, 10).ForDelay(8).At(50), 0.4);  // off
+}
+
+TEST(LrSchedule, TheDelayPowerFallsToZeroOverItsAnnealEpochs) {
+  petra::v1::JobSpec spec = Spec(petra::v1::ScheduleSpec::DECAY_CONSTANT, 0);
+  spec.mutable_schedule()->set_delay_lr_power(1);
+  spec.mutable_schedule()->set_delay_lr_anneal_epochs(4);  // 40 steps
+  const LrSchedule late = LrSchedule(spec, 10).ForDelay(3);
+  EXPECT_NEAR(late.At(0), 0.4 / 4, 1e-12);   // (1 + 3)^-1
+  EXPECT_NEAR(late.At(20), 0.4 / 2, 1e-12);  // (1 + 3)^-0.5
+  EXPECT_NEAR(late.At(40), 0.4, 1e-12);      // the shared rate from here
+  EXPECT_NEAR(late.At(70), 0.4, 1e-12);
+}
+
 }  // namespace
 }  // namespace petra::engine

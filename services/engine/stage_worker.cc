@@ -53,7 +53,12 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
       blocks_(
           PlaceBlocks(std::move(blocks), config.device, config.channels_last),
           config.index == 0),
-      optimizer_(blocks_.parameters(), resolved, schedule,
+      // Delay-scaled rates (schedule.delay_lr_power) where gradients are
+      // late.
+      optimizer_(blocks_.parameters(), resolved,
+                 schedule.ForDelay(DelaySteps(
+                     config, resolved,
+                     PlanMode(resolved.training()).delayed_gradients)),
                  DelaySteps(config, resolved,
                             resolved.training().spike_compensation()),
                  blocks_.weight_decay_mask()),

@@ -285,6 +285,46 @@ INSTANTIATE_TEST_SUITE_P(
 // RevViT per block in PETRA mode: every stage but the stem's (and the
 // head's, whose loss step keeps nothing between ticks) rebuilds its input
 // and holds 0 activation-buffer bytes at every tick.
+// schedule.delay_lr_power reaches a stage's optimizer: stage 0 of 3, whose
+// gradients come 4 ticks (k = 1: 4 steps) after its forward, moves its
+// weights by (1 + 4)^-1 of the step the shared rate makes (plain SGD).
+TEST(StageWorker, ADelayedStageStepsAtItsDelayScaledRate) {
+  auto first_step = [](double power) {
+    petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+    spec.mutable_optimizer()->set_momentum(0);
+    spec.mutable_optimizer()->set_nesterov(false);
+    spec.mutable_optimizer()->set_weight_decay(0);
+    spec.mutable_schedule()->set_warmup_epochs(0);
+    spec.mutable_schedule()->set_decay(petra::v1::ScheduleSpec::DECAY_CONSTANT);
+    spec.mutable_schedule()->set_delay_lr_power(power);
+    auto workers = Workers(spec, {{0, 1}, {1, 2}, {2, 10}});
+    StageWorker& w = *workers[0];
+    std::vector<torch::Tensor> before;
+    for (const torch::Tensor& p : w.parameters()) before.push_back(p.clone());
+    const data::Batch batch = Batches(1, 8)[0];
+    absl::StatusOr<TensorPair> y = w.Forward(0, {batch.images, {}}, 0);
+    EXPECT_TRUE(y.ok()) << y.status();
+    const TensorPair g{torch::ones_like(y->a),
+                       y->b.defined() ? torch::ones_like(y->b) : y->b};
+    EXPECT_TRUE(w.Backward(0, *y, g, 4).ok());
+    EXPECT_EQ(w.optimizer_steps(), 1);
+    std::vector<torch::Tensor> step;
+    for (size_t i = 0; i < before.size(); ++i) {
+      step.push_back(w.parameters()[i].detach() - before[i]);
+    }
+    return step;
+  };
+  const std::vector<torch::Tensor> shared = first_step(0);
+  const std::vector<torch::Tensor> scaled = first_step(1);
+  ASSERT_EQ(shared.size(), scaled.size());
+  double moved = 0;
+  for (size_t i = 0; i < shared.size(); ++i) {
+    moved += shared[i].abs().sum().item<double>();
+    EXPECT_TRUE(torch::allclose(scaled[i], shared[i] / 5, 1e-5, 1e-9)) << i;
+  }
+  EXPECT_GT(moved, 0);
+}
+
 TEST(StageWorker, RevViTStagesHoldNoActivationsAtAnyTick) {
   petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVVIT, 1);
   std::vector<data::Batch> batches = Batches(16, 8);

@@ -8,8 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "services/job/enum_names.h"
-#include "services/job/job_spec_io.h"
 #include "services/job/job_spec_defaults.h"
+#include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 
@@ -295,16 +295,15 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_training()->set_grad_diagnostics_every(v);
               }));
   const EnumDescriptor* recipe = GetEnumDescriptor<petra::v1::Recipe>();
-  f.AddCustom("recipe", Choices(recipe),
-              "transformer for revvit and vit, else default",
-              "where the optimizer and schedule flags left out come from: "
-              "this project's short-run defaults (SGD), the PETRA paper's "
-              "(step decay and warm-up fitted to the run's length, weight "
-              "decay 1e-4 on imagenet), or vision transformers' (AdamW, "
-              "warm-up, cosine; after DeiT); see the README",
-              Enum(recipe, [s](int v) {
-                s->set_recipe(static_cast<petra::v1::Recipe>(v));
-              }));
+  f.AddCustom(
+      "recipe", Choices(recipe), "transformer for revvit and vit, else default",
+      "where the optimizer and schedule flags left out come from: "
+      "this project's short-run defaults (SGD), the PETRA paper's "
+      "(step decay and warm-up fitted to the run's length, weight "
+      "decay 1e-4 on imagenet), or vision transformers' (AdamW, "
+      "warm-up, cosine; after DeiT); see the README",
+      Enum(recipe,
+           [s](int v) { s->set_recipe(static_cast<petra::v1::Recipe>(v)); }));
   f.AddCustom("e2e-diagnostics", "N", "0 (off)",
               "every N steps, compare each stage's applied gradient with the "
               "true end-to-end gradient of the whole network at the stages' "
@@ -324,8 +323,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               }));
   f.AddCustom(
       "lr", "RATE",
-      absl::StrCat("sgd: 0.1 * B * K / 256; adamw: ",
-                   kAdamWLearningRatePer64, " * B * K / 64"),
+      absl::StrCat("sgd: 0.1 * B * K / 256; adamw: ", kAdamWLearningRatePer64,
+                   " * B * K / 64"),
       "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
   f.AddCustom(
@@ -336,8 +335,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));
   f.AddCustom("beta1", "B1", "0.9", "AdamW: first moment's decay, in [0, 1)",
               Double([s](double v) { s->mutable_optimizer()->set_beta1(v); }));
-  f.AddCustom("beta2", "B2", "0.999",
-              "AdamW: second moment's decay, in [0, 1)",
+  f.AddCustom("beta2", "B2", "0.999", "AdamW: second moment's decay, in [0, 1)",
               Double([s](double v) { s->mutable_optimizer()->set_beta2(v); }));
   f.AddCustom("eps", "E", "1e-8",
               "AdamW: added to the second moment's root, > 0",
@@ -348,18 +346,27 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "weight decay (L2 with sgd, decoupled with adamw; never on "
       "normalisation weights, biases or position embeddings)",
       Double([s](double v) { s->mutable_optimizer()->set_weight_decay(v); }));
-  f.AddCustom("clip-grad-norm", "N", "0 (off)",
-              "scale each stage's gradient down to L2 norm N before its step "
-              "(per stage: PETRA never holds the whole network's gradient "
-              "of one step)",
-              Double([s](double v) {
-                s->mutable_optimizer()->set_clip_grad_norm(v);
-              }));
+  f.AddCustom(
+      "clip-grad-norm", "N", "0 (off)",
+      "scale each stage's gradient down to L2 norm N before its step "
+      "(per stage: PETRA never holds the whole network's gradient "
+      "of one step)",
+      Double([s](double v) { s->mutable_optimizer()->set_clip_grad_norm(v); }));
   f.AddCustom("warmup-epochs", "E",
               "0, or 5 from 10 epochs (recipe paper: 5, less on short runs; "
               "recipe transformer: 5, or a third of a shorter run)",
               "epochs of linear warm-up from 0", Double([s](double v) {
                 s->mutable_schedule()->set_warmup_epochs(v);
+              }));
+  f.AddCustom(
+      "delay-lr-power", "P", "0 (off)",
+      "each stage's rate times (1 + D)^-P, D its gradients' delay "
+      "in optimizer steps (PipeMare's rescheduling), in [0, 4]",
+      Double([s](double v) { s->mutable_schedule()->set_delay_lr_power(v); }));
+  f.AddCustom("delay-lr-anneal-epochs", "E", "0 (P stays)",
+              "epochs over which --delay-lr-power falls linearly to 0",
+              Double([s](double v) {
+                s->mutable_schedule()->set_delay_lr_anneal_epochs(v);
               }));
   f.AddCustom("decay", Choices(decay), "cosine (recipe paper: step)",
               "learning-rate decay after warm-up", Enum(decay, [s](int v) {

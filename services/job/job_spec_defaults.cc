@@ -214,6 +214,10 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     sched->set_decay(petra::v1::ScheduleSpec::DECAY_COSINE);
   }
   if (!sched->has_step_factor()) sched->set_step_factor(0.1);
+  if (!sched->has_delay_lr_power()) sched->set_delay_lr_power(0.0);
+  if (!sched->has_delay_lr_anneal_epochs()) {
+    sched->set_delay_lr_anneal_epochs(0.0);
+  }
 
   if (!spec->evaluation().has_every_epochs()) {
     spec->mutable_evaluation()->set_every_epochs(1);

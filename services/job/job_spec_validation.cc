@@ -471,8 +471,8 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
     }
     if (o.has_momentum() || o.has_nesterov()) {
       p.Add(o.has_momentum() ? "optimizer.momentum" : "optimizer.nesterov",
-            o.has_momentum() ? Num(o.momentum()) : (o.nesterov() ? "true"
-                                                                  : "false"),
+            o.has_momentum() ? Num(o.momentum())
+                             : (o.nesterov() ? "true" : "false"),
             "only valid with optimizer kind sgd (AdamW's momentum is beta1)");
     }
     for (const auto& [field, v] :
@@ -493,8 +493,7 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
           {"optimizer.eps", o.has_eps(), o.eps()}}) {
       if (has) p.Add(field, Num(v), "only valid with optimizer kind adamw");
     }
-    if (!std::isfinite(o.momentum()) || o.momentum() < 0 ||
-        o.momentum() >= 1) {
+    if (!std::isfinite(o.momentum()) || o.momentum() < 0 || o.momentum() >= 1) {
       p.Add("optimizer.momentum", Num(o.momentum()), "must be in [0, 1)");
     }
     if (o.nesterov() && o.momentum() == 0) {
@@ -539,6 +538,19 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
             absl::StrCat("must increase and lie in [1, training.epochs = ",
                          epochs, ")"));
     }
+  }
+  if (!std::isfinite(sc.delay_lr_power()) || sc.delay_lr_power() < 0 ||
+      sc.delay_lr_power() > 4) {
+    p.Add("schedule.delay_lr_power", Num(sc.delay_lr_power()),
+          "must be in [0, 4] (0: every stage at the shared rate)");
+  }
+  if (!std::isfinite(sc.delay_lr_anneal_epochs()) ||
+      sc.delay_lr_anneal_epochs() < 0 || sc.delay_lr_anneal_epochs() > epochs) {
+    p.Add("schedule.delay_lr_anneal_epochs", Num(sc.delay_lr_anneal_epochs()),
+          absl::StrCat("must be in [0, training.epochs = ", epochs, "]"));
+  } else if (sc.delay_lr_anneal_epochs() > 0 && !(sc.delay_lr_power() > 0)) {
+    p.Add("schedule.delay_lr_anneal_epochs", Num(sc.delay_lr_anneal_epochs()),
+          "anneals schedule.delay_lr_power, which is 0: set both");
   }
   if (!std::isfinite(sc.step_factor()) || sc.step_factor() <= 0 ||
       sc.step_factor() > 1) {

@@ -325,7 +325,6 @@ TEST_P(RejectedSpec, IsInvalidArgumentNamingFieldAndValue) {
   EXPECT_THAT(std::string(st.message()), HasSubstr(GetParam().reason));
 }
 
-
 INSTANTIATE_TEST_SUITE_P(
     AllRules, RejectedSpec,
     ::testing::Values(
@@ -754,6 +753,28 @@ INSTANTIATE_TEST_SUITE_P(
             "StepFactorZero",
             [](JobSpec* s) { s->mutable_schedule()->set_step_factor(0); },
             "schedule.step_factor = 0", "(0, 1]"},
+        RejectCase{
+            "DelayLrPowerAboveFour",
+            [](JobSpec* s) { s->mutable_schedule()->set_delay_lr_power(5); },
+            "schedule.delay_lr_power = 5", "[0, 4]"},
+        RejectCase{
+            "DelayLrPowerNegative",
+            [](JobSpec* s) { s->mutable_schedule()->set_delay_lr_power(-1); },
+            "schedule.delay_lr_power = -1", "[0, 4]"},
+        RejectCase{"DelayLrAnnealLongerThanTraining",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_epochs(3);
+                     s->mutable_schedule()->set_delay_lr_power(1);
+                     s->mutable_schedule()->set_delay_lr_anneal_epochs(4);
+                   },
+                   "schedule.delay_lr_anneal_epochs = 4",
+                   "[0, training.epochs = 3]"},
+        RejectCase{"DelayLrAnnealWithoutPower",
+                   [](JobSpec* s) {
+                     s->mutable_schedule()->set_delay_lr_anneal_epochs(1);
+                   },
+                   "schedule.delay_lr_anneal_epochs = 1",
+                   "anneals schedule.delay_lr_power, which is 0"},
         RejectCase{
             "EvalEveryZero",
             [](JobSpec* s) { s->mutable_evaluation()->set_every_epochs(0); },
