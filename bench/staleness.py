@@ -57,7 +57,8 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_petra_arg(p)
     p.add_argument("--job-flags",
-                   default="--arch revvit --patch-size 7 --optimizer sgd --lr 0.1",
+                   default="--arch revvit --patch-size 7 --optimizer sgd --lr 0.1 "
+                           "--delay-lr-power 0",
                    help="the job (default: revvit, 16 tokens, SGD lr 0.1)")
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--timeout", type=int, default=900)

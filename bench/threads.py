@@ -37,7 +37,8 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_petra_arg(p)
     p.add_argument("--job-flags",
-                   default="--arch revvit --patch-size 7 --optimizer sgd --lr 0.02",
+                   default="--arch revvit --patch-size 7 --optimizer sgd --lr 0.02 "
+                           "--delay-lr-power 0",
                    help="the job (default: revvit, 16 tokens)")
     p.add_argument("--max-steps", type=int, default=400)
     p.add_argument("--rounds", type=int, default=2)

@@ -360,8 +360,12 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               << resolved->training().micro_batch_size()
               << ", k = " << resolved->training().accumulation_steps() << ", "
               << job::EnumShortName(resolved->optimizer().kind()) << " lr "
-              << resolved->optimizer().learning_rate() << " (recipe "
-              << job::EnumShortName(resolved->recipe()) << "), "
+              << resolved->optimizer().learning_rate()
+              << (resolved->schedule().delay_lr_power() > 0
+                      ? absl::StrCat(" / (1 + delay)^",
+                                     resolved->schedule().delay_lr_power())
+                      : "")
+              << " (recipe " << job::EnumShortName(resolved->recipe()) << "), "
               << resolved->training().epochs() << " epochs, "
               << (in_process ? "in-process runner"
                              : "fleet on loopback (a coordinator and " +

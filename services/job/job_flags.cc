@@ -359,7 +359,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_schedule()->set_warmup_epochs(v);
               }));
   f.AddCustom(
-      "delay-lr-power", "P", "0 (off)",
+      "delay-lr-power", "P", "0 (off; recipe transformer: 1)",
       "each stage's rate times (1 + D)^-P, D its gradients' delay "
       "in optimizer steps (PipeMare's rescheduling), in [0, 4]",
       Double([s](double v) { s->mutable_schedule()->set_delay_lr_power(v); }));

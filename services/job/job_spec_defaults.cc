@@ -214,7 +214,14 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     sched->set_decay(petra::v1::ScheduleSpec::DECAY_COSINE);
   }
   if (!sched->has_step_factor()) sched->set_step_factor(0.1);
-  if (!sched->has_delay_lr_power()) sched->set_delay_lr_power(0.0);
+  if (!sched->has_delay_lr_power()) {
+    // Transformers: each stage's rate over 1 + its delay (power 1). AdamW
+    // moves every weight by about the rate each step, whatever its
+    // gradient's age; measured on RevViT (docs/BENCHMARKS.md, "Delay-scaled
+    // rates"): per block 17.8 points behind backprop without, 3.4 with.
+    sched->set_delay_lr_power(
+        spec->recipe() == petra::v1::RECIPE_TRANSFORMER ? 1.0 : 0.0);
+  }
   if (!sched->has_delay_lr_anneal_epochs()) {
     sched->set_delay_lr_anneal_epochs(0.0);
   }

@@ -207,8 +207,9 @@ TEST(ResolveJobSpec, PaperRecipeFollowsThePaperForTheDataset) {
 }
 
 // Transformers default to their own recipe: AdamW after DeiT, a warm-up of
-// 5 epochs (a third of a shorter run) and cosine decay; an optimizer flag
-// chosen by hand keeps that optimizer's own defaults.
+// 5 epochs (a third of a shorter run), cosine decay and delay-scaled rates
+// (power 1); an optimizer flag chosen by hand keeps that optimizer's own
+// defaults.
 TEST(ResolveJobSpec, TransformersTrainWithTheTransformerRecipe) {
   for (auto arch :
        {petra::v1::ARCHITECTURE_REVVIT, petra::v1::ARCHITECTURE_VIT}) {
@@ -227,6 +228,8 @@ TEST(ResolveJobSpec, TransformersTrainWithTheTransformerRecipe) {
     EXPECT_FALSE(r.optimizer().has_momentum());
     EXPECT_DOUBLE_EQ(r.schedule().warmup_epochs(), 1.0 / 3);
     EXPECT_EQ(r.schedule().decay(), ScheduleSpec::DECAY_COSINE);
+    EXPECT_DOUBLE_EQ(r.schedule().delay_lr_power(), 1);
+    EXPECT_DOUBLE_EQ(r.schedule().delay_lr_anneal_epochs(), 0);
     s.mutable_training()->set_epochs(300);
     EXPECT_DOUBLE_EQ(ResolveJobSpec(s)->schedule().warmup_epochs(), 5);
     s.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_SGD);
@@ -246,6 +249,7 @@ TEST(ResolveJobSpec, TransformersTrainWithTheTransformerRecipe) {
   EXPECT_DOUBLE_EQ(r.optimizer().weight_decay(), 0.05);
   EXPECT_DOUBLE_EQ(r.schedule().warmup_epochs(), 0);
   EXPECT_DOUBLE_EQ(r.optimizer().clip_grad_norm(), 0);
+  EXPECT_DOUBLE_EQ(r.schedule().delay_lr_power(), 0);
 }
 
 TEST(ResolveJobSpec, ForwardGradientGuessesLocallyByDefault) {
