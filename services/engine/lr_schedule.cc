@@ -39,15 +39,18 @@ double LrSchedule::DelayFactor(int64_t step) const {
 }
 
 double LrSchedule::At(int64_t step) const {
-  const double factor = DelayFactor(step);
+  return DelayFactor(step) * SharedAt(step);
+}
+
+double LrSchedule::SharedAt(int64_t step) const {
   if (step < warmup_steps_) {
     // Linear from 0: the first step already moves, the last reaches the peak.
-    return factor * peak_ * static_cast<double>(step + 1) / warmup_steps_;
+    return peak_ * static_cast<double>(step + 1) / warmup_steps_;
   }
   switch (decay_) {
     case petra::v1::ScheduleSpec::DECAY_STEP: {
       const int64_t epoch = step / steps_per_epoch_;
-      double lr = factor * peak_;
+      double lr = peak_;
       for (uint32_t e : step_epochs_) {
         if (epoch >= e) lr *= step_factor_;
       }
@@ -57,10 +60,10 @@ double LrSchedule::At(int64_t step) const {
       const int64_t span = std::max<int64_t>(1, total_steps_ - warmup_steps_);
       const double t =
           std::min(1.0, static_cast<double>(step - warmup_steps_) / span);
-      return factor * peak_ * 0.5 * (1.0 + std::cos(M_PI * t));
+      return peak_ * 0.5 * (1.0 + std::cos(M_PI * t));
     }
     default:
-      return factor * peak_;
+      return peak_;
   }
 }
 

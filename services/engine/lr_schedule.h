@@ -21,6 +21,8 @@ class LrSchedule {
   int64_t total_steps() const { return total_steps_; }
 
  private:
+  // Every stage's rate at `step`: warm-up, then the decay.
+  double SharedAt(int64_t step) const;
   // At(step)'s factor for this stage's delay (1 without one).
   double DelayFactor(int64_t step) const;
 
