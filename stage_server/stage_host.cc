@@ -266,6 +266,8 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     s.set_wait_seconds(job->mailbox.wait_seconds());
     metrics_->State(job->index(), r.in_flight, r.optimizer_steps, s.memory());
     metrics_->StalenessBound(job->index(), w.staleness_bound());
+    metrics_->Optimizer(job->index(), w.learning_rate(), w.clipped_steps(),
+                        w.gradient_norm());
     if (std::optional<engine::GradientDiagnostic> d = w.last_diagnostic()) {
       metrics_->Diagnostic(job->index(), "delayed", d->cosine_similarity,
                            d->norm_ratio);

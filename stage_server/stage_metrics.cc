@@ -56,6 +56,24 @@ struct StageMetrics::Families {
                   .Name("petra_stage_optimizer_steps")
                   .Help("Optimizer steps a stage has taken in its job")
                   .Register(r)),
+        learning_rate(prometheus::BuildGauge()
+                          .Name("petra_stage_learning_rate")
+                          .Help("Learning rate of a stage's next optimizer "
+                                "step: the job's schedule times the stage's "
+                                "delay factor (schedule.delay_lr_power)")
+                          .Register(r)),
+        clipped_steps(prometheus::BuildGauge()
+                          .Name("petra_stage_clipped_optimizer_steps")
+                          .Help("Optimizer steps of a stage's job whose "
+                                "gradient norm was over "
+                                "optimizer.clip_grad_norm and scaled down")
+                          .Register(r)),
+        gradient_norm(prometheus::BuildGauge()
+                          .Name("petra_stage_gradient_norm")
+                          .Help("Norm of a stage's gradient at its last "
+                                "optimizer step, before clipping (0 while "
+                                "clipping is off)")
+                          .Register(r)),
         staleness_bound(
             prometheus::BuildGauge()
                 .Name("petra_stage_staleness_bound_steps")
@@ -116,6 +134,9 @@ struct StageMetrics::Families {
   Family<Histogram>& delay;
   Family<Gauge>& in_flight;
   Family<Gauge>& steps;
+  Family<Gauge>& learning_rate;
+  Family<Gauge>& clipped_steps;
+  Family<Gauge>& gradient_norm;
   Family<Gauge>& staleness_bound;
   Family<Gauge>& memory;
   Family<Counter>& sent;
@@ -199,6 +220,15 @@ void StageMetrics::State(int stage, int64_t in_flight, int64_t optimizer_steps,
   }
 }
 
+void StageMetrics::Optimizer(int stage, double learning_rate,
+                             int64_t clipped_steps, double gradient_norm) {
+  if (!f_) return;
+  const prometheus::Labels l = {{"stage", absl::StrCat(stage)}};
+  f_->learning_rate.Add(l).Set(learning_rate);
+  f_->clipped_steps.Add(l).Set(static_cast<double>(clipped_steps));
+  f_->gradient_norm.Add(l).Set(gradient_norm);
+}
+
 void StageMetrics::Diagnostic(int stage, const char* reference,
                               double cosine_similarity, double norm_ratio) {
   if (!f_) return;
@@ -242,6 +272,7 @@ void StageMetrics::Idle(int stage) {
   if (!f_) return;
   State(stage, 0, 0, petra::v1::MemoryBreakdown());
   StalenessBound(stage, 0);
+  Optimizer(stage, 0, 0, 0);
 }
 
 }  // namespace petra::stage_server

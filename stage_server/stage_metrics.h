@@ -30,6 +30,11 @@ class StageMetrics {
   void Waited(int stage, bool backward, double seconds);
   void State(int stage, int64_t in_flight, int64_t optimizer_steps,
              const petra::v1::MemoryBreakdown& memory);
+  // The optimizer: the rate of the stage's next step (the job's schedule
+  // times the stage's delay factor), the steps it clipped so far in its job
+  // and the last step's gradient norm before clipping (0: clipping off).
+  void Optimizer(int stage, double learning_rate, int64_t clipped_steps,
+                 double gradient_norm);
   // The most steps a micro-batch can be stale on this stage (the alert
   // PetraStalenessAboveBound compares the staleness with it).
   void StalenessBound(int stage, int64_t steps);

@@ -54,6 +54,9 @@ class GradientAccumulator {
   // down), and the norm before clipping of the last step (0 when off).
   int64_t clipped_steps() const { return clipped_steps_; }
   double last_gradient_norm() const { return last_gradient_norm_; }
+  // The rate of the next optimizer step: the schedule's, times this stage's
+  // delay factor (schedule.delay_lr_power).
+  double learning_rate() const { return schedule_.At(steps_); }
   // The step's coefficients of the gradient g (weight decay included) and
   // of the updated momentum buffer v: the step is -lr (a g + b v). Plain
   // SGD: a = 1, b = m with Nesterov; a = 0, b = 1 without.

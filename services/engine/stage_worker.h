@@ -177,6 +177,11 @@ class StageWorker {
 
   MemoryStats memory() const;
   int64_t optimizer_steps() const { return optimizer_.steps(); }
+  // The next step's rate (delay-scaled), the steps clipped so far and the
+  // last step's gradient norm before clipping (0 when clipping is off).
+  double learning_rate() const { return optimizer_.learning_rate(); }
+  int64_t clipped_steps() const { return optimizer_.clipped_steps(); }
+  double gradient_norm() const { return optimizer_.last_gradient_norm(); }
   int64_t forward_count() const { return forwards_; }
   int64_t backward_count() const { return backwards_; }
   // Micro-batches this stage skipped for NaN or Inf (skip policy).

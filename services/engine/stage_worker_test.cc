@@ -299,6 +299,9 @@ TEST(StageWorker, ADelayedStageStepsAtItsDelayScaledRate) {
     spec.mutable_schedule()->set_delay_lr_power(power);
     auto workers = Workers(spec, {{0, 1}, {1, 2}, {2, 10}});
     StageWorker& w = *workers[0];
+    // What petra_stage_learning_rate exports: the shared rate over 1 + 4.
+    EXPECT_DOUBLE_EQ(w.learning_rate(),
+                     spec.optimizer().learning_rate() / (power > 0 ? 5 : 1));
     std::vector<torch::Tensor> before;
     for (const torch::Tensor& p : w.parameters()) before.push_back(p.clone());
     const data::Batch batch = Batches(1, 8)[0];

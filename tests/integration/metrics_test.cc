@@ -54,7 +54,9 @@ std::vector<int> MetricsPorts(Subprocess& train) {
 TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
   Subprocess train(
       kPetra, {"train", "--dataset", "synthetic", "--width", "0.125",
-               "--stages", "2", "--epochs", "100", "--grad-diagnostics", "5"});
+               "--stages", "2", "--epochs", "100", "--grad-diagnostics", "5",
+               // Small enough that every step is clipped.
+               "--clip-grad-norm", "1e-6"});
   const std::vector<int> ports = MetricsPorts(train);
   for (int p : ports) ASSERT_GT(p, 0) << train.out() << train.err();
   ASSERT_THAT(train.WaitForLine("epoch 1/100 ["), HasSubstr("step"));
@@ -115,9 +117,12 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
           "petra_stage_compute_seconds_count{direction=\"backward\"," + stage,
           "petra_stage_staleness_steps_count{" + stage,
           "petra_stage_delay_ticks_count{" + stage,
-          "petra_stage_optimizer_steps{" + stage}) {
+          "petra_stage_optimizer_steps{" + stage,
+          "petra_stage_clipped_optimizer_steps{" + stage}) {
       EXPECT_GT(Sum(a, moving), Sum(b, moving)) << moving;
     }
+    EXPECT_GT(Sum(a, "petra_stage_learning_rate{" + stage), 0);
+    EXPECT_GT(Sum(a, "petra_stage_gradient_norm{" + stage), 1e-6);
     const std::string sent =
         j == 0 ? "petra_stage_stream_sent_bytes_total{stream=\"forward\","
                  "transport=\""
