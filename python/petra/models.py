@@ -64,8 +64,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "Network",
-           "build", "from_spec", "input_shape"]
+__all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "PATCH_SIZES",
+           "Network", "build", "from_spec", "input_shape"]
 
 # In the proto's enum order (proto/petra/v1/job.proto Architecture, Variant):
 # ARCHITECTURES[i] is enum value i + 1, and so is VARIANTS[i].
@@ -77,7 +77,11 @@ TRANSFORMERS = ("revvit", "vit")
 
 # services/model/architecture_catalog.h TransformerDefaults.
 TRANSFORMER_DEFAULTS = {"embed_dim": 64, "depth": 6, "heads": 4,
-                        "mlp_ratio": 2.0, "patch_size": 4}
+                        "mlp_ratio": 2.0}
+# The patch side by variant (architecture_catalog.cc DefaultPatchSize).
+PATCH_SIZES = {"imagenet": 16, "cifar": 4, "mnist": 7}
+# Every transformer size a spec may set.
+_SIZE_NAMES = (*TRANSFORMER_DEFAULTS, "patch_size")
 
 # services/model/architecture_catalog.cc InputShape.
 _INPUT_SHAPES = {"imagenet": (3, 224, 224), "cifar": (3, 32, 32),
@@ -623,7 +627,7 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
         raise ValueError(
             f"{field('width')}: {width:g} must be 1 for {arch}, which is "
             "sized by embed_dim, depth, heads, mlp_ratio and patch_size")
-    t = dict(TRANSFORMER_DEFAULTS)
+    t = dict(TRANSFORMER_DEFAULTS, patch_size=PATCH_SIZES[variant])
     t.update(given)
     t["embed_dim"] = _check_int(t["embed_dim"], field("embed_dim"), 1,
                                 _MAX_EMBED_DIM)
@@ -670,7 +674,8 @@ def build(arch, variant="cifar", width=1.0, num_classes=None, *,
     the CNNs, in (0, 8]; must be 1 for revvit and vit. num_classes: in
     [2, 1000000]; None means the variant's default, as a job spec (1000 for
     imagenet, 10 otherwise). embed_dim, depth, heads, mlp_ratio, patch_size:
-    revvit and vit only; None means the C++ default (TRANSFORMER_DEFAULTS).
+    revvit and vit only; None means the C++ default (TRANSFORMER_DEFAULTS,
+    and the variant's PATCH_SIZES).
     Raises ValueError naming the bad argument and what it accepts.
     """
     sizes = {"embed_dim": embed_dim, "depth": depth, "heads": heads,
@@ -761,7 +766,8 @@ def from_spec(spec):
     "ARCHITECTURE_REVNET18", their numbers or short names ("revnet18").
     Missing fields get the C++ defaults (job_spec_defaults.cc): the variant
     the dataset kind implies (mnist for (Fashion-)MNIST, cifar otherwise),
-    width 1, the variant's class count, TRANSFORMER_DEFAULTS. Raises
+    width 1, the variant's class count, TRANSFORMER_DEFAULTS and the
+    variant's PATCH_SIZES. Raises
     ValueError naming the spec field ("model.width", ...) that is wrong.
     """
     if not isinstance(spec, dict):
@@ -797,7 +803,7 @@ def from_spec(spec):
     num_classes = _number(_field(model, "num_classes", "model."),
                           "model.num_classes", True)
     transformer = _field(model, "transformer", "model.")
-    sizes = dict.fromkeys(TRANSFORMER_DEFAULTS)
+    sizes = dict.fromkeys(_SIZE_NAMES)
     if transformer is not None:
         if not isinstance(transformer, dict):
             raise ValueError(f"model.transformer: expected an object, got "
@@ -814,7 +820,7 @@ def from_spec(spec):
                 f"model.transformer.{name}", name != "mlp_ratio")
 
     def field(name):
-        if name in TRANSFORMER_DEFAULTS:
+        if name in _SIZE_NAMES:
             return f"model.transformer.{name}"
         return "model.architecture" if name == "arch" else f"model.{name}"
 

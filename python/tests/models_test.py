@@ -197,9 +197,11 @@ class ReferenceTestCase(unittest.TestCase):
                 self.check_against_cpp(arch, variant, None, classes, sizes,
                                        batch)
         # The C++ defaults on both sides (embed_dim 64, depth 6, heads 4,
-        # mlp_ratio 2, patch_size 4).
-        with self.subTest(variant="cifar", sizes="defaults"):
-            self.check_against_cpp(arch, "cifar", batch=2)
+        # mlp_ratio 2, and the variant's patch_size: 4 for cifar, 7 for
+        # mnist).
+        for variant in ("cifar", "mnist"):
+            with self.subTest(variant=variant, sizes="defaults"):
+                self.check_against_cpp(arch, variant, batch=2)
         # Wide enough that the MLP's pre-activations reach O(1), where the
         # GELU flavour shows: tanh's approximation is 4e-5 off here, exact
         # erf bitwise (the narrow networks above cannot tell them apart, as
@@ -345,7 +347,11 @@ class StructureTestCase(unittest.TestCase):
         self.assertEqual(models.build("resnet18", "imagenet", 0.125)
                          .num_classes, 1000)
         vit = models.build("vit", "cifar")
-        self.assertEqual(vit.transformer, models.TRANSFORMER_DEFAULTS)
+        self.assertEqual(vit.transformer,
+                         dict(models.TRANSFORMER_DEFAULTS, patch_size=4))
+        for variant, patch in (("mnist", 7), ("imagenet", 16)):
+            self.assertEqual(models.build("revvit", variant)
+                             .transformer["patch_size"], patch)
         self.assertEqual(len(vit.blocks), 6 + 2)
         self.assertEqual(vit.num_classes, 10)
 

@@ -83,7 +83,9 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     if (!t->has_depth()) t->set_depth(D::kDepth);
     if (!t->has_heads()) t->set_heads(D::kHeads);
     if (!t->has_mlp_ratio()) t->set_mlp_ratio(D::kMlpRatio);
-    if (!t->has_patch_size()) t->set_patch_size(D::kPatchSize);
+    if (!t->has_patch_size()) {
+      t->set_patch_size(model::DefaultPatchSize(model->variant()));
+    }
   }
   if (!model->has_num_classes()) {
     model->set_num_classes(

@@ -252,6 +252,24 @@ TEST(ResolveJobSpec, TransformersTrainWithTheTransformerRecipe) {
   EXPECT_DOUBLE_EQ(r.schedule().delay_lr_power(), 0);
 }
 
+// Each input gets its own patch side, and one given is kept.
+TEST(ResolveJobSpec, TransformerPatchesFitTheInput) {
+  JobSpec s = MinimalSpec();
+  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVVIT);
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  for (auto [variant, patch] :
+       {std::pair{petra::v1::VARIANT_MNIST, 7u},
+        std::pair{petra::v1::VARIANT_CIFAR, 4u},
+        std::pair{petra::v1::VARIANT_IMAGENET, 16u}}) {
+    s.mutable_model()->set_variant(variant);
+    absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->model().transformer().patch_size(), patch) << variant;
+  }
+  s.mutable_model()->mutable_transformer()->set_patch_size(8);
+  EXPECT_EQ(ResolveJobSpec(s)->model().transformer().patch_size(), 8u);
+}
+
 TEST(ResolveJobSpec, ForwardGradientGuessesLocallyByDefault) {
   JobSpec s = MinimalSpec();
   s.mutable_training()->set_mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT);

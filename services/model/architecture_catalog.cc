@@ -18,6 +18,17 @@ std::vector<int64_t> InputShape(petra::v1::Variant variant) {
   }
 }
 
+uint32_t DefaultPatchSize(petra::v1::Variant variant) {
+  switch (variant) {
+    case petra::v1::VARIANT_IMAGENET:
+      return 16;
+    case petra::v1::VARIANT_MNIST:
+      return 7;
+    default:
+      return 4;
+  }
+}
+
 bool IsTransformer(int architecture) {
   return architecture == petra::v1::ARCHITECTURE_REVVIT ||
          architecture == petra::v1::ARCHITECTURE_VIT;

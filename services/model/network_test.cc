@@ -257,7 +257,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // revvit and vit of the same sizes: stem, depth blocks, head; the same
-// parameters per block (F and G); tokens of 28 / 4 squared on both streams
+// parameters per block (F and G); tokens of 28 / 7 squared on both streams
 // of revvit, one stream of vit; logits at the end.
 TEST(Network, TransformersHaveTheirSizes) {
   torch::manual_seed(1);
@@ -267,7 +267,7 @@ TEST(Network, TransformersHaveTheirSizes) {
       Spec(petra::v1::ARCHITECTURE_VIT, petra::v1::VARIANT_MNIST, 1.0, 3);
   EXPECT_EQ(rev_spec.transformer().embed_dim(), 64u);
   EXPECT_EQ(rev_spec.transformer().heads(), 4u);
-  EXPECT_EQ(rev_spec.transformer().patch_size(), 4u);
+  EXPECT_EQ(rev_spec.transformer().patch_size(), 7u);
   absl::StatusOr<Network> rev = BuildNetwork(rev_spec, 0);
   absl::StatusOr<Network> vit = BuildNetwork(vit_spec, 0);
   ASSERT_TRUE(rev.ok()) << rev.status();
@@ -292,8 +292,8 @@ TEST(Network, TransformersHaveTheirSizes) {
   TensorPair x{torch::randn({2, 1, 28, 28}), {}};
   TensorPair y = x;
   for (size_t i = 0; i < 4; ++i) y = rev->blocks[i]->Forward(y);
-  EXPECT_EQ(y.a.sizes(), (std::vector<int64_t>{2, 49, 64}));
-  EXPECT_EQ(y.b.sizes(), (std::vector<int64_t>{2, 49, 64}));
+  EXPECT_EQ(y.a.sizes(), (std::vector<int64_t>{2, 16, 64}));
+  EXPECT_EQ(y.b.sizes(), (std::vector<int64_t>{2, 16, 64}));
   EXPECT_EQ(rev->blocks[4]->Forward(y).a.sizes(),
             (std::vector<int64_t>{2, 10}));
   TensorPair z = x;
