@@ -32,7 +32,7 @@ int64_t EndToEndCheck::kept_bytes() const {
 }
 
 absl::StatusOr<EndToEndCheck::Sample*> EndToEndCheck::Find(int64_t i) {
-  const int64_t id = i * stride_;
+  const int64_t id = TrainingId(i);
   auto it = samples_.find(id);
   if (it == samples_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -94,7 +94,7 @@ absl::StatusOr<std::pair<TensorPair, TensorPair>> EndToEndCheck::Backward(
 
 void EndToEndCheck::Compare(int64_t i,
                             const std::vector<torch::Tensor>& exact) {
-  auto it = samples_.find(i * stride_);
+  auto it = samples_.find(TrainingId(i));
   results_.push_back(CosineAndNormRatio(it->second.applied, torch::cat(exact)));
   samples_.erase(it);
 }

@@ -40,11 +40,18 @@ class EndToEndCheck {
       : stride_(every * accumulation), accumulation_(accumulation) {}
 
   bool enabled() const { return stride_ > 0; }
-  // Whether micro-batch `id` of a training pass is sampled: the first of
-  // every N optimizer steps (id % (N k) == 0). The check pass's i-th
-  // micro-batch is the training pass's (i N k)-th.
-  bool Samples(int64_t id) const { return stride_ > 0 && id % stride_ == 0; }
+  // Whether micro-batch `id` of a training pass is sampled: the last of
+  // every N optimizer steps (id % (N k) == N k - 1). The check pass's i-th
+  // micro-batch is the training pass's ((i + 1) N k - 1)-th
+  // (PassBatches::Strided). Not the first: a pass starts with the pipeline
+  // empty, and its first micro-batch meets no moved weight anywhere, so it
+  // would always agree exactly.
+  bool Samples(int64_t id) const {
+    return stride_ > 0 && id % stride_ == stride_ - 1;
+  }
   int64_t stride() const { return stride_; }
+  // The training pass's id of the check pass's micro-batch `i`.
+  int64_t TrainingId(int64_t i) const { return (i + 1) * stride_ - 1; }
 
   // Training: a pass begins (samples of an earlier one are dropped).
   void BeginPass() { samples_.clear(); }

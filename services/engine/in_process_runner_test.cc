@@ -108,6 +108,21 @@ TEST(InProcessRunner, EndToEndCheckComparesWithTheTrueGradient) {
   }
 }
 
+// One sample a pass: the pass's last micro-batch, when every stage has moved
+// since its forward, not the first, which the empty pipeline gives exact
+// gradients on every stage and would read cosine 1.
+TEST(InProcessRunner, EndToEndCheckSamplesThePipelineFull) {
+  petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 1);
+  s.mutable_optimizer()->set_learning_rate(0.05);
+  s.mutable_training()->set_end_to_end_every(1024 / 32);
+  auto runner = Make(s);
+  absl::StatusOr<std::vector<EpochReport>> r = runner->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  const petra::v1::StageStats& first = r->back().stages[0];
+  EXPECT_EQ(first.end_to_end_samples(), 1);
+  EXPECT_LT(first.end_to_end_cosine_similarity(), 0.999);
+}
+
 TEST(InProcessRunner, DelayIsTwiceTheDistanceToTheLastStage) {
   petra::v1::JobSpec s = Synthetic(petra::v1::TRAINING_MODE_PETRA, 1);
   auto runner = Make(s);

@@ -19,12 +19,14 @@ PassBatches::PassBatches(uint32_t epoch, const data::EpochBatches& batches,
 
 PassBatches PassBatches::Strided(int64_t stride) const {
   PassBatches out = *this;
-  out.stride_ = stride_ * std::max<int64_t>(1, stride);
+  const int64_t n = std::max<int64_t>(1, stride);
+  out.offset_ = offset_ + stride_ * (n - 1);
+  out.stride_ = stride_ * n;
   return out;
 }
 
 std::pair<int, int64_t> PassBatches::Locate(int64_t i) const {
-  const int64_t id = i * stride_;
+  const int64_t id = offset_ + i * stride_;
   // The last part starting at or before id.
   const auto it = std::upper_bound(starts_.begin(), starts_.end(), id);
   const int part = std::max(0, static_cast<int>(it - starts_.begin()) - 1);

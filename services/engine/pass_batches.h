@@ -26,11 +26,14 @@ class PassBatches {
   // One epoch's first n micro-batches.
   PassBatches(uint32_t epoch, const data::EpochBatches& batches, int64_t n);
 
-  // Every `stride`-th micro-batch of this pass (0, stride, 2 stride, ...):
-  // the gradient check's micro-batches.
+  // The last micro-batch of every `stride` of this pass (stride - 1,
+  // 2 stride - 1, ...): the gradient check's micro-batches
+  // (EndToEndCheck::Samples).
   PassBatches Strided(int64_t stride) const;
 
-  int64_t size() const { return (size_ + stride_ - 1) / stride_; }
+  int64_t size() const {
+    return size_ > offset_ ? (size_ - offset_ + stride_ - 1) / stride_ : 0;
+  }
   const std::vector<Part>& parts() const { return parts_; }
   // The part `id` falls in and its index within that epoch; id in [0, size).
   std::pair<int, int64_t> Locate(int64_t id) const;
@@ -45,6 +48,7 @@ class PassBatches {
   std::vector<int64_t> starts_;  // the first pass id of each part
   int64_t size_ = 0;             // micro-batches before striding
   int64_t stride_ = 1;
+  int64_t offset_ = 0;  // micro-batch i of this pass is offset_ + i stride_
 };
 
 // A training pass's result, one per part (epoch), each micro-batch under its
