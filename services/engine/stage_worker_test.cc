@@ -180,8 +180,8 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet18_PerBlock_Bf16_ChannelsLast",
                  petra::v1::ARCHITECTURE_REVNET18, 0, false, true, true},
         GradCase{"IRevNet18_PerBlock_ChannelsLast",
-                 petra::v1::ARCHITECTURE_IREVNET18, 0, false, false, true,
-                 1e-1, 1e-3}),
+                 petra::v1::ARCHITECTURE_IREVNET18, 0, false, false, true, 1e-1,
+                 1e-3}),
     [](const auto& info) { return info.param.name; });
 
 // Every row of the paper's Table 4 (which buffers, which weights rebuild)
