@@ -45,8 +45,9 @@ struct GradCase {
   // entries are small sums of large terms, moves with the order of fp32 sums
   // alone: 5.3e-3 in channels_last on one CPU, 2.7e-2 in NCHW on another
   // (AMD EPYC; 1e-4 on an Intel Xeon), 5.5e-3 on a GPU, and the NCHW and
-  // channels_last references differ by 4.8e-2 on it. A wrong rebuild or a
-  // misread layout is off by orders more on both.
+  // channels_last references differ by 4.8e-2 on it: 1e-1 in NCHW on the
+  // CPU, 1e-2 where measured below 6e-3. A wrong rebuild or a misread
+  // layout is off by orders more on both.
   double tolerance = 1e-4;
   double whole_tolerance = 1e-5;
 };
@@ -180,7 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet18_PerBlock_Bf16_ChannelsLast",
                  petra::v1::ARCHITECTURE_REVNET18, 0, false, true, true},
         GradCase{"IRevNet18_PerBlock_ChannelsLast",
-                 petra::v1::ARCHITECTURE_IREVNET18, 0, false, false, true, 1e-1,
+                 petra::v1::ARCHITECTURE_IREVNET18, 0, false, false, true, 1e-2,
                  1e-3}),
     [](const auto& info) { return info.param.name; });
 
@@ -223,7 +224,7 @@ INSTANTIATE_TEST_SUITE_P(
                  true},
         // channels_last: the GPU's default layout for a CNN.
         GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0,
-                 true, false, false, 1e-1, 1e-3}),
+                 true, false, false, 1e-2, 1e-3}),
     [](const auto& info) { return info.param.name; });
 
 // PaReprop's overlap: a middle stage of several reversible blocks rebuilds
