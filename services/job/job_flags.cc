@@ -75,7 +75,13 @@ void AddTransformerFlags(cli::FlagSet& f,
   f.AddCustom("mlp-ratio", "R", absl::StrCat(D::kMlpRatio),
               "revvit/vit: MLP hidden width / D",
               Double([t](double v) { t()->set_mlp_ratio(v); }));
-  f.AddCustom("patch-size", "P", model::kDefaultPatchSizeHelp,
+  f.AddCustom("patch-size", "P",
+              absl::StrCat(model::DefaultPatchSize(petra::v1::VARIANT_MNIST),
+                           " for mnist, ",
+                           model::DefaultPatchSize(petra::v1::VARIANT_CIFAR),
+                           " for cifar, ",
+                           model::DefaultPatchSize(petra::v1::VARIANT_IMAGENET),
+                           " for imagenet"),
               "revvit/vit: side of a patch (divides the input's sides)",
               Uint32([t](uint32_t v) { t()->set_patch_size(v); }));
 }

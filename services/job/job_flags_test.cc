@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
 
 namespace petra::job {
 namespace {
@@ -16,6 +18,20 @@ absl::Status ParseInto(const std::vector<std::string>& args,
   cli::FlagSet flags("test", "test");
   AddJobFlags(flags, spec);
   return flags.Parse(args);
+}
+
+// The help states each variant's patch default as ResolveJobSpec applies it.
+TEST(JobFlags, HelpShowsThePatchSizeEachVariantGets) {
+  cli::FlagSet flags("test", "test");
+  petra::v1::JobSpec spec;
+  AddJobFlags(flags, &spec);
+  EXPECT_THAT(
+      flags.Help(),
+      HasSubstr(absl::StrCat(
+          "default: ", model::DefaultPatchSize(petra::v1::VARIANT_MNIST),
+          " for mnist, ", model::DefaultPatchSize(petra::v1::VARIANT_CIFAR),
+          " for cifar, ", model::DefaultPatchSize(petra::v1::VARIANT_IMAGENET),
+          " for imagenet")));
 }
 
 TEST(JobFlags, MapToSpecFields) {

@@ -37,9 +37,6 @@ struct TransformerDefaults {
 // faster than 49 and reach more in one epoch (docs/BENCHMARKS.md, "The
 // first run of a transformer user").
 uint32_t DefaultPatchSize(petra::v1::Variant variant);
-// The help text of that default.
-inline constexpr char kDefaultPatchSizeHelp[] =
-    "7 for mnist, 4 for cifar, 16 for imagenet";
 
 // One sample's input shape {channels, height, width} for a variant.
 std::vector<int64_t> InputShape(petra::v1::Variant variant);
