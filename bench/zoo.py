@@ -22,7 +22,7 @@ from bench_common import BenchError, main_guard, run, train_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ["--embed-dim", "768", "--depth", "12", "--heads", "12",
-        "--mlp-ratio", "4", "--patch-size", "16"]
+        "--mlp-ratio", "4", "--patch-size", "16", "--stem", "patch"]
 VIT_B = 86567656 - 2 * 768
 RESNET101_OVER_50 = 44549160 - 25557032
 ENTRIES = [

@@ -33,8 +33,9 @@ std::string Json(const std::string& arch, const std::string& variant,
     absl::StrAppendFormat(
         &out,
         "  \"transformer\": {\"embed_dim\": %d, \"depth\": %d, \"heads\": "
-        "%d, \"mlp_ratio\": %g, \"patch_size\": %d},\n",
-        t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size());
+        "%d, \"mlp_ratio\": %g, \"patch_size\": %d, \"stem\": \"%s\"},\n",
+        t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size(),
+        t.stem() == petra::v1::TransformerSpec::STEM_PATCH ? "patch" : "conv");
   }
   absl::StrAppendFormat(&out, "  \"params\": %d,\n  \"stages\": [", params);
   for (size_t i = 0; i < stages.size(); ++i) {

@@ -65,7 +65,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "PATCH_SIZES",
-           "Network", "build", "from_spec", "input_shape"]
+           "STEMS", "Network", "build", "from_spec", "input_shape"]
 
 # In the proto's enum order (proto/petra/v1/job.proto Architecture, Variant):
 # ARCHITECTURES[i] is enum value i + 1, and so is VARIANTS[i].
@@ -80,7 +80,11 @@ TRANSFORMER_DEFAULTS = {"embed_dim": 64, "depth": 6, "heads": 4,
                         "mlp_ratio": 2.0}
 # The patch side by variant (architecture_catalog.cc DefaultPatchSize).
 PATCH_SIZES = {"imagenet": 16, "cifar": 4, "mnist": 7}
-# Every transformer size a spec may set.
+# How images become tokens, in the enum's order (TransformerSpec.Stem);
+# the default is the one C++ resolution gives.
+STEMS = ("patch", "conv")
+DEFAULT_STEM = "conv"
+# Every transformer size a spec may set (the stem besides, not a number).
 _SIZE_NAMES = (*TRANSFORMER_DEFAULTS, "patch_size")
 
 # services/model/architecture_catalog.cc InputShape.
@@ -349,21 +353,55 @@ class Mlp(nn.Module):
         return self.fc2(F.gelu(self.fc1(self.norm(x))))
 
 
+def _conv_stem_depth(patch_size):
+    """ceil(log2 patch_size) (architecture_catalog.cc ConvStemDepth)."""
+    n = 0
+    while (1 << n) < patch_size:
+        n += 1
+    return n
+
+
+def conv_stem_widths(patch_size, embed_dim):
+    """The conv stem's stride-2 widths (architecture_catalog ConvStemWidths):
+    doubling from 32, at most embed_dim."""
+    return [min(embed_dim, 32 << i)
+            for i in range(_conv_stem_depth(patch_size))]
+
+
+def _conv_stem_side(side, patch_size):
+    for _ in range(_conv_stem_depth(patch_size)):
+        side = (side + 1) // 2
+    return side
+
+
 class PatchEmbedBlock(nn.Module):
-    """Image -> tokens: patch_size-strided conv (with bias) + position.
+    """Image -> tokens: patch_size-strided conv (with bias) + position, or
+    with `conv_stem` 3x3 stride-2 ConvBn layers and a 1x1 conv (with bias).
 
     The tokens go down both streams of a reversible network.
     """
 
-    def __init__(self, cin, side, dim, patch_size, two_streams):
+    def __init__(self, cin, side, dim, patch_size, two_streams,
+                 conv_stem=False):
         super().__init__()
-        self.patch = nn.Conv2d(cin, dim, patch_size, stride=patch_size)
+        kernel = patch_size
+        if conv_stem:
+            convs = []
+            for width in conv_stem_widths(patch_size, dim):
+                convs.append(ConvBn(cin, width, 3, 2))
+                cin = width
+            self.convs = nn.ModuleList(convs)
+            kernel = 1
+        self.patch = nn.Conv2d(cin, dim, kernel, stride=kernel)
         tokens = (side // patch_size) ** 2
         self.position = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
         self.two_streams = two_streams
 
     def forward(self, pair):
-        y = self.patch(pair[0])  # [b, d, side, side]
+        image = pair[0]
+        for conv in getattr(self, "convs", ()):
+            image = conv(image)
+        y = self.patch(image)  # [b, d, side, side]
         tokens = y.flatten(2).transpose(1, 2) + self.position
         return (tokens, tokens) if self.two_streams else (tokens, None)
 
@@ -547,7 +585,8 @@ def _build_transformer(arch, variant, num_classes, sizes):
     dim, heads = sizes["embed_dim"], sizes["heads"]
     hidden = max(1, _llround(sizes["mlp_ratio"] * dim))
     block = RevViTBlock if rev else ViTBlock
-    blocks = [PatchEmbedBlock(cin, side, dim, sizes["patch_size"], rev)]
+    blocks = [PatchEmbedBlock(cin, side, dim, sizes["patch_size"], rev,
+                              sizes["stem"] == "conv")]
     blocks += [block(dim, heads, hidden) for _ in range(sizes["depth"])]
     blocks.append(TokenHeadBlock(2 * dim if rev else dim, num_classes))
     return Network(blocks, arch=arch, variant=variant, width=1.0,
@@ -621,13 +660,14 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
             raise ValueError(
                 f"{field(next(iter(given)))}: only revvit and vit have "
                 "transformer sizes (embed_dim, depth, heads, mlp_ratio, "
-                f"patch_size); a CNN's size is its width, not {arch}")
+                f"patch_size, stem); a CNN's size is its width, not {arch}")
         return arch, variant, width, num_classes, None
     if width != 1.0:
         raise ValueError(
             f"{field('width')}: {width:g} must be 1 for {arch}, which is "
             "sized by embed_dim, depth, heads, mlp_ratio and patch_size")
-    t = dict(TRANSFORMER_DEFAULTS, patch_size=PATCH_SIZES[variant])
+    t = dict(TRANSFORMER_DEFAULTS, patch_size=PATCH_SIZES[variant],
+             stem=DEFAULT_STEM)
     t.update(given)
     t["embed_dim"] = _check_int(t["embed_dim"], field("embed_dim"), 1,
                                 _MAX_EMBED_DIM)
@@ -655,6 +695,13 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
             f"{field('patch_size')}: {patch} gives {tokens} tokens of a "
             f"{side}x{side} input; at most {_MAX_TOKENS} (a larger patch)")
     t["patch_size"] = int(patch)
+    t["stem"] = _short_name(t["stem"], STEMS, field("stem"), "STEM_")
+    if t["stem"] == "conv" and _conv_stem_side(side, patch) != side // patch:
+        raise ValueError(
+            f"{field('patch_size')}: {patch}: the conv stem's stride-2 "
+            f"convolutions take {side} to {_conv_stem_side(side, patch)} "
+            f"tokens a side, not {side // patch}; use a power of two or "
+            "stem='patch'")
     return arch, variant, width, num_classes, t
 
 
@@ -666,20 +713,20 @@ def input_shape(variant):
 
 def build(arch, variant="cifar", width=1.0, num_classes=None, *,
           embed_dim=None, depth=None, heads=None, mlp_ratio=None,
-          patch_size=None):
+          patch_size=None, stem=None):
     """The network `petra` builds for this model, freshly initialised.
 
     arch: one of ARCHITECTURES; variant: one of VARIANTS (names are
     case-insensitive, '-' may stand for '_'). width: channel multiplier of
     the CNNs, in (0, 8]; must be 1 for revvit and vit. num_classes: in
     [2, 1000000]; None means the variant's default, as a job spec (1000 for
-    imagenet, 10 otherwise). embed_dim, depth, heads, mlp_ratio, patch_size:
-    revvit and vit only; None means the C++ default (TRANSFORMER_DEFAULTS,
-    and the variant's PATCH_SIZES).
+    imagenet, 10 otherwise). embed_dim, depth, heads, mlp_ratio, patch_size,
+    stem (one of STEMS): revvit and vit only; None means the C++ default
+    (TRANSFORMER_DEFAULTS, the variant's PATCH_SIZES, the conv stem).
     Raises ValueError naming the bad argument and what it accepts.
     """
     sizes = {"embed_dim": embed_dim, "depth": depth, "heads": heads,
-             "mlp_ratio": mlp_ratio, "patch_size": patch_size}
+             "mlp_ratio": mlp_ratio, "patch_size": patch_size, "stem": stem}
     arch, variant, width, num_classes, t = _resolve(
         arch, variant, width, num_classes, sizes, lambda name: name)
     if t is None:
@@ -766,8 +813,8 @@ def from_spec(spec):
     "ARCHITECTURE_REVNET18", their numbers or short names ("revnet18").
     Missing fields get the C++ defaults (job_spec_defaults.cc): the variant
     the dataset kind implies (mnist for (Fashion-)MNIST, cifar otherwise),
-    width 1, the variant's class count, TRANSFORMER_DEFAULTS and the
-    variant's PATCH_SIZES. Raises
+    width 1, the variant's class count, TRANSFORMER_DEFAULTS, the
+    variant's PATCH_SIZES and the conv stem. Raises
     ValueError naming the spec field ("model.width", ...) that is wrong.
     """
     if not isinstance(spec, dict):
@@ -803,7 +850,7 @@ def from_spec(spec):
     num_classes = _number(_field(model, "num_classes", "model."),
                           "model.num_classes", True)
     transformer = _field(model, "transformer", "model.")
-    sizes = dict.fromkeys(_SIZE_NAMES)
+    sizes = dict.fromkeys((*_SIZE_NAMES, "stem"))
     if transformer is not None:
         if not isinstance(transformer, dict):
             raise ValueError(f"model.transformer: expected an object, got "
@@ -814,13 +861,17 @@ def from_spec(spec):
             raise ValueError(
                 "model.transformer: only revvit and vit have transformer "
                 f"sizes (a CNN's size is model.width), not {arch}")
-        for name in sizes:
+        for name in _SIZE_NAMES:
             sizes[name] = _number(
                 _field(transformer, name, "model.transformer."),
                 f"model.transformer.{name}", name != "mlp_ratio")
+        stem = _field(transformer, "stem", "model.transformer.")
+        if stem is not None:
+            sizes["stem"] = _enum(stem, "STEM_", STEMS,
+                                  "model.transformer.stem")
 
     def field(name):
-        if name in _SIZE_NAMES:
+        if name in (*_SIZE_NAMES, "stem"):
             return f"model.transformer.{name}"
         return "model.architecture" if name == "arch" else f"model.{name}"
 

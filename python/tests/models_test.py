@@ -61,6 +61,7 @@ CNN_SIZES = {
 
 # Per variant: (transformer sizes, num_classes, batch). mlp_ratio 1.3 of 24
 # is 31.2 -> 31 hidden units (llround); imagenet's 224 takes patches of 16.
+# The conv stem by default; check_transformer also builds the patch stem.
 TRANSFORMER_SIZES = {
     "imagenet": (dict(embed_dim=16, depth=1, heads=4, mlp_ratio=2.0,
                       patch_size=16), None, 2),
@@ -71,8 +72,9 @@ TRANSFORMER_SIZES = {
 }
 
 # `petra model-info --arch A --variant V --width 0.25` (CNNs) and
-# `--embed-dim 32 --depth 2 --heads 2 --mlp-ratio 1.5 --patch-size 7`
-# (transformers), default class counts: the C++ parameter counts.
+# `--embed-dim 32 --depth 2 --heads 2 --mlp-ratio 1.5 --patch-size 7
+# --stem patch` (transformers), default class counts: the C++ parameter
+# counts. The conv stem's (the default): MODEL_INFO_CONV_STEM_PARAMS.
 MODEL_INFO_PARAMS = {
     ("revnet18", "imagenet"): 961480, ("revnet18", "cifar"): 703210,
     ("revnet18", "mnist"): 702634, ("revnet34", "imagenet"): 1594632,
@@ -90,6 +92,9 @@ MODEL_INFO_PARAMS = {
     ("revvit", "imagenet"): 117640, ("revvit", "mnist"): 17898,
     ("vit", "imagenet"): 85576, ("vit", "mnist"): 17514,
 }
+
+# The same transformer flags without --stem patch (the conv stem), mnist.
+MODEL_INFO_CONV_STEM_PARAMS = {"revvit": 36266, "vit": 35882}
 
 # Largest |Python - C++| logit difference per architecture, printed at the
 # end so that a run shows how close the zoos are, not only that they pass.
@@ -109,7 +114,8 @@ def job_flags(arch, variant, width=None, num_classes=None, sizes=None):
     if num_classes is not None:
         flags += ["--num-classes", str(num_classes)]
     for name, value in (sizes or {}).items():
-        flags += ["--" + name.replace("_", "-"), repr(value)]
+        flags += ["--" + name.replace("_", "-"),
+                  value if isinstance(value, str) else repr(value)]
     return flags
 
 
@@ -202,6 +208,12 @@ class ReferenceTestCase(unittest.TestCase):
         for variant in ("cifar", "mnist"):
             with self.subTest(variant=variant, sizes="defaults"):
                 self.check_against_cpp(arch, variant, batch=2)
+        # ViT's patchify stem (the default is the conv stem).
+        for variant in models.VARIANTS:
+            sizes, classes, batch = TRANSFORMER_SIZES[variant]
+            with self.subTest(variant=variant, stem="patch"):
+                self.check_against_cpp(arch, variant, None, classes,
+                                       dict(sizes, stem="patch"), batch)
         # Wide enough that the MLP's pre-activations reach O(1), where the
         # GELU flavour shows: tanh's approximation is 4e-5 off here, exact
         # erf bitwise (the narrow networks above cannot tell them apart, as
@@ -277,11 +289,16 @@ class StructureTestCase(unittest.TestCase):
                 if arch in models.TRANSFORMERS:
                     model = models.build(arch, variant, embed_dim=32,
                                          depth=2, heads=2, mlp_ratio=1.5,
-                                         patch_size=7)
+                                         patch_size=7, stem="patch")
                 else:
                     model = models.build(arch, variant, width=0.25)
                 self.assertEqual(sum(p.numel() for p in model.parameters()),
                                  count)
+        for arch, count in MODEL_INFO_CONV_STEM_PARAMS.items():
+            model = models.build(arch, "mnist", embed_dim=32, depth=2,
+                                 heads=2, mlp_ratio=1.5, patch_size=7)
+            self.assertEqual(sum(p.numel() for p in model.parameters()),
+                             count, arch)
 
     def test_readme_key_examples(self):
         keys = set(models.build("revnet18", "mnist", 0.25, 10).state_dict())
@@ -304,7 +321,8 @@ class StructureTestCase(unittest.TestCase):
             self.assertTrue(bn, arch)
 
     def test_transformer_keys(self):
-        keys = set(models.build("revvit", "mnist", depth=1).state_dict())
+        keys = set(models.build("revvit", "mnist", depth=1,
+                                stem="patch").state_dict())
         self.assertEqual(keys, {
             "blocks.0.patch.weight", "blocks.0.patch.bias",
             "blocks.0.position",
@@ -316,6 +334,21 @@ class StructureTestCase(unittest.TestCase):
             "blocks.2.norm.weight", "blocks.2.norm.bias",
             "blocks.2.fc.weight", "blocks.2.fc.bias",
             "input.mean", "input.std", "input.shape", "input.class_names"})
+        # The conv stem: patches of 7 take ceil(log2 7) = 3 stride-2
+        # ConvBn layers, 32, 64 and 64 wide, then the 1x1 `patch`.
+        conv = models.build("revvit", "mnist", depth=1)
+        self.assertEqual(set(conv.state_dict()) - keys, {
+            f"blocks.0.convs.{i}.{name}" for i in range(3) for name in (
+                "conv.weight", "bn.weight", "bn.bias", "bn.running_mean",
+                "bn.running_var")})
+        self.assertEqual(
+            [tuple(c.conv.weight.shape) for c in conv.blocks[0].convs],
+            [(32, 1, 3, 3), (64, 32, 3, 3), (64, 64, 3, 3)])
+        self.assertEqual(tuple(conv.blocks[0].patch.weight.shape),
+                         (64, 64, 1, 1))
+        self.assertEqual(models.conv_stem_widths(16, 768),
+                         [32, 64, 128, 256])
+        self.assertEqual(models.conv_stem_widths(1, 64), [])
 
     def test_input_shapes_and_logits(self):
         for variant, shape in (("imagenet", (3, 224, 224)),
@@ -348,7 +381,8 @@ class StructureTestCase(unittest.TestCase):
                          .num_classes, 1000)
         vit = models.build("vit", "cifar")
         self.assertEqual(vit.transformer,
-                         dict(models.TRANSFORMER_DEFAULTS, patch_size=4))
+                         dict(models.TRANSFORMER_DEFAULTS, patch_size=4,
+                              stem="conv"))
         for variant, patch in (("mnist", 7), ("imagenet", 16)):
             self.assertEqual(models.build("revvit", variant)
                              .transformer["patch_size"], patch)
@@ -421,6 +455,9 @@ class StructureTestCase(unittest.TestCase):
             ({"model": {"architecture": "ARCHITECTURE_VIT",
                         "transformer": {"heads": 5}}},
              "model.transformer.heads"),
+            ({"model": {"architecture": "ARCHITECTURE_VIT",
+                        "transformer": {"stem": "STEM_SWIN"}}},
+             "model.transformer.stem"),
             ({"model": {"architecture": "ARCHITECTURE_IREVNET18"},
               "dataset": {"kind": "DATASET_KIND_MNIST"}}, "model.variant"),
             ("revnet18", "spec"),
@@ -452,6 +489,11 @@ class StructureTestCase(unittest.TestCase):
              r"patch_size: 5 must divide the input's side \(32"),
             (("vit", "imagenet"), {"patch_size": 2},
              r"patch_size: 2 gives 12544 tokens"),
+            (("vit", "imagenet"), {"patch_size": 7},
+             r"patch_size: 7: the conv stem's stride-2 convolutions take "
+             r"224 to 28 tokens a side, not 32"),
+            (("vit",), {"stem": "convnext"},
+             r"stem: 'convnext' is not one of patch, conv"),
         )
         for args, kwargs, message in cases:
             with self.subTest(args=args, kwargs=kwargs):

@@ -84,6 +84,15 @@ void AddTransformerFlags(cli::FlagSet& f,
                            " for imagenet"),
               "revvit/vit: side of a patch (divides the input's sides)",
               Uint32([t](uint32_t v) { t()->set_patch_size(v); }));
+  const EnumDescriptor* stem =
+      GetEnumDescriptor<petra::v1::TransformerSpec::Stem>();
+  f.AddCustom("stem", Choices(stem), "conv",
+              "revvit/vit: how images become tokens: patch (ViT's one "
+              "strided convolution) or conv (3x3 stride-2 convolutions, "
+              "then 1x1)",
+              Enum(stem, [t](int v) {
+                t()->set_stem(static_cast<petra::v1::TransformerSpec::Stem>(v));
+              }));
 }
 
 void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {

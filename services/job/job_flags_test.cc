@@ -182,11 +182,12 @@ TEST(JobFlags, TransformerSizesAndAnotherArchitecture) {
   base.mutable_model()->set_width(0.25);
   base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   petra::v1::JobSpec overrides;
-  ASSERT_TRUE(ParseInto({"--arch", "revvit", "--embed-dim", "48", "--depth",
-                         "12", "--heads", "3", "--mlp-ratio", "1.5",
-                         "--patch-size", "7", "--variant", "mnist"},
-                        &overrides)
-                  .ok());
+  ASSERT_TRUE(
+      ParseInto({"--arch", "revvit", "--embed-dim", "48", "--depth", "12",
+                 "--heads", "3", "--mlp-ratio", "1.5", "--patch-size", "7",
+                 "--stem", "patch", "--variant", "mnist"},
+                &overrides)
+          .ok());
   OverlayJobSpec(overrides, &base);
   absl::StatusOr<petra::v1::JobSpec> r = ResolveJobSpec(base);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -195,6 +196,7 @@ TEST(JobFlags, TransformerSizesAndAnotherArchitecture) {
   EXPECT_EQ(t.embed_dim(), 48u);
   EXPECT_EQ(t.depth(), 12u);
   EXPECT_EQ(t.heads(), 3u);
+  EXPECT_EQ(t.stem(), petra::v1::TransformerSpec::STEM_PATCH);
   EXPECT_EQ(t.mlp_ratio(), 1.5);
   EXPECT_EQ(t.patch_size(), 7u);
   EXPECT_EQ(StageCount(*r), 14);  // per block: stem, 12 blocks, head
@@ -214,6 +216,10 @@ TEST(JobFlags, TransformerSizesAndAnotherArchitecture) {
     absl::Status s = ValidateJobSpec(bad);
     EXPECT_THAT(std::string(s.message()), HasSubstr(expected)) << args[0];
   }
+  petra::v1::JobSpec unknown_stem;
+  EXPECT_THAT(
+      std::string(ParseInto({"--stem", "swin"}, &unknown_stem).message()),
+      HasSubstr("swin"));
   // A CNN has no transformer sizes.
   petra::v1::JobSpec cnn;
   cnn.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);

@@ -128,6 +128,9 @@ void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
     p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
           absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
   }
+  const bool conv_stem = CheckEnum<petra::v1::TransformerSpec::Stem>(
+                             p, "model.transformer.stem", t.stem(), true) &&
+                         t.stem() == petra::v1::TransformerSpec::STEM_CONV;
   const int64_t side = model::InputShape(m.variant())[1];
   if (variant_ok && (t.patch_size() < 1 || side % t.patch_size() != 0)) {
     p.Add("model.transformer.patch_size", t.patch_size(),
@@ -142,6 +145,13 @@ void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
                        (side / t.patch_size()) * (side / t.patch_size()),
                        " tokens of a ", side, "x", side, " input; at most ",
                        kMaxTokens, " (a larger patch)"));
+  } else if (variant_ok && conv_stem &&
+             !model::ConvStemFits(side, t.patch_size())) {
+    p.Add("model.transformer.patch_size", t.patch_size(),
+          absl::StrCat("the conv stem's stride-2 convolutions take ", side,
+                       " to ", model::ConvStemSide(side, t.patch_size()),
+                       " tokens a side, not ", side / t.patch_size(),
+                       "; use a power of two or --stem patch"));
   }
 }
 

@@ -257,10 +257,9 @@ TEST(ResolveJobSpec, TransformerPatchesFitTheInput) {
   JobSpec s = MinimalSpec();
   s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVVIT);
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
-  for (auto [variant, patch] :
-       {std::pair{petra::v1::VARIANT_MNIST, 7u},
-        std::pair{petra::v1::VARIANT_CIFAR, 4u},
-        std::pair{petra::v1::VARIANT_IMAGENET, 16u}}) {
+  for (auto [variant, patch] : {std::pair{petra::v1::VARIANT_MNIST, 7u},
+                                std::pair{petra::v1::VARIANT_CIFAR, 4u},
+                                std::pair{petra::v1::VARIANT_IMAGENET, 16u}}) {
     s.mutable_model()->set_variant(variant);
     absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -268,6 +267,26 @@ TEST(ResolveJobSpec, TransformerPatchesFitTheInput) {
   }
   s.mutable_model()->mutable_transformer()->set_patch_size(8);
   EXPECT_EQ(ResolveJobSpec(s)->model().transformer().patch_size(), 8u);
+  EXPECT_EQ(ResolveJobSpec(s)->model().transformer().stem(),
+            petra::v1::TransformerSpec::STEM_CONV);
+  // The conv stem halves 224 three times for patches of 7: 28 tokens a
+  // side, not 32; the patchify stem takes them.
+  s.mutable_model()->set_variant(petra::v1::VARIANT_IMAGENET);
+  s.mutable_model()->mutable_transformer()->set_patch_size(7);
+  absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("model.transformer.patch_size = 7: the conv stem's "
+                        "stride-2 convolutions take 224 to 28 tokens a side, "
+                        "not 32; use a power of two or --stem patch"));
+  s.mutable_model()->mutable_transformer()->set_stem(
+      petra::v1::TransformerSpec::STEM_PATCH);
+  EXPECT_TRUE(ResolveJobSpec(s).ok());
+  s.mutable_model()->mutable_transformer()->set_stem(
+      static_cast<petra::v1::TransformerSpec::Stem>(9));
+  r = ResolveJobSpec(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("model.transformer.stem"));
 }
 
 TEST(ResolveJobSpec, ForwardGradientGuessesLocallyByDefault) {

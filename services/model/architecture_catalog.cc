@@ -29,6 +29,37 @@ uint32_t DefaultPatchSize(petra::v1::Variant variant) {
   }
 }
 
+namespace {
+
+// ceil(log2 patch_size): the stride-2 convolutions of a convolutional stem.
+int ConvStemDepth(int64_t patch_size) {
+  int n = 0;
+  while ((int64_t{1} << n) < patch_size) ++n;
+  return n;
+}
+
+}  // namespace
+
+std::vector<int64_t> ConvStemWidths(int64_t patch_size, int64_t embed_dim) {
+  const int n = ConvStemDepth(patch_size);
+  std::vector<int64_t> widths;
+  for (int i = 0; i < n; ++i) {
+    widths.push_back(
+        std::min<int64_t>(embed_dim, int64_t{32} << std::min(i, 40)));
+  }
+  return widths;
+}
+
+int64_t ConvStemSide(int64_t side, int64_t patch_size) {
+  for (int i = 0; i < ConvStemDepth(patch_size); ++i) side = (side + 1) / 2;
+  return side;
+}
+
+bool ConvStemFits(int64_t side, int64_t patch_size) {
+  return patch_size >= 1 && side % patch_size == 0 &&
+         ConvStemSide(side, patch_size) == side / patch_size;
+}
+
 bool IsTransformer(int architecture) {
   return architecture == petra::v1::ARCHITECTURE_REVVIT ||
          architecture == petra::v1::ARCHITECTURE_VIT;
@@ -40,8 +71,9 @@ std::string DescribeSize(const petra::v1::ModelSpec& m) {
   }
   const petra::v1::TransformerSpec& t = m.transformer();
   return absl::StrFormat(
-      "embed_dim %d, depth %d, heads %d, mlp_ratio %g, patch_size %d",
-      t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size());
+      "embed_dim %d, depth %d, heads %d, mlp_ratio %g, patch_size %d, stem %s",
+      t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.patch_size(),
+      t.stem() == petra::v1::TransformerSpec::STEM_PATCH ? "patch" : "conv");
 }
 
 absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(

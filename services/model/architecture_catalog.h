@@ -38,6 +38,22 @@ struct TransformerDefaults {
 // first run of a transformer user").
 uint32_t DefaultPatchSize(petra::v1::Variant variant);
 
+// The widths of a convolutional stem's stride-2 3x3 convolutions
+// (TransformerSpec.STEM_CONV) for patches of `patch_size`: ceil(log2
+// patch_size) of them, doubling from 32 and at most embed_dim. On
+// Fashion-MNIST 32, 64, 64 reached a point more than ViTc's 16, 32, 64 (an
+// eighth of the embedding first) in one epoch; from 32 rather than a
+// fraction of the embedding, ViT-B's stem (32 to 256) costs a sixth of a
+// block, not several. Empty for patches of 1.
+std::vector<int64_t> ConvStemWidths(int64_t patch_size, int64_t embed_dim);
+
+// Whether those convolutions, halving the side each time (rounding up),
+// give the patchify stem's side / patch_size tokens a side; they do for
+// every patch that divides 28 or 32, not for 7 on 224 (32 tokens a side).
+bool ConvStemFits(int64_t side, int64_t patch_size);
+// The side those convolutions leave of an input `side` wide.
+int64_t ConvStemSide(int64_t side, int64_t patch_size);
+
 // One sample's input shape {channels, height, width} for a variant.
 std::vector<int64_t> InputShape(petra::v1::Variant variant);
 
@@ -45,8 +61,8 @@ std::vector<int64_t> InputShape(petra::v1::Variant variant);
 bool IsTransformer(int architecture);
 
 // What sizes a resolved model, for people: "width 0.25" for a CNN,
-// "embed_dim 64, depth 6, heads 4, mlp_ratio 2, patch_size 7" for a
-// transformer.
+// "embed_dim 64, depth 6, heads 4, mlp_ratio 2, patch_size 7, stem conv"
+// for a transformer.
 std::string DescribeSize(const petra::v1::ModelSpec& model);
 
 // NOT_FOUND-free: INVALID_ARGUMENT for ARCHITECTURE_UNSPECIFIED and unknown

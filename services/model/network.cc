@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/model/architecture_catalog.h"
-#include "services/model/seed_mix.h"
 #include "services/model/coupling_block.h"
+#include "services/model/seed_mix.h"
 #include "services/model/transformer_blocks.h"
 
 namespace petra::model {
@@ -50,6 +50,7 @@ NetworkBlueprint DescribeTransformer(const petra::v1::ModelSpec& model,
   o.mlp_hidden =
       std::max<int64_t>(1, std::llround(t.mlp_ratio() * t.embed_dim()));
   o.patch_size = t.patch_size();
+  o.conv_stem = t.stem() == petra::v1::TransformerSpec::STEM_CONV;
   NetworkBlueprint net;
   net.num_classes = model.num_classes();
   net.input_shape = input_shape;
@@ -86,6 +87,9 @@ absl::StatusOr<NetworkBlueprint> DescribeNetwork(
     if (t.embed_dim() == 0 || t.heads() == 0 ||
         t.embed_dim() % t.heads() != 0 || t.depth() == 0 ||
         t.patch_size() == 0 || shape[1] % t.patch_size() != 0 ||
+        t.stem() == petra::v1::TransformerSpec::STEM_UNSPECIFIED ||
+        (t.stem() == petra::v1::TransformerSpec::STEM_CONV &&
+         !ConvStemFits(shape[1], t.patch_size())) ||
         !std::isfinite(t.mlp_ratio()) || !(t.mlp_ratio() > 0)) {
       return absl::InvalidArgumentError(
           "model.transformer: sizes must be resolved and valid before "

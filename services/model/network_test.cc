@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "services/job/job_spec_defaults.h"
+#include "services/model/architecture_catalog.h"
 #include "services/model/batch_norm.h"
 #include "services/model/network_summary.h"
 #include "services/model/partition_plan.h"
@@ -89,8 +90,8 @@ TEST(Zoo, The101LayerNetworksMatchTheirReferences) {
   EXPECT_EQ(BlueprintParameters(petra::v1::ARCHITECTURE_REVNET101) -
                 BlueprintParameters(petra::v1::ARCHITECTURE_REVNET50),
             44549160 - 25557032);
-  for (petra::v1::Architecture a : {petra::v1::ARCHITECTURE_RESNET101,
-                                    petra::v1::ARCHITECTURE_REVNET101}) {
+  for (petra::v1::Architecture a :
+       {petra::v1::ARCHITECTURE_RESNET101, petra::v1::ARCHITECTURE_REVNET101}) {
     absl::StatusOr<NetworkBlueprint> net =
         DescribeNetwork(Spec(a, petra::v1::VARIANT_IMAGENET));
     ASSERT_TRUE(net.ok());
@@ -110,6 +111,7 @@ int64_t BaseTransformerParameters(petra::v1::Architecture arch) {
   t->set_heads(12);
   t->set_mlp_ratio(4);
   t->set_patch_size(16);
+  t->set_stem(petra::v1::TransformerSpec::STEM_PATCH);  // as torchvision's
   job.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   job::ApplyJobSpecDefaults(&job);
   return Parameters(job.model());
@@ -256,6 +258,34 @@ INSTANTIATE_TEST_SUITE_P(
              petra::v1::Variant_Name(info.param.variant).substr(8);
     });
 
+// ceil(log2 P) stride-2 convolutions, doubling up to the embedding, and the
+// patchify stem's tokens wherever the validation lets the conv stem run.
+TEST(ConvStem, WidthsDoubleUpToTheEmbeddingAndTokensMatchPatchify) {
+  EXPECT_EQ(ConvStemWidths(7, 64), (std::vector<int64_t>{32, 64, 64}));
+  EXPECT_EQ(ConvStemWidths(4, 64), (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(ConvStemWidths(16, 768),
+            (std::vector<int64_t>{32, 64, 128, 256}));
+  EXPECT_EQ(ConvStemWidths(2, 8), (std::vector<int64_t>{8}));
+  EXPECT_TRUE(ConvStemWidths(1, 64).empty());
+  EXPECT_EQ(ConvStemWidths(8, 2), (std::vector<int64_t>{2, 2, 2}));
+  for (int64_t side : {28, 32, 224}) {
+    for (int64_t p = 1; p <= side; ++p) {
+      if (side % p != 0) continue;
+      // Only patches that are not powers of two can miss: 7 of 224.
+      const bool power_of_two = (p & (p - 1)) == 0;
+      if (power_of_two) EXPECT_TRUE(ConvStemFits(side, p)) << side << " " << p;
+      if (ConvStemFits(side, p)) {
+        EXPECT_EQ(ConvStemSide(side, p), side / p);
+      }
+    }
+  }
+  EXPECT_TRUE(ConvStemFits(28, 7));
+  EXPECT_TRUE(ConvStemFits(28, 14));
+  EXPECT_FALSE(ConvStemFits(224, 7));
+  EXPECT_EQ(ConvStemSide(224, 7), 28);
+  EXPECT_FALSE(ConvStemFits(28, 5));  // not a divisor
+}
+
 // revvit and vit of the same sizes: stem, depth blocks, head; the same
 // parameters per block (F and G); tokens of 28 / 7 squared on both streams
 // of revvit, one stream of vit; logits at the end.
@@ -279,6 +309,11 @@ TEST(Network, TransformersHaveTheirSizes) {
     for (const auto& p : b->parameters()) n += p.numel();
     return n;
   };
+  // The conv stem (the default): 3x3 stride-2 ConvBn of 32, 64 and 64
+  // channels (28 -> 14 -> 7 -> 4), a 1x1 convolution to 64, 16 positions.
+  EXPECT_EQ(count(rev->blocks[0]),
+            (1 * 32 * 9 + 2 * 32) + (32 * 64 * 9 + 2 * 64) +
+                (64 * 64 * 9 + 2 * 64) + (64 * 64 + 64) + 16 * 64);
   for (size_t i = 1; i < 4; ++i) {
     EXPECT_TRUE(rev->blocks[i]->reversible());
     EXPECT_FALSE(vit->blocks[i]->reversible());

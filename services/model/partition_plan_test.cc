@@ -63,6 +63,7 @@ TEST(SummarizeBlocks, CountsMemoryBoundElementsOfEveryKind) {
   t->set_heads(2);
   t->set_mlp_ratio(2);
   t->set_patch_size(7);
+  t->set_stem(petra::v1::TransformerSpec::STEM_PATCH);
   NetworkBlueprint vit = *DescribeNetwork(spec.model());
   blocks = SummarizeBlocks(vit);
   const int64_t n = 16, d = 16, heads = 2;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "services/model/architecture_catalog.h"
 #include "services/model/layers.h"
 #include "services/model/precision.h"
 
@@ -65,19 +66,39 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 
 PatchEmbedBlock::PatchEmbedBlock(const TransformerOptions& o, bool two_streams)
     : options_(o), two_streams_(two_streams) {
+  int64_t in = o.in_channels;
+  int64_t kernel = o.patch_size;
+  if (o.conv_stem) {
+    torch::nn::ModuleList convs;
+    for (int64_t width : ConvStemWidths(o.patch_size, o.embed_dim)) {
+      ConvBnOptions c;
+      c.in = in;
+      c.out = width;
+      c.kernel = 3;
+      c.stride = 2;
+      convs_.push_back(ConvBn(c));
+      convs->push_back(convs_.back());
+      in = width;
+    }
+    register_module("convs", convs);
+    kernel = 1;
+  }
   patch_ = register_module(
-      "patch", torch::nn::Conv2d(torch::nn::Conv2dOptions(
-                                     o.in_channels, o.embed_dim, o.patch_size)
-                                     .stride(o.patch_size)));
+      "patch",
+      torch::nn::Conv2d(
+          torch::nn::Conv2dOptions(in, o.embed_dim, kernel).stride(kernel)));
   const int64_t side = o.image_side / o.patch_size;
-  position_ = register_parameter(
-      kPositionEmbeddingName, torch::randn({1, side * side, o.embed_dim}) * 0.02);
+  position_ =
+      register_parameter(kPositionEmbeddingName,
+                         torch::randn({1, side * side, o.embed_dim}) * 0.02);
 }
 
 TensorPair PatchEmbedBlock::Forward(const TensorPair& x) {
-  torch::Tensor y = patch_->forward(x.a);  // [b, d, side, side]
-  ScopedFlopCounter::Add(2 * options_.in_channels * options_.patch_size *
-                         options_.patch_size * y.numel());
+  torch::Tensor image = x.a;
+  for (ConvBn& conv : convs_) image = conv->forward(image);
+  torch::Tensor y = patch_->forward(image);  // [b, d, side, side]
+  const int64_t kernel = patch_->options.kernel_size()->at(0);
+  ScopedFlopCounter::Add(2 * image.size(1) * kernel * kernel * y.numel());
   torch::Tensor tokens = y.flatten(2).transpose(1, 2) + position_;
   if (!two_streams_) return {tokens, {}};
   return {tokens, tokens};

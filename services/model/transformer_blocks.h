@@ -1,7 +1,8 @@
 // The blocks of the vision transformers (revvit, vit): a patch embedding as
 // the stem, a reversible block over two token streams and its
 // non-reversible twin, and a head over tokens. Tokens are [batch, tokens,
-// embed_dim]; there is no BatchNorm (LayerNorm has no running statistics).
+// embed_dim]. Only a convolutional stem has BatchNorm; the blocks use
+// LayerNorm, which has no running statistics.
 #pragma once
 
 #include <torch/torch.h>
@@ -18,6 +19,9 @@ struct TransformerOptions {
   int64_t heads = 4;
   int64_t mlp_hidden = 128;
   int64_t patch_size = 4;
+  // TransformerSpec.STEM_CONV: stride-2 convolutions (ConvStemWidths), then
+  // a 1x1 convolution, instead of one patch_size-strided convolution.
+  bool conv_stem = false;
 };
 
 // F: LayerNorm -> multi-head self-attention.
@@ -47,8 +51,9 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-// Image -> tokens: a patch_size-strided convolution and a learned position
-// embedding; a reversible network gets the tokens on both streams.
+// Image -> tokens: a patch_size-strided convolution (or a convolutional
+// stem, TransformerOptions.conv_stem) and a learned position embedding; a
+// reversible network gets the tokens on both streams.
 class PatchEmbedBlock : public Block {
  public:
   PatchEmbedBlock(const TransformerOptions& o, bool two_streams);
@@ -58,6 +63,7 @@ class PatchEmbedBlock : public Block {
  private:
   TransformerOptions options_;
   bool two_streams_;
+  std::vector<ConvBn> convs_;  // registered as "convs" (a ModuleList)
   torch::nn::Conv2d patch_{nullptr};
   torch::Tensor position_;
 };
