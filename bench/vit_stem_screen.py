@@ -14,7 +14,16 @@ one line: test accuracy, last loss, seconds, the arguments.
 
   /usr/bin/python3 bench/vit_stem_screen.py --convstem 32,64,64
 """
-import argparse, gzip, math, time, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+import argparse
+import gzip
+import math
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
 p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 for flag, kind, default, what in (
         ("--dim", int, 64, "token width"),
@@ -44,90 +53,174 @@ for flag, kind, default, what in (
     p.add_argument(flag, type=kind, default=default, help=what)
 p.add_argument("--zero", action="store_true",
                help="zero-initialise each branch's last linear layer")
-a = p.parse_args()
-torch.set_num_threads(a.threads); torch.manual_seed(a.seed)
+
+
+DATA = "/usr/share/datasets/fashion-mnist/"
+
+
 def load(kind):
-    d = '/usr/share/datasets/fashion-mnist/'
-    x = np.frombuffer(gzip.open(d + kind + '-images-idx3-ubyte.gz').read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
-    y = np.frombuffer(gzip.open(d + kind + '-labels-idx1-ubyte.gz').read(), np.uint8, offset=8)
+    """Fashion-MNIST's IDX files as float images in [0, 1] and labels."""
+    with gzip.open(DATA + kind + "-images-idx3-ubyte.gz") as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    with gzip.open(DATA + kind + "-labels-idx1-ubyte.gz") as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)
     return torch.tensor(x.copy()).float() / 255, torch.tensor(y.copy()).long()
-xt, yt = load('train'); xv, yv = load('t10k')
-m, s = xt.mean(), xt.std(); xt = (xt - m) / s; xv = (xv - m) / s
-if a.limit: xt, yt = xt[:a.limit], yt[:a.limit]
-def lin(i, o, zero=False):
-    l = nn.Linear(i, o); nn.init.normal_(l.weight, 0, 0.02); nn.init.zeros_(l.bias)
-    if zero: nn.init.zeros_(l.weight)
-    return l
-class Attn(nn.Module):
-    def __init__(s, d, h):
-        super().__init__(); s.h = h; s.norm = nn.LayerNorm(d); s.qkv = lin(d, 3 * d); s.proj = lin(d, d, a.zero)
-    def forward(s, x):
-        b, n, d = x.shape; q, k, v = s.qkv(s.norm(x)).reshape(b, n, 3, s.h, d // s.h).permute(2, 0, 3, 1, 4)
-        at = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // s.h), -1)
-        return s.proj((at @ v).transpose(1, 2).reshape(b, n, d))
+
+
+def linear(cin, cout, zero=False):
+    """ViT's initialisation (N(0, 0.02), zero bias), or all zeros."""
+    layer = nn.Linear(cin, cout)
+    nn.init.normal_(layer.weight, 0, 0.02)
+    nn.init.zeros_(layer.bias)
+    if zero:
+        nn.init.zeros_(layer.weight)
+    return layer
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads, zero):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = linear(dim, 3 * dim)
+        self.proj = linear(dim, dim, zero)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        dh = d // self.heads
+        q, k, v = (self.qkv(self.norm(x)).reshape(b, n, 3, self.heads, dh)
+                   .permute(2, 0, 3, 1, 4))
+        attention = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dh), -1)
+        return self.proj((attention @ v).transpose(1, 2).reshape(b, n, d))
+
+
 class Mlp(nn.Module):
-    def __init__(s, d, hd):
-        super().__init__(); s.norm = nn.LayerNorm(d); s.fc1 = lin(d, hd); s.fc2 = lin(hd, d, a.zero)
-    def forward(s, x): return s.fc2(F.gelu(s.fc1(s.norm(x))))
-def sincos(side, d):
-    gy, gx = torch.meshgrid(torch.arange(side).float(), torch.arange(side).float(), indexing='ij')
-    om = 1.0 / 10000 ** (torch.arange(d // 4).float() / (d // 4))
-    out = [torch.sin(gy.flatten()[:, None] * om), torch.cos(gy.flatten()[:, None] * om),
-           torch.sin(gx.flatten()[:, None] * om), torch.cos(gx.flatten()[:, None] * om)]
-    return torch.cat(out, 1)[None]
+    def __init__(self, dim, hidden, zero):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = linear(dim, hidden)
+        self.fc2 = linear(hidden, dim, zero)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+def sincos_positions(side, dim):
+    """Fixed 2-D sin-cos position embeddings, [1, side^2, dim]."""
+    gy, gx = torch.meshgrid(torch.arange(side).float(),
+                            torch.arange(side).float(), indexing="ij")
+    omega = 1.0 / 10000 ** (torch.arange(dim // 4).float() / (dim // 4))
+    y, x = gy.flatten()[:, None] * omega, gx.flatten()[:, None] * omega
+    return torch.cat([y.sin(), y.cos(), x.sin(), x.cos()], 1)[None]
+
+
 class Net(nn.Module):
-    def __init__(s):
-        super().__init__(); d = a.dim; cin = 1; layers = []
+    def __init__(self, a):
+        super().__init__()
+        self.rev = a.rev
+        d, cin, side, patch, layers = a.dim, 1, 28, a.patch, []
         for i in range(a.stem_layers if a.stem else 0):
-            layers += [nn.Conv2d(cin, a.stem, 3, a.stem_stride if i == 0 else 1, 1), nn.BatchNorm2d(a.stem), nn.GELU()]; cin = a.stem
-        side = 28 // (a.stem_stride if a.stem else 1)
-        ps = a.patch
+            stride = a.stem_stride if i == 0 else 1
+            layers += [nn.Conv2d(cin, a.stem, 3, stride, 1),
+                       nn.BatchNorm2d(a.stem), nn.GELU()]
+            cin = a.stem
+        if a.stem:
+            side //= a.stem_stride
         if a.convstem:
-            for c in map(int, a.convstem.split(',')):
-                layers += [nn.Conv2d(cin, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU() if a.stem_act == 'relu' else nn.GELU()]; cin = c; side = (side + 1) // 2
-            ps = 1
-        s.stem = nn.Sequential(*layers)
-        s.patch = nn.Conv2d(cin, d, ps + 2 * a.overlap, ps, a.overlap)
-        if a.patch_init == 'xavier':
-            nn.init.xavier_uniform_(s.patch.weight.view(d, -1)); nn.init.zeros_(s.patch.bias)
-        n = (side // ps) ** 2
-        if a.pos == 'sincos': s.register_buffer('pos', sincos(side // ps, d))
-        else: s.pos = nn.Parameter(torch.randn(1, n, d) * 0.02)
-        s.f = nn.ModuleList([Attn(d, a.heads) for _ in range(a.depth)])
-        s.g = nn.ModuleList([Mlp(d, int(d * a.mlp)) for _ in range(a.depth)])
-        fd = 2 * d if a.rev else d
-        s.norm = nn.LayerNorm(fd); s.fc = lin(fd, 10)
-    def forward(s, x):
-        t = s.patch(s.stem(x)).flatten(2).transpose(1, 2) + s.pos
-        if a.rev:
+            for width in map(int, a.convstem.split(",")):
+                act = nn.ReLU() if a.stem_act == "relu" else nn.GELU()
+                layers += [nn.Conv2d(cin, width, 3, 2, 1, bias=False),
+                           nn.BatchNorm2d(width), act]
+                cin, side = width, (side + 1) // 2
+            patch = 1
+        self.stem = nn.Sequential(*layers)
+        self.patch = nn.Conv2d(cin, d, patch + 2 * a.overlap, patch,
+                               a.overlap)
+        if a.patch_init == "xavier":
+            nn.init.xavier_uniform_(self.patch.weight.view(d, -1))
+            nn.init.zeros_(self.patch.bias)
+        if a.pos == "sincos":
+            self.register_buffer("pos", sincos_positions(side // patch, d))
+        else:
+            self.pos = nn.Parameter(torch.randn(1, (side // patch) ** 2, d)
+                                    * 0.02)
+        self.f = nn.ModuleList(Attention(d, a.heads, a.zero)
+                               for _ in range(a.depth))
+        self.g = nn.ModuleList(Mlp(d, int(d * a.mlp), a.zero)
+                               for _ in range(a.depth))
+        features = 2 * d if a.rev else d
+        self.norm = nn.LayerNorm(features)
+        self.fc = linear(features, 10)
+
+    def forward(self, x):
+        t = self.patch(self.stem(x)).flatten(2).transpose(1, 2) + self.pos
+        if self.rev:  # Y1 = X1 + F(X2), Y2 = X2 + G(Y1)
             x1, x2 = t, t
-            for f, g in zip(s.f, s.g):
-                x1 = x1 + f(x2); x2 = x2 + g(x1)
+            for f, g in zip(self.f, self.g):
+                x1 = x1 + f(x2)
+                x2 = x2 + g(x1)
             t = torch.cat([x1, x2], -1)
         else:
-            for f, g in zip(s.f, s.g):
-                t = t + f(t); t = t + g(t)
-        return s.fc(s.norm(t).mean(1))
-net = Net()
-decay, nodecay = [], []
-for nme, prm in net.named_parameters():
-    (nodecay if prm.ndim <= 1 or 'pos' in nme else decay).append(prm)
-opt = torch.optim.AdamW([{'params': decay, 'weight_decay': a.wd}, {'params': nodecay, 'weight_decay': 0}],
-                        lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
-steps_per = math.ceil(len(xt) / a.mb); total = int(steps_per * a.epochs); warm = a.warmup * steps_per
-def rate(step):
-    if step < warm: return (step + 1) / warm
-    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
-t0 = time.time(); step = 0; g = torch.Generator().manual_seed(a.seed)
-while step < total:
-    perm = torch.randperm(len(xt), generator=g)
-    for i in range(0, len(xt), a.mb):
-        if step >= total: break
-        idx = perm[i:i + a.mb]
-        for pg in opt.param_groups: pg['lr'] = a.lr * rate(step)
-        loss = F.cross_entropy(net(xt[idx]), yt[idx], label_smoothing=a.ls)
-        opt.zero_grad(); loss.backward(); opt.step(); step += 1
-net.eval(); correct = 0
-with torch.no_grad():
-    for i in range(0, len(xv), 1000): correct += (net(xv[i:i + 1000]).argmax(1) == yv[i:i + 1000]).sum().item()
-print(f'{correct / 100:.2f}% loss {loss.item():.4f} {time.time() - t0:.0f}s {vars(a)}', flush=True)
+            for f, g in zip(self.f, self.g):
+                t = t + f(t)
+                t = t + g(t)
+        return self.fc(self.norm(t).mean(1))
+
+
+def main():
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    xt, yt = load("train")
+    xv, yv = load("t10k")
+    mean, std = xt.mean(), xt.std()
+    xt, xv = (xt - mean) / std, (xv - mean) / std
+    if a.limit:
+        xt, yt = xt[:a.limit], yt[:a.limit]
+    net = Net(a)
+    # No weight decay on norms, biases and positions (the recipe's groups).
+    decay, no_decay = [], []
+    for name, param in net.named_parameters():
+        plain = param.ndim <= 1 or "pos" in name
+        (no_decay if plain else decay).append(param)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
+                             {"params": no_decay, "weight_decay": 0}],
+                            lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
+    steps_per_epoch = math.ceil(len(xt) / a.mb)
+    total = int(steps_per_epoch * a.epochs)
+    warm = a.warmup * steps_per_epoch
+
+    def rate(step):  # linear warm-up, then cosine to 0
+        if step < warm:
+            return (step + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * (step - warm)
+                                   / max(1, total - warm)))
+
+    start, step = time.time(), 0
+    gen = torch.Generator().manual_seed(a.seed)
+    while step < total:
+        order = torch.randperm(len(xt), generator=gen)
+        for i in range(0, len(xt), a.mb):
+            if step >= total:
+                break
+            idx = order[i:i + a.mb]
+            for group in opt.param_groups:
+                group["lr"] = a.lr * rate(step)
+            loss = F.cross_entropy(net(xt[idx]), yt[idx],
+                                   label_smoothing=a.ls)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+    net.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(xv), 1000):
+            predicted = net(xv[i:i + 1000]).argmax(1)
+            correct += (predicted == yv[i:i + 1000]).sum().item()
+    print(f"{100 * correct / len(xv):.2f}% loss {loss.item():.4f} "
+          f"{time.time() - start:.0f}s {vars(a)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
