@@ -64,8 +64,10 @@ struct FleetRun {
 // to the end.
 FleetRun RunOnFleet(const petra::v1::JobSpec& spec, const std::string& dir) {
   FleetRun run;
-  LocalFleet::Options options{static_cast<int>(spec.partition().stage_count()),
-                              1, dir, dir};
+  LocalFleet::Options options;
+  options.stages = static_cast<int>(spec.partition().stage_count());
+  options.data_root = dir;
+  options.state_dir = dir;
   for (int j = 0; j < options.stages; ++j) {
     options.devices.push_back(job::DeviceForStage(spec, j));
   }
@@ -405,7 +407,10 @@ TEST(GpuLocalFleet, OutOfDeviceMemoryFailsTheJobAndTheServersStay) {
     return FollowJob(stub, job.id(), quiet);
   };
   ScopedDir dir;
-  LocalFleet::Options options{3, 1, dir.path, dir.path};
+  LocalFleet::Options options;
+  options.stages = 3;
+  options.data_root = dir.path;
+  options.state_dir = dir.path;
   options.devices = {"cuda", "cuda", "cuda"};
   auto fleet = LocalFleet::Start(options);
   ASSERT_TRUE(fleet.ok()) << fleet.status();

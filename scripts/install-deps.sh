@@ -9,7 +9,7 @@ set -euo pipefail
 # install through this script.
 # build: what compiles PETRA fleet.
 BUILD_PACKAGES=(
-  g++ cmake make pkg-config ca-certificates
+  g++ cmake make ninja-build pkg-config ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libabsl-dev zlib1g-dev libssl-dev
   libjpeg62-turbo-dev libpng-dev libgoogle-glog-dev

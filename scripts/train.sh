@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The README's main-job command: installs what is missing, builds, and runs
+# The README's main-job command: installs what is missing (the build and
+# data packages only), builds the `petra` program alone, and runs
 # `petra train` on the embedded default (RevNet18 on Fashion-MNIST from
 # Debian's dataset-fashion-mnist). Extra arguments go to `petra train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/build.sh
+PETRA_INSTALL_GROUPS=${PETRA_INSTALL_GROUPS:-build,data} \
+  bash scripts/build.sh petra
 BUILD_DIR=${BUILD_DIR:-build}
 exec "$BUILD_DIR/bin/petra" train --report "$BUILD_DIR/train-report.json" "$@"

@@ -17,6 +17,12 @@ namespace {
 template <typename Message>
 using Sender = wire::StreamSender<Message>;
 
+}  // namespace
+
+// Named, not anonymous: NeighborLinks::Impl holds one, and a type with
+// internal linkage inside it trips -Wsubobject-linkage in a unity build.
+namespace outbox_internal {
+
 // The stage's outbox: hands micro-batches to the send queues, whose
 // threads encode them onto the streams to its neighbours, and reports
 // completions on the coordinator's streams.
@@ -133,6 +139,11 @@ class NeighborOutbox : public engine::StageOutbox {
   SendQueue forward_queue_{2};
   SendQueue backward_queue_{2};
 };
+
+}  // namespace outbox_internal
+using outbox_internal::NeighborOutbox;
+
+namespace {
 
 template <typename Message, typename Open>
 std::unique_ptr<Sender<Message>> Connect(

@@ -104,7 +104,9 @@ TEST(InProcessRunner, EndToEndCheckComparesWithTheTrueGradient) {
         any_inexact |= st.end_to_end_cosine_similarity() < 0.999;
       }
     }
-    if (!c.exact) EXPECT_TRUE(any_inexact);
+    if (!c.exact) {
+      EXPECT_TRUE(any_inexact);
+    }
   }
 }
 

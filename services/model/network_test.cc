@@ -273,7 +273,9 @@ TEST(ConvStem, WidthsDoubleUpToTheEmbeddingAndTokensMatchPatchify) {
       if (side % p != 0) continue;
       // Only patches that are not powers of two can miss: 7 of 224.
       const bool power_of_two = (p & (p - 1)) == 0;
-      if (power_of_two) EXPECT_TRUE(ConvStemFits(side, p)) << side << " " << p;
+      if (power_of_two) {
+        EXPECT_TRUE(ConvStemFits(side, p)) << side << " " << p;
+      }
       if (ConvStemFits(side, p)) {
         EXPECT_EQ(ConvStemSide(side, p), side / p);
       }
