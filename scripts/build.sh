@@ -4,7 +4,7 @@
 #   bash scripts/build.sh              # everything: programs, tests, benchmarks
 #   bash scripts/build.sh petra        # only these targets (scripts/train.sh)
 # Environment: BUILD_DIR (default build), BUILD_TYPE (default Release),
-# JOBS (default 2: one batch of torch sources needs ~2.5 GB),
+# JOBS (default 2: one batch of torch sources needs ~1.6 GB),
 # PETRA_SKIP_INSTALL=1 to skip the package step, PETRA_INSTALL_GROUPS (the
 # install-deps.sh groups, default build,test,data), PETRA_BUILD_TESTS
 # (AUTO, the default: the tests when GoogleTest is installed; ON requires
@@ -67,12 +67,14 @@ configure_args=()
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
   configure_args+=(-G Ninja)
 fi
-# ccache where the machine has one (a rebuild of a fresh clone then takes
-# its objects from the cache); the precompiled header needs the two
-# sloppiness settings, as ccache's manual says.
+# ccache where the machine has one: a fresh clone's build then takes its
+# objects from the cache, wherever the clone is (the base directory makes
+# the paths relative). The precompiled header needs the sloppiness
+# settings, as ccache's manual says.
 if [[ "${PETRA_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null; then
   configure_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 else
   configure_args+=(-UCMAKE_CXX_COMPILER_LAUNCHER)
 fi
