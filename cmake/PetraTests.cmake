@@ -7,12 +7,17 @@
 # CMake 4.x, which writes the properties as [[bracket arguments]] that a
 # value ending in "]" closes early (a syntax error in every *_tests.cmake,
 # seen with CMake 4.4.3); tests/cmake_test.sh checks the registration.
+# Suites whose name starts with "Long" are the long campaigns (an accuracy
+# claim, minutes each): the label `long`, which scripts/test.sh leaves out
+# and `scripts/test.sh --long` runs.
 function(petra_discover_tests target)
   cmake_parse_arguments(ARG "" "" "PROPERTIES" ${ARGN})
-  gtest_discover_tests(${target} TEST_FILTER "-Gpu*"
+  gtest_discover_tests(${target} TEST_FILTER "-Gpu*:Long*"
     PROPERTIES ${ARG_PROPERTIES})
   gtest_discover_tests(${target} TEST_FILTER "Gpu*"
     PROPERTIES ${ARG_PROPERTIES} LABELS gpu)
+  gtest_discover_tests(${target} TEST_FILTER "Long*"
+    PROPERTIES ${ARG_PROPERTIES} LABELS long)
 endfunction()
 
 # Every test binary's main (tests/support/test_main.cc): gtest's, with a

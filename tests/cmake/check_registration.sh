@@ -2,8 +2,8 @@
 # CI (with this machine's CMake) and by hand (with another, e.g. CMake 4.x):
 # builds tests/cmake/registration with the CMake given and checks what
 # cmake/PetraTests.cmake promises: the test lists load, the `gpu` label
-# holds exactly the Gpu test, and CTest reports a skipped test as skipped,
-# never as passed. CMake 4.4 once failed to read every test list here.
+# holds exactly the Gpu test and the `long` label the Long one, and CTest
+# reports a skipped test as skipped, never as passed. CMake 4.4 once failed to read every test list here.
 # Usage: check_registration.sh [CMAKE] (default: cmake on the PATH)
 set -euo pipefail
 cmake_bin=${1:-cmake}
@@ -25,8 +25,15 @@ grep -Eq 'GpuRegistration\.SkipsWithoutADevice .*Skipped' <<< "$gpu" ||
   fail "the Gpu test is not reported as skipped under -L gpu"
 [[ $(grep -c 'Test #' <<< "$gpu") == 1 ]] ||
   fail "-L gpu should select exactly the one Gpu test"
-other=$("$ctest_bin" --test-dir "$build" -LE gpu 2>&1) ||
-  { echo "$other"; fail "the test outside the label failed"; }
+long=$("$ctest_bin" --test-dir "$build" -L long 2>&1) ||
+  { echo "$long"; fail "the Long test failed"; }
+[[ $(grep -c 'Test #' <<< "$long") == 1 ]] &&
+  grep -Eq 'LongRegistration\.IsLabelledLong .*Passed' <<< "$long" ||
+  fail "-L long should select exactly the one Long test"
+other=$("$ctest_bin" --test-dir "$build" -LE 'gpu|long' 2>&1) ||
+  { echo "$other"; fail "the test outside the labels failed"; }
 grep -Eq 'Registration\.RunsAnywhere .*Passed' <<< "$other" ||
-  fail "the test outside the gpu label did not run"
+  fail "the test outside the labels did not run"
+[[ $(grep -c 'Test #' <<< "$other") == 1 ]] ||
+  fail "-LE 'gpu|long' should select exactly the one unlabelled test"
 echo "check_registration: ok"

@@ -391,11 +391,44 @@ double JsonNumber(const std::string& json, const std::string& key) {
              : std::atof(json.c_str() + at + key.size() + 4);
 }
 
-// A small RevNet trained with PETRA on real Fashion-MNIST (Debian's
-// dataset-fashion-mnist): two epochs, two stages, about a minute on 2 cores.
-// Two, as one epoch's test accuracy depends on the initial draw: 83.5% to
-// 88.0% over seeds 1 to 6 (seed 1 the lowest; 88.2% after its second).
-TEST(PetraTrain, FashionMnistBeats85Percent) {
+// What every `petra train` report holds, whatever the job.
+void ExpectAFullReport(const std::string& json) {
+  EXPECT_GT(JsonNumber(json, "samples_per_second"), 0);
+  EXPECT_GT(JsonNumber(json, "wall_seconds"), 0);
+  EXPECT_THAT(json, HasSubstr("\"staleness_mean\": "));
+  EXPECT_THAT(json, HasSubstr("\"memory_bytes\": {\"parameters\": "));
+  // The main job's one link: shared memory on this one machine.
+  EXPECT_THAT(json, HasSubstr("\"transport_to_next\": \"shm\""));
+  EXPECT_THAT(json, HasSubstr("\"transport_to_next\": null"));
+}
+
+// The main job's path on real Fashion-MNIST (Debian's
+// dataset-fashion-mnist), on a budget of seconds: 64 optimizer steps of a
+// small RevNet on two stages take the test accuracy from chance (10%) to
+// above 60% (71.8% measured, in 8.5 s). LongPetraTrain below holds the
+// accuracy claim.
+TEST(PetraTrain, FashionMnistLearnsInSixtyFourSteps) {
+  TempDir dir;
+  const std::string report = dir.path() + "/report.json";
+  RunResult r = RunToExit(kPetra,
+                          {"train", "--stages", "2", "--width", "0.125",
+                           "--epochs", "1", "--train-limit", "4096",
+                           "--test-limit", "1000", "--report", report,
+                           "--quiet"},
+                          std::chrono::seconds(300));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(report);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_GT(JsonNumber(json, "test_accuracy"), 0.6) << json;
+  ExpectAFullReport(json);
+}
+
+// A small RevNet trained with PETRA on all of Fashion-MNIST: two epochs,
+// two stages, about three minutes on 2 cores (label `long`: scripts/test.sh
+// --long). Two, as one epoch's test accuracy depends on the initial draw:
+// 83.5% to 88.0% over seeds 1 to 6 (seed 1 the lowest; 88.2% after its
+// second).
+TEST(LongPetraTrain, FashionMnistBeats85Percent) {
   TempDir dir;
   const std::string report = dir.path() + "/report.json";
   RunResult r = RunToExit(kPetra,
@@ -406,13 +439,7 @@ TEST(PetraTrain, FashionMnistBeats85Percent) {
   std::ifstream in(report);
   std::string json((std::istreambuf_iterator<char>(in)), {});
   EXPECT_GT(JsonNumber(json, "test_accuracy"), 0.85) << json;
-  EXPECT_GT(JsonNumber(json, "samples_per_second"), 0);
-  EXPECT_GT(JsonNumber(json, "wall_seconds"), 0);
-  EXPECT_THAT(json, HasSubstr("\"staleness_mean\": "));
-  EXPECT_THAT(json, HasSubstr("\"memory_bytes\": {\"parameters\": "));
-  // The main job's one link: shared memory on this one machine.
-  EXPECT_THAT(json, HasSubstr("\"transport_to_next\": \"shm\""));
-  EXPECT_THAT(json, HasSubstr("\"transport_to_next\": null"));
+  ExpectAFullReport(json);
 }
 
 // Ctrl-C cancels the job and stops the coordinator and every stage server

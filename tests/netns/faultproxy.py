@@ -41,7 +41,9 @@ class Faults:
         self.mtime = None
         self.values = dict(DEFAULTS)
         self.random = random.Random(seed)
-        self.stats = {"connections": 0, "bytes": 0, "stalls": 0, "resets": 0}
+        # held: chunks that waited out a partition.
+        self.stats = {"connections": 0, "bytes": 0, "stalls": 0, "resets": 0,
+                      "held": 0}
         self.writers = set()
 
     def refresh(self):
@@ -77,6 +79,8 @@ async def pump(reader, writer, faults):
             due, data = await queue.get()
             if data is None:
                 break
+            if faults["partition"]:
+                faults.stats["held"] += 1
             while faults["partition"]:
                 await asyncio.sleep(0.05)
             wait = due - time.monotonic()

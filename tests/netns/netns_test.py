@@ -180,11 +180,39 @@ class Hosts(unittest.TestCase):
         self.assertGreater(stats["s1"]["stalls"], 0)
         self.assertEqual(stats["s0"]["stalls"], 0)
 
+    def wait_until_training(self, coordinator, job, timeout=120):
+        """Returns once `job` has taken an optimizer step: its stages are
+        placed and its streams open. A fault timed from the submission
+        instead could land on the placement's probe (on a loaded machine
+        placing took over 3 s, and the job failed at once: "stage server
+        ... is unreachable")."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status = self.net.popen("coord", [
+                os.path.join(BIN, "petra"), "status", "--coordinator",
+                coordinator, "--json", job],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = status.communicate(timeout=60)
+            self.assertEqual(status.returncode, 0, err)
+            record = json.loads(out)
+            self.assertNotIn(record.get("state"),
+                             ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED"), out)
+            if int(record.get("progress", {}).get("step", 0)) > 0:
+                return
+            time.sleep(0.2)
+        self.fail("%s took no step within %d s" % (job, timeout))
+
     def test_a_partition_shorter_than_the_stall_timeout_heals(self):
         coordinator = self.start_fleet(2)
 
+        errors = []
+
         def cut_for_a_while():
-            time.sleep(3)
+            try:
+                self.wait_until_training(*self.last_job)
+            except BaseException as e:  # reported by the test's thread
+                errors.append(e)
+                return
             self.control("s1", partition=True)
             time.sleep(5)
             self.control("s1")
@@ -192,8 +220,13 @@ class Hosts(unittest.TestCase):
         cutter = threading.Thread(target=cut_for_a_while)
         got = self.run_job(coordinator, during=cutter.start)
         cutter.join()
+        if errors:
+            raise errors[0]
         self.assertEqual(got, self.reference())
-        self.assertGreater(self.proxy_stats()["s1"]["bytes"], 1 << 20)
+        stats = self.proxy_stats()["s1"]
+        self.assertGreater(stats["bytes"], 1 << 20)
+        # The partition fell while the job was training.
+        self.assertGreater(stats["held"], 0)
 
 
 class FaultProxy(unittest.TestCase):
