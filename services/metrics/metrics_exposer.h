@@ -37,6 +37,7 @@ class MetricsExposer {
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<CivetServer> server_;  // after handler_: stops first
   int port_ = 0;
+  std::string connect_host_;  // where the destructor wakes the server
 };
 
 }  // namespace petra::metrics
