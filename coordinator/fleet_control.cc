@@ -1,5 +1,7 @@
 #include "coordinator/fleet_control.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "services/cli/durable_file.h"
 #include "services/wire/status_map.h"
@@ -222,6 +224,21 @@ absl::StatusOr<petra::v1::RestoreCheckpointResponse> StageFleet::PushCheckpoint(
     }
   }
   return response;
+}
+
+absl::Status StageFleet::ForEach(
+    int stages, const std::function<absl::Status(int)>& call) {
+  std::vector<absl::Status> results(stages);
+  std::vector<std::thread> threads;
+  threads.reserve(stages);
+  for (int j = 0; j < stages; ++j) {
+    threads.emplace_back([&results, &call, j] { results[j] = call(j); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace petra::coordinator

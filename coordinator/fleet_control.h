@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,14 @@ class StageFleet {
 
   // A control call's error with the stage's name.
   absl::Status Named(int j, const absl::Status& s) const;
+
+  // Runs call(j) for every stage at once, each on a thread of its own, and
+  // returns the first error in stage order. What takes seconds on every
+  // stage (building its blocks at Assign, writing and moving a checkpoint)
+  // then takes the slowest stage's time, not the sum: 23 s became 2 s for
+  // the assigns of a 12-stage RevViT of 277M parameters.
+  static absl::Status ForEach(int stages,
+                              const std::function<absl::Status(int)>& call);
 
  private:
   std::string job_id_;

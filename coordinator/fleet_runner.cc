@@ -221,8 +221,9 @@ absl::Status FleetRunner::Assign() {
       if (j == stages - 1 && j > 0) p->set_transport_from_feed(feed_to_last_);
     }
   });
+  std::vector<petra::v1::AssignRequest> requests(stages);
   for (int j = 0; j < stages; ++j) {
-    petra::v1::AssignRequest request;
+    petra::v1::AssignRequest& request = requests[j];
     request.set_job_id(id_);
     *request.mutable_spec() = spec_;
     request.set_stage_index(j);
@@ -244,16 +245,28 @@ absl::Status FleetRunner::Assign() {
     }
     request.set_device(job::RequestedDevice(spec_, j));
     request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));
-    absl::StatusOr<petra::v1::AssignResponse> response =
-        fleet_->Assign(j, request);
-    if (!response.ok()) return response.status();
-    record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
-      job.mutable_stages(j)->set_parameter_count(response->parameter_count());
-      job.mutable_stages(j)->set_device(response->device());
-    });
   }
+  // Every stage builds its blocks at once; a stage opens its links only
+  // when a pass starts, so the order does not matter.
+  std::vector<petra::v1::AssignResponse> responses(stages);
+  absl::Status assigned = StageFleet::ForEach(stages, [&](int j) {
+    absl::StatusOr<petra::v1::AssignResponse> response =
+        fleet_->Assign(j, requests[j]);
+    if (!response.ok()) return response.status();
+    responses[j] = std::move(*response);
+    return absl::OkStatus();
+  });
+  if (!assigned.ok()) return assigned;
+  record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    for (int j = 0; j < stages; ++j) {
+      job.mutable_stages(j)->set_parameter_count(
+          responses[j].parameter_count());
+      job.mutable_stages(j)->set_device(responses[j].device());
+    }
+  });
   return absl::OkStatus();
 }
+
 absl::Status FleetRunner::PollStages() {
   absl::StatusOr<std::vector<petra::v1::StageStats>> stats = fleet_->Poll();
   if (!stats.ok()) return stats.status();

@@ -17,11 +17,19 @@ using petra::v1::JobEvent;
 
 absl::StatusOr<engine::TrainingCursor> FleetRunner::Load(
     const ResumePoint& point) {
-  std::optional<uint64_t> steps, samples;
-  for (int j = 0; j < fleet_->size(); ++j) {
+  // Every stage at once; then their answers in stage order.
+  std::vector<petra::v1::RestoreCheckpointResponse> responses(fleet_->size());
+  absl::Status pushed = StageFleet::ForEach(fleet_->size(), [&](int j) {
     absl::StatusOr<petra::v1::RestoreCheckpointResponse> response =
         fleet_->PushCheckpoint(j, point.files[j]);
     if (!response.ok()) return response.status();
+    responses[j] = std::move(*response);
+    return absl::OkStatus();
+  });
+  if (!pushed.ok()) return pushed;
+  std::optional<uint64_t> steps, samples;
+  for (int j = 0; j < fleet_->size(); ++j) {
+    const petra::v1::RestoreCheckpointResponse* response = &responses[j];
     if (!response->restored() || response->epoch() != point.epoch ||
         (steps && (*steps != response->optimizer_steps() ||
                    *samples != response->samples_seen()))) {
@@ -124,8 +132,10 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::Restore() {
 }
 absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
   const uint32_t epoch = cursor.next_epoch - 1;
-  std::vector<std::string> files;
-  for (int j = 0; j < fleet_->size(); ++j) {
+  // Every stage writes and sends its file at once (the files are all held
+  // here before the store writes them, in any order).
+  std::vector<std::string> files(fleet_->size());
+  absl::Status pulled = StageFleet::ForEach(fleet_->size(), [&](int j) {
     petra::v1::CheckpointRequest request;
     request.set_job_id(id_);
     request.set_name(JobLayout::CheckpointName(epoch));
@@ -134,13 +144,17 @@ absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
     request.set_samples_seen(cursor.samples_seen);
     absl::StatusOr<std::string> bytes = fleet_->PullCheckpoint(j, request);
     if (!bytes.ok()) {
-      if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
       PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
                       {"stage", absl::StrCat(j)},
                       {"reason", std::string(bytes.status().message())});
-      return Prefixed("checkpoint: ", bytes.status());
+      return bytes.status();
     }
-    files.push_back(std::move(*bytes));
+    files[j] = std::move(*bytes);
+    return absl::OkStatus();
+  });
+  if (!pulled.ok()) {
+    if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
+    return Prefixed("checkpoint: ", pulled);
   }
   const uint32_t keep =
       spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2;

@@ -165,8 +165,8 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   std::vector<std::string> alone = limited;
   alone.insert(alone.end(),
                {kPetra, "train", "--runner", "in-process", "--dataset",
-                "synthetic", "--micro-batch", "4", "--epochs", "1",
-                "--train-limit", "32", "--test-limit", "8", "--optimizer", "sgd",
+                "synthetic", "--micro-batch", "2", "--epochs", "1",
+                "--train-limit", "4", "--test-limit", "2", "--optimizer", "sgd",
                 "--momentum", "0"});
   alone.insert(alone.end(), model.begin(), model.end());
   const RunResult whole = RunToExit(alone[0], {alone.begin() + 1, alone.end()},
@@ -180,9 +180,13 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   // checkpoint and the export, is not limited.
   StartStages(12, {"--memory-limit-bytes", std::to_string(budget)}, limited);
   StartCoordinator(0);
+  // Two micro-batches of two: what is measured is the parameters, their
+  // gradients and the checkpoint, not activations (a micro-batch of 2 at
+  // 17 tokens of 1024 is 140 kB a tensor), and each step of this network
+  // costs seconds on 2 cores.
   std::vector<std::string> job = {
-      "--dataset", "synthetic", "--micro-batch", "4", "--epochs", "1",
-      "--train-limit", "32", "--test-limit", "8",
+      "--dataset", "synthetic", "--micro-batch", "2", "--epochs", "1",
+      "--train-limit", "4", "--test-limit", "2",
       // Plain SGD: no momentum in a stage's memory nor in its checkpoint.
       "--optimizer", "sgd", "--momentum", "0"};
   job.insert(job.end(), model.begin(), model.end());
