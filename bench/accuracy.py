@@ -122,8 +122,10 @@ def parse_args(argv):
                    help="comma-separated labels of CONFIGS to run (default "
                         "all), e.g. 'backprop,PETRA k=1'")
     p.add_argument("--smoke", action="store_true",
-                   help="seconds-long run: width 0.125, 1 epoch, 1280 "
-                        "training and 256 test examples")
+                   help="seconds-long run: width 0.125, 1 epoch, 256 "
+                        "training and 64 test examples in micro-batches of 8 "
+                        "(unless --model-flags sets one): 32 of them, so "
+                        "that every k up to 32 runs")
     p.add_argument("--timeout", type=int, default=3600)
     p.add_argument("--json", help="write every run's report to this file")
     p.add_argument("--quiet", action="store_true")
@@ -138,7 +140,7 @@ def parse_args(argv):
         p.error("--base-lr: --model-flags already sets --lr")
     if args.smoke:
         args.width, args.epochs = "0.125", "1"
-        args.train_limit, args.test_limit = "1280", "256"
+        args.train_limit, args.test_limit = "256", "64"
     check_petra(p, args.petra)
     labels = [c[0] for c in CONFIGS + FORWARD_GRADIENT + EXTRAS]
     args.configs = CONFIGS
@@ -168,6 +170,8 @@ def main(argv):
                "--seed", args.seed, "--train-limit", args.train_limit,
                "--test-limit", args.test_limit] +
               shlex.split(args.model_flags))
+    if args.smoke and "--micro-batch" not in common:
+        common += ["--micro-batch", "8"]
     # (label, stages, flags, threads) of every run, in order.
     plan = []
     for label, flags in args.configs:

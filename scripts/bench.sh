@@ -285,7 +285,9 @@ section_memory() {
 
 section_accuracy() {
   local args=(--e2e 100)
-  if ((smoke)); then args=(--smoke --e2e 10); fi
+  # Every configuration, on the per-block stages only: the other stage
+  # count is the same command with another --stages.
+  if ((smoke)); then args=(--smoke --e2e 10 --stages per-block); fi
   echo "## Accuracy: PETRA against backprop and delayed gradients (paper, Tables 2 and 4, Figures 4 and 5)"
   echo
   machine
