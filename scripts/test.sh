@@ -8,9 +8,11 @@
 #
 #   bash scripts/test.sh           # what CI runs (.ci/run)
 #   bash scripts/test.sh --long    # the long campaigns instead: the tests
-#                                  # labelled `long` (accuracy claims, full
-#                                  # benchmark smokes), the chaos campaign of
-#                                  # record and the sanitizer soak; hours
+#                                  # labelled `long` (accuracy claims), the
+#                                  # chaos campaign of record and the
+#                                  # sanitizer soak; hours
+#   bash scripts/test.sh --busy 2  # the suite with 2 processes spinning on
+#                                  # the cores beside it: a loaded machine
 #
 # Environment: JOBS (default 2, CTest's and the compiler's), BUILD_DIR
 # (default build), FUZZ_SECONDS (default 45, 0 skips the fuzz targets),
@@ -20,12 +22,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 long=0
-for arg in "$@"; do
-  case "$arg" in
+busy=0
+while (($#)); do
+  case "$1" in
     --long) long=1 ;;
+    --busy)
+      [[ $# -ge 2 && "$2" =~ ^[0-9]+$ ]] ||
+        { echo "test: --busy takes a number of processes" >&2; exit 2; }
+      busy=$2; shift ;;
     --help|-h) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "test: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+    *) echo "test: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
+  shift
 done
 
 BUILD_DIR=${BUILD_DIR:-build}
@@ -50,6 +58,22 @@ end_phase install
 PETRA_SKIP_INSTALL=1 PETRA_BUILD_TESTS=ON bash scripts/build.sh
 end_phase build
 
+# --busy N: N spinning processes for as long as the tests run.
+hogs=()
+stop_hogs() {
+  if ((${#hogs[@]})); then
+    kill "${hogs[@]}" 2>/dev/null || true
+    wait "${hogs[@]}" 2>/dev/null || true
+  fi
+  hogs=()
+}
+trap stop_hogs EXIT
+for ((i = 0; i < busy; i++)); do
+  bash -c 'while :; do :; done' &
+  hogs+=($!)
+done
+((busy == 0)) || echo "test: ${busy} busy process(es) beside the suite"
+
 log=$BUILD_DIR/ctest.log
 if ((long)); then
   label_args=(-L long)
@@ -67,6 +91,7 @@ set -e
 # A skip is not a pass: say how many tests did not run (the `gpu` label
 # needs a CUDA device; scripts/gpu/build.sh runs them on one).
 echo "test: $(grep -c '(Skipped)$' "$log" || true) test(s) skipped"
+stop_hogs
 end_phase tests
 
 if ((long)); then

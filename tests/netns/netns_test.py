@@ -26,10 +26,11 @@ BIN = os.environ.get("PETRA_BIN_DIR", os.path.join(
     os.path.dirname(os.path.dirname(HERE)), "build", "bin"))
 PROXY = os.path.join(HERE, "faultproxy.py")
 DATA_ROOT = "/usr/share/datasets"
-# A small job: 2 stages, 40 optimizer steps of 64 synthetic images.
+# A small job: 2 stages, 40 optimizer steps of 16 synthetic images (about
+# 60 MB across the narrow link, in hundreds of chunks for the loss to stall).
 JOB = ["--arch", "revnet18", "--width", "0.125", "--dataset", "synthetic",
        "--stages", "2", "--epochs", "1", "--max-steps", "40", "--seed", "3",
-       "--test-limit", "256"]
+       "--test-limit", "256", "--micro-batch", "16"]
 
 
 def wait_for_line(process, pattern, timeout=60):
@@ -61,9 +62,13 @@ class Hosts(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="petra-netns-")
         self.net = netns.Network("fleet")
         self.addCleanup(self.net.close)
+        self.write_job(JOB)
+
+    def write_job(self, flags):
+        """The job that run_job submits and reference() trains."""
         with open(os.path.join(self.tmp, "job.json"), "w") as f:
-            f.write(subprocess.run([os.path.join(BIN, "petra"), "spec"] + JOB,
-                                   check=True, capture_output=True,
+            f.write(subprocess.run([os.path.join(BIN, "petra"), "spec"] +
+                                   flags, check=True, capture_output=True,
                                    text=True).stdout)
 
     def control(self, host, **faults):
@@ -203,6 +208,11 @@ class Hosts(unittest.TestCase):
         self.fail("%s took no step within %d s" % (job, timeout))
 
     def test_a_partition_shorter_than_the_stall_timeout_heals(self):
+        # Long enough (seconds on a fast link) that the partition falls
+        # while it trains.
+        job = list(JOB)
+        job[job.index("--max-steps") + 1] = "200"
+        self.write_job(job)
         coordinator = self.start_fleet(2)
 
         errors = []
