@@ -779,8 +779,9 @@ section_compare() {
     --micro-batches 200 --stages 2)
   if ((smoke)); then
     old=$BIN
+    # One data channel: the throughput smoke runs both.
     args=(--rounds 1 -- --width 0.125 --micro-batches 4 --micro-batch 16
-          --stages 2)
+          --stages 2 --transports shm)
   fi
   if [[ -z "$old" ]]; then
     echo "bench.sh: compare needs BENCH_OLD_BIN, the other build's bin" \
