@@ -274,10 +274,13 @@ TEST_F(FleetProcesses, AResumedForwardGradientJobTrainsAsIfNeverInterrupted) {
   StartCoordinator();
   for (const char* guess : {"local", "random"}) {
     SCOPED_TRACE(guess);
+    // Micro-batches of 16: a forward-gradient step pushes tangents through
+    // every block, and what is checked is the resume, not the rate.
     std::vector<std::string> job = SmallJob(2);
     job.insert(job.end(),
                {"--checkpoint-every", "1", "--mode", "forward_gradient",
-                "--guess", guess, "--lr", "0.002"});
+                "--guess", guess, "--lr", "0.002", "--micro-batch", "16",
+                "--train-limit", "256"});
     const std::string whole = Submit(job);
     ASSERT_EQ(Petra({"watch", whole}, std::chrono::seconds(300)).exit_code, 0);
     const std::string jobs = dir_.path() + "/coordinator/jobs/";
