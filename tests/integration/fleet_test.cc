@@ -337,7 +337,10 @@ TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
   ASSERT_TRUE(
       WaitForStatus(id, "\"samples_per_second\"", std::chrono::seconds(60)));
   // While it drains, its health check says NOT_SERVING (2), so readiness
-  // probes stop routing work to it.
+  // probes stop routing work to it. The coordinator is frozen first, so the
+  // pass being drained cannot end before the check is made: on a loaded
+  // machine it ended, and the server was gone, before a check got through.
+  ASSERT_EQ(kill(coordinator_->pid(), SIGSTOP), 0);
   ASSERT_EQ(kill(stages_[1]->pid(), SIGTERM), 0);
   ASSERT_NE(stages_[1]->WaitForLine("stopping"), "");
   int health = -1;
@@ -345,6 +348,7 @@ TEST_F(FleetProcesses, StageServerFinishesItsPassAndStopsOnSigterm) {
     health = HealthCheck(stage_addresses_[1]);
     if (health != 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  ASSERT_EQ(kill(coordinator_->pid(), SIGCONT), 0);
   EXPECT_EQ(health, 2);
   // Signal 0 only waits for the drained server to exit.
   EXPECT_EQ(stages_[1]->SignalAndWait(0, std::chrono::seconds(60)), 0)
