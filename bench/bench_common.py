@@ -15,13 +15,13 @@ class BenchError(Exception):
     """A benchmark step failed; the message says which and why."""
 
 
-def run(argv, timeout, env=None):
-    """Runs a command (in `env`, default this one's); returns its stdout;
-    raises BenchError with its output when it fails or outlives `timeout`
-    seconds."""
+def run(argv, timeout, env=None, cwd=None):
+    """Runs a command (in `env`, default this one's, and folder `cwd`);
+    returns its stdout; raises BenchError with its output when it fails or
+    outlives `timeout` seconds."""
     try:
         out = subprocess.run(argv, capture_output=True, text=True,
-                             timeout=timeout, env=env)
+                             timeout=timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired:
         raise BenchError(f"timed out after {timeout} s: {' '.join(argv)}")
     if out.returncode != 0:
@@ -46,11 +46,12 @@ def check_petra(parser, path):
 
 def train_report(petra, flags, timeout, env=None):
     """Runs `petra train --quiet --report FILE` + flags; returns the report
-    (a dict); raises BenchError, with the command's output, when it fails."""
+    (a dict); raises BenchError, with the command's output, when it fails.
+    It runs in a temporary folder, where the model it keeps goes too."""
     with tempfile.TemporaryDirectory(prefix="petra-bench-") as d:
         report = os.path.join(d, "report.json")
         run([petra, "train", "--quiet", "--report", report] + flags,
-            timeout, env=env)
+            timeout, env=env, cwd=d)
         try:
             with open(report) as f:
                 return json.load(f)

@@ -125,7 +125,7 @@ def in_process(bin_dir, job_flags, stages, cores, workdir, timeout):
     report = os.path.join(workdir, "in-process.json")
     run([os.path.join(bin_dir, "petra"), "train", "--runner", "in-process",
          "--quiet", "--threads-per-stage", str(max(1, cores // stages)),
-         "--report", report] + job_flags, timeout)
+         "--report", report] + job_flags, timeout, cwd=workdir)
     with open(report) as f:
         return float(json.load(f)["epochs"][-1]["samples_per_second"])
 

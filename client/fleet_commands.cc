@@ -3,8 +3,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -194,15 +196,15 @@ int RunSubmit(const std::string& program,
       "is the file given with --from (JSON or text proto), with the job\n"
       "flags laid over it; the coordinator applies defaults and validates.\n"
       "Without --from (or --resume-from) the base is `petra train`'s default\n"
-      "job: RevNet18 (width 0.25) on Fashion-MNIST, 2 stages, 3 epochs, seed\n"
-      "1, so `submit --epochs 1` trains it for one epoch.");
+      "job, whose values the flags below show as their defaults, so\n"
+      "`submit --epochs 1` trains it for one epoch.");
   AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("from", &from, "job spec file (JSON or text proto)");
   flags.AddBool("watch", &watch, "follow the job until it ends");
   flags.AddBool("json", &json,
                 "print the submitted Job as one line of JSON (with --watch, "
                 "then each event as a line, as watch --json)");
-  job::AddJobFlags(flags, &overrides);
+  job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   const std::string command = program + " submit";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
@@ -436,12 +438,17 @@ int RunExport(const std::string& program,
   if (output.empty()) {
     output = id + (format == "torchscript" ? ".torchscript.pt" : ".pt");
   }
+  // Received into OUTPUT.partial, renamed when whole; errors name OUTPUT
+  // (what the user asked for) and the reason.
   const std::string partial = output + ".partial";
-  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    std::cerr << command << ": cannot write \"" << partial << "\"\n";
+  const auto cannot_write = [&](int error) {
+    std::cerr << command << ": cannot write \"" << output
+              << "\": " << std::strerror(error) << "\n";
     return 1;
-  }
+  };
+  errno = 0;
+  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+  if (!out) return cannot_write(errno != 0 ? errno : EIO);
   grpc::ClientContext context;
   auto reader = stub->ExportJob(&context, request);
   petra::v1::ExportChunk chunk;
@@ -453,17 +460,21 @@ int RunExport(const std::string& program,
     got += chunk.data().size();
   }
   grpc::Status s = reader->Finish();
+  errno = 0;
   out.close();
-  if (!s.ok() || !out || got != total) {
+  const int write_error = !out ? (errno != 0 ? errno : EIO) : 0;
+  if (!s.ok() || write_error != 0 || got != total) {
     std::remove(partial.c_str());
     if (!s.ok()) return Fail(command, s, coordinator);
+    if (write_error != 0) return cannot_write(write_error);
     std::cerr << command << ": received " << got << " of " << total
               << " bytes\n";
     return 1;
   }
   if (std::rename(partial.c_str(), output.c_str()) != 0) {
-    std::cerr << command << ": cannot write \"" << output << "\"\n";
-    return 1;
+    const int error = errno;
+    std::remove(partial.c_str());
+    return cannot_write(error);
   }
   if (json) {
     std::cout << "{\"job\": " << cli::JsonString(id)

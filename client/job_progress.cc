@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "services/cli/json_text.h"
+#include "services/cli/proto_json.h"
 #include "services/link/transport_choice.h"
 #include "services/wire/status_map.h"
 
@@ -34,18 +35,9 @@ std::string Duration(double seconds) {
 }
 
 std::string JobJson(const google::protobuf::Message& m, bool pretty) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = pretty;
-  // snake_case, as `petra spec` prints specs and spec files are written.
-  o.preserve_proto_field_names = true;
-  // A message the client itself received always prints; an empty string
-  // would only hide a bug.
-  if (!google::protobuf::util::MessageToJsonString(m, &json, o).ok()) {
-    return "{}";
-  }
-  if (!pretty && !json.empty() && json.back() == '\n') json.pop_back();
-  return json;
+  cli::ProtoJsonOptions options;
+  options.pretty = pretty;
+  return cli::ProtoToJson(m, options);
 }
 
 ProgressPrinter::ProgressPrinter(bool quiet, bool json_lines)
@@ -266,7 +258,8 @@ std::string EndToEndByStage(const petra::v1::Progress& e) {
 
 std::string ReportJson(const petra::v1::Job& job,
                        const std::vector<petra::v1::Progress>& epochs,
-                       double wall, const std::string& runner) {
+                       double wall, const std::string& runner,
+                       const std::string& model_file) {
   const petra::v1::Progress& last = job.progress();
   // Training samples over training seconds, both summed over epochs (an
   // epoch's samples from its optimizer steps, its seconds from its rate).
@@ -291,21 +284,24 @@ std::string ReportJson(const petra::v1::Job& job,
       "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n"
       "  \"samples_per_second\": %.2f,\n  \"wall_seconds\": %.2f,\n"
       "  \"optimizer_steps\": %llu,\n  \"corrupt_images_skipped\": %llu,\n"
-      "  \"epochs\": [",
+      "  \"model\": %s,\n  \"epochs\": [",
       cli::JsonString(job.id()), cli::JsonString(job.spec().name()),
       cli::JsonString(runner), cli::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
       last.train_accuracy(), rate, wall,
       static_cast<unsigned long long>(last.step()),
-      static_cast<unsigned long long>(last.corrupt_images_skipped()));
+      static_cast<unsigned long long>(last.corrupt_images_skipped()),
+      cli::JsonString(model_file));
   for (size_t i = 0; i < epochs.size(); ++i) {
     const auto& e = epochs[i];
     absl::StrAppendFormat(
         &out,
-        "%s\n    {\"epoch\": %u, \"train_loss\": %.6f, \"train_accuracy\": "
+        "%s\n    {\"epoch\": %u, \"step\": %llu, \"learning_rate\": %.9g, "
+        "\"train_loss\": %.6f, \"train_accuracy\": "
         "%.6f, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
         "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f%s}",
-        i ? "," : "", e.epoch(), e.train_loss(), e.train_accuracy(),
+        i ? "," : "", e.epoch(), static_cast<unsigned long long>(e.step()),
+        e.learning_rate(), e.train_loss(), e.train_accuracy(),
         e.test_accuracy(), e.test_loss(), e.samples_per_second(),
         e.elapsed_seconds(), EndToEndByStage(e));
   }

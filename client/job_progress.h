@@ -50,9 +50,11 @@ std::string Duration(double seconds);
 void PrintStageTable(const petra::v1::Job& job);
 
 // The `--report` JSON: test_accuracy, train_loss, samples_per_second,
-// wall_seconds, epochs, and stages (memory_bytes by kind, staleness_mean).
+// wall_seconds, the model's export file, epochs, and stages (memory_bytes by
+// kind, staleness_mean).
 std::string ReportJson(const petra::v1::Job& job,
                        const std::vector<petra::v1::Progress>& epochs,
-                       double wall_seconds, const std::string& runner);
+                       double wall_seconds, const std::string& runner,
+                       const std::string& model_file);
 
 }  // namespace petra::client

@@ -40,6 +40,8 @@ class LocalFleet {
   // Stops the coordinator (cancelling its jobs) and then every stage.
   void Stop();
   std::string coordinator_address() const;
+  // The coordinator's --state-dir (its jobs' records and exports).
+  std::string coordinator_state_dir() const { return coordinator_state_dir_; }
   // Ports of the /metrics endpoints: the coordinator's, then each stage's
   // (empty when metrics are off).
   std::vector<int> metrics_ports() const;
@@ -48,6 +50,7 @@ class LocalFleet {
   LocalFleet() = default;
   std::vector<std::unique_ptr<stage_server::StageServer>> stages_;
   std::unique_ptr<coordinator::CoordinatorServer> coordinator_;
+  std::string coordinator_state_dir_;
 };
 
 }  // namespace petra::client

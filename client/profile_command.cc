@@ -313,7 +313,7 @@ int RunProfile(const std::string& program,
                   "stage counts J, comma-separated: after the table, print "
                   "the --split-at that balances the profiled stages (best "
                   "from --stages per-block) into J stages");
-  job::AddJobFlags(flags, &overrides);
+  job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   const std::string command = program + " profile";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) {
     return rc;

@@ -23,10 +23,10 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args) {
       "defaults and validates the result as the coordinator would. Prints\n"
       "the resolved spec as JSON, or every problem found (exit 1). Without\n"
       "--from the base is the default job of `petra train` and `petra\n"
-      "submit` (RevNet18, width 0.25, on Fashion-MNIST, 2 stages, 3 epochs),\n"
-      "so `spec [flags]` shows what `submit [flags]` sends.");
+      "submit` (the flags below show its values as their defaults), so\n"
+      "`spec [flags]` shows what `submit [flags]` sends.");
   flags.AddString("from", &from, "job spec file to start from");
-  job::AddJobFlags(flags, &overrides);
+  job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   if (int rc = cli::ParseCommandOrExit(flags, program + " spec", args);
       rc >= 0) {
     return rc;

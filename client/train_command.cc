@@ -9,8 +9,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -23,12 +26,15 @@
 #include "client/default_job.h"
 #include "client/job_progress.h"
 #include "client/local_fleet.h"
+#include "coordinator/job_layout.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/cli/durable_file.h"
 #include "services/cli/flag_set.h"
 #include "services/cli/shutdown_signal.h"
 #include "services/data/dataset.h"
+#include "services/engine/epoch_progress.h"
 #include "services/engine/in_process_runner.h"
+#include "services/engine/job_plan.h"
 #include "services/engine/stage_report.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
@@ -50,13 +56,58 @@ struct TrainOptions {
   std::string state_dir;  // fleet only; empty = a temporary directory
   int threads_per_stage = 1;
   bool quiet = false;
+  std::string output;  // where the trained model's export goes
 };
 
 // The final Job and the epoch-end progress of a run, whichever runner ran it.
 struct TrainResult {
   petra::v1::Job job;
   std::vector<petra::v1::Progress> epochs;
+  uint64_t model_bytes = 0;  // of the export written to TrainOptions::output
 };
+
+// The export, written whole or not at all to `output`.
+absl::StatusOr<uint64_t> WriteModel(const std::string& output,
+                                    const std::string& bytes) {
+  if (absl::Status s = cli::WriteFileAtomically(output, bytes); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--output: writing \"", output,
+                                               "\" failed: ", s.message()));
+  }
+  return bytes.size();
+}
+
+// The export file `from`, copied whole or not at all to `output`.
+absl::StatusOr<uint64_t> CopyModel(const std::filesystem::path& from,
+                                   const std::string& output) {
+  const std::string partial = output + ".partial";
+  std::error_code ec;
+  if (std::filesystem::copy_file(
+          from, partial, std::filesystem::copy_options::overwrite_existing,
+          ec)) {
+    const uint64_t bytes = std::filesystem::file_size(partial, ec);
+    if (!ec) std::filesystem::rename(partial, output, ec);
+    if (!ec) return bytes;
+  }
+  std::error_code ignored;
+  std::filesystem::remove(partial, ignored);
+  return absl::InternalError(absl::StrCat("--output: copying the export \"",
+                                          from.string(), "\" to \"", output,
+                                          "\" failed: ", ec.message()));
+}
+
+// A job's name as a file name: what a path may not hold becomes '_'.
+std::string ModelFileName(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+                      c == '_' || c == '.';
+    out += keep ? c : '_';
+  }
+  if (out.empty() || out.find_first_not_of('.') == std::string::npos) {
+    out = "model";
+  }
+  return out + ".pt";
+}
 
 absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
                                          const TrainOptions& options) {
@@ -68,6 +119,10 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
   const int64_t per_epoch =
       data->train.size() / spec.training().micro_batch_size();
   const int64_t epochs = spec.training().epochs();
+  absl::StatusOr<int64_t> steps_per_epoch =
+      engine::StepsPerEpoch(spec, data->train.size());
+  if (!steps_per_epoch.ok()) return steps_per_epoch.status();
+  const engine::ProgressBuilder progress(spec, *steps_per_epoch);
   const auto start = Clock::now();
   const bool tty = isatty(STDOUT_FILENO);
   std::mutex mu;
@@ -111,21 +166,8 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
   };
   o.on_epoch = [&](const engine::EpochReport& e) {
     std::lock_guard<std::mutex> lock(mu);
-    petra::v1::Progress p;
-    p.set_epoch(e.epoch);
-    p.set_total_epochs(static_cast<uint32_t>(epochs));
-    p.set_step(e.steps);
-    p.set_train_loss(e.train_loss);
-    p.set_train_accuracy(e.train_accuracy);
-    p.set_test_loss(e.test_loss);
-    p.set_test_accuracy(e.test_accuracy);
-    p.set_samples_per_second(e.samples_per_second);
-    p.set_learning_rate(e.learning_rate);
-    p.set_corrupt_images_skipped(
-        static_cast<uint64_t>(e.corrupt_images_skipped));
-    p.set_elapsed_seconds(
-        std::chrono::duration<double>(Clock::now() - start).count());
-    for (const petra::v1::StageStats& s : e.stages) *p.add_stages() = s;
+    const petra::v1::Progress p = progress.AfterEpoch(
+        e, std::chrono::duration<double>(Clock::now() - start).count());
     result.epochs.push_back(p);
     *result.job.mutable_progress() = p;
     if (options.quiet) return;
@@ -151,6 +193,11 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
   if (!reports.ok()) return reports.status();
   if (reports->empty()) return absl::InternalError("no epoch ran");
   result.job.set_state(petra::v1::JOB_STATE_SUCCEEDED);
+  absl::StatusOr<std::string> model = (*runner)->ExportFile();
+  if (!model.ok()) return model.status();
+  absl::StatusOr<uint64_t> written = WriteModel(options.output, *model);
+  if (!written.ok()) return written.status();
+  result.model_bytes = *written;
   return result;
 }
 
@@ -241,14 +288,21 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
     return absl::Status(static_cast<absl::StatusCode>(end->error().code()),
                         end->error().message());
   }
-  return TrainResult{*end, printer.epochs()};
+  // The coordinator's export of the job, copied out of the state directory
+  // (a temporary one is removed on return).
+  absl::StatusOr<uint64_t> written = CopyModel(
+      coordinator::JobLayout((*fleet)->coordinator_state_dir(), end->id())
+          .export_file(),
+      options.output);
+  if (!written.ok()) return written.status();
+  return TrainResult{*end, printer.epochs(), *written};
 }
 
 }  // namespace
 
 int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   std::string from, report_path, data_root = job::kDefaultDataRoot;
-  std::string runner = "fleet", state_dir;
+  std::string runner = "fleet", state_dir, output;
   int64_t threads = 0;
   bool quiet = false;
   petra::v1::JobSpec overrides;
@@ -257,8 +311,9 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
       "Trains a job to the end on this machine, with progress on the "
       "terminal,\n"
       "and prints the final accuracy. With no flags it trains the embedded\n"
-      "default: RevNet18 (width 0.25, 2 stages) on Fashion-MNIST\n"
-      "for 3 epochs with PETRA.\n\n"
+      "default job, whose values the flags below show as their defaults;\n"
+      "--from FILE replaces it (what the file leaves out gets the defaults\n"
+      "`petra spec --from FILE` prints).\n\n"
       "The job runs on a fleet started inside this process: a coordinator\n"
       "and one stage server per stage on loopback (ephemeral ports, real\n"
       "gRPC), driven like any client drives a cluster. Ctrl-C cancels the\n"
@@ -270,6 +325,13 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                   "directory dataset paths are resolved under");
   flags.AddString("report", &report_path,
                   "write a JSON report of the run to this file");
+  flags.AddCustom("output", "FILE", "NAME.pt here, NAME the job's name",
+                  "write the trained model's export (state_dict, as `petra "
+                  "export` writes it) to this file",
+                  [&output](const std::string& v) {
+                    output = v;
+                    return absl::OkStatus();
+                  });
   int64_t data_workers = 0;
   flags.AddInt("data-workers", &data_workers,
                "threads decoding image-folder datasets ahead of training; 0 "
@@ -281,7 +343,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   flags.AddInt("threads-per-stage", &threads,
                "torch threads per stage; 0 = cores / stages, at least 1");
   flags.AddBool("quiet", &quiet, "print only the final result");
-  job::AddJobFlags(flags, &overrides);
+  job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   const std::string command = program + " train";
   if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
@@ -322,19 +384,24 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
       return 1;
     }
   }
-  if (!report_path.empty()) {
-    // Fail before training, not after, when the report cannot be written;
-    // the probe leaves no file behind (a run stopped early writes none).
+  if (output.empty()) output = ModelFileName(resolved->name());
+  // Fail before training, not after, when a file cannot be written; the
+  // probe leaves no file behind (a run stopped early writes none).
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--report", report_path},
+        {"--output", output}}) {
+    if (path.empty()) continue;
     std::error_code ec;
-    const bool existed = std::filesystem::exists(report_path, ec);
-    std::ofstream probe(report_path, std::ios::app);
+    const bool existed = std::filesystem::exists(path, ec);
+    errno = 0;
+    std::ofstream probe(path, std::ios::app);
     if (!probe) {
-      std::cerr << program << " train: --report: cannot write \"" << report_path
-                << "\"\n";
+      std::cerr << command << ": " << flag << ": cannot write \"" << path
+                << "\": " << std::strerror(errno != 0 ? errno : EIO) << "\n";
       return 1;
     }
     probe.close();
-    if (!existed) std::filesystem::remove(report_path, ec);
+    if (!existed) std::filesystem::remove(path, ec);
   }
 
   const auto start = Clock::now();
@@ -345,6 +412,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   options.data_workers = static_cast<int>(data_workers);
   options.state_dir = state_dir;
   options.quiet = quiet;
+  options.output = output;
   options.threads_per_stage =
       threads > 0
           ? static_cast<int>(threads)
@@ -387,11 +455,14 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               100 * last.test_accuracy(), last.train_loss(),
               Duration(wall).c_str());
   if (!quiet) PrintStageTable(result->job);
+  std::printf("model written to %s (%llu bytes)\n", output.c_str(),
+              static_cast<unsigned long long>(result->model_bytes));
   if (!report_path.empty()) {
     // Whole or not at all: a reader never sees half a report.
     if (absl::Status w = cli::WriteFileAtomically(
-            report_path, ReportJson(result->job, result->epochs, wall,
-                                    in_process ? "in-process" : "fleet"));
+            report_path,
+            ReportJson(result->job, result->epochs, wall,
+                       in_process ? "in-process" : "fleet", output));
         !w.ok()) {
       std::cerr << command << ": --report: writing \"" << report_path
                 << "\" failed: " << w.message() << "\n";

@@ -55,6 +55,14 @@ if(NOT TARGET re2::re2)
 endif()
 find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
+# YAML job specs (services/job/yaml_to_json.cc). yaml-cpp 0.7 (Debian 12)
+# names its target yaml-cpp; 0.8 names it yaml-cpp::yaml-cpp.
+find_package(yaml-cpp CONFIG REQUIRED)
+if(TARGET yaml-cpp::yaml-cpp)
+  set(PETRA_YAML yaml-cpp::yaml-cpp)
+else()
+  set(PETRA_YAML yaml-cpp)
+endif()
 
 # glog's config loads FindUnwind.cmake from the absolute
 # /usr/share/glog/cmake; in a prefix it is under <prefix>/share/glog/cmake.

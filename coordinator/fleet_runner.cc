@@ -14,8 +14,8 @@
 #include "coordinator/train_log.h"
 #include "services/cli/event_log.h"
 #include "services/data/image_folder.h"
+#include "services/engine/epoch_progress.h"
 #include "services/engine/job_plan.h"
-#include "services/engine/lr_schedule.h"
 #include "services/engine/training_mode.h"
 #include "services/job/job_spec_validation.h"
 #include "services/link/endpoint.h"
@@ -76,8 +76,8 @@ absl::Status FleetRunner::Prepare() {
   if (before.stages_size() == static_cast<int>(ranges_.size())) {
     std::vector<model::BlockRange> recorded;
     for (const petra::v1::StagePlacement& p : before.stages()) {
-      recorded.push_back({static_cast<int>(p.layer_begin()),
-                          static_cast<int>(p.layer_end())});
+      recorded.push_back(
+          {static_cast<int>(p.layer_begin()), static_cast<int>(p.layer_end())});
     }
     if (model::CoversInOrder(recorded,
                              static_cast<int>(blocks_.costs.size()))) {
@@ -169,12 +169,12 @@ absl::Status FleetRunner::Place(ProbeResult& probe) {
   std::vector<std::string> cut;
   for (const model::BlockRange& r : ranges_)
     cut.push_back(absl::StrCat(r.begin, "-", r.end - 1));
-  PETRA_LOG_EVENT(kInfo, "placement", {"job_id", id_},
-                  {"servers", absl::StrJoin(probe.chosen, ",")},
-                  {"blocks", absl::StrJoin(cut, ",")},
-                  {"cross_host_links",
-                   absl::StrCat(placement->cross_host_links)},
-                  {"cut", moved ? "moved to fit memory" : "as planned"});
+  PETRA_LOG_EVENT(
+      kInfo, "placement", {"job_id", id_},
+      {"servers", absl::StrJoin(probe.chosen, ",")},
+      {"blocks", absl::StrJoin(cut, ",")},
+      {"cross_host_links", absl::StrCat(placement->cross_host_links)},
+      {"cut", moved ? "moved to fit memory" : "as planned"});
   return absl::OkStatus();
 }
 
@@ -327,43 +327,35 @@ void FleetRunner::OnEpoch(const engine::EpochReport& report) {
   if (report.evaluated) {
     last_test_ = std::make_pair(report.test_loss, report.test_accuracy);
   }
-  petra::v1::Progress p;
-  p.set_epoch(report.epoch);
-  p.set_step(report.steps);
-  p.set_train_loss(report.train_loss);
-  p.set_train_accuracy(report.train_accuracy);
-  p.set_samples_per_second(report.samples_per_second);
-  Publish(JobEvent::KIND_EPOCH_END, std::move(p));
+  Publish(JobEvent::KIND_EPOCH_END,
+          engine::ProgressBuilder(spec_, steps_per_epoch_)
+              .AfterEpoch(report, ElapsedSeconds()));
   recovery_.EpochFinished();
 }
 
+double FleetRunner::ElapsedSeconds() const {
+  return std::chrono::duration<double>(steady_clock::now() - started_).count();
+}
+
 void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
-  int64_t total_steps = steps_per_epoch_ * spec_.training().epochs();
-  if (spec_.training().max_steps() > 0) {
-    total_steps = std::min<int64_t>(total_steps, spec_.training().max_steps());
-  }
-  const double elapsed =
-      std::chrono::duration<double>(steady_clock::now() - started_).count();
-  p.set_total_epochs(spec_.training().epochs());
-  p.set_total_steps(static_cast<uint64_t>(total_steps));
-  p.set_elapsed_seconds(elapsed);
-  const int64_t step = static_cast<int64_t>(p.step());
-  if (step > 0 && total_steps > 0) {
-    p.set_eta_seconds(elapsed / step * (total_steps - step));
-  }
-  p.set_learning_rate(engine::LrSchedule(spec_, steps_per_epoch_)
-                          .At(std::max<int64_t>(0, step - 1)));
-  if (last_test_) {
+  // A pass's running figures come without what an epoch's end carries.
+  engine::ProgressBuilder(spec_, steps_per_epoch_)
+      .Complete(ElapsedSeconds(), &p);
+  if (!p.has_test_accuracy() && last_test_) {
     p.set_test_loss(last_test_->first);
     p.set_test_accuracy(last_test_->second);
   }
-  for (const auto& s : stage_stats_) *p.add_stages() = s;
-  for (const data::Dataset* split : {&data_.train, &data_.test}) {
-    if (split->source != nullptr) {
-      p.set_corrupt_images_skipped(
-          p.corrupt_images_skipped() +
-          static_cast<uint64_t>(split->source->corrupt_skipped()));
+  if (p.stages_size() == 0) {
+    for (const auto& s : stage_stats_) *p.add_stages() = s;
+  }
+  if (kind != JobEvent::KIND_EPOCH_END) {
+    uint64_t corrupt = 0;
+    for (const data::Dataset* split : {&data_.train, &data_.test}) {
+      if (split->source != nullptr) {
+        corrupt += static_cast<uint64_t>(split->source->corrupt_skipped());
+      }
     }
+    p.set_corrupt_images_skipped(corrupt);
   }
   if (env_.metrics != nullptr) env_.metrics->Progress(id_, p);
   record_.Update(kind, [&](Job& job) { *job.mutable_progress() = p; });

@@ -77,6 +77,7 @@ class FleetRunner final : public engine::PassExecutor,
   // Publishes progress: `p` holds the epoch, step and training figures; the
   // rest (totals, time, ETA, rate, test figures, stages) is added here.
   void Publish(petra::v1::JobEvent::Kind kind, petra::v1::Progress p);
+  double ElapsedSeconds() const;
 
   JobRecord& record_;
   const RunnerEnvironment& env_;

@@ -7,6 +7,7 @@
 
 #include "services/cli/durable_file.h"
 #include "services/cli/event_log.h"
+#include "services/cli/proto_json.h"
 
 namespace petra::coordinator {
 
@@ -79,15 +80,10 @@ void JobRecord::Save(const petra::v1::Job& job, uint64_t version) {
   std::lock_guard<std::mutex> lock(save_mu_);
   // Two changes may race here: the newer one on disk wins.
   if (version <= saved_version_) return;
-  std::string json;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  if (auto s = google::protobuf::util::MessageToJsonString(job, &json, o);
-      !s.ok()) {
-    PETRA_LOG_EVENT(kError, "job_record_not_saved", {"job_id", job.id()},
-                    {"reason", s.ToString()});
-    return;
-  }
+  // snake_case, as `petra status --json` prints the same Job (records
+  // written camelCase by earlier versions still load: the parser takes
+  // both).
+  const std::string json = cli::ProtoToJson(job);
   // A reader, or the next coordinator, never sees half a record. A record
   // that cannot be saved is said, not ignored: the job itself goes on (it
   // lives in memory, and its checkpoints are apart).

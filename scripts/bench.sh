@@ -502,7 +502,8 @@ section_precision() {
       --from "$RESULTS/precision-synthetic.textproto" --runner in-process \
       --devices "$dev" --arch revnet18 --variant cifar --dataset synthetic \
       --width "$width" --stages "$stages" --micro-batch "$mb" --mode "$mode" \
-      "${pflags[@]}" --rebuild-error-every 8 --epochs 1 --report "$report"
+      "${pflags[@]}" --rebuild-error-every 8 --epochs 1 --report "$report" \
+      --output "${report%.json}.pt"
     echo
     precision=$plabel
     case "$stages" in
@@ -527,7 +528,7 @@ section_precision() {
       precision_flags "$precision"
       report=$RESULTS/precision-main-$precision.json
       run "$BIN/petra" train --quiet --runner in-process "${pflags[@]}" \
-        --rebuild-error-every 8 --report "$report"
+        --rebuild-error-every 8 --report "$report" --output "${report%.json}.pt"
       echo
       if [[ -f "$report" ]]; then runs+=("main job, $plabel=$report"); fi
     done
@@ -596,7 +597,8 @@ section_gpu() {
       --runner "$runner" --devices "$dev" --arch revnet18 --variant cifar \
       --dataset synthetic --width "$width" --stages "$stages" \
       --micro-batch "$mb" --mode "$mode" "${pflags[@]}" \
-      --rebuild-error-every 8 --epochs 1 --report "$report"
+      --rebuild-error-every 8 --epochs 1 --report "$report" \
+      --output "${report%.json}.pt"
     echo
     case "$stages" in
       1) label+=", 1 stage" ;;
@@ -710,7 +712,7 @@ section_feed() {
   echo
   run "$BIN/petra" train --quiet --arch revnet18 \
     --dataset synthetic --stages 2 "${fleet[@]}" \
-    --report "$RESULTS/feed_fleet.json"
+    --report "$RESULTS/feed_fleet.json" --output "$RESULTS/feed_fleet.pt"
   $PY -c 'import json, sys
 r = json.load(open(sys.argv[1]))
 print("fleet: %.1f samples/s (%d optimizer steps)"

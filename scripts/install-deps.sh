@@ -12,7 +12,7 @@ BUILD_PACKAGES=(
   g++ cmake make ninja-build pkg-config ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libabsl-dev zlib1g-dev libssl-dev
-  libjpeg62-turbo-dev libpng-dev libgoogle-glog-dev
+  libjpeg62-turbo-dev libpng-dev libgoogle-glog-dev libyaml-cpp-dev
 )
 # runtime: what the programs need beyond the libraries they link (those are
 # listed by scripts/runtime-packages.sh): libtorch's BLAS backend, the fast

@@ -2,7 +2,7 @@
 # Run on the Debian 12 build machine (it has apt): downloads, into .gpu/debs
 # (git-ignored), the Debian packages a GPU host needs to build PETRA fleet
 # against its own CUDA libtorch: gRPC, protobuf, Abseil, prometheus-cpp,
-# glog, libjpeg-turbo, libpng, GoogleTest, OpenSSL and zlib, headers and
+# glog, libjpeg-turbo, libpng, yaml-cpp, GoogleTest, OpenSSL and zlib, headers and
 # libraries, with the libraries
 # they load. Not the C runtime, the compiler or CMake: the GPU host has its
 # own, and a second libc on the library path would break every program.
@@ -22,6 +22,7 @@ ROOTS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libabsl-dev zlib1g-dev libssl-dev libgtest-dev
   libgmock-dev libgoogle-glog-dev libjpeg62-turbo-dev libpng-dev
+  libyaml-cpp-dev
 )
 # The host's own: the C and C++ runtimes, kernel headers and the toolchain.
 HOST_HAS='^(libc6|libc6-dev|libc-dev-bin|libgcc-s1|gcc-12-base|libstdc\+\+6|linux-libc-dev|libcrypt1|libcrypt-dev|libnsl2|libnsl-dev|libtirpc3|libtirpc-dev|libtirpc-common|rpcsvc-proto|pkgconf|pkgconf-bin|libpkgconf3)$'

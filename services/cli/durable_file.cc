@@ -26,7 +26,11 @@ std::string Sha256Hex(const std::string& bytes) {
 absl::Status WriteFileAtomically(const std::filesystem::path& path,
                                  const std::string& bytes) {
   std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
+  // A bare file name has no parent to create (it goes in the working
+  // directory).
+  if (!path.parent_path().empty()) {
+    std::filesystem::create_directories(path.parent_path(), ec);
+  }
   if (ec) {
     return absl::InternalError(absl::StrCat(
         "cannot create ", path.parent_path().string(), ": ", ec.message()));

@@ -41,5 +41,21 @@ TEST(WriteFileAtomically, AFailedWriteSaysWhyAndLeavesNothing) {
   std::filesystem::remove_all(dir);
 }
 
+// `petra train --output model.pt`: a bare name lands in the working
+// directory (it failed with "cannot create : Invalid argument").
+TEST(WriteFileAtomically, ABareFileNameLandsInTheWorkingDirectory) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("petra-durable-bare-", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const absl::Status s = WriteFileAtomically("model.pt", "bytes");
+  std::filesystem::current_path(before);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(std::filesystem::file_size(dir / "model.pt"), 5u);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace petra::cli

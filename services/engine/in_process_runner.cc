@@ -7,11 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/data/batches.h"
+#include "services/data/dataset.h"
 #include "services/engine/blocking_queue.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
+#include "services/engine/state_file.h"
 #include "services/engine/training_mode.h"
 #include "services/model/compute_threads.h"
+#include "services/model/network.h"
 
 namespace petra::engine {
 namespace {
@@ -271,6 +274,20 @@ absl::StatusOr<std::pair<double, double>> InProcessRunner::Evaluate(
   absl::StatusOr<PassResult> r = driver_->Evaluate(split, 0);
   if (!r.ok()) return r.status();
   return std::make_pair(r->mean_loss(), r->accuracy());
+}
+
+absl::StatusOr<std::string> InProcessRunner::ExportFile() {
+  std::vector<std::string> stages;
+  for (int j = 0; j < stage_count(); ++j) {
+    StageCheckpointMeta meta;
+    meta.stage_index = j;
+    absl::StatusOr<std::string> bytes = EncodeStageCheckpoint(worker(j), meta);
+    if (!bytes.ok()) return bytes.status();
+    stages.push_back(std::move(*bytes));
+  }
+  return MergeForExport(
+      stages, data::PreprocessingOf(
+                  spec_, data_, model::InputShape(spec_.model().variant())));
 }
 
 std::vector<StageReport> InProcessRunner::Reports() const {

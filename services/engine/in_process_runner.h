@@ -51,6 +51,10 @@ class InProcessRunner : public PassExecutor, public JobObserver {
   // Every stage's report now (memory peaks by kind included).
   std::vector<StageReport> Reports() const;
 
+  // The export of the weights now: what the fleet's coordinator writes as a
+  // job's model.pt (state_file.h, MergeForExport), the same bytes format.
+  absl::StatusOr<std::string> ExportFile();
+
   // Epoch `epoch` (its evaluation too, when due), for tests and benchmarks
   // that inspect between epochs.
   absl::StatusOr<EpochReport> RunEpoch(int epoch);

@@ -153,6 +153,7 @@ absl::StatusOr<EpochReport> JobDriver::FinishEpoch(
     }
   }
   if (last_test_) {
+    report.tested = true;
     report.test_loss = last_test_->first;
     report.test_accuracy = last_test_->second;
   }

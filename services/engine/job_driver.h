@@ -40,6 +40,7 @@ struct EpochReport {
   // This epoch's evaluation gave the test figures; otherwise they are the
   // last ones there were (0 before any).
   bool evaluated = false;
+  bool tested = false;  // this or an earlier epoch's evaluation gave figures
   double test_loss = 0;
   double test_accuracy = 0;
   double samples_per_second = 0;

@@ -57,6 +57,24 @@ std::string Choices(const EnumDescriptor* type) {
   return absl::StrJoin(EnumShortNames(type), "|");
 }
 
+// A number as --help shows it (and as the flag accepts it back).
+template <typename T>
+std::string Shown(T v) {
+  return absl::StrCat(v);
+}
+
+std::string ShownStages(const petra::v1::PartitionSpec& p) {
+  switch (p.layout_case()) {
+    case petra::v1::PartitionSpec::kStageCount:
+      return absl::StrCat(p.stage_count());
+    case petra::v1::PartitionSpec::kSplits:
+      return absl::StrCat("split at ",
+                          absl::StrJoin(p.splits().split_at(), ","));
+    default:
+      return "per-block";
+  }
+}
+
 }  // namespace
 
 void AddTransformerFlags(cli::FlagSet& f,
@@ -95,7 +113,17 @@ void AddTransformerFlags(cli::FlagSet& f,
               }));
 }
 
-void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
+void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s,
+                 const petra::v1::JobSpec& base) {
+  // What a job gets for each flag left out: the base, then the defaults.
+  petra::v1::JobSpec d = base;
+  ApplyJobSpecDefaults(&d);
+  const petra::v1::TrainingSpec& dt = d.training();
+  petra::v1::JobSpec folder_job;  // what an image folder gets
+  folder_job.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_IMAGE_FOLDER);
+  ApplyJobSpecDefaults(&folder_job);
+  const petra::v1::ImageFolderSpec& folder =
+      folder_job.dataset().image_folder();
   const EnumDescriptor* arch = GetEnumDescriptor<petra::v1::Architecture>();
   const EnumDescriptor* variant = GetEnumDescriptor<petra::v1::Variant>();
   const EnumDescriptor* dataset = GetEnumDescriptor<petra::v1::DatasetKind>();
@@ -103,22 +131,29 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   const EnumDescriptor* decay =
       GetEnumDescriptor<petra::v1::ScheduleSpec::Decay>();
 
-  f.AddCustom("name", "STRING", "the job id", "display name of the job",
-              [s](const std::string& v) {
+  f.AddCustom("name", "STRING",
+              base.name().empty() ? "the job id" : base.name(),
+              "display name of the job", [s](const std::string& v) {
                 s->set_name(v);
                 return absl::OkStatus();
               });
-  f.AddCustom("arch", Choices(arch), "", "network architecture",
-              Enum(arch, [s](int v) {
+  f.AddCustom("arch", Choices(arch),
+              base.model().architecture()
+                  ? EnumShortName(d.model().architecture())
+                  : "",
+              "network architecture", Enum(arch, [s](int v) {
                 s->mutable_model()->set_architecture(
                     static_cast<petra::v1::Architecture>(v));
               }));
   f.AddCustom(
-      "variant", Choices(variant), "implied by --dataset",
+      "variant", Choices(variant),
+      base.dataset().kind() ? EnumShortName(d.model().variant())
+                            : "implied by --dataset",
       "input geometry and stem", Enum(variant, [s](int v) {
         s->mutable_model()->set_variant(static_cast<petra::v1::Variant>(v));
       }));
-  f.AddCustom("width", "W", "1", "channel width multiplier, in (0, 8]",
+  f.AddCustom("width", "W", Shown(d.model().width()),
+              "channel width multiplier, in (0, 8]",
               Double([s](double v) { s->mutable_model()->set_width(v); }));
   f.AddCustom(
       "num-classes", "N", "the variant's", "output classes",
@@ -126,8 +161,9 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   AddTransformerFlags(
       f, [s] { return s->mutable_model()->mutable_transformer(); });
   f.AddCustom(
-      "dataset", Choices(dataset), "", "training data",
-      Enum(dataset, [s](int v) {
+      "dataset", Choices(dataset),
+      base.dataset().kind() ? EnumShortName(d.dataset().kind()) : "",
+      "training data", Enum(dataset, [s](int v) {
         s->mutable_dataset()->set_kind(static_cast<petra::v1::DatasetKind>(v));
       }));
   f.AddCustom("data-path", "DIR", "the dataset's standard directory",
@@ -145,7 +181,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   const EnumDescriptor* corrupt =
       GetEnumDescriptor<petra::v1::ImageFolderSpec::CorruptImagePolicy>();
   f.AddCustom(
-      "corrupt-images", Choices(corrupt), "fail",
+      "corrupt-images", Choices(corrupt),
+      EnumShortName(folder.corrupt_images()),
       "image_folder: a file that does not decode fails the job, or "
       "is skipped (replaced by the next, counted)",
       Enum(corrupt, [s](int v) {
@@ -153,14 +190,15 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
             static_cast<petra::v1::ImageFolderSpec::CorruptImagePolicy>(v));
       }));
   f.AddCustom(
-      "random-resized-crop", "BOOL", "true",
+      "random-resized-crop", "BOOL",
+      folder.random_resized_crop() ? "true" : "false",
       "image_folder: train on random resized crops (false: resize "
       "and centre crop, then the spec's padded crop and flips)",
       Bool([s](bool v) {
         s->mutable_dataset()->mutable_image_folder()->set_random_resized_crop(
             v);
       }));
-  f.AddCustom("stages", "N|per-block", "per-block",
+  f.AddCustom("stages", "N|per-block", ShownStages(d.partition()),
               "number of pipeline stages, or one per residual block",
               [s](const std::string& v) -> absl::Status {
                 if (v == "per-block" || v == "per_block") {
@@ -187,7 +225,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               });
   const EnumDescriptor* cost =
       GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
-  f.AddCustom("partition-cost", Choices(cost), "estimated",
+  f.AddCustom("partition-cost", Choices(cost),
+              EnumShortName(d.partition().cost()),
               "with --stages N: balance by a cost estimated from the shapes "
               "(FLOPs and memory-bound layers), measured times, or FLOPs "
               "alone",
@@ -197,7 +236,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               }));
   const EnumDescriptor* non_finite =
       GetEnumDescriptor<petra::v1::TrainingSpec::NonFinitePolicy>();
-  f.AddCustom("non-finite", Choices(non_finite), "fail",
+  f.AddCustom("non-finite", Choices(non_finite), EnumShortName(dt.non_finite()),
               "a NaN or infinite loss fails the job, or skips the micro-batch",
               Enum(non_finite, [s](int v) {
                 s->mutable_training()->set_non_finite(
@@ -205,7 +244,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               }));
   const EnumDescriptor* precision =
       GetEnumDescriptor<petra::v1::TrainingSpec::Precision>();
-  f.AddCustom("precision", Choices(precision), "fp32",
+  f.AddCustom("precision", Choices(precision), EnumShortName(dt.precision()),
               "bf16: the blocks' functions under bf16 autocast; residual "
               "streams, weights, optimizer and BatchNorm statistics stay fp32",
               Enum(precision, [s](int v) {
@@ -214,7 +253,8 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               }));
   const EnumDescriptor* memory_format =
       GetEnumDescriptor<petra::v1::TrainingSpec::MemoryFormat>();
-  f.AddCustom("memory-format", Choices(memory_format), "auto",
+  f.AddCustom("memory-format", Choices(memory_format),
+              EnumShortName(dt.memory_format()),
               "the layout of a stage's images and convolution weights: "
               "channels_last (auto: on a GPU, for convolutional networks) "
               "or nchw",
@@ -224,7 +264,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
               }));
   const EnumDescriptor* wire_dtype =
       GetEnumDescriptor<petra::v1::TrainingSpec::WireDtype>();
-  f.AddCustom("wire-dtype", Choices(wire_dtype), "fp32",
+  f.AddCustom("wire-dtype", Choices(wire_dtype), EnumShortName(dt.wire_dtype()),
               "what stages hand each other: fp32 (the rebuild exact to fp32 "
               "rounding) or bf16 (half the bytes, the rebuild off by bf16 "
               "rounding at each stage boundary)",
@@ -232,13 +272,13 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_training()->set_wire_dtype(
                     static_cast<petra::v1::TrainingSpec::WireDtype>(v));
               }));
-  f.AddCustom("rebuild-error-every", "N", "64",
+  f.AddCustom("rebuild-error-every", "N", Shown(dt.rebuild_error_every()),
               "every N-th micro-batch, a stage that rebuilds its input "
               "measures ||x - rebuilt x|| / ||x|| (0 = off)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_rebuild_error_every(v);
               }));
-  f.AddCustom("mode", Choices(mode), "petra", "training mode",
+  f.AddCustom("mode", Choices(mode), EnumShortName(dt.mode()), "training mode",
               Enum(mode, [s](int v) {
                 s->mutable_training()->set_mode(
                     static_cast<petra::v1::TrainingMode>(v));
@@ -287,17 +327,17 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "petra and delayed: a delayed stage applies at once the momentum steps "
       "its gradient missed (Kosson et al. 2021; not in the paper)",
       Bool([s](bool v) { s->mutable_training()->set_spike_compensation(v); }));
-  f.AddCustom("accumulation", "K", "1",
+  f.AddCustom("accumulation", "K", Shown(dt.accumulation_steps()),
               "micro-batches averaged per optimizer step",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_accumulation_steps(v);
               }));
-  f.AddCustom("micro-batch", "B", "64", "samples per micro-batch",
-              Uint32([s](uint32_t v) {
+  f.AddCustom("micro-batch", "B", Shown(dt.micro_batch_size()),
+              "samples per micro-batch", Uint32([s](uint32_t v) {
                 s->mutable_training()->set_micro_batch_size(v);
               }));
   f.AddCustom(
-      "epochs", "N", "1", "passes over the training set",
+      "epochs", "N", Shown(dt.epochs()), "passes over the training set",
       Uint32([s](uint32_t v) { s->mutable_training()->set_epochs(v); }));
   f.AddCustom(
       "max-steps", "N", "no cap", "stop after N optimizer steps",
@@ -406,7 +446,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
   f.AddCustom(
       "step-factor", "F", "0.1", "decay step: factor per drop, in (0, 1]",
       Double([s](double v) { s->mutable_schedule()->set_step_factor(v); }));
-  f.AddCustom("eval-every", "N", "1",
+  f.AddCustom("eval-every", "N", Shown(d.evaluation().every_epochs()),
               "evaluate on the test split every N epochs (the pipeline "
               "drains for it; between, it stays full across epochs)",
               Uint32([s](uint32_t v) {
@@ -416,7 +456,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
       "eval-train", "", "false",
       "also evaluate on the whole training split after each evaluation",
       Bool([s](bool v) { s->mutable_evaluation()->set_full_train_pass(v); }));
-  f.AddCustom("checkpoint-every", "N", "1",
+  f.AddCustom("checkpoint-every", "N", Shown(d.checkpoint().every_epochs()),
               "checkpoint every N epochs (0: at the end only; the pipeline "
               "drains for each); a crashed job resumes from its newest "
               "checkpoint",
@@ -430,10 +470,10 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s) {
                 s->mutable_checkpoint()->set_resume_from_job(v);
                 return absl::OkStatus();
               });
-  f.AddCustom("seed", "N", "0", "seed of every random choice",
+  f.AddCustom("seed", "N", Shown(d.seed()), "seed of every random choice",
               Uint64([s](uint64_t v) { s->set_seed(v); }));
   const EnumDescriptor* transport = GetEnumDescriptor<petra::v1::Transport>();
-  f.AddCustom("transport", Choices(transport), "auto",
+  f.AddCustom("transport", Choices(transport), EnumShortName(d.transport()),
               "what activations travel through between processes: auto "
               "(shared memory where both ends share a host's /dev/shm, "
               "grpc_bulk elsewhere), grpc (bytes in the stream's messages), "

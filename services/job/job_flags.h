@@ -18,8 +18,13 @@ void AddTransformerFlags(cli::FlagSet& f,
                          std::function<petra::v1::TransformerSpec*()> target);
 
 // Binds the job flags to fields of *spec. A flag sets its field only when
-// given, so unset fields keep their defaults (job_spec_defaults.h).
-void AddJobFlags(cli::FlagSet& flags, petra::v1::JobSpec* spec);
+// given, so unset fields keep their defaults. `base` is the spec the flags
+// go on top of (a command's embedded job; empty for a spec built from flags
+// alone): --help shows, as each flag's default, the value the job gets when
+// the flag is left out, read from `base` with ApplyJobSpecDefaults
+// (job_spec_defaults.h), so help and job cannot disagree.
+void AddJobFlags(cli::FlagSet& flags, petra::v1::JobSpec* spec,
+                 const petra::v1::JobSpec& base = petra::v1::JobSpec());
 
 // Overlays the fields set in `overrides` on `base` (repeated fields given in
 // `overrides` replace those of `base`; another architecture drops the base's

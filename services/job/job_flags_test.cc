@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 
@@ -32,6 +33,53 @@ TEST(JobFlags, HelpShowsThePatchSizeEachVariantGets) {
           " for mnist, ", model::DefaultPatchSize(petra::v1::VARIANT_CIFAR),
           " for cifar, ", model::DefaultPatchSize(petra::v1::VARIANT_IMAGENET),
           " for imagenet")));
+}
+
+// What a new user did: `petra train --help` said --epochs 1, --stages
+// per-block, --seed 0 while the job it trains without flags had 3 epochs, 2
+// stages and seed 1. The help's defaults are what the job gets.
+TEST(JobFlags, HelpShowsTheBaseJobsValuesAsDefaults) {
+  petra::v1::JobSpec base;
+  base.set_name("base-job");
+  base.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  base.mutable_model()->set_width(0.25);
+  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+  base.mutable_partition()->set_stage_count(2);
+  base.mutable_training()->set_epochs(3);
+  base.mutable_training()->set_micro_batch_size(16);
+  base.set_seed(1);
+  cli::FlagSet flags("test", "test");
+  petra::v1::JobSpec spec;
+  AddJobFlags(flags, &spec, base);
+  const std::string help = flags.Help();
+  for (const char* shown :
+       {"(default: base-job)", "(default: revnet18)", "(default: 0.25)",
+        "(default: fashion_mnist)", "(default: mnist)", "(default: 2)",
+        "(default: 3)", "(default: 16)", "(default: 1)"}) {
+    EXPECT_THAT(help, HasSubstr(shown));
+  }
+  // Flag by flag (a long flag's text wraps), for those the user compared.
+  const auto line_of = [&](const std::string& flag) {
+    const size_t at = help.find("\n  --" + flag + " ");
+    EXPECT_NE(at, std::string::npos) << flag;
+    return help.substr(at, help.find("\n  --", at + 1) - at);
+  };
+  EXPECT_THAT(line_of("epochs"), HasSubstr("(default: 3)"));
+  EXPECT_THAT(line_of("stages"), HasSubstr("(default: 2)"));
+  EXPECT_THAT(line_of("seed"), HasSubstr("(default: 1)"));
+  EXPECT_THAT(line_of("micro-batch"), HasSubstr("(default: 16)"));
+
+  // With no base: the defaults every spec gets (job_spec_defaults.cc).
+  petra::v1::JobSpec defaults;
+  ApplyJobSpecDefaults(&defaults);
+  cli::FlagSet plain("test", "test");
+  AddJobFlags(plain, &spec);
+  const std::string plain_help = plain.Help();
+  EXPECT_THAT(plain_help,
+              HasSubstr(absl::StrCat("passes over the training set (default: ",
+                                     defaults.training().epochs(), ")")));
+  EXPECT_THAT(plain_help, HasSubstr("one per residual block (default: "
+                                    "per-block)"));
 }
 
 TEST(JobFlags, MapToSpecFields) {

@@ -3,14 +3,18 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/cli/proto_json.h"
 #include "services/cli/small_file.h"
 #include "services/job/json_enum_names.h"
+#include "services/job/yaml_to_json.h"
 
 namespace petra::job {
 namespace {
@@ -37,12 +41,33 @@ class CollectErrors : public google::protobuf::io::ErrorCollector {
 absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
                                                 SpecFormat format) {
   petra::v1::JobSpec spec;
+  if (format == SpecFormat::kYaml) {
+    absl::StatusOr<std::string> json = YamlToJson(text);
+    if (!json.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec ", json.status().message()));
+    }
+    absl::StatusOr<petra::v1::JobSpec> parsed =
+        ParseJobSpec(*json, SpecFormat::kJson);
+    if (!parsed.ok()) {
+      // The JSON is ours; the user wrote YAML.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job spec YAML",
+          parsed.status().message().substr(sizeof("job spec JSON") - 1)));
+    }
+    return parsed;
+  }
   if (format == SpecFormat::kJson) {
+    const auto* type = petra::v1::JobSpec::descriptor();
+    if (std::vector<std::string> unknown = UnknownNamesInJson(text, type);
+        !unknown.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec JSON: ", absl::StrJoin(unknown, "; ")));
+    }
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = false;
     auto status = google::protobuf::util::JsonStringToMessage(
-        ExpandShortEnumNames(text, petra::v1::JobSpec::descriptor()), &spec,
-        options);
+        ExpandShortEnumNames(text, type), &spec, options);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("job spec JSON: ", status.message().as_string()));
@@ -63,11 +88,14 @@ absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
   absl::StatusOr<std::string> text =
       cli::ReadSmallFile(path, kMaxSpecFileBytes, "a job spec");
   if (!text.ok()) return text.status();
-  const bool text_proto = absl::EndsWith(path, ".txtpb") ||
-                          absl::EndsWith(path, ".textproto") ||
-                          absl::EndsWith(path, ".pbtxt");
-  absl::StatusOr<petra::v1::JobSpec> spec = ParseJobSpec(
-      *text, text_proto ? SpecFormat::kTextProto : SpecFormat::kJson);
+  SpecFormat format = SpecFormat::kJson;
+  if (absl::EndsWith(path, ".txtpb") || absl::EndsWith(path, ".textproto") ||
+      absl::EndsWith(path, ".pbtxt")) {
+    format = SpecFormat::kTextProto;
+  } else if (absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml")) {
+    format = SpecFormat::kYaml;
+  }
+  absl::StatusOr<petra::v1::JobSpec> spec = ParseJobSpec(*text, format);
   if (!spec.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", spec.status().message()));
@@ -76,13 +104,7 @@ absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
 }
 
 std::string JobSpecToJson(const petra::v1::JobSpec& spec) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  // Printing a valid message cannot fail.
-  (void)google::protobuf::util::MessageToJsonString(spec, &out, options);
-  return out;
+  return cli::ProtoToJson(spec);
 }
 
 }  // namespace petra::job

@@ -8,19 +8,20 @@
 
 namespace petra::job {
 
-enum class SpecFormat { kJson, kTextProto };
+enum class SpecFormat { kJson, kTextProto, kYaml };
 
 // Parses `text`. INVALID_ARGUMENT with the parser's message (line and column
-// for text proto) on syntax errors, unknown fields or unknown enum names.
-// JSON takes enum values by their short names too ("image_folder", as the
-// flags do; json_enum_names.h).
+// for text proto and YAML syntax) on syntax errors; for JSON and YAML every
+// unknown field and enum name at once, each with its path. JSON and YAML
+// (read as the JSON it stands for: yaml_to_json.h) take enum values by their
+// short names too ("image_folder", as the flags do; json_enum_names.h).
 // Does not validate: call ResolveJobSpec next.
 absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
                                                 SpecFormat format);
 
-// Reads a file; the format follows the extension (.json, or .txtpb /
-// .textproto / .pbtxt), defaulting to JSON. NOT_FOUND / PERMISSION_DENIED
-// name the path.
+// Reads a file; the format follows the extension (.json; .yaml / .yml;
+// .txtpb / .textproto / .pbtxt), defaulting to JSON. NOT_FOUND /
+// PERMISSION_DENIED name the path.
 absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path);
 
 // Pretty JSON with field names as in the proto (snake_case).

@@ -96,6 +96,97 @@ TEST(JobSpecIo, JsonErrorsAreInvalidArgument) {
   }
 }
 
+// What a new user did: a spec with two typos reported only the first, and
+// they had to submit again to find the second.
+TEST(JobSpecIo, JsonReportsEveryUnknownNameAtOnce) {
+  absl::StatusOr<petra::v1::JobSpec> s = ParseJobSpec(R"({
+    "modle": {"architecture": "revnet18"},
+    "training": {"epoch": 3, "mode": "petraa"},
+    "devices": ["cpu"],
+    "partition": {"splits": {"splitAt": [0, 2], "split_att": [1]}}
+  })",
+                                                      SpecFormat::kJson);
+  ASSERT_FALSE(s.ok());
+  const std::string message(s.status().message());
+  EXPECT_THAT(message,
+              HasSubstr("modle: unknown field (did you mean \"model\"?)"));
+  EXPECT_THAT(message, HasSubstr("training.epoch: unknown field (did you mean "
+                                 "\"epochs\"?)"));
+  EXPECT_THAT(message, HasSubstr("training.mode: unknown value \"petraa\""));
+  EXPECT_THAT(message, HasSubstr("partition.splits.split_att: unknown field"));
+  EXPECT_LT(message.find("modle"), message.find("training.epoch"));
+  // A name far from every field gets no guess.
+  s = ParseJobSpec(R"({"zzzzzzzz": 1})", SpecFormat::kJson);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("zzzzzzzz: unknown field"));
+  EXPECT_THAT(std::string(s.status().message()),
+              ::testing::Not(HasSubstr("did you mean")));
+  // Unknown names inside a list of messages carry the index.
+  s = ParseJobSpec(R"({"devices": ["cpu"], "model": {"widht": 1}})",
+                   SpecFormat::kJson);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(
+      std::string(s.status().message()),
+      HasSubstr("model.widht: unknown field (did you mean \"width\"?)"));
+}
+
+// What a new user did: `petra submit --from spec.yaml` was refused as bad
+// JSON while petra.Client read the same file.
+TEST(JobSpecIo, ReadsYamlFiles) {
+  TempFile yaml(".yaml", R"(# a RevNet on Fashion-MNIST
+name: from-yaml
+model:
+  architecture: revnet18
+  width: 0.25
+dataset: {kind: fashion_mnist, train_limit: 512}
+training:
+  epochs: 2
+  mode: PETRA
+  overlap_rebuild: true
+optimizer: {learning_rate: 0.05}
+devices: [cpu]
+seed: 18446744073709551615
+)");
+  absl::StatusOr<petra::v1::JobSpec> s = ReadJobSpecFile(yaml.path());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name(), "from-yaml");
+  EXPECT_EQ(s->model().architecture(), petra::v1::ARCHITECTURE_REVNET18);
+  EXPECT_EQ(s->model().width(), 0.25);
+  EXPECT_EQ(s->dataset().kind(), petra::v1::DATASET_KIND_FASHION_MNIST);
+  EXPECT_EQ(s->dataset().train_limit(), 512u);
+  EXPECT_EQ(s->training().epochs(), 2u);
+  EXPECT_EQ(s->training().mode(), petra::v1::TRAINING_MODE_PETRA);
+  EXPECT_TRUE(s->training().overlap_rebuild());
+  EXPECT_EQ(s->optimizer().learning_rate(), 0.05);
+  EXPECT_EQ(s->seed(), 18446744073709551615u);
+  TempFile yml(".yml", "seed: 4\n");
+  absl::StatusOr<petra::v1::JobSpec> t = ReadJobSpecFile(yml.path());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->seed(), 4u);
+}
+
+TEST(JobSpecIo, YamlErrorsNameTheFileAndSayWhere) {
+  TempFile typos(".yaml", "modle: {}\ntraining: {epoch: 3}\n");
+  absl::StatusOr<petra::v1::JobSpec> s = ReadJobSpecFile(typos.path());
+  ASSERT_FALSE(s.ok());
+  std::string message(s.status().message());
+  EXPECT_THAT(message, HasSubstr(typos.path()));
+  EXPECT_THAT(message, HasSubstr("job spec YAML: modle: unknown field"));
+  EXPECT_THAT(message, HasSubstr("training.epoch: unknown field"));
+  TempFile broken(".yaml", "model:\n  width: [1\n");
+  s = ReadJobSpecFile(broken.path());
+  ASSERT_FALSE(s.ok());
+  message = std::string(s.status().message());
+  EXPECT_THAT(message, HasSubstr("job spec YAML line "));
+  TempFile wrong_type(".yaml", "training: {epochs: many}\n");
+  s = ReadJobSpecFile(wrong_type.path());
+  ASSERT_FALSE(s.ok());
+  message = std::string(s.status().message());
+  EXPECT_THAT(message, HasSubstr("job spec YAML"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("JSON")));
+}
+
 TEST(JobSpecIo, TextProtoErrorsGiveLineAndColumn) {
   absl::StatusOr<petra::v1::JobSpec> s = ParseJobSpec(
       "model { architecture: ARCHITECTURE_REVNET18 }\nseed: banana\n",

@@ -1,10 +1,12 @@
 #include "services/job/json_enum_names.h"
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "services/job/enum_names.h"
 
 namespace petra::job {
@@ -24,9 +26,43 @@ const FieldDescriptor* FieldByJsonKey(const Descriptor* type,
   return nullptr;
 }
 
+// Edits that turn `a` into `b` (Levenshtein): for "did you mean".
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean \"name\"?)" for the field of `type` nearest `key`, when
+// one is near enough to be a typo; else "".
+std::string Suggestion(const Descriptor* type, const std::string& key) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, key.size() / 3) + 1;
+  for (int i = 0; i < type->field_count(); ++i) {
+    const std::string& name = type->field(i)->name();
+    const size_t d = EditDistance(key, name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = name;
+    }
+  }
+  return best.empty() ? "" : absl::StrCat(" (did you mean \"", best, "\"?)");
+}
+
 // A recursive-descent walk over JSON that knows, at each value, the field
-// it fills. It only records where enum strings are to be replaced; on a
-// syntax error it stops, and the text is returned unchanged.
+// it fills. It records where enum strings are to be replaced and every
+// unknown name; on a syntax error it stops, and the text is returned
+// unchanged.
 class Walker {
  public:
   explicit Walker(const std::string& in) : in_(in) {}
@@ -43,6 +79,12 @@ class Walker {
     }
     out.append(in_, copied, std::string::npos);
     return out;
+  }
+
+  std::vector<std::string> Problems(const Descriptor* type) {
+    Space();
+    if (!Object(type) || (Space(), pos_ != in_.size())) return {};
+    return problems_;
   }
 
  private:
@@ -101,10 +143,18 @@ class Walker {
       if (!String(&begin, &end) || !Eat(':')) return false;
       const std::string key = in_.substr(begin, end - begin);
       const FieldDescriptor* field = nullptr;
+      const size_t path_size = path_.size();
+      absl::StrAppend(&path_, path_.empty() ? "" : ".", key);
       if (type != nullptr) {
         field = FieldByJsonKey(type, key);
+        if (field == nullptr) {
+          problems_.push_back(
+              absl::StrCat(path_, ": unknown field", Suggestion(type, key)));
+        }
       }
-      if (!FieldValue(field)) return false;
+      const bool ok = FieldValue(field);
+      path_.resize(path_size);
+      if (!ok) return false;
     } while (Eat(','));
     return Eat('}');
   }
@@ -125,8 +175,13 @@ class Walker {
     Nesting nesting(this);
     if (nesting.too_deep() || !Eat('[')) return false;
     if (Eat(']')) return true;
+    const size_t path_size = path_.size();
+    int index = 0;
     do {
-      if (!Element(field)) return false;
+      absl::StrAppend(&path_, "[", index++, "]");
+      const bool ok = Element(field);
+      path_.resize(path_size);
+      if (!ok) return false;
     } while (Eat(','));
     return Eat(']');
   }
@@ -149,10 +204,12 @@ class Walker {
         const std::string text = in_.substr(begin, end - begin);
         const auto* type = field->enum_type();
         if (type->FindValueByName(text) == nullptr) {
-          absl::StatusOr<int> number = ParseEnumShortName(type, text, "");
+          absl::StatusOr<int> number = ParseEnumShortName(type, text, path_);
           if (number.ok()) {
             replacements_.push_back(
                 {begin, end, type->FindValueByNumber(*number)->name()});
+          } else {
+            problems_.emplace_back(number.status().message());
           }
         }
       }
@@ -172,6 +229,8 @@ class Walker {
   size_t pos_ = 0;
   int depth_ = 0;
   std::vector<Replacement> replacements_;
+  std::string path_;  // of the value being read: "training.epochs"
+  std::vector<std::string> problems_;
 };
 
 }  // namespace
@@ -179,6 +238,11 @@ class Walker {
 std::string ExpandShortEnumNames(const std::string& json,
                                  const google::protobuf::Descriptor* type) {
   return Walker(json).Expand(type);
+}
+
+std::vector<std::string> UnknownNamesInJson(
+    const std::string& json, const google::protobuf::Descriptor* type) {
+  return Walker(json).Problems(type);
 }
 
 }  // namespace petra::job

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "google/protobuf/descriptor.h"
 
@@ -16,5 +17,13 @@ namespace petra::job {
 // `type` is the message the text encodes.
 std::string ExpandShortEnumNames(const std::string& json,
                                  const google::protobuf::Descriptor* type);
+
+// Every unknown field and every unknown enum name in `json`, each with its
+// path ("training.epoch: unknown field (did you mean \"epochs\"?)"), in the
+// order they appear: protobuf's parser stops at the first, and a user with
+// two typos should not have to submit twice. Empty when the text does not
+// parse as JSON (the parser's own error says where).
+std::vector<std::string> UnknownNamesInJson(
+    const std::string& json, const google::protobuf::Descriptor* type);
 
 }  // namespace petra::job

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/cli/proto_json.h"
 #include "services/cli/small_file.h"
 
 namespace petra::sim {
@@ -54,14 +55,9 @@ absl::StatusOr<petra::v1::Profile> ReadProfileFile(const std::string& path) {
 }
 
 std::string ProfileToJson(const petra::v1::Profile& profile) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  // Printing a well-formed message cannot fail.
-  (void)google::protobuf::util::MessageToJsonString(profile, &out, options);
-  return out;
+  cli::ProtoJsonOptions options;
+  options.all_fields = true;
+  return cli::ProtoToJson(profile, options);
 }
 
 absl::Status ValidateProfile(const petra::v1::Profile& p) {

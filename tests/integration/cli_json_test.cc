@@ -115,6 +115,15 @@ TEST_F(ClientJson, EveryCommandPrintsValidJsonAndNamesRoundTrip) {
             "assert doc['path'].endswith('/model.torchscript.pt'), doc\n"
             "m = torch.jit.load(doc['path'])\n"
             "assert m(torch.rand(2, 3, 32, 32)).shape == (2, 10)");
+  // What a new user saw: "cannot write \"out/model.pt.partial\"", a file
+  // they never named, and no reason.
+  r = PetraFromEnv(
+      {"export", "--output", dir_.path() + "/no-such-dir/m.pt", id});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot write \"" + dir_.path() +
+                               "/no-such-dir/m.pt\": No such file or "
+                               "directory"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr(".partial")));
   r = PetraFromEnv({"export", "--format", "onnx", id});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--format: \"onnx\" is not state_dict or "
@@ -145,9 +154,9 @@ TEST_F(ClientJson, EveryCommandPrintsValidJsonAndNamesRoundTrip) {
 TEST(PetraTrainReport, IsOneJsonObjectWhateverTheName) {
   TempDir dir;
   const std::string report = dir.path() + "/report.json";
-  std::vector<std::string> args = {"train",   "--runner",  "in-process",
-                                   "--quiet", "--report",  report,
-                                   "--name",  kAwkwardName};
+  std::vector<std::string> args = {
+      "train", "--runner", "in-process", "--quiet",  "--report",
+      report,  "--name",   kAwkwardName, "--output", dir.path() + "/m.pt"};
   const std::vector<std::string> job = SmallJob(1);
   args.insert(args.end(), job.begin(), job.end());
   RunResult r = RunToExit(kPetra, args, std::chrono::seconds(300));
@@ -165,8 +174,49 @@ TEST(PetraTrainReport, IsOneJsonObjectWhateverTheName) {
        "assert len(doc['stages']) == 2 and len(doc['epochs']) == 1\n"
        "assert [s['transport_to_next'] for s in doc['stages']] == "
        "[None, None]\n"
+       "assert doc['model'].endswith('/m.pt'), doc['model']\n"
        "print('ok')\n",
        report, dir.path() + "/name.txt"});
+  EXPECT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_THAT(py.out, HasSubstr("ok"));
+}
+
+// Both runners build an epoch's progress in one place (ProgressBuilder):
+// the reports of one job agree on its steps and learning rates (the two
+// copies there were once disagreed on the rate).
+TEST(PetraTrainReport, BothRunnersReportTheSameStepsAndRates) {
+  TempDir dir;
+  for (const char* runner : {"in-process", "fleet"}) {
+    std::vector<std::string> args = {"train",
+                                     "--runner",
+                                     runner,
+                                     "--quiet",
+                                     "--output",
+                                     dir.path() + "/" + runner + ".pt",
+                                     "--report",
+                                     dir.path() + "/" + runner + ".json",
+                                     "--lr",
+                                     "0.05",
+                                     "--warmup-epochs",
+                                     "1"};
+    const std::vector<std::string> job = SmallJob(2);
+    args.insert(args.end(), job.begin(), job.end());
+    RunResult r = RunToExit(kPetra, args, std::chrono::seconds(300));
+    ASSERT_EQ(r.exit_code, 0) << runner << r.err;
+  }
+  RunResult py = RunToExit(
+      "/usr/bin/python3",
+      {"-c",
+       "import json, sys\n"
+       "a, b = (json.load(open(p)) for p in sys.argv[1:3])\n"
+       "ka = [(e['epoch'], e['step'], e['learning_rate']) for e in "
+       "a['epochs']]\n"
+       "kb = [(e['epoch'], e['step'], e['learning_rate']) for e in "
+       "b['epochs']]\n"
+       "assert ka == kb, (ka, kb)\n"
+       "assert len(ka) == 2 and ka[0][2] > 0 and ka[0][2] != ka[1][2], ka\n"
+       "print('ok')\n",
+       dir.path() + "/in-process.json", dir.path() + "/fleet.json"});
   EXPECT_EQ(py.exit_code, 0) << py.err;
   EXPECT_THAT(py.out, HasSubstr("ok"));
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -54,6 +55,14 @@ TEST_F(FleetProcesses, JobsQueueReuseTheStagesAndExport) {
   // The coordinator kept a job record and a checkpoint of every stage.
   const std::string jobs = dir_.path() + "/coordinator/jobs/" + first;
   EXPECT_TRUE(std::filesystem::exists(jobs + "/job.json"));
+  // The record names fields as `status --json` does (it was camelCase).
+  std::string record;
+  {
+    std::ifstream in(jobs + "/job.json");
+    record.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_THAT(record, HasSubstr("\"test_accuracy\""));
+  EXPECT_THAT(record, ::testing::Not(HasSubstr("testAccuracy")));
   EXPECT_TRUE(
       std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-0.pt"));
   EXPECT_TRUE(

@@ -149,7 +149,9 @@ class Hosts(unittest.TestCase):
         state = os.path.join(self.tmp, "reference")
         subprocess.run([os.path.join(BIN, "petra"), "train", "--quiet",
                         "--from", os.path.join(self.tmp, "job.json"),
-                        "--state-dir", state], check=True,
+                        "--state-dir", state,
+                        "--output", os.path.join(self.tmp, "reference.pt")],
+                       check=True,
                        capture_output=True, timeout=480)
         (job,) = os.listdir(os.path.join(state, "coordinator", "jobs"))
         return train_log(os.path.join(state, "coordinator", "jobs", job,

@@ -1,0 +1,23 @@
+// Protobuf messages as JSON, the one way this project prints them: field
+// names as in the .proto (snake_case), in spec files, `--json` output, job
+// records and profiles alike, so a key read in one is the key in all.
+#pragma once
+
+#include <string>
+
+#include "google/protobuf/message.h"
+
+namespace petra::cli {
+
+struct ProtoJsonOptions {
+  bool pretty = true;  // indented, ending in a newline; else one line
+  // Fields at their default value too (a profile's zeros are measurements).
+  bool all_fields = false;
+};
+
+// `message` as JSON. Printing a message that was built or parsed cannot
+// fail; should it, the result is "{}" rather than an empty string.
+std::string ProtoToJson(const google::protobuf::Message& message,
+                        ProtoJsonOptions options = {});
+
+}  // namespace petra::cli
