@@ -113,8 +113,10 @@ echo "test: wall time by phase"
 printf '  %s\n' "${phases[@]}"
 printf '  %-8s %5d s\n' total $(($(date +%s) - start))
 echo "test: the ten slowest tests"
+# awk reads to the end (head would close the pipe early, and with pipefail
+# sort's SIGPIPE failed the whole run: exit 141 after every test passed).
 sed -nE 's/^.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" |
-  sort -rn | head -n 10 | awk '{printf "  %7.1f s  %s\n", $1, $2}'
+  sort -rn | awk 'NR <= 10 {printf "  %7.1f s  %s\n", $1, $2}'
 if ((${#failed[@]})); then
   echo "test: FAILED: ${failed[*]}" >&2
   exit 1
