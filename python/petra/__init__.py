@@ -20,13 +20,13 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from petra import models  # noqa: E402
 
-__all__ = ["models", "Client", "ClientError"]
+__all__ = ["models", "Client", "ClientError", "state_name"]
 
 
 def __getattr__(name):
     # Imported on first use, so that `import petra` for models alone works
     # where grpcio is not installed.
-    if name in ("Client", "ClientError"):
+    if name in ("Client", "ClientError", "state_name"):
         from petra import client
         return getattr(client, name)
     raise AttributeError("module 'petra' has no attribute %r" % name)

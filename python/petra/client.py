@@ -153,6 +153,18 @@ def _full_enum_name(enum, text):
     return name if name in enum.values_by_name else text
 
 
+def state_name(state):
+    """A job's state in the command line's words ("queued", "running",
+    "succeeded", ...): a Job's or JobEvent's state, or a JobState number
+    (protobuf gives enum fields as bare integers)."""
+    if hasattr(state, "job"):  # a JobEvent
+        state = state.job
+    if hasattr(state, "state"):  # a Job
+        state = state.state
+    name = coordinator_pb2.JobState.Name(state)
+    return name[len("JOB_STATE_"):].lower()
+
+
 def _yaml(text, path):
     try:
         import yaml  # python3-yaml; only YAML specs need it
@@ -255,8 +267,10 @@ class Client:
         return job if job is not None else self.get(job_id)
 
     def list(self, state=None):
-        """Every job, newest first (all pages); `state` filters, e.g.
-        "running" or coordinator_pb2.JOB_STATE_RUNNING."""
+        """Every job (Job messages), newest first (all pages); `state`
+        filters, e.g. "running" or coordinator_pb2.JOB_STATE_RUNNING.
+        petra.state_name(job) says a job's state as the command line does
+        ("running"): protobuf gives job.state as a number."""
         request = coordinator_pb2.ListJobsRequest()
         if state is not None:
             if isinstance(state, str):

@@ -269,9 +269,17 @@ class ClientTest(unittest.TestCase):
                          pb.JOB_STATE_QUEUED)
         ids = [j.id for j in self.client.list()]
         self.assertLess(ids.index(queued.id), ids.index(running.id))
+        # States in the command line's words, not protobuf's numbers (what
+        # a new user printed from list()).
+        states = {j.id: petra.state_name(j) for j in self.client.list()}
+        self.assertEqual(states[queued.id], "queued")
+        self.assertIn(states[running.id], ("starting", "running"))
         self.assertIn(queued.id, [j.id for j in self.client.list("queued")])
         cancelled = self.client.cancel(queued.id)
         self.assertEqual(cancelled.state, pb.JOB_STATE_CANCELLED)
+        self.assertEqual(petra.state_name(cancelled), "cancelled")
+        self.assertEqual(petra.state_name(pb.JOB_STATE_RECOVERING),
+                         "recovering")
         self.client.cancel(running.id)
         end = self.client.wait(running.id)
         self.assertEqual(end.state, pb.JOB_STATE_CANCELLED, end)
