@@ -7,9 +7,9 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/crash_report.h"
-#include "services/cli/flag_set.h"
-#include "services/cli/large_allocations.h"
+#include "services/base/crash_report.h"
+#include "services/base/flag_set.h"
+#include "services/base/large_allocations.h"
 #include "services/data/batches.h"
 #include "services/data/dataset.h"
 #include "services/engine/job_plan.h"
@@ -21,14 +21,14 @@
 #include "services/model/network.h"
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
+  petra::base::InstallCrashReport(argv[0]);
   using namespace petra;
   using Clock = std::chrono::steady_clock;
-  cli::KeepLargeAllocationsInHeap();  // as every petra binary does
+  base::KeepLargeAllocationsInHeap();  // as every petra binary does
   int64_t threads = 2, warmup = 5, micro_batches = 0;
   std::string data_root = job::kDefaultDataRoot;
   petra::v1::JobSpec overrides;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       "petra_bench_backprop [job flags] [flags]",
       "Trains a job's network with plain backprop in one process (autograd\n"
       "over the whole network, graph kept, SGD with the job's momentum and\n"
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   flags.AddString("data-root", &data_root,
                   "directory dataset paths are resolved under");
   job::AddJobFlags(flags, &overrides);
-  if (int rc = cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (int rc = base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (threads < 1 || warmup < 0 || micro_batches < 0) {
     std::cerr << "petra_bench_backprop: --threads must be >= 1, --warmup and "
                  "--micro-batches >= 0\n";

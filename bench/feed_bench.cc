@@ -16,8 +16,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "services/cli/crash_report.h"
-#include "services/cli/flag_set.h"
+#include "services/base/crash_report.h"
+#include "services/base/flag_set.h"
 #include "services/data/batches.h"
 #include "services/data/dataset.h"
 #include "services/data/test_images.h"
@@ -70,7 +70,7 @@ void WriteImages(const fs::path& root, int n, int side) {
 int Main(int argc, char** argv) {
   int64_t images = 1024, side = 256, batch = 64;
   std::string workers_list = "1,2", dir, fleet_rates = "1000,3000,10000";
-  cli::FlagSet flags(
+  base::FlagSet flags(
       "petra_bench_feed [--images N] [--side PX] [--workers 1,2]",
       "Times the image-folder feed (decode, random resized crop to 224x224,\n"
       "flip, normalise) over generated JPEGs, for each data-worker count.");
@@ -82,7 +82,7 @@ int Main(int argc, char** argv) {
                   "training rates (images/s) to size the coordinator's "
                   "cores for, from the rate of one worker");
   flags.AddString("dir", &dir, "where to write them (default: a temp dir)");
-  if (int rc = cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (int rc = base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   std::vector<int> workers;
   for (absl::string_view w : absl::StrSplit(workers_list, ',')) {
     int v = 0;
@@ -198,6 +198,6 @@ int Main(int argc, char** argv) {
 }  // namespace petra
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
+  petra::base::InstallCrashReport(argv[0]);
   return petra::Main(argc, argv);
 }

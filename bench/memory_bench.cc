@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "services/cli/crash_report.h"
-#include "services/cli/flag_set.h"
+#include "services/base/crash_report.h"
+#include "services/base/flag_set.h"
 #include "services/data/dataset.h"
 #include "services/engine/in_process_runner.h"
 #include "services/job/enum_names.h"
@@ -30,7 +30,7 @@ double MiB(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
+  petra::base::InstallCrashReport(argv[0]);
   using namespace petra;
   std::string arch = "revnet18", variant = "cifar";
   double width = 1.0;
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   // the CPU the running loss rose from 2.40 to 26.8 in 14 micro-batches).
   // At 0.01 it stays at 2.30 through the 35.
   double lr = 0.01;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       "petra_bench_memory [flags]",
       "Per-stage and total memory of the four buffer configurations (Table 3\n"
       "of the PETRA paper), one stage per block, on synthetic data. Prints a\n"
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   flags.AddString("device", &device,
                   "where every stage runs (cpu, cuda, cuda:N); on a GPU the "
                   "report adds the device allocator's peak per configuration");
-  if (int rc = cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (int rc = base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (absl::Status s = model::CheckDeviceAvailable(device, "--device");
       !s.ok()) {
     std::cerr << s.message() << "\n";

@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_split.h"
 #include "petra/v1/stage.grpc.pb.h"
-#include "services/cli/crash_report.h"
-#include "services/cli/flag_set.h"
-#include "services/cli/large_allocations.h"
+#include "services/base/crash_report.h"
+#include "services/base/flag_set.h"
+#include "services/base/large_allocations.h"
 #include "services/engine/device_transfer.h"
 #include "services/link/bulk_service.h"
 #include "services/link/channel_factory.h"
@@ -238,14 +238,14 @@ int Run(const std::string& device_name, double megabytes, int repeats,
 }  // namespace petra
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
-  petra::cli::KeepLargeAllocationsInHeap();  // as every petra binary does
+  petra::base::InstallCrashReport(argv[0]);
+  petra::base::KeepLargeAllocationsInHeap();  // as every petra binary does
   std::string device = "cpu";
   double megabytes = 64;
   int64_t repeats = 20, window = 4;
   int64_t connections = petra::link::kBulkConnections;
   std::string transports = "grpc,grpc_bulk,shm";
-  petra::cli::FlagSet flags(
+  petra::base::FlagSet flags(
       "petra_bench_transport [flags]",
       "How fast tensors cross between a stage's device and the host, and\n"
       "between two stages through each data channel beside a gRPC stream on\n"
@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
                   "grpc_bulk, shm");
   flags.AddInt("connections", &connections,
                "connections of the grpc_bulk channel");
-  if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (absl::Status s = petra::model::CheckDeviceAvailable(device, "--device");
       !s.ok()) {
     std::cerr << s.message() << "\n";

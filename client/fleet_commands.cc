@@ -17,9 +17,9 @@
 #include "client/default_job.h"
 #include "client/job_progress.h"
 #include "petra/v1/coordinator.grpc.pb.h"
-#include "services/cli/flag_set.h"
-#include "services/cli/json_text.h"
-#include "services/cli/shutdown_signal.h"
+#include "services/base/flag_set.h"
+#include "services/base/json_text.h"
+#include "services/base/shutdown_signal.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/wire/bearer_token.h"
@@ -54,7 +54,7 @@ std::string FromEnv(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-void AddCoordinatorFlag(cli::FlagSet& flags, Connection* c) {
+void AddCoordinatorFlag(base::FlagSet& flags, Connection* c) {
   c->address = FromEnv(kCoordinatorEnv, kDefaultCoordinator);
   c->tls.ca_file = FromEnv(kTlsCaEnv, "");
   c->tls.cert_file = FromEnv(kTlsCertEnv, "");
@@ -127,11 +127,11 @@ int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
 
 // What every command on one job starts with: flags parsed, the JOB_ID
 // argument, a stub. Returns an exit code to stop with, or -1 to go on.
-int PrepareJobCommand(cli::FlagSet& flags, const std::string& command,
+int PrepareJobCommand(base::FlagSet& flags, const std::string& command,
                       const std::vector<std::string>& args,
                       const Connection& coordinator, std::string* id,
                       std::unique_ptr<CoordinatorService::Stub>* stub) {
-  if (int rc = cli::ParseCommandOrExit(flags, command, args, true); rc >= 0)
+  if (int rc = base::ParseCommandOrExit(flags, command, args, true); rc >= 0)
     return rc;
   if (int rc = TakeJobId(command, flags.positional(), id); rc >= 0) return rc;
   *stub = Connect(command, coordinator);
@@ -160,14 +160,14 @@ int FollowToEnd(CoordinatorService::Stub& stub, const std::string& id,
   ProgressPrinter printer(false, json);
   grpc::ClientContext context;
   std::atomic<bool> interrupted{false};
-  cli::InstallShutdownHandlers();
+  base::InstallShutdownHandlers();
   std::thread on_signal([&] {
-    if (cli::WaitForShutdownSignal() == 0) return;
+    if (base::WaitForShutdownSignal() == 0) return;
     interrupted = true;
     context.TryCancel();
   });
   absl::StatusOr<petra::v1::Job> end = FollowJob(stub, id, printer, &context);
-  cli::WakeShutdownWaiter();
+  base::WakeShutdownWaiter();
   on_signal.join();
   if (interrupted) {
     std::cerr << "\n"
@@ -190,7 +190,7 @@ int RunSubmit(const std::string& program,
   std::string from;
   bool watch = false, json = false;
   petra::v1::JobSpec overrides;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program, " submit [--from FILE] [job flags] [--watch]"),
       "Submits a training job to the coordinator and prints its id. The spec\n"
       "is the file given with --from (JSON or text proto), with the job\n"
@@ -206,7 +206,7 @@ int RunSubmit(const std::string& program,
                 "then each event as a line, as watch --json)");
   job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   const std::string command = program + " submit";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
   auto stub = Connect(command, coordinator);
   if (stub == nullptr) return 2;
@@ -249,12 +249,13 @@ int RunSubmit(const std::string& program,
 
 int RunWatch(const std::string& program, const std::vector<std::string>& args) {
   Connection coordinator;
-  cli::FlagSet flags(absl::StrCat(program, " watch [flags] JOB_ID"),
-                     "Follows a job until it ends: a progress bar with ETA, "
-                     "loss, accuracy and\nsamples/s, a line per epoch, and the "
-                     "per-stage table at the end (--json: every event as a "
-                     "line of JSON\ninstead). Exits 0 when the job "
-                     "succeeded, 1 otherwise.");
+  base::FlagSet flags(
+      absl::StrCat(program, " watch [flags] JOB_ID"),
+      "Follows a job until it ends: a progress bar with ETA, "
+      "loss, accuracy and\nsamples/s, a line per epoch, and the "
+      "per-stage table at the end (--json: every event as a "
+      "line of JSON\ninstead). Exits 0 when the job "
+      "succeeded, 1 otherwise.");
   AddCoordinatorFlag(flags, &coordinator);
   bool json = false;
   flags.AddBool("json", &json,
@@ -274,9 +275,9 @@ int RunStatus(const std::string& program,
               const std::vector<std::string>& args) {
   Connection coordinator;
   bool json = false;
-  cli::FlagSet flags(absl::StrCat(program, " status [flags] JOB_ID"),
-                     "Prints a job's state and progress (or the whole Job as "
-                     "JSON).");
+  base::FlagSet flags(absl::StrCat(program, " status [flags] JOB_ID"),
+                      "Prints a job's state and progress (or the whole Job as "
+                      "JSON).");
   AddCoordinatorFlag(flags, &coordinator);
   flags.AddBool("json", &json, "print the Job message as JSON");
   const std::string command = program + " status";
@@ -310,7 +311,7 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
   Connection coordinator;
   std::string state;
   bool json = false;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program, " list [flags]"),
       "Lists the coordinator's jobs, newest first (every page).");
   AddCoordinatorFlag(flags, &coordinator);
@@ -321,7 +322,7 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
                 "print one JSON object, {\"jobs\": [Job, ...]}, every page "
                 "joined");
   const std::string command = program + " list";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
   petra::v1::ListJobsRequest request;
   if (!state.empty()) {
@@ -365,10 +366,10 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
 int RunCancel(const std::string& program,
               const std::vector<std::string>& args) {
   Connection coordinator;
-  cli::FlagSet flags(absl::StrCat(program, " cancel [flags] JOB_ID"),
-                     "Cancels a queued or running job. A running job stops "
-                     "within seconds and\nreleases its stages; its "
-                     "checkpoints stay.");
+  base::FlagSet flags(absl::StrCat(program, " cancel [flags] JOB_ID"),
+                      "Cancels a queued or running job. A running job stops "
+                      "within seconds and\nreleases its stages; its "
+                      "checkpoints stay.");
   AddCoordinatorFlag(flags, &coordinator);
   bool json = false;
   flags.AddBool("json", &json, "print the Job after the request as JSON");
@@ -400,7 +401,7 @@ int RunExport(const std::string& program,
               const std::vector<std::string>& args) {
   Connection coordinator;
   std::string output;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program, " export [flags] JOB_ID"),
       "Downloads a job's trained weights (its newest checkpoint) as a file\n"
       "that Python reads with torch.load(path): a dict from names to\n"
@@ -477,8 +478,8 @@ int RunExport(const std::string& program,
     return cannot_write(error);
   }
   if (json) {
-    std::cout << "{\"job\": " << cli::JsonString(id)
-              << ", \"path\": " << cli::JsonString(output)
+    std::cout << "{\"job\": " << base::JsonString(id)
+              << ", \"path\": " << base::JsonString(output)
               << ", \"bytes\": " << got << "}\n";
     return 0;
   }

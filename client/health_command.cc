@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/health_check.h"
 #include "services/wire/tls_flags.h"
@@ -18,7 +18,7 @@ int RunHealthCheck(const std::string& command,
   std::string address = "localhost:50051", service;
   double timeout_seconds = 5;
   wire::TlsOptions tls;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(command, " [--address HOST:PORT] [--service NAME]"),
       "Asks a stage server or coordinator whether it is serving, through the\n"
       "standard gRPC health service. Exit 0 when SERVING; 1 when it answers\n"
@@ -31,7 +31,7 @@ int RunHealthCheck(const std::string& command,
   flags.AddDouble("timeout-seconds", &timeout_seconds,
                   "give up after this long");
   wire::AddClientTlsFlags(flags, &tls);
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) {
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0) {
     return rc;
   }
   if (absl::Status s = wire::ValidateAddress(address, "--address", false);

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "client/health_command.h"
-#include "services/cli/crash_report.h"
+#include "services/base/crash_report.h"
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
+  petra::base::InstallCrashReport(argv[0]);
   return petra::client::RunHealthCheck(
       "petra-health", std::vector<std::string>(argv + 1, argv + argc));
 }

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "services/cli/json_text.h"
-#include "services/cli/proto_json.h"
+#include "services/base/json_text.h"
+#include "services/base/proto_json.h"
 #include "services/link/transport_choice.h"
 #include "services/wire/status_map.h"
 
@@ -35,9 +35,9 @@ std::string Duration(double seconds) {
 }
 
 std::string JobJson(const google::protobuf::Message& m, bool pretty) {
-  cli::ProtoJsonOptions options;
+  base::ProtoJsonOptions options;
   options.pretty = pretty;
-  return cli::ProtoToJson(m, options);
+  return base::ProtoToJson(m, options);
 }
 
 ProgressPrinter::ProgressPrinter(bool quiet, bool json_lines)
@@ -285,13 +285,13 @@ std::string ReportJson(const petra::v1::Job& job,
       "  \"samples_per_second\": %.2f,\n  \"wall_seconds\": %.2f,\n"
       "  \"optimizer_steps\": %llu,\n  \"corrupt_images_skipped\": %llu,\n"
       "  \"model\": %s,\n  \"epochs\": [",
-      cli::JsonString(job.id()), cli::JsonString(job.spec().name()),
-      cli::JsonString(runner), cli::JsonString(StateName(job.state())),
+      base::JsonString(job.id()), base::JsonString(job.spec().name()),
+      base::JsonString(runner), base::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
       last.train_accuracy(), rate, wall,
       static_cast<unsigned long long>(last.step()),
       static_cast<unsigned long long>(last.corrupt_images_skipped()),
-      cli::JsonString(model_file));
+      base::JsonString(model_file));
   for (size_t i = 0; i < epochs.size(); ++i) {
     const auto& e = epochs[i];
     absl::StrAppendFormat(
@@ -319,7 +319,7 @@ std::string ReportJson(const petra::v1::Job& job,
       end = p.layer_end();
       device = p.device();
       if (p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED) {
-        to_next = cli::JsonString(link::TransportName(p.transport_to_next()));
+        to_next = base::JsonString(link::TransportName(p.transport_to_next()));
       }
     }
     absl::StrAppendFormat(
@@ -336,8 +336,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
         "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
         "\"mean\": %.3e, \"max\": %.3e}}",
-        i ? "," : "", s.stage_index(), cli::JsonString(s.address()),
-        cli::JsonString(device), begin, end, to_next,
+        i ? "," : "", s.stage_index(), base::JsonString(s.address()),
+        base::JsonString(device), begin, end, to_next,
         static_cast<unsigned long long>(m.parameters_bytes()),
         static_cast<unsigned long long>(m.optimizer_state_bytes()),
         static_cast<unsigned long long>(m.activation_buffer_bytes()),

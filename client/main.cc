@@ -4,18 +4,18 @@
 #include <vector>
 
 #include "client/commands.h"
-#include "services/cli/crash_report.h"
-#include "services/cli/event_log.h"
-#include "services/cli/large_allocations.h"
+#include "services/base/crash_report.h"
+#include "services/base/event_log.h"
+#include "services/base/large_allocations.h"
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
-  petra::cli::KeepLargeAllocationsInHeap();  // petra train runs stages
+  petra::base::InstallCrashReport(argv[0]);
+  petra::base::KeepLargeAllocationsInHeap();  // petra train runs stages
   // `petra train` runs a coordinator and stage servers in this process:
   // their warnings and errors (a recovery, a failure) go to standard error;
   // standard output stays the command's own.
-  petra::cli::InitEventLog(argv[0], /*to_stdout=*/false,
-                           petra::cli::LogLevel::kWarning);
+  petra::base::InitEventLog(argv[0], /*to_stdout=*/false,
+                            petra::base::LogLevel::kWarning);
   const std::string program = "petra";
   if (argc < 2) {
     std::cerr << petra::client::TopLevelHelp();

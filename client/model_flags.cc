@@ -9,7 +9,7 @@
 
 namespace petra::client {
 
-void AddModelFlags(cli::FlagSet& flags, ModelFlags* m,
+void AddModelFlags(base::FlagSet& flags, ModelFlags* m,
                    const std::string& arch_help) {
   m->spec.mutable_model()->set_variant(petra::v1::VARIANT_IMAGENET);
   // The dataset only matters for defaults; synthetic fits every variant.

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 #include "services/model/network_summary.h"
 
 namespace petra::client {
@@ -24,7 +24,7 @@ struct ModelFlags {
 // --stages and --partition-cost to
 // `flags`, bound to *m; `arch_help` is --arch's help text.
 void AddModelFlags(
-    cli::FlagSet& flags, ModelFlags* m,
+    base::FlagSet& flags, ModelFlags* m,
     const std::string& arch_help = "network architecture (required)");
 
 // After parsing: the spec to resolve with job::ResolveJobSpec.

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
 #include "client/model_flags.h"
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
@@ -66,7 +66,7 @@ int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args) {
   ModelFlags model_flags;
   bool json = false;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program, " model-info --arch ARCH [flags]"),
       "Prints a network's parameter count and its stages: index, blocks,\n"
       "whether the stage is reversible, parameters, output shape per sample\n"
@@ -75,7 +75,7 @@ int RunModelInfo(const std::string& program,
   AddModelFlags(flags, &model_flags);
   flags.AddBool("json", &json, "print JSON: {params, stages: [...]}");
   const std::string command = program + " model-info";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
   absl::StatusOr<petra::v1::JobSpec> spec = ModelSpecFromFlags(model_flags);
   if (!spec.ok()) {

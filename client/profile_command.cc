@@ -18,7 +18,7 @@
 #include "client/commands.h"
 #include "client/default_job.h"
 #include "petra/v1/profile.pb.h"
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 #include "services/engine/job_plan.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
@@ -293,7 +293,7 @@ int RunProfile(const std::string& program,
   bool json = false;
   ProfileOptions o;
   petra::v1::JobSpec overrides;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program, " profile [--from FILE] [job flags] [flags]"),
       "Measures what one micro-batch costs on each stage of a job's partition\n"
       "on this machine: the forward, and the backward as the stage engine\n"
@@ -315,7 +315,7 @@ int RunProfile(const std::string& program,
                   "from --stages per-block) into J stages");
   job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   const std::string command = program + " profile";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0) {
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0) {
     return rc;
   }
   for (auto [name, value, min] :

@@ -12,7 +12,7 @@
 #include "client/estimated_profile.h"
 #include "client/model_flags.h"
 #include "client/simulate_report.h"
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 #include "services/sim/pipeline_sim.h"
@@ -58,10 +58,10 @@ std::function<absl::Status(const std::string&)> StoreNumber(double* target,
                                                             double min,
                                                             bool strict) {
   return [=](const std::string& v) -> absl::Status {
-    absl::StatusOr<double> d = cli::ParseDoubleValue(v);
+    absl::StatusOr<double> d = base::ParseDoubleValue(v);
     if (!d.ok()) return d.status();
     if (strict ? *d <= min : *d < min) {
-      return cli::BadValue(
+      return base::BadValue(
           v, absl::StrCat("a number ", strict ? ">" : ">=", " ", min));
     }
     *target = *d;
@@ -73,8 +73,8 @@ std::function<absl::Status(const std::string&)> StoreNumber(double* target,
 std::function<absl::Status(const std::string&)> StorePositive(
     uint64_t* target) {
   return [=](const std::string& v) -> absl::Status {
-    absl::StatusOr<uint64_t> n = cli::ParseUnsignedValue<uint64_t>(v);
-    if (!n.ok() || *n == 0) return cli::BadValue(v, "an integer >= 1");
+    absl::StatusOr<uint64_t> n = base::ParseUnsignedValue<uint64_t>(v);
+    if (!n.ok() || *n == 0) return base::BadValue(v, "an integer >= 1");
     *target = *n;
     return absl::OkStatus();
   };
@@ -85,14 +85,14 @@ absl::Status ParseStageDevices(const std::string& v, std::vector<int>* out) {
   for (absl::string_view part : absl::StrSplit(v, ',')) {
     int d = 0;
     if (!absl::SimpleAtoi(part, &d) || d < 0) {
-      return cli::BadValue(v, "device numbers >= 0 separated by commas");
+      return base::BadValue(v, "device numbers >= 0 separated by commas");
     }
     out->push_back(d);
   }
   return absl::OkStatus();
 }
 
-void AddFlags(cli::FlagSet& flags, SimulateOptions* o) {
+void AddFlags(base::FlagSet& flags, SimulateOptions* o) {
   flags.AddString("profile", &o->profile,
                   "stage costs from a Profile JSON file (petra profile)");
   AddModelFlags(flags, &o->model,
@@ -171,7 +171,7 @@ struct Failure {
 };
 
 // The stages to simulate, from whichever source the flags name.
-absl::StatusOr<SimulationInputs> Inputs(const cli::FlagSet& flags,
+absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
                                         const SimulateOptions& o,
                                         Failure* failure) {
   const bool from_profile = flags.WasSet("profile");
@@ -307,8 +307,8 @@ absl::StatusOr<SimulationInputs> Inputs(const cli::FlagSet& flags,
   c.link_latency = o.link_latency;
   c.devices_per_host = static_cast<int>(
       std::min<uint64_t>(o.devices_per_host, uint64_t{1} << 30));
-  c.cross_host_bandwidth = o.cross_host_bandwidth > 0 ? o.cross_host_bandwidth
-                                                      : o.link_bandwidth;
+  c.cross_host_bandwidth =
+      o.cross_host_bandwidth > 0 ? o.cross_host_bandwidth : o.link_bandwidth;
   if (absl::Status s = sim::ValidateSimConfig(c); !s.ok()) {
     const bool mapping = !c.stage_devices.empty() &&
                          absl::StrContains(s.message(), "stage devices");
@@ -323,7 +323,7 @@ absl::StatusOr<SimulationInputs> Inputs(const cli::FlagSet& flags,
 int RunSimulate(const std::string& program,
                 const std::vector<std::string>& args) {
   SimulateOptions o;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program,
                    " simulate (--profile FILE | --arch ARCH "
                    "--device-flops-per-second R | --uniform-stages N "
@@ -342,7 +342,7 @@ int RunSimulate(const std::string& program,
       "recompute, then a backward of about two forwards), or uniform stages.");
   AddFlags(flags, &o);
   const std::string command = program + " simulate";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
 
   if (o.per_stage != "yes" && o.per_stage != "no" && o.per_stage != "auto") {

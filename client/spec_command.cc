@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
 #include "client/default_job.h"
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
@@ -16,7 +16,7 @@ namespace petra::client {
 int RunSpec(const std::string& program, const std::vector<std::string>& args) {
   std::string from;
   petra::v1::JobSpec overrides;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program, " spec [--from FILE] [job flags]"),
       "Resolves a job spec: reads FILE (JSON, or text proto when it ends in\n"
       ".txtpb/.textproto/.pbtxt), applies the job flags over it, fills the\n"
@@ -27,7 +27,7 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args) {
       "`spec [flags]` shows what `submit [flags]` sends.");
   flags.AddString("from", &from, "job spec file to start from");
   job::AddJobFlags(flags, &overrides, DefaultTrainJob());
-  if (int rc = cli::ParseCommandOrExit(flags, program + " spec", args);
+  if (int rc = base::ParseCommandOrExit(flags, program + " spec", args);
       rc >= 0) {
     return rc;
   }

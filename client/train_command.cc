@@ -28,9 +28,9 @@
 #include "client/local_fleet.h"
 #include "coordinator/job_layout.h"
 #include "petra/v1/coordinator.grpc.pb.h"
-#include "services/cli/durable_file.h"
-#include "services/cli/flag_set.h"
-#include "services/cli/shutdown_signal.h"
+#include "services/base/durable_file.h"
+#include "services/base/flag_set.h"
+#include "services/base/shutdown_signal.h"
 #include "services/data/dataset.h"
 #include "services/engine/epoch_progress.h"
 #include "services/engine/in_process_runner.h"
@@ -69,7 +69,7 @@ struct TrainResult {
 // The export, written whole or not at all to `output`.
 absl::StatusOr<uint64_t> WriteModel(const std::string& output,
                                     const std::string& bytes) {
-  if (absl::Status s = cli::WriteFileAtomically(output, bytes); !s.ok()) {
+  if (absl::Status s = base::WriteFileAtomically(output, bytes); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("--output: writing \"", output,
                                                "\" failed: ", s.message()));
   }
@@ -261,9 +261,9 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
                         s.error_message());
   }
   // Ctrl-C cancels the job; the watch then ends and everything stops.
-  cli::InstallShutdownHandlers();
+  base::InstallShutdownHandlers();
   std::thread on_signal([&] {
-    if (cli::WaitForShutdownSignal() == 0) return;
+    if (base::WaitForShutdownSignal() == 0) return;
     *interrupted = true;
     std::fprintf(stderr,
                  "\ninterrupted: cancelling %s and stopping the "
@@ -277,7 +277,7 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   });
   ProgressPrinter printer(options.quiet);
   absl::StatusOr<petra::v1::Job> end = FollowJob(*stub, job.id(), printer);
-  cli::WakeShutdownWaiter();
+  base::WakeShutdownWaiter();
   on_signal.join();
   (*fleet)->Stop();
   if (!end.ok()) return end.status();
@@ -306,7 +306,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   int64_t threads = 0;
   bool quiet = false;
   petra::v1::JobSpec overrides;
-  cli::FlagSet flags(
+  base::FlagSet flags(
       absl::StrCat(program, " train [--from FILE] [job flags] [--report FILE]"),
       "Trains a job to the end on this machine, with progress on the "
       "terminal,\n"
@@ -345,7 +345,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   flags.AddBool("quiet", &quiet, "print only the final result");
   job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   const std::string command = program + " train";
-  if (int rc = cli::ParseCommandOrExit(flags, command, args); rc >= 0)
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
   if (threads < 0) {
     std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
@@ -366,6 +366,15 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
       job::AssembleJobSpec(DefaultTrainJob(), from, overrides);
   if (!resolved.ok()) {
     std::cerr << command << ": " << resolved.status().message() << "\n";
+    return 1;
+  }
+  // What only the data can say (an image folder's class count).
+  if (absl::Status s = data::FillFromData(&*resolved, data_root); !s.ok()) {
+    std::cerr << command << ": " << s.message() << "\n";
+    return 1;
+  }
+  if (absl::Status s = job::ValidateJobSpec(*resolved); !s.ok()) {
+    std::cerr << command << ": " << s.message() << "\n";
     return 1;
   }
   // A resumed job's checkpoints live in a coordinator's state directory.
@@ -459,7 +468,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               static_cast<unsigned long long>(result->model_bytes));
   if (!report_path.empty()) {
     // Whole or not at all: a reader never sees half a report.
-    if (absl::Status w = cli::WriteFileAtomically(
+    if (absl::Status w = base::WriteFileAtomically(
             report_path,
             ReportJson(result->job, result->epochs, wall,
                        in_process ? "in-process" : "fleet", output));

@@ -72,7 +72,7 @@ foreach(_petra_prefix IN LISTS CMAKE_PREFIX_PATH)
     break()
   endif()
 endforeach()
-# The servers' event log (services/cli/event_log.h); Debian's libtorch
+# The servers' event log (services/base/event_log.h); Debian's libtorch
 # brings it too.
 find_package(glog CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)

@@ -8,8 +8,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "services/cli/durable_file.h"
-#include "services/cli/paths.h"
+#include "services/base/durable_file.h"
+#include "services/base/paths.h"
 #include "services/engine/state_file.h"
 
 namespace petra::coordinator {
@@ -32,12 +32,12 @@ absl::StatusOr<std::string> CheckpointStore::Write(
   for (size_t j = 0; j < stage_files.size(); ++j) {
     const std::filesystem::path file =
         layout_.stage_file(epoch, static_cast<int>(j));
-    if (absl::Status s = cli::WriteFileAtomically(file, stage_files[j]);
+    if (absl::Status s = base::WriteFileAtomically(file, stage_files[j]);
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = cli::WriteFileAtomically(
-            JobLayout::Checksum(file), cli::Sha256Hex(stage_files[j]) + "\n");
+    if (absl::Status s = base::WriteFileAtomically(
+            JobLayout::Checksum(file), base::Sha256Hex(stage_files[j]) + "\n");
         !s.ok()) {
       return s;
     }
@@ -46,7 +46,7 @@ absl::StatusOr<std::string> CheckpointStore::Write(
       engine::MergeForExport(stage_files, input);
   if (!exported.ok()) return exported.status();
   if (absl::Status s =
-          cli::WriteFileAtomically(layout_.export_file(), *exported);
+          base::WriteFileAtomically(layout_.export_file(), *exported);
       !s.ok()) {
     return s;
   }
@@ -74,8 +74,8 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& state_dir,
   // The id comes from the submitted spec: it names a directory under
   // --state-dir and may not lead out of it.
   absl::StatusOr<std::filesystem::path> root =
-      cli::ConfinedPath(state_dir, JobLayout::RelativeCheckpoints(from_id),
-                        "checkpoint.resume_from_job");
+      base::ConfinedPath(state_dir, JobLayout::RelativeCheckpoints(from_id),
+                         "checkpoint.resume_from_job");
   if (!root.ok()) return root.status();
   std::vector<std::pair<uint32_t, std::filesystem::path>> found;
   std::error_code ec;
@@ -104,7 +104,7 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& state_dir,
         problem = sha.status();
         break;
       }
-      if (absl::StripAsciiWhitespace(*sha) != cli::Sha256Hex(*bytes)) {
+      if (absl::StripAsciiWhitespace(*sha) != base::Sha256Hex(*bytes)) {
         problem = absl::DataLossError(absl::StrCat(
             JobLayout::StageFileName(j), " does not match its SHA-256"));
         break;

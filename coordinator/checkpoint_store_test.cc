@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/durable_file.h"
+#include "services/base/durable_file.h"
 #include "services/engine/export_input.h"
 #include "services/engine/state_file.h"
 
@@ -40,10 +40,10 @@ class CheckpointStoreTest : public ::testing::Test {
         {{"w", torch::full({2}, static_cast<float>(epoch * 10 + stage))}});
     ASSERT_TRUE(bytes.ok());
     const auto path = Dir(epoch) / absl::StrCat("stage-", stage, ".pt");
-    ASSERT_TRUE(cli::WriteFileAtomically(path, *bytes).ok());
+    ASSERT_TRUE(base::WriteFileAtomically(path, *bytes).ok());
     if (with_sha) {
-      ASSERT_TRUE(cli::WriteFileAtomically(path.string() + ".sha256",
-                                           cli::Sha256Hex(*bytes) + "\n")
+      ASSERT_TRUE(base::WriteFileAtomically(path.string() + ".sha256",
+                                            base::Sha256Hex(*bytes) + "\n")
                       .ok());
     }
   }

@@ -1,16 +1,16 @@
 #include "coordinator/coordinator_server.h"
 
-#include <cmath>
-
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/stage_list.h"
-#include "services/cli/paths.h"
+#include "services/base/paths.h"
 #include "services/data/dataset.h"
 #include "services/link/endpoint.h"
 #include "services/metrics/metrics_exposer.h"
@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
       ExpandStageList(options.stages);
   if (!stages.ok()) return stages.status();
   if (absl::Status s =
-          cli::CheckReadableDirectory(options.data_root, "--data-root");
+          base::CheckReadableDirectory(options.data_root, "--data-root");
       !s.ok()) {
     return s;
   }
@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
         data::kMaxDataWorkers, "] (0: one per core)"));
   }
   if (absl::Status s =
-          cli::EnsureWritableDirectory(options.state_dir, "--state-dir");
+          base::EnsureWritableDirectory(options.state_dir, "--state-dir");
       !s.ok()) {
     return s;
   }

@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/durable_file.h"
+#include "services/base/durable_file.h"
 #include "services/wire/status_map.h"
 
 namespace petra::coordinator {
@@ -199,7 +199,7 @@ absl::StatusOr<std::string> StageFleet::PullCheckpoint(
         absl::StrCat(Name(j), ": checkpoint read back as ", bytes.size(),
                      " bytes, written as ", written.size_bytes()));
   }
-  const std::string sha256 = cli::Sha256Hex(bytes);
+  const std::string sha256 = base::Sha256Hex(bytes);
   if (sha256 != written.sha256()) {
     return absl::DataLossError(
         absl::StrCat(Name(j), ": checkpoint read back with SHA-256 ", sha256,
@@ -226,8 +226,8 @@ absl::StatusOr<petra::v1::RestoreCheckpointResponse> StageFleet::PushCheckpoint(
   return response;
 }
 
-absl::Status StageFleet::ForEach(
-    int stages, const std::function<absl::Status(int)>& call) {
+absl::Status StageFleet::ForEach(int stages,
+                                 const std::function<absl::Status(int)>& call) {
   std::vector<absl::Status> results(stages);
   std::vector<std::thread> threads;
   threads.reserve(stages);

@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "services/cli/durable_file.h"
+#include "services/base/durable_file.h"
 
 namespace petra::coordinator {
 namespace {
@@ -47,7 +47,7 @@ class FakeClient : public StageClient {
                           petra::v1::CheckpointResponse* out) override {
     out->set_path("job-1/epoch-1/stage-0.pt");
     out->set_size_bytes(s_.checkpoint.size());
-    out->set_sha256(cli::Sha256Hex(s_.checkpoint));
+    out->set_sha256(base::Sha256Hex(s_.checkpoint));
     return absl::OkStatus();
   }
   absl::Status ReadCheckpoint(const petra::v1::ReadCheckpointRequest& r,

@@ -12,7 +12,7 @@
 #include "coordinator/grpc_stage_client.h"
 #include "coordinator/pass_feed.h"
 #include "coordinator/train_log.h"
-#include "services/cli/event_log.h"
+#include "services/base/event_log.h"
 #include "services/data/image_folder.h"
 #include "services/engine/epoch_progress.h"
 #include "services/engine/job_plan.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/fleet_runner.h"
 #include "coordinator/train_log.h"
-#include "services/cli/event_log.h"
+#include "services/base/event_log.h"
 
 namespace petra::coordinator {
 

@@ -12,7 +12,7 @@
 #include "coordinator/job_layout.h"
 #include "coordinator/job_resume.h"
 #include "coordinator/torchscript_file.h"
-#include "services/cli/paths.h"
+#include "services/base/paths.h"
 #include "services/data/dataset.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_validation.h"
@@ -133,6 +133,13 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
       !s.ok()) {
     return s;
   }
+  // An image folder's class count, where the spec leaves it out: only the
+  // data here can say it (validated again, now that it is known).
+  if (absl::Status s = data::FillFromData(&*resolved, env_.data_root);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = job::ValidateJobSpec(*resolved); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("the coordinator is stopping");
   if (const std::string& from = resolved->checkpoint().resume_from_job();

@@ -5,9 +5,9 @@
 
 #include <iostream>
 
-#include "services/cli/durable_file.h"
-#include "services/cli/event_log.h"
-#include "services/cli/proto_json.h"
+#include "services/base/durable_file.h"
+#include "services/base/event_log.h"
+#include "services/base/proto_json.h"
 
 namespace petra::coordinator {
 
@@ -83,11 +83,11 @@ void JobRecord::Save(const petra::v1::Job& job, uint64_t version) {
   // snake_case, as `petra status --json` prints the same Job (records
   // written camelCase by earlier versions still load: the parser takes
   // both).
-  const std::string json = cli::ProtoToJson(job);
+  const std::string json = base::ProtoToJson(job);
   // A reader, or the next coordinator, never sees half a record. A record
   // that cannot be saved is said, not ignored: the job itself goes on (it
   // lives in memory, and its checkpoints are apart).
-  if (absl::Status s = cli::WriteFileAtomically(record_path_, json); !s.ok()) {
+  if (absl::Status s = base::WriteFileAtomically(record_path_, json); !s.ok()) {
     PETRA_LOG_EVENT(kError, "job_record_not_saved", {"job_id", job.id()},
                     {"reason", std::string(s.message())});
     return;

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/fleet_runner.h"
 #include "coordinator/recovery_policy.h"
-#include "services/cli/event_log.h"
+#include "services/base/event_log.h"
 #include "services/job/enum_names.h"
 #include "services/wire/status_map.h"
 
@@ -67,8 +67,8 @@ void RunJob(JobRecord& record, const RunnerEnvironment& env) {
   });
   const Job ended = record.Snapshot();
   PETRA_LOG_EVENT_IF(
-      status.ok() || record.cancel_requested() ? cli::LogLevel::kInfo
-                                               : cli::LogLevel::kError,
+      status.ok() || record.cancel_requested() ? base::LogLevel::kInfo
+                                               : base::LogLevel::kError,
       "job_end", {"job_id", ended.id()},
       {"state", std::string(absl::AsciiStrToLower(
                     petra::v1::JobState_Name(ended.state()).substr(10)))},

@@ -4,19 +4,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
-#include "services/cli/crash_report.h"
-#include "services/cli/event_log.h"
-#include "services/cli/flag_set.h"
-#include "services/cli/large_allocations.h"
-#include "services/cli/shutdown_signal.h"
+#include "services/base/event_log.h"
+#include "services/base/flag_set.h"
+#include "services/base/server_main.h"
 #include "services/wire/tls_flags.h"
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
-  petra::cli::KeepLargeAllocationsInHeap();
-  petra::cli::InstallShutdownHandlers();
+  petra::base::InitServerProcess(argv[0]);
   petra::coordinator::CoordinatorServer::Options options;
-  petra::cli::FlagSet flags(
+  petra::base::FlagSet flags(
       "petra-coordinator --stages ADDRESSES [flags]",
       "PETRA coordinator: accepts training jobs from clients (petra submit),\n"
       "plans each job's partition over the stage servers, feeds the data and\n"
@@ -55,46 +51,35 @@ int main(int argc, char** argv) {
   flags.AddDouble("cross-host-bandwidth", &options.cross_host_bandwidth,
                   "placement: bytes/s each way between stage servers on "
                   "different hosts");
-  if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
-  petra::cli::InitEventLog(argv[0]);
+  if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  petra::base::InitEventLog(argv[0]);
 
-  auto server = petra::coordinator::CoordinatorServer::Create(options);
-  if (!server.ok()) {
-    std::cerr << argv[0] << ": " << server.status().message() << "\n";
-    return 1;
-  }
-  if (absl::Status s = (*server)->Start(); !s.ok()) {
-    std::cerr << argv[0] << ": " << s.message() << "\n";
-    return 1;
-  }
-  std::cout << "petra-coordinator listening on port " << (*server)->port()
-            << " (" << (*server)->stage_addresses().size() << " stage servers)"
-            << std::endl;
-  std::cout << "petra-coordinator transport: "
-            << (*server)->security().Describe()
-            << ((*server)->requires_token() ? ", bearer token required" : "")
-            << std::endl;
-  if ((*server)->requires_token() && !(*server)->security().enabled()) {
-    std::cerr << argv[0]
-              << ": warning: --auth-token-file without --tls-cert: clients "
-                 "send the token in plaintext\n";
-  }
-  if ((*server)->metrics_port() != 0) {
-    std::cout << "petra-coordinator metrics on port "
-              << (*server)->metrics_port() << std::endl;
-  }
-  PETRA_LOG_EVENT(
-      kInfo, "server_up", {"program", "petra-coordinator"},
-      {"port", absl::StrCat((*server)->port())},
-      {"metrics_port", absl::StrCat((*server)->metrics_port())},
-      {"stage_servers", absl::StrCat((*server)->stage_addresses().size())},
-      {"transport", (*server)->security().Describe()},
-      {"token", (*server)->requires_token() ? "required" : "none"});
-  int sig = petra::cli::WaitForShutdownSignal();
-  std::cout << "petra-coordinator: signal " << sig << ", stopping" << std::endl;
-  PETRA_LOG_EVENT(kInfo, "server_stopping", {"signal", absl::StrCat(sig)});
-  (*server)->GracefulStop();
-  std::cout << "petra-coordinator: stopped" << std::endl;
-  PETRA_LOG_EVENT(kInfo, "server_stopped");
-  return 0;
+  return petra::base::ServeUntilSignal(
+      argv[0], "petra-coordinator",
+      petra::coordinator::CoordinatorServer::Create(options),
+      [&](petra::coordinator::CoordinatorServer& server) {
+        std::cout << "petra-coordinator listening on port " << server.port()
+                  << " (" << server.stage_addresses().size()
+                  << " stage servers)" << std::endl;
+        std::cout << "petra-coordinator transport: "
+                  << server.security().Describe()
+                  << (server.requires_token() ? ", bearer token required" : "")
+                  << std::endl;
+        if (server.requires_token() && !server.security().enabled()) {
+          std::cerr << argv[0]
+                    << ": warning: --auth-token-file without --tls-cert: "
+                       "clients send the token in plaintext\n";
+        }
+        if (server.metrics_port() != 0) {
+          std::cout << "petra-coordinator metrics on port "
+                    << server.metrics_port() << std::endl;
+        }
+        PETRA_LOG_EVENT(
+            kInfo, "server_up", {"program", "petra-coordinator"},
+            {"port", absl::StrCat(server.port())},
+            {"metrics_port", absl::StrCat(server.metrics_port())},
+            {"stage_servers", absl::StrCat(server.stage_addresses().size())},
+            {"transport", server.security().Describe()},
+            {"token", server.requires_token() ? "required" : "none"});
+      });
 }

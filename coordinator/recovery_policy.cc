@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "services/cli/event_log.h"
+#include "services/base/event_log.h"
 
 namespace petra::coordinator {
 

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/durable_file.h"
+#include "services/base/durable_file.h"
 #include "services/data/dataset.h"
 #include "services/engine/export_input.h"
 #include "services/engine/state_file.h"
@@ -66,7 +66,7 @@ absl::StatusOr<std::string> TorchScriptFile(const JobLayout& layout,
   absl::StatusOr<std::string> module =
       engine::EncodeTorchScript(resolved, *tensors);
   if (!module.ok()) return module.status();
-  if (absl::Status s = cli::WriteFileAtomically(script, *module); !s.ok()) {
+  if (absl::Status s = base::WriteFileAtomically(script, *module); !s.ok()) {
     return s;
   }
   fs::last_write_time(script, source_time, ec);

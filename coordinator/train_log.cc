@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "services/cli/durable_file.h"
+#include "services/base/durable_file.h"
 
 namespace petra::coordinator {
 
@@ -49,7 +49,7 @@ absl::Status TrainLog::Trim(uint32_t epochs) const {
   }
   in.close();
   if (!trimmed) return absl::OkStatus();
-  return cli::WriteFileAtomically(path_, kept);
+  return base::WriteFileAtomically(path_, kept);
 }
 
 }  // namespace petra::coordinator

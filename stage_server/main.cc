@@ -3,20 +3,16 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/crash_report.h"
-#include "services/cli/event_log.h"
-#include "services/cli/flag_set.h"
-#include "services/cli/large_allocations.h"
-#include "services/cli/shutdown_signal.h"
+#include "services/base/event_log.h"
+#include "services/base/flag_set.h"
+#include "services/base/server_main.h"
 #include "services/wire/tls_flags.h"
 #include "stage_server/stage_server.h"
 
 int main(int argc, char** argv) {
-  petra::cli::InstallCrashReport(argv[0]);
-  petra::cli::KeepLargeAllocationsInHeap();
-  petra::cli::InstallShutdownHandlers();
+  petra::base::InitServerProcess(argv[0]);
   petra::stage_server::StageServer::Options options;
-  petra::cli::FlagSet flags(
+  petra::base::FlagSet flags(
       "petra-stage-server [flags]",
       "Long-running PETRA stage server: one per device. Idle until a\n"
       "coordinator assigns it a layer range of a job; then it trains that\n"
@@ -44,43 +40,31 @@ int main(int argc, char** argv) {
                   "with mutual TLS, accept control calls (assign, start, "
                   "checkpoint, release) only from a certificate with this CN "
                   "or DNS name; empty accepts any certificate of --tls-ca");
-  if (int rc = petra::cli::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
-  petra::cli::InitEventLog(argv[0]);
+  if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  petra::base::InitEventLog(argv[0]);
 
-  auto server = petra::stage_server::StageServer::Create(options);
-  if (!server.ok()) {
-    std::cerr << argv[0] << ": " << server.status().message() << "\n";
-    return 1;
-  }
-  if (absl::Status s = (*server)->Start(); !s.ok()) {
-    std::cerr << argv[0] << ": " << s.message() << "\n";
-    return 1;
-  }
-  // Tests and scripts read the bound ports from these lines.
-  std::cout << "petra-stage-server listening on port " << (*server)->port()
-            << " (device " << options.device << ")" << std::endl;
-  std::cout << "petra-stage-server transport: "
-            << (*server)->security().Describe()
-            << (options.coordinator_identity.empty()
-                    ? ""
-                    : ", control calls only from \"" +
-                          options.coordinator_identity + "\"")
-            << std::endl;
-  if ((*server)->metrics_port() != 0) {
-    std::cout << "petra-stage-server metrics on port "
-              << (*server)->metrics_port() << std::endl;
-  }
-  PETRA_LOG_EVENT(kInfo, "server_up", {"program", "petra-stage-server"},
-                  {"port", absl::StrCat((*server)->port())},
-                  {"metrics_port", absl::StrCat((*server)->metrics_port())},
-                  {"device", options.device},
-                  {"transport", (*server)->security().Describe()});
-  int sig = petra::cli::WaitForShutdownSignal();
-  std::cout << "petra-stage-server: signal " << sig << ", stopping"
-            << std::endl;
-  PETRA_LOG_EVENT(kInfo, "server_stopping", {"signal", absl::StrCat(sig)});
-  (*server)->GracefulStop();
-  std::cout << "petra-stage-server: stopped" << std::endl;
-  PETRA_LOG_EVENT(kInfo, "server_stopped");
-  return 0;
+  return petra::base::ServeUntilSignal(
+      argv[0], "petra-stage-server",
+      petra::stage_server::StageServer::Create(options),
+      [&](petra::stage_server::StageServer& server) {
+        // Tests and scripts read the bound ports from these lines.
+        std::cout << "petra-stage-server listening on port " << server.port()
+                  << " (device " << options.device << ")" << std::endl;
+        std::cout << "petra-stage-server transport: "
+                  << server.security().Describe()
+                  << (options.coordinator_identity.empty()
+                          ? ""
+                          : ", control calls only from \"" +
+                                options.coordinator_identity + "\"")
+                  << std::endl;
+        if (server.metrics_port() != 0) {
+          std::cout << "petra-stage-server metrics on port "
+                    << server.metrics_port() << std::endl;
+        }
+        PETRA_LOG_EVENT(kInfo, "server_up", {"program", "petra-stage-server"},
+                        {"port", absl::StrCat(server.port())},
+                        {"metrics_port", absl::StrCat(server.metrics_port())},
+                        {"device", options.device},
+                        {"transport", server.security().Describe()});
+      });
 }

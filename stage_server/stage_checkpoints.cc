@@ -6,8 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "services/cli/durable_file.h"
-#include "services/cli/paths.h"
+#include "services/base/durable_file.h"
+#include "services/base/paths.h"
 #include "services/engine/state_file.h"
 
 namespace petra::stage_server {
@@ -50,7 +50,7 @@ absl::StatusOr<StageCheckpoints::Target> StageCheckpoints::Where(
   t.path = absl::StrCat(job.id(), "/", name, "/stage-", job.index(), ".pt");
   // The job's directory or the name may be a symbolic link out of the root.
   absl::StatusOr<std::filesystem::path> file =
-      cli::ConfinedPath(state_dir_, t.path, "name");
+      base::ConfinedPath(state_dir_, t.path, "name");
   if (!file.ok()) return file.status();
   t.file = std::move(*file);
   return t;
@@ -68,12 +68,13 @@ absl::Status StageCheckpoints::Write(
   absl::StatusOr<std::string> bytes =
       engine::EncodeStageCheckpoint(*job.worker, meta);
   if (!bytes.ok()) return bytes.status();
-  if (absl::Status s = cli::WriteFileAtomically(target.file, *bytes); !s.ok()) {
+  if (absl::Status s = base::WriteFileAtomically(target.file, *bytes);
+      !s.ok()) {
     return s;
   }
   response->set_path(target.path);
   response->set_size_bytes(bytes->size());
-  response->set_sha256(cli::Sha256Hex(*bytes));
+  response->set_sha256(base::Sha256Hex(*bytes));
   return absl::OkStatus();
 }
 
@@ -88,7 +89,7 @@ absl::Status StageCheckpoints::Read(
         request.job_id(), "\""));
   }
   absl::StatusOr<std::filesystem::path> path =
-      cli::ConfinedPath(state_dir_, request.path(), "path");
+      base::ConfinedPath(state_dir_, request.path(), "path");
   if (!path.ok()) return path.status();
   std::error_code ec;
   std::ifstream in(*path, std::ios::binary | std::ios::ate);
@@ -121,7 +122,7 @@ absl::StatusOr<std::filesystem::path> StageCheckpoints::RestoreFile(
     const std::string& name) const {
   if (absl::Status s = CheckRelativeName(name, "restore_checkpoint"); !s.ok())
     return s;
-  return cli::ConfinedPath(state_dir_, name, "restore_checkpoint");
+  return base::ConfinedPath(state_dir_, name, "restore_checkpoint");
 }
 
 absl::Status StageCheckpoints::RestoreFrom(const std::filesystem::path& file,

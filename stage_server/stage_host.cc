@@ -5,19 +5,19 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "services/cli/event_log.h"
+#include "services/base/event_log.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/memory_estimate.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
 #include "services/engine/training_mode.h"
-#include "services/job/device_name.h"
 #include "services/job/job_spec_validation.h"
 #include "services/link/channel_factory.h"
 #include "services/metrics/process_memory.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_memory.h"
+#include "services/model/device_name.h"
 #include "services/model/network.h"
 #include "services/model/network_summary.h"
 #include "services/version.h"
@@ -136,7 +136,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   }
   // A job that names no device runs where the server was started to run.
   if (!request.device().empty() &&
-      !job::DeviceServes(options_.device, request.device())) {
+      !model::DeviceServes(options_.device, request.device())) {
     return refuse(absl::FailedPreconditionError(absl::StrCat(
         "the job places stage ", request.stage_index(), " on \"",
         request.device(), "\" but this server runs on \"", options_.device,

@@ -4,8 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/event_log.h"
-#include "services/cli/paths.h"
+#include "services/base/event_log.h"
+#include "services/base/paths.h"
 #include "services/link/channel_factory.h"
 #include "services/link/endpoint.h"
 #include "services/link/shared_ring.h"
@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
     return s;
   }
   if (absl::Status s =
-          cli::EnsureWritableDirectory(options.state_dir, "--state-dir");
+          base::EnsureWritableDirectory(options.state_dir, "--state-dir");
       !s.ok()) {
     return s;
   }

@@ -1,8 +1,8 @@
-#include "services/cli/byte_text.h"
+#include "services/base/byte_text.h"
 
 #include "absl/strings/str_format.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 std::string Bytes(int64_t bytes) {
   if (bytes >= (int64_t{1} << 30)) {
@@ -11,4 +11,4 @@ std::string Bytes(int64_t bytes) {
   return absl::StrFormat("%.0f MB", bytes / 1e6);
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string>
 
-namespace petra::cli {
+namespace petra::base {
 
 // Decimal units: GB from 2^30 bytes up, MB below.
 std::string Bytes(int64_t bytes);
 
-}  // namespace petra::cli
+}  // namespace petra::base

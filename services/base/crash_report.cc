@@ -1,4 +1,4 @@
-#include "services/cli/crash_report.h"
+#include "services/base/crash_report.h"
 
 #include <execinfo.h>
 #include <signal.h>
@@ -10,7 +10,7 @@
 
 #include "absl/debugging/symbolize.h"
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 // Only async-signal-safe calls below: write(2), no allocation.
@@ -106,4 +106,4 @@ void InstallCrashReport(const char* argv0) {
   for (const auto& s : kFatalSignals) sigaction(s.number, &action, nullptr);
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

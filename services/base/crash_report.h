@@ -4,10 +4,10 @@
 // it happened. Every main and every test binary installs it.
 #pragma once
 
-namespace petra::cli {
+namespace petra::base {
 
 // Installs the handler for SIGSEGV, SIGABRT, SIGBUS, SIGFPE and SIGILL.
 // Call first thing in main, with argv[0] (for the symboliser).
 void InstallCrashReport(const char* argv0);
 
-}  // namespace petra::cli
+}  // namespace petra::base

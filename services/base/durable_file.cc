@@ -1,4 +1,4 @@
-#include "services/cli/durable_file.h"
+#include "services/base/durable_file.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 std::string Sha256Hex(const std::string& bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -66,4 +66,4 @@ absl::Status WriteFileAtomically(const std::filesystem::path& path,
   return absl::OkStatus();
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

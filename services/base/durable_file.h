@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 // Lowercase hex SHA-256 of `bytes`.
 std::string Sha256Hex(const std::string& bytes);
@@ -16,4 +16,4 @@ std::string Sha256Hex(const std::string& bytes);
 absl::Status WriteFileAtomically(const std::filesystem::path& path,
                                  const std::string& bytes);
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -1,4 +1,4 @@
-#include "services/cli/durable_file.h"
+#include "services/base/durable_file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 // Found by the chaos campaign: a full state disk failed a checkpoint with
@@ -58,4 +58,4 @@ TEST(WriteFileAtomically, ABareFileNameLandsInTheWorkingDirectory) {
 }
 
 }  // namespace
-}  // namespace petra::cli
+}  // namespace petra::base

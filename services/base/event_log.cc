@@ -1,4 +1,4 @@
-#include "services/cli/event_log.h"
+#include "services/base/event_log.h"
 
 #include <glog/logging.h>
 
@@ -6,9 +6,9 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/json_text.h"
+#include "services/base/json_text.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 namespace {
 
@@ -56,4 +56,4 @@ void LogEventAt(const char* file, int line, LogLevel level,
       << EventText(event, fields);
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -13,7 +13,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 enum class LogLevel { kInfo, kWarning, kError };
 
@@ -37,12 +37,13 @@ void LogEventAt(const char* file, int line, LogLevel level,
                 absl::string_view event,
                 std::initializer_list<LogField> fields);
 
-}  // namespace petra::cli
+}  // namespace petra::base
 
-#define PETRA_LOG_EVENT(level, event, ...)                                    \
-  ::petra::cli::LogEventAt(__FILE__, __LINE__, ::petra::cli::LogLevel::level, \
-                           event, {__VA_ARGS__})
+#define PETRA_LOG_EVENT(level, event, ...)                         \
+  ::petra::base::LogEventAt(__FILE__, __LINE__,                    \
+                            ::petra::base::LogLevel::level, event, \
+                            {__VA_ARGS__})
 // The same with the level a value (a LogLevel) chosen at run time.
-#define PETRA_LOG_EVENT_IF(level_value, event, ...)                \
-  ::petra::cli::LogEventAt(__FILE__, __LINE__, level_value, event, \
-                           {__VA_ARGS__})
+#define PETRA_LOG_EVENT_IF(level_value, event, ...)                 \
+  ::petra::base::LogEventAt(__FILE__, __LINE__, level_value, event, \
+                            {__VA_ARGS__})

@@ -1,4 +1,4 @@
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 
 #include <cerrno>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
@@ -227,4 +227,4 @@ int ParseOrExit(FlagSet& flags, int argc, char** argv) {
                             std::vector<std::string>(argv + 1, argv + argc));
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 // The value parsers behind the typed flags, for AddCustom setters that store
 // into something other than a plain variable (a proto field, say). Errors
@@ -99,4 +99,4 @@ int ParseCommandOrExit(FlagSet& flags, const std::string& command,
 // ParseCommandOrExit for a main: the command is argv[0], args argv[1..].
 int ParseOrExit(FlagSet& flags, int argc, char** argv);
 
-}  // namespace petra::cli
+}  // namespace petra::base

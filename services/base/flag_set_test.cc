@@ -1,9 +1,9 @@
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 using ::testing::HasSubstr;
@@ -85,4 +85,4 @@ TEST(FlagSet, HelpListsFlagsWithDefaults) {
 }
 
 }  // namespace
-}  // namespace petra::cli
+}  // namespace petra::base

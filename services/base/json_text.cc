@@ -1,9 +1,9 @@
-#include "services/cli/json_text.h"
+#include "services/base/json_text.h"
 
 #include "absl/strings/str_format.h"
-#include "services/cli/utf8.h"
+#include "services/base/utf8.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
@@ -49,4 +49,4 @@ std::string JsonString(absl::string_view s) {
   return out;
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

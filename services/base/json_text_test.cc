@@ -1,10 +1,10 @@
-#include "services/cli/json_text.h"
+#include "services/base/json_text.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 TEST(JsonString, QuotesAndEscapes) {
@@ -33,4 +33,4 @@ TEST(JsonString, KeepsUtf8AndReplacesInvalidBytes) {
 }
 
 }  // namespace
-}  // namespace petra::cli
+}  // namespace petra::base

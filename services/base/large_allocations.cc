@@ -1,8 +1,8 @@
-#include "services/cli/large_allocations.h"
+#include "services/base/large_allocations.h"
 
 #include <malloc.h>
 
-namespace petra::cli {
+namespace petra::base {
 
 void KeepLargeAllocationsInHeap() {
   // 32 MiB is the largest threshold glibc accepts on 64-bit (HEAP_MAX / 2).
@@ -11,4 +11,4 @@ void KeepLargeAllocationsInHeap() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -2,7 +2,7 @@
 // every few milliseconds (stage servers, petra train, the benchmarks).
 #pragma once
 
-namespace petra::cli {
+namespace petra::base {
 
 // Serves allocations up to 32 MiB from the heap and keeps freed memory
 // instead of returning it to the kernel. glibc's defaults mmap each large
@@ -12,4 +12,4 @@ namespace petra::cli {
 // process's resident size stays at its peak.
 void KeepLargeAllocationsInHeap();
 
-}  // namespace petra::cli
+}  // namespace petra::base

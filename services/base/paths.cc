@@ -1,4 +1,4 @@
-#include "services/cli/paths.h"
+#include "services/base/paths.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 absl::Status EnsureWritableDirectory(const std::string& path,
                                      const std::string& flag) {
@@ -89,4 +89,4 @@ absl::StatusOr<std::filesystem::path> ConfinedPath(const std::string& root,
   return resolved;
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 // Creates `path` (and its parents) when missing and checks it is a writable
 // directory. FAILED_PRECONDITION naming `flag` and the OS error otherwise.
@@ -33,4 +33,4 @@ absl::StatusOr<std::filesystem::path> ConfinedPath(
     const std::string& root, const std::string& relative,
     const std::string& field, AbsolutePath absolute = AbsolutePath::kRefuse);
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -1,4 +1,4 @@
-#include "services/cli/paths.h"
+#include "services/base/paths.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 namespace fs = std::filesystem;
@@ -113,4 +113,4 @@ TEST_F(ConfinedPathTest, AnUnusableRootIsTheServersProblem) {
 }
 
 }  // namespace
-}  // namespace petra::cli
+}  // namespace petra::base

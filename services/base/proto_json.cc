@@ -1,8 +1,8 @@
-#include "services/cli/proto_json.h"
+#include "services/base/proto_json.h"
 
 #include "google/protobuf/util/json_util.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 std::string ProtoToJson(const google::protobuf::Message& message,
                         ProtoJsonOptions options) {
@@ -18,4 +18,4 @@ std::string ProtoToJson(const google::protobuf::Message& message,
   return json;
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -7,7 +7,7 @@
 
 #include "google/protobuf/message.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 struct ProtoJsonOptions {
   bool pretty = true;  // indented, ending in a newline; else one line
@@ -20,4 +20,4 @@ struct ProtoJsonOptions {
 std::string ProtoToJson(const google::protobuf::Message& message,
                         ProtoJsonOptions options = {});
 
-}  // namespace petra::cli
+}  // namespace petra::base

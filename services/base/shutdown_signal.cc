@@ -1,4 +1,4 @@
-#include "services/cli/shutdown_signal.h"
+#include "services/base/shutdown_signal.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 int pipe_fds[2] = {-1, -1};
@@ -50,4 +50,4 @@ void WakeShutdownWaiter() {
   [[maybe_unused]] ssize_t n = write(pipe_fds[1], &byte, 1);
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

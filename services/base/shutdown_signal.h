@@ -4,7 +4,7 @@
 // writes the signal number to a pipe that the waiting thread reads.
 #pragma once
 
-namespace petra::cli {
+namespace petra::base {
 
 // Installs the SIGINT/SIGTERM handlers. Call first thing in main.
 void InstallShutdownHandlers();
@@ -16,4 +16,4 @@ int WaitForShutdownSignal();
 // Wakes WaitForShutdownSignal with 0: the program is ending by itself.
 void WakeShutdownWaiter();
 
-}  // namespace petra::cli
+}  // namespace petra::base

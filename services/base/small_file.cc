@@ -1,4 +1,4 @@
-#include "services/cli/small_file.h"
+#include "services/base/small_file.h"
 
 #include <cerrno>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           int64_t max_bytes,
@@ -43,4 +43,4 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
   return text;
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 // The file's contents. Errors start with `path`: NOT_FOUND, PERMISSION_DENIED,
 // or INVALID_ARGUMENT (read error; larger than `max_bytes`, "too large for
@@ -17,4 +17,4 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           int64_t max_bytes,
                                           const std::string& what);
 
-}  // namespace petra::cli
+}  // namespace petra::base

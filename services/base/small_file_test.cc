@@ -1,4 +1,4 @@
-#include "services/cli/small_file.h"
+#include "services/base/small_file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 using ::testing::HasSubstr;
@@ -44,4 +44,4 @@ TEST(ReadSmallFile, ReadsWholeFilesUpToTheLimitAndNoMore) {
 }
 
 }  // namespace
-}  // namespace petra::cli
+}  // namespace petra::base

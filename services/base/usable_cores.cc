@@ -1,4 +1,4 @@
-#include "services/cli/usable_cores.h"
+#include "services/base/usable_cores.h"
 
 #include <sched.h>
 
@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 std::string FirstLine(const std::string& path) {
@@ -55,4 +55,4 @@ int UsableCores() {
   return std::max(1, cores);
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-namespace petra::cli {
+namespace petra::base {
 
 // At least 1.
 int UsableCores();
@@ -16,4 +16,4 @@ int UsableCores();
 // grants, rounded up; nullopt for no limit or text that is not one.
 std::optional<int> CpuMaxLimit(const std::string& cpu_max);
 
-}  // namespace petra::cli
+}  // namespace petra::base

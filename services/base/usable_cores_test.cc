@@ -1,10 +1,10 @@
-#include "services/cli/usable_cores.h"
+#include "services/base/usable_cores.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
-namespace petra::cli {
+namespace petra::base {
 namespace {
 
 TEST(UsableCores, IsAtLeastOneAndAtMostTheHosts) {
@@ -24,4 +24,4 @@ TEST(UsableCores, ReadsACgroupCpuMaxLine) {
 }
 
 }  // namespace
-}  // namespace petra::cli
+}  // namespace petra::base

@@ -1,8 +1,8 @@
-#include "services/cli/utf8.h"
+#include "services/base/utf8.h"
 
 #include <cstdint>
 
-namespace petra::cli {
+namespace petra::base {
 
 size_t Utf8SequenceLength(absl::string_view s, size_t i) {
   const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
@@ -40,4 +40,4 @@ bool IsUtf8(absl::string_view s) {
   return true;
 }
 
-}  // namespace petra::cli
+}  // namespace petra::base

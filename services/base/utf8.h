@@ -1,14 +1,14 @@
 // UTF-8 well-formedness, for text users give us: proto3 strings must be
 // UTF-8 (job specs are validated with it) and so must JSON text (the
 // hand-written reports replace what is not).
-#ifndef PETRA_SERVICES_CLI_UTF8_H_
-#define PETRA_SERVICES_CLI_UTF8_H_
+#ifndef PETRA_SERVICES_BASE_UTF8_H_
+#define PETRA_SERVICES_BASE_UTF8_H_
 
 #include <cstddef>
 
 #include "absl/strings/string_view.h"
 
-namespace petra::cli {
+namespace petra::base {
 
 // Length of the well-formed UTF-8 sequence starting at s[i] (1 for ASCII),
 // or 0 where none starts: overlong forms, surrogates, code points past
@@ -17,6 +17,6 @@ size_t Utf8SequenceLength(absl::string_view s, size_t i);
 
 bool IsUtf8(absl::string_view s);
 
-}  // namespace petra::cli
+}  // namespace petra::base
 
-#endif  // PETRA_SERVICES_CLI_UTF8_H_
+#endif  // PETRA_SERVICES_BASE_UTF8_H_

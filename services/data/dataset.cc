@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "services/cli/durable_file.h"
-#include "services/cli/paths.h"
-#include "services/cli/usable_cores.h"
+#include "services/base/durable_file.h"
+#include "services/base/paths.h"
+#include "services/base/usable_cores.h"
 #include "services/data/image_folder.h"
 
 namespace petra::data {
@@ -136,7 +136,7 @@ absl::Status CachedNormalisation(ImageSource& source,
                       time.time_since_epoch().count(), "\n");
     }
     cache = std::filesystem::path(cache_dir) /
-            absl::StrCat("normalisation-", cli::Sha256Hex(key).substr(0, 32),
+            absl::StrCat("normalisation-", base::Sha256Hex(key).substr(0, 32),
                          ".txt");
     std::ifstream in(cache);
     std::vector<double> m(chw[0]), s(chw[0]);
@@ -168,7 +168,7 @@ absl::Status CachedNormalisation(ImageSource& source,
     std::filesystem::create_directories(cache.parent_path(), ec);
     // A cache that cannot be written only costs the next load a
     // measurement.
-    (void)cli::WriteFileAtomically(cache, out.str());
+    (void)base::WriteFileAtomically(cache, out.str());
   }
   return absl::OkStatus();
 }
@@ -216,7 +216,7 @@ absl::StatusOr<Splits> LoadImageFolder(const petra::v1::JobSpec& resolved,
                    petra::v1::ImageFolderSpec::CORRUPT_IMAGE_POLICY_SKIP;
   o.workers = load.data_workers > 0
                   ? load.data_workers
-                  : std::min(cli::UsableCores(), kMaxDataWorkers);
+                  : std::min(base::UsableCores(), kMaxDataWorkers);
   o.prefetch_batches =
       load.prefetch_batches > 0 ? load.prefetch_batches : 2 * o.workers;
   Splits s;
@@ -378,8 +378,8 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
   } else {
     // The path comes from a client: it may not leave the data root.
     absl::StatusOr<std::filesystem::path> dir =
-        cli::ConfinedPath(data_root, d.path(), "dataset.path",
-                          cli::AbsolutePath::kAllowInsideRoot);
+        base::ConfinedPath(data_root, d.path(), "dataset.path",
+                           base::AbsolutePath::kAllowInsideRoot);
     if (!dir.ok()) return dir.status();
     if (d.kind() == petra::v1::DATASET_KIND_IMAGE_FOLDER) {
       absl::StatusOr<Splits> folder =
@@ -442,12 +442,38 @@ petra::v1::Preprocessing PreprocessingOf(const petra::v1::JobSpec& resolved,
   return p;
 }
 
+absl::Status FillFromData(petra::v1::JobSpec* spec,
+                          const std::string& data_root) {
+  const petra::v1::DatasetSpec& d = spec->dataset();
+  if (d.kind() != petra::v1::DATASET_KIND_IMAGE_FOLDER ||
+      spec->model().has_num_classes()) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::filesystem::path> dir =
+      base::ConfinedPath(data_root, d.path(), "dataset.path",
+                         base::AbsolutePath::kAllowInsideRoot);
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<std::vector<std::string>> classes =
+      ImageFolderClasses(*dir / "train");
+  if (!classes.ok()) {
+    return absl::Status(
+        classes.status().code(),
+        absl::StrCat("model.num_classes is not set and the image folder's "
+                     "classes cannot be counted: ",
+                     classes.status().message()));
+  }
+  spec->mutable_model()->set_num_classes(
+      static_cast<uint32_t>(classes->size()));
+  return absl::OkStatus();
+}
+
 absl::Status CheckDatasetFolder(const petra::v1::JobSpec& resolved,
                                 const std::string& data_root) {
   const petra::v1::DatasetSpec& d = resolved.dataset();
   if (d.kind() == petra::v1::DATASET_KIND_SYNTHETIC) return absl::OkStatus();
-  absl::StatusOr<std::filesystem::path> dir = cli::ConfinedPath(
-      data_root, d.path(), "dataset.path", cli::AbsolutePath::kAllowInsideRoot);
+  absl::StatusOr<std::filesystem::path> dir =
+      base::ConfinedPath(data_root, d.path(), "dataset.path",
+                         base::AbsolutePath::kAllowInsideRoot);
   if (!dir.ok()) return dir.status();
   std::error_code ec;
   if (!std::filesystem::is_directory(*dir, ec)) {

@@ -55,7 +55,7 @@ Splits MakeSynthetic(const std::vector<int64_t>& chw, int64_t classes,
 // decoded ahead and held (each a micro-batch of C x H x W bytes per image).
 inline constexpr int kMaxDataWorkers = 64;
 struct LoadOptions {
-  // 0: one per core this process may use (cli::UsableCores), at most
+  // 0: one per core this process may use (base::UsableCores), at most
   // kMaxDataWorkers; else in [1, kMaxDataWorkers].
   int data_workers = 0;
   // Where an image folder's measured normalisation is kept, keyed by its
@@ -85,6 +85,13 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
 petra::v1::Preprocessing PreprocessingOf(const petra::v1::JobSpec& resolved,
                                          const Splits& splits,
                                          const std::vector<int64_t>& chw);
+
+// What only the data can say, filled in where the spec leaves it out: an
+// image folder's class count (model.num_classes), from its train/ folder
+// under `data_root`. Called where the data is (the coordinator at
+// submission, `petra train`, `petra profile`), before the job is planned.
+absl::Status FillFromData(petra::v1::JobSpec* spec,
+                          const std::string& data_root);
 
 // What can be checked of a resolved spec's data without reading it, when
 // the job is submitted rather than when it starts: the path stays inside

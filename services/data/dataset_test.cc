@@ -182,5 +182,39 @@ TEST(MakeSynthetic, DeterministicForASeed) {
   EXPECT_EQ(a.train.labels.max().item<int64_t>() < 4, true);
 }
 
+// An image folder's class count comes from its train/ folder when the spec
+// leaves it out, and only then.
+TEST(FillFromData, CountsAnImageFoldersClasses) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / "petra-fill-from-data";
+  std::filesystem::remove_all(root);
+  for (const char* c : {"cat", "dog", "owl", "yak"}) {
+    std::filesystem::create_directories(root / "pets" / "train" / c);
+  }
+  petra::v1::JobSpec spec;
+  spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_IMAGE_FOLDER);
+  spec.mutable_dataset()->set_path("pets");
+  ASSERT_TRUE(FillFromData(&spec, root.string()).ok());
+  EXPECT_EQ(spec.model().num_classes(), 4u);
+  // Given, it stays (a mismatch is the loader's error, naming both).
+  spec.mutable_model()->set_num_classes(7);
+  ASSERT_TRUE(FillFromData(&spec, root.string()).ok());
+  EXPECT_EQ(spec.model().num_classes(), 7u);
+  // No folder: an error that says what could not be counted.
+  spec.mutable_model()->clear_num_classes();
+  spec.mutable_dataset()->set_path("birds");
+  const absl::Status s = FillFromData(&spec, root.string());
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("model.num_classes is not set"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("birds/train"));
+  // Other datasets are left alone.
+  petra::v1::JobSpec mnist;
+  mnist.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_MNIST);
+  ASSERT_TRUE(FillFromData(&mnist, root.string()).ok());
+  EXPECT_FALSE(mnist.model().has_num_classes());
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace petra::data

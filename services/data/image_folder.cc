@@ -6,7 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "services/cli/small_file.h"
+#include "services/base/small_file.h"
 #include "services/data/image_decode.h"
 
 namespace petra::data {
@@ -96,31 +96,40 @@ torch::Tensor RandomResizedCrop(const torch::Tensor& chw, int64_t h, int64_t w,
 
 }  // namespace
 
-absl::StatusOr<ImageFolderIndex> ScanImageFolder(
-    const fs::path& split_dir, const std::vector<std::string>* classes) {
+absl::StatusOr<std::vector<std::string>> ImageFolderClasses(
+    const fs::path& split_dir) {
   std::error_code ec;
   if (!fs::is_directory(split_dir, ec)) {
     return absl::NotFoundError(absl::StrCat(
         "image folder \"", split_dir.string(),
         "\" is not a directory (the layout is ", kImageFolderLayout, ")"));
   }
-  ImageFolderIndex out;
-  std::vector<fs::path> class_dirs;
+  std::vector<std::string> names;
   for (const fs::directory_entry& e : fs::directory_iterator(split_dir, ec)) {
-    if (e.is_directory()) class_dirs.push_back(e.path());
+    if (e.is_directory()) names.push_back(e.path().filename().string());
   }
   if (ec) {
     return absl::NotFoundError(absl::StrCat(
         "cannot list \"", split_dir.string(), "\": ", ec.message()));
   }
-  std::sort(class_dirs.begin(), class_dirs.end());
-  if (class_dirs.empty()) {
+  std::sort(names.begin(), names.end());
+  if (names.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "image folder \"", split_dir.string(),
         "\" has no class directories (<class>/<image> inside it)"));
   }
-  for (const fs::path& dir : class_dirs) {
-    const std::string name = dir.filename().string();
+  return names;
+}
+
+absl::StatusOr<ImageFolderIndex> ScanImageFolder(
+    const fs::path& split_dir, const std::vector<std::string>* classes) {
+  absl::StatusOr<std::vector<std::string>> names =
+      ImageFolderClasses(split_dir);
+  if (!names.ok()) return names.status();
+  ImageFolderIndex out;
+  std::error_code ec;
+  for (const std::string& name : *names) {
+    const fs::path dir = split_dir / name;
     int64_t label = static_cast<int64_t>(out.classes.size());
     if (classes != nullptr) {
       auto it = std::find(classes->begin(), classes->end(), name);
@@ -280,7 +289,7 @@ absl::StatusOr<torch::Tensor> ImageSource::DecodeOne(int64_t row, bool train,
     if (options_.skip_corrupt && IsCorrupt(i)) continue;
     const fs::path& file = index_.files[i];
     absl::StatusOr<std::string> bytes =
-        cli::ReadSmallFile(file.string(), kMaxImageFileBytes, "an image");
+        base::ReadSmallFile(file.string(), kMaxImageFileBytes, "an image");
     absl::StatusOr<DecodedImage> img =
         bytes.ok() ? DecodeImage(*bytes, static_cast<int>(options_.channels),
                                  file.string())

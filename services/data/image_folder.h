@@ -40,6 +40,12 @@ absl::StatusOr<ImageFolderIndex> ScanImageFolder(
     const std::filesystem::path& split_dir,
     const std::vector<std::string>* classes = nullptr);
 
+// The classes of a split: its subdirectories' names, sorted (a class's
+// label is its index). NOT_FOUND naming the folder when it is missing;
+// INVALID_ARGUMENT when it has no subdirectory.
+absl::StatusOr<std::vector<std::string>> ImageFolderClasses(
+    const std::filesystem::path& split_dir);
+
 // An image folder's layout, as errors about it spell it.
 inline constexpr char kImageFolderLayout[] =
     "<dir>/{train,test}/<class>/<image>";

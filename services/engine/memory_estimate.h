@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "petra/v1/job.pb.h"
-#include "services/cli/byte_text.h"
+#include "services/base/byte_text.h"
 #include "services/model/network_summary.h"
 #include "services/model/partition.h"
 
@@ -53,6 +53,6 @@ std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
                        const petra::v1::JobSpec& resolved);
 
 // "1.5 GB", "312 MB".
-using cli::Bytes;
+using base::Bytes;
 
 }  // namespace petra::engine

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/engine/stage_boundary.h"
+#include "services/engine/stage_worker_computing.h"
 #include "services/engine/torch_guard.h"
 #include "services/engine/training_mode.h"
 #include "services/engine/weight_prediction.h"
@@ -94,22 +95,6 @@ TensorPair StageWorker::Depart(TensorPair t) const {
   return Departing(std::move(t), config_.bf16_wire);
 }
 
-template <typename F>
-auto StageWorker::Computing(absl::string_view what, F&& f) -> decltype(f()) {
-  const size_t before = finite_.pending();
-  auto result = Guard(config_.index, what, [&]() -> decltype(f()) {
-    model::ScopedAutocast cast(config_.device.type(), bf16_);
-    return f();
-  });
-  // The checks queued by earlier calls are read once this call's kernels
-  // are queued (one micro-batch behind); what they found comes first, as
-  // the likelier cause of anything this call ran into.
-  const size_t mine =
-      finite_.pending() > before ? finite_.pending() - before : 0;
-  if (absl::Status older = SettleChecks(mine); !older.ok()) return older;
-  return result;
-}
-
 absl::Status StageWorker::SettleChecks(size_t keep) {
   return Guard(config_.index, "non-finite check",
                [&]() -> absl::Status { return finite_.Settle(keep); });
@@ -170,92 +155,6 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
   });
   if (result.ok()) *result = Depart(*result);
   return result;
-}
-
-absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
-    uint64_t id, const TensorPair& input,
-    const std::vector<TensorPair>& received_tangents,
-    const torch::Tensor& received_labels, int64_t tick) {
-  return Computing("forward", [&]() -> absl::StatusOr<TangentForward> {
-    if (fg_ == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stage ", config_.index,
-          " takes no tangents: it is the last stage, or the job's mode "
-          "is not forward_gradient"));
-    }
-    const TensorPair x = Arrive(input);
-    if (records_.count(id) != 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
-                       config_.index, " and not yet updated"));
-    }
-    std::vector<TensorPair> tangents;
-    for (const TensorPair& t : received_tangents) tangents.push_back(Arrive(t));
-    if (absl::Status s = fg_->CheckArrived(id, x, tangents, received_labels);
-        !s.ok()) {
-      return s;
-    }
-    ForwardRecord r;
-    r.tick = tick;
-    r.step = optimizer_.steps();
-    if (absl::Status s =
-            finite_.Check(x, id, "the input activation", &r.skipped);
-        !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<TangentForward> forward =
-        fg_->Forward(blocks_, x, tangents, received_labels, id, r.step);
-    if (!forward.ok()) return forward.status();
-    TangentForward& out = *forward;
-    if (absl::Status s =
-            finite_.Check(out.output, id, "the output activation", &r.skipped);
-        !s.ok()) {
-      return s;
-    }
-    r.guess = out.guess;
-    r.samples = x.a.size(0);
-    // Kept apart from the memory accounting.
-    if (probe_.SamplesId(id)) probe_.Keep(x, blocks_, r);
-    ledger_.Keep(0, TensorBytes(r.guess));
-    records_.emplace(id, std::move(r));
-    ++forwards_;
-    UpdatePeak();
-    return std::move(out);
-  });
-}
-
-absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
-    uint64_t id, const std::vector<double>& directional,
-    const TensorPair& output_grad, int64_t tick) {
-  return Computing("update", [&]() -> absl::StatusOr<BackwardOutput> {
-    if (fg_ == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stage ", config_.index, " takes no directional derivatives"));
-    }
-    for (double d : directional) {
-      if (!std::isfinite(d)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the directional derivative of micro-batch ", id, " is ", d,
-            " (training diverged; lower the learning rate)"));
-      }
-    }
-    absl::StatusOr<ForwardRecord> r = TakeRecord(id);
-    if (!r.ok()) return r.status();
-    absl::StatusOr<std::vector<torch::Tensor>> estimate =
-        fg_->Estimate(r->guess, directional);
-    if (!estimate.ok()) return estimate.status();
-    optimizer_.Add(blocks_.parameters(), *estimate);
-    BackwardOutput out;
-    out.samples = r->samples;
-    if (!r->diagnostic_weights.empty() && output_grad.a.defined()) {
-      out.input_grad = probe_.CompareEstimate(
-          *r, Arrive(output_grad), *estimate, optimizer_.steps(),
-          /*with_input=*/config_.index > 0, blocks_);
-    }
-    Measure(*r, tick, out);
-    FinishBackward();
-    return out;
-  });
 }
 
 absl::StatusOr<ForwardRecord> StageWorker::TakeRecord(uint64_t id) {
@@ -460,71 +359,6 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     result->backward.input_grad = Depart(result->backward.input_grad);
   }
   return result;
-}
-
-absl::StatusOr<TensorPair> StageWorker::CheckForward(int64_t i,
-                                                     const TensorPair& x) {
-  return Computing("gradient check", [&]() -> absl::StatusOr<TensorPair> {
-    return check_.Forward(i, Arrive(x), blocks_);
-  });
-}
-
-absl::StatusOr<LossOutput> StageWorker::CheckLoss(int64_t i,
-                                                  const TensorPair& x,
-                                                  const torch::Tensor& labels) {
-  return Computing("gradient check", [&]() -> absl::StatusOr<LossOutput> {
-    const TensorPair in = Arrive(x);
-    absl::StatusOr<EndToEndCheck::LossStep> step =
-        check_.Loss(i, in, model::ToDevice(labels, config_.device), blocks_,
-                    config_.index == 0);
-    if (!step.ok()) return step.status();
-    LossOutput out;
-    out.loss = step->loss;
-    out.correct = step->correct;
-    out.samples = labels.size(0);
-    out.backward.input = in.detach();
-    out.backward.input_grad = std::move(step->input_grad);
-    return out;
-  });
-}
-
-absl::StatusOr<BackwardOutput> StageWorker::CheckBackward(
-    int64_t i, const TensorPair& output_grad) {
-  return Computing("gradient check", [&]() -> absl::StatusOr<BackwardOutput> {
-    auto r =
-        check_.Backward(i, Arrive(output_grad), blocks_, config_.index == 0);
-    if (!r.ok()) return r.status();
-    BackwardOutput out;
-    out.input = std::move(r->first);
-    out.input_grad = std::move(r->second);
-    return out;
-  });
-}
-
-absl::StatusOr<TensorPair> StageWorker::Evaluate(const TensorPair& x) {
-  return Computing("evaluate", [&]() -> absl::StatusOr<TensorPair> {
-    torch::NoGradGuard no_grad;
-    ScopedBnMode mode(BnMode::kRunningStats);
-    return blocks_.Forward(Arrive(x));
-  });
-}
-
-absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(
-    const TensorPair& x, const torch::Tensor& received_labels) {
-  absl::StatusOr<TensorPair> y = Evaluate(x);
-  if (!y.ok()) return y.status();
-  return Computing("evaluate", [&]() -> absl::StatusOr<LossOutput> {
-    const torch::Tensor labels =
-        model::ToDevice(received_labels, config_.device);
-    if (absl::Status s = model::CheckLabels(labels, y->a.size(0)); !s.ok()) {
-      return s;
-    }
-    LossOutput out;
-    out.loss = model::CrossEntropy(y->a, labels).item<double>();
-    out.correct = model::CorrectCount(y->a, labels);
-    out.samples = labels.size(0);
-    return out;
-  });
 }
 
 BackwardOutput StageWorker::SkippedBackward(const ForwardRecord& r,

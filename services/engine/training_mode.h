@@ -22,7 +22,7 @@ struct ModePlan {
   // Delayed mode's buffers: every stage keeps its inputs, its weights.
   bool stash_inputs = false;
   bool stash_weights = false;
-  // With stash_weights: rebuild with the current weights (Table 4 row 3).
+  // With stash_weights: rebuild with the current weights (Table 4 row 4).
   bool rebuild_with_current = false;
   // A stage keeps the tangent directions of its micro-batches in flight,
   // which the memory accounts count as its weight stash.

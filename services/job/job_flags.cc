@@ -32,16 +32,16 @@ Setter Parsed(Parse parse, std::function<void(T)> set) {
 }
 
 Setter Uint32(std::function<void(uint32_t)> set) {
-  return Parsed<uint32_t>(cli::ParseUnsignedValue<uint32_t>, std::move(set));
+  return Parsed<uint32_t>(base::ParseUnsignedValue<uint32_t>, std::move(set));
 }
 Setter Uint64(std::function<void(uint64_t)> set) {
-  return Parsed<uint64_t>(cli::ParseUnsignedValue<uint64_t>, std::move(set));
+  return Parsed<uint64_t>(base::ParseUnsignedValue<uint64_t>, std::move(set));
 }
 Setter Double(std::function<void(double)> set) {
-  return Parsed<double>(cli::ParseDoubleValue, std::move(set));
+  return Parsed<double>(base::ParseDoubleValue, std::move(set));
 }
 Setter Bool(std::function<void(bool)> set) {
-  return Parsed<bool>(cli::ParseBoolValue, std::move(set));
+  return Parsed<bool>(base::ParseBoolValue, std::move(set));
 }
 
 Setter Enum(const EnumDescriptor* type, std::function<void(int)> set) {
@@ -77,7 +77,7 @@ std::string ShownStages(const petra::v1::PartitionSpec& p) {
 
 }  // namespace
 
-void AddTransformerFlags(cli::FlagSet& f,
+void AddTransformerFlags(base::FlagSet& f,
                          std::function<petra::v1::TransformerSpec*()> target) {
   auto t = std::move(target);
   using D = model::TransformerDefaults;  // the defaults the help shows
@@ -113,7 +113,7 @@ void AddTransformerFlags(cli::FlagSet& f,
               }));
 }
 
-void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s,
+void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                  const petra::v1::JobSpec& base) {
   // What a job gets for each flag left out: the base, then the defaults.
   petra::v1::JobSpec d = base;
@@ -156,7 +156,9 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s,
               "channel width multiplier, in (0, 8]",
               Double([s](double v) { s->mutable_model()->set_width(v); }));
   f.AddCustom(
-      "num-classes", "N", "the variant's", "output classes",
+      "num-classes", "N",
+      "the variant's; an image folder's: the classes in its train/ folder",
+      "output classes",
       Uint32([s](uint32_t v) { s->mutable_model()->set_num_classes(v); }));
   AddTransformerFlags(
       f, [s] { return s->mutable_model()->mutable_transformer(); });
@@ -216,7 +218,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s,
                 petra::v1::StageSplits splits;
                 for (absl::string_view part : absl::StrSplit(v, ',')) {
                   absl::StatusOr<uint32_t> n =
-                      cli::ParseUnsignedValue<uint32_t>(std::string(part));
+                      base::ParseUnsignedValue<uint32_t>(std::string(part));
                   if (!n.ok()) return n.status();
                   splits.add_split_at(*n);
                 }
@@ -438,7 +440,7 @@ void AddJobFlags(cli::FlagSet& f, petra::v1::JobSpec* s,
              absl::StrSplit(v, ',', absl::SkipEmpty())) {
           uint32_t e;
           if (!absl::SimpleAtoi(part, &e))
-            return cli::BadValue(v, "comma-separated epochs");
+            return base::BadValue(v, "comma-separated epochs");
           s->mutable_schedule()->add_step_epochs(e);
         }
         return absl::OkStatus();

@@ -8,13 +8,13 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 
 namespace petra::job {
 
 // --embed-dim, --depth, --heads, --mlp-ratio, --patch-size: the sizes of a
 // revvit or vit, written to what `target` returns (model.transformer).
-void AddTransformerFlags(cli::FlagSet& f,
+void AddTransformerFlags(base::FlagSet& f,
                          std::function<petra::v1::TransformerSpec*()> target);
 
 // Binds the job flags to fields of *spec. A flag sets its field only when
@@ -23,7 +23,7 @@ void AddTransformerFlags(cli::FlagSet& f,
 // alone): --help shows, as each flag's default, the value the job gets when
 // the flag is left out, read from `base` with ApplyJobSpecDefaults
 // (job_spec_defaults.h), so help and job cannot disagree.
-void AddJobFlags(cli::FlagSet& flags, petra::v1::JobSpec* spec,
+void AddJobFlags(base::FlagSet& flags, petra::v1::JobSpec* spec,
                  const petra::v1::JobSpec& base = petra::v1::JobSpec());
 
 // Overlays the fields set in `overrides` on `base` (repeated fields given in

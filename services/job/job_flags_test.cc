@@ -16,14 +16,14 @@ using ::testing::HasSubstr;
 
 absl::Status ParseInto(const std::vector<std::string>& args,
                        petra::v1::JobSpec* spec) {
-  cli::FlagSet flags("test", "test");
+  base::FlagSet flags("test", "test");
   AddJobFlags(flags, spec);
   return flags.Parse(args);
 }
 
 // The help states each variant's patch default as ResolveJobSpec applies it.
 TEST(JobFlags, HelpShowsThePatchSizeEachVariantGets) {
-  cli::FlagSet flags("test", "test");
+  base::FlagSet flags("test", "test");
   petra::v1::JobSpec spec;
   AddJobFlags(flags, &spec);
   EXPECT_THAT(
@@ -48,7 +48,7 @@ TEST(JobFlags, HelpShowsTheBaseJobsValuesAsDefaults) {
   base.mutable_training()->set_epochs(3);
   base.mutable_training()->set_micro_batch_size(16);
   base.set_seed(1);
-  cli::FlagSet flags("test", "test");
+  base::FlagSet flags("test", "test");
   petra::v1::JobSpec spec;
   AddJobFlags(flags, &spec, base);
   const std::string help = flags.Help();
@@ -72,7 +72,7 @@ TEST(JobFlags, HelpShowsTheBaseJobsValuesAsDefaults) {
   // With no base: the defaults every spec gets (job_spec_defaults.cc).
   petra::v1::JobSpec defaults;
   ApplyJobSpecDefaults(&defaults);
-  cli::FlagSet plain("test", "test");
+  base::FlagSet plain("test", "test");
   AddJobFlags(plain, &spec);
   const std::string plain_help = plain.Help();
   EXPECT_THAT(plain_help,

@@ -92,7 +92,10 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
       t->set_stem(petra::v1::TransformerSpec::STEM_CONV);
     }
   }
-  if (!model->has_num_classes()) {
+  // An image folder's class count is its train/ folder's, read where the
+  // data is (data::FillFromData), not guessed here.
+  if (!model->has_num_classes() &&
+      kind != petra::v1::DATASET_KIND_IMAGE_FOLDER) {
     model->set_num_classes(
         model->variant() == petra::v1::VARIANT_IMAGENET ? 1000 : 10);
   }

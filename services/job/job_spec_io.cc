@@ -11,8 +11,8 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
-#include "services/cli/proto_json.h"
-#include "services/cli/small_file.h"
+#include "services/base/proto_json.h"
+#include "services/base/small_file.h"
 #include "services/job/json_enum_names.h"
 #include "services/job/yaml_to_json.h"
 
@@ -86,7 +86,7 @@ absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
 
 absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
   absl::StatusOr<std::string> text =
-      cli::ReadSmallFile(path, kMaxSpecFileBytes, "a job spec");
+      base::ReadSmallFile(path, kMaxSpecFileBytes, "a job spec");
   if (!text.ok()) return text.status();
   SpecFormat format = SpecFormat::kJson;
   if (absl::EndsWith(path, ".txtpb") || absl::EndsWith(path, ".textproto") ||
@@ -104,7 +104,7 @@ absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path) {
 }
 
 std::string JobSpecToJson(const petra::v1::JobSpec& spec) {
-  return cli::ProtoToJson(spec);
+  return base::ProtoToJson(spec);
 }
 
 }  // namespace petra::job

@@ -22,6 +22,22 @@ JobSpec MinimalSpec() {
   return s;
 }
 
+// An image folder's class count is left for the data to say
+// (data::FillFromData): no default of 10 for a folder of 3 classes.
+TEST(ResolveJobSpec, AnImageFoldersClassCountIsLeftToItsFolder) {
+  JobSpec s = MinimalSpec();
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_IMAGE_FOLDER);
+  s.mutable_dataset()->set_path("imgs");
+  absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->model().has_num_classes());
+  s.mutable_model()->set_num_classes(1);  // given: validated as given
+  r = ResolveJobSpec(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("model.num_classes = 1"));
+}
+
 TEST(ResolveJobSpec, MinimalSpecGetsTheDocumentedDefaults) {
   absl::StatusOr<JobSpec> r = ResolveJobSpec(MinimalSpec());
   ASSERT_TRUE(r.ok()) << r.status();

@@ -6,7 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "services/cli/json_text.h"
+#include "services/base/json_text.h"
 #include "yaml-cpp/yaml.h"
 
 namespace petra::job {
@@ -54,7 +54,7 @@ std::string PlainScalar(const std::string& s) {
     return s[0] == '-' ? "\"-Infinity\"" : "\"Infinity\"";
   }
   if (std::regex_match(s, kNan)) return "\"NaN\"";
-  return cli::JsonString(s);
+  return base::JsonString(s);
 }
 
 // A spec nests a few levels; deeper is hostile (the walk recurses).
@@ -73,7 +73,7 @@ absl::Status AppendJson(const YAML::Node& node, int depth, std::string* out) {
     case YAML::NodeType::Scalar:
       // "?" is a plain scalar's tag; a quoted one's is "!".
       absl::StrAppend(out, node.Tag() == "?" ? PlainScalar(node.Scalar())
-                                             : cli::JsonString(node.Scalar()));
+                                             : base::JsonString(node.Scalar()));
       return absl::OkStatus();
     case YAML::NodeType::Sequence: {
       absl::StrAppend(out, "[");
@@ -96,7 +96,7 @@ absl::Status AppendJson(const YAML::Node& node, int depth, std::string* out) {
         }
         if (!first) absl::StrAppend(out, ",");
         first = false;
-        absl::StrAppend(out, cli::JsonString(entry.first.Scalar()), ":");
+        absl::StrAppend(out, base::JsonString(entry.first.Scalar()), ":");
         if (absl::Status s = AppendJson(entry.second, depth + 1, out); !s.ok())
           return s;
       }

@@ -2,8 +2,8 @@
 // machine has carries micro-batches through EncodeForward/EncodeBackward and
 // the assemblers, in order, bit for bit, large and empty, reusing its slots,
 // and stops cleanly when cancelled. Messages cross as serialized bytes, as
-// on a stream. (The stream level, credits and a killed peer, is
-// tests/integration/transport_test.cc.)
+// on a stream. (The stream level is in
+// tests/integration/bad_input_test.cc: credits, floods, a vanished peer.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,8 +1,8 @@
-#include "services/job/device_name.h"
+#include "services/model/device_name.h"
 
 #include <gtest/gtest.h>
 
-namespace petra::job {
+namespace petra::model {
 namespace {
 
 TEST(DeviceName, ParsesKnownForms) {
@@ -39,4 +39,4 @@ TEST(DeviceName, AServerServesItsKindAndOrdinal) {
 }
 
 }  // namespace
-}  // namespace petra::job
+}  // namespace petra::model

@@ -77,6 +77,13 @@ absl::StatusOr<NetworkBlueprint> DescribeNetwork(
     const petra::v1::ModelSpec& model) {
   absl::StatusOr<ArchitectureInfo> info = GetArchitectureInfo(model);
   if (!info.ok()) return info.status();
+  if (!model.has_num_classes()) {
+    // An image folder's job before its folder was counted (FillFromData).
+    return absl::InvalidArgumentError(
+        "model.num_classes is not set: an image folder's class count is read "
+        "from its train/ folder where the data is (`petra train`, the "
+        "coordinator); here, give --num-classes");
+  }
   if (!(model.width() > 0) || model.num_classes() < 2) {
     return absl::InvalidArgumentError(
         "model: width and num_classes must be resolved before building");

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "services/cli/byte_text.h"
+#include "services/base/byte_text.h"
 
 namespace petra::sim {
 namespace {
@@ -45,15 +45,17 @@ class Search {
   int blocks() const { return blocks_; }
   int stages() const { return stages_; }
 
-  double Cost(int begin, int end) const { return prefix_[end] - prefix_[begin]; }
+  double Cost(int begin, int end) const {
+    return prefix_[end] - prefix_[begin];
+  }
 
   int64_t Bytes(int stage, int begin, int end) const {
     if (memo_.empty()) return p_.stage_bytes({begin, end}, stage, stages_);
     int64_t& m =
         memo_[(static_cast<int64_t>(stage) * blocks_ + begin) * (blocks_ + 1) +
               end];
-    if (m < 0) m = std::max<int64_t>(0, p_.stage_bytes({begin, end}, stage,
-                                                       stages_));
+    if (m < 0)
+      m = std::max<int64_t>(0, p_.stage_bytes({begin, end}, stage, stages_));
     return m;
   }
 
@@ -70,8 +72,8 @@ class Search {
   // (the backward carries twice the activation), in cost units.
   double Link(int begin, int from, int to) const {
     if (p_.seconds_per_cost <= 0) return 0;
-    const double bandwidth = SameHost(from, to) ? p_.same_host_bandwidth
-                                                : p_.cross_host_bandwidth;
+    const double bandwidth =
+        SameHost(from, to) ? p_.same_host_bandwidth : p_.cross_host_bandwidth;
     return 2.0 * static_cast<double>(p_.cut_bytes[begin - 1]) / bandwidth /
            p_.seconds_per_cost;
   }
@@ -101,7 +103,8 @@ class Search {
   double BestCut(const std::vector<int>& order, bool ignore_memory,
                  std::vector<model::BlockRange>* ranges) const {
     const int n = blocks_, J = stages_;
-    std::vector<std::vector<double>> best(J + 1, std::vector<double>(n + 1, kInf));
+    std::vector<std::vector<double>> best(J + 1,
+                                          std::vector<double>(n + 1, kInf));
     std::vector<std::vector<int>> from(J + 1, std::vector<int>(n + 1, -1));
     best[0][0] = 0;
     for (int j = 0; j < J; ++j) {
@@ -165,9 +168,9 @@ absl::Status Validate(const PlacementProblem& p) {
                      " blocks: must be in [1, ", blocks, "]"));
   }
   if (static_cast<int>(p.servers.size()) < p.stages) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the job needs ", p.stages, " stage servers but only ",
-        p.servers.size(), " are free"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job needs ", p.stages, " stage servers but only ",
+                     p.servers.size(), " are free"));
   }
   if (!(p.seconds_per_cost >= 0) || !std::isfinite(p.seconds_per_cost) ||
       !(p.same_host_bandwidth > 0) || !(p.cross_host_bandwidth > 0)) {
@@ -275,8 +278,9 @@ std::vector<std::vector<int>> CandidateOrders(const PlacementProblem& p) {
 }
 
 std::string Blocks(const model::BlockRange& r) {
-  return r.end - r.begin == 1 ? absl::StrCat("block ", r.begin)
-                              : absl::StrCat("blocks ", r.begin, "-", r.end - 1);
+  return r.end - r.begin == 1
+             ? absl::StrCat("block ", r.begin)
+             : absl::StrCat("blocks ", r.begin, "-", r.end - 1);
 }
 
 // Why nothing fits, said for the cut balanced by cost alone (or the given
@@ -298,32 +302,32 @@ absl::Status NothingFits(const PlacementProblem& p, const Search& search) {
     if (need[j] > need[worst]) worst = j;
   }
   const PlacementServer& largest = p.servers[order[0]];
-  const std::string what =
-      p.fixed_ranges.empty() ? "with the blocks balanced by cost, "
-                             : "with the job's partition, ";
+  const std::string what = p.fixed_ranges.empty()
+                               ? "with the blocks balanced by cost, "
+                               : "with the job's partition, ";
   const std::string advice =
       "lower --micro-batch, use more stages (--stages), or add servers with "
       "more memory";
   if (need[worst] > Capacity(largest)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the job fits no placement on these servers: ", what, "stage ", worst,
-        " (", Blocks(ranges[worst]), ") needs about ", cli::Bytes(need[worst]),
+        " (", Blocks(ranges[worst]), ") needs about ", base::Bytes(need[worst]),
         p.stage_detail
             ? " (" + p.stage_detail(ranges[worst], worst, p.stages) + ")"
             : std::string(),
         " but the largest server, ", largest.name, ", has ",
-        cli::Bytes(largest.memory_bytes),
+        base::Bytes(largest.memory_bytes),
         largest.memory_source.empty() ? "" : " (" + largest.memory_source + ")",
         "; ", advice));
   }
   std::vector<std::string> needs, haves;
   for (int j = 0; j < p.stages; ++j) {
     needs.push_back(absl::StrCat("stage ", j, " (", Blocks(ranges[j]), ") ",
-                                 cli::Bytes(need[j])));
+                                 base::Bytes(need[j])));
   }
   for (int i : order) {
     haves.push_back(p.servers[i].memory_bytes > 0
-                        ? cli::Bytes(p.servers[i].memory_bytes)
+                        ? base::Bytes(p.servers[i].memory_bytes)
                         : std::string("unknown"));
   }
   return absl::ResourceExhaustedError(absl::StrCat(

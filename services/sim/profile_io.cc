@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
-#include "services/cli/proto_json.h"
-#include "services/cli/small_file.h"
+#include "services/base/proto_json.h"
+#include "services/base/small_file.h"
 
 namespace petra::sim {
 namespace {
@@ -44,7 +44,7 @@ absl::StatusOr<petra::v1::Profile> ParseProfileJson(const std::string& text) {
 
 absl::StatusOr<petra::v1::Profile> ReadProfileFile(const std::string& path) {
   absl::StatusOr<std::string> text =
-      cli::ReadSmallFile(path, kMaxProfileFileBytes, "a profile");
+      base::ReadSmallFile(path, kMaxProfileFileBytes, "a profile");
   if (!text.ok()) return text.status();
   absl::StatusOr<petra::v1::Profile> profile = ParseProfileJson(*text);
   if (!profile.ok()) {
@@ -55,9 +55,9 @@ absl::StatusOr<petra::v1::Profile> ReadProfileFile(const std::string& path) {
 }
 
 std::string ProfileToJson(const petra::v1::Profile& profile) {
-  cli::ProtoJsonOptions options;
+  base::ProtoJsonOptions options;
   options.all_fields = true;
-  return cli::ProtoToJson(profile, options);
+  return base::ProtoToJson(profile, options);
 }
 
 absl::Status ValidateProfile(const petra::v1::Profile& p) {

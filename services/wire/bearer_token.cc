@@ -9,7 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "services/cli/small_file.h"
+#include "services/base/small_file.h"
 
 namespace petra::wire {
 namespace {
@@ -75,7 +75,7 @@ absl::StatusOr<std::string> LoadBearerToken(const std::string& path,
                                             const std::string& flag) {
   if (path.empty()) return std::string();
   absl::StatusOr<std::string> text =
-      cli::ReadSmallFile(path, kMaxTokenFileBytes, "a token");
+      base::ReadSmallFile(path, kMaxTokenFileBytes, "a token");
   if (!text.ok()) {
     return absl::Status(
         text.status().code(),

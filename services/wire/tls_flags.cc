@@ -4,7 +4,7 @@
 
 namespace petra::wire {
 
-void AddClientTlsFlags(cli::FlagSet& flags, TlsOptions* tls) {
+void AddClientTlsFlags(base::FlagSet& flags, TlsOptions* tls) {
   flags.AddString("tls-ca", &tls->ca_file,
                   "PEM CA certificates that verify the server: connect with "
                   "TLS (empty, with --tls-cert: the system's roots)");
@@ -14,7 +14,7 @@ void AddClientTlsFlags(cli::FlagSet& flags, TlsOptions* tls) {
   flags.AddString("tls-key", &tls->key_file, "PEM private key of --tls-cert");
 }
 
-void AddServerTlsFlags(cli::FlagSet& flags, TlsOptions* tls,
+void AddServerTlsFlags(base::FlagSet& flags, TlsOptions* tls,
                        const std::string& peers) {
   flags.AddString("tls-cert", &tls->cert_file,
                   absl::StrCat("PEM certificate: serve TLS (with --tls-key), "

@@ -5,16 +5,16 @@
 
 #include <string>
 
-#include "services/cli/flag_set.h"
+#include "services/base/flag_set.h"
 #include "services/wire/transport_security.h"
 
 namespace petra::wire {
 
-void AddClientTlsFlags(cli::FlagSet& flags, TlsOptions* tls);
+void AddClientTlsFlags(base::FlagSet& flags, TlsOptions* tls);
 
 // `peers` names whom the server also connects to, with the same files
 // ("the stage servers", "the neighbour stages").
-void AddServerTlsFlags(cli::FlagSet& flags, TlsOptions* tls,
+void AddServerTlsFlags(base::FlagSet& flags, TlsOptions* tls,
                        const std::string& peers);
 
 }  // namespace petra::wire

@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "services/cli/small_file.h"
+#include "services/base/small_file.h"
 
 namespace petra::wire {
 namespace {
@@ -69,7 +69,7 @@ std::string TimeText(const ASN1_TIME* time) {
 absl::StatusOr<std::string> ReadPem(const std::string& path,
                                     const std::string& flag) {
   absl::StatusOr<std::string> text =
-      cli::ReadSmallFile(path, kMaxPemBytes, "a PEM file");
+      base::ReadSmallFile(path, kMaxPemBytes, "a PEM file");
   if (!text.ok()) {
     return absl::Status(
         text.status().code(),

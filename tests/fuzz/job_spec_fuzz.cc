@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <string>
 
-#include "services/cli/paths.h"
-#include "services/job/device_name.h"
+#include "services/base/paths.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/device_name.h"
 
 namespace petra::fuzz {
 namespace {
@@ -30,7 +30,7 @@ void CheckResolved(const petra::v1::JobSpec& resolved) {
   const int stages = job::StageCount(resolved);
   Expect(stages >= 1);
   for (int j = 0; j < stages; ++j) {
-    Expect(job::ParseDeviceName(job::DeviceForStage(resolved, j), "d").ok());
+    Expect(model::ParseDeviceName(job::DeviceForStage(resolved, j), "d").ok());
   }
   // The job record is JSON and must read back as the same spec.
   absl::StatusOr<petra::v1::JobSpec> back =
@@ -39,8 +39,8 @@ void CheckResolved(const petra::v1::JobSpec& resolved) {
   // The coordinator confines the dataset path to its --data-root.
   const std::string root = "/nonexistent-petra-fuzz-root";
   absl::StatusOr<std::filesystem::path> data =
-      cli::ConfinedPath(root, resolved.dataset().path(), "dataset.path",
-                        cli::AbsolutePath::kAllowInsideRoot);
+      base::ConfinedPath(root, resolved.dataset().path(), "dataset.path",
+                         base::AbsolutePath::kAllowInsideRoot);
   if (data.ok()) {
     Expect(data->string() == root || data->string().rfind(root + "/", 0) == 0);
   } else {

@@ -56,7 +56,6 @@ std::vector<std::string> FolderJob(const std::string& root, int epochs,
           "--width",          "0.125",
           "--dataset",        "image_folder",
           "--data-path",      root,
-          "--num-classes",    "3",
           "--micro-batch",    "16",
           "--stages",         "2",
           "--epochs",         std::to_string(epochs),
@@ -93,6 +92,9 @@ TEST_F(ImageFolderFleet, ACorruptFileFailsTheJobNamingItOrIsSkipped) {
   job = WaitForTheEnd(skipping, std::chrono::seconds(120));
   EXPECT_EQ(job.state(), petra::v1::JOB_STATE_SUCCEEDED) << job.DebugString();
   EXPECT_GT(job.progress().test_accuracy(), 0.6);
+  // No --num-classes: the coordinator counted the folder's three classes
+  // (a new user's job got the default 10).
+  EXPECT_EQ(job.spec().model().num_classes(), 3u);
   // Counted once, though it comes up twice: in the pass that measures the
   // normalisation, then in the one epoch (counted 2 before).
   EXPECT_EQ(job.progress().corrupt_images_skipped(), 1u) << job.DebugString();

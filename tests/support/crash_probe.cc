@@ -1,5 +1,5 @@
 // Not a test of its own: tests/CMakeLists.txt runs each case and expects
-// the crash to be reported with its stack (services/cli/crash_report.h).
+// the crash to be reported with its stack (services/base/crash_report.h).
 #include <gtest/gtest.h>
 
 namespace {

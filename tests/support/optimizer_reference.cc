@@ -20,9 +20,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "services/cli/durable_file.h"
-#include "services/cli/flag_set.h"
-#include "services/cli/small_file.h"
+#include "services/base/durable_file.h"
+#include "services/base/flag_set.h"
+#include "services/base/small_file.h"
 #include "services/engine/gradient_accumulator.h"
 #include "services/engine/lr_schedule.h"
 #include "services/engine/state_file.h"
@@ -41,7 +41,7 @@ absl::Status Run(const petra::v1::JobSpec& overrides, const std::string& in,
       job::AssembleJobSpec(base, "", overrides);
   if (!spec.ok()) return spec.status();
   absl::StatusOr<std::string> bytes =
-      cli::ReadSmallFile(in, int64_t{1} << 30, "the optimizer's input");
+      base::ReadSmallFile(in, int64_t{1} << 30, "the optimizer's input");
   if (!bytes.ok()) return bytes.status();
   absl::StatusOr<engine::NamedTensors> input = engine::DecodeStateFile(*bytes);
   if (!input.ok()) return input.status();
@@ -62,7 +62,8 @@ absl::Status Run(const petra::v1::JobSpec& overrides, const std::string& in,
   const int k = static_cast<int>(spec->training().accumulation_steps());
   const int64_t steps = micro_batches / k;
   if (steps == 0) {
-    return absl::InvalidArgumentError("fewer micro-batches than --accumulation");
+    return absl::InvalidArgumentError(
+        "fewer micro-batches than --accumulation");
   }
   engine::LrSchedule schedule(*spec, steps);
   engine::GradientAccumulator optimizer(params, *spec, schedule, 0.0, decays);
@@ -88,7 +89,8 @@ absl::Status Run(const petra::v1::JobSpec& overrides, const std::string& in,
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    if (torch::Tensor c = optimizer.PredictedChange(params[i], 1); c.defined()) {
+    if (torch::Tensor c = optimizer.PredictedChange(params[i], 1);
+        c.defined()) {
       written.emplace_back("predicted." + names[i], c);
     }
     engine::GradientAccumulator::NamedTensorList state;
@@ -97,7 +99,7 @@ absl::Status Run(const petra::v1::JobSpec& overrides, const std::string& in,
   }
   absl::StatusOr<std::string> encoded = engine::EncodeStateFile(written);
   if (!encoded.ok()) return encoded.status();
-  return cli::WriteFileAtomically(out, *encoded);
+  return base::WriteFileAtomically(out, *encoded);
 }
 
 }  // namespace
@@ -106,7 +108,7 @@ absl::Status Run(const petra::v1::JobSpec& overrides, const std::string& in,
 int main(int argc, char** argv) {
   petra::v1::JobSpec overrides;
   std::string in, out;
-  petra::cli::FlagSet flags(
+  petra::base::FlagSet flags(
       "petra_optimizer_reference [job flags] --input IN --output OUT",
       "Feeds the gradients in IN to a stage's optimizer built from the job\n"
       "flags and writes each step's parameters to OUT, for\n"
@@ -115,8 +117,8 @@ int main(int argc, char** argv) {
   flags.AddString("input", &in, "parameters and gradients (torch.save dict)");
   flags.AddString("output", &out, "where to write the steps");
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (int rc = petra::cli::ParseCommandOrExit(flags,
-                                              "petra_optimizer_reference", args);
+  if (int rc = petra::base::ParseCommandOrExit(
+          flags, "petra_optimizer_reference", args);
       rc >= 0) {
     return rc;
   }

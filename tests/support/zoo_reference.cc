@@ -16,8 +16,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "services/cli/durable_file.h"
-#include "services/cli/flag_set.h"
+#include "services/base/durable_file.h"
+#include "services/base/flag_set.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/state_file.h"
 #include "services/job/job_flags.h"
@@ -113,11 +113,11 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
   if (!reference.ok()) return reference.status();
 
   std::filesystem::create_directories(dir);
-  if (absl::Status s = cli::WriteFileAtomically(dir + "/export.pt", *exported);
+  if (absl::Status s = base::WriteFileAtomically(dir + "/export.pt", *exported);
       !s.ok()) {
     return s;
   }
-  return cli::WriteFileAtomically(dir + "/reference.pt", *reference);
+  return base::WriteFileAtomically(dir + "/reference.pt", *reference);
 }
 
 }  // namespace
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   petra::v1::JobSpec overrides;
   int64_t batch = 4;
   std::string dir;
-  petra::cli::FlagSet flags(
+  petra::base::FlagSet flags(
       "petra_zoo_reference [job flags] --output-dir DIR [--batch N]",
       "Writes DIR/export.pt (a network's weights as `petra export` writes\n"
       "them) and DIR/reference.pt (an input batch and its evaluation-mode\n"
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   flags.AddString("output-dir", &dir, "where to write the two files");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (int rc =
-          petra::cli::ParseCommandOrExit(flags, "petra_zoo_reference", args);
+          petra::base::ParseCommandOrExit(flags, "petra_zoo_reference", args);
       rc >= 0) {
     return rc;
   }

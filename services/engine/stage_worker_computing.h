@@ -1,0 +1,29 @@
+// StageWorker::Computing, shared by the files StageWorker's members are
+// split across (stage_worker.cc, stage_worker_eval.cc,
+// stage_worker_forward_gradient.cc). Internal to services/engine.
+#pragma once
+
+#include "services/engine/non_finite.h"
+#include "services/engine/stage_worker.h"
+#include "services/engine/torch_guard.h"
+#include "services/model/precision.h"
+
+namespace petra::engine {
+
+template <typename F>
+auto StageWorker::Computing(absl::string_view what, F&& f) -> decltype(f()) {
+  const size_t before = finite_.pending();
+  auto result = Guard(config_.index, what, [&]() -> decltype(f()) {
+    model::ScopedAutocast cast(config_.device.type(), bf16_);
+    return f();
+  });
+  // The checks queued by earlier calls are read once this call's kernels
+  // are queued (one micro-batch behind); what they found comes first, as
+  // the likelier cause of anything this call ran into.
+  const size_t mine =
+      finite_.pending() > before ? finite_.pending() - before : 0;
+  if (absl::Status older = SettleChecks(mine); !older.ok()) return older;
+  return result;
+}
+
+}  // namespace petra::engine

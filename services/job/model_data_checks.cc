@@ -1,0 +1,245 @@
+// The model, its data, the partition and the devices of a job spec.
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "services/base/utf8.h"
+#include "services/job/enum_names.h"
+#include "services/job/job_spec_defaults.h"
+#include "services/job/spec_checks.h"
+#include "services/model/architecture_catalog.h"
+#include "services/model/device_name.h"
+
+namespace petra::job::spec_checks {
+namespace {
+
+using google::protobuf::EnumDescriptor;
+using google::protobuf::GetEnumDescriptor;
+
+// revvit and vit are sized by model.transformer (resolved: every size set),
+// the CNNs by width alone.
+void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
+                      Problems& p) {
+  if (!model::IsTransformer(m.architecture())) {
+    if (m.has_transformer()) {
+      p.Add("model.transformer", "set",
+            "only revvit and vit have transformer sizes (a CNN's size is "
+            "model.width)");
+    }
+    return;
+  }
+  const petra::v1::TransformerSpec& t = m.transformer();
+  if (m.width() != 1.0) {
+    p.Add("model.width", Num(m.width()),
+          "revvit and vit are sized by model.transformer (--embed-dim, "
+          "--depth, --heads, --mlp-ratio, --patch-size); width must be 1");
+  }
+  if (t.embed_dim() < 1 || t.embed_dim() > kMaxEmbedDim) {
+    p.Add("model.transformer.embed_dim", t.embed_dim(),
+          absl::StrCat("must be in [1, ", kMaxEmbedDim, "]"));
+  }
+  if (t.depth() < 1 || t.depth() > kMaxDepth) {
+    p.Add("model.transformer.depth", t.depth(),
+          absl::StrCat("must be in [1, ", kMaxDepth, "]"));
+  }
+  if (t.heads() < 1 || (t.embed_dim() > 0 && t.embed_dim() % t.heads() != 0)) {
+    p.Add("model.transformer.heads", t.heads(),
+          absl::StrCat("must divide embed_dim (", t.embed_dim(), ")"));
+  }
+  if (!std::isfinite(t.mlp_ratio()) || t.mlp_ratio() <= 0 ||
+      t.mlp_ratio() > kMaxMlpRatio) {
+    p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
+          absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
+  }
+  const bool conv_stem = CheckEnum<petra::v1::TransformerSpec::Stem>(
+                             p, "model.transformer.stem", t.stem(), true) &&
+                         t.stem() == petra::v1::TransformerSpec::STEM_CONV;
+  const int64_t side = model::InputShape(m.variant())[1];
+  if (variant_ok && (t.patch_size() < 1 || side % t.patch_size() != 0)) {
+    p.Add("model.transformer.patch_size", t.patch_size(),
+          absl::StrCat("must divide the input's side (", side, " for variant ",
+                       EnumShortName(m.variant()), ")"));
+  } else if (variant_ok &&
+             (side / t.patch_size()) * (side / t.patch_size()) > kMaxTokens) {
+    // Attention costs tokens^2 per head: beyond this it is memory, not a
+    // model.
+    p.Add("model.transformer.patch_size", t.patch_size(),
+          absl::StrCat("gives ",
+                       (side / t.patch_size()) * (side / t.patch_size()),
+                       " tokens of a ", side, "x", side, " input; at most ",
+                       kMaxTokens, " (a larger patch)"));
+  } else if (variant_ok && conv_stem &&
+             !model::ConvStemFits(side, t.patch_size())) {
+    p.Add("model.transformer.patch_size", t.patch_size(),
+          absl::StrCat("the conv stem's stride-2 convolutions take ", side,
+                       " to ", model::ConvStemSide(side, t.patch_size()),
+                       " tokens a side, not ", side / t.patch_size(),
+                       "; use a power of two or --stem patch"));
+  }
+}
+
+}  // namespace
+
+void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::ModelSpec& m = s.model();
+  CheckEnum<petra::v1::Architecture>(p, "model.architecture", m.architecture(),
+                                     true);
+  bool variant_ok =
+      CheckEnum<petra::v1::Variant>(p, "model.variant", m.variant(), false);
+  if (!std::isfinite(m.width()) || m.width() <= 0 || m.width() > kMaxWidth) {
+    p.Add("model.width", Num(m.width()),
+          absl::StrCat("must be in (0, ", Num(kMaxWidth), "]"));
+  }
+  // Its squeezes halve the resolution three times exactly: 28x28 cannot.
+  if (variant_ok && m.architecture() == petra::v1::ARCHITECTURE_IREVNET18 &&
+      m.variant() == petra::v1::VARIANT_MNIST) {
+    p.Add("model.variant", "mnist",
+          "irevnet18 squeezes 2x2 pixels three times and needs sides "
+          "divisible by 8 (variant cifar or imagenet), not 28x28");
+  }
+  CheckTransformer(m, variant_ok, p);
+  // Unset on an image folder: counted from its train/ folder where the
+  // data is (data::FillFromData).
+  const bool classes_from_folder =
+      !m.has_num_classes() &&
+      s.dataset().kind() == petra::v1::DATASET_KIND_IMAGE_FOLDER;
+  if (!classes_from_folder &&
+      (m.num_classes() < 2 || m.num_classes() > kMaxClasses)) {
+    p.Add("model.num_classes", m.num_classes(),
+          absl::StrCat("must be in [2, ", kMaxClasses, "]"));
+  }
+
+  const petra::v1::DatasetSpec& d = s.dataset();
+  bool kind_ok =
+      CheckEnum<petra::v1::DatasetKind>(p, "dataset.kind", d.kind(), true);
+  const bool folder = d.kind() == petra::v1::DATASET_KIND_IMAGE_FOLDER;
+  if (folder && d.path().empty()) {
+    p.Add("dataset.path", "\"\"",
+          "an image folder needs its directory (train/ and test/ in it)");
+  }
+  if (!folder && d.has_image_folder()) {
+    p.Add("dataset.image_folder", "set", "only for dataset kind image_folder");
+  }
+  if (folder) {
+    const petra::v1::ImageFolderSpec& f = d.image_folder();
+    CheckEnum<petra::v1::ImageFolderSpec::CorruptImagePolicy>(
+        p, "dataset.image_folder.corrupt_images", f.corrupt_images(), true);
+    const int channels = m.variant() == petra::v1::VARIANT_MNIST ? 1 : 3;
+    if (f.mean_size() != f.std_size() ||
+        (f.mean_size() != 0 && f.mean_size() != channels)) {
+      p.Add("dataset.image_folder.mean",
+            absl::StrCat(f.mean_size(), " means, ", f.std_size(), " stds"),
+            absl::StrCat("give both or neither, one per channel (", channels,
+                         ")"));
+    }
+    for (double v : f.std()) {
+      if (!(v > 0) || !std::isfinite(v)) {
+        p.Add("dataset.image_folder.std", v, "must be finite and above 0");
+      }
+    }
+    for (double v : f.mean()) {
+      if (!std::isfinite(v)) {
+        p.Add("dataset.image_folder.mean", v, "must be finite");
+      }
+    }
+  }
+  if (kind_ok && variant_ok && !folder &&
+      d.kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
+    const bool mnist_like = d.kind() == petra::v1::DATASET_KIND_FASHION_MNIST ||
+                            d.kind() == petra::v1::DATASET_KIND_MNIST;
+    const petra::v1::Variant needed =
+        mnist_like ? petra::v1::VARIANT_MNIST : petra::v1::VARIANT_CIFAR;
+    if (m.variant() != needed) {
+      p.Add("model.variant", EnumShortName(m.variant()),
+            absl::StrCat("dataset ", EnumShortName(d.kind()), " needs variant ",
+                         EnumShortName(needed)));
+    }
+    if (m.num_classes() != 10) {
+      p.Add(
+          "model.num_classes", m.num_classes(),
+          absl::StrCat("dataset ", EnumShortName(d.kind()), " has 10 classes"));
+    }
+  }
+  // Paths are resolved under --data-root; they may not climb out of it.
+  for (absl::string_view part : absl::StrSplit(d.path(), '/')) {
+    if (part == "..") {
+      p.Add("dataset.path", absl::StrCat("\"", d.path(), "\""),
+            "may not contain \"..\"");
+      break;
+    }
+  }
+  if (d.synthetic_train_size() == 0) {
+    p.Add("dataset.synthetic_train_size", 0, "must be at least 1");
+  }
+  if (d.synthetic_test_size() == 0) {
+    p.Add("dataset.synthetic_test_size", 0, "must be at least 1");
+  }
+  if (d.augmentation().random_crop_padding() > kMaxCropPadding) {
+    p.Add("dataset.augmentation.random_crop_padding",
+          d.augmentation().random_crop_padding(),
+          absl::StrCat("must be at most ", kMaxCropPadding));
+  }
+}
+
+void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::PartitionSpec& part = s.partition();
+  CheckEnum<petra::v1::PartitionSpec::Cost>(p, "partition.cost", part.cost(),
+                                            false);
+  absl::StatusOr<model::ArchitectureInfo> arch =
+      model::GetArchitectureInfo(s.model());
+  if (part.layout_case() == petra::v1::PartitionSpec::kPerBlock &&
+      !part.per_block()) {
+    p.Add("partition.per_block", "false",
+          "set per_block: true or give stage_count");
+  }
+  if (part.layout_case() == petra::v1::PartitionSpec::kSplits) {
+    const auto& at = part.splits().split_at();
+    for (int i = 0; i < at.size(); ++i) {
+      const uint32_t previous = i == 0 ? 0 : at[i - 1];
+      if (at[i] <= previous ||
+          (arch.ok() &&
+           at[i] >= static_cast<uint32_t>(arch->per_block_stages))) {
+        p.Add(absl::StrCat("partition.splits.split_at[", i, "]"), at[i],
+              absl::StrCat(
+                  "must be greater than ", previous,
+                  arch.ok()
+                      ? absl::StrCat(" and less than ", arch->per_block_stages,
+                                     " (", arch->display_name, "'s blocks)")
+                      : ""));
+      }
+    }
+  }
+  if (part.layout_case() == petra::v1::PartitionSpec::kStageCount) {
+    if (part.stage_count() == 0) {
+      p.Add("partition.stage_count", 0, "must be at least 1");
+    } else if (arch.ok() && part.stage_count() >
+                                static_cast<uint32_t>(arch->per_block_stages)) {
+      p.Add("partition.stage_count", part.stage_count(),
+            absl::StrCat(arch->display_name, " has ", arch->per_block_stages,
+                         " blocks (stem, ", arch->residual_blocks,
+                         " residual blocks, head), so at most ",
+                         arch->per_block_stages, " stages"));
+    }
+  }
+  for (int i = 0; i < s.devices_size(); ++i) {
+    absl::StatusOr<model::DeviceName> dev =
+        model::ParseDeviceName(s.devices(i), absl::StrCat("devices[", i, "]"));
+    if (!dev.ok()) p.AddRaw(std::string(dev.status().message()));
+  }
+  if (arch.ok() && s.devices_size() > 1 && StageCount(s) > 0 &&
+      s.devices_size() != StageCount(s)) {
+    p.Add("devices", absl::StrCat("[", absl::StrJoin(s.devices(), ", "), "]"),
+          absl::StrCat(s.devices_size(), " entries, but the job has ",
+                       StageCount(s), " stages (give none, one, or ",
+                       StageCount(s), ")"));
+  }
+}
+
+}  // namespace petra::job::spec_checks
