@@ -239,7 +239,7 @@ COORDINATOR=127.0.0.1:$PORT
 
 # Every client call keeps its stderr (the client is sanitized too).
 CLIENT_CALLS=0
-petra_baseent() {
+petra_client() {
   local name=$1
   shift
   CLIENT_CALLS=$((CLIENT_CALLS + 1))
@@ -251,7 +251,7 @@ JOB_FLAGS=(--name soak --arch revnet18 --width 0.125 --dataset fashion_mnist
   --stages 2 --train-limit "$TRAIN_LIMIT" --test-limit "$TEST_LIMIT"
   --epochs 1000 --checkpoint-every 1 --seed 1)
 SUBMIT_RC=0
-petra_baseent submit submit --coordinator "$COORDINATOR" "${JOB_FLAGS[@]}" || SUBMIT_RC=$?
+petra_client submit submit --coordinator "$COORDINATOR" "${JOB_FLAGS[@]}" || SUBMIT_RC=$?
 (( SUBMIT_RC == 0 )) ||
   fail "petra submit exited $SUBMIT_RC: $(cat "$WORK_DIR/client-submit.err")"
 JOB_ID=$(head -n1 "$WORK_DIR/client-submit.out")
@@ -314,14 +314,14 @@ if (( job_ended )); then
 else
   echo "soak: deadline reached after ${ELAPSED}s and $epochs_seen epochs; cancelling $JOB_ID"
   CANCEL_RC=0
-  petra_baseent cancel cancel --coordinator "$COORDINATOR" "$JOB_ID" || CANCEL_RC=$?
+  petra_client cancel cancel --coordinator "$COORDINATOR" "$JOB_ID" || CANCEL_RC=$?
   (( CANCEL_RC == 0 )) || FAILURES+=("petra cancel exited $CANCEL_RC: $(cat "$WORK_DIR/client-cancel.err")")
   for _ in $(seq 1 120); do kill -0 "$WATCH_PID" 2>/dev/null || break; sleep 1; done
   kill -0 "$WATCH_PID" 2>/dev/null && FAILURES+=("petra watch did not end within 120 s of the cancel")
   wait "$WATCH_PID" || WATCH_RC=$?
   # A cancelled job: watch exits 1 by design (0 only for a succeeded job).
   (( WATCH_RC == 1 )) || FAILURES+=("petra watch exited $WATCH_RC after the cancel (expected 1)")
-  petra_baseent status status --coordinator "$COORDINATOR" "$JOB_ID" || true
+  petra_client status status --coordinator "$COORDINATOR" "$JOB_ID" || true
   grep -q cancelled "$WORK_DIR/client-status.out" ||
     FAILURES+=("job is not cancelled: $(head -n1 "$WORK_DIR/client-status.out")")
 fi

@@ -105,19 +105,10 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
                                                 int64_t tick) {
   auto result = Computing("forward", [&]() -> absl::StatusOr<TensorPair> {
     const TensorPair x = Arrive(input);
-    if (records_.count(id) != 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
-                       config_.index, " and not yet backwarded"));
-    }
-    ForwardRecord r;
-    r.tick = tick;
-    r.step = optimizer_.steps();
-    if (absl::Status s =
-            finite_.Check(x, id, "the input activation", &r.skipped);
-        !s.ok()) {
-      return s;
-    }
+    absl::StatusOr<ForwardRecord> begun =
+        BeginRecord(id, x, tick, "backwarded");
+    if (!begun.ok()) return begun.status();
+    ForwardRecord& r = *begun;
     // Until the record is kept: the weight stash and the diagnostic's
     // sample take the weights the forward used.
     std::optional<PredictedWeights> ahead;
@@ -155,6 +146,23 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
   });
   if (result.ok()) *result = Depart(*result);
   return result;
+}
+
+absl::StatusOr<ForwardRecord> StageWorker::BeginRecord(
+    uint64_t id, const TensorPair& x, int64_t tick, absl::string_view until) {
+  if (records_.count(id) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
+                     config_.index, " and not yet ", until));
+  }
+  ForwardRecord r;
+  r.tick = tick;
+  r.step = optimizer_.steps();
+  if (absl::Status s = finite_.Check(x, id, "the input activation", &r.skipped);
+      !s.ok()) {
+    return s;
+  }
+  return r;
 }
 
 absl::StatusOr<ForwardRecord> StageWorker::TakeRecord(uint64_t id) {

@@ -224,6 +224,13 @@ class StageWorker {
   model::TensorPair Depart(model::TensorPair t) const;
 
   absl::StatusOr<ForwardRecord> TakeRecord(uint64_t id);
+  // A forward's record, begun: refused when micro-batch `id` is still
+  // recorded (`until`: what ends a record, for the error), its tick and
+  // step set, and its input `x` checked for non-finite values.
+  absl::StatusOr<ForwardRecord> BeginRecord(uint64_t id,
+                                            const model::TensorPair& x,
+                                            int64_t tick,
+                                            absl::string_view until);
   // A skipped micro-batch's backward: x~_{j-1} without a graph or BN update,
   // zero gradients.
   BackwardOutput SkippedBackward(const ForwardRecord& r,

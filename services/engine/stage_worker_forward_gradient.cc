@@ -25,22 +25,12 @@ absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
           "is not forward_gradient"));
     }
     const TensorPair x = Arrive(input);
-    if (records_.count(id) != 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("micro-batch ", id, " was already forwarded by stage ",
-                       config_.index, " and not yet updated"));
-    }
+    absl::StatusOr<ForwardRecord> begun = BeginRecord(id, x, tick, "updated");
+    if (!begun.ok()) return begun.status();
+    ForwardRecord& r = *begun;
     std::vector<TensorPair> tangents;
     for (const TensorPair& t : received_tangents) tangents.push_back(Arrive(t));
     if (absl::Status s = fg_->CheckArrived(id, x, tangents, received_labels);
-        !s.ok()) {
-      return s;
-    }
-    ForwardRecord r;
-    r.tick = tick;
-    r.step = optimizer_.steps();
-    if (absl::Status s =
-            finite_.Check(x, id, "the input activation", &r.skipped);
         !s.ok()) {
       return s;
     }

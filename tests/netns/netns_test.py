@@ -168,14 +168,7 @@ class Hosts(unittest.TestCase):
         # Separate hosts share no memory: auto chose the bulk gRPC channel
         # between the stages, and the coordinator's feed kept its bytes in
         # its messages.
-        coordinator, job = self.last_job
-        status = self.net.popen("coord", [
-            os.path.join(BIN, "petra"), "status", "--coordinator",
-            coordinator, "--json", job],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = status.communicate(timeout=60)
-        self.assertEqual(status.returncode, 0, err)
-        stages = json.loads(out)["stages"]
+        stages = self.status(*self.last_job)["stages"]
         self.assertIn("GRPC_BULK", str(stages[0]["transport_to_next"]).upper())
         self.assertNotIn("BULK", str(stages[0]["transport_from_feed"]).upper())
         self.assertEqual(got, self.reference())
@@ -187,6 +180,16 @@ class Hosts(unittest.TestCase):
         self.assertGreater(stats["s1"]["stalls"], 0)
         self.assertEqual(stats["s0"]["stalls"], 0)
 
+    def status(self, coordinator, job):
+        """`petra status --json JOB` from the coordinator's namespace."""
+        status = self.net.popen("coord", [
+            os.path.join(BIN, "petra"), "status", "--coordinator",
+            coordinator, "--json", job],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = status.communicate(timeout=60)
+        self.assertEqual(status.returncode, 0, err)
+        return json.loads(out)
+
     def wait_until_training(self, coordinator, job, timeout=120):
         """Returns once `job` has taken an optimizer step: its stages are
         placed and its streams open. A fault timed from the submission
@@ -195,15 +198,10 @@ class Hosts(unittest.TestCase):
         ... is unreachable")."""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            status = self.net.popen("coord", [
-                os.path.join(BIN, "petra"), "status", "--coordinator",
-                coordinator, "--json", job],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            out, err = status.communicate(timeout=60)
-            self.assertEqual(status.returncode, 0, err)
-            record = json.loads(out)
+            record = self.status(coordinator, job)
             self.assertNotIn(record.get("state"),
-                             ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED"), out)
+                             ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED"),
+                             record)
             if int(record.get("progress", {}).get("step", 0)) > 0:
                 return
             time.sleep(0.2)
