@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "services/base/crash_report.h"
 #include "services/base/flag_set.h"
+#include "services/base/paths.h"
 #include "services/data/batches.h"
 #include "services/data/dataset.h"
 #include "services/data/test_images.h"
@@ -190,7 +191,7 @@ int Main(int argc, char** argv) {
     if (per_worker <= 0) break;
     std::printf("| %.0f | %.0f |\n", rate, std::ceil(rate / per_worker));
   }
-  if (temporary) fs::remove_all(dir);
+  if (temporary) petra::base::RemoveTree(dir).IgnoreError();
   return 0;
 }
 

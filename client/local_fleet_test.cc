@@ -15,6 +15,7 @@
 
 #include "client/job_progress.h"
 #include "petra/v1/coordinator.grpc.pb.h"
+#include "services/base/paths.h"
 #include "services/data/dataset.h"
 #include "services/engine/export_input.h"
 #include "services/engine/in_process_runner.h"
@@ -33,7 +34,7 @@ struct ScopedDir {
     std::string p = "/tmp/petra-fleet-test-XXXXXX";
     path = mkdtemp(p.data());
   }
-  ~ScopedDir() { std::filesystem::remove_all(path); }
+  ~ScopedDir() { petra::base::RemoveTree(path).IgnoreError(); }
   std::string path;
 };
 

@@ -30,6 +30,7 @@
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/base/durable_file.h"
 #include "services/base/flag_set.h"
+#include "services/base/paths.h"
 #include "services/base/shutdown_signal.h"
 #include "services/data/dataset.h"
 #include "services/engine/epoch_progress.h"
@@ -206,7 +207,7 @@ struct TempDir {
   std::string path;
   ~TempDir() {
     std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
+    if (!path.empty()) petra::base::RemoveTree(path).IgnoreError();
   }
 };
 

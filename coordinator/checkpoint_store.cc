@@ -63,7 +63,7 @@ absl::StatusOr<std::string> CheckpointStore::Write(
   std::sort(all.rbegin(), all.rend());
   const size_t keep = std::max<uint32_t>(1, keep_last);
   for (size_t i = keep; i < all.size(); ++i) {
-    std::filesystem::remove_all(all[i].second, ec);
+    petra::base::RemoveTree(all[i].second).IgnoreError();
   }
   return layout_.RelativeCheckpoint(epoch);
 }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/base/durable_file.h"
+#include "services/base/paths.h"
 #include "services/engine/export_input.h"
 #include "services/engine/state_file.h"
 
@@ -26,9 +27,9 @@ class CheckpointStoreTest : public ::testing::Test {
         absl::StrCat(
             "petra-resume-", ::getpid(), "-",
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(root_);
+    petra::base::RemoveTree(root_).IgnoreError();
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
+  void TearDown() override { petra::base::RemoveTree(root_).IgnoreError(); }
 
   std::filesystem::path Dir(int epoch) {
     return root_ / "jobs" / "job-1" / "checkpoints" /
@@ -109,7 +110,7 @@ TEST_F(CheckpointStoreTest, AJobIdMayNotLeadOutOfTheStateDir) {
   Write(1, 0);
   Write(1, 1);
   const std::filesystem::path outside = root_.string() + "-outside";
-  std::filesystem::remove_all(outside);
+  petra::base::RemoveTree(outside).IgnoreError();
   std::filesystem::rename(root_ / "jobs" / "job-1", outside);
   std::filesystem::create_directory_symlink(outside, root_ / "jobs" / "job-1");
   absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
@@ -119,7 +120,7 @@ TEST_F(CheckpointStoreTest, AJobIdMayNotLeadOutOfTheStateDir) {
       HasSubstr("checkpoint.resume_from_job \"jobs/job-1/checkpoints\""));
   p = FindResumePoint(root_.string(), "../../etc", 2);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-  std::filesystem::remove_all(outside);
+  petra::base::RemoveTree(outside).IgnoreError();
 }
 
 // What Write leaves is what FindResumePoint takes, the export holds every

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "services/base/paths.h"
 
 namespace petra::coordinator {
 namespace {
@@ -24,7 +25,7 @@ TEST(TrainLog, AppendsInIdOrderAndTrimsEpochsToTrainAgain) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() /
       absl::StrCat("petra-train-log-", ::getpid());
-  std::filesystem::remove_all(dir);
+  petra::base::RemoveTree(dir).IgnoreError();
   std::filesystem::create_directories(dir);
   TrainLog log(dir / "train_log.csv");
   // k = 2: micro-batches 0 and 1 count towards the first step of the epoch.
@@ -45,7 +46,7 @@ TEST(TrainLog, AppendsInIdOrderAndTrimsEpochsToTrainAgain) {
   EXPECT_EQ(
       TrainLog(dir / "missing" / "x.csv").Append(1, 0, 1, {{0, 1}}).code(),
       absl::StatusCode::kInternal);
-  std::filesystem::remove_all(dir);
+  petra::base::RemoveTree(dir).IgnoreError();
 }
 
 // Found by the chaos campaign: a full disk failed the job with "cannot

@@ -26,6 +26,7 @@
 # BENCH_COMMIT (the commit to name where the tree has no .git), PETRA_PYTHON
 # (default /usr/bin/python3), BENCH_DEADLINE (a Unix time: each command gets
 # only the time left, none starts after it; scripts/gpu/build.sh sets it).
+# BENCH_GPU_TRAIN (the gpu section's training rows, e.g. "PETRA:2:fleet:fp32").
 # A command that fails is marked in its section, the others still run, and
 # the script then exits 1 naming what failed.
 set -euo pipefail
@@ -585,10 +586,15 @@ section_gpu() {
   local runs=() cfg mode stages runner report label precision pflags plabel
   # bf16 first: issue 34's target is PETRA in bf16 at >= 0.6 of stock
   # PyTorch's bf16 + channels_last.
-  for cfg in PETRA:2:in-process:bf16 PETRA:per-block:in-process:bf16 \
-      backprop:1:in-process:bf16 PETRA:2:in-process:fp32 \
-      PETRA:per-block:in-process:fp32 backprop:1:in-process:fp32 \
-      PETRA:2:fleet:fp32 PETRA:2:fleet:bf16 PETRA:2:fleet:bf16-wire; do
+  # BENCH_GPU_TRAIN picks some of these rows (a short GPU lease).
+  local configs=(PETRA:2:in-process:bf16 PETRA:per-block:in-process:bf16
+    backprop:1:in-process:bf16 PETRA:2:in-process:fp32
+    PETRA:per-block:in-process:fp32 backprop:1:in-process:fp32
+    PETRA:2:fleet:fp32 PETRA:2:fleet:bf16 PETRA:2:fleet:bf16-wire)
+  if [[ -n "${BENCH_GPU_TRAIN:-}" ]]; then
+    read -r -a configs <<< "$BENCH_GPU_TRAIN"
+  fi
+  for cfg in "${configs[@]}"; do
     IFS=: read -r label stages runner precision <<< "$cfg"
     precision_flags "$precision"
     mode=${label,,}

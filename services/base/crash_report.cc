@@ -1,5 +1,6 @@
 #include "services/base/crash_report.h"
 
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <ucontext.h>
@@ -43,6 +44,18 @@ void WriteFrame(uintptr_t pc, bool exact) {
   WriteHex(pc);
   Write("  ");
   Write(found ? symbol : "(unknown)");
+  // The object and the offset in it: a symbol alone can name the wrong
+  // copy of a function that two libraries define (docs/GPU.md,
+  // 2026-11-28). dladdr is not async-signal-safe in theory; it takes no
+  // lock that this process holds while it crashes in practice.
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(exact ? pc : pc - 1), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    Write("  in ");
+    Write(info.dli_fname);
+    Write("+");
+    WriteHex(pc - reinterpret_cast<uintptr_t>(info.dli_fbase));
+  }
   Write("\n");
 }
 
@@ -74,8 +87,23 @@ void OnFatalSignal(int number, siginfo_t*, void* context) {
   const uintptr_t fault = static_cast<uintptr_t>(registers->gregs[REG_RIP]);
   if (fault == 0) {
     Write("    (a call through a null pointer, from:)\n");
-    WriteFrame(*reinterpret_cast<const uintptr_t*>(registers->gregs[REG_RSP]),
-               false);
+    const auto* stack =
+        reinterpret_cast<const uintptr_t*>(registers->gregs[REG_RSP]);
+    WriteFrame(stack[0], false);
+    // Nothing unwinds from address 0, so the callers further up are
+    // guessed: words on the stack that point into a loaded object's code.
+    Write("    (then, guessed from the words on the stack:)\n");
+    int shown = 0;
+    for (int i = 1; i < 64 && shown < 8; ++i) {
+      Dl_info info;
+      char symbol[1024];
+      void* call = reinterpret_cast<void*>(stack[i] - 1);
+      if (dladdr(call, &info) != 0 &&
+          absl::Symbolize(call, symbol, sizeof(symbol))) {
+        WriteFrame(stack[i], false);
+        ++shown;
+      }
+    }
   }
 #else
   (void)context;

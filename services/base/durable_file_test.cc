@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "services/base/paths.h"
 
 namespace petra::base {
 namespace {
@@ -38,7 +39,7 @@ TEST(WriteFileAtomically, AFailedWriteSaysWhyAndLeavesNothing) {
   // And a write that fits still lands whole.
   ASSERT_TRUE(WriteFileAtomically(dir / "stage-0.pt", "bytes").ok());
   EXPECT_EQ(std::filesystem::file_size(dir / "stage-0.pt"), 5u);
-  std::filesystem::remove_all(dir);
+  petra::base::RemoveTree(dir).IgnoreError();
 }
 
 // `petra train --output model.pt`: a bare name lands in the working
@@ -54,7 +55,7 @@ TEST(WriteFileAtomically, ABareFileNameLandsInTheWorkingDirectory) {
   std::filesystem::current_path(before);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(std::filesystem::file_size(dir / "model.pt"), 5u);
-  std::filesystem::remove_all(dir);
+  petra::base::RemoveTree(dir).IgnoreError();
 }
 
 }  // namespace

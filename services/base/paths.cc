@@ -1,7 +1,11 @@
 #include "services/base/paths.h"
 
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -9,6 +13,43 @@
 #include "absl/strings/str_cat.h"
 
 namespace petra::base {
+namespace {
+
+// nftw's callback has no user pointer; the first failure is kept here, per
+// thread (RemoveTree may run on several threads at once).
+thread_local std::string remove_tree_failure;
+
+int RemoveEntry(const char* entry, const struct stat*, int type, struct FTW*) {
+  // Depth first (FTW_DEPTH): a directory comes after what it holds.
+  const int rc = (type == FTW_DP) ? rmdir(entry) : unlink(entry);
+  if (rc != 0 && errno != ENOENT) {
+    remove_tree_failure = absl::StrCat("\"", entry, "\": ", strerror(errno));
+    return 1;  // stops the walk
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::Status RemoveTree(const std::filesystem::path& path) {
+  if (path.empty()) return absl::InvalidArgumentError("RemoveTree: no path");
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot remove \"", path.string(), "\": ", strerror(errno)));
+  }
+  remove_tree_failure.clear();
+  // FTW_PHYS: a link is removed, never followed; 16 descriptors at most.
+  const int rc = nftw(path.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc == 0) return absl::OkStatus();
+  if (remove_tree_failure.empty()) {
+    remove_tree_failure =
+        absl::StrCat("\"", path.string(), "\": ", strerror(errno));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot remove ", remove_tree_failure));
+}
 
 absl::Status EnsureWritableDirectory(const std::string& path,
                                      const std::string& flag) {

@@ -18,6 +18,15 @@ absl::Status EnsureWritableDirectory(const std::string& path,
 absl::Status CheckReadableDirectory(const std::string& path,
                                     const std::string& flag);
 
+// Removes `path` and everything under it, not following symbolic links;
+// OK when it does not exist. The error names the first entry that could not
+// be removed. Not std::filesystem::remove_all: a pip wheel's libtorch
+// exports its own copy of libstdc++'s directory iterators (pytorch issue
+// 133437), and on the GPU hosts of 2026-11-27 and 2026-11-28 every
+// remove_all in a process that loads it called through a null pointer
+// (docs/GPU.md). tests/cmake/check_layers.sh keeps remove_all out.
+absl::Status RemoveTree(const std::filesystem::path& path);
+
 // Whether ConfinedPath accepts an absolute path that lies inside the root.
 enum class AbsolutePath { kRefuse, kAllowInsideRoot };
 

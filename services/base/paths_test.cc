@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -26,7 +27,7 @@ class ConfinedPathTest : public ::testing::Test {
     fs::create_directories(top_ / "outside");
     std::ofstream(top_ / "outside" / "secret") << "secret";
   }
-  void TearDown() override { fs::remove_all(top_); }
+  void TearDown() override { petra::base::RemoveTree(top_).IgnoreError(); }
 
   absl::Status Refusal(const std::string& relative,
                        AbsolutePath absolute = AbsolutePath::kRefuse) {
@@ -110,6 +111,29 @@ TEST_F(ConfinedPathTest, AbsolutePathsInsideTheRootWhenAllowed) {
 TEST_F(ConfinedPathTest, AnUnusableRootIsTheServersProblem) {
   EXPECT_EQ(ConfinedPath("", "data", "f").status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// RemoveTree empties a tree depth first, removes a link without following
+// it, and takes a missing path as done.
+TEST_F(ConfinedPathTest, RemoveTreeRemovesTheTreeAndNotWhatItsLinksReach) {
+  const fs::path tree = top_ / "root";
+  fs::create_directories(tree / "data" / "deep" / "deeper");
+  std::ofstream(tree / "data" / "deep" / "file") << "x";
+  fs::create_directory_symlink(top_ / "outside", tree / "data" / "link");
+  ASSERT_TRUE(RemoveTree(tree).ok());
+  EXPECT_FALSE(fs::exists(tree));
+  EXPECT_TRUE(fs::exists(top_ / "outside" / "secret"));
+  EXPECT_TRUE(RemoveTree(tree).ok());
+  std::ofstream(top_ / "file") << "x";
+  EXPECT_TRUE(RemoveTree(top_ / "file").ok());
+  EXPECT_FALSE(fs::exists(top_ / "file"));
+}
+
+TEST(RemoveTree, NamesWhatItCouldNotRemove) {
+  // Not even root may unlink a file of /proc.
+  absl::Status status = RemoveTree("/proc/self/comm");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("/proc/self/comm"));
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include "services/base/paths.h"
+
 namespace petra::base {
 namespace {
 
@@ -40,7 +42,7 @@ TEST(ReadSmallFile, ReadsWholeFilesUpToTheLimitAndNoMore) {
   r = ReadSmallFile(dir + "/missing", 10, "a test");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(r.status().message(), HasSubstr("/missing"));
-  std::filesystem::remove_all(dir);
+  petra::base::RemoveTree(dir).IgnoreError();
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "services/base/paths.h"
+
 namespace petra::data {
 namespace {
 
@@ -18,7 +20,7 @@ class TempDir {
     std::string tmpl = "/tmp/petra_data_XXXXXX";
     path_ = mkdtemp(tmpl.data());
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
+  ~TempDir() { petra::base::RemoveTree(path_).IgnoreError(); }
   std::string File(const std::string& name) const { return path_ + "/" + name; }
   const std::string& path() const { return path_; }
 
@@ -187,7 +189,7 @@ TEST(MakeSynthetic, DeterministicForASeed) {
 TEST(FillFromData, CountsAnImageFoldersClasses) {
   const std::filesystem::path root =
       std::filesystem::temp_directory_path() / "petra-fill-from-data";
-  std::filesystem::remove_all(root);
+  petra::base::RemoveTree(root).IgnoreError();
   for (const char* c : {"cat", "dog", "owl", "yak"}) {
     std::filesystem::create_directories(root / "pets" / "train" / c);
   }
@@ -213,7 +215,7 @@ TEST(FillFromData, CountsAnImageFoldersClasses) {
   mnist.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_MNIST);
   ASSERT_TRUE(FillFromData(&mnist, root.string()).ok());
   EXPECT_FALSE(mnist.model().has_num_classes());
-  std::filesystem::remove_all(root);
+  petra::base::RemoveTree(root).IgnoreError();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "services/base/paths.h"
 #include "services/data/batches.h"
 #include "services/data/dataset.h"
 #include "services/data/test_images.h"
@@ -24,7 +25,7 @@ class TempFolder {
     char tmpl[] = "/tmp/petra-image-folder-XXXXXX";
     path_ = mkdtemp(tmpl);
   }
-  ~TempFolder() { fs::remove_all(path_); }
+  ~TempFolder() { petra::base::RemoveTree(path_).IgnoreError(); }
   const fs::path& path() const { return path_; }
 
  private:

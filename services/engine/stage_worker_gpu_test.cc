@@ -53,6 +53,10 @@ GpuStage ReversibleStageOnGpu(bool stash_inputs, int64_t batch) {
 TEST(GpuStageWorker, AReversibleStageHoldsNoActivationsOnTheDevice) {
   PETRA_REQUIRE_CUDA();
   test_support::UseExactGpuMath();
+  // What the device holds after four forwards more than after the first
+  // micro-batch's round trip, for PETRA and for the control.
+  int64_t held[2] = {0, 0};
+  int64_t input_bytes = 0;
   for (bool stash : {false, true}) {
     SCOPED_TRACE(stash ? "inputs stashed" : "petra");
     GpuStage s = ReversibleStageOnGpu(stash, 32);
@@ -75,21 +79,20 @@ TEST(GpuStageWorker, AReversibleStageHoldsNoActivationsOnTheDevice) {
     std::vector<TensorPair> outputs;
     for (uint64_t id = 1; id <= 4; ++id) outputs.push_back(forward(id));
     torch::cuda::synchronize();
-    const int64_t held =
-        model::ReadDeviceMemory("cuda").allocated_bytes - before;
-    const int64_t input_bytes = s.input.nbytes();
-    if (stash) {
-      EXPECT_GE(held, 4 * input_bytes);
-      EXPECT_EQ(s.worker->memory().activation_buffer_bytes, 4 * input_bytes);
-    } else {
-      // Nothing more; a little less where a scratch buffer of the first
-      // micro-batch was freed meanwhile (512 bytes, torch 2.11 on an H200).
-      EXPECT_LE(held, 0);
-      EXPECT_EQ(s.worker->memory().activation_buffer_bytes, 0);
-    }
+    held[stash] = model::ReadDeviceMemory("cuda").allocated_bytes - before;
+    input_bytes = s.input.nbytes();
+    EXPECT_EQ(s.worker->memory().activation_buffer_bytes,
+              stash ? 4 * input_bytes : 0);
     EXPECT_GT(s.worker->memory().device_bytes, 0);
     for (uint64_t id = 1; id <= 4; ++id) backward(id, outputs[id - 1]);
   }
+  // PETRA holds nothing more; a little less where a buffer of the first
+  // micro-batch was freed meanwhile (512 bytes on an H200). The control
+  // holds its four inputs more than PETRA, whatever both freed: on an H100
+  // (2026-11-28) it held one input's size less than the four, counted from
+  // its own start.
+  EXPECT_LE(held[0], 0);
+  EXPECT_GE(held[1] - held[0], 4 * input_bytes);
 }
 
 // Running out of device memory fails the call with RESOURCE_EXHAUSTED naming

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "services/base/paths.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/health_check.h"
@@ -111,7 +112,7 @@ class TransportSecurityTest : public ::testing::Test {
     Write("server.crt", server_->cert_pem);
     Write("server.key", server_->key_pem);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override { petra::base::RemoveTree(dir_).IgnoreError(); }
 
   std::string Write(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;

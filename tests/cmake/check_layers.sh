@@ -4,7 +4,10 @@
 #  - services/model includes nothing of services/job, and services/job only
 #    the model facts it validates against (architecture_catalog.h and
 #    device_name.h, the petra_model_facts library): no loop between them
-#    (tests of services/model may build job specs).
+#    (tests of services/model may build job specs);
+#  - no C++ source calls std::filesystem::remove_all: a wheel libtorch's
+#    copy of it crashed every fleet run on the GPU hosts
+#    (services/base/paths.h, RemoveTree).
 # Prints each offending line and exits 1; exits 0 when there is none.
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -31,5 +34,8 @@ report "services/model includes services/job" < <(
 report "services/job includes more of services/model than its facts" < <(
   grep -nE '#include "services/model/' services/job/* |
     grep -vE 'services/model/(architecture_catalog|device_name)\.h"' || true)
+report "std::filesystem::remove_all (use petra::base::RemoveTree)" < <(
+  grep -rnE --include='*.cc' --include='*.h' '(filesystem|fs)::remove_all\(' \
+    services client coordinator stage_server bench tests || true)
 ((bad == 0)) && echo "check_layers: the include rules hold"
 exit "$bad"

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "services/base/paths.h"
+
 namespace petra::testing {
 namespace {
 
@@ -175,7 +177,7 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() {
   std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  petra::base::RemoveTree(path_).IgnoreError();
 }
 
 }  // namespace petra::testing
