@@ -26,5 +26,9 @@ endfunction()
 # the first GPU hosts crashed (docs/GPU.md, 2026-11-27). Listed first,
 # libstdc++'s own definitions win for the whole process, libtorch's
 # included. tests/cmake/check_needed_order.sh checks the order.
-add_link_options("LINKER:--push-state,--no-as-needed" "-lstdc++"
-                 "LINKER:--pop-state")
+# One SHELL: group, which CMake neither de-duplicates nor splits: as three
+# options it worked with Debian's CMake and gcc, yet on the GPU host of
+# 2026-11-28 (CMake 4.4, Ubuntu's gcc, which links --as-needed by default)
+# libstdc++ was not first, and the wheel's remove_all crashed again.
+add_link_options(
+  "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")

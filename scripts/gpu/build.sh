@@ -134,6 +134,19 @@ if [[ "$skipped" != 0 ]]; then
   # should be.
   failed+=("${skipped} gpu test(s) skipped on a GPU host")
 fi
+# The one build check that a wheel's libtorch can fail: libstdc++ first
+# among the libraries each program needs (cmake/PetraTorch.cmake). Where
+# it fails, the link command says why.
+set +e
+ctest --test-dir "$BUILD" -R '^cmake\.ProgramsLoadTheCxxRuntimeBeforeLibtorch$' \
+  --output-on-failure
+rc=$?
+set -e
+if ((rc != 0)); then
+  failed+=("libstdc++ is not the first library the programs need")
+  echo "gpu-build: how bin/petra was linked:"
+  (cd "$BUILD" && ninja -t commands petra 2>/dev/null | tail -n 1) || true
+fi
 if ((bench)); then
   # The GPU section of docs/BENCHMARKS.md. Under the device tool the
   # document comes back as $OUT/BENCHMARKS.md, rewritten after each
