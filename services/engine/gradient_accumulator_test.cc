@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "services/engine/skip_transaction.h"
 
 namespace petra::engine {
 namespace {
@@ -153,9 +156,8 @@ TEST(GradientAccumulator, AStateOfAnotherOptimizerIsRefused) {
   const petra::v1::JobSpec spec = AdamWSpec();
   torch::Tensor p = torch::zeros({2, 2});
   GradientAccumulator adamw({p}, spec, LrSchedule(spec, 1000));
-  absl::Status s =
-      adamw.LoadState({{"optimizer.w.momentum_buffer", torch::ones({2, 2})}},
-                      "w", p);
+  absl::Status s = adamw.LoadState(
+      {{"optimizer.w.momentum_buffer", torch::ones({2, 2})}}, "w", p);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("another optimizer's state; this job's "
                              "optimizer is adamw"),
@@ -197,6 +199,39 @@ TEST(GradientAccumulator, ClippingBoundsTheStageGradientNorm) {
   acc.FinishBackward({});
   EXPECT_TRUE(torch::allclose(p, torch::tensor({-0.9f, -1.2f})));
   EXPECT_EQ(acc.clipped_steps(), 1);
+}
+
+// The skip transaction around one micro-batch's update (skip policy): a
+// finite gradient going down commits the held gradients, a NaN one drops
+// them, zeroes itself and counts the skip, and leaving early drops them.
+TEST(SkipTransaction, CommitsDropsOrDropsOnTheWayOut) {
+  const petra::v1::JobSpec spec = Spec(0, false, 0);
+  torch::Tensor p = torch::zeros({1});
+  GradientAccumulator acc({p}, spec, LrSchedule(spec, 1000));
+  NonFiniteCheck skip(
+      1, petra::v1::TrainingSpec::NON_FINITE_POLICY_SKIP_MICRO_BATCH);
+  int64_t skipped = 0;
+  auto step = [&](float down, bool finish) {
+    SkipTransaction update(skip, acc, &skipped);
+    acc.Add({p}, {torch::ones({1})});
+    model::TensorPair g{torch::full({1}, down), torch::full({1}, down)};
+    if (!finish) return g;  // an error's early return
+    absl::StatusOr<bool> bad = update.Finish(7, &g);
+    EXPECT_TRUE(bad.ok()) << bad.status();
+    return g;
+  };
+  step(2.0f, true);  // committed: the step moves p by -0.1
+  acc.FinishBackward({});
+  EXPECT_NEAR(p.item<float>(), -0.1f, 1e-6);
+  model::TensorPair zeroed = step(NAN, true);
+  acc.FinishBackward({});
+  EXPECT_NEAR(p.item<float>(), -0.1f, 1e-6);  // dropped: no move
+  EXPECT_EQ(zeroed.a.item<float>(), 0.0f);
+  EXPECT_EQ(skipped, 1);
+  step(2.0f, false);
+  acc.FinishBackward({});
+  EXPECT_NEAR(p.item<float>(), -0.1f, 1e-6);  // dropped on the way out
+  EXPECT_EQ(skipped, 1);
 }
 
 }  // namespace

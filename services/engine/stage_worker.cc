@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/engine/skip_transaction.h"
 #include "services/engine/stage_boundary.h"
 #include "services/engine/stage_worker_computing.h"
 #include "services/engine/torch_guard.h"
@@ -219,33 +220,19 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
       FinishBackward();
       return out;
     }
-    // The parameter gradients wait until the gradient going down is known
-    // to be finite (skip policy).
-    if (finite_.skips()) optimizer_.Hold();
+    SkipTransaction update(finite_, optimizer_, &skipped_);
     std::vector<torch::Tensor> before;
     if (!r->diagnostic_weights.empty() || sampled)
       before = probe_.GradientsBefore(blocks_);
     BackwardOutput out = program_->Run(*r, output, output_grad, optimizer_);
-    bool bad = false;
-    absl::Status s = finite_.Check(out.input_grad, id,
-                                   "the gradient computed for the input", &bad);
-    if (!s.ok()) {
-      optimizer_.Drop();
-      return s;
-    }
-    if (bad) {
-      optimizer_.Drop();
-      out.input_grad = ZerosLike(out.input_grad);
-      ++skipped_;
-    } else {
-      optimizer_.Commit();
-      if (!r->diagnostic_weights.empty()) {
-        probe_.Compare(*r, output_grad, before, optimizer_.steps(), blocks_);
-      }
+    absl::StatusOr<bool> bad = update.Finish(id, &out.input_grad);
+    if (!bad.ok()) return bad.status();
+    if (!*bad && !r->diagnostic_weights.empty()) {
+      probe_.Compare(*r, output_grad, before, optimizer_.steps(), blocks_);
     }
     if (sampled)
       check_.KeepSample(static_cast<int64_t>(id), blocks_,
-                        bad ? std::vector<torch::Tensor>{} : before);
+                        *bad ? std::vector<torch::Tensor>{} : before);
     Measure(*r, tick, out);
     FinishBackward();
     return out;
@@ -290,7 +277,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
       FinishBackward();
       return out;
     }
-    if (finite_.skips()) optimizer_.Hold();
+    SkipTransaction update(finite_, optimizer_, &skipped_);
     std::vector<torch::Tensor> before;
     if (sampled) before = probe_.GradientsBefore(blocks_);
     // Forward and backward are one step here: the forward is the recompute,
@@ -309,31 +296,18 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
         },
         optimizer_);
     if (!finite && !finite_.skips()) {
-      optimizer_.Drop();
-      // The loss's read waited for this micro-batch's forward: its input
-      // check is in, and names the cause better when it failed.
+      // `update` drops the gradients. The loss's read waited for this
+      // micro-batch's forward: its input check is in, and names the cause
+      // better when it failed.
       if (absl::Status s = finite_.Settle(); !s.ok()) return s;
       return absl::FailedPreconditionError(absl::StrCat(
           "the loss of micro-batch ", id, " is ", loss.item<double>(),
           " (training diverged; lower the learning rate, or set "
           "training.non_finite to skip such micro-batches)"));
     }
-    bool bad = !finite;
-    if (finite) {
-      if (absl::Status s = finite_.Check(
-              input_grad, id, "the gradient computed for the input", &bad);
-          !s.ok()) {
-        optimizer_.Drop();
-        return s;
-      }
-    }
-    if (bad) {
-      optimizer_.Drop();
-      input_grad = ZerosLike(input_grad);
-      ++skipped_;
-    } else {
-      optimizer_.Commit();
-    }
+    absl::StatusOr<bool> skipped = update.Finish(id, &input_grad, !finite);
+    if (!skipped.ok()) return skipped.status();
+    const bool bad = *skipped;
     if (sampled) {
       check_.KeepSample(static_cast<int64_t>(id), blocks_,
                         bad ? std::vector<torch::Tensor>{} : before);
