@@ -24,10 +24,10 @@
 #include "services/engine/device_transfer.h"
 #include "services/link/bulk_service.h"
 #include "services/link/channel_factory.h"
+#include "services/link/payload_link.h"
 #include "services/link/transport_choice.h"
 #include "services/model/device_check.h"
 #include "services/wire/grpc_defaults.h"
-#include "services/wire/payload_link.h"
 #include "services/wire/stage_messages.h"
 #include "services/wire/stream_sender.h"
 
@@ -56,7 +56,7 @@ class Receiver final : public petra::v1::StageService::Service {
     credit.mutable_credit()->set_micro_batches(window_);
     stream->Write(credit);
     credit.mutable_credit()->set_micro_batches(1);
-    std::unique_ptr<wire::PayloadFetcher> fetcher = link::MakeFetcher();
+    std::unique_ptr<link::PayloadFetcher> fetcher = link::MakeFetcher();
     wire::ForwardAssembler assembler({}, fetcher.get());
     petra::v1::ForwardMessage m;
     while (stream->Read(&m)) {
@@ -181,7 +181,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
                 petra::v1::ForwardMessage, petra::v1::StreamReply>>(
                 stub->Forward(c));
           });
-      absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
+      absl::StatusOr<std::unique_ptr<link::PayloadPlacer>> placer =
           transport == petra::v1::TRANSPORT_GRPC_BULK
               ? std::make_unique<link::GrpcBulkPlacer>(
                     [&](int i) {
@@ -191,9 +191,9 @@ int Run(const std::string& device_name, double megabytes, int repeats,
                     [&] { return sender.health(); }, connections)
               : link::MakePlacer(transport, [&] { return sender.health(); });
       check(placer.status());
-      const wire::ForwardLink link(
-          [&](const auto& parts) { return sender.Send(parts); }, placer->get(),
-          wire::kTensorChunkBytes);
+      const link::ForwardLink link(
+          [&](const auto& parts) { return sender.Send(parts); },
+          std::move(*placer), wire::kTensorChunkBytes);
       const Clock::time_point start = Clock::now();
       for (int i = 0; i < repeats; ++i) {
         wire::ForwardPayload p;

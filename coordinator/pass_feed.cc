@@ -9,9 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "services/link/channel_factory.h"
-#include "services/wire/grpc_defaults.h"  // kTensorChunkBytes
-#include "services/wire/payload_link.h"
+#include "services/link/open_link.h"
 #include "services/wire/stage_messages.h"
 
 namespace petra::coordinator {
@@ -77,31 +75,28 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       stages > 1
           ? fleet.client(stages - 1).OpenFeed(fleet.Name(stages - 1), on_done)
           : nullptr;
-  // The data channels beside the two streams (none for gRPC).
-  absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> data_channel =
-      link::MakePlacer(
-          options.to_first, [&data] { return data->health(); }, options.wanted);
-  absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> labels_channel =
+  // What the feed hands its micro-batches to: each stream with its data
+  // channel (none for gRPC). The feed's routes name no address: it opens
+  // no connections of its own.
+  absl::StatusOr<std::unique_ptr<link::ForwardLink>> to_first =
+      link::OpenForwardLink(
+          {options.to_first, options.wanted},
+          [&data](const auto& parts) { return data->Send(parts); },
+          [&data] { return data->health(); });
+  absl::StatusOr<std::unique_ptr<link::ForwardLink>> to_last =
       labels == nullptr
           ? nullptr
-          : link::MakePlacer(
-                options.to_last, [&labels] { return labels->health(); },
-                options.wanted);
-  for (const auto* c : {&data_channel, &labels_channel}) {
-    if (!c->ok()) {
+          : link::OpenForwardLink(
+                {options.to_last, options.wanted},
+                [&labels](const auto& parts) { return labels->Send(parts); },
+                [&labels] { return labels->health(); });
+  for (const auto* l : {&to_first, &to_last}) {
+    if (!l->ok()) {
       data->Cancel();
       if (labels) labels->Cancel();
-      return c->status();
+      return l->status();
     }
   }
-
-  // What the feed hands its micro-batches to: each stream with its channel.
-  const wire::ForwardLink to_first(
-      [&data](const auto& parts) { return data->Send(parts); },
-      data_channel->get(), wire::kTensorChunkBytes);
-  const wire::ForwardLink to_last(
-      [&labels](const auto& parts) { return labels->Send(parts); },
-      labels_channel->get(), wire::kTensorChunkBytes);
 
   // The feed runs on its own thread so this one can watch the stages and
   // the cancel flag while the feed waits for credits.
@@ -127,7 +122,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       if (stages == 1 || options.labels_with_data) p.labels = b.labels;
       // Send encodes (a copy), then waits for a credit.
       const auto sending = steady_clock::now();
-      feed_status = to_first.Send(p).status();
+      feed_status = (*to_first)->Send(p).status();
       if (options.metrics != nullptr) {
         options.metrics->Fed(data_wait, SecondsSince(sending),
                              batches.Ready(m));
@@ -135,7 +130,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       if (!feed_status.ok() || stages == 1) continue;
       p.x = {};
       p.labels = b.labels;
-      feed_status = to_last.Send(p).status();
+      feed_status = (*to_last)->Send(p).status();
     }
     feed_over = true;
   });
@@ -198,8 +193,8 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
     }
   }
   if (!status.ok()) {
-    for (const auto* c : {&data_channel, &labels_channel}) {
-      if (**c) (**c)->Cancel();
+    for (const auto* l : {&to_first, &to_last}) {
+      if (**l) (**l)->Cancel();
     }
     data->Cancel();
     if (labels) labels->Cancel();

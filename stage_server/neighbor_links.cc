@@ -5,9 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "petra/v1/stage.grpc.pb.h"
-#include "services/link/channel_factory.h"
+#include "services/link/open_link.h"
 #include "services/wire/grpc_defaults.h"
-#include "services/wire/payload_link.h"
 #include "services/wire/stream_sender.h"
 #include "stage_server/send_queue.h"
 
@@ -30,8 +29,8 @@ class NeighborOutbox : public engine::StageOutbox {
  public:
   // `next` and `previous` are null where the stage has no such neighbour.
   NeighborOutbox(StageJob& job, const PassInfo& pass,
-                 const wire::ForwardLink* next,
-                 const wire::BackwardLink* previous, StageMetrics& metrics,
+                 const link::ForwardLink* next,
+                 const link::BackwardLink* previous, StageMetrics& metrics,
                  std::function<void()> after_each)
       : job_(job),
         pass_(pass),
@@ -92,7 +91,7 @@ class NeighborOutbox : public engine::StageOutbox {
   // wait for that copy.
   template <typename Payload, typename Message>
   absl::Status Queue(SendQueue& queue, Payload p,
-                     const wire::PayloadLink<Payload, Message>* to,
+                     const link::PayloadLink<Payload, Message>* to,
                      bool backward) {
     absl::StatusOr<engine::Transfer> copied =
         job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
@@ -130,8 +129,8 @@ class NeighborOutbox : public engine::StageOutbox {
 
   StageJob& job_;
   const PassInfo pass_;
-  const wire::ForwardLink* next_;
-  const wire::BackwardLink* previous_;
+  const link::ForwardLink* next_;
+  const link::BackwardLink* previous_;
   StageMetrics& metrics_;
   std::function<void()> after_each_;
   // Two micro-batches may wait per direction: enough to cover one tick's
@@ -161,50 +160,36 @@ std::unique_ptr<Sender<Message>> Connect(
 struct NeighborLinks::Impl {
   std::unique_ptr<Sender<petra::v1::ForwardMessage>> next;
   std::unique_ptr<Sender<petra::v1::BackwardMessage>> previous;
-  // The data channels beside `next` and `previous` (null: gRPC bytes).
-  std::unique_ptr<wire::PayloadPlacer> up, down;
-  // What the outbox hands payloads to: the streams with their channels.
-  std::unique_ptr<wire::ForwardLink> up_link;
-  std::unique_ptr<wire::BackwardLink> down_link;
+  // What the outbox hands payloads to: the streams with their data
+  // channels.
+  std::unique_ptr<link::ForwardLink> up_link;
+  std::unique_ptr<link::BackwardLink> down_link;
   std::unique_ptr<NeighborOutbox> outbox;
   absl::Status error;  // a data channel that could not be made
 };
-
-namespace {
-
-// The data channel beside `stream` to the stage at `address`, as the
-// coordinator chose it.
-template <typename Message>
-absl::Status OpenChannel(petra::v1::Transport transport,
-                         petra::v1::Transport wanted, Sender<Message>* stream,
-                         const std::string& address,
-                         const wire::TransportSecurity& security,
-                         std::unique_ptr<wire::PayloadPlacer>* channel) {
-  if (stream == nullptr) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
-      link::MakePlacer(
-          transport, [stream] { return stream->health(); }, wanted,
-          [address, security](int index) {
-            return wire::CreateBulkChannel(address, security, index);
-          });
-  if (!placer.ok()) return placer.status();
-  *channel = std::move(*placer);
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
                              const wire::TransportSecurity& security,
                              StageMetrics& metrics,
                              std::function<void()> after_each)
     : impl_(std::make_unique<Impl>()) {
+  const petra::v1::Transport wanted = job.assign.spec().transport();
   if (job.index() + 1 < job.count()) {
     impl_->next = Connect<petra::v1::ForwardMessage>(
         job.index() + 1, job.assign.next_address(), security,
         [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {
           return s.Forward(c);
         });
+    absl::StatusOr<std::unique_ptr<link::ForwardLink>> up =
+        link::OpenForwardLink(
+            {job.assign.next_transport(), wanted, job.assign.next_address(),
+             security},
+            [s = impl_->next.get()](const auto& parts) {
+              return s->Send(parts);
+            },
+            [s = impl_->next.get()] { return s->health(); });
+    if (up.ok()) impl_->up_link = std::move(*up);
+    impl_->error.Update(up.status());
   }
   // Every pass but an evaluation sends gradients down.
   if (pass.phase != petra::v1::PHASE_EVAL && job.index() > 0) {
@@ -213,28 +198,16 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
         [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {
           return s.Backward(c);
         });
-  }
-  const petra::v1::Transport wanted = job.assign.spec().transport();
-  impl_->error =
-      OpenChannel(job.assign.next_transport(), wanted, impl_->next.get(),
-                  job.assign.next_address(), security, &impl_->up);
-  if (absl::Status s = OpenChannel(
-          job.assign.previous_transport(), wanted, impl_->previous.get(),
-          job.assign.previous_address(), security, &impl_->down);
-      impl_->error.ok()) {
-    impl_->error = s;
-  }
-  if (impl_->next != nullptr) {
-    impl_->up_link = std::make_unique<wire::ForwardLink>(
-        [s = impl_->next.get()](const auto& parts) { return s->Send(parts); },
-        impl_->up.get(), wire::kTensorChunkBytes);
-  }
-  if (impl_->previous != nullptr) {
-    impl_->down_link = std::make_unique<wire::BackwardLink>(
-        [s = impl_->previous.get()](const auto& parts) {
-          return s->Send(parts);
-        },
-        impl_->down.get(), wire::kTensorChunkBytes);
+    absl::StatusOr<std::unique_ptr<link::BackwardLink>> down =
+        link::OpenBackwardLink(
+            {job.assign.previous_transport(), wanted,
+             job.assign.previous_address(), security},
+            [s = impl_->previous.get()](const auto& parts) {
+              return s->Send(parts);
+            },
+            [s = impl_->previous.get()] { return s->health(); });
+    if (down.ok()) impl_->down_link = std::move(*down);
+    impl_->error.Update(down.status());
   }
   impl_->outbox = std::make_unique<NeighborOutbox>(
       job, pass, impl_->up_link.get(), impl_->down_link.get(), metrics,
@@ -249,9 +222,8 @@ NeighborLinks::~NeighborLinks() {
 engine::StageOutbox& NeighborLinks::outbox() { return *impl_->outbox; }
 
 void NeighborLinks::Cancel() {
-  for (wire::PayloadPlacer* c : {impl_->up.get(), impl_->down.get()}) {
-    if (c != nullptr) c->Cancel();
-  }
+  if (impl_->up_link) impl_->up_link->Cancel();
+  if (impl_->down_link) impl_->down_link->Cancel();
   if (impl_->next) impl_->next->Cancel();
   if (impl_->previous) impl_->previous->Cancel();
 }

@@ -149,7 +149,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
   In in_;
   // Reads the data channel the sender's messages name, if any (before the
   // assembler, which uses it).
-  std::unique_ptr<wire::PayloadFetcher> fetcher_ = link::MakeFetcher();
+  std::unique_ptr<link::PayloadFetcher> fetcher_ = link::MakeFetcher();
   Assembler assembler_{wire::TensorLimits{}, fetcher_.get()};
   Deliver deliver_;
   StageMetrics& metrics_;

@@ -215,7 +215,7 @@ void GrpcBulkPlacer::Abort(absl::Status why) {
 }
 
 absl::StatusOr<std::vector<petra::v1::SlotRef>> GrpcBulkPlacer::Place(
-    const std::vector<wire::PayloadPiece>& pieces) {
+    const std::vector<PayloadPiece>& pieces) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (!state_->error.ok()) return state_->error;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "services/link/bulk_inbox.h"
-#include "services/wire/data_channel.h"
+#include "services/link/data_channel.h"
 
 namespace petra::link {
 
@@ -33,7 +33,7 @@ inline constexpr char kBulkRingPrefix[] = "grpc_bulk:";
 // its own).
 using BulkConnector = std::function<std::shared_ptr<grpc::Channel>(int index)>;
 
-class GrpcBulkPlacer : public wire::PayloadPlacer {
+class GrpcBulkPlacer : public PayloadPlacer {
  public:
   // `keep_going` is asked while Place waits for acknowledgements (the
   // control stream's health).
@@ -44,7 +44,7 @@ class GrpcBulkPlacer : public wire::PayloadPlacer {
   ~GrpcBulkPlacer() override;
 
   absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
-      const std::vector<wire::PayloadPiece>& pieces) override;
+      const std::vector<PayloadPiece>& pieces) override;
   void Cancel() override;
   const char* name() const override { return "grpc_bulk"; }
 
@@ -66,7 +66,7 @@ class GrpcBulkPlacer : public wire::PayloadPlacer {
 };
 
 // Reads the references whose ring starts with kBulkRingPrefix.
-class BulkFetcher : public wire::PayloadFetcher {
+class BulkFetcher : public PayloadFetcher {
  public:
   explicit BulkFetcher(BulkInbox& inbox = BulkInbox::Global())
       : inbox_(inbox) {}

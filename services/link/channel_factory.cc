@@ -9,7 +9,7 @@
 
 namespace petra::link {
 
-absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
+absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
     petra::v1::Transport wanted, BulkConnector connect) {
   switch (transport) {
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
 namespace {
 
 // Each reference goes to the channel its ring names.
-class AnyChannelFetcher final : public wire::PayloadFetcher {
+class AnyChannelFetcher final : public PayloadFetcher {
  public:
   absl::Status Fetch(std::vector<Field>& fields,
                      const wire::TensorLimits& limits) override {
@@ -68,7 +68,7 @@ class AnyChannelFetcher final : public wire::PayloadFetcher {
 
 }  // namespace
 
-std::unique_ptr<wire::PayloadFetcher> MakeFetcher() {
+std::unique_ptr<PayloadFetcher> MakeFetcher() {
   return std::make_unique<AnyChannelFetcher>();
 }
 

@@ -10,7 +10,7 @@
 #include "petra/v1/job.pb.h"
 #include "petra/v1/stage.pb.h"
 #include "services/link/bulk_channel.h"
-#include "services/wire/data_channel.h"
+#include "services/link/data_channel.h"
 
 namespace petra::link {
 
@@ -22,14 +22,14 @@ class BulkReceiver;
 // job asked for: with auto, a micro-batch the channel has no room for
 // (a small /dev/shm) travels in the message instead of failing the job.
 // `connect` reaches the receiver's BulkService (grpc_bulk only).
-absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
+absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
     petra::v1::Transport wanted = petra::v1::TRANSPORT_AUTO,
     BulkConnector connect = nullptr);
 
 // The receiving end of one incoming stream: reads whatever channel the
 // sender's messages name.
-std::unique_ptr<wire::PayloadFetcher> MakeFetcher();
+std::unique_ptr<PayloadFetcher> MakeFetcher();
 
 // What a process that receives links serves beside its own services (the
 // bulk channel's receiving end), for as long as its server runs.

@@ -91,8 +91,8 @@ class DataChannel : public ::testing::TestWithParam<petra::v1::Transport> {
     return std::move(*out);
   }
 
-  std::unique_ptr<wire::PayloadPlacer> placer_;
-  std::unique_ptr<wire::PayloadFetcher> fetcher_;
+  std::unique_ptr<PayloadPlacer> placer_;
+  std::unique_ptr<PayloadFetcher> fetcher_;
 };
 
 wire::ForwardPayload Forward(int64_t id, torch::Tensor a, torch::Tensor b,

@@ -21,7 +21,7 @@ SharedRingPlacer::SharedRingPlacer(std::function<absl::Status()> keep_going,
       max_ring_bytes_(max_ring_bytes) {}
 
 absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
-    const std::vector<wire::PayloadPiece>& pieces) {
+    const std::vector<PayloadPiece>& pieces) {
   if (cancelled_) return absl::CancelledError("the link was cancelled");
   // Nothing to carry (a message of directional derivatives only): a slot
   // would be published that no message names, and never freed.
@@ -62,7 +62,7 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
   if (!lease.ok()) return lease.status();
   std::vector<petra::v1::SlotRef> refs;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const wire::PayloadPiece& p = pieces[i];
+    const PayloadPiece& p = pieces[i];
     if (p.bytes > 0) {
       std::memcpy(lease->data + layout.offsets[i], p.data, p.bytes);
     }

@@ -1,4 +1,4 @@
-// TRANSPORT_SHM's data channel: wire::PayloadPlacer and PayloadFetcher over
+// TRANSPORT_SHM's data channel: PayloadPlacer and PayloadFetcher over
 // shared_ring.h. The placer makes its ring at the first micro-batch, sized
 // to it, and a larger one when a micro-batch outgrows it; the fetcher maps
 // each ring it is named once and copies every micro-batch out at once, so a
@@ -15,26 +15,26 @@
 #include <string>
 #include <vector>
 
+#include "services/link/data_channel.h"
 #include "services/link/shared_ring.h"
-#include "services/wire/data_channel.h"
 
 namespace petra::link {
 
 // Slots per ring: one being written, one being read, one to spare.
 inline constexpr int kRingSlots = 3;
 
-class SharedRingPlacer : public wire::PayloadPlacer {
+class SharedRingPlacer : public PayloadPlacer {
  public:
   // `keep_going` is asked while Place waits for a free slot (the stream's
   // health: a receiver that is gone frees nothing). `may_fall_back`: see
-  // wire::PayloadPlacer. `max_ring_bytes` (0: no cap) bounds one ring's
+  // PayloadPlacer. `max_ring_bytes` (0: no cap) bounds one ring's
   // shared memory; a micro-batch whose ring would exceed it gets
   // RESOURCE_EXHAUSTED, as when /dev/shm is full.
   explicit SharedRingPlacer(std::function<absl::Status()> keep_going = {},
                             int slots = kRingSlots, bool may_fall_back = false,
                             uint64_t max_ring_bytes = 0);
   absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
-      const std::vector<wire::PayloadPiece>& pieces) override;
+      const std::vector<PayloadPiece>& pieces) override;
   void Cancel() override { cancelled_ = true; }
   const char* name() const override { return "shm"; }
   bool may_fall_back() const override { return may_fall_back_; }
@@ -72,7 +72,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::vector<std::pair<uint64_t, void*>> free_;  // capacity, memory
 };
 
-class SharedRingFetcher : public wire::PayloadFetcher {
+class SharedRingFetcher : public PayloadFetcher {
  public:
   SharedRingFetcher();
   ~SharedRingFetcher() override;

@@ -9,10 +9,11 @@
 namespace petra::wire {
 
 absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> PlaceTensors(
-    const std::vector<const torch::Tensor*>& tensors, PayloadPlacer* placer) {
+    const std::vector<const torch::Tensor*>& tensors,
+    link::PayloadPlacer* placer) {
   std::vector<std::vector<petra::v1::Tensor>> slots(tensors.size());
   std::vector<torch::Tensor> dense;  // alive until placed
-  std::vector<PayloadPiece> pieces;
+  std::vector<link::PayloadPiece> pieces;
   std::vector<size_t> owner;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i]->defined()) continue;
@@ -36,9 +37,9 @@ absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> PlaceTensors(
 absl::Status FetchSlotTensors(std::vector<petra::v1::Tensor*>& tensors,
                               const std::vector<std::string>& names,
                               const TensorLimits& limits,
-                              PayloadFetcher* fetcher, uint64_t id,
+                              link::PayloadFetcher* fetcher, uint64_t id,
                               std::vector<torch::Tensor>& fetched) {
-  std::vector<PayloadFetcher::Field> fields;
+  std::vector<link::PayloadFetcher::Field> fields;
   std::vector<size_t> at;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] != nullptr && tensors[i]->has_slot()) {

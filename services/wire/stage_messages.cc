@@ -28,7 +28,7 @@ absl::StatusOr<Slot> Chunked(const torch::Tensor& t, uint64_t chunk_bytes) {
 
 absl::StatusOr<std::vector<Slot>> Encoded(
     const std::vector<const torch::Tensor*>& tensors, uint64_t chunk_bytes,
-    PayloadPlacer* placer) {
+    link::PayloadPlacer* placer) {
   if (placer != nullptr) {
     absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> placed =
         PlaceTensors(tensors, placer);
@@ -194,7 +194,7 @@ template <typename M>
 absl::StatusOr<std::optional<Whole>> AddAndDecode(
     const M& m, std::vector<petra::v1::Tensor*> tensors,
     const std::vector<std::string>& names, const TensorLimits& limits,
-    PayloadFetcher* fetcher, std::optional<MessageHeader>& header,
+    link::PayloadFetcher* fetcher, std::optional<MessageHeader>& header,
     std::vector<std::optional<TensorAssembler>>& slots,
     std::vector<torch::Tensor>& fetched) {
   if (!header.has_value()) fetched.clear();
@@ -298,7 +298,8 @@ std::vector<torch::Tensor*> TensorsOf(BackwardPayload& p) {
 }
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
-    const ForwardPayload& p, uint64_t chunk_bytes, PayloadPlacer* placer) {
+    const ForwardPayload& p, uint64_t chunk_bytes,
+    link::PayloadPlacer* placer) {
   if (p.tangents.size() > static_cast<size_t>(kMaxTangents)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a forward message carries at most ", kMaxTangents,
@@ -339,7 +340,8 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
 }
 
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
-    const BackwardPayload& p, uint64_t chunk_bytes, PayloadPlacer* placer) {
+    const BackwardPayload& p, uint64_t chunk_bytes,
+    link::PayloadPlacer* placer) {
   absl::StatusOr<std::vector<Slot>> slots = Encoded(
       {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b}, chunk_bytes, placer);
   if (!slots.ok()) return slots.status();
@@ -364,7 +366,8 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
   return out;
 }
 
-ForwardAssembler::ForwardAssembler(TensorLimits limits, PayloadFetcher* fetcher)
+ForwardAssembler::ForwardAssembler(TensorLimits limits,
+                                   link::PayloadFetcher* fetcher)
     : limits_(limits), fetcher_(fetcher) {}
 
 absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
@@ -437,7 +440,7 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
 }
 
 BackwardAssembler::BackwardAssembler(TensorLimits limits,
-                                     PayloadFetcher* fetcher)
+                                     link::PayloadFetcher* fetcher)
     : limits_(limits), fetcher_(fetcher) {}
 
 absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/stage.pb.h"
+#include "services/link/data_channel.h"
 #include "services/model/tensor_pair.h"
-#include "services/wire/data_channel.h"
 #include "services/wire/tensor_chunks.h"
 #include "services/wire/tensor_limits.h"
 
@@ -57,10 +57,10 @@ std::vector<torch::Tensor*> TensorsOf(BackwardPayload& payload);
 // message carries a SlotRef per tensor instead (no chunks).
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     const ForwardPayload& payload, uint64_t chunk_bytes,
-    PayloadPlacer* placer = nullptr);
+    link::PayloadPlacer* placer = nullptr);
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
     const BackwardPayload& payload, uint64_t chunk_bytes,
-    PayloadPlacer* placer = nullptr);
+    link::PayloadPlacer* placer = nullptr);
 
 // Whether a data channel carries some of the micro-batch's bytes (a
 // channel with no room may have left them all in the messages).
@@ -76,7 +76,7 @@ bool CarriesSlots(const std::vector<petra::v1::BackwardMessage>& parts);
 class ForwardAssembler {
  public:
   explicit ForwardAssembler(TensorLimits limits = {},
-                            PayloadFetcher* fetcher = nullptr);
+                            link::PayloadFetcher* fetcher = nullptr);
   // Takes `m` by value: pass it with std::move and its payload becomes the
   // tensors' storage without a copy.
   absl::StatusOr<std::optional<ForwardPayload>> Add(
@@ -84,7 +84,7 @@ class ForwardAssembler {
 
  private:
   TensorLimits limits_;
-  PayloadFetcher* fetcher_;
+  link::PayloadFetcher* fetcher_;
   std::optional<MessageHeader> header_;
   // Whole tensors a data channel brought, by slot (as slots_).
   std::vector<torch::Tensor> fetched_;
@@ -95,13 +95,13 @@ class ForwardAssembler {
 class BackwardAssembler {
  public:
   explicit BackwardAssembler(TensorLimits limits = {},
-                             PayloadFetcher* fetcher = nullptr);
+                             link::PayloadFetcher* fetcher = nullptr);
   absl::StatusOr<std::optional<BackwardPayload>> Add(
       petra::v1::BackwardMessage m);  // as ForwardAssembler::Add
 
  private:
   TensorLimits limits_;
-  PayloadFetcher* fetcher_;
+  link::PayloadFetcher* fetcher_;
   std::optional<MessageHeader> header_;
   // Whole tensors a data channel brought, by slot (as slots_).
   std::vector<torch::Tensor> fetched_;

@@ -1,18 +1,20 @@
-#include "services/wire/payload_link.h"
+#include "services/link/payload_link.h"
 
 #include <torch/torch.h>
 
-namespace petra::wire {
+namespace petra::link {
 namespace {
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> Encode(
-    const ForwardPayload& p, uint64_t chunk_bytes, PayloadPlacer* channel) {
-  return EncodeForward(p, chunk_bytes, channel);
+    const wire::ForwardPayload& p, uint64_t chunk_bytes,
+    PayloadPlacer* channel) {
+  return wire::EncodeForward(p, chunk_bytes, channel);
 }
 
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> Encode(
-    const BackwardPayload& p, uint64_t chunk_bytes, PayloadPlacer* channel) {
-  return EncodeBackward(p, chunk_bytes, channel);
+    const wire::BackwardPayload& p, uint64_t chunk_bytes,
+    PayloadPlacer* channel) {
+  return wire::EncodeBackward(p, chunk_bytes, channel);
 }
 
 }  // namespace
@@ -21,17 +23,17 @@ template <typename Payload, typename Message>
 absl::StatusOr<typename PayloadLink<Payload, Message>::Sent>
 PayloadLink<Payload, Message>::Send(Payload& payload) const {
   absl::StatusOr<std::vector<Message>> parts =
-      Encode(payload, chunk_bytes_, channel_);
+      Encode(payload, chunk_bytes_, channel_.get());
   if (!parts.ok()) return parts.status();
   // The messages' own bytes, and those a data channel carried beside them.
   Sent sent;
-  const bool beside = CarriesSlots(*parts);
+  const bool beside = wire::CarriesSlots(*parts);
   sent.transport = beside ? channel_->name() : "grpc";
   for (const Message& m : *parts) {
     sent.bytes += static_cast<int64_t>(m.ByteSizeLong());
   }
   if (beside) {
-    for (const torch::Tensor* t : TensorsOf(payload)) {
+    for (const torch::Tensor* t : wire::TensorsOf(payload)) {
       if (t->defined()) sent.bytes += t->numel() * t->element_size();
     }
   }
@@ -39,7 +41,7 @@ PayloadLink<Payload, Message>::Send(Payload& payload) const {
   return sent;
 }
 
-template class PayloadLink<ForwardPayload, petra::v1::ForwardMessage>;
-template class PayloadLink<BackwardPayload, petra::v1::BackwardMessage>;
+template class PayloadLink<wire::ForwardPayload, petra::v1::ForwardMessage>;
+template class PayloadLink<wire::BackwardPayload, petra::v1::BackwardMessage>;
 
-}  // namespace petra::wire
+}  // namespace petra::link

@@ -3,19 +3,20 @@
 // transport benchmark hand it a micro-batch's payload; its encoding (the
 // bytes into the data channel beside the stream where there is one, else
 // into the messages) and the stream's credits are behind it
-// (docs/DATA_PLANE.md).
+// (docs/DATA_PLANE.md). OpenLink (open_link.h) makes one.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "services/wire/data_channel.h"
+#include "services/link/data_channel.h"
 #include "services/wire/stage_messages.h"
 
-namespace petra::wire {
+namespace petra::link {
 
 template <typename Payload, typename Message>
 class PayloadLink {
@@ -30,21 +31,31 @@ class PayloadLink {
     int64_t bytes = 0;
   };
 
-  // `channel` (null: the bytes go in the messages) outlives the link;
-  // `chunk_bytes` caps a message's share of one tensor.
-  PayloadLink(SendParts send, PayloadPlacer* channel, uint64_t chunk_bytes)
-      : send_(std::move(send)), channel_(channel), chunk_bytes_(chunk_bytes) {}
+  // `channel` (null: the bytes go in the messages); `chunk_bytes` caps a
+  // message's share of one tensor.
+  PayloadLink(SendParts send, std::unique_ptr<PayloadPlacer> channel,
+              uint64_t chunk_bytes)
+      : send_(std::move(send)),
+        channel_(std::move(channel)),
+        chunk_bytes_(chunk_bytes) {}
 
   // Encodes `payload` and sends it; its tensors must be on the host.
   absl::StatusOr<Sent> Send(Payload& payload) const;
+  // Makes a Send waiting for room in the data channel, or a later one,
+  // fail at once (from any thread); the stream is its owner's to cancel.
+  void Cancel() const {
+    if (channel_ != nullptr) channel_->Cancel();
+  }
 
  private:
   SendParts send_;
-  PayloadPlacer* channel_;
+  std::unique_ptr<PayloadPlacer> channel_;
   uint64_t chunk_bytes_;
 };
 
-using ForwardLink = PayloadLink<ForwardPayload, petra::v1::ForwardMessage>;
-using BackwardLink = PayloadLink<BackwardPayload, petra::v1::BackwardMessage>;
+using ForwardLink =
+    PayloadLink<wire::ForwardPayload, petra::v1::ForwardMessage>;
+using BackwardLink =
+    PayloadLink<wire::BackwardPayload, petra::v1::BackwardMessage>;
 
-}  // namespace petra::wire
+}  // namespace petra::link
