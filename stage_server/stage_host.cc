@@ -55,18 +55,9 @@ absl::StatusOr<engine::Transfer> StartCopy(const StageJob& job,
 // The stage loop of the pass's phase.
 absl::Status RunPhase(StageJob& job, const PassInfo& pass,
                       engine::StageOutbox& outbox) {
-  switch (pass.phase) {
-    case petra::v1::PHASE_TRAIN:
-      return engine::RunStageEpoch(
-          *job.worker, job.mailbox, outbox, pass.micro_batches,
-          engine::PlanMode(job.assign.spec().training()).schedule);
-    case petra::v1::PHASE_GRADIENT_CHECK:
-      return engine::RunStageGradientCheck(*job.worker, job.mailbox, outbox,
-                                           pass.micro_batches);
-    default:
-      return engine::RunStageEval(*job.worker, job.mailbox, outbox,
-                                  pass.micro_batches);
-  }
+  return engine::RunStagePass(
+      *job.worker, job.mailbox, outbox, pass.phase, pass.micro_batches,
+      engine::PlanMode(job.assign.spec().training()).schedule);
 }
 
 }  // namespace

@@ -145,46 +145,11 @@ absl::StatusOr<TrainingCursor> InProcessRunner::Restore() {
   return driver_->cursor();
 }
 
+// Every phase the way a fleet runs it: one thread per stage, each in the
+// stage loop of the phase (stage_io.h), joined by queues.
 absl::StatusOr<PassResult> InProcessRunner::RunPass(
     petra::v1::Phase phase, const PassBatches& batches) {
-  switch (phase) {
-    case petra::v1::PHASE_TRAIN:
-      return Train(batches);
-    case petra::v1::PHASE_GRADIENT_CHECK:
-      return Check(batches);
-    default:
-      return Eval(batches);
-  }
-}
-
-// Stage after stage on this thread, one micro-batch at a time: backprop
-// through every stage at the weights each kept for it.
-absl::StatusOr<PassResult> InProcessRunner::Check(const PassBatches& batches) {
-  PassResult result;
-  for (int64_t i = 0; i < batches.size(); ++i) {
-    absl::StatusOr<data::Batch> got = batches.Get(i);
-    if (!got.ok()) return got.status();
-    TensorPair x{got->images, {}};
-    for (size_t j = 0; j + 1 < workers_.size(); ++j) {
-      absl::StatusOr<TensorPair> y = workers_[j]->CheckForward(i, x);
-      if (!y.ok()) return y.status();
-      x = std::move(*y);
-    }
-    absl::StatusOr<LossOutput> out =
-        workers_.back()->CheckLoss(i, x, got->labels);
-    if (!out.ok()) return out.status();
-    result.Record(i, out->loss, out->correct, out->samples, false);
-    TensorPair g = std::move(out->backward.input_grad);
-    for (size_t j = workers_.size() - 1; j-- > 0;) {
-      absl::StatusOr<BackwardOutput> b = workers_[j]->CheckBackward(i, g);
-      if (!b.ok()) return b.status();
-      g = std::move(b->input_grad);
-    }
-  }
-  return result;
-}
-
-absl::StatusOr<PassResult> InProcessRunner::Train(const PassBatches& batches) {
+  const bool train = phase == petra::v1::PHASE_TRAIN;
   const int64_t micro_batches = batches.size();
   const int stages = stage_count();
   const ScheduleKind schedule = PlanMode(spec_.training()).schedule;
@@ -195,9 +160,9 @@ absl::StatusOr<PassResult> InProcessRunner::Train(const PassBatches& batches) {
   auto on_loss = [&](int64_t id, const LossOutput& out) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      result.Record(id, out.loss, out.correct, out.samples, true);
+      result.Record(id, out.loss, out.correct, out.samples, train);
     }
-    if (options_.on_step) {
+    if (train && options_.on_step) {
       const auto [part, index] = batches.Locate(id);
       options_.on_step({index, out.loss, batches.parts()[part].epoch});
     }
@@ -211,8 +176,8 @@ absl::StatusOr<PassResult> InProcessRunner::Train(const PassBatches& batches) {
     model::SetComputeThreads(threads);
     QueueInbox inbox(j, stages, channels, batches);
     QueueOutbox outbox(j, channels, on_loss);
-    absl::Status s =
-        RunStageEpoch(*workers_[j], inbox, outbox, micro_batches, schedule);
+    absl::Status s = RunStagePass(*workers_[j], inbox, outbox, phase,
+                                  micro_batches, schedule);
     if (!s.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -231,31 +196,6 @@ absl::StatusOr<PassResult> InProcessRunner::Train(const PassBatches& batches) {
   for (int j = 0; j < stages; ++j) threads_list.emplace_back(run_stage, j);
   for (std::thread& t : threads_list) t.join();
   if (!failure.ok()) return failure;
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  return result;
-}
-
-// Stage after stage on this thread: an evaluation has no backward to
-// overlap.
-absl::StatusOr<PassResult> InProcessRunner::Eval(const PassBatches& batches) {
-  PassResult result;
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < batches.size(); ++i) {
-    absl::StatusOr<data::Batch> got = batches.Get(i);
-    if (!got.ok()) return got.status();
-    data::Batch& b = *got;
-    TensorPair x{b.images, {}};
-    for (size_t j = 0; j + 1 < workers_.size(); ++j) {
-      absl::StatusOr<TensorPair> y = workers_[j]->Evaluate(x);
-      if (!y.ok()) return y.status();
-      x = std::move(*y);
-    }
-    absl::StatusOr<LossOutput> out = workers_.back()->EvaluateLoss(x, b.labels);
-    if (!out.ok()) return out.status();
-    result.Record(i, out->loss, out->correct, out->samples, false);
-  }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

@@ -76,9 +76,6 @@ class InProcessRunner : public PassExecutor, public JobObserver {
 
  private:
   InProcessRunner() = default;
-  absl::StatusOr<PassResult> Train(const PassBatches& batches);
-  absl::StatusOr<PassResult> Eval(const PassBatches& batches);
-  absl::StatusOr<PassResult> Check(const PassBatches& batches);
 
   petra::v1::JobSpec spec_;
   data::Splits data_;

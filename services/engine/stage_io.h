@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "petra/v1/stage.pb.h"  // Phase
 #include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_worker.h"
 #include "services/model/tensor_pair.h"
@@ -92,5 +93,12 @@ absl::Status RunStageGradientCheck(StageWorker& worker, StageInbox& inbox,
 // running statistics; the last stage reports each micro-batch's loss.
 absl::Status RunStageEval(StageWorker& worker, StageInbox& inbox,
                           StageOutbox& outbox, int64_t micro_batches);
+
+// The one executor of a stage's pass, for the stage server and the
+// in-process runner alike: the loop of `phase` (training in `schedule`'s
+// order, the gradient check, or an evaluation).
+absl::Status RunStagePass(StageWorker& worker, StageInbox& inbox,
+                          StageOutbox& outbox, petra::v1::Phase phase,
+                          int64_t micro_batches, ScheduleKind schedule);
 
 }  // namespace petra::engine

@@ -205,4 +205,17 @@ absl::Status RunStageEval(StageWorker& w, StageInbox& inbox,
   return absl::OkStatus();
 }
 
+absl::Status RunStagePass(StageWorker& w, StageInbox& inbox,
+                          StageOutbox& outbox, petra::v1::Phase phase,
+                          int64_t micro_batches, ScheduleKind schedule) {
+  switch (phase) {
+    case petra::v1::PHASE_TRAIN:
+      return RunStageEpoch(w, inbox, outbox, micro_batches, schedule);
+    case petra::v1::PHASE_GRADIENT_CHECK:
+      return RunStageGradientCheck(w, inbox, outbox, micro_batches);
+    default:
+      return RunStageEval(w, inbox, outbox, micro_batches);
+  }
+}
+
 }  // namespace petra::engine
