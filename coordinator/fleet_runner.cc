@@ -65,6 +65,7 @@ absl::Status FleetRunner::Prepare() {
       engine::StepsPerEpoch(spec_, data_.train.size());
   if (!steps.ok()) return steps.status();
   steps_per_epoch_ = *steps;
+  progress_.emplace(spec_, steps_per_epoch_);
   absl::StatusOr<JobBlocks> blocks = DescribeJobBlocks(spec_);
   if (!blocks.ok())
     return Prefixed("planning the partition: ", blocks.status());
@@ -328,8 +329,7 @@ void FleetRunner::OnEpoch(const engine::EpochReport& report) {
     last_test_ = std::make_pair(report.test_loss, report.test_accuracy);
   }
   Publish(JobEvent::KIND_EPOCH_END,
-          engine::ProgressBuilder(spec_, steps_per_epoch_)
-              .AfterEpoch(report, ElapsedSeconds()));
+          progress_->AfterEpoch(report, ElapsedSeconds()));
   recovery_.EpochFinished();
 }
 
@@ -339,8 +339,12 @@ double FleetRunner::ElapsedSeconds() const {
 
 void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
   // A pass's running figures come without what an epoch's end carries.
-  engine::ProgressBuilder(spec_, steps_per_epoch_)
-      .Complete(ElapsedSeconds(), &p);
+  // (Before the data is loaded, the epoch's steps are not known: 0.)
+  if (progress_) {
+    progress_->Complete(ElapsedSeconds(), &p);
+  } else {
+    engine::ProgressBuilder(spec_, 0).Complete(ElapsedSeconds(), &p);
+  }
   if (!p.has_test_accuracy() && last_test_) {
     p.set_test_loss(last_test_->first);
     p.set_test_accuracy(last_test_->second);

@@ -25,6 +25,7 @@
 #include "coordinator/recovery_policy.h"
 #include "coordinator/stage_placement.h"
 #include "services/data/dataset.h"
+#include "services/engine/epoch_progress.h"
 #include "services/engine/job_driver.h"
 #include "services/model/partition.h"
 
@@ -87,6 +88,8 @@ class FleetRunner final : public engine::PassExecutor,
   data::Splits data_;
   petra::v1::Preprocessing preprocessing_;  // what data_ gives the model
   int64_t steps_per_epoch_ = 0;
+  // Built once, when the epoch's steps are known.
+  std::optional<engine::ProgressBuilder> progress_;
   std::vector<model::BlockRange> ranges_;
   JobBlocks blocks_;
   // Set once stages hold the cut (placed, or recorded before a restart):

@@ -12,14 +12,6 @@
 namespace petra::engine {
 namespace {
 
-using model::TensorPair;
-using stage_testing::Batches;
-using stage_testing::ExactGradients;
-using stage_testing::Job;
-using stage_testing::RunPetraSchedule;
-using stage_testing::Same;
-using stage_testing::Workers;
-
 // The first reversible block of RevNet18 as a stage of its own (stage 1 of
 // 3) on the GPU, and what it receives: the blocks below run on the host.
 struct GpuStage {

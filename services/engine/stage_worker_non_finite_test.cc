@@ -12,14 +12,6 @@
 namespace petra::engine {
 namespace {
 
-using model::TensorPair;
-using stage_testing::Batches;
-using stage_testing::ExactGradients;
-using stage_testing::Job;
-using stage_testing::RunPetraSchedule;
-using stage_testing::Same;
-using stage_testing::Workers;
-
 TEST(StageWorker, NonFiniteLossFailsOrSkips) {
   petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
   std::vector<data::Batch> batches = Batches(1, 8);

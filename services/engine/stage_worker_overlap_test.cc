@@ -24,14 +24,6 @@
 namespace petra::engine {
 namespace {
 
-using model::TensorPair;
-using stage_testing::Batches;
-using stage_testing::ExactGradients;
-using stage_testing::Job;
-using stage_testing::RunPetraSchedule;
-using stage_testing::Same;
-using stage_testing::Workers;
-
 // PaReprop's overlap: a middle stage of several reversible blocks rebuilds
 // block i-1 on a second thread while block i's gradient is computed. After
 // training steps, every weight of every stage is the same, bit for bit, as

@@ -15,14 +15,6 @@
 namespace petra::engine {
 namespace {
 
-using model::TensorPair;
-using stage_testing::Batches;
-using stage_testing::ExactGradients;
-using stage_testing::Job;
-using stage_testing::RunPetraSchedule;
-using stage_testing::Same;
-using stage_testing::Workers;
-
 // training.wire_dtype bf16: what a stage hands on, forward and backward, is
 // bf16 (half the bytes, on the wire as in process), and the stage that
 // receives it computes in fp32. The frozen-weight gradient then differs from

@@ -23,14 +23,6 @@
 namespace petra::engine {
 namespace {
 
-using model::TensorPair;
-using stage_testing::Batches;
-using stage_testing::ExactGradients;
-using stage_testing::Job;
-using stage_testing::RunPetraSchedule;
-using stage_testing::Same;
-using stage_testing::Workers;
-
 struct GradCase {
   std::string name;
   petra::v1::Architecture arch;

@@ -59,3 +59,16 @@ bool Same(const std::vector<torch::Tensor>& a,
           const std::vector<torch::Tensor>& b);
 
 }  // namespace petra::engine::stage_testing
+
+namespace petra::engine {
+
+// The stage worker tests' shorthands, named once here.
+using model::TensorPair;
+using stage_testing::Batches;
+using stage_testing::ExactGradients;
+using stage_testing::Job;
+using stage_testing::RunPetraSchedule;
+using stage_testing::Same;
+using stage_testing::Workers;
+
+}  // namespace petra::engine
