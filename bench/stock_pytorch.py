@@ -13,7 +13,9 @@ times `--steps` optimizer steps and reports samples/s:
 * bf16 autocast with channels_last, at the same batch (what a user runs).
 
 `--json FILE` writes the rows for bench/gpu_ratios.py, which divides our
-figures by them.
+figures by them. On the CPU it takes as many threads as `petra train`'s
+stages use together (one per core; `--threads` to change), and says so:
+Debian's torch would start with one.
 
 Smoke run (seconds, on the CPU):
     bench/stock_pytorch.py --device cpu --batch 4 --width 0.125 --steps 1
@@ -44,7 +46,12 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=5, help="untimed steps")
     p.add_argument("--steps", type=int, default=30, help="timed steps")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch's CPU threads; 0 (default): one per core, "
+                        "as many as `petra train`'s stages use together")
     args = p.parse_args(argv)
+    if args.threads < 0:
+        p.error("--threads must be >= 0")
     if args.batch < 1 or args.warmup < 0 or args.steps < 1:
         p.error("--batch and --steps must be >= 1, --warmup >= 0")
     if not args.width > 0:
@@ -97,6 +104,10 @@ def samples_per_second(arch, args, bf16):
 
 def main(argv):
     args = parse_args(argv)
+    # Debian's torch starts with one thread on this machine while petra's
+    # stages use every core between them: the yardstick gets the same.
+    threads = args.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
     rows = []
     for arch in args.arch.split(","):
         for bf16 in (False, True):
@@ -112,7 +123,7 @@ def main(argv):
     print(f"Stock PyTorch {torch.__version__} on {name}: plain backprop, "
           f"CIFAR size, batch {args.batch}, width {args.width:g}, "
           f"{args.warmup} warm-up then {args.steps} timed steps, random "
-          "data:\n")
+          f"data, {torch.get_num_threads()} CPU thread(s):\n")
     print("| network | precision | samples/s |\n|---|---|---:|")
     for r in rows:
         print(f"| {r['arch']} | {r['label']} | "
@@ -120,7 +131,8 @@ def main(argv):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
+                       "threads": torch.get_num_threads(), "rows": rows},
+                      f, indent=1)
     return 0
 
 
