@@ -78,16 +78,22 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
   // What the feed hands its micro-batches to: each stream with its data
   // channel (none for gRPC). The feed's routes name no address: it opens
   // no connections of its own.
+  auto route = [&options](petra::v1::Transport transport) {
+    link::LinkRoute r;
+    r.transport = transport;
+    r.wanted = options.wanted;
+    return r;
+  };
   absl::StatusOr<std::unique_ptr<link::ForwardLink>> to_first =
       link::OpenForwardLink(
-          {options.to_first, options.wanted},
+          route(options.to_first),
           [&data](const auto& parts) { return data->Send(parts); },
           [&data] { return data->health(); });
   absl::StatusOr<std::unique_ptr<link::ForwardLink>> to_last =
       labels == nullptr
           ? nullptr
           : link::OpenForwardLink(
-                {options.to_last, options.wanted},
+                route(options.to_last),
                 [&labels](const auto& parts) { return labels->Send(parts); },
                 [&labels] { return labels->health(); });
   for (const auto* l : {&to_first, &to_last}) {
