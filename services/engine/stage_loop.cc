@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/engine/stage_io.h"
+#include "services/engine/stage_mode_ops.h"
 
 namespace petra::engine {
 namespace {
@@ -27,22 +28,10 @@ absl::Status Forward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   absl::StatusOr<ForwardItem> in = Take(inbox, m);
   if (!in.ok()) return in.status();
   const auto start = std::chrono::steady_clock::now();
-  if (w.forward_gradient()) {
-    absl::StatusOr<TangentForward> y =
-        w.ForwardTangents(m, in->x, in->tangents, in->labels, tick);
-    if (!y.ok()) return y.status();
-    outbox.Observe({false, in->x.a.size(0), SecondsSince(start)});
-    // The labels go up for the local losses; the last stage has them from
-    // the feed.
-    const bool next_is_last = w.index() + 2 == w.count();
-    return outbox.SendForward({m, std::move(y->output),
-                               next_is_last ? torch::Tensor() : in->labels,
-                               std::move(y->tangents)});
-  }
-  absl::StatusOr<model::TensorPair> y = w.Forward(m, in->x, tick);
-  if (!y.ok()) return y.status();
+  absl::StatusOr<ForwardItem> up = w.mode_ops().Forward(w, *in, tick);
+  if (!up.ok()) return up.status();
   outbox.Observe({false, in->x.a.size(0), SecondsSince(start)});
-  return outbox.SendForward({m, std::move(*y), {}, {}});
+  return outbox.SendForward(std::move(*up));
 }
 
 // The last stage's forward, loss and backward in one step.
@@ -59,19 +48,7 @@ absl::Status ForwardLoss(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
   outbox.Observe({true, samples, 0.0});
   outbox.ReportLoss(m, *out);
   if (w.index() == 0) return absl::OkStatus();
-  if (w.forward_gradient()) {
-    // A sampled micro-batch's true gradient goes down too (diagnostic).
-    return outbox.SendBackward({m,
-                                {},
-                                w.diagnoses(m)
-                                    ? std::move(out->backward.input_grad)
-                                    : model::TensorPair(),
-                                std::move(out->directional)});
-  }
-  return outbox.SendBackward({m,
-                              std::move(out->backward.input),
-                              std::move(out->backward.input_grad),
-                              {}});
+  return outbox.SendBackward(w.mode_ops().LossDown(w, m, *out));
 }
 
 absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
@@ -82,26 +59,17 @@ absl::Status Backward(StageWorker& w, StageInbox& inbox, StageOutbox& outbox,
     return absl::InvalidArgumentError(absl::StrCat(
         "expected micro-batch ", m, " to backward, received ", in->id));
   }
+  const ModeOps& mode = w.mode_ops();
   const auto start = std::chrono::steady_clock::now();
-  const bool fg = w.forward_gradient();
-  absl::StatusOr<BackwardOutput> out =
-      fg ? w.ApplyDirectional(m, in->directional, in->grad, tick)
-         : w.Backward(m, in->output, in->grad, tick);
+  absl::StatusOr<BackwardOutput> out = mode.Backward(w, *in, tick);
   if (!out.ok()) return out.status();
-  outbox.Observe({true, fg ? out->samples : in->grad.a.size(0),
-                  SecondsSince(start), out->delay_ticks, out->staleness_steps});
+  outbox.Observe({true, mode.Samples(*in, *out), SecondsSince(start),
+                  out->delay_ticks, out->staleness_steps});
   if (w.index() == 0) {
     outbox.Finished(m);
     return absl::OkStatus();
   }
-  if (fg) {
-    std::vector<double> below = std::move(in->directional);
-    below.pop_back();  // this stage's own
-    return outbox.SendBackward(
-        {m, {}, std::move(out->input_grad), std::move(below)});
-  }
-  return outbox.SendBackward(
-      {m, std::move(out->input), std::move(out->input_grad), {}});
+  return outbox.SendBackward(mode.Down(m, *in, *out));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "services/engine/skip_transaction.h"
 #include "services/engine/stage_boundary.h"
+#include "services/engine/stage_mode_ops.h"
 #include "services/engine/stage_worker_computing.h"
 #include "services/engine/torch_guard.h"
 #include "services/engine/training_mode.h"
@@ -43,6 +44,7 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                          LrSchedule schedule)
     : config_(config),
       forward_gradient_(PlanMode(resolved.training()).forward_gradient),
+      mode_ops_(&ModeOpsFor(forward_gradient_)),
       bf16_(resolved.training().precision() ==
             petra::v1::TrainingSpec::PRECISION_BF16),
       staleness_bound_(PlanMode(resolved.training()).delayed_gradients

@@ -33,6 +33,8 @@
 
 namespace petra::engine {
 
+class ModeOps;
+
 struct StageConfig {
   int index = 0;  // 0-based position in the chain
   int count = 1;  // stages in the chain
@@ -118,7 +120,8 @@ class StageWorker {
   // forwards `x` with its incoming `tangents` (one per earlier stage) and
   // its `labels` (the local loss), and returns its output with the tangents
   // to send up, its own last.
-  bool forward_gradient() const { return forward_gradient_; }
+  // What the stage loop does in this stage's mode (stage_mode_ops.h).
+  const ModeOps& mode_ops() const { return *mode_ops_; }
   absl::StatusOr<TangentForward> ForwardTangents(
       uint64_t id, const model::TensorPair& x,
       const std::vector<model::TensorPair>& tangents,
@@ -243,6 +246,8 @@ class StageWorker {
   int64_t OptimizerBytes() const;
   const StageConfig config_;
   const bool forward_gradient_;
+  // The mode as the stage loop runs it, chosen here, once.
+  const ModeOps* const mode_ops_;
   const bool bf16_;
   const int64_t staleness_bound_;
   // Optimizer steps the forward's weights are predicted ahead
