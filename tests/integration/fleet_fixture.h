@@ -105,9 +105,19 @@ class FleetProcesses : public ::testing::Test {
       program = prefix.front();
     }
     coordinator_ = std::make_unique<Subprocess>(program, args);
+    // 60 s: on a loaded 2-core machine (CI's last test, 2026-11-28) a
+    // restarted coordinator took over 30 s to print its port.
+    const auto asked = std::chrono::steady_clock::now();
     const int port =
-        NumberAfter(coordinator_->WaitForLine("listening on port"), "port ");
-    ASSERT_GT(port, 0) << coordinator_->err();
+        NumberAfter(coordinator_->WaitForLine("listening on port",
+                                              std::chrono::seconds(60)),
+                    "port ");
+    ASSERT_GT(port, 0) << "after "
+                       << std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - asked)
+                              .count()
+                       << " s; stdout: " << coordinator_->out()
+                       << "; stderr: " << coordinator_->err();
     address_ = Loopback(port);
   }
 

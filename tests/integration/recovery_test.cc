@@ -164,12 +164,16 @@ TEST_F(Recovery, AnAdamWStageKilledMidJobTrainsOnWithTheSameLosses) {
   StartStages(2);
   StartCoordinator(/*recovery_timeout=*/120);
   // A small RevViT, which trains with AdamW by default (recipe transformer).
-  const std::vector<std::string> job = {
-      "--arch",        "revvit", "--embed-dim", "16",
-      "--depth",       "2",      "--heads",     "2",
-      "--dataset",     "fashion-mnist", "--train-limit", "1024",
-      "--test-limit",  "256",    "--stages",    "2",
-      "--epochs",      "3",      "--seed",      "7"};
+  const std::vector<std::string> job = {"--arch",        "revvit",
+                                        "--embed-dim",   "16",
+                                        "--depth",       "2",
+                                        "--heads",       "2",
+                                        "--dataset",     "fashion-mnist",
+                                        "--train-limit", "1024",
+                                        "--test-limit",  "256",
+                                        "--stages",      "2",
+                                        "--epochs",      "3",
+                                        "--seed",        "7"};
   const std::string baseline = Submit(job);
   ASSERT_EQ(WaitForState(baseline, petra::v1::JOB_STATE_SUCCEEDED,
                          std::chrono::seconds(300))
@@ -191,8 +195,8 @@ TEST_F(Recovery, AnAdamWStageKilledMidJobTrainsOnWithTheSameLosses) {
   ASSERT_EQ(a.size(), b.size());
   ASSERT_GT(a.size(), 30u);
   for (const auto& [key, loss] : a) {
-    ASSERT_TRUE(b.count(key)) << "epoch " << key.first << " micro-batch "
-                              << key.second;
+    ASSERT_TRUE(b.count(key))
+        << "epoch " << key.first << " micro-batch " << key.second;
     EXPECT_NEAR(b.at(key), loss, 1e-5 * std::max(1.0, std::abs(loss)))
         << "epoch " << key.first << " micro-batch " << key.second;
   }
@@ -276,7 +280,8 @@ TEST_F(Recovery, AGracefulCoordinatorStopLeavesTheJobResumable) {
   ASSERT_EQ(coordinator_->SignalAndWait(SIGTERM, std::chrono::seconds(30)), 0);
   // It let go of the stages rather than cancel the job.
   EXPECT_EQ(StageStatus(0).state(), petra::v1::StageStatus::STATE_IDLE);
-  StartCoordinator(5, {"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartCoordinator(5, {"--metrics-listen", "127.0.0.1:0"}));
   // The coordinator that takes the job over counts its recovery.
   const int metrics_port = NumberAfter(
       coordinator_->WaitForLine("metrics on port"), "metrics on port ");
