@@ -60,7 +60,7 @@ class Receiver final : public petra::v1::StageService::Service {
     wire::ForwardAssembler assembler({}, fetcher.get());
     petra::v1::ForwardMessage m;
     while (stream->Read(&m)) {
-      absl::StatusOr<std::optional<wire::ForwardPayload>> p =
+      absl::StatusOr<std::optional<model::ForwardBatch>> p =
           assembler.Add(std::move(m));
       if (!p.ok()) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -196,7 +196,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
           std::move(*placer), wire::kTensorChunkBytes);
       const Clock::time_point start = Clock::now();
       for (int i = 0; i < repeats; ++i) {
-        wire::ForwardPayload p;
+        model::ForwardBatch p;
         p.header.micro_batch_id = static_cast<uint64_t>(i);
         p.x.a = source;
         auto out = sender_side.ToHost(wire::TensorsOf(p), i);

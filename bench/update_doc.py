@@ -3,12 +3,16 @@
 
 Sections sit between `<!-- section: NAME -->` and `<!-- end: NAME -->`
 markers, in the order of SECTIONS, so one benchmark can be re-run without
-re-running the rest. The body is read from standard input.
+re-running the rest. The body is read from standard input. The summary at
+the top ("results at a glance", bench/glance.py) is rewritten from the
+sections each time; `update_doc.py --glance DOC` rewrites only it.
 """
 
 import os
 import re
 import sys
+
+import glance
 
 SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "accuracy", "long_run",
@@ -27,22 +31,31 @@ Do not edit by hand.
 """
 
 
-def main(argv):
-    if len(argv) != 2 or argv[1] not in SECTIONS:
-        print(f"usage: update_doc.py DOC SECTION < body; SECTION is one of "
-              f"{', '.join(SECTIONS)}", file=sys.stderr)
-        return 2
-    path, name = argv
-    body = sys.stdin.read().strip("\n")
-    text = open(path).read() if os.path.exists(path) else ""
+def read_sections(text):
+    """The sections of a document's `text`, by name."""
     found = {}
     for s in SECTIONS:
         m = re.search(rf"<!-- section: {s} -->\n(.*?)\n<!-- end: {s} -->",
                       text, re.S)
         if m:
             found[s] = m.group(1)
-    found[name] = body
-    out = [HEADER]
+    return found
+
+
+def main(argv):
+    glance_only = argv[:1] == ["--glance"] and len(argv) == 2
+    if not glance_only and (len(argv) != 2 or argv[1] not in SECTIONS):
+        print(f"usage: update_doc.py DOC SECTION < body, or update_doc.py "
+              f"--glance DOC; SECTION is one of {', '.join(SECTIONS)}",
+              file=sys.stderr)
+        return 2
+    path = argv[-1] if glance_only else argv[0]
+    text = open(path).read() if os.path.exists(path) else ""
+    found = read_sections(text)
+    if not glance_only:
+        found[argv[1]] = sys.stdin.read().strip("\n")
+    out = [HEADER,
+           f"<!-- glance -->\n{glance.render(found)}\n<!-- end: glance -->\n"]
     for s in SECTIONS:
         if s in found:
             out.append(f"<!-- section: {s} -->\n{found[s]}\n<!-- end: {s} -->\n")

@@ -51,6 +51,9 @@ The contract, checked by python/tests/models_test.py against the C++ build:
   transformers' linear layers; PyTorch defaults elsewhere) but are not the
   C++ draws: load weights to get a trained network.
 
+The layers and blocks live in ``petra.layers``; this module builds networks
+of them and checks the arguments.
+
 ``build`` and ``from_spec`` refuse what the C++ job validation refuses
 (services/job/job_spec_validation.cc) with a ValueError naming the argument
 and what it accepts.
@@ -60,12 +63,14 @@ import math
 import numbers
 import re
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+from .layers import (INPUT_SHAPES, CouplingBlock, HeadBlock, Network,
+                     PatchEmbedBlock, ResidualBlock, RevDownsampleBlock,
+                     RevViTBlock, StemBlock, TokenHeadBlock, ViTBlock,
+                     _conv_stem_side, conv_stem_widths)
 
 __all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "PATCH_SIZES",
-           "STEMS", "Network", "build", "from_spec", "input_shape"]
+           "STEMS", "Network", "build", "conv_stem_widths", "from_spec",
+           "input_shape"]
 
 # In the proto's enum order (proto/petra/v1/job.proto Architecture, Variant):
 # ARCHITECTURES[i] is enum value i + 1, and so is VARIANTS[i].
@@ -87,9 +92,6 @@ DEFAULT_STEM = "conv"
 # Every transformer size a spec may set (the stem besides, not a number).
 _SIZE_NAMES = (*TRANSFORMER_DEFAULTS, "patch_size")
 
-# services/model/architecture_catalog.cc InputShape.
-_INPUT_SHAPES = {"imagenet": (3, 224, 224), "cifar": (3, 32, 32),
-                 "mnist": (1, 28, 28)}
 
 # services/job/job_spec_validation.cc limits.
 _MAX_WIDTH = 8.0
@@ -99,9 +101,6 @@ _MAX_DEPTH = 256
 _MAX_MLP_RATIO = 16.0
 _MAX_TOKENS = 4096
 
-# services/model/batch_norm.h defaults; LayerNorm keeps torch's 1e-5.
-BN_MOMENTUM = 0.1
-BN_EPS = 1e-5
 
 # proto enum names of the dataset kinds whose images are 28x28x1
 # (job_spec_defaults.cc: they imply the mnist variant, the others cifar).
@@ -124,415 +123,6 @@ def _scaled(channels, width):
     return max(1, _llround(channels * width))
 
 
-# --------------------------------------------------------------------------
-# Layers (services/model/batch_norm.cc, layers.cc).
-# --------------------------------------------------------------------------
-
-class BatchNorm2d(nn.Module):
-    """BatchNorm with exactly the C++ tensors: no num_batches_tracked.
-
-    torch.nn.BatchNorm2d registers a num_batches_tracked buffer that the C++
-    BatchNorm2dImpl has not, which would break strict loading of an export.
-    With a fixed momentum that counter is unused anyway.
-    """
-
-    def __init__(self, channels, momentum=BN_MOMENTUM, eps=BN_EPS):
-        super().__init__()
-        self.momentum = momentum
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(channels))
-        self.bias = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("running_mean", torch.zeros(channels))
-        self.register_buffer("running_var", torch.ones(channels))
-
-    def forward(self, x):
-        # The call the C++ makes: torch::batch_norm(x, weight, bias,
-        # running_mean, running_var, training, momentum, eps, cudnn).
-        return F.batch_norm(x, self.running_mean, self.running_var,
-                            self.weight, self.bias, self.training,
-                            self.momentum, self.eps)
-
-    def extra_repr(self):
-        return (f"{self.weight.numel()}, eps={self.eps}, "
-                f"momentum={self.momentum}")
-
-
-class ConvBn(nn.Module):
-    """conv (no bias, He fan-out init) -> BatchNorm -> optional ReLU."""
-
-    def __init__(self, cin, cout, kernel=3, stride=1, relu=True):
-        super().__init__()
-        self.conv = nn.Conv2d(cin, cout, kernel, stride=stride,
-                              padding=kernel // 2, bias=False)
-        # He initialisation (fan-out, ReLU), as layers.cc and torchvision.
-        nn.init.kaiming_normal_(self.conv.weight, mode="fan_out",
-                                nonlinearity="relu")
-        self.bn = BatchNorm2d(cout)
-        self.relu = relu
-
-    def forward(self, x):
-        y = self.bn(self.conv(x))
-        return F.relu(y) if self.relu else y
-
-
-class ResidualFunction(nn.Module):
-    """A residual body without its skip (layers.cc ResidualFunctionImpl).
-
-    basic:      conv3x3(stride) - BN - ReLU - conv3x3 - BN [- ReLU]
-    bottleneck: conv1x1 - BN - ReLU - conv3x3(stride) - BN - ReLU - conv1x1
-                - BN [- ReLU]
-    The final ReLU is on in RevNet blocks and off in ResNet blocks (there it
-    follows the addition).
-    """
-
-    def __init__(self, cin, width, cout, stride, bottleneck, final_relu):
-        super().__init__()
-        if bottleneck:
-            layers = [ConvBn(cin, width, 1, 1, True),
-                      ConvBn(width, width, 3, stride, True),
-                      ConvBn(width, cout, 1, 1, final_relu)]
-        else:
-            layers = [ConvBn(cin, width, 3, stride, True),
-                      ConvBn(width, cout, 3, 1, final_relu)]
-        self.body = nn.Sequential(*layers)
-
-    def forward(self, x):
-        return self.body(x)
-
-
-# --------------------------------------------------------------------------
-# CNN blocks (services/model/blocks.cc, coupling_block.cc). Every block maps
-# a pair (a, b) to a pair; b is None on a single-tensor boundary.
-# --------------------------------------------------------------------------
-
-class StemBlock(nn.Module):
-    """conv - BN - ReLU (- max-pool); a RevNet stem splits its channels.
-
-    imagenet: 7x7 stride-2 conv and a 3x3 stride-2 max-pool (padding 1);
-    cifar and mnist: 3x3 stride-1 conv, no pool. A reversible network's stem
-    has twice a stream's channels and chunks them: the first half is a, the
-    second b.
-    """
-
-    def __init__(self, cin, cout, imagenet, split):
-        super().__init__()
-        self.conv = ConvBn(cin, cout, 7 if imagenet else 3,
-                           2 if imagenet else 1, True)
-        self.imagenet = imagenet
-        self.split = split
-
-    def forward(self, pair):
-        y = self.conv(pair[0])
-        if self.imagenet:
-            y = F.max_pool2d(y, 3, 2, 1)
-        return tuple(y.chunk(2, 1)) if self.split else (y, None)
-
-
-class CouplingBlock(nn.Module):
-    """(a, b) -> (S(b) + R(a), S(a)): the RevNet coupling.
-
-    S is the identity for stride 1 and i-RevNet's invertible downsampling
-    (pixel_unshuffle by the stride: s x s pixels into s^2 x the channels)
-    otherwise.
-    """
-
-    def __init__(self, cin, width, cout, stride, bottleneck):
-        super().__init__()
-        self.residual = ResidualFunction(cin, width, cout, stride,
-                                         bottleneck, True)
-        self.squeeze = stride
-
-    def _squeeze(self, x):
-        return x if self.squeeze == 1 else F.pixel_unshuffle(x, self.squeeze)
-
-    def forward(self, pair):
-        a, b = pair
-        return self._squeeze(b) + self.residual(a), self._squeeze(a)
-
-
-class RevDownsampleBlock(nn.Module):
-    """(a, b) -> (R(a) + P(b), P'(a)) with strided 1x1 projections.
-
-    Basic-block RevNets share P' = P (only project_b exists); bottleneck
-    RevNets give each stream its own (project_a too).
-    """
-
-    def __init__(self, cin, width, cout, stride, bottleneck):
-        super().__init__()
-        self.residual = ResidualFunction(cin, width, cout, stride,
-                                         bottleneck, True)
-        self.project_b = ConvBn(cin, cout, 1, stride, False)
-        self.project_a = (ConvBn(cin, cout, 1, stride, False)
-                          if bottleneck else None)
-
-    def forward(self, pair):
-        a, b = pair
-        project_a = (self.project_a if self.project_a is not None
-                     else self.project_b)
-        return self.residual(a) + self.project_b(b), project_a(a)
-
-
-class ResidualBlock(nn.Module):
-    """relu(R(x) + shortcut(x)); a 1x1 projection when the shape changes."""
-
-    def __init__(self, cin, width, cout, stride, bottleneck):
-        super().__init__()
-        self.residual = ResidualFunction(cin, width, cout, stride,
-                                         bottleneck, False)
-        self.shortcut = (ConvBn(cin, cout, 1, stride, False)
-                         if stride != 1 or cin != cout else None)
-
-    def forward(self, pair):
-        x = pair[0]
-        skip = self.shortcut(x) if self.shortcut is not None else x
-        return F.relu(self.residual(x) + skip), None
-
-
-class HeadBlock(nn.Module):
-    """Concatenate a pair (a first), global average pool, linear."""
-
-    def __init__(self, features, classes):
-        super().__init__()
-        self.fc = nn.Linear(features, classes)
-
-    def forward(self, pair):
-        a, b = pair
-        x = torch.cat([a, b], 1) if b is not None else a
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1)), None
-
-
-# --------------------------------------------------------------------------
-# Transformer blocks (services/model/transformer_blocks.cc). Tokens are
-# [batch, tokens, embed_dim].
-# --------------------------------------------------------------------------
-
-def _vit_linear(cin, cout):
-    """ViT's initialisation: N(0, 0.02) weights, zero biases (MakeLinear)."""
-    layer = nn.Linear(cin, cout)
-    with torch.no_grad():
-        layer.weight.normal_(0.0, 0.02)
-        layer.bias.zero_()
-    return layer
-
-
-class Attention(nn.Module):
-    """F: LayerNorm -> multi-head self-attention (no dropout)."""
-
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.norm = nn.LayerNorm(dim)
-        self.qkv = _vit_linear(dim, 3 * dim)
-        self.proj = _vit_linear(dim, dim)
-
-    def forward(self, x):
-        b, n, d = x.shape
-        dh = d // self.heads
-        # [b, n, 3, heads, dh] -> [3, b, heads, n, dh]
-        qkv = (self.qkv(self.norm(x)).reshape(b, n, 3, self.heads, dh)
-               .permute(2, 0, 3, 1, 4))
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        # Divided by sqrt(dh) after the product, as the C++ (not q scaled
-        # first, which rounds differently).
-        attention = torch.softmax(
-            torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh), -1)
-        out = torch.matmul(attention, v).transpose(1, 2).reshape(b, n, d)
-        return self.proj(out)
-
-
-class Mlp(nn.Module):
-    """G: LayerNorm -> Linear -> GELU (exact, erf) -> Linear."""
-
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.fc1 = _vit_linear(dim, hidden)
-        self.fc2 = _vit_linear(hidden, dim)
-
-    def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(self.norm(x))))
-
-
-def _conv_stem_depth(patch_size):
-    """ceil(log2 patch_size) (architecture_catalog.cc ConvStemDepth)."""
-    n = 0
-    while (1 << n) < patch_size:
-        n += 1
-    return n
-
-
-def conv_stem_widths(patch_size, embed_dim):
-    """The conv stem's stride-2 widths (architecture_catalog ConvStemWidths):
-    doubling from 32, at most embed_dim."""
-    return [min(embed_dim, 32 << i)
-            for i in range(_conv_stem_depth(patch_size))]
-
-
-def _conv_stem_side(side, patch_size):
-    for _ in range(_conv_stem_depth(patch_size)):
-        side = (side + 1) // 2
-    return side
-
-
-class PatchEmbedBlock(nn.Module):
-    """Image -> tokens: patch_size-strided conv (with bias) + position, or
-    with `conv_stem` 3x3 stride-2 ConvBn layers and a 1x1 conv (with bias).
-
-    The tokens go down both streams of a reversible network.
-    """
-
-    def __init__(self, cin, side, dim, patch_size, two_streams,
-                 conv_stem=False):
-        super().__init__()
-        kernel = patch_size
-        if conv_stem:
-            convs = []
-            for width in conv_stem_widths(patch_size, dim):
-                convs.append(ConvBn(cin, width, 3, 2))
-                cin = width
-            self.convs = nn.ModuleList(convs)
-            kernel = 1
-        self.patch = nn.Conv2d(cin, dim, kernel, stride=kernel)
-        tokens = (side // patch_size) ** 2
-        self.position = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
-        self.two_streams = two_streams
-
-    def forward(self, pair):
-        image = pair[0]
-        for conv in getattr(self, "convs", ()):
-            image = conv(image)
-        y = self.patch(image)  # [b, d, side, side]
-        tokens = y.flatten(2).transpose(1, 2) + self.position
-        return (tokens, tokens) if self.two_streams else (tokens, None)
-
-
-class RevViTBlock(nn.Module):
-    """(X1, X2) -> (Y1, Y2): Y1 = X1 + F(X2), Y2 = X2 + G(Y1)."""
-
-    def __init__(self, dim, heads, hidden):
-        super().__init__()
-        self.attention = Attention(dim, heads)
-        self.mlp = Mlp(dim, hidden)
-
-    def forward(self, pair):
-        x1, x2 = pair
-        y1 = x1 + self.attention(x2)
-        return y1, x2 + self.mlp(y1)
-
-
-class ViTBlock(nn.Module):
-    """The non-reversible twin: h = x + F(x), then h + G(h)."""
-
-    def __init__(self, dim, heads, hidden):
-        super().__init__()
-        self.attention = Attention(dim, heads)
-        self.mlp = Mlp(dim, hidden)
-
-    def forward(self, pair):
-        x = pair[0]
-        h = x + self.attention(x)
-        return h + self.mlp(h), None
-
-
-class TokenHeadBlock(nn.Module):
-    """Concatenate the streams' features, LayerNorm, mean over tokens, fc."""
-
-    def __init__(self, features, classes):
-        super().__init__()
-        self.norm = nn.LayerNorm(features)
-        self.fc = _vit_linear(features, classes)
-
-    def forward(self, pair):
-        a, b = pair
-        tokens = torch.cat([a, b], -1) if b is not None else a
-        return self.fc(self.norm(tokens).mean(1)), None
-
-
-# --------------------------------------------------------------------------
-# The network.
-# --------------------------------------------------------------------------
-
-class Input(nn.Module):
-    """The model's input as the job gave it (export_input.h): forward
-    normalises images with pixel values in [0, 1], (x - mean) / std per
-    channel. Built as the identity with no class names; an export's
-    ``input.*`` tensors load into it, the class names whatever their length.
-    """
-
-    def __init__(self, shape):
-        super().__init__()
-        channels = shape[0]
-        self.register_buffer("mean", torch.zeros(channels))
-        self.register_buffer("std", torch.ones(channels))
-        self.register_buffer("shape", torch.tensor(shape, dtype=torch.int64))
-        self.register_buffer("class_names", torch.zeros(0, dtype=torch.uint8))
-
-    def forward(self, images):
-        c = self.mean.numel()
-        return (images - self.mean.view(1, c, 1, 1)) / self.std.view(1, c, 1, 1)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        names = state_dict.get(prefix + "class_names")
-        if isinstance(names, torch.Tensor):
-            # The export's length, not the built one's (none).
-            self.class_names = torch.zeros_like(names)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    def names(self):
-        raw = bytes(self.class_names.tolist())
-        return [n.decode("utf-8") for n in raw.split(b"\0")[:-1]]
-
-
-class Network(nn.Module):
-    """The blocks in order; forward maps images to logits.
-
-    ``blocks[i]`` is block i of the C++ network (and of the export's
-    ``blocks.<i>.`` names); ``input`` holds the export's ``input.*``
-    (the normalisation forward applies, and ``class_names``). Attributes say what was built: ``arch``,
-    ``variant``, ``width``, ``num_classes``, ``input_shape`` (C, H, W) and
-    ``transformer`` (the sizes as a dict, None for a CNN).
-    """
-
-    def __init__(self, blocks, *, arch, variant, width, num_classes,
-                 transformer=None):
-        super().__init__()
-        self.blocks = nn.ModuleList(blocks)
-        self.arch = arch
-        self.variant = variant
-        self.width = width
-        self.num_classes = num_classes
-        self.input_shape = _INPUT_SHAPES[variant]
-        self.transformer = transformer
-        self.input = Input(self.input_shape)
-
-    def forward(self, images):
-        if images.dim() != 4 or images.shape[1] != self.input_shape[0]:
-            raise ValueError(
-                f"{self.arch} ({self.variant}) takes images N x "
-                f"{self.input_shape[0]} x H x W "
-                f"({'x'.join(map(str, self.input_shape))} as trained), got "
-                f"{tuple(images.shape)}")
-        pair = (self.input(images), None)
-        for block in self.blocks:
-            pair = block(pair)
-        return pair[0]
-
-    @property
-    def class_names(self):
-        """Class i's name at i, from a loaded export; [] before one is."""
-        return self.input.names()
-
-    def extra_repr(self):
-        if self.transformer is not None:
-            size = ", ".join(f"{k} {v:g}" if isinstance(v, float)
-                             else f"{k} {v}"
-                             for k, v in self.transformer.items())
-        else:
-            size = f"width {self.width:g}"
-        return (f"arch={self.arch}, variant={self.variant}, {size}, "
-                f"num_classes={self.num_classes}")
-
-
 def _build_cnn(arch, variant, width, num_classes):
     """network.cc BuildNetwork for the CNNs, block by block."""
     bottleneck = arch.endswith("50") or arch.endswith("101")
@@ -542,7 +132,7 @@ def _build_cnn(arch, variant, width, num_classes):
     # i-RevNet: every shape change is a squeeze inside the coupling.
     invertible_downsampling = arch == "irevnet18"
     imagenet = variant == "imagenet"
-    shape = _INPUT_SHAPES[variant]
+    shape = INPUT_SHAPES[variant]
 
     # A reversible network carries two streams, each as wide as the
     # matching ResNet.
@@ -581,7 +171,7 @@ def _build_cnn(arch, variant, width, num_classes):
 def _build_transformer(arch, variant, num_classes, sizes):
     """network.cc BuildTransformer: stem, `depth` blocks, head."""
     rev = arch == "revvit"
-    cin, side, _ = _INPUT_SHAPES[variant]
+    cin, side, _ = INPUT_SHAPES[variant]
     dim, heads = sizes["embed_dim"], sizes["heads"]
     hidden = max(1, _llround(sizes["mlp_ratio"] * dim))
     block = RevViTBlock if rev else ViTBlock
@@ -680,7 +270,7 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
                          f"embed_dim ({t['embed_dim']})")
     t["mlp_ratio"] = _check_real(t["mlp_ratio"], field("mlp_ratio"),
                                  _MAX_MLP_RATIO)
-    side = _INPUT_SHAPES[variant][1]
+    side = INPUT_SHAPES[variant][1]
     patch = t["patch_size"]
     if not _is_int(patch) or patch < 1 or side % patch:
         divisors = [p for p in range(1, side + 1)
@@ -707,7 +297,7 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
 
 def input_shape(variant):
     """One sample's input shape (C, H, W) for a variant (InputShape)."""
-    return _INPUT_SHAPES[_short_name(variant, VARIANTS, "variant",
+    return INPUT_SHAPES[_short_name(variant, VARIANTS, "variant",
                                      "VARIANT_")]
 
 

@@ -295,6 +295,7 @@ class ClientTest(unittest.TestCase):
     def test_specs_take_short_enum_names_as_the_flags_do(self):
         from petra import client
         from petra.v1 import job_pb2 as job
+        from petra.v1 import training_pb2 as training
         spec = client._spec({
             "model": {"architecture": "revvit", "variant": "MNIST"},
             "dataset": {"kind": "image-folder", "path": "revvit",
@@ -306,7 +307,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(spec.dataset.path, "revvit")
         self.assertEqual(spec.dataset.image_folder.corrupt_images,
                          job.ImageFolderSpec.CORRUPT_IMAGE_POLICY_SKIP)
-        self.assertEqual(spec.training.mode, job.TRAINING_MODE_BACKPROP)
+        self.assertEqual(spec.training.mode, training.TRAINING_MODE_BACKPROP)
         with self.assertRaisesRegex(ValueError, "spec: .*imagefolder"):
             client._spec({"dataset": {"kind": "imagefolder"}})
 

@@ -1,4 +1,4 @@
-// The stage program of mode forward_gradient (job.proto,
+// The stage program of mode forward_gradient (training.proto,
 // TRAINING_MODE_FORWARD_GRADIENT), in place of a backward program
 // (backward_program.h) on every stage but the last: what arrives is checked
 // here, the local loss runs through the auxiliary head

@@ -16,7 +16,7 @@ class LrSchedule {
   // Rate for the optimizer step `step` (0-based).
   double At(int64_t step) const;
   // The same schedule for a stage whose gradients arrive `delay_steps`
-  // optimizer steps late: schedule.delay_lr_power's scaling (job.proto).
+  // optimizer steps late: schedule.delay_lr_power's scaling (training.proto).
   LrSchedule ForDelay(double delay_steps) const;
   int64_t total_steps() const { return total_steps_; }
 

@@ -27,7 +27,8 @@ const char* DefaultDatasetPath(DatasetKind kind) {
 namespace {
 
 // The PETRA paper's schedule (section 4.1), fitted to the run's length:
-// fills only the fields left unset. Values: proto/petra/v1/job.proto, Recipe.
+// fills only the fields left unset. Values: proto/petra/v1/training.proto,
+// Recipe.
 void ApplyPaperRecipe(petra::v1::JobSpec* spec) {
   const bool imagenet = spec->model().variant() == petra::v1::VARIANT_IMAGENET;
   const double paper_epochs = imagenet ? 90 : 300;

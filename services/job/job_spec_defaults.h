@@ -12,7 +12,7 @@ namespace petra::job {
 void ApplyJobSpecDefaults(petra::v1::JobSpec* spec);
 
 // AdamW's peak learning rate per 64 samples of effective batch (Recipe,
-// RECIPE_TRANSFORMER in job.proto).
+// RECIPE_TRANSFORMER in training.proto).
 inline constexpr double kAdamWLearningRatePer64 = 2e-3;
 
 // The default --data-root: where Debian's dataset packages install.
