@@ -58,28 +58,24 @@ int main(int argc, char** argv) {
       argv[0], "petra-coordinator",
       petra::coordinator::CoordinatorServer::Create(options),
       [&](petra::coordinator::CoordinatorServer& server) {
-        std::cout << "petra-coordinator listening on port " << server.port()
-                  << " (" << server.stage_addresses().size()
-                  << " stage servers)" << std::endl;
-        std::cout << "petra-coordinator transport: "
-                  << server.security().Describe()
-                  << (server.requires_token() ? ", bearer token required" : "")
-                  << std::endl;
         if (server.requires_token() && !server.security().enabled()) {
           std::cerr << argv[0]
                     << ": warning: --auth-token-file without --tls-cert: "
                        "clients send the token in plaintext\n";
         }
-        if (server.metrics_port() != 0) {
-          std::cout << "petra-coordinator metrics on port "
-                    << server.metrics_port() << std::endl;
-        }
-        PETRA_LOG_EVENT(
-            kInfo, "server_up", {"program", "petra-coordinator"},
-            {"port", absl::StrCat(server.port())},
-            {"metrics_port", absl::StrCat(server.metrics_port())},
-            {"stage_servers", absl::StrCat(server.stage_addresses().size())},
+        const std::string stages =
+            absl::StrCat(server.stage_addresses().size());
+        petra::base::ServerAnnouncement a;
+        a.port = server.port();
+        a.listening = stages + " stage servers";
+        a.transport =
+            server.security().Describe() +
+            (server.requires_token() ? ", bearer token required" : "");
+        a.metrics_port = server.metrics_port();
+        a.log_fields = {
+            {"stage_servers", stages},
             {"transport", server.security().Describe()},
-            {"token", server.requires_token() ? "required" : "none"});
+            {"token", server.requires_token() ? "required" : "none"}};
+        return a;
       });
 }

@@ -47,24 +47,17 @@ int main(int argc, char** argv) {
       argv[0], "petra-stage-server",
       petra::stage_server::StageServer::Create(options),
       [&](petra::stage_server::StageServer& server) {
-        // Tests and scripts read the bound ports from these lines.
-        std::cout << "petra-stage-server listening on port " << server.port()
-                  << " (device " << options.device << ")" << std::endl;
-        std::cout << "petra-stage-server transport: "
-                  << server.security().Describe()
-                  << (options.coordinator_identity.empty()
-                          ? ""
-                          : ", control calls only from \"" +
-                                options.coordinator_identity + "\"")
-                  << std::endl;
-        if (server.metrics_port() != 0) {
-          std::cout << "petra-stage-server metrics on port "
-                    << server.metrics_port() << std::endl;
-        }
-        PETRA_LOG_EVENT(kInfo, "server_up", {"program", "petra-stage-server"},
-                        {"port", absl::StrCat(server.port())},
-                        {"metrics_port", absl::StrCat(server.metrics_port())},
-                        {"device", options.device},
-                        {"transport", server.security().Describe()});
+        petra::base::ServerAnnouncement a;
+        a.port = server.port();
+        a.listening = "device " + options.device;
+        a.transport = server.security().Describe() +
+                      (options.coordinator_identity.empty()
+                           ? ""
+                           : ", control calls only from \"" +
+                                 options.coordinator_identity + "\"");
+        a.metrics_port = server.metrics_port();
+        a.log_fields = {{"device", options.device},
+                        {"transport", server.security().Describe()}};
+        return a;
       });
 }

@@ -38,7 +38,7 @@ void InitEventLog(const char* program, bool to_stdout, LogLevel min_level) {
 }
 
 std::string EventText(absl::string_view event,
-                      std::initializer_list<LogField> fields) {
+                      absl::Span<const LogField> fields) {
   std::string out(event);
   for (const LogField& f : fields) {
     const bool quote = f.value.empty() ||
@@ -50,8 +50,7 @@ std::string EventText(absl::string_view event,
 }
 
 void LogEventAt(const char* file, int line, LogLevel level,
-                absl::string_view event,
-                std::initializer_list<LogField> fields) {
+                absl::string_view event, absl::Span<const LogField> fields) {
   google::LogMessage(file, line, Severity(level)).stream()
       << EventText(event, fields);
 }

@@ -8,10 +8,10 @@
 // `kubectl logs` and `docker logs` collect, and what tests wait for).
 #pragma once
 
-#include <initializer_list>
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace petra::base {
 
@@ -30,12 +30,11 @@ struct LogField {
 
 // "event key=value ...".
 std::string EventText(absl::string_view event,
-                      std::initializer_list<LogField> fields);
+                      absl::Span<const LogField> fields);
 
 // Logs one event from `file`:`line` (PETRA_LOG_EVENT fills them).
 void LogEventAt(const char* file, int line, LogLevel level,
-                absl::string_view event,
-                std::initializer_list<LogField> fields);
+                absl::string_view event, absl::Span<const LogField> fields);
 
 }  // namespace petra::base
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -26,11 +27,39 @@ inline void InitServerProcess(const char* argv0) {
   InstallShutdownHandlers();
 }
 
-// Starts the server `created` holds, lets `announce` print and log what it
-// serves (tests and scripts read the ports from those lines), waits for
-// SIGINT or SIGTERM and stops it gracefully, saying so. Returns main's exit
-// code: 1, with the reason after `argv0`, when it cannot be created or
-// started.
+// What a started server serves, as its program announces it.
+struct ServerAnnouncement {
+  int port = 0;
+  std::string listening;  // after the port, in parentheses
+  std::string transport;  // security and who may call
+  int metrics_port = 0;   // 0: none
+  // The server_up event's fields beside program, port and metrics_port.
+  std::vector<LogField> log_fields;
+};
+
+// Prints "<program> listening on port P (...)", its transport and metrics
+// port (tests and scripts read the ports from these lines), and logs
+// server_up.
+inline void AnnounceServer(const std::string& program,
+                           const ServerAnnouncement& a) {
+  std::cout << program << " listening on port " << a.port << " (" << a.listening
+            << ")" << std::endl;
+  std::cout << program << " transport: " << a.transport << std::endl;
+  if (a.metrics_port != 0) {
+    std::cout << program << " metrics on port " << a.metrics_port << std::endl;
+  }
+  std::vector<LogField> fields = {
+      {"program", program},
+      {"port", absl::StrCat(a.port)},
+      {"metrics_port", absl::StrCat(a.metrics_port)}};
+  fields.insert(fields.end(), a.log_fields.begin(), a.log_fields.end());
+  LogEventAt(__FILE__, __LINE__, LogLevel::kInfo, "server_up", fields);
+}
+
+// Starts the server `created` holds, announces what `announce` says it
+// serves (AnnounceServer), waits for SIGINT or SIGTERM and stops it
+// gracefully, saying so. Returns main's exit code: 1, with the reason after
+// `argv0`, when it cannot be created or started.
 template <typename Server, typename Announce>
 int ServeUntilSignal(const char* argv0, const std::string& program,
                      absl::StatusOr<std::unique_ptr<Server>> created,
@@ -44,7 +73,7 @@ int ServeUntilSignal(const char* argv0, const std::string& program,
     std::cerr << argv0 << ": " << s.message() << "\n";
     return 1;
   }
-  std::forward<Announce>(announce)(server);
+  AnnounceServer(program, std::forward<Announce>(announce)(server));
   const int sig = WaitForShutdownSignal();
   std::cout << program << ": signal " << sig << ", stopping" << std::endl;
   PETRA_LOG_EVENT(kInfo, "server_stopping", {"signal", absl::StrCat(sig)});
