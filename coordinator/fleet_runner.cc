@@ -298,8 +298,9 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
     watch.finite_samples = [this](int64_t n) { env_.metrics->TrainSamples(n); };
   }
   FeedOptions feed;
-  feed.labels_with_data = phase == petra::v1::PHASE_TRAIN &&
-                          engine::PlanMode(spec_.training()).forward_gradient;
+  feed.labels_with_data =
+      phase == petra::v1::PHASE_TRAIN &&
+      engine::PlanMode(spec_.training()).traffic.labels_with_activations;
   feed.metrics = env_.metrics;
   feed.to_first = feed_to_first_;
   feed.to_last = feed_to_last_;

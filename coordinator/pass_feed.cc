@@ -118,7 +118,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       }
       const double data_wait = SecondsSince(asked);
       data::Batch& b = *got;
-      wire::ForwardPayload p;
+      model::ForwardBatch p;
       p.header.job_id = job_id;
       p.header.micro_batch_id = static_cast<uint64_t>(m);
       p.header.phase = phase;

@@ -53,22 +53,14 @@ class NeighborOutbox : public engine::StageOutbox {
     }
   }
 
-  absl::Status SendForward(engine::ForwardItem item) override {
-    wire::ForwardPayload p;
-    p.header = Header(item.id);
-    p.x = std::move(item.x);
-    p.labels = std::move(item.labels);
-    p.tangents = std::move(item.tangents);
-    return Queue(forward_queue_, std::move(p), next_, false);
+  absl::Status SendForward(model::ForwardBatch item) override {
+    item.header = Header(item.id());
+    return Queue(forward_queue_, std::move(item), next_, false);
   }
 
-  absl::Status SendBackward(engine::BackwardItem item) override {
-    wire::BackwardPayload p;
-    p.header = Header(item.id);
-    p.output = std::move(item.output);
-    p.grad = std::move(item.grad);
-    p.directional = std::move(item.directional);
-    return Queue(backward_queue_, std::move(p), previous_, true);
+  absl::Status SendBackward(model::BackwardBatch item) override {
+    item.header = Header(item.id());
+    return Queue(backward_queue_, std::move(item), previous_, true);
   }
 
   void ReportLoss(int64_t id, const engine::LossOutput& loss) override {
@@ -87,15 +79,20 @@ class NeighborOutbox : public engine::StageOutbox {
 
  private:
   // Starts the payload's copy back to the host on the copy stream (the
-  // stage computes on meanwhile) and queues its encoding and sending, which
-  // wait for that copy.
+  // stage computes on meanwhile), where it is on the device, and queues its
+  // encoding and sending, which wait for that copy.
   template <typename Payload, typename Message>
   absl::Status Queue(SendQueue& queue, Payload p,
                      const link::PayloadLink<Payload, Message>* to,
                      bool backward) {
-    absl::StatusOr<engine::Transfer> copied =
-        job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
-    if (!copied.ok()) return copied.status();
+    engine::Transfer none;
+    absl::StatusOr<engine::Transfer> copied = none;
+    if (p.home == model::TensorHome::kDevice) {
+      copied =
+          job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
+      if (!copied.ok()) return copied.status();
+      p.home = model::TensorHome::kPinnedHost;
+    }
     after_each_();
     return queue.Push([this, p = std::move(p), copied = std::move(*copied), to,
                        backward]() mutable -> absl::Status {
@@ -107,8 +104,8 @@ class NeighborOutbox : public engine::StageOutbox {
     });
   }
 
-  wire::MessageHeader Header(int64_t id) const {
-    wire::MessageHeader h;
+  model::MicroBatchHeader Header(int64_t id) const {
+    model::MicroBatchHeader h;
     h.job_id = job_.id();
     h.micro_batch_id = static_cast<uint64_t>(id);
     h.step = static_cast<uint64_t>(job_.worker->optimizer_steps());

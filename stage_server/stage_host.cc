@@ -44,12 +44,15 @@ petra::v1::MemoryBreakdown MemoryWithRss(const engine::MemoryStats& m) {
 }
 
 // Starts a received payload's copy to the stage's device now, while the
-// stage computes the micro-batch before it.
+// stage computes the micro-batch before it (nothing to copy on the CPU).
 template <typename Payload>
 absl::StatusOr<engine::Transfer> StartCopy(const StageJob& job,
                                            Payload& payload) {
-  return job.transfer.ToDevice(wire::TensorsOf(payload),
-                               payload.header.micro_batch_id);
+  if (!job.transfer.on_device()) return engine::Transfer();
+  absl::StatusOr<engine::Transfer> copy = job.transfer.ToDevice(
+      wire::TensorsOf(payload), payload.header.micro_batch_id);
+  if (copy.ok()) payload.home = model::TensorHome::kDevice;
+  return copy;
 }
 
 // The stage loop of the pass's phase.
@@ -456,26 +459,26 @@ absl::StatusOr<std::shared_ptr<StageJob>> StageHost::FindJob(
   return job;
 }
 
-absl::Status StageHost::DeliverForward(wire::ForwardPayload payload,
-                                       std::shared_ptr<ReplySink> from) {
+template <typename Batch>
+absl::Status StageHost::DeliverBatch(Batch payload,
+                                     std::shared_ptr<ReplySink> from) {
   absl::StatusOr<std::shared_ptr<StageJob>> job =
       FindJob(payload.header.job_id);
   if (!job.ok()) return job.status();
   absl::StatusOr<engine::Transfer> arrival = StartCopy(**job, payload);
   if (!arrival.ok()) return arrival.status();
-  return (*job)->mailbox.DeliverForward(std::move(payload), std::move(from),
-                                        std::move(*arrival));
+  return (*job)->mailbox.Deliver(std::move(payload), std::move(from),
+                                 std::move(*arrival));
 }
 
-absl::Status StageHost::DeliverBackward(wire::BackwardPayload payload,
-                                        std::shared_ptr<ReplySink> from) {
-  absl::StatusOr<std::shared_ptr<StageJob>> job =
-      FindJob(payload.header.job_id);
-  if (!job.ok()) return job.status();
-  absl::StatusOr<engine::Transfer> arrival = StartCopy(**job, payload);
-  if (!arrival.ok()) return arrival.status();
-  return (*job)->mailbox.DeliverBackward(std::move(payload), std::move(from),
-                                         std::move(*arrival));
+absl::Status StageHost::Deliver(model::ForwardBatch payload,
+                                std::shared_ptr<ReplySink> from) {
+  return DeliverBatch(std::move(payload), std::move(from));
+}
+
+absl::Status StageHost::Deliver(model::BackwardBatch payload,
+                                std::shared_ptr<ReplySink> from) {
+  return DeliverBatch(std::move(payload), std::move(from));
 }
 
 uint32_t StageHost::window() {

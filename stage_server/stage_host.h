@@ -69,10 +69,10 @@ class StageHost {
   const model::MemoryCapacity& Capacity();
 
   // Data plane, from the stream reactors: NOT_FOUND for another job.
-  absl::Status DeliverForward(wire::ForwardPayload payload,
-                              std::shared_ptr<ReplySink> from);
-  absl::Status DeliverBackward(wire::BackwardPayload payload,
-                               std::shared_ptr<ReplySink> from);
+  absl::Status Deliver(model::ForwardBatch payload,
+                       std::shared_ptr<ReplySink> from);
+  absl::Status Deliver(model::BackwardBatch payload,
+                       std::shared_ptr<ReplySink> from);
   // Credits a new incoming stream is granted.
   uint32_t window();
   StageMetrics& metrics() { return *metrics_; }
@@ -93,6 +93,9 @@ class StageHost {
                                        absl::Status* error);
   // The same, taking mu_.
   absl::StatusOr<std::shared_ptr<StageJob>> FindJob(const std::string& id);
+  // Deliver, either way.
+  template <typename Batch>
+  absl::Status DeliverBatch(Batch payload, std::shared_ptr<ReplySink> from);
 
   const Options options_;
   StageMetrics no_metrics_{nullptr};

@@ -36,7 +36,7 @@ struct StageJob {
       : assign(a),
         transfer(c10::Device(device), static_cast<int>(a.stage_index())),
         mailbox(a.stage_index(), a.stage_count(), CreditWindow(a),
-                engine::PlanMode(a.spec().training()).forward_gradient) {}
+                engine::PlanMode(a.spec().training()).traffic) {}
   const petra::v1::AssignRequest assign;
   // Payloads between the host and the stage's device (a no-op on the CPU).
   const engine::DeviceTransfer transfer;

@@ -21,11 +21,11 @@ petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status) {
 }
 
 StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window,
-                           bool forward_gradient)
+                           engine::ModeTraffic traffic)
     : index_(stage_index),
       count_(stage_count),
       window_(window),
-      forward_gradient_(forward_gradient) {}
+      traffic_(traffic) {}
 
 uint64_t StageMailbox::BeginPass(const PassInfo& pass) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -97,9 +97,9 @@ bool StageMailbox::ForwardReady(const ForwardSlot& s) const {
   return s.has_x && (index_ != count_ - 1 || s.has_labels);
 }
 
-absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
-                                          std::shared_ptr<ReplySink> from,
-                                          engine::Transfer arrival) {
+absl::Status StageMailbox::Deliver(model::ForwardBatch p,
+                                   std::shared_ptr<ReplySink> from,
+                                   engine::Transfer arrival) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = p.header.micro_batch_id;
   if (absl::Status s = CheckId(id, next_forward_, "forward"); !s.ok()) return s;
@@ -124,20 +124,23 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
         index_ == 0 ? std::string("the coordinator (-1)")
                     : absl::StrCat("stage ", index_ - 1)));
   }
-  // In mode forward_gradient the labels also come with the activation to
-  // every stage but the last (each has a local loss).
-  const bool labels_with_x = forward_gradient_ && has_x && index_ < count_ - 1;
+  // In some modes the labels also come with the activation to every stage
+  // but the last (each has a local loss).
+  const bool labels_with_x =
+      traffic_.labels_with_activations && has_x && index_ < count_ - 1;
   if (has_labels && !labels_with_x &&
       (index_ != count_ - 1 || p.header.sender_stage != -1)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "forward micro-batch ", id,
         ": labels are taken only by the last stage, from the coordinator",
-        forward_gradient_ ? " (and with the activations below it)" : ""));
+        traffic_.labels_with_activations
+            ? " (and with the activations below it)"
+            : ""));
   }
-  if (!p.tangents.empty() && (!forward_gradient_ || !has_x)) {
+  if (!p.tangents.empty() && (!traffic_.tangents || !has_x)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "forward micro-batch ", id,
-        forward_gradient_ ? ": tangents come only with an activation"
+        traffic_.tangents ? ": tangents come only with an activation"
                           : ": carries tangents, but the job's mode is not "
                             "forward_gradient"));
   }
@@ -160,14 +163,16 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
   }
   ForwardSlot& slot = forward_[id];
   if (has_x) {
-    slot.x = std::move(p.x);
-    slot.tangents = std::move(p.tangents);
+    slot.batch.header = p.header;
+    slot.batch.home = p.home;
+    slot.batch.x = std::move(p.x);
+    slot.batch.tangents = std::move(p.tangents);
     slot.has_x = true;
     last_x_ = static_cast<int64_t>(id);
     if (index_ == 0) data_sink_ = from;
   }
   if (has_labels) {
-    slot.labels = std::move(p.labels);
+    slot.batch.labels = std::move(p.labels);
     slot.has_labels = true;
     last_labels_ = static_cast<int64_t>(id);
     if (index_ == count_ - 1) labels_sink_ = from;
@@ -178,9 +183,9 @@ absl::Status StageMailbox::DeliverForward(wire::ForwardPayload p,
   return absl::OkStatus();
 }
 
-absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
-                                           std::shared_ptr<ReplySink> from,
-                                           engine::Transfer arrival) {
+absl::Status StageMailbox::Deliver(model::BackwardBatch p,
+                                   std::shared_ptr<ReplySink> from,
+                                   engine::Transfer arrival) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = p.header.micro_batch_id;
   if (absl::Status s = CheckId(id, next_backward_, "backward"); !s.ok())
@@ -207,19 +212,18 @@ absl::Status StageMailbox::DeliverBackward(wire::BackwardPayload p,
   if (absl::Status s = CheckOrder(id, last_backward_, "gradient"); !s.ok()) {
     return s;
   }
-  if (p.directional.empty() == forward_gradient_) {
+  if (p.directional.empty() == traffic_.derivatives_down) {
     return absl::InvalidArgumentError(absl::StrCat(
         "backward micro-batch ", id,
-        forward_gradient_
-            ? ": the job's mode is forward_gradient, so a backward carries "
-              "directional derivatives"
+        traffic_.derivatives_down
+            ? ": the job's mode (forward_gradient) sends directional "
+              "derivatives down"
             : ": carries directional derivatives, but the job's mode is not "
               "forward_gradient"));
   }
   last_backward_ = static_cast<int64_t>(id);
   BackwardSlot& slot = backward_[id];
-  slot.item = {static_cast<int64_t>(id), std::move(p.output), std::move(p.grad),
-               std::move(p.directional)};
+  slot.batch = std::move(p);
   slot.sender = std::move(from);
   slot.arrival = std::move(arrival);
   cv_.notify_all();
@@ -249,25 +253,25 @@ absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(
   return slot;
 }
 
-absl::StatusOr<engine::ForwardItem> StageMailbox::NextForward(int64_t id) {
+absl::StatusOr<model::ForwardBatch> StageMailbox::NextForward(int64_t id) {
   absl::StatusOr<ForwardSlot> slot = Take(
       forward_, id, next_forward_,
       [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
   if (!slot.ok()) return slot.status();
   for (auto& sender : slot->senders) sender->Send(CreditReply(1));
   for (const engine::Transfer& a : slot->arrivals) a.Adopt();
-  return engine::ForwardItem{id, std::move(slot->x), std::move(slot->labels),
-                             std::move(slot->tangents)};
+  slot->batch.header.micro_batch_id = static_cast<uint64_t>(id);
+  return std::move(slot->batch);
 }
 
-absl::StatusOr<engine::BackwardItem> StageMailbox::NextBackward(int64_t id) {
+absl::StatusOr<model::BackwardBatch> StageMailbox::NextBackward(int64_t id) {
   absl::StatusOr<BackwardSlot> slot = Take(
       backward_, id, next_backward_, [](const BackwardSlot&) { return true; },
       true);
   if (!slot.ok()) return slot.status();
   slot->sender->Send(CreditReply(1));
   slot->arrival.Adopt();
-  return std::move(slot->item);
+  return std::move(slot->batch);
 }
 
 std::shared_ptr<ReplySink> StageMailbox::labels_sink() {

@@ -16,6 +16,7 @@
 #include "petra/v1/stage.pb.h"
 #include "services/engine/device_transfer.h"
 #include "services/engine/stage_io.h"
+#include "services/engine/training_mode.h"
 #include "services/wire/stage_messages.h"
 
 namespace petra::stage_server {
@@ -42,11 +43,10 @@ class StageMailbox : public engine::StageInbox {
   // keeps to its credits never sends a micro-batch `window` or more ahead of
   // the one the stage takes next; one that does is refused, so a peer
   // ignoring its credits cannot fill the stage's memory.
-  // `forward_gradient`: the job's mode is forward_gradient, so labels and
-  // tangents travel with the activations (up to the last stage but one)
-  // and directional derivatives come down instead of tensors.
+  // `traffic`: what the job's mode sends beside the activations and
+  // gradients (training_mode.h); anything else is refused.
   StageMailbox(int stage_index, int stage_count, uint32_t window = 0,
-               bool forward_gradient = false);
+               engine::ModeTraffic traffic = {});
 
   // Resets the expectations for a new pass. Items of an earlier pass that
   // were never taken are dropped. Returns the pass's generation.
@@ -62,17 +62,17 @@ class StageMailbox : public engine::StageInbox {
   // From the reactors. OK when the micro-batch was accepted; otherwise the
   // reason, for a MessageError on `from`. `arrival`: the payload's copies to
   // the stage's device, still under way (device_transfer.h).
-  absl::Status DeliverForward(wire::ForwardPayload payload,
-                              std::shared_ptr<ReplySink> from,
-                              engine::Transfer arrival = {});
-  absl::Status DeliverBackward(wire::BackwardPayload payload,
-                               std::shared_ptr<ReplySink> from,
-                               engine::Transfer arrival = {});
+  absl::Status Deliver(model::ForwardBatch payload,
+                       std::shared_ptr<ReplySink> from,
+                       engine::Transfer arrival = {});
+  absl::Status Deliver(model::BackwardBatch payload,
+                       std::shared_ptr<ReplySink> from,
+                       engine::Transfer arrival = {});
 
   // StageInbox, for the executor. Takes the item, grants its senders one
   // credit each, and has the executor's stream wait for its copies.
-  absl::StatusOr<engine::ForwardItem> NextForward(int64_t id) override;
-  absl::StatusOr<engine::BackwardItem> NextBackward(int64_t id) override;
+  absl::StatusOr<model::ForwardBatch> NextForward(int64_t id) override;
+  absl::StatusOr<model::BackwardBatch> NextBackward(int64_t id) override;
 
   // Where to report: the stream that brought the labels of the current pass
   // (last stage) and the one that brought the data (first stage).
@@ -86,17 +86,17 @@ class StageMailbox : public engine::StageInbox {
   }
 
  private:
+  // A micro-batch waiting for the executor, and whom to credit for it. A
+  // forward's activation and labels may come on two streams.
   struct ForwardSlot {
-    model::TensorPair x;
-    torch::Tensor labels;
-    std::vector<model::TensorPair> tangents;
+    model::ForwardBatch batch;
     bool has_x = false;
     bool has_labels = false;
     std::vector<std::shared_ptr<ReplySink>> senders;
     std::vector<engine::Transfer> arrivals;
   };
   struct BackwardSlot {
-    engine::BackwardItem item;
+    model::BackwardBatch batch;
     std::shared_ptr<ReplySink> sender;
     engine::Transfer arrival;
   };
@@ -113,7 +113,7 @@ class StageMailbox : public engine::StageInbox {
 
   const int index_, count_;
   const uint32_t window_;
-  const bool forward_gradient_;
+  const engine::ModeTraffic traffic_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_pass_ = false;

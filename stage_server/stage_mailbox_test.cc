@@ -15,8 +15,8 @@ class Replies : public ReplySink {
   void Send(petra::v1::StreamReply) override {}
 };
 
-wire::ForwardPayload Data(uint64_t id) {
-  wire::ForwardPayload p;
+model::ForwardBatch Data(uint64_t id) {
+  model::ForwardBatch p;
   p.header.job_id = "job-1";
   p.header.micro_batch_id = id;
   p.header.sender_stage = -1;
@@ -27,32 +27,32 @@ wire::ForwardPayload Data(uint64_t id) {
 TEST(StageMailbox, EndPassRefusesLateMessagesOfItsOwnPassOnly) {
   StageMailbox box(0, 2, 4);
   auto from = std::make_shared<Replies>();
-  absl::Status s = box.DeliverForward(Data(0), from);
+  absl::Status s = box.Deliver(Data(0), from);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("not running a pass"));
 
   const uint64_t first = box.BeginPass({petra::v1::PHASE_TRAIN, 1, 3});
-  ASSERT_TRUE(box.DeliverForward(Data(0), from).ok());
-  ASSERT_TRUE(box.DeliverForward(Data(1), from).ok());
-  absl::StatusOr<engine::ForwardItem> item = box.NextForward(0);
+  ASSERT_TRUE(box.Deliver(Data(0), from).ok());
+  ASSERT_TRUE(box.Deliver(Data(1), from).ok());
+  absl::StatusOr<model::ForwardBatch> item = box.NextForward(0);
   ASSERT_TRUE(item.ok()) << item.status();
-  EXPECT_EQ(item->id, 0);
+  EXPECT_EQ(item->id(), 0);
   box.EndPass(first);
-  s = box.DeliverForward(Data(2), from);
+  s = box.Deliver(Data(2), from);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("not running a pass"));
 
   // The next pass starts clean: micro-batch 1 of the ended pass is gone.
   const uint64_t second = box.BeginPass({petra::v1::PHASE_TRAIN, 2, 3});
   EXPECT_NE(second, first);
-  ASSERT_TRUE(box.DeliverForward(Data(0), from).ok());
+  ASSERT_TRUE(box.Deliver(Data(0), from).ok());
   item = box.NextForward(0);
   ASSERT_TRUE(item.ok());
   // The first pass's stage finishing late must not end the second.
   box.EndPass(first);
-  EXPECT_TRUE(box.DeliverForward(Data(1), from).ok());
+  EXPECT_TRUE(box.Deliver(Data(1), from).ok());
   box.EndPass(second);
-  EXPECT_FALSE(box.DeliverForward(Data(2), from).ok());
+  EXPECT_FALSE(box.Deliver(Data(2), from).ok());
 }
 
 // Mode forward_gradient: labels and tangents come up with the activation
@@ -60,43 +60,45 @@ TEST(StageMailbox, EndPassRefusesLateMessagesOfItsOwnPassOnly) {
 // refuse both.
 TEST(StageMailbox, ForwardGradientCarriesLabelsTangentsAndDerivatives) {
   auto from = std::make_shared<Replies>();
-  wire::ForwardPayload up = Data(0);
+  model::ForwardBatch up = Data(0);
   up.header.sender_stage = 0;
   up.labels = torch::zeros({2}, torch::kInt64);
   up.tangents = {{torch::ones({2, 1, 4, 4}), {}}};
-  wire::BackwardPayload down;
+  model::BackwardBatch down;
   down.header.job_id = "job-1";
   down.header.sender_stage = 2;
   down.directional = {0.5, -1.5};
 
-  StageMailbox fg(1, 3, 4, /*forward_gradient=*/true);
+  petra::v1::TrainingSpec mode;
+  mode.set_mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+  StageMailbox fg(1, 3, 4, engine::PlanMode(mode).traffic);
   fg.BeginPass({petra::v1::PHASE_TRAIN, 1, 2});
-  ASSERT_TRUE(fg.DeliverForward(up, from).ok());
-  absl::StatusOr<engine::ForwardItem> item = fg.NextForward(0);
+  ASSERT_TRUE(fg.Deliver(up, from).ok());
+  absl::StatusOr<model::ForwardBatch> item = fg.NextForward(0);
   ASSERT_TRUE(item.ok()) << item.status();
   EXPECT_TRUE(item->labels.defined());
   ASSERT_EQ(item->tangents.size(), 1u);
   EXPECT_TRUE(torch::equal(item->tangents[0].a, torch::ones({2, 1, 4, 4})));
-  ASSERT_TRUE(fg.DeliverBackward(down, from).ok());
-  absl::StatusOr<engine::BackwardItem> back = fg.NextBackward(0);
+  ASSERT_TRUE(fg.Deliver(down, from).ok());
+  absl::StatusOr<model::BackwardBatch> back = fg.NextBackward(0);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->directional, (std::vector<double>{0.5, -1.5}));
   // A backward with tensors instead is refused.
-  wire::BackwardPayload tensors;
+  model::BackwardBatch tensors;
   tensors.header = down.header;
   tensors.header.micro_batch_id = 1;
   tensors.output = tensors.grad = {torch::zeros({2, 1, 4, 4}), {}};
-  absl::Status s = fg.DeliverBackward(tensors, from);
+  absl::Status s = fg.Deliver(tensors, from);
   EXPECT_THAT(std::string(s.message()), HasSubstr("directional derivatives"));
 
   StageMailbox petra(1, 3, 4);
   petra.BeginPass({petra::v1::PHASE_TRAIN, 1, 2});
-  s = petra.DeliverForward(up, from);
+  s = petra.Deliver(up, from);
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   up.labels = torch::Tensor();
-  s = petra.DeliverForward(up, from);
+  s = petra.Deliver(up, from);
   EXPECT_THAT(std::string(s.message()), HasSubstr("not forward_gradient"));
-  s = petra.DeliverBackward(down, from);
+  s = petra.Deliver(down, from);
   EXPECT_THAT(std::string(s.message()), HasSubstr("not forward_gradient"));
 }
 

@@ -244,26 +244,24 @@ grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
   return Finished(context, absl::OkStatus(), host_->metrics());
 }
 
+template <typename Message, typename Assembler>
+grpc::ServerBidiReactor<Message, StreamReply>* StageServiceImpl::Stream(
+    bool backward) {
+  auto deliver = [host = host_](auto p, std::shared_ptr<ReplySink> from) {
+    return host->Deliver(std::move(p), std::move(from));
+  };
+  return new StreamReactor<Message, Assembler, decltype(deliver)>(
+      host_->window(), deliver, host_->metrics(), backward);
+}
+
 grpc::ServerBidiReactor<petra::v1::ForwardMessage, StreamReply>*
 StageServiceImpl::Forward(grpc::CallbackServerContext* /*context*/) {
-  auto deliver = [host = host_](wire::ForwardPayload p,
-                                std::shared_ptr<ReplySink> from) {
-    return host->DeliverForward(std::move(p), std::move(from));
-  };
-  return new StreamReactor<petra::v1::ForwardMessage, wire::ForwardAssembler,
-                           decltype(deliver)>(host_->window(), deliver,
-                                              host_->metrics(), false);
+  return Stream<petra::v1::ForwardMessage, wire::ForwardAssembler>(false);
 }
 
 grpc::ServerBidiReactor<petra::v1::BackwardMessage, StreamReply>*
 StageServiceImpl::Backward(grpc::CallbackServerContext* /*context*/) {
-  auto deliver = [host = host_](wire::BackwardPayload p,
-                                std::shared_ptr<ReplySink> from) {
-    return host->DeliverBackward(std::move(p), std::move(from));
-  };
-  return new StreamReactor<petra::v1::BackwardMessage, wire::BackwardAssembler,
-                           decltype(deliver)>(host_->window(), deliver,
-                                              host_->metrics(), true);
+  return Stream<petra::v1::BackwardMessage, wire::BackwardAssembler>(true);
 }
 
 }  // namespace petra::stage_server

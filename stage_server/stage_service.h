@@ -55,6 +55,10 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
   // OK when the caller of the control call `call` may make it.
   absl::Status CheckController(grpc::CallbackServerContext* context,
                                const char* call) const;
+  // A data stream's reactor: whole micro-batches go to the host.
+  template <typename Message, typename Assembler>
+  grpc::ServerBidiReactor<Message, petra::v1::StreamReply>* Stream(
+      bool backward);
 
   StageHost* host_;
   const std::string coordinator_identity_;

@@ -1,67 +1,145 @@
-// StageWorker's forward-gradient ops: the forward with tangents (jvp) and
-// the update along a directional derivative.
+#include "services/engine/forward_gradient_ops.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 #include "services/engine/stage_boundary.h"
 #include "services/engine/stage_worker.h"
 #include "services/engine/stage_worker_computing.h"
-#include "services/engine/training_mode.h"
-#include "services/model/batch_norm.h"
-#include "services/model/classification_loss.h"
 
 namespace petra::engine {
 
-using model::BnMode;
-using model::ScopedBnMode;
 using model::TensorPair;
 
-absl::StatusOr<TangentForward> StageWorker::ForwardTangents(
-    uint64_t id, const TensorPair& input,
+ForwardGradientOps::ForwardGradientOps(const petra::v1::JobSpec& resolved,
+                                       const StageConfig& config,
+                                       LrSchedule schedule)
+    : stage_(
+          config.index + 1 < config.count
+              ? std::make_unique<ForwardGradientStage>(
+                    resolved, config.index, std::move(schedule), config.device)
+              : nullptr) {}
+
+ForwardGradientOps::~ForwardGradientOps() = default;
+
+absl::StatusOr<ForwardBatch> ForwardGradientOps::Forward(StageWorker& w,
+                                                         ForwardBatch& in,
+                                                         int64_t tick) {
+  absl::StatusOr<TangentForward> y =
+      ForwardTangents(w, in.id(), in.x, in.tangents, in.labels, tick);
+  if (!y.ok()) return y.status();
+  // The labels go up for the local losses; the last stage has them from
+  // the feed.
+  const bool next_is_last = w.index() + 2 == w.count();
+  return model::ForwardOf(in.id(), std::move(y->output),
+                          next_is_last ? torch::Tensor() : in.labels,
+                          std::move(y->tangents));
+}
+
+absl::StatusOr<LossOutput> ForwardGradientOps::Loss(StageWorker& w,
+                                                    ForwardBatch& in,
+                                                    int64_t tick) {
+  return w.ForwardLoss(in.id(), in.x, in.labels, tick, in.tangents);
+}
+
+std::optional<BackwardBatch> ForwardGradientOps::LossDown(const StageWorker& w,
+                                                          int64_t m,
+                                                          LossOutput& out) {
+  // One derivative per stage below, zeros where no tangent came
+  // (GUESS_LOCAL_ONLY, whose stages do not use them).
+  out.directional.resize(w.index(), 0.0);
+  // A sampled micro-batch's true gradient goes down too (diagnostic).
+  return model::BackwardOf(m, {},
+                           Diagnoses(w, m) ? std::move(out.backward.input_grad)
+                                           : model::TensorPair(),
+                           std::move(out.directional));
+}
+
+absl::StatusOr<BackwardOutput> ForwardGradientOps::Backward(StageWorker& w,
+                                                            BackwardBatch& in,
+                                                            int64_t tick) {
+  return ApplyDirectional(w, in.id(), in.directional, in.grad, tick);
+}
+
+BackwardBatch ForwardGradientOps::Down(int64_t m, BackwardBatch& in,
+                                       BackwardOutput& out) {
+  std::vector<double> below = std::move(in.directional);
+  below.pop_back();  // this stage's own
+  return model::BackwardOf(m, {}, std::move(out.input_grad), std::move(below));
+}
+
+bool ForwardGradientOps::Diagnoses(const StageWorker& w, uint64_t id) {
+  return w.probe_.SamplesId(id);
+}
+
+int64_t ForwardGradientOps::state_bytes() const {
+  return stage_ ? stage_->state_bytes() : 0;
+}
+
+void ForwardGradientOps::AppendNamedState(NamedTensorList& out) const {
+  // The auxiliary head trains with the stage but is not part of the model:
+  // checkpoints keep it, the export does not.
+  if (stage_ == nullptr) return;
+  for (auto& named : stage_->NamedState(true)) out.push_back(std::move(named));
+}
+
+absl::Status ForwardGradientOps::LoadNamedState(
+    const std::map<std::string, torch::Tensor>& state, int64_t steps) {
+  return stage_ ? stage_->LoadNamedState(state, steps) : absl::OkStatus();
+}
+
+absl::StatusOr<TangentForward> ForwardGradientOps::ForwardTangents(
+    StageWorker& w, uint64_t id, const TensorPair& input,
     const std::vector<TensorPair>& received_tangents,
     const torch::Tensor& received_labels, int64_t tick) {
-  return Computing("forward", [&]() -> absl::StatusOr<TangentForward> {
-    if (fg_ == nullptr) {
+  return w.Computing("forward", [&]() -> absl::StatusOr<TangentForward> {
+    if (stage_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "stage ", config_.index,
+          "stage ", w.index(),
           " takes no tangents: it is the last stage, or the job's mode "
           "is not forward_gradient"));
     }
-    const TensorPair x = Arrive(input);
-    absl::StatusOr<ForwardRecord> begun = BeginRecord(id, x, tick, "updated");
+    const TensorPair x = w.Arrive(input);
+    absl::StatusOr<ForwardRecord> begun = w.BeginRecord(id, x, tick, "updated");
     if (!begun.ok()) return begun.status();
     ForwardRecord& r = *begun;
     std::vector<TensorPair> tangents;
-    for (const TensorPair& t : received_tangents) tangents.push_back(Arrive(t));
-    if (absl::Status s = fg_->CheckArrived(id, x, tangents, received_labels);
+    for (const TensorPair& t : received_tangents) {
+      tangents.push_back(w.Arrive(t));
+    }
+    if (absl::Status s = stage_->CheckArrived(id, x, tangents, received_labels);
         !s.ok()) {
       return s;
     }
     absl::StatusOr<TangentForward> forward =
-        fg_->Forward(blocks_, x, tangents, received_labels, id, r.step);
+        stage_->Forward(w.blocks_, x, tangents, received_labels, id, r.step);
     if (!forward.ok()) return forward.status();
     TangentForward& out = *forward;
-    if (absl::Status s =
-            finite_.Check(out.output, id, "the output activation", &r.skipped);
+    if (absl::Status s = w.finite_.Check(out.output, id,
+                                         "the output activation", &r.skipped);
         !s.ok()) {
       return s;
     }
     r.guess = out.guess;
     r.samples = x.a.size(0);
     // Kept apart from the memory accounting.
-    if (probe_.SamplesId(id)) probe_.Keep(x, blocks_, r);
-    ledger_.Keep(0, TensorBytes(r.guess));
-    records_.emplace(id, std::move(r));
-    ++forwards_;
-    UpdatePeak();
+    if (w.probe_.SamplesId(id)) w.probe_.Keep(x, w.blocks_, r);
+    w.ledger_.Keep(0, TensorBytes(r.guess));
+    w.records_.emplace(id, std::move(r));
+    ++w.forwards_;
+    w.UpdatePeak();
     return std::move(out);
   });
 }
 
-absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
-    uint64_t id, const std::vector<double>& directional,
+absl::StatusOr<BackwardOutput> ForwardGradientOps::ApplyDirectional(
+    StageWorker& w, uint64_t id, const std::vector<double>& directional,
     const TensorPair& output_grad, int64_t tick) {
-  return Computing("update", [&]() -> absl::StatusOr<BackwardOutput> {
-    if (fg_ == nullptr) {
+  return w.Computing("update", [&]() -> absl::StatusOr<BackwardOutput> {
+    if (stage_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "stage ", config_.index, " takes no directional derivatives"));
+          "stage ", w.index(), " takes no directional derivatives"));
     }
     for (double d : directional) {
       if (!std::isfinite(d)) {
@@ -70,21 +148,21 @@ absl::StatusOr<BackwardOutput> StageWorker::ApplyDirectional(
             " (training diverged; lower the learning rate)"));
       }
     }
-    absl::StatusOr<ForwardRecord> r = TakeRecord(id);
+    absl::StatusOr<ForwardRecord> r = w.TakeRecord(id);
     if (!r.ok()) return r.status();
     absl::StatusOr<std::vector<torch::Tensor>> estimate =
-        fg_->Estimate(r->guess, directional);
+        stage_->Estimate(r->guess, directional);
     if (!estimate.ok()) return estimate.status();
-    optimizer_.Add(blocks_.parameters(), *estimate);
+    w.optimizer_.Add(w.blocks_.parameters(), *estimate);
     BackwardOutput out;
     out.samples = r->samples;
     if (!r->diagnostic_weights.empty() && output_grad.a.defined()) {
-      out.input_grad = probe_.CompareEstimate(
-          *r, Arrive(output_grad), *estimate, optimizer_.steps(),
-          /*with_input=*/config_.index > 0, blocks_);
+      out.input_grad = w.probe_.CompareEstimate(
+          *r, w.Arrive(output_grad), *estimate, w.optimizer_.steps(),
+          /*with_input=*/w.index() > 0, w.blocks_);
     }
-    Measure(*r, tick, out);
-    FinishBackward();
+    w.Measure(*r, tick, out);
+    w.FinishBackward();
     return out;
   });
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "services/data/batches.h"
+#include "services/engine/forward_gradient_ops.h"
 #include "services/engine/stage_worker.h"
 #include "services/engine/stage_worker_test_support.h"
 #include "services/job/job_spec_validation.h"
@@ -66,6 +67,21 @@ Pipeline Build(const petra::v1::JobSpec& spec) {
   return p;
 }
 
+// The mode's parts, as its ops run them.
+absl::StatusOr<TangentForward> ForwardTangents(
+    StageWorker& w, uint64_t id, const TensorPair& x,
+    const std::vector<TensorPair>& tangents, const torch::Tensor& labels,
+    int64_t tick) {
+  return dynamic_cast<ForwardGradientOps&>(w.mode_ops())
+      .ForwardTangents(w, id, x, tangents, labels, tick);
+}
+absl::StatusOr<BackwardOutput> ApplyDirectional(
+    StageWorker& w, uint64_t id, const std::vector<double>& directional,
+    const TensorPair& output_grad, int64_t tick) {
+  return dynamic_cast<ForwardGradientOps&>(w.mode_ops())
+      .ApplyDirectional(w, id, directional, output_grad, tick);
+}
+
 data::Batch OneBatch() {
   data::Splits s = data::MakeSynthetic({1, 28, 28}, 10, 16, 8, 4);
   data::BatchOptions o;
@@ -82,11 +98,11 @@ TEST_P(DirectionalDerivative, IsTheExactGradientAlongEachStagesGuess) {
   Pipeline p = Build(spec);
   const data::Batch b = OneBatch();
 
-  auto f0 = p.workers[0]->ForwardTangents(0, {b.images, {}}, {}, b.labels, 0);
+  auto f0 = ForwardTangents(*p.workers[0], 0, {b.images, {}}, {}, b.labels, 0);
   ASSERT_TRUE(f0.ok()) << f0.status();
   ASSERT_EQ(f0->tangents.size(), 1u);
   auto f1 =
-      p.workers[1]->ForwardTangents(0, f0->output, f0->tangents, b.labels, 1);
+      ForwardTangents(*p.workers[1], 0, f0->output, f0->tangents, b.labels, 1);
   ASSERT_TRUE(f1.ok()) << f1.status();
   ASSERT_EQ(f1->tangents.size(), 2u);
   auto loss =
@@ -118,11 +134,11 @@ TEST_P(DirectionalDerivative, IsTheExactGradientAlongEachStagesGuess) {
   }
 
   // Each stage takes its own value off the end of the list.
-  auto u1 = p.workers[1]->ApplyDirectional(0, loss->directional, {}, 3);
+  auto u1 = ApplyDirectional(*p.workers[1], 0, loss->directional, {}, 3);
   ASSERT_TRUE(u1.ok()) << u1.status();
   EXPECT_EQ(u1->samples, 16);
   auto u0 =
-      p.workers[0]->ApplyDirectional(0, {loss->directional.front()}, {}, 4);
+      ApplyDirectional(*p.workers[0], 0, {loss->directional.front()}, {}, 4);
   ASSERT_TRUE(u0.ok()) << u0.status();
   EXPECT_EQ(p.workers[0]->in_flight(), 0);
 }
@@ -154,13 +170,13 @@ TEST(ForwardGradientStage,
   spec.mutable_training()->set_grad_diagnostics_every(2);
   Pipeline p = Build(spec);
   const data::Batch b = OneBatch();
-  EXPECT_TRUE(p.workers[2]->diagnoses(0));
-  EXPECT_FALSE(p.workers[2]->diagnoses(1));
-  EXPECT_TRUE(p.workers[0]->diagnoses(2));
-  auto f0 = p.workers[0]->ForwardTangents(0, {b.images, {}}, {}, b.labels, 0);
+  EXPECT_TRUE(ForwardGradientOps::Diagnoses(*p.workers[2], 0));
+  EXPECT_FALSE(ForwardGradientOps::Diagnoses(*p.workers[2], 1));
+  EXPECT_TRUE(ForwardGradientOps::Diagnoses(*p.workers[0], 2));
+  auto f0 = ForwardTangents(*p.workers[0], 0, {b.images, {}}, {}, b.labels, 0);
   ASSERT_TRUE(f0.ok());
   auto f1 =
-      p.workers[1]->ForwardTangents(0, f0->output, f0->tangents, b.labels, 1);
+      ForwardTangents(*p.workers[1], 0, f0->output, f0->tangents, b.labels, 1);
   ASSERT_TRUE(f1.ok());
   auto loss =
       p.workers[2]->ForwardLoss(0, f1->output, b.labels, 2, f1->tangents);
@@ -180,12 +196,12 @@ TEST(ForwardGradientStage,
     norms.push_back(std::sqrt(model::Dot(g, g)));
   }
 
-  auto u1 = p.workers[1]->ApplyDirectional(0, loss->directional,
-                                           loss->backward.input_grad, 3);
+  auto u1 = ApplyDirectional(*p.workers[1], 0, loss->directional,
+                             loss->backward.input_grad, 3);
   ASSERT_TRUE(u1.ok()) << u1.status();
   ASSERT_TRUE(u1->input_grad.a.defined());  // delta_1, for stage 0
-  auto u0 = p.workers[0]->ApplyDirectional(0, {loss->directional[0]},
-                                           u1->input_grad, 4);
+  auto u0 = ApplyDirectional(*p.workers[0], 0, {loss->directional[0]},
+                             u1->input_grad, 4);
   ASSERT_TRUE(u0.ok()) << u0.status();
   EXPECT_FALSE(u0->input_grad.a.defined());  // nothing below stage 0
   for (int j = 0; j < 2; ++j) {
@@ -211,14 +227,14 @@ TEST(ForwardGradientStage, LocalOnlySendsNoTangentsAndStepsOnTheLocalGradient) {
   spec.mutable_optimizer()->set_weight_decay(0);
   Pipeline p = Build(spec);
   const data::Batch b = OneBatch();
-  auto f0 = p.workers[0]->ForwardTangents(0, {b.images, {}}, {}, b.labels, 0);
+  auto f0 = ForwardTangents(*p.workers[0], 0, {b.images, {}}, {}, b.labels, 0);
   ASSERT_TRUE(f0.ok()) << f0.status();
   EXPECT_TRUE(f0->tangents.empty());
   EXPECT_GT(f0->local_loss, 0);
   std::vector<torch::Tensor> before;
   for (const auto& t : p.workers[0]->parameters()) before.push_back(t.clone());
   // The derivative that comes down is not used: the step is -lr * g_local.
-  auto u = p.workers[0]->ApplyDirectional(0, {123.0}, {}, 2);
+  auto u = ApplyDirectional(*p.workers[0], 0, {123.0}, {}, 2);
   ASSERT_TRUE(u.ok()) << u.status();
   std::vector<torch::Tensor> after = p.workers[0]->parameters();
   for (size_t i = 0; i < after.size(); ++i) {
@@ -235,8 +251,8 @@ TEST(ForwardGradientStage, TheAuxiliaryHeadIsCheckpointedAndRestored) {
   Pipeline a = Build(spec);
   const data::Batch b = OneBatch();
   ASSERT_TRUE(
-      a.workers[0]->ForwardTangents(0, {b.images, {}}, {}, b.labels, 0).ok());
-  ASSERT_TRUE(a.workers[0]->ApplyDirectional(0, {0.5}, {}, 2).ok());
+      ForwardTangents(*a.workers[0], 0, {b.images, {}}, {}, b.labels, 0).ok());
+  ASSERT_TRUE(ApplyDirectional(*a.workers[0], 0, {0.5}, {}, 2).ok());
   std::map<std::string, torch::Tensor> saved;
   for (auto& [name, t] : a.workers[0]->NamedState(true)) saved[name] = t;
   ASSERT_TRUE(saved.count("aux_head.0.weight"));
@@ -248,8 +264,8 @@ TEST(ForwardGradientStage, TheAuxiliaryHeadIsCheckpointedAndRestored) {
 
   Pipeline c = Build(spec);
   ASSERT_TRUE(c.workers[0]->LoadNamedState(saved, 1).ok());
-  auto fa = a.workers[0]->ForwardTangents(1, {b.images, {}}, {}, b.labels, 3);
-  auto fc = c.workers[0]->ForwardTangents(1, {b.images, {}}, {}, b.labels, 3);
+  auto fa = ForwardTangents(*a.workers[0], 1, {b.images, {}}, {}, b.labels, 3);
+  auto fc = ForwardTangents(*c.workers[0], 1, {b.images, {}}, {}, b.labels, 3);
   ASSERT_TRUE(fa.ok() && fc.ok());
   EXPECT_DOUBLE_EQ(fa->local_loss, fc->local_loss);
   ASSERT_EQ(fa->guess.size(), fc->guess.size());
@@ -271,7 +287,7 @@ TEST(ForwardGradientStage, TheAuxiliaryHeadIsCheckpointedAndRestored) {
   Pipeline d = Build(spec);
   ASSERT_TRUE(d.workers[0]->LoadNamedState(saved, 1).ok());
   auto narrow =
-      d.workers[0]->ForwardTangents(1, {b.images, {}}, {}, b.labels, 3);
+      ForwardTangents(*d.workers[0], 1, {b.images, {}}, {}, b.labels, 3);
   EXPECT_EQ(narrow.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(narrow.status().message().find("takes 3 features"),
             std::string::npos)
@@ -285,29 +301,29 @@ TEST(ForwardGradientStage, RefusesWhatDoesNotFitTheStage) {
   Pipeline p = Build(spec);
   const data::Batch b = OneBatch();
   // No labels: no local loss.
-  auto s = p.workers[0]->ForwardTangents(0, {b.images, {}}, {}, {}, 0);
+  auto s = ForwardTangents(*p.workers[0], 0, {b.images, {}}, {}, {}, 0);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("labels"), std::string::npos);
-  auto f0 = p.workers[0]->ForwardTangents(0, {b.images, {}}, {}, b.labels, 0);
+  auto f0 = ForwardTangents(*p.workers[0], 0, {b.images, {}}, {}, b.labels, 0);
   ASSERT_TRUE(f0.ok());
   // Stage 1 needs exactly one tangent, shaped like its input.
-  auto none = p.workers[1]->ForwardTangents(0, f0->output, {}, b.labels, 1);
+  auto none = ForwardTangents(*p.workers[1], 0, f0->output, {}, b.labels, 1);
   EXPECT_NE(none.status().message().find("needs 1 tangents"), std::string::npos)
       << none.status();
-  auto bad = p.workers[1]->ForwardTangents(
-      0, f0->output, {{torch::zeros({1}), {}}}, b.labels, 1);
+  auto bad = ForwardTangents(*p.workers[1], 0, f0->output,
+                             {{torch::zeros({1}), {}}}, b.labels, 1);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   // Stage 0 takes one derivative, and a finite one.
-  auto two = p.workers[0]->ApplyDirectional(0, {1.0, 2.0}, {}, 2);
+  auto two = ApplyDirectional(*p.workers[0], 0, {1.0, 2.0}, {}, 2);
   EXPECT_NE(two.status().message().find("needs 1 directional"),
             std::string::npos)
       << two.status();
-  auto f = p.workers[0]->ForwardTangents(1, {b.images, {}}, {}, b.labels, 1);
+  auto f = ForwardTangents(*p.workers[0], 1, {b.images, {}}, {}, b.labels, 1);
   ASSERT_TRUE(f.ok());
-  auto nan = p.workers[0]->ApplyDirectional(1, {std::nan("")}, {}, 3);
+  auto nan = ApplyDirectional(*p.workers[0], 1, {std::nan("")}, {}, 3);
   EXPECT_EQ(nan.status().code(), absl::StatusCode::kFailedPrecondition);
   // The last stage takes no tangents of its own making.
-  auto last = p.workers[2]->ForwardTangents(2, f0->output, {}, b.labels, 1);
+  auto last = ForwardTangents(*p.workers[2], 2, f0->output, {}, b.labels, 1);
   EXPECT_EQ(last.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 

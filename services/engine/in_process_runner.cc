@@ -57,8 +57,8 @@ struct Channels {
       : labels(static_cast<size_t>(micro_batches) + 1) {
     const size_t capacity = static_cast<size_t>(2 * stages + 2);
     for (int j = 0; j < stages; ++j) {
-      up.push_back(std::make_unique<BlockingQueue<ForwardItem>>(capacity));
-      down.push_back(std::make_unique<BlockingQueue<BackwardItem>>(capacity));
+      up.push_back(std::make_unique<BlockingQueue<ForwardBatch>>(capacity));
+      down.push_back(std::make_unique<BlockingQueue<BackwardBatch>>(capacity));
     }
   }
   void Close() {
@@ -66,8 +66,8 @@ struct Channels {
     for (auto& q : down) q->Close();
     labels.Close();
   }
-  std::vector<std::unique_ptr<BlockingQueue<ForwardItem>>> up;
-  std::vector<std::unique_ptr<BlockingQueue<BackwardItem>>> down;
+  std::vector<std::unique_ptr<BlockingQueue<ForwardBatch>>> up;
+  std::vector<std::unique_ptr<BlockingQueue<BackwardBatch>>> down;
   BlockingQueue<torch::Tensor> labels;
 };
 
@@ -78,21 +78,21 @@ class QueueInbox : public StageInbox {
   QueueInbox(int stage, int stages, Channels& c, const PassBatches& batches)
       : stage_(stage), stages_(stages), c_(c), batches_(batches) {}
 
-  absl::StatusOr<ForwardItem> NextForward(int64_t id) override {
-    ForwardItem item;
+  absl::StatusOr<ForwardBatch> NextForward(int64_t id) override {
+    ForwardBatch item;
     if (stage_ == 0) {
       // The data feed: the batch, and its labels for the last stage (and
       // for stage 0's local loss in mode forward_gradient).
       absl::StatusOr<data::Batch> got = batches_.Get(id);
       if (!got.ok()) return got.status();
       data::Batch& b = *got;
-      item = {id, {b.images, {}}, b.labels, {}};
+      item = model::ForwardOf(id, {b.images, {}}, b.labels);
       if (stages_ > 1 && !c_.labels.Push(b.labels)) {
         return Closed();
       }
       return item;
     }
-    std::optional<ForwardItem> in = c_.up[stage_ - 1]->Pop();
+    std::optional<ForwardBatch> in = c_.up[stage_ - 1]->Pop();
     if (!in) return Closed();
     item = std::move(*in);
     if (stage_ == stages_ - 1) {
@@ -103,8 +103,8 @@ class QueueInbox : public StageInbox {
     return item;
   }
 
-  absl::StatusOr<BackwardItem> NextBackward(int64_t id) override {
-    std::optional<BackwardItem> in = c_.down[stage_]->Pop();
+  absl::StatusOr<BackwardBatch> NextBackward(int64_t id) override {
+    std::optional<BackwardBatch> in = c_.down[stage_]->Pop();
     if (!in) return Closed();
     return std::move(*in);
   }
@@ -120,10 +120,10 @@ class QueueOutbox : public StageOutbox {
   QueueOutbox(int stage, Channels& c,
               std::function<void(int64_t, const LossOutput&)> loss)
       : stage_(stage), c_(c), loss_(std::move(loss)) {}
-  absl::Status SendForward(ForwardItem item) override {
+  absl::Status SendForward(ForwardBatch item) override {
     return c_.up[stage_]->Push(std::move(item)) ? absl::OkStatus() : Closed();
   }
-  absl::Status SendBackward(BackwardItem item) override {
+  absl::Status SendBackward(BackwardBatch item) override {
     return c_.down[stage_ - 1]->Push(std::move(item)) ? absl::OkStatus()
                                                       : Closed();
   }

@@ -48,7 +48,7 @@ StageMemoryEstimate EstimateStageMemory(
   e.adamw = s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW;
   e.parameters_bytes = (e.adamw ? 4 : 3) * kFloat * params;
   const bool keeps_input =
-      !mode.forward_gradient && (!reversible || mode.stash_inputs);
+      !mode.traffic.derivatives_down && (!reversible || mode.stash_inputs);
   if (keeps_input) {
     e.input_buffer_bytes = e.in_flight * e.micro_batch * input * kFloat;
   }

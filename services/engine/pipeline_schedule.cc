@@ -32,7 +32,16 @@ void StageSchedule::Add(int64_t m, OpKind kind, int64_t tick) {
 
 bool StageSchedule::Refill() {
   switch (kind_) {
-    case ScheduleKind::kBackprop: {
+    case ScheduleKind::kEval: {
+      if (unit_ >= micro_batches_) return false;
+      const int64_t m = unit_++;
+      Add(m,
+          stage_ == stages_ - 1 ? OpKind::kForwardBackward : OpKind::kForward,
+          m);
+      return true;
+    }
+    case ScheduleKind::kBackprop:
+    case ScheduleKind::kGradientCheck: {
       if (unit_ >= micro_batches_) return false;
       const int64_t m = unit_++;
       Add(m, OpKind::kForward, 2 * m);

@@ -34,6 +34,11 @@ enum class ScheduleKind {
   // update from the directional derivative that came down (no backward
   // pass through the stage), and its forward also pushes the tangents.
   kForwardGradient,
+  // The passes that train nothing, run by the same executor: an evaluation
+  // (each micro-batch forward, the last stage's loss) and the end-to-end
+  // gradient check (backprop's order, one micro-batch at a time).
+  kEval,
+  kGradientCheck,
 };
 
 // The schedule a job's training mode runs.
@@ -42,8 +47,9 @@ ScheduleKind ScheduleForMode(petra::v1::TrainingMode mode);
 enum class OpKind : uint8_t {
   kForward,
   kBackward,
-  // The last stage's forward, loss and backward of one micro-batch, run as
-  // one step (it has the loss at once).
+  // The last stage's loss step: the forward, the loss and (but in an
+  // evaluation) the backward of one micro-batch, as one step (it has the
+  // loss at once).
   kForwardBackward,
 };
 

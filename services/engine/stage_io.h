@@ -12,49 +12,33 @@
 #include "petra/v1/stage.pb.h"  // Phase
 #include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_worker.h"
+#include "services/model/micro_batch.h"
 #include "services/model/tensor_pair.h"
 
 namespace petra::engine {
 
-// A micro-batch going up: the previous stage's output (or, on the first
-// stage, the data batch) and, on the last stage, its labels.
-struct ForwardItem {
-  int64_t id = 0;
-  model::TensorPair x;
-  // The last stage's; in mode forward_gradient every stage's (local loss).
-  torch::Tensor labels;
-  // Mode forward_gradient: x's tangent along each earlier stage's guess,
-  // stage 0's first.
-  std::vector<model::TensorPair> tangents;
-};
-
-// A micro-batch going down: the receiving stage's output x~_j and
-// delta_{j+1}; in mode forward_gradient, instead, the directional
-// derivative of the loss along each guess of stages 0..j, j's last.
-struct BackwardItem {
-  int64_t id = 0;
-  model::TensorPair output;
-  model::TensorPair grad;
-  std::vector<double> directional;
-};
+// The micro-batches a stage takes and sends (services/model/micro_batch.h);
+// in the in-process runner the header's other fields stay unset.
+using model::BackwardBatch;
+using model::ForwardBatch;
 
 class StageInbox {
  public:
   virtual ~StageInbox() = default;
   // The next micro-batch to forward, which the schedule says is `id`.
   // CANCELLED when the run is being torn down.
-  virtual absl::StatusOr<ForwardItem> NextForward(int64_t id) = 0;
+  virtual absl::StatusOr<ForwardBatch> NextForward(int64_t id) = 0;
   // The next (output, gradient) pair to backward, micro-batch `id`.
-  virtual absl::StatusOr<BackwardItem> NextBackward(int64_t id) = 0;
+  virtual absl::StatusOr<BackwardBatch> NextBackward(int64_t id) = 0;
 };
 
 class StageOutbox {
  public:
   virtual ~StageOutbox() = default;
   // To the next stage (never called on the last stage).
-  virtual absl::Status SendForward(ForwardItem item) = 0;
+  virtual absl::Status SendForward(ForwardBatch item) = 0;
   // To the previous stage (never called on the first stage).
-  virtual absl::Status SendBackward(BackwardItem item) = 0;
+  virtual absl::Status SendBackward(BackwardBatch item) = 0;
   // The last stage finished micro-batch `id` (forward, loss and backward;
   // or, in an evaluation, forward and loss).
   virtual void ReportLoss(int64_t id, const LossOutput& loss) = 0;
@@ -75,30 +59,16 @@ class StageOutbox {
   virtual void Observe(const Work& /*work*/) {}
 };
 
-// Runs one epoch of `micro_batches` on one stage in the order `schedule`
-// gives it (engine/pipeline_schedule.h). Returns the first error of the
-// worker or the transport.
-absl::Status RunStageEpoch(StageWorker& worker, StageInbox& inbox,
-                           StageOutbox& outbox, int64_t micro_batches,
-                           ScheduleKind schedule);
-
-// Runs the end-to-end gradient check after a training pass
-// (end_to_end_check.h): the pass's sampled micro-batches, forward then
-// backward one at a time at each stage's kept weights; the last stage
-// reports each loss, the first each micro-batch's end.
-absl::Status RunStageGradientCheck(StageWorker& worker, StageInbox& inbox,
-                                   StageOutbox& outbox, int64_t micro_batches);
-
-// Runs an evaluation of `micro_batches` on one stage: forward only with BN
-// running statistics; the last stage reports each micro-batch's loss.
-absl::Status RunStageEval(StageWorker& worker, StageInbox& inbox,
-                          StageOutbox& outbox, int64_t micro_batches);
-
 // The one executor of a stage's pass, for the stage server and the
-// in-process runner alike: the loop of `phase` (training in `schedule`'s
-// order, the gradient check, or an evaluation).
+// in-process runner alike: the ops of `phase` (stage_mode_ops.h) in its
+// schedule's order (pipeline_schedule.h). Training runs the stage's mode
+// in `training`'s order; the gradient check (end_to_end_check.h) runs the
+// training pass's sampled micro-batches at each stage's kept weights in
+// backprop's order; an evaluation forwards each micro-batch with BN running
+// statistics, and the last stage reports its loss. Returns the first error
+// of the worker or the transport.
 absl::Status RunStagePass(StageWorker& worker, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
-                          int64_t micro_batches, ScheduleKind schedule);
+                          int64_t micro_batches, ScheduleKind training);
 
 }  // namespace petra::engine

@@ -3,88 +3,121 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "services/engine/forward_gradient_ops.h"
+#include "services/engine/training_mode.h"
+
 namespace petra::engine {
 namespace {
+
+// A backward of `out` going down: the rebuilt input and its gradient.
+BackwardBatch InputAndGradient(int64_t m, BackwardOutput& out) {
+  return model::BackwardOf(m, std::move(out.input), std::move(out.input_grad));
+}
 
 // Backprop, delayed and PETRA: activations go up; the output (to rebuild
 // from) and its gradient come down.
 class BackpropagatedOps : public ModeOps {
  public:
-  absl::StatusOr<ForwardItem> Forward(StageWorker& w, ForwardItem& in,
-                                      int64_t tick) const override {
-    absl::StatusOr<model::TensorPair> y = w.Forward(in.id, in.x, tick);
+  absl::StatusOr<ForwardBatch> Forward(StageWorker& w, ForwardBatch& in,
+                                       int64_t tick) override {
+    absl::StatusOr<model::TensorPair> y = w.Forward(in.id(), in.x, tick);
     if (!y.ok()) return y.status();
-    return ForwardItem{in.id, std::move(*y), {}, {}};
+    return model::ForwardOf(in.id(), std::move(*y));
   }
-  BackwardItem LossDown(const StageWorker&, int64_t m,
-                        LossOutput& out) const override {
-    return {m,
-            std::move(out.backward.input),
-            std::move(out.backward.input_grad),
-            {}};
+  absl::StatusOr<LossOutput> Loss(StageWorker& w, ForwardBatch& in,
+                                  int64_t tick) override {
+    return w.ForwardLoss(in.id(), in.x, in.labels, tick);
   }
-  absl::StatusOr<BackwardOutput> Backward(StageWorker& w, BackwardItem& in,
-                                          int64_t tick) const override {
-    return w.Backward(in.id, in.output, in.grad, tick);
+  std::optional<BackwardBatch> LossDown(const StageWorker&, int64_t m,
+                                        LossOutput& out) override {
+    return InputAndGradient(m, out.backward);
   }
-  int64_t Samples(const BackwardItem& in,
-                  const BackwardOutput&) const override {
-    return in.grad.a.size(0);
+  absl::StatusOr<BackwardOutput> Backward(StageWorker& w, BackwardBatch& in,
+                                          int64_t tick) override {
+    return w.Backward(in.id(), in.output, in.grad, tick);
   }
-  BackwardItem Down(int64_t m, BackwardItem&,
-                    BackwardOutput& out) const override {
-    return {m, std::move(out.input), std::move(out.input_grad), {}};
+  BackwardBatch Down(int64_t m, BackwardBatch&, BackwardOutput& out) override {
+    return InputAndGradient(m, out);
   }
 };
 
-// Forward gradients: activations go up with their tangents (and the labels,
-// for every stage's local loss); directional derivatives come down.
-class ForwardGradientOps : public ModeOps {
+// The end-to-end gradient check (end_to_end_check.h): backprop's order at
+// each stage's kept weights; nothing trains.
+class GradientCheck : public StageOps {
  public:
-  absl::StatusOr<ForwardItem> Forward(StageWorker& w, ForwardItem& in,
-                                      int64_t tick) const override {
-    absl::StatusOr<TangentForward> y =
-        w.ForwardTangents(in.id, in.x, in.tangents, in.labels, tick);
+  void Begin(StageWorker& w) override { w.BeginGradientCheck(); }
+  absl::StatusOr<ForwardBatch> Forward(StageWorker& w, ForwardBatch& in,
+                                       int64_t) override {
+    absl::StatusOr<model::TensorPair> y = w.CheckForward(in.id(), in.x);
     if (!y.ok()) return y.status();
-    // The labels go up for the local losses; the last stage has them from
-    // the feed.
-    const bool next_is_last = w.index() + 2 == w.count();
-    return ForwardItem{in.id, std::move(y->output),
-                       next_is_last ? torch::Tensor() : in.labels,
-                       std::move(y->tangents)};
+    return model::ForwardOf(in.id(), std::move(*y));
   }
-  BackwardItem LossDown(const StageWorker& w, int64_t m,
-                        LossOutput& out) const override {
-    // A sampled micro-batch's true gradient goes down too (diagnostic).
-    return {m,
-            {},
-            w.diagnoses(m) ? std::move(out.backward.input_grad)
-                           : model::TensorPair(),
-            std::move(out.directional)};
+  absl::StatusOr<LossOutput> Loss(StageWorker& w, ForwardBatch& in,
+                                  int64_t) override {
+    return w.CheckLoss(in.id(), in.x, in.labels);
   }
-  absl::StatusOr<BackwardOutput> Backward(StageWorker& w, BackwardItem& in,
-                                          int64_t tick) const override {
-    return w.ApplyDirectional(in.id, in.directional, in.grad, tick);
+  std::optional<BackwardBatch> LossDown(const StageWorker&, int64_t m,
+                                        LossOutput& out) override {
+    return InputAndGradient(m, out.backward);
   }
-  int64_t Samples(const BackwardItem&,
-                  const BackwardOutput& out) const override {
-    return out.samples;
+  absl::StatusOr<BackwardOutput> Backward(StageWorker& w, BackwardBatch& in,
+                                          int64_t) override {
+    return w.CheckBackward(in.id(), in.grad);
   }
-  BackwardItem Down(int64_t m, BackwardItem& in,
-                    BackwardOutput& out) const override {
-    std::vector<double> below = std::move(in.directional);
-    below.pop_back();  // this stage's own
-    return {m, {}, std::move(out.input_grad), std::move(below)};
+  BackwardBatch Down(int64_t m, BackwardBatch&, BackwardOutput& out) override {
+    return InputAndGradient(m, out);
+  }
+};
+
+// An evaluation: forward only with BN running statistics; the last stage
+// reports each micro-batch's loss and sends nothing down.
+class Evaluation : public StageOps {
+ public:
+  absl::StatusOr<ForwardBatch> Forward(StageWorker& w, ForwardBatch& in,
+                                       int64_t) override {
+    absl::StatusOr<model::TensorPair> y = w.Evaluate(in.x);
+    if (!y.ok()) return y.status();
+    return model::ForwardOf(in.id(), std::move(*y));
+  }
+  absl::StatusOr<LossOutput> Loss(StageWorker& w, ForwardBatch& in,
+                                  int64_t) override {
+    return w.EvaluateLoss(in.x, in.labels);
+  }
+  std::optional<BackwardBatch> LossDown(const StageWorker&, int64_t,
+                                        LossOutput&) override {
+    return std::nullopt;
+  }
+  absl::StatusOr<BackwardOutput> Backward(StageWorker&, BackwardBatch& in,
+                                          int64_t) override {
+    return absl::InternalError(absl::StrCat(
+        "an evaluation has no backward (micro-batch ", in.id(), ")"));
+  }
+  BackwardBatch Down(int64_t m, BackwardBatch&, BackwardOutput&) override {
+    return model::BackwardOf(m, {}, {});
   }
 };
 
 }  // namespace
 
-const ModeOps& ModeOpsFor(bool forward_gradient) {
-  static const BackpropagatedOps backpropagated;
-  static const ForwardGradientOps forward;
-  if (forward_gradient) return forward;
-  return backpropagated;
+std::unique_ptr<ModeOps> MakeModeOps(const petra::v1::JobSpec& resolved,
+                                     const StageConfig& config,
+                                     LrSchedule schedule) {
+  if (PlanMode(resolved.training()).traffic.derivatives_down) {
+    return std::make_unique<ForwardGradientOps>(resolved, config,
+                                                std::move(schedule));
+  }
+  return std::make_unique<BackpropagatedOps>();
+}
+
+StageOps& EvalOps() {
+  static Evaluation ops;
+  return ops;
+}
+
+StageOps& GradientCheckOps() {
+  static GradientCheck ops;
+  return ops;
 }
 
 }  // namespace petra::engine

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/engine/forward_gradient_stage.h"
 #include "services/engine/skip_transaction.h"
 #include "services/engine/stage_boundary.h"
 #include "services/engine/stage_mode_ops.h"
@@ -43,8 +44,6 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                          StageConfig config, const petra::v1::JobSpec& resolved,
                          LrSchedule schedule)
     : config_(config),
-      forward_gradient_(PlanMode(resolved.training()).forward_gradient),
-      mode_ops_(&ModeOpsFor(forward_gradient_)),
       bf16_(resolved.training().precision() ==
             petra::v1::TrainingSpec::PRECISION_BF16),
       staleness_bound_(PlanMode(resolved.training()).delayed_gradients
@@ -69,11 +68,7 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
       program_(ChooseBackwardProgram(
           blocks_, {config.stash_inputs, config.stash_weights,
                     config.overlap_rebuild, config.rebuild_with_current})),
-      // The last stage has the loss: its gradient is exact, no guess.
-      fg_(forward_gradient_ && config.index + 1 < config.count
-              ? std::make_unique<ForwardGradientStage>(
-                    resolved, config.index, std::move(schedule), config.device)
-              : nullptr),
+      mode_ops_(MakeModeOps(resolved, config, std::move(schedule))),
       finite_(config.index, resolved.training().non_finite()),
       // Sampled wherever the backward may use other weights than the
       // forward did (no weight stash).
@@ -248,7 +243,7 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
 
 absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     uint64_t id, const TensorPair& input, const torch::Tensor& received_labels,
-    int64_t tick, const std::vector<TensorPair>& received_tangents) {
+    int64_t tick, const std::vector<TensorPair>& directions) {
   auto result = Computing("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
     const TensorPair x = Arrive(input);
     const torch::Tensor labels =
@@ -272,7 +267,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
       out.samples = labels.size(0);
       out.backward.input = x.detach();
       if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
-      if (forward_gradient_) out.directional.assign(config_.index, 0.0);
+      out.directional.assign(directions.size(), 0.0);
       ++forwards_;
       ++measured_;
       ++skipped_;
@@ -324,13 +319,11 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     out.correct = model::CorrectCount(logits, labels);
     out.backward.input = x.detach();
     out.backward.input_grad = input_grad;
-    if (forward_gradient_) {
-      std::vector<TensorPair> tangents;
-      for (const TensorPair& t : received_tangents) {
-        tangents.push_back(Arrive(t));
-      }
-      out.directional =
-          DirectionalDerivatives(input_grad, tangents, config_.index);
+    if (!directions.empty()) {
+      std::vector<TensorPair> arrived;
+      for (const TensorPair& t : directions) arrived.push_back(Arrive(t));
+      out.directional = DirectionalDerivatives(
+          input_grad, arrived, static_cast<int>(arrived.size()));
     }
     (void)tick;  // the loss step's delay and staleness are 0
     ++forwards_;
@@ -373,7 +366,7 @@ void StageWorker::UpdatePeak() {
 }
 
 int64_t StageWorker::OptimizerBytes() const {
-  return optimizer_.state_bytes() + (fg_ ? fg_->state_bytes() : 0);
+  return optimizer_.state_bytes() + mode_ops_->state_bytes();
 }
 
 double StageWorker::delay_ticks_mean() const {
@@ -395,11 +388,9 @@ std::vector<torch::Tensor> StageWorker::state_tensors() const {
 NamedTensorList StageWorker::NamedState(bool with_optimizer) const {
   NamedTensorList out =
       NamedStageState(blocks_, config_.first_block, optimizer_, with_optimizer);
-  // The auxiliary head trains with the stage but is not part of the model:
-  // checkpoints keep it, the export does not.
-  if (fg_ != nullptr && with_optimizer) {
-    for (auto& named : fg_->NamedState(true)) out.push_back(std::move(named));
-  }
+  // What the mode trains beside the model: checkpoints keep it, the export
+  // does not.
+  if (with_optimizer) mode_ops_->AppendNamedState(out);
   return out;
 }
 
@@ -412,8 +403,8 @@ absl::Status StageWorker::LoadNamedState(
       return s;
     }
     optimizer_.ResetCounters(steps);
-    if (fg_ != nullptr) {
-      if (absl::Status s = fg_->LoadNamedState(state, steps); !s.ok()) return s;
+    if (absl::Status s = mode_ops_->LoadNamedState(state, steps); !s.ok()) {
+      return s;
     }
     UpdatePeak();
     return absl::OkStatus();

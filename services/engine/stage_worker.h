@@ -19,7 +19,6 @@
 #include "petra/v1/job.pb.h"
 #include "services/engine/backward_program.h"
 #include "services/engine/end_to_end_check.h"
-#include "services/engine/forward_gradient_stage.h"
 #include "services/engine/gradient_accumulator.h"
 #include "services/engine/gradient_diagnostic.h"
 #include "services/engine/lr_schedule.h"
@@ -34,6 +33,7 @@
 namespace petra::engine {
 
 class ModeOps;
+class ForwardGradientOps;
 
 struct StageConfig {
   int index = 0;  // 0-based position in the chain
@@ -67,8 +67,8 @@ struct LossOutput {
   int64_t correct = 0;
   int64_t samples = 0;
   BackwardOutput backward;
-  // Mode forward_gradient: the directional derivative of the loss along
-  // each earlier stage's guess, stage 0's first.
+  // The loss's directional derivative along each of the loss step's
+  // `directions` (zeros when the micro-batch was skipped).
   std::vector<double> directional;
 };
 
@@ -116,41 +116,19 @@ class StageWorker {
   // `keep`: all of them at the end of a pass.
   absl::Status SettleChecks(size_t keep = 0);
 
-  // Mode forward_gradient (forward_gradient_stage.h): a stage but the last
-  // forwards `x` with its incoming `tangents` (one per earlier stage) and
-  // its `labels` (the local loss), and returns its output with the tangents
-  // to send up, its own last.
-  // What the stage loop does in this stage's mode (stage_mode_ops.h).
-  const ModeOps& mode_ops() const { return *mode_ops_; }
-  absl::StatusOr<TangentForward> ForwardTangents(
-      uint64_t id, const model::TensorPair& x,
-      const std::vector<model::TensorPair>& tangents,
-      const torch::Tensor& labels, int64_t tick);
-  // ...and, once the directional derivatives of micro-batch `id` come down
-  // (one per stage 0..this one), adds d·v to its gradient (the optimizer
-  // steps every k). For a micro-batch the gradient diagnostic samples
-  // (`diagnoses`), `output_grad` is the true delta_{j+1}: the estimate is
-  // compared with the true gradient, and the output's input_grad is
-  // delta_j for the stage below; otherwise the output's tensors stay
-  // undefined.
-  absl::StatusOr<BackwardOutput> ApplyDirectional(
-      uint64_t id, const std::vector<double>& directional,
-      const model::TensorPair& output_grad, int64_t tick);
-  // Mode forward_gradient: micro-batch `id`'s true gradient comes down
-  // beside its derivatives (training.grad_diagnostics_every).
-  bool diagnoses(uint64_t id) const {
-    return forward_gradient_ && probe_.SamplesId(id);
-  }
+  // What the stage loop does in this stage's mode (stage_mode_ops.h),
+  // with whatever the mode keeps of its own.
+  ModeOps& mode_ops() { return *mode_ops_; }
 
   // Last stage: forward, cross-entropy loss and backward in one step. A
   // NaN or infinite loss (or input, or gradient going down) fails
   // (FAILED_PRECONDITION) or, when the spec says so, skips the micro-batch:
   // nothing accumulated, zero gradients down.
-  // In mode forward_gradient, `tangents` are the input's (one per earlier
-  // stage) and the output's `directional` the loss's derivative along each.
+  // `directions` are tangents of x (forward gradients: one per earlier
+  // stage); the output's `directional` is the loss's derivative along each.
   absl::StatusOr<LossOutput> ForwardLoss(
       uint64_t id, const model::TensorPair& x, const torch::Tensor& labels,
-      int64_t tick, const std::vector<model::TensorPair>& tangents = {});
+      int64_t tick, const std::vector<model::TensorPair>& directions = {});
   // Evaluation forward: no gradients, running statistics.
   absl::StatusOr<model::TensorPair> Evaluate(const model::TensorPair& x);
 
@@ -215,6 +193,9 @@ class StageWorker {
                               int64_t steps);
 
  private:
+  // A mode's program over the stage's record, checks and optimizer.
+  friend class ForwardGradientOps;
+
   // Guard (torch_guard.h) in the stage's precision: every public call that
   // computes runs its work through this, on whatever thread calls it.
   template <typename F>
@@ -242,12 +223,9 @@ class StageWorker {
   void Measure(const ForwardRecord& r, int64_t tick, BackwardOutput& out);
   void FinishBackward();
   void UpdatePeak();
-  // The optimizer's state and, in mode forward_gradient, the head's.
+  // The optimizer's state and the mode's own (stage_mode_ops.h).
   int64_t OptimizerBytes() const;
   const StageConfig config_;
-  const bool forward_gradient_;
-  // The mode as the stage loop runs it, chosen here, once.
-  const ModeOps* const mode_ops_;
   const bool bf16_;
   const int64_t staleness_bound_;
   // Optimizer steps the forward's weights are predicted ahead
@@ -257,7 +235,8 @@ class StageWorker {
   StageBlocks blocks_;
   GradientAccumulator optimizer_;
   std::unique_ptr<BackwardProgram> program_;
-  std::unique_ptr<ForwardGradientStage> fg_;  // mode forward_gradient only
+  // The mode as the stage loop runs it, chosen here, once.
+  std::unique_ptr<ModeOps> mode_ops_;
   NonFiniteCheck finite_;
   GradientProbe probe_;
   EndToEndCheck check_;

@@ -1,6 +1,7 @@
 // StageWorker::Computing, shared by the files StageWorker's members are
-// split across (stage_worker.cc, stage_worker_eval.cc,
-// stage_worker_forward_gradient.cc). Internal to services/engine.
+// split across (stage_worker.cc, stage_worker_eval.cc) and the mode
+// programs that run on its record (forward_gradient_ops.cc). Internal to
+// services/engine.
 #pragma once
 
 #include "services/engine/non_finite.h"

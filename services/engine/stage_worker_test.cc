@@ -516,24 +516,27 @@ TEST(StageWorker, SpikeCompensationScalesEachStagesFirstStepByItsDelay) {
 TEST(StageLoop, RunsOnlyTheRuntimeSchedules) {
   class Nothing : public StageInbox, public StageOutbox {
    public:
-    absl::StatusOr<ForwardItem> NextForward(int64_t) override {
+    absl::StatusOr<ForwardBatch> NextForward(int64_t) override {
       return absl::CancelledError("no input here");
     }
-    absl::StatusOr<BackwardItem> NextBackward(int64_t) override {
+    absl::StatusOr<BackwardBatch> NextBackward(int64_t) override {
       return absl::CancelledError("no input here");
     }
-    absl::Status SendForward(ForwardItem) override { return {}; }
-    absl::Status SendBackward(BackwardItem) override { return {}; }
+    absl::Status SendForward(ForwardBatch) override { return {}; }
+    absl::Status SendBackward(BackwardBatch) override { return {}; }
     void ReportLoss(int64_t, const LossOutput&) override {}
   } io;
   auto workers =
       Workers(Job(petra::v1::ARCHITECTURE_REVNET18, 1), {{0, 1}, {1, 10}});
   for (ScheduleKind s : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB}) {
-    EXPECT_EQ(RunStageEpoch(*workers[1], io, io, 4, s).code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        RunStagePass(*workers[1], io, io, petra::v1::PHASE_TRAIN, 4, s).code(),
+        absl::StatusCode::kInvalidArgument);
   }
   // The runtime's own schedules start (and stop at the missing input).
-  EXPECT_EQ(RunStageEpoch(*workers[1], io, io, 4, ScheduleKind::kPetra).code(),
+  EXPECT_EQ(RunStagePass(*workers[1], io, io, petra::v1::PHASE_TRAIN, 4,
+                         ScheduleKind::kPetra)
+                .code(),
             absl::StatusCode::kCancelled);
 }
 

@@ -5,7 +5,10 @@ namespace petra::engine {
 ModePlan PlanMode(const petra::v1::TrainingSpec& t) {
   ModePlan m;
   m.schedule = ScheduleForMode(t.mode());
-  m.forward_gradient = t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
+  // Forward gradients (forward_gradient_stage.h).
+  const bool forward_gradient =
+      t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT;
+  m.traffic = {forward_gradient, forward_gradient, forward_gradient};
   m.delayed_gradients = t.mode() != petra::v1::TRAINING_MODE_BACKPROP;
   const bool delayed = t.mode() == petra::v1::TRAINING_MODE_DELAYED;
   m.stash_inputs = delayed && t.stash_inputs();
@@ -13,7 +16,7 @@ ModePlan PlanMode(const petra::v1::TrainingSpec& t) {
   m.rebuild_with_current =
       m.stash_weights &&
       t.rebuild_with() == petra::v1::TrainingSpec::REBUILD_WITH_CURRENT;
-  m.keeps_directions = m.forward_gradient;
+  m.keeps_directions = forward_gradient;
   return m;
 }
 

@@ -11,11 +11,21 @@
 
 namespace petra::engine {
 
+// What travels between the stages beside the activations and gradients.
+struct ModeTraffic {
+  // The labels go up with the activations to every stage (each has a local
+  // loss), not only from the coordinator to the last stage.
+  bool labels_with_activations = false;
+  // The activations carry tangents, one per stage below.
+  bool tangents = false;
+  // Directional derivatives come down instead of tensors: a stage updates
+  // from them and runs no backward through itself.
+  bool derivatives_down = false;
+};
+
 struct ModePlan {
   ScheduleKind schedule = ScheduleKind::kPetra;
-  // Tangents go up with the activations and the labels to every stage;
-  // directional derivatives come down (forward_gradient_stage.h).
-  bool forward_gradient = false;
+  ModeTraffic traffic;
   // Gradients apply after later forwards (every mode but backprop): the
   // staleness bound and the in-flight depth follow.
   bool delayed_gradients = true;

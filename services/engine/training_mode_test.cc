@@ -21,7 +21,9 @@ TEST(PlanMode, SaysWhatEachModeMeansForTheStages) {
   EXPECT_EQ(petra.schedule, ScheduleKind::kPetra);
   EXPECT_TRUE(petra.delayed_gradients);
   EXPECT_FALSE(petra.stash_inputs || petra.stash_weights ||
-               petra.forward_gradient || petra.keeps_directions);
+               petra.keeps_directions || petra.traffic.tangents ||
+               petra.traffic.labels_with_activations ||
+               petra.traffic.derivatives_down);
   EXPECT_EQ(petra.in_flight(0, 4), 7);
   EXPECT_EQ(petra.in_flight(3, 4), 1);
 
@@ -41,7 +43,9 @@ TEST(PlanMode, SaysWhatEachModeMeansForTheStages) {
 
   const ModePlan fg = PlanMode(Mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT));
   EXPECT_EQ(fg.schedule, ScheduleKind::kForwardGradient);
-  EXPECT_TRUE(fg.forward_gradient);
+  EXPECT_TRUE(fg.traffic.labels_with_activations);
+  EXPECT_TRUE(fg.traffic.tangents);
+  EXPECT_TRUE(fg.traffic.derivatives_down);
   EXPECT_TRUE(fg.keeps_directions);
 }
 

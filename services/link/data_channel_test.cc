@@ -72,12 +72,11 @@ class DataChannel : public ::testing::TestWithParam<petra::v1::Transport> {
   }
 
   // One micro-batch there and back through serialized messages.
-  absl::StatusOr<wire::ForwardPayload> RoundTrip(
-      const wire::ForwardPayload& p) {
+  absl::StatusOr<model::ForwardBatch> RoundTrip(const model::ForwardBatch& p) {
     auto parts = wire::EncodeForward(p, 1 << 20, placer_.get());
     if (!parts.ok()) return parts.status();
     wire::ForwardAssembler assembler({}, fetcher_.get());
-    std::optional<wire::ForwardPayload> out;
+    std::optional<model::ForwardBatch> out;
     for (const petra::v1::ForwardMessage& m : *parts) {
       petra::v1::ForwardMessage copy;
       if (!copy.ParseFromString(m.SerializeAsString())) {
@@ -95,9 +94,9 @@ class DataChannel : public ::testing::TestWithParam<petra::v1::Transport> {
   std::unique_ptr<PayloadFetcher> fetcher_;
 };
 
-wire::ForwardPayload Forward(int64_t id, torch::Tensor a, torch::Tensor b,
-                             torch::Tensor labels = {}) {
-  wire::ForwardPayload p;
+model::ForwardBatch Forward(int64_t id, torch::Tensor a, torch::Tensor b,
+                            torch::Tensor labels = {}) {
+  model::ForwardBatch p;
   p.header.job_id = "job-1";
   p.header.micro_batch_id = static_cast<uint64_t>(id);
   p.x = {std::move(a), std::move(b)};
@@ -107,7 +106,7 @@ wire::ForwardPayload Forward(int64_t id, torch::Tensor a, torch::Tensor b,
 
 TEST_P(DataChannel, CarriesEveryTensorOfAMicroBatchBitForBit) {
   torch::manual_seed(1);
-  wire::ForwardPayload p =
+  model::ForwardBatch p =
       Forward(3, torch::randn({4, 3, 5, 5}), torch::randn({4, 3, 5, 5}),
               torch::tensor({1, 0, 7, 2}, torch::kInt64));
   p.tangents.push_back(
@@ -121,14 +120,14 @@ TEST_P(DataChannel, CarriesEveryTensorOfAMicroBatchBitForBit) {
   ASSERT_EQ(out->tangents.size(), 1u);
   EXPECT_TRUE(torch::equal(out->tangents[0].b, p.tangents[0].b));
 
-  wire::BackwardPayload back;
+  model::BackwardBatch back;
   back.header.micro_batch_id = 3;
   back.output = {torch::randn({2, 8}), torch::randn({2, 8})};
   back.grad = {torch::randn({2, 8}), torch::randn({2, 8})};
   auto parts = wire::EncodeBackward(back, 1 << 20, placer_.get());
   ASSERT_TRUE(parts.ok()) << parts.status();
   wire::BackwardAssembler assembler({}, fetcher_.get());
-  std::optional<wire::BackwardPayload> got;
+  std::optional<model::BackwardBatch> got;
   for (petra::v1::BackwardMessage& m : *parts) {
     auto r = assembler.Add(std::move(m));
     ASSERT_TRUE(r.ok()) << r.status();
@@ -139,11 +138,23 @@ TEST_P(DataChannel, CarriesEveryTensorOfAMicroBatchBitForBit) {
   EXPECT_TRUE(torch::equal(got->grad.b, back.grad.b));
 }
 
+// The micro-batch records where its tensors arrived: in the data channel's
+// receive buffer, or (over plain gRPC) in memory decoded from the messages.
+TEST_P(DataChannel, TheMicroBatchSaysWhereItsTensorsArrived) {
+  model::ForwardBatch p = Forward(0, torch::randn({2, 3}), {});
+  p.home = model::TensorHome::kDevice;  // the sender's: not carried
+  auto out = RoundTrip(p);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->home, GetParam() == petra::v1::TRANSPORT_GRPC
+                           ? model::TensorHome::kHost
+                           : model::TensorHome::kSlot);
+}
+
 TEST_P(DataChannel, AMessageWithoutTensorsTakesNoSlot) {
   // Mode forward_gradient sends directional derivatives down, no tensors:
   // more of them than the ring has slots, none waits for one.
   for (int i = 0; i < 4 * kRingSlots; ++i) {
-    wire::BackwardPayload p;
+    model::BackwardBatch p;
     p.header.micro_batch_id = static_cast<uint64_t>(i);
     p.directional = {0.5, -1.0};
     auto parts = wire::EncodeBackward(p, 1 << 20, placer_.get());
@@ -250,7 +261,7 @@ TEST(SharedMemoryChannel, ACancelEndsAWaitForAFullRing) {
 TEST(SharedMemoryChannel, AReplayedOrForgedReferenceIsRefused) {
   SharedRingPlacer placer;
   SharedRingFetcher fetcher;
-  wire::ForwardPayload p = Forward(0, torch::randn({2, 3}), {});
+  model::ForwardBatch p = Forward(0, torch::randn({2, 3}), {});
   auto parts = wire::EncodeForward(p, 1 << 20, &placer);
   ASSERT_TRUE(parts.ok());
   const std::string bytes = parts->front().SerializeAsString();
@@ -324,7 +335,7 @@ TEST(SharedMemoryChannel, NoRoomFallsBackToTheMessageOnlyWhereTheJobAllows) {
     EXPECT_FALSE(wire::CarriesSlots(*parts));
     EXPECT_EQ(parts->size(), 4u);  // 4 chunks of 1 MiB
     wire::ForwardAssembler assembler({}, &fetcher);
-    std::optional<wire::ForwardPayload> got;
+    std::optional<model::ForwardBatch> got;
     for (auto& m : *parts) {
       auto r = assembler.Add(std::move(m));
       ASSERT_TRUE(r.ok()) << r.status();

@@ -26,10 +26,10 @@ absl::StatusOr<std::unique_ptr<PayloadLink<Payload, Message>>> OpenLink(
 }
 
 template absl::StatusOr<std::unique_ptr<ForwardLink>>
-OpenLink<wire::ForwardPayload, petra::v1::ForwardMessage>(
+OpenLink<model::ForwardBatch, petra::v1::ForwardMessage>(
     const LinkRoute&, ForwardLink::SendParts, std::function<absl::Status()>);
 template absl::StatusOr<std::unique_ptr<BackwardLink>>
-OpenLink<wire::BackwardPayload, petra::v1::BackwardMessage>(
+OpenLink<model::BackwardBatch, petra::v1::BackwardMessage>(
     const LinkRoute&, BackwardLink::SendParts, std::function<absl::Status()>);
 
 }  // namespace petra::link

@@ -41,14 +41,14 @@ absl::StatusOr<std::unique_ptr<PayloadLink<Payload, Message>>> OpenLink(
 inline absl::StatusOr<std::unique_ptr<ForwardLink>> OpenForwardLink(
     const LinkRoute& route, ForwardLink::SendParts send,
     std::function<absl::Status()> health) {
-  return OpenLink<wire::ForwardPayload, petra::v1::ForwardMessage>(
+  return OpenLink<model::ForwardBatch, petra::v1::ForwardMessage>(
       route, std::move(send), std::move(health));
 }
 
 inline absl::StatusOr<std::unique_ptr<BackwardLink>> OpenBackwardLink(
     const LinkRoute& route, BackwardLink::SendParts send,
     std::function<absl::Status()> health) {
-  return OpenLink<wire::BackwardPayload, petra::v1::BackwardMessage>(
+  return OpenLink<model::BackwardBatch, petra::v1::BackwardMessage>(
       route, std::move(send), std::move(health));
 }
 

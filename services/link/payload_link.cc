@@ -6,13 +6,13 @@ namespace petra::link {
 namespace {
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> Encode(
-    const wire::ForwardPayload& p, uint64_t chunk_bytes,
+    const model::ForwardBatch& p, uint64_t chunk_bytes,
     PayloadPlacer* channel) {
   return wire::EncodeForward(p, chunk_bytes, channel);
 }
 
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> Encode(
-    const wire::BackwardPayload& p, uint64_t chunk_bytes,
+    const model::BackwardBatch& p, uint64_t chunk_bytes,
     PayloadPlacer* channel) {
   return wire::EncodeBackward(p, chunk_bytes, channel);
 }
@@ -41,7 +41,7 @@ PayloadLink<Payload, Message>::Send(Payload& payload) const {
   return sent;
 }
 
-template class PayloadLink<wire::ForwardPayload, petra::v1::ForwardMessage>;
-template class PayloadLink<wire::BackwardPayload, petra::v1::BackwardMessage>;
+template class PayloadLink<model::ForwardBatch, petra::v1::ForwardMessage>;
+template class PayloadLink<model::BackwardBatch, petra::v1::BackwardMessage>;
 
 }  // namespace petra::link

@@ -53,9 +53,8 @@ class PayloadLink {
   uint64_t chunk_bytes_;
 };
 
-using ForwardLink =
-    PayloadLink<wire::ForwardPayload, petra::v1::ForwardMessage>;
+using ForwardLink = PayloadLink<model::ForwardBatch, petra::v1::ForwardMessage>;
 using BackwardLink =
-    PayloadLink<wire::BackwardPayload, petra::v1::BackwardMessage>;
+    PayloadLink<model::BackwardBatch, petra::v1::BackwardMessage>;
 
 }  // namespace petra::link

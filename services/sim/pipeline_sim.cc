@@ -101,6 +101,10 @@ std::string ScheduleName(Schedule schedule) {
       return "petra";
     case Schedule::kForwardGradient:
       return "forward_gradient";
+    case Schedule::kEval:
+      return "eval";
+    case Schedule::kGradientCheck:
+      return "gradient_check";
   }
   return "unknown";
 }
@@ -207,10 +211,9 @@ absl::Status ValidateSimConfig(const SimConfig& c) {
   }
   if (!c.link_bandwidths.empty() &&
       static_cast<int64_t>(c.link_bandwidths.size()) != stages - 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("link bandwidths: ", c.link_bandwidths.size(),
-                     " entries for ", stages - 1, " links between ", stages,
-                     " stages: give one per link"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "link bandwidths: ", c.link_bandwidths.size(), " entries for ",
+        stages - 1, " links between ", stages, " stages: give one per link"));
   }
   for (size_t l = 0; l < c.link_bandwidths.size(); ++l) {
     if (std::isnan(c.link_bandwidths[l]) || c.link_bandwidths[l] <= 0) {
@@ -220,8 +223,9 @@ absl::Status ValidateSimConfig(const SimConfig& c) {
     }
   }
   if (c.devices_per_host < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "devices per host = ", c.devices_per_host, ": must be >= 1 (0: one host)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("devices per host = ", c.devices_per_host,
+                     ": must be >= 1 (0: one host)"));
   }
   if (c.devices_per_host > 0 &&
       (std::isnan(c.cross_host_bandwidth) || c.cross_host_bandwidth <= 0)) {

@@ -78,7 +78,7 @@ std::vector<std::vector<std::pair<int, petra::v1::Tensor*>>> Pack(
   return parts;
 }
 
-void SetHeader(const MessageHeader& h, petra::v1::ForwardMessage* m) {
+void SetHeader(const MicroBatchHeader& h, petra::v1::ForwardMessage* m) {
   m->set_job_id(h.job_id);
   m->set_micro_batch_id(h.micro_batch_id);
   m->set_step(h.step);
@@ -87,7 +87,7 @@ void SetHeader(const MessageHeader& h, petra::v1::ForwardMessage* m) {
   m->set_epoch(h.epoch);
 }
 
-void SetHeader(const MessageHeader& h, petra::v1::BackwardMessage* m) {
+void SetHeader(const MicroBatchHeader& h, petra::v1::BackwardMessage* m) {
   m->set_job_id(h.job_id);
   m->set_micro_batch_id(h.micro_batch_id);
   m->set_step(h.step);
@@ -95,8 +95,8 @@ void SetHeader(const MessageHeader& h, petra::v1::BackwardMessage* m) {
 }
 
 template <typename M>
-MessageHeader HeaderOf(const M& m) {
-  MessageHeader h;
+MicroBatchHeader HeaderOf(const M& m) {
+  MicroBatchHeader h;
   h.job_id = m.job_id();
   h.micro_batch_id = m.micro_batch_id();
   h.step = m.step();
@@ -115,7 +115,7 @@ template <typename M>
 absl::StatusOr<bool> AddPart(
     const M& m, const std::vector<petra::v1::Tensor*>& tensors,
     const std::vector<std::string>& names, const TensorLimits& limits,
-    std::optional<MessageHeader>& header,
+    std::optional<MicroBatchHeader>& header,
     std::vector<std::optional<TensorAssembler>>& slots) {
   const std::string where = absl::StrCat("micro-batch ", m.micro_batch_id());
   if (header.has_value() && (header->micro_batch_id != m.micro_batch_id() ||
@@ -182,9 +182,11 @@ absl::StatusOr<std::vector<torch::Tensor>> DecodeAll(
 // tensors by slot (undefined where none came), from the messages' chunks and
 // the data channel alike.
 struct Whole {
-  MessageHeader header;
+  MicroBatchHeader header;
   std::string where;  // "micro-batch N: ", for errors
   std::vector<torch::Tensor> tensors;
+  // In a data channel's buffer when a channel brought any of them.
+  model::TensorHome home = model::TensorHome::kHost;
 };
 
 // Adds one part (`tensors` are its tensor slots, null where absent): the
@@ -194,7 +196,7 @@ template <typename M>
 absl::StatusOr<std::optional<Whole>> AddAndDecode(
     const M& m, std::vector<petra::v1::Tensor*> tensors,
     const std::vector<std::string>& names, const TensorLimits& limits,
-    link::PayloadFetcher* fetcher, std::optional<MessageHeader>& header,
+    link::PayloadFetcher* fetcher, std::optional<MicroBatchHeader>& header,
     std::vector<std::optional<TensorAssembler>>& slots,
     std::vector<torch::Tensor>& fetched) {
   if (!header.has_value()) fetched.clear();
@@ -221,6 +223,9 @@ absl::StatusOr<std::optional<Whole>> AddAndDecode(
   if (!t.ok()) {
     fetched.clear();
     return t.status();
+  }
+  for (const torch::Tensor& f : fetched) {
+    if (f.defined()) w.home = model::TensorHome::kSlot;
   }
   if (absl::Status s = MergeFetched(fetched, *t, names, w.where); !s.ok())
     return s;
@@ -284,7 +289,7 @@ absl::Status CheckBoundary(const torch::Tensor& a, const torch::Tensor& b,
 
 }  // namespace
 
-std::vector<torch::Tensor*> TensorsOf(ForwardPayload& p) {
+std::vector<torch::Tensor*> TensorsOf(ForwardBatch& p) {
   std::vector<torch::Tensor*> out = {&p.x.a, &p.x.b, &p.labels};
   for (model::TensorPair& t : p.tangents) {
     out.push_back(&t.a);
@@ -293,13 +298,12 @@ std::vector<torch::Tensor*> TensorsOf(ForwardPayload& p) {
   return out;
 }
 
-std::vector<torch::Tensor*> TensorsOf(BackwardPayload& p) {
+std::vector<torch::Tensor*> TensorsOf(BackwardBatch& p) {
   return {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b};
 }
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
-    const ForwardPayload& p, uint64_t chunk_bytes,
-    link::PayloadPlacer* placer) {
+    const ForwardBatch& p, uint64_t chunk_bytes, link::PayloadPlacer* placer) {
   if (p.tangents.size() > static_cast<size_t>(kMaxTangents)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a forward message carries at most ", kMaxTangents,
@@ -340,8 +344,7 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
 }
 
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
-    const BackwardPayload& p, uint64_t chunk_bytes,
-    link::PayloadPlacer* placer) {
+    const BackwardBatch& p, uint64_t chunk_bytes, link::PayloadPlacer* placer) {
   absl::StatusOr<std::vector<Slot>> slots = Encoded(
       {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b}, chunk_bytes, placer);
   if (!slots.ok()) return slots.status();
@@ -370,7 +373,7 @@ ForwardAssembler::ForwardAssembler(TensorLimits limits,
                                    link::PayloadFetcher* fetcher)
     : limits_(limits), fetcher_(fetcher) {}
 
-absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
+absl::StatusOr<std::optional<ForwardBatch>> ForwardAssembler::Add(
     petra::v1::ForwardMessage m) {
   if (m.tangents_size() > kMaxTangents) {
     header_.reset();
@@ -398,8 +401,9 @@ absl::StatusOr<std::optional<ForwardPayload>> ForwardAssembler::Add(
       m, tensors, names, limits_, fetcher_, header_, slots_, fetched_);
   if (!whole.ok()) return whole.status();
   if (!whole->has_value()) return std::nullopt;
-  ForwardPayload p;
+  ForwardBatch p;
   p.header = (*whole)->header;
+  p.home = (*whole)->home;
   const std::string& where = (*whole)->where;
   std::vector<torch::Tensor>* t = &(*whole)->tensors;
   const torch::Tensor *a = &(*t)[0], *b = &(*t)[1], *labels = &(*t)[2];
@@ -443,7 +447,7 @@ BackwardAssembler::BackwardAssembler(TensorLimits limits,
                                      link::PayloadFetcher* fetcher)
     : limits_(limits), fetcher_(fetcher) {}
 
-absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
+absl::StatusOr<std::optional<BackwardBatch>> BackwardAssembler::Add(
     petra::v1::BackwardMessage m) {
   const auto& names = BackwardNames();
   if (!header_.has_value()) directional_.clear();
@@ -467,8 +471,9 @@ absl::StatusOr<std::optional<BackwardPayload>> BackwardAssembler::Add(
     return whole.status();
   }
   if (!whole->has_value()) return std::nullopt;
-  BackwardPayload p;
+  BackwardBatch p;
   p.header = (*whole)->header;
+  p.home = (*whole)->home;
   const std::string& where = (*whole)->where;
   const std::vector<torch::Tensor>& t = (*whole)->tensors;
   p.directional = std::move(directional_);

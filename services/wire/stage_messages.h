@@ -13,53 +13,34 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/stage.pb.h"
 #include "services/link/data_channel.h"
+#include "services/model/micro_batch.h"
 #include "services/model/tensor_pair.h"
 #include "services/wire/tensor_chunks.h"
 #include "services/wire/tensor_limits.h"
 
 namespace petra::wire {
 
-// Fields every message of a micro-batch repeats.
-struct MessageHeader {
-  std::string job_id;
-  uint64_t micro_batch_id = 0;
-  uint64_t step = 0;
-  petra::v1::Phase phase = petra::v1::PHASE_TRAIN;
-  int32_t sender_stage = -1;
-  uint32_t epoch = 0;
-};
+// The micro-batch (services/model/micro_batch.h) as the stream messages
+// carry it.
+using model::BackwardBatch;
+using model::ForwardBatch;
+using model::MicroBatchHeader;
 
 // Most tangents a forward message may carry (one per earlier stage).
 inline constexpr int kMaxTangents = 1024;
 
-struct ForwardPayload {
-  MessageHeader header;
-  model::TensorPair x;   // undefined in a labels-only message
-  torch::Tensor labels;  // undefined unless sent
-  // Mode forward_gradient: x's tangents, each shaped like x.
-  std::vector<model::TensorPair> tangents;
-};
-
-struct BackwardPayload {
-  MessageHeader header;
-  model::TensorPair output;  // x~_j
-  model::TensorPair grad;    // delta_{j+1}
-  // Mode forward_gradient, instead of the tensors: one per stage 0..j.
-  std::vector<double> directional;
-};
-
 // Every tensor slot of a payload, defined or not (to move them between the
 // host and a device in one go).
-std::vector<torch::Tensor*> TensorsOf(ForwardPayload& payload);
-std::vector<torch::Tensor*> TensorsOf(BackwardPayload& payload);
+std::vector<torch::Tensor*> TensorsOf(ForwardBatch& payload);
+std::vector<torch::Tensor*> TensorsOf(BackwardBatch& payload);
 
 // With a `placer`, the tensors' bytes go into its data channel and the one
 // message carries a SlotRef per tensor instead (no chunks).
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
-    const ForwardPayload& payload, uint64_t chunk_bytes,
+    const ForwardBatch& payload, uint64_t chunk_bytes,
     link::PayloadPlacer* placer = nullptr);
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
-    const BackwardPayload& payload, uint64_t chunk_bytes,
+    const BackwardBatch& payload, uint64_t chunk_bytes,
     link::PayloadPlacer* placer = nullptr);
 
 // Whether a data channel carries some of the micro-batch's bytes (a
@@ -79,13 +60,12 @@ class ForwardAssembler {
                             link::PayloadFetcher* fetcher = nullptr);
   // Takes `m` by value: pass it with std::move and its payload becomes the
   // tensors' storage without a copy.
-  absl::StatusOr<std::optional<ForwardPayload>> Add(
-      petra::v1::ForwardMessage m);
+  absl::StatusOr<std::optional<ForwardBatch>> Add(petra::v1::ForwardMessage m);
 
  private:
   TensorLimits limits_;
   link::PayloadFetcher* fetcher_;
-  std::optional<MessageHeader> header_;
+  std::optional<MicroBatchHeader> header_;
   // Whole tensors a data channel brought, by slot (as slots_).
   std::vector<torch::Tensor> fetched_;
   // first, second, labels, then each tangent's first and second
@@ -96,13 +76,13 @@ class BackwardAssembler {
  public:
   explicit BackwardAssembler(TensorLimits limits = {},
                              link::PayloadFetcher* fetcher = nullptr);
-  absl::StatusOr<std::optional<BackwardPayload>> Add(
+  absl::StatusOr<std::optional<BackwardBatch>> Add(
       petra::v1::BackwardMessage m);  // as ForwardAssembler::Add
 
  private:
   TensorLimits limits_;
   link::PayloadFetcher* fetcher_;
-  std::optional<MessageHeader> header_;
+  std::optional<MicroBatchHeader> header_;
   // Whole tensors a data channel brought, by slot (as slots_).
   std::vector<torch::Tensor> fetched_;
   // output.first, output.second, grad.first, grad.second

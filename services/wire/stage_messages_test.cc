@@ -9,8 +9,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-MessageHeader Header(uint64_t id) {
-  MessageHeader h;
+MicroBatchHeader Header(uint64_t id) {
+  MicroBatchHeader h;
   h.job_id = "job-1";
   h.micro_batch_id = id;
   h.step = 3;
@@ -20,20 +20,20 @@ MessageHeader Header(uint64_t id) {
   return h;
 }
 
-ForwardPayload Forward(uint64_t id, int64_t batch = 4) {
+ForwardBatch Forward(uint64_t id, int64_t batch = 4) {
   torch::manual_seed(id);
-  ForwardPayload p;
+  ForwardBatch p;
   p.header = Header(id);
   p.x = {torch::randn({batch, 8, 6, 6}), torch::randn({batch, 8, 6, 6})};
   p.labels = torch::randint(10, {batch}, torch::kInt64);
   return p;
 }
 
-std::optional<ForwardPayload> Feed(
+std::optional<ForwardBatch> Feed(
     ForwardAssembler& a, const std::vector<petra::v1::ForwardMessage>& parts) {
-  std::optional<ForwardPayload> out;
+  std::optional<ForwardBatch> out;
   for (size_t i = 0; i < parts.size(); ++i) {
-    absl::StatusOr<std::optional<ForwardPayload>> r = a.Add(parts[i]);
+    absl::StatusOr<std::optional<ForwardBatch>> r = a.Add(parts[i]);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return std::nullopt;
     EXPECT_EQ(r->has_value(), i + 1 == parts.size()) << "part " << i;
@@ -43,13 +43,13 @@ std::optional<ForwardPayload> Feed(
 }
 
 TEST(StageMessages, ForwardRoundTripInOneMessage) {
-  ForwardPayload p = Forward(7);
+  ForwardBatch p = Forward(7);
   auto parts = EncodeForward(p, 1 << 20);
   ASSERT_TRUE(parts.ok());
   ASSERT_EQ(parts->size(), 1u);
   EXPECT_TRUE(parts->front().last_part());
   ForwardAssembler a;
-  std::optional<ForwardPayload> back = Feed(a, *parts);
+  std::optional<ForwardBatch> back = Feed(a, *parts);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->header.micro_batch_id, 7u);
   EXPECT_EQ(back->header.job_id, "job-1");
@@ -60,7 +60,7 @@ TEST(StageMessages, ForwardRoundTripInOneMessage) {
 }
 
 TEST(StageMessages, LargeTensorsAreChunkedWithinTheBudget) {
-  ForwardPayload p = Forward(1, 64);  // 2 x 73,728 bytes of activations
+  ForwardBatch p = Forward(1, 64);  // 2 x 73,728 bytes of activations
   const uint64_t budget = 20000;
   auto parts = EncodeForward(p, budget);
   ASSERT_TRUE(parts.ok());
@@ -72,20 +72,20 @@ TEST(StageMessages, LargeTensorsAreChunkedWithinTheBudget) {
               budget);
   }
   ForwardAssembler a;
-  std::optional<ForwardPayload> back = Feed(a, *parts);
+  std::optional<ForwardBatch> back = Feed(a, *parts);
   ASSERT_TRUE(back.has_value());
   EXPECT_TRUE(torch::equal(back->x.a, p.x.a));
   EXPECT_TRUE(torch::equal(back->x.b, p.x.b));
   EXPECT_TRUE(torch::equal(back->labels, p.labels));
   // The stream goes on with the next micro-batch.
-  ForwardPayload q = Forward(2, 64);
-  std::optional<ForwardPayload> next = Feed(a, *EncodeForward(q, budget));
+  ForwardBatch q = Forward(2, 64);
+  std::optional<ForwardBatch> next = Feed(a, *EncodeForward(q, budget));
   ASSERT_TRUE(next.has_value());
   EXPECT_TRUE(torch::equal(next->x.a, q.x.a));
 }
 
 TEST(StageMessages, SingleTensorAndLabelsOnly) {
-  ForwardPayload p;
+  ForwardBatch p;
   p.header = Header(3);
   p.x = {torch::ones({2, 3}), {}};
   ForwardAssembler a;
@@ -94,7 +94,7 @@ TEST(StageMessages, SingleTensorAndLabelsOnly) {
   EXPECT_FALSE(back->x.b.defined());
   EXPECT_FALSE(back->labels.defined());
 
-  ForwardPayload labels_only;
+  ForwardBatch labels_only;
   labels_only.header = Header(4);
   labels_only.labels = torch::zeros({5}, torch::kInt64);
   back = Feed(a, *EncodeForward(labels_only, 1 << 20));
@@ -104,7 +104,7 @@ TEST(StageMessages, SingleTensorAndLabelsOnly) {
 }
 
 TEST(StageMessages, BackwardRoundTrip) {
-  BackwardPayload p;
+  BackwardBatch p;
   p.header = Header(9);
   p.output = {torch::randn({4, 2, 3, 3}), torch::randn({4, 2, 3, 3})};
   p.grad = {torch::randn({4, 2, 3, 3}), torch::randn({4, 2, 3, 3})};
@@ -112,7 +112,7 @@ TEST(StageMessages, BackwardRoundTrip) {
   ASSERT_TRUE(parts.ok());
   EXPECT_GT(parts->size(), 4u);
   BackwardAssembler a;
-  std::optional<BackwardPayload> back;
+  std::optional<BackwardBatch> back;
   for (const auto& m : *parts) {
     auto r = a.Add(m);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -127,7 +127,7 @@ TEST(StageMessages, BackwardRoundTrip) {
 // Mode forward_gradient: tangents chunked like the activation, each back
 // at its index; derivatives instead of tensors going down.
 TEST(StageMessages, TangentsAndDirectionalDerivativesRoundTrip) {
-  ForwardPayload p = Forward(5);
+  ForwardBatch p = Forward(5);
   for (int k = 0; k < 3; ++k) {
     p.tangents.push_back(
         {torch::randn({4, 8, 6, 6}), torch::randn({4, 8, 6, 6})});
@@ -136,7 +136,7 @@ TEST(StageMessages, TangentsAndDirectionalDerivativesRoundTrip) {
   ASSERT_TRUE(parts.ok());
   EXPECT_GT(parts->size(), 5u);
   ForwardAssembler a;
-  std::optional<ForwardPayload> back = Feed(a, *parts);
+  std::optional<ForwardBatch> back = Feed(a, *parts);
   ASSERT_TRUE(back.has_value());
   ASSERT_EQ(back->tangents.size(), 3u);
   for (int k = 0; k < 3; ++k) {
@@ -150,7 +150,7 @@ TEST(StageMessages, TangentsAndDirectionalDerivativesRoundTrip) {
   auto bad = a.Add(parts->front());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tangents[1]"));
 
-  BackwardPayload d;
+  BackwardBatch d;
   d.header = Header(9);
   d.directional = {0.25, -3.0, 1e-9};
   auto down = EncodeBackward(d, 100);
@@ -181,14 +181,14 @@ TEST(StageMessages, InterleavedMicroBatchIsRefusedAndTheStreamRecovers) {
   auto second = *EncodeForward(Forward(2, 64), 20000);
   ForwardAssembler a;
   ASSERT_TRUE(a.Add(first[0]).ok());
-  absl::StatusOr<std::optional<ForwardPayload>> r = a.Add(second[0]);
+  absl::StatusOr<std::optional<ForwardBatch>> r = a.Add(second[0]);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(
       std::string(r.status().message()),
       HasSubstr(
           "micro-batch 2: arrived before the last part of micro-batch 1"));
   // The partial micro-batch 1 was dropped; micro-batch 2 from its start works.
-  std::optional<ForwardPayload> back = Feed(a, second);
+  std::optional<ForwardBatch> back = Feed(a, second);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->header.micro_batch_id, 2u);
 }
@@ -231,11 +231,11 @@ TEST(StageMessages, MalformedPartsNameTheMicroBatchAndField) {
 // A 0-d activation beside labels made torch throw from size(0) inside the
 // stream reaction, ending the stage server.
 TEST(StageMessages, BoundaryTensorsNeedAFloatingMicroBatchDimension) {
-  ForwardPayload p = Forward(3);
+  ForwardBatch p = Forward(3);
   p.x = {torch::ones({}), {}};
   p.labels = torch::zeros({1}, torch::kInt64);
   ForwardAssembler a;
-  absl::StatusOr<std::optional<ForwardPayload>> r;
+  absl::StatusOr<std::optional<ForwardBatch>> r;
   EXPECT_NO_THROW(r = a.Add((*EncodeForward(p, 1 << 20))[0]));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -267,25 +267,25 @@ TEST(StageMessages, BoundaryTensorsNeedAFloatingMicroBatchDimension) {
               HasSubstr("micro-batch 8: a forward message needs "
                         "activation.first or labels"));
 
-  BackwardPayload back;
+  BackwardBatch back;
   back.header = Header(6);
   back.output = {torch::ones({}), {}};
   back.grad = {torch::ones({}), {}};
   BackwardAssembler b;
-  absl::StatusOr<std::optional<BackwardPayload>> rb;
+  absl::StatusOr<std::optional<BackwardBatch>> rb;
   EXPECT_NO_THROW(rb = b.Add((*EncodeBackward(back, 1 << 20))[0]));
   ASSERT_FALSE(rb.ok());
   EXPECT_THAT(std::string(rb.status().message()),
               HasSubstr("activation.first needs a first"));
   // The assemblers go on with the next good micro-batch.
-  std::optional<ForwardPayload> good =
+  std::optional<ForwardBatch> good =
       Feed(a, *EncodeForward(Forward(7), 1 << 20));
   ASSERT_TRUE(good.has_value());
   EXPECT_EQ(good->header.micro_batch_id, 7u);
 }
 
 TEST(StageMessages, BackwardGradientMustMatchItsActivation) {
-  BackwardPayload p;
+  BackwardBatch p;
   p.header = Header(1);
   p.output = {torch::ones({2, 3}), {}};
   p.grad = {torch::ones({2, 4}), {}};

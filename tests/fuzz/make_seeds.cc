@@ -30,8 +30,8 @@ std::vector<std::string> Serialized(const std::vector<Message>& parts) {
   return out;
 }
 
-wire::MessageHeader Header(uint64_t id, int sender) {
-  wire::MessageHeader h;
+model::MicroBatchHeader Header(uint64_t id, int sender) {
+  model::MicroBatchHeader h;
   h.job_id = "job-1";
   h.micro_batch_id = id;
   h.step = 1;
@@ -68,7 +68,7 @@ int Main(int argc, char** argv) {
 
   // Forward: a pair with labels in one message, the same in chunks, and a
   // labels-only message.
-  wire::ForwardPayload f;
+  model::ForwardBatch f;
   f.header = Header(0, -1);
   f.x = {torch::randn({2, 2, 2, 2}), torch::randn({2, 2, 2, 2})};
   f.labels = torch::tensor({1, 7}, torch::kInt64);
@@ -76,7 +76,7 @@ int Main(int argc, char** argv) {
         Framed(kForwardStream, Serialized(*wire::EncodeForward(f, 1 << 20))));
   write("forward-chunked",
         Framed(kForwardStream, Serialized(*wire::EncodeForward(f, 24))));
-  wire::ForwardPayload labels_only;
+  model::ForwardBatch labels_only;
   labels_only.header = Header(3, -1);
   labels_only.labels = torch::tensor({4}, torch::kInt64);
   std::vector<std::string> two = Serialized(*wire::EncodeForward(f, 1 << 20));
@@ -87,7 +87,7 @@ int Main(int argc, char** argv) {
   write("forward-two-micro-batches", Framed(kForwardStream, two));
 
   // Backward: activation and gradient pairs, whole and chunked.
-  wire::BackwardPayload b;
+  model::BackwardBatch b;
   b.header = Header(0, 1);
   b.output = {torch::randn({2, 3}), torch::randn({2, 3})};
   b.grad = {torch::randn({2, 3}), torch::randn({2, 3})};
@@ -98,13 +98,13 @@ int Main(int argc, char** argv) {
 
   // Mode forward_gradient: a forward with labels and two tangents, chunked;
   // a backward of derivatives alone, and one with a diagnostic's gradient.
-  wire::ForwardPayload fg = f;
+  model::ForwardBatch fg = f;
   fg.header = Header(5, 1);
   fg.tangents = {{torch::randn({2, 2, 2, 2}), torch::randn({2, 2, 2, 2})},
                  {torch::randn({2, 2, 2, 2}), torch::randn({2, 2, 2, 2})}};
   write("forward-tangents-chunked",
         Framed(kForwardStream, Serialized(*wire::EncodeForward(fg, 40))));
-  wire::BackwardPayload d;
+  model::BackwardBatch d;
   d.header = Header(5, 2);
   d.directional = {0.5, -1.25};
   write("backward-directional",

@@ -99,13 +99,13 @@ void ForwardStream(const std::vector<std::string>& parts) {
   for (const std::string& bytes : parts) {
     petra::v1::ForwardMessage m;
     if (!m.ParseFromString(bytes)) continue;
-    absl::StatusOr<std::optional<wire::ForwardPayload>> r = assembler.Add(m);
+    absl::StatusOr<std::optional<model::ForwardBatch>> r = assembler.Add(m);
     if (!r.ok()) {
       Expect(r.status().code() == absl::StatusCode::kInvalidArgument);
       continue;
     }
     if (!r->has_value()) continue;
-    const wire::ForwardPayload& p = **r;
+    const model::ForwardBatch& p = **r;
     CheckBoundary(p.x);
     Expect(p.x.a.defined() || p.labels.defined());
     if (p.labels.defined()) {
@@ -127,13 +127,13 @@ void BackwardStream(const std::vector<std::string>& parts) {
   for (const std::string& bytes : parts) {
     petra::v1::BackwardMessage m;
     if (!m.ParseFromString(bytes)) continue;
-    absl::StatusOr<std::optional<wire::BackwardPayload>> r = assembler.Add(m);
+    absl::StatusOr<std::optional<model::BackwardBatch>> r = assembler.Add(m);
     if (!r.ok()) {
       Expect(r.status().code() == absl::StatusCode::kInvalidArgument);
       continue;
     }
     if (!r->has_value()) continue;
-    const wire::BackwardPayload& p = **r;
+    const model::BackwardBatch& p = **r;
     CheckBoundary(p.output);
     CheckBoundary(p.grad);
     if (!p.directional.empty()) {
