@@ -19,6 +19,7 @@ SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "forward_gradient", "feed", "peer", "transformer",
             "transformer_recipe", "staleness",
             "threads", "partition", "probe", "transport", "precision",
+            "replicas",
             "compare",
             "main_job", "gpu"]
 

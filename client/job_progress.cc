@@ -263,9 +263,11 @@ std::string ReportJson(const petra::v1::Job& job,
   const petra::v1::Progress& last = job.progress();
   // Training samples over training seconds, both summed over epochs (an
   // epoch's samples from its optimizer steps, its seconds from its rate).
+  // A step of every replica at once.
   const double per_step =
       static_cast<double>(job.spec().training().micro_batch_size() *
-                          job.spec().training().accumulation_steps());
+                          job.spec().training().accumulation_steps()) *
+      std::max<uint32_t>(1, job.spec().replicas());
   double samples = 0, seconds = 0;
   uint64_t previous_step = 0;
   for (const auto& e : epochs) {
@@ -282,13 +284,14 @@ std::string ReportJson(const petra::v1::Job& job,
       "  \"state\": %s,\n"
       "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n"
       "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n"
-      "  \"samples_per_second\": %.2f,\n  \"wall_seconds\": %.2f,\n"
+      "  \"samples_per_second\": %.2f,\n  \"train_seconds\": %.2f,\n"
+      "  \"wall_seconds\": %.2f,\n"
       "  \"optimizer_steps\": %llu,\n  \"corrupt_images_skipped\": %llu,\n"
       "  \"model\": %s,\n  \"epochs\": [",
       base::JsonString(job.id()), base::JsonString(job.spec().name()),
       base::JsonString(runner), base::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
-      last.train_accuracy(), rate, wall,
+      last.train_accuracy(), rate, seconds, wall,
       static_cast<unsigned long long>(last.step()),
       static_cast<unsigned long long>(last.corrupt_images_skipped()),
       base::JsonString(model_file));
@@ -335,7 +338,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu, "
         "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
         "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
-        "\"mean\": %.3e, \"max\": %.3e}}",
+        "\"mean\": %.3e, \"max\": %.3e}, \"allreduce_seconds\": %.3f, "
+        "\"allreduce_bytes\": %llu}",
         i ? "," : "", s.stage_index(), base::JsonString(s.address()),
         base::JsonString(device), begin, end, to_next,
         static_cast<unsigned long long>(m.parameters_bytes()),
@@ -352,7 +356,8 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(s.skipped_micro_batches()),
         s.end_to_end_samples(), s.end_to_end_cosine_similarity(),
         s.end_to_end_norm_ratio(), s.rebuild_error_samples(),
-        s.rebuild_error_mean(), s.rebuild_error_max());
+        s.rebuild_error_mean(), s.rebuild_error_max(), s.allreduce_seconds(),
+        static_cast<unsigned long long>(s.allreduce_bytes()));
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;

@@ -386,6 +386,12 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                  "of the run that wrote the job's checkpoints\n";
     return 2;
   }
+  if (resolved->replicas() > 1 && !in_process) {
+    std::cerr << command
+              << ": --replicas runs with --runner in-process so far; the "
+                 "fleet trains one copy of a pipeline\n";
+    return 2;
+  }
   for (int j = 0; j < job::StageCount(*resolved); ++j) {
     if (absl::Status s = model::CheckDeviceAvailable(
             job::DeviceForStage(*resolved, j), "--devices");
@@ -434,8 +440,11 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               << model::DescribeSize(m) << ") on "
               << job::EnumShortName(resolved->dataset().kind()) << ", mode "
               << job::EnumShortName(resolved->training().mode()) << ", "
-              << stages << " stages, micro-batch "
-              << resolved->training().micro_batch_size()
+              << stages << " stages"
+              << (resolved->replicas() > 1
+                      ? absl::StrCat(" x ", resolved->replicas(), " replicas")
+                      : "")
+              << ", micro-batch " << resolved->training().micro_batch_size()
               << ", k = " << resolved->training().accumulation_steps() << ", "
               << job::EnumShortName(resolved->optimizer().kind()) << " lr "
               << resolved->optimizer().learning_rate()

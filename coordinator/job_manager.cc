@@ -122,6 +122,13 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
   if (!resolved.ok()) return resolved.status();
   const int stages = job::StageCount(*resolved);
+  if (resolved->replicas() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "replicas: ", resolved->replicas(),
+        ": the fleet runs one copy of a pipeline so far; replicas train "
+        "with the in-process runner (petra train --runner in-process "
+        "--replicas R)"));
+  }
   if (stages > static_cast<int>(env_.stage_addresses.size())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job needs ", stages, " stage servers but the fleet has ",

@@ -15,7 +15,7 @@
 #                                          # the main job by both builds
 # Sections: throughput fleets hosts memory capped zoo accuracy long_run
 # forward_gradient feed peer transformer transformer_recipe staleness
-# threads partition probe transport precision
+# threads partition probe transport precision replicas
 # (the default), compare, main_job and gpu (only when named; gpu needs a CUDA
 # build and a GPU, and scripts/gpu/build.sh --bench runs it on a GPU host;
 # gpu --smoke runs its commands on the CPU at toy sizes).
@@ -37,7 +37,7 @@ BIN=$BUILD_DIR/bin
 PY=${PETRA_PYTHON:-/usr/bin/python3}
 ALL=(throughput fleets hosts memory capped zoo accuracy long_run
      forward_gradient feed peer transformer transformer_recipe staleness
-     threads partition probe transport precision)
+     threads partition probe transport precision replicas)
 
 smoke=0
 sections=()
@@ -50,7 +50,8 @@ for arg in "$@"; do
     forward_gradient|\
     feed|peer|\
     transformer|transformer_recipe|\
-    staleness|threads|partition|probe|transport|precision|compare|main_job|\
+    staleness|threads|partition|probe|transport|precision|replicas|\
+    compare|main_job|\
     gpu)
       sections+=("$arg") ;;
     *) echo "bench.sh: unknown section or flag '$arg' (sections: ${ALL[*]})" >&2
@@ -128,6 +129,9 @@ run() {
 flush_section() {
   $PY bench/update_doc.py "$DOC" "$SECTION" < "$RESULTS/$SECTION.md"
 }
+
+# A RevViT small enough for seconds-long smoke runs.
+SMOKE_REVVIT="--arch revvit --patch-size 7 --embed-dim 16 --depth 2 --heads 2"
 
 # The sections (each section_NAME prints its Markdown).
 for f in scripts/bench/training_sections.sh scripts/bench/precision_sections.sh \

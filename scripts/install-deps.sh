@@ -21,8 +21,10 @@ RUNTIME_PACKAGES=(libopenblas0-pthread)
 BUILD_PACKAGES+=("${RUNTIME_PACKAGES[@]}")
 # PETRA_TORCH other than debian: a libtorch of your own (a CUDA build) is
 # used instead of Debian's CPU-only one (scripts/build.sh says how).
+# Debian's libtorch-dev leaves out the Gloo headers that torch's c10d
+# headers include (replicas average their gradients with ProcessGroupGloo).
 if [[ "${PETRA_TORCH:-debian}" == debian ]]; then
-  BUILD_PACKAGES+=(libtorch-dev)
+  BUILD_PACKAGES+=(libtorch-dev libgloo-dev)
 fi
 # test: the test suite's tools. Python's torch.load must read what
 # `petra export` writes; a real Prometheus (and promtool) must scrape and

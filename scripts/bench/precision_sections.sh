@@ -223,5 +223,3 @@ section_gpu() {
   done
 }
 
-# A RevViT small enough for seconds-long smoke runs.
-SMOKE_REVVIT="--arch revvit --patch-size 7 --embed-dim 16 --depth 2 --heads 2"

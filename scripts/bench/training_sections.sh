@@ -316,6 +316,18 @@ section_transport() {
   done
 }
 
+section_replicas() {
+  local args=()
+  if ((smoke)); then
+    args=(--job-flags "--epochs 1 --train-limit 256 --test-limit 64 --width 0.125")
+  fi
+  echo "## Replicas: R copies of a J-stage pipeline on this machine"
+  echo
+  machine
+  echo
+  run $PY bench/replicas.py --petra "$BIN/petra" "${args[@]}"
+}
+
 section_staleness() {
   local args=()
   if ((smoke)); then

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "services/engine/replica_group.h"
 #include "services/torch_compat.h"
 
 namespace petra::engine {
@@ -126,6 +127,14 @@ void GradientAccumulator::FinishBackward(
   if (++pending_ < accumulation_) return;
   pending_ = 0;
   if (optimizer_ != nullptr) {
+    if (averager_ != nullptr) {
+      std::vector<torch::Tensor> grads;
+      for (torch::Tensor& p : params_) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        grads.push_back(p.grad());
+      }
+      averager_->Average(grads);
+    }
     const double lr = schedule_.At(steps_);
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     if (clip_norm_ > 0) {

@@ -20,6 +20,8 @@
 
 namespace petra::engine {
 
+class GradientAverager;
+
 class GradientAccumulator {
  public:
   using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;
@@ -47,7 +49,12 @@ class GradientAccumulator {
   // One backward pass is done: on the k-th, the optimizer steps and the sum
   // is cleared. `before_step` runs just before the step, when gradients and
   // momentum are both held (the memory peak).
+  // With replicas (set_averager), the gradients are first averaged over
+  // them: a parameter without a gradient takes part as zeros.
   void FinishBackward(const std::function<void()>& before_step);
+  // The stage's replica group (replica_group.h), or null; not owned.
+  void set_averager(GradientAverager* averager) { averager_ = averager; }
+  GradientAverager* averager() const { return averager_; }
 
   int64_t steps() const { return steps_; }
   // Steps whose gradient norm was over optimizer.clip_grad_norm (scaled
@@ -128,6 +135,7 @@ class GradientAccumulator {
   int64_t clipped_steps_ = 0;
   double last_gradient_norm_ = 0;
   int64_t pending_ = 0;
+  GradientAverager* averager_ = nullptr;
   bool holding_ = false;
   std::vector<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>>
       held_;

@@ -21,6 +21,10 @@ namespace {
 
 using model::TensorPair;
 
+// How long a replica's all-reduce waits for the others: when one replica's
+// pass fails, the others' stages end within it.
+constexpr std::chrono::milliseconds kReplicaTimeout{120000};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InProcessRunner>> InProcessRunner::Create(
@@ -40,6 +44,26 @@ absl::StatusOr<std::unique_ptr<InProcessRunner>> InProcessRunner::Create(
       BuildStageWorkers(resolved, r->ranges_, *steps);
   if (!workers.ok()) return workers.status();
   r->workers_ = std::move(*workers);
+  const int replicas =
+      static_cast<int>(std::max<uint32_t>(1, resolved.replicas()));
+  if (replicas > 1) {
+    // The same seed: every replica starts from the same weights.
+    for (int k = 1; k < replicas; ++k) {
+      absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> copy =
+          BuildStageWorkers(resolved, r->ranges_, *steps);
+      if (!copy.ok()) return copy.status();
+      r->copies_.push_back(std::move(*copy));
+    }
+    for (int j = 0; j < r->stage_count(); ++j) {
+      absl::StatusOr<std::vector<std::unique_ptr<GradientAverager>>> group =
+          MakeLocalReplicaGroup(replicas, kReplicaTimeout);
+      if (!group.ok()) return group.status();
+      for (int k = 0; k < replicas; ++k) {
+        r->worker(k, j).set_gradient_averager((*group)[k].get());
+      }
+      r->groups_.push_back(std::move(*group));
+    }
+  }
   r->driver_ =
       std::make_unique<JobDriver>(r->spec_, r->data_, *steps, *r, r.get());
   return r;
@@ -75,15 +99,23 @@ absl::Status Closed() { return absl::CancelledError("the run is stopping"); }
 
 class QueueInbox : public StageInbox {
  public:
-  QueueInbox(int stage, int stages, Channels& c, const PassBatches& batches)
-      : stage_(stage), stages_(stages), c_(c), batches_(batches) {}
+  QueueInbox(int stage, int stages, Channels& c, const PassBatches& batches,
+             std::mutex& feed_mu)
+      : stage_(stage),
+        stages_(stages),
+        c_(c),
+        batches_(batches),
+        feed_mu_(feed_mu) {}
 
   absl::StatusOr<ForwardBatch> NextForward(int64_t id) override {
     ForwardBatch item;
     if (stage_ == 0) {
       // The data feed: the batch, and its labels for the last stage (and
       // for stage 0's local loss in mode forward_gradient).
-      absl::StatusOr<data::Batch> got = batches_.Get(id);
+      absl::StatusOr<data::Batch> got = [&] {
+        std::lock_guard<std::mutex> lock(feed_mu_);
+        return batches_.Get(id);
+      }();
       if (!got.ok()) return got.status();
       data::Batch& b = *got;
       item = model::ForwardOf(id, {b.images, {}}, b.labels);
@@ -113,6 +145,7 @@ class QueueInbox : public StageInbox {
   const int stage_, stages_;
   Channels& c_;
   const PassBatches& batches_;
+  std::mutex& feed_mu_;
 };
 
 class QueueOutbox : public StageOutbox {
@@ -145,19 +178,33 @@ absl::StatusOr<TrainingCursor> InProcessRunner::Restore() {
   return driver_->cursor();
 }
 
-// Every phase the way a fleet runs it: one thread per stage, each in the
-// stage loop of the phase (stage_io.h), joined by queues.
+StageWorker& InProcessRunner::worker(int replica, int stage) {
+  return replica == 0 ? *workers_[stage] : *copies_[replica - 1][stage];
+}
+
+// Every phase the way a fleet runs it: one thread per stage (per replica
+// in training), each in the stage loop of the phase (stage_io.h), joined by
+// queues.
 absl::StatusOr<PassResult> InProcessRunner::RunPass(
     petra::v1::Phase phase, const PassBatches& batches) {
   const bool train = phase == petra::v1::PHASE_TRAIN;
-  const int64_t micro_batches = batches.size();
+  // Evaluation and the gradient check run on replica 0 alone.
+  const int replicas = train ? this->replicas() : 1;
   const int stages = stage_count();
   const ScheduleKind schedule = PlanMode(spec_.training()).schedule;
-  Channels channels(stages, micro_batches);
+  std::vector<PassBatches> shares;
+  std::vector<std::unique_ptr<Channels>> channels;
+  for (int r = 0; r < replicas; ++r) {
+    shares.push_back(replicas == 1 ? batches : batches.Dealt(r, replicas));
+    channels.push_back(
+        std::make_unique<Channels>(stages, shares.back().size()));
+  }
   std::mutex mu;
   absl::Status failure;
   PassResult result;
-  auto on_loss = [&](int64_t id, const LossOutput& out) {
+  auto on_loss = [&](int r, int64_t local, const LossOutput& out) {
+    // Replica r's micro-batch `local` is the pass's r + local R.
+    const int64_t id = r + local * replicas;
     {
       std::lock_guard<std::mutex> lock(mu);
       result.Record(id, out.loss, out.correct, out.samples, train);
@@ -171,35 +218,83 @@ absl::StatusOr<PassResult> InProcessRunner::RunPass(
       options_.threads_per_stage > 0
           ? options_.threads_per_stage
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                            stages);
-  auto run_stage = [&](int j) {
+                            (stages * replicas));
+  // The feed's batches are read by every replica's first stage.
+  std::mutex feed_mu;
+  auto close_all = [&] {
+    for (auto& c : channels) c->Close();
+  };
+  auto run_stage = [&](int r, int j) {
     model::SetComputeThreads(threads);
-    QueueInbox inbox(j, stages, channels, batches);
-    QueueOutbox outbox(j, channels, on_loss);
-    absl::Status s = RunStagePass(*workers_[j], inbox, outbox, phase,
-                                  micro_batches, schedule);
+    QueueInbox inbox(j, stages, *channels[r], shares[r], feed_mu);
+    QueueOutbox outbox(
+        j, *channels[r],
+        [&, r](int64_t id, const LossOutput& out) { on_loss(r, id, out); });
+    absl::Status s = RunStagePass(worker(r, j), inbox, outbox, phase,
+                                  shares[r].size(), schedule);
     if (!s.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu);
         // The first real error wins; the others only saw the shutdown.
         if (failure.ok() && !absl::IsCancelled(s)) {
-          failure = absl::Status(s.code(),
-                                 absl::StrCat("stage ", j, ": ", s.message()));
+          failure = absl::Status(
+              s.code(),
+              absl::StrCat(replicas > 1 ? absl::StrCat("replica ", r, " ") : "",
+                           "stage ", j, ": ", s.message()));
         }
       }
-      channels.Close();
+      close_all();
     }
   };
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads_list;
-  for (int j = 0; j < stages; ++j) threads_list.emplace_back(run_stage, j);
+  for (int r = 0; r < replicas; ++r) {
+    for (int j = 0; j < stages; ++j) threads_list.emplace_back(run_stage, r, j);
+  }
   for (std::thread& t : threads_list) t.join();
   if (!failure.ok()) return failure;
+  if (replicas > 1) {
+    if (absl::Status s = SettleReplicas(); !s.ok()) return s;
+  }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   return result;
+}
+
+absl::Status InProcessRunner::SettleReplicas() {
+  torch::NoGradGuard no_grad;
+  for (int j = 0; j < stage_count(); ++j) {
+    const std::vector<torch::Tensor> params = workers_[j]->parameters();
+    for (int r = 1; r < replicas(); ++r) {
+      const std::vector<torch::Tensor> other = worker(r, j).parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!torch::equal(params[i], other[i])) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("replica ", r, "'s stage ", j,
+                           " holds other weights than "
+                           "replica 0's (parameter ",
+                           i,
+                           "): the replicas fell out of "
+                           "step"));
+        }
+      }
+    }
+    // Parameters first, then the buffers (state_tensors' order).
+    std::vector<std::vector<torch::Tensor>> states;
+    for (int r = 0; r < replicas(); ++r) {
+      states.push_back(worker(r, j).state_tensors());
+    }
+    for (size_t i = params.size(); i < states[0].size(); ++i) {
+      if (!states[0][i].is_floating_point()) continue;
+      torch::Tensor sum = states[0][i].clone();
+      for (int r = 1; r < replicas(); ++r) sum.add_(states[r][i]);
+      sum.div_(replicas());
+      for (int r = 0; r < replicas(); ++r) states[r][i].copy_(sum);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {

@@ -1,5 +1,9 @@
 // Trains a whole job in one process: J stage workers on J threads joined by
-// bounded queues, each following its stage's schedule. The in-process
+// bounded queues, each following its stage's schedule; with R replicas
+// (JobSpec.replicas), R such pipelines, each fed every R-th micro-batch,
+// whose stages average their gradients in a c10d group per stage
+// (replica_group.h). Evaluation, the gradient check, reports and the export
+// are replica 0's. The in-process
 // adapter of the job driver's PassExecutor port (job_driver.h): the epoch
 // loop is the driver's, shared with the gRPC fleet. The reference the fleet
 // is checked against.
@@ -13,6 +17,7 @@
 #include "petra/v1/job.pb.h"
 #include "services/data/dataset.h"
 #include "services/engine/job_driver.h"
+#include "services/engine/replica_group.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
 #include "services/model/partition.h"
@@ -47,7 +52,10 @@ class InProcessRunner : public PassExecutor, public JobObserver {
 
   const std::vector<model::BlockRange>& partition() const { return ranges_; }
   StageWorker& worker(int i) { return *workers_[i]; }
+  // Stage `stage` of replica `replica` (0: worker(stage)).
+  StageWorker& worker(int replica, int stage);
   int stage_count() const { return static_cast<int>(workers_.size()); }
+  int replicas() const { return 1 + static_cast<int>(copies_.size()); }
   // Every stage's report now (memory peaks by kind included).
   std::vector<StageReport> Reports() const;
 
@@ -76,12 +84,21 @@ class InProcessRunner : public PassExecutor, public JobObserver {
 
  private:
   InProcessRunner() = default;
+  // After a training pass with replicas: every replica's weights must
+  // equal replica 0's (FAILED_PRECONDITION naming the first that does
+  // not), and the BN running statistics, which each replica gathered on
+  // its own micro-batches, become their mean on every replica.
+  absl::Status SettleReplicas();
 
   petra::v1::JobSpec spec_;
   data::Splits data_;
   RunnerOptions options_;
   std::vector<model::BlockRange> ranges_;
   std::vector<std::unique_ptr<StageWorker>> workers_;
+  // Replicas 1..R-1, each its J workers.
+  std::vector<std::vector<std::unique_ptr<StageWorker>>> copies_;
+  // Per stage, its R ranks' averagers.
+  std::vector<std::vector<std::unique_ptr<GradientAverager>>> groups_;
   std::unique_ptr<JobDriver> driver_;
 };
 

@@ -40,19 +40,25 @@ absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& s,
         absl::StrCat("the training split has ", train_examples,
                      " examples, fewer than one micro-batch of ", batch));
   }
-  const int64_t steps = micro_batches / s.training().accumulation_steps();
+  // Each of R replicas takes every R-th micro-batch, and steps every k.
+  const int64_t replicas = std::max<int64_t>(1, s.replicas());
+  const int64_t round = s.training().accumulation_steps() * replicas;
+  const int64_t steps = micro_batches / round;
   if (steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "one epoch holds ", micro_batches,
-        " micro-batches, fewer than k = ", s.training().accumulation_steps()));
+        " micro-batches, fewer than k = ", s.training().accumulation_steps(),
+        replicas > 1 ? absl::StrCat(" times ", replicas, " replicas") : ""));
   }
   return steps;
 }
 
 int64_t TrainMicroBatches(const petra::v1::JobSpec& s, int64_t available,
                           int64_t steps_done) {
-  const int64_t k = s.training().accumulation_steps();
-  int64_t n = available - available % k;  // whole optimizer steps only
+  // Whole optimizer steps only, of every replica at once.
+  const int64_t k =
+      s.training().accumulation_steps() * std::max<int64_t>(1, s.replicas());
+  int64_t n = available - available % k;
   if (s.training().max_steps() > 0) {
     const int64_t left =
         static_cast<int64_t>(s.training().max_steps()) - steps_done;

@@ -20,14 +20,15 @@ namespace petra::engine {
 data::BatchOptions TrainBatchOptions(const petra::v1::JobSpec& resolved);
 data::BatchOptions EvalBatchOptions(const petra::v1::JobSpec& resolved);
 
-// Optimizer steps in one epoch of `train_examples`; INVALID_ARGUMENT when the
-// split holds less than one step.
+// Optimizer steps in one epoch of `train_examples` (each replica's: every
+// replica steps at once); INVALID_ARGUMENT when the split holds less than
+// one step.
 absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& resolved,
                                       int64_t train_examples);
 
 // Micro-batches to train in an epoch of `available` batches when the stages
-// have taken `steps_done` optimizer steps: whole steps only, and no more
-// than max_steps allows.
+// have taken `steps_done` optimizer steps: whole steps of every replica
+// only (a multiple of k x replicas), and no more than max_steps allows.
 int64_t TrainMicroBatches(const petra::v1::JobSpec& resolved, int64_t available,
                           int64_t steps_done);
 

@@ -22,6 +22,16 @@ PassBatches PassBatches::Strided(int64_t stride) const {
   const int64_t n = std::max<int64_t>(1, stride);
   out.offset_ = offset_ + stride_ * (n - 1);
   out.stride_ = stride_ * n;
+  if (limit_ >= 0) out.limit_ = limit_ / n;
+  return out;
+}
+
+PassBatches PassBatches::Dealt(int replica, int replicas) const {
+  const int64_t r = std::max(1, replicas);
+  PassBatches out = *this;
+  out.limit_ = size() / r;
+  out.offset_ = offset_ + stride_ * std::clamp<int64_t>(replica, 0, r - 1);
+  out.stride_ = stride_ * r;
   return out;
 }
 

@@ -30,9 +30,16 @@ class PassBatches {
   // 2 stride - 1, ...): the gradient check's micro-batches
   // (EndToEndCheck::Samples).
   PassBatches Strided(int64_t stride) const;
+  // Replica `replica` (0-based) of `replicas`' share: micro-batches
+  // replica, replica + replicas, ... of this pass, as many for every
+  // replica (the pass's last size() % replicas are nobody's). Its id i is
+  // this pass's replica + i * replicas.
+  PassBatches Dealt(int replica, int replicas) const;
 
   int64_t size() const {
-    return size_ > offset_ ? (size_ - offset_ + stride_ - 1) / stride_ : 0;
+    const int64_t n =
+        size_ > offset_ ? (size_ - offset_ + stride_ - 1) / stride_ : 0;
+    return limit_ >= 0 && limit_ < n ? limit_ : n;
   }
   const std::vector<Part>& parts() const { return parts_; }
   // The part `id` falls in and its index within that epoch; id in [0, size).
@@ -49,6 +56,7 @@ class PassBatches {
   int64_t size_ = 0;             // micro-batches before striding
   int64_t stride_ = 1;
   int64_t offset_ = 0;  // micro-batch i of this pass is offset_ + i stride_
+  int64_t limit_ = -1;  // at most this many (-1: no limit)
 };
 
 // A training pass's result, one per part (epoch), each micro-batch under its

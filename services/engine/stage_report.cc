@@ -17,6 +17,8 @@ StageReport ReportOf(const StageWorker& w, const model::BlockRange& blocks) {
   s.skipped = w.skipped_count();
   s.end_to_end = w.end_to_end();
   s.rebuild_error = w.rebuild_error();
+  s.allreduce_seconds = w.allreduce_seconds();
+  s.allreduce_bytes = w.allreduce_bytes();
   return s;
 }
 
@@ -54,6 +56,8 @@ petra::v1::StageStats ToProto(const StageReport& r) {
     s.set_rebuild_error_mean(r.rebuild_error.mean);
     s.set_rebuild_error_max(r.rebuild_error.max);
   }
+  s.set_allreduce_seconds(r.allreduce_seconds);
+  s.set_allreduce_bytes(static_cast<uint64_t>(r.allreduce_bytes));
   return s;
 }
 

@@ -25,6 +25,9 @@ struct StageReport {
   int64_t skipped = 0;  // micro-batches skipped for NaN or Inf
   EndToEndSummary end_to_end;
   RebuildErrorSummary rebuild_error;
+  // With replicas: the all-reduce's time and bytes (replica_group.h).
+  double allreduce_seconds = 0;
+  int64_t allreduce_bytes = 0;
 };
 
 StageReport ReportOf(const StageWorker& worker,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/engine/forward_gradient_stage.h"
+#include "services/engine/replica_group.h"
 #include "services/engine/skip_transaction.h"
 #include "services/engine/stage_boundary.h"
 #include "services/engine/stage_mode_ops.h"
@@ -367,6 +368,16 @@ void StageWorker::UpdatePeak() {
 
 int64_t StageWorker::OptimizerBytes() const {
   return optimizer_.state_bytes() + mode_ops_->state_bytes();
+}
+
+double StageWorker::allreduce_seconds() const {
+  const GradientAverager* a = optimizer_.averager();
+  return a == nullptr ? 0.0 : a->seconds();
+}
+
+int64_t StageWorker::allreduce_bytes() const {
+  const GradientAverager* a = optimizer_.averager();
+  return a == nullptr ? 0 : a->bytes();
 }
 
 double StageWorker::delay_ticks_mean() const {

@@ -157,6 +157,15 @@ class StageWorker {
                                           const torch::Tensor& labels);
 
   MemoryStats memory() const;
+  // With replicas: the group this stage averages its gradients in before
+  // each optimizer step (replica_group.h); not owned, outlives the worker's
+  // passes.
+  void set_gradient_averager(GradientAverager* averager) {
+    optimizer_.set_averager(averager);
+  }
+  // The all-reduce's seconds and bytes so far (0 without replicas).
+  double allreduce_seconds() const;
+  int64_t allreduce_bytes() const;
   int64_t optimizer_steps() const { return optimizer_.steps(); }
   // The next step's rate (delay-scaled), the steps clipped so far and the
   // last step's gradient norm before clipping (0 when clipping is off).

@@ -472,6 +472,11 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                 s->mutable_checkpoint()->set_resume_from_job(v);
                 return absl::OkStatus();
               });
+  f.AddCustom("replicas", "R", Shown(d.replicas()),
+              "copies of the pipeline, each fed every R-th micro-batch, "
+              "their gradients averaged before each step (R x stages "
+              "devices)",
+              Uint32([s](uint32_t v) { s->set_replicas(v); }));
   f.AddCustom("seed", "N", Shown(d.seed()), "seed of every random choice",
               Uint64([s](uint64_t v) { s->set_seed(v); }));
   const EnumDescriptor* transport = GetEnumDescriptor<petra::v1::Transport>();

@@ -171,6 +171,7 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     train->set_wire_dtype(petra::v1::TrainingSpec::WIRE_DTYPE_FP32);
   }
 
+  if (!spec->has_replicas()) spec->set_replicas(1);
   if (spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED) {
     spec->set_transport(petra::v1::TRANSPORT_AUTO);
   }
@@ -190,9 +191,11 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     ApplyPaperRecipe(spec);
   }
 
-  // The effective batch every linear scaling rule reads.
+  // The effective batch every linear scaling rule reads: one optimizer
+  // step's samples over all replicas.
   const double batch = static_cast<double>(train->micro_batch_size()) *
-                       train->accumulation_steps();
+                       train->accumulation_steps() *
+                       std::max<uint32_t>(1, spec->replicas());
   if (adamw) {
     // DeiT's values (Recipe, RECIPE_TRANSFORMER), its peak rate refitted.
     if (!opt->has_learning_rate()) {

@@ -14,6 +14,7 @@ namespace petra::job {
 namespace {
 
 using spec_checks::kMaxNameLength;
+using spec_checks::kMaxReplicas;
 using spec_checks::Problems;
 
 // Every free-text field of the spec must be UTF-8 (devices are checked
@@ -44,6 +45,11 @@ void CheckRest(const petra::v1::JobSpec& s, Problems& p) {
             "may not contain control characters");
       break;
     }
+  }
+  if (s.replicas() < 1 || s.replicas() > kMaxReplicas) {
+    p.Add("replicas", s.replicas(),
+          absl::StrCat("must be 1 to ", kMaxReplicas,
+                       " (copies of the pipeline)"));
   }
   if (s.evaluation().every_epochs() < 1) {
     p.Add("evaluation.every_epochs", s.evaluation().every_epochs(),

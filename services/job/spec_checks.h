@@ -22,6 +22,7 @@ namespace petra::job::spec_checks {
 inline constexpr uint32_t kMaxAccumulationSteps = 4096;
 inline constexpr uint32_t kMaxMicroBatchSize = 65536;
 inline constexpr uint32_t kMaxEpochs = 100000;
+inline constexpr uint32_t kMaxReplicas = 1024;
 inline constexpr uint32_t kMaxClasses = 1000000;
 inline constexpr double kMaxWidth = 8.0;
 inline constexpr uint32_t kMaxEmbedDim = 8192;
