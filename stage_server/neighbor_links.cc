@@ -85,16 +85,16 @@ class NeighborOutbox : public engine::StageOutbox {
   absl::Status Queue(SendQueue& queue, Payload p,
                      const link::PayloadLink<Payload, Message>* to,
                      bool backward) {
-    engine::Transfer none;
-    absl::StatusOr<engine::Transfer> copied = none;
+    engine::Transfer copied;  // none: the tensors are on the host
     if (p.home == model::TensorHome::kDevice) {
-      copied =
+      absl::StatusOr<engine::Transfer> started =
           job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
-      if (!copied.ok()) return copied.status();
+      if (!started.ok()) return started.status();
+      copied = std::move(*started);
       p.home = model::TensorHome::kPinnedHost;
     }
     after_each_();
-    return queue.Push([this, p = std::move(p), copied = std::move(*copied), to,
+    return queue.Push([this, p = std::move(p), copied = std::move(copied), to,
                        backward]() mutable -> absl::Status {
       copied.Wait();
       auto sent = to->Send(p);

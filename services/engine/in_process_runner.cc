@@ -266,27 +266,24 @@ absl::StatusOr<PassResult> InProcessRunner::RunPass(
 absl::Status InProcessRunner::SettleReplicas() {
   torch::NoGradGuard no_grad;
   for (int j = 0; j < stage_count(); ++j) {
-    const std::vector<torch::Tensor> params = workers_[j]->parameters();
-    for (int r = 1; r < replicas(); ++r) {
-      const std::vector<torch::Tensor> other = worker(r, j).parameters();
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (!torch::equal(params[i], other[i])) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("replica ", r, "'s stage ", j,
-                           " holds other weights than "
-                           "replica 0's (parameter ",
-                           i,
-                           "): the replicas fell out of "
-                           "step"));
-        }
-      }
-    }
-    // Parameters first, then the buffers (state_tensors' order).
+    // Parameters first, then the BN buffers (state_tensors' order).
+    const size_t params = workers_[j]->parameters().size();
     std::vector<std::vector<torch::Tensor>> states;
     for (int r = 0; r < replicas(); ++r) {
       states.push_back(worker(r, j).state_tensors());
     }
-    for (size_t i = params.size(); i < states[0].size(); ++i) {
+    for (int r = 1; r < replicas(); ++r) {
+      for (size_t i = 0; i < params; ++i) {
+        if (!torch::equal(states[0][i], states[r][i])) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("replica ", r, "'s stage ", j,
+                           " holds other weights than "
+                           "replica 0's (parameter ",
+                           i, "): the replicas fell out of step"));
+        }
+      }
+    }
+    for (size_t i = params; i < states[0].size(); ++i) {
       if (!states[0][i].is_floating_point()) continue;
       torch::Tensor sum = states[0][i].clone();
       for (int r = 1; r < replicas(); ++r) sum.add_(states[r][i]);
