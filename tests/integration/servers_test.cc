@@ -304,6 +304,16 @@ TEST_F(CoordinatorProcess, JobLargerThanTheFleetIsRefused) {
               HasSubstr("needs 10 stage servers but the fleet has 2"));
 }
 
+// Replicas train in-process only so far: the fleet says so at submission.
+TEST_F(CoordinatorProcess, AJobWithReplicasIsRefusedForNow) {
+  petra::v1::JobSpec spec = RevNet18OnFashion();
+  spec.mutable_partition()->set_stage_count(2);
+  spec.set_replicas(2);
+  grpc::Status s = Submit(spec);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("--runner in-process --replicas R"));
+}
+
 // A dataset folder the coordinator does not have is refused at submission,
 // not when the job starts (its --data-root here is an empty folder).
 TEST_F(CoordinatorProcess, AMissingDatasetFolderIsRefusedAtSubmit) {
