@@ -270,6 +270,8 @@ def parse_args(argv):
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.cores > os.cpu_count():
         p.error(f"--cores {args.cores}: this machine has {os.cpu_count()}")
+    # Some runs start in a scratch folder of their own.
+    args.bin_dir = os.path.abspath(args.bin_dir)
     for tool in ("petra", "petra-stage-server", "petra-coordinator",
                  "petra_bench_backprop"):
         if not os.access(os.path.join(args.bin_dir, tool), os.X_OK):

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "client/job_progress.h"
 #include "petra/v1/coordinator.grpc.pb.h"
@@ -73,16 +74,17 @@ struct FleetRun {
   std::vector<petra::v1::Progress> epochs;  // epoch-end progress
 };
 
-// Submits `spec` to a fleet of its stage count on loopback and follows it
-// to the end.
+// Submits `spec` to a fleet of its stage count (times its replicas) on
+// loopback and follows it to the end.
 FleetRun RunOnFleet(const petra::v1::JobSpec& spec, const std::string& dir) {
   FleetRun run;
   LocalFleet::Options options;
-  options.stages = static_cast<int>(spec.partition().stage_count());
+  const int stages = static_cast<int>(spec.partition().stage_count());
+  options.stages = stages * static_cast<int>(std::max(1u, spec.replicas()));
   options.data_root = dir;
   options.state_dir = dir;
-  for (int j = 0; j < options.stages; ++j) {
-    options.devices.push_back(job::DeviceForStage(spec, j));
+  for (int k = 0; k < options.stages; ++k) {
+    options.devices.push_back(job::DeviceForStage(spec, k % stages));
   }
   auto fleet = LocalFleet::Start(options);
   if (!fleet.ok()) {
@@ -119,16 +121,19 @@ void UseRevViT(petra::v1::JobSpec& s) {
   t->set_patch_size(7);
 }
 
-// Runs `raw` in process and on a fleet of its stage count, and expects the
-// same loss for every micro-batch, the same exported weights, rebuild
-// errors and end-to-end figures. `device`: every stage's, in both runners.
-// `tolerance`: relative, on each micro-batch's loss.
+// Runs `raw` in process and on a fleet of its stage count (times its
+// replicas), and expects the same loss for every micro-batch, the same
+// exported weights, rebuild errors and end-to-end figures. `device`: every
+// stage's, in both runners. `tolerance`: relative, on each micro-batch's loss.
 void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
                    double tolerance = 1e-5) {
   raw.add_devices(device);
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const uint64_t steps = spec->training().max_steps();
+  // Micro-batches: a step is one of every replica's (k = 1 here).
+  const uint64_t micro_batches = steps * spec->replicas();
+  const uint32_t stage_count = spec->partition().stage_count();
 
   // In-process, one intra-op thread per stage like the fleet below.
   absl::StatusOr<data::Splits> data =
@@ -147,7 +152,7 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
   ASSERT_TRUE(runner.ok()) << runner.status();
   auto reports = (*runner)->Run();
   ASSERT_TRUE(reports.ok()) << reports.status();
-  ASSERT_EQ(reference.size(), steps);
+  ASSERT_EQ(reference.size(), micro_batches);
 
   // The fleet: a coordinator and three stage servers on loopback.
   ScopedDir dir;
@@ -165,8 +170,10 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
               spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED
           ? petra::v1::TRANSPORT_SHM
           : spec->transport();
+  ASSERT_EQ(end.stages_size(),
+            static_cast<int>(micro_batches / steps * stage_count));
   for (const petra::v1::StagePlacement& p : end.stages()) {
-    if (p.stage_index() + 1 < static_cast<uint32_t>(end.stages_size())) {
+    if (p.stage_index() + 1 < stage_count) {
       EXPECT_EQ(p.transport_to_next(), used) << p.stage_index();
     }
     if (p.stage_index() == 0) {
@@ -196,7 +203,7 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
         << "epoch " << epoch << ", micro-batch " << id;
     ++rows;
   }
-  EXPECT_EQ(rows, static_cast<int>(steps));
+  EXPECT_EQ(rows, static_cast<int>(micro_batches));
 
   // The exported weights are the in-process weights after the same steps.
   std::ifstream in(job_dir + "/model.pt", std::ios::binary);
@@ -220,12 +227,28 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
   // The rebuild's measured error is the same on the fleet.
   for (const petra::v1::StageStats& mine : (*runner)->StageStats()) {
     for (const petra::v1::StageStats& fleet : end.progress().stages()) {
-      if (fleet.stage_index() != mine.stage_index()) continue;
+      // The in-process runner reports replica 0's stages.
+      if (fleet.stage_index() != mine.stage_index() || fleet.replica() != 0)
+        continue;
       EXPECT_EQ(fleet.rebuild_error_samples(), mine.rebuild_error_samples())
           << "stage " << mine.stage_index();
       EXPECT_NEAR(fleet.rebuild_error_max(), mine.rebuild_error_max(), 1e-7)
           << "stage " << mine.stage_index();
     }
+  }
+  // With replicas, every replica's stages report, each averaged as many
+  // bytes as the in-process runner's copy of it, and none fell out of step.
+  if (spec->replicas() > 1) {
+    std::set<std::pair<uint32_t, uint32_t>> seen;
+    for (const petra::v1::StageStats& fleet : end.progress().stages()) {
+      seen.insert({fleet.replica(), fleet.stage_index()});
+      const auto mine = (*runner)->StageStats()[fleet.stage_index()];
+      EXPECT_GT(mine.allreduce_bytes(), 0u);
+      EXPECT_EQ(fleet.allreduce_bytes(), mine.allreduce_bytes())
+          << "replica " << fleet.replica() << " stage " << fleet.stage_index();
+      EXPECT_EQ(fleet.replica_mismatches(), 0u);
+    }
+    EXPECT_EQ(seen.size(), spec->replicas() * stage_count);
   }
   // The end-to-end gradient check, when on, gives each stage the same
   // figures on the fleet.
@@ -233,7 +256,8 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
     if (mine.end_to_end_samples() == 0) continue;
     bool found = false;
     for (const petra::v1::StageStats& fleet : end.progress().stages()) {
-      if (fleet.stage_index() != mine.stage_index()) continue;
+      if (fleet.stage_index() != mine.stage_index() || fleet.replica() != 0)
+        continue;
       found = true;
       EXPECT_EQ(fleet.end_to_end_samples(), mine.end_to_end_samples());
       EXPECT_NEAR(fleet.end_to_end_cosine_similarity(),
@@ -283,6 +307,17 @@ TEST(LocalFleet, PetraMatchesTheInProcessRunner) {
 // stage puts what it receives in its layout. training.precision bf16: every
 // stage server runs its blocks under bf16 autocast on its executor's
 // thread, as the in-process stage does.
+// Replicas: two copies of a two-stage PETRA pipeline on four stage
+// servers, each stage averaging its gradients with its copy through the
+// coordinator's c10d store, loss for loss as the in-process runner's two
+// copies; the export is replica 0's, and every replica's stages report.
+TEST(LocalFleet, ReplicatedPetraMatchesTheInProcessRunner) {
+  petra::v1::JobSpec s = SmallJob(petra::v1::TRAINING_MODE_PETRA, 12);
+  s.mutable_partition()->set_stage_count(2);
+  s.set_replicas(2);
+  ExpectSameRun(s);
+}
+
 TEST(LocalFleet, PetraOverGrpcMatchesTheInProcessRunner) {
   petra::v1::JobSpec s = SmallJob(petra::v1::TRAINING_MODE_PETRA);
   s.set_transport(petra::v1::TRANSPORT_GRPC);

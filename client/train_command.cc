@@ -224,9 +224,12 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
     temp.path = options.state_dir = pattern;
   }
   LocalFleet::Options fo;
-  fo.stages = job::StageCount(spec);
-  for (int j = 0; j < fo.stages; ++j) {
-    fo.devices.push_back(job::DeviceForStage(spec, j));
+  // R copies of the J-stage pipeline: replica r's stage j is server
+  // r J + j (the coordinator places them in that order on one host).
+  const int stages = job::StageCount(spec);
+  fo.stages = stages * static_cast<int>(std::max<uint32_t>(1, spec.replicas()));
+  for (int k = 0; k < fo.stages; ++k) {
+    fo.devices.push_back(job::DeviceForStage(spec, k % stages));
   }
   fo.threads_per_stage = options.threads_per_stage;
   fo.data_root = options.data_root;
@@ -386,12 +389,6 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                  "of the run that wrote the job's checkpoints\n";
     return 2;
   }
-  if (resolved->replicas() > 1 && !in_process) {
-    std::cerr << command
-              << ": --replicas runs with --runner in-process so far; the "
-                 "fleet trains one copy of a pipeline\n";
-    return 2;
-  }
   for (int j = 0; j < job::StageCount(*resolved); ++j) {
     if (absl::Status s = model::CheckDeviceAvailable(
             job::DeviceForStage(*resolved, j), "--devices");
@@ -423,6 +420,8 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   const auto start = Clock::now();
   const auto& m = resolved->model();
   const int stages = job::StageCount(*resolved);
+  const int servers =
+      stages * static_cast<int>(std::max<uint32_t>(1, resolved->replicas()));
   TrainOptions options;
   options.data_root = data_root;
   options.data_workers = static_cast<int>(data_workers);
@@ -433,7 +432,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
       threads > 0
           ? static_cast<int>(threads)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                            stages);
+                            servers);
   if (!quiet) {
     std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
               << job::EnumShortName(m.variant()) << ", "
@@ -456,7 +455,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               << resolved->training().epochs() << " epochs, "
               << (in_process ? "in-process runner"
                              : "fleet on loopback (a coordinator and " +
-                                   std::to_string(stages) + " stage servers)")
+                                   std::to_string(servers) + " stage servers)")
               << std::endl;
   }
   bool interrupted = false;

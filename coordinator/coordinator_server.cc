@@ -9,6 +9,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/replica_rendezvous.h"
 #include "coordinator/stage_list.h"
 #include "services/base/paths.h"
 #include "services/data/dataset.h"
@@ -65,6 +66,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   absl::StatusOr<std::vector<std::string>> stages =
       ExpandStageList(options.stages);
   if (!stages.ok()) return stages.status();
+  if (!options.replica_store.empty()) {
+    if (absl::Status s = wire::ValidateAddress(options.replica_store,
+                                               "--replica-store", true);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (absl::Status s =
           base::CheckReadableDirectory(options.data_root, "--data-root");
       !s.ok()) {
@@ -116,6 +124,9 @@ absl::Status CoordinatorServer::Start() {
   env.max_recoveries = static_cast<uint32_t>(options_.max_recoveries);
   env.host_link_bandwidth = options_.host_link_bandwidth;
   env.cross_host_bandwidth = options_.cross_host_bandwidth;
+  replica_store_ = ReplicaRendezvous::ForFleet(options_.replica_store,
+                                               options_.listen, stages_);
+  env.replica_store = replica_store_.get();
   jobs_ = std::make_unique<JobManager>(std::move(env));
   service_ = std::make_unique<CoordinatorServiceImpl>(
       jobs_.get(), job_metrics_.get(), wire::BearerTokenCheck(token_));

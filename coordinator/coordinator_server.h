@@ -24,6 +24,7 @@ namespace petra::coordinator {
 class CoordinatorServiceImpl;
 class JobManager;
 class CoordinatorMetrics;
+class ReplicaRendezvous;
 
 class CoordinatorServer {
  public:
@@ -57,6 +58,10 @@ class CoordinatorServer {
     // bytes/s each direction (weighed only against measured block times).
     double host_link_bandwidth = sim::PlacementProblem().same_host_bandwidth;
     double cross_host_bandwidth = sim::PlacementProblem().cross_host_bandwidth;
+    // host:port the stage servers reach this coordinator's replica store
+    // at (jobs with replicas meet there; port 0: an ephemeral one); empty:
+    // the host of `listen` (loopback for a wildcard) and port 0.
+    std::string replica_store;
   };
 
   // Checks the options (addresses, stage list, directories) without binding.
@@ -85,6 +90,7 @@ class CoordinatorServer {
   // destroyed after them also when Start failed half-way.
   std::unique_ptr<metrics::MetricsExposer> metrics_;
   std::unique_ptr<CoordinatorMetrics> job_metrics_;
+  std::unique_ptr<ReplicaRendezvous> replica_store_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -135,7 +135,9 @@ absl::Status StageFleet::Start(petra::v1::Phase phase, uint32_t epoch,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<petra::v1::StageStats>> StageFleet::Poll() {
+absl::StatusOr<std::vector<petra::v1::StageStats>> StageFleet::Poll(
+    bool* busy) {
+  if (busy != nullptr) *busy = false;
   std::vector<petra::v1::StageStats> stats;
   for (int j = 0; j < size(); ++j) {
     absl::StatusOr<petra::v1::StageStatus> status = clients_[j]->GetStatus();
@@ -147,6 +149,7 @@ absl::StatusOr<std::vector<petra::v1::StageStats>> StageFleet::Poll() {
     if (status->state() == petra::v1::StageStatus::STATE_FAILED) {
       return wire::FromProtoStatus(status->error());
     }
+    if (busy != nullptr && status->passes_running() > 0) *busy = true;
     petra::v1::StageStats s = status->stats();
     s.set_stage_index(j);
     s.set_address(addresses_[j]);
@@ -165,11 +168,14 @@ bool StageFleet::LostAStage(const absl::Status& failure) {
 }
 
 void StageFleet::ReleaseAll() {
-  for (int j = 0; j < size(); ++j) {
+  // At once: a stage that waits for another (a neighbour, or its copy in a
+  // replica) is freed when that one is released.
+  ForEach(size(), [&](int j) {
     petra::v1::ReleaseRequest request;
     request.set_job_id(job_id_);
     clients_[j]->Release(request, true).IgnoreError();
-  }
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 absl::StatusOr<std::string> StageFleet::PullCheckpoint(

@@ -80,8 +80,9 @@ class StageFleet {
   // Starts a pass on every stage.
   absl::Status Start(petra::v1::Phase phase, uint32_t epoch, int64_t n);
   // Every stage's statistics; an error when one is gone, failed or no longer
-  // holds the job.
-  absl::StatusOr<std::vector<petra::v1::StageStats>> Poll();
+  // holds the job. `busy`, when given, is set when a stage still runs a
+  // pass (StageStatus.passes_running).
+  absl::StatusOr<std::vector<petra::v1::StageStats>> Poll(bool* busy = nullptr);
   // Whether `failure` came from losing a stage server (crashed, restarted or
   // unreachable) rather than from the job itself.
   bool LostAStage(const absl::Status& failure);

@@ -13,6 +13,7 @@
 #include "coordinator/pass_feed.h"
 #include "coordinator/train_log.h"
 #include "services/base/event_log.h"
+#include "services/base/host_port.h"
 #include "services/data/image_folder.h"
 #include "services/engine/epoch_progress.h"
 #include "services/engine/job_plan.h"
@@ -74,29 +75,39 @@ absl::Status FleetRunner::Prepare() {
   // A job that placed its stages before (this coordinator restarted) keeps
   // their cut: its checkpoints are of those ranges.
   const Job before = record_.Snapshot();
-  if (before.stages_size() == static_cast<int>(ranges_.size())) {
-    std::vector<model::BlockRange> recorded;
-    for (const petra::v1::StagePlacement& p : before.stages()) {
-      recorded.push_back(
-          {static_cast<int>(p.layer_begin()), static_cast<int>(p.layer_end())});
-    }
+  std::vector<model::BlockRange> recorded;
+  for (const petra::v1::StagePlacement& p : before.stages()) {
+    if (p.replica() != 0) continue;  // every replica has replica 0's cut
+    recorded.push_back(
+        {static_cast<int>(p.layer_begin()), static_cast<int>(p.layer_end())});
+  }
+  if (recorded.size() == ranges_.size()) {
     if (model::CoversInOrder(recorded,
                              static_cast<int>(blocks_.costs.size()))) {
       ranges_ = std::move(recorded);
       ranges_fixed_ = true;
     }
   }
-  const int stages = static_cast<int>(ranges_.size());
-  if (stages > static_cast<int>(env_.stage_addresses.size())) {
+  replicas_ = static_cast<int>(std::max<uint32_t>(1, spec_.replicas()));
+  const int servers = stages() * replicas_;
+  const int fleet = static_cast<int>(env_.stage_addresses.size());
+  if (servers > fleet) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the job needs ", stages, " stage servers but the fleet has ",
-        env_.stage_addresses.size()));
+        "the job needs ", servers, " stage servers",
+        replicas_ > 1 ? absl::StrCat(" (", replicas_, " replicas x ", stages(),
+                                     " stages)")
+                      : "",
+        " but the fleet has ", fleet, ": ", servers - fleet, " short"));
+  }
+  if (replicas_ > 1 && env_.replica_store == nullptr) {
+    return absl::FailedPreconditionError(
+        "replicas: this coordinator hosts no replica store");
   }
   return absl::OkStatus();
 }
 
 absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
-  const int stages = static_cast<int>(ranges_.size());
+  const int stages = this->stages() * replicas_;
   std::vector<std::string> candidates;
   // A named copy: ranging over Snapshot().stages() would read the
   // temporary Job after it is destroyed (ASan: stack-use-after-scope).
@@ -123,9 +134,21 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
     if (static_cast<int>(r.chosen.size()) >= stages) {
       // Nothing fits these servers: refused before any stage starts.
       if (absl::Status s = Place(r); !s.ok()) return s;
-      fleet_ = std::make_unique<StageFleet>(id_, std::move(r.chosen), connect_,
-                                            std::move(r.endpoints));
-      absl::Status s = fleet_->ReleaseStale(r.held);
+      // Replica k's stages are the chosen k J .. k J + J - 1.
+      const int j_count = this->stages();
+      pipelines_.clear();
+      absl::Status s;
+      for (int k = 0; k < replicas_; ++k) {
+        auto slice = [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          return V(v.begin() + k * j_count, v.begin() + (k + 1) * j_count);
+        };
+        Pipeline p;
+        p.fleet = std::make_unique<StageFleet>(id_, slice(r.chosen), connect_,
+                                               slice(r.endpoints));
+        if (s.ok()) s = p.fleet->ReleaseStale(slice(r.held));
+        pipelines_.push_back(std::move(p));
+      }
       if (s.ok()) s = Assign();
       // A recovery outlives a server that stops between the probe and the
       // Assign (it drains, or dies): probe again until the wait is over.
@@ -134,7 +157,7 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
       PETRA_LOG_EVENT(kWarning, "attach_retry", {"job_id", id_},
                       {"detail", std::string(s.message())});
       ReleaseAll();
-      fleet_.reset();
+      pipelines_.clear();
       std::this_thread::sleep_for(milliseconds(500));
       continue;
     }
@@ -159,134 +182,242 @@ absl::Status FleetRunner::Place(ProbeResult& probe) {
     servers.push_back({probe.chosen[i], host.empty() ? probe.chosen[i] : host,
                        probe.memory_bytes[i], probe.memory_sources[i]});
   }
-  absl::StatusOr<sim::Placement> placement =
-      PlaceStages(blocks_, ranges_, ranges_fixed_, std::move(servers),
-                  env_.host_link_bandwidth, env_.cross_host_bandwidth);
-  if (!placement.ok()) return placement.status();
-  const bool moved = placement->ranges != ranges_;
-  ranges_ = placement->ranges;
-  ranges_fixed_ = true;
-  probe.Keep(placement->servers);
+  // Replica 0 first, over every server; each next replica, with replica
+  // 0's cut, over the servers left (each pipeline's neighbours share a host
+  // where they can).
+  std::vector<int> kept;
+  std::vector<int> left(servers.size());
+  for (size_t i = 0; i < left.size(); ++i) left[i] = static_cast<int>(i);
+  bool moved = false;
+  int cross_host_links = 0;
+  for (int k = 0; k < replicas_; ++k) {
+    std::vector<sim::PlacementServer> offered;
+    for (int i : left) offered.push_back(servers[i]);
+    absl::StatusOr<sim::Placement> placement =
+        PlaceStages(blocks_, ranges_, ranges_fixed_, std::move(offered),
+                    env_.host_link_bandwidth, env_.cross_host_bandwidth);
+    if (!placement.ok()) {
+      return k == 0 ? placement.status()
+                    : Prefixed(absl::StrCat("replica ", k, ": "),
+                               placement.status());
+    }
+    moved = moved || placement->ranges != ranges_;
+    ranges_ = placement->ranges;
+    ranges_fixed_ = true;
+    cross_host_links += placement->cross_host_links;
+    std::vector<int> taken;
+    for (int i : placement->servers) taken.push_back(left[i]);
+    for (int i : taken) {
+      kept.push_back(i);
+      left.erase(std::find(left.begin(), left.end(), i));
+    }
+  }
+  probe.Keep(kept);
   std::vector<std::string> cut;
   for (const model::BlockRange& r : ranges_)
     cut.push_back(absl::StrCat(r.begin, "-", r.end - 1));
-  PETRA_LOG_EVENT(
-      kInfo, "placement", {"job_id", id_},
-      {"servers", absl::StrJoin(probe.chosen, ",")},
-      {"blocks", absl::StrJoin(cut, ",")},
-      {"cross_host_links", absl::StrCat(placement->cross_host_links)},
-      {"cut", moved ? "moved to fit memory" : "as planned"});
+  PETRA_LOG_EVENT(kInfo, "placement", {"job_id", id_},
+                  {"servers", absl::StrJoin(probe.chosen, ",")},
+                  {"replicas", absl::StrCat(replicas_)},
+                  {"blocks", absl::StrJoin(cut, ",")},
+                  {"cross_host_links", absl::StrCat(cross_host_links)},
+                  {"cut", moved ? "moved to fit memory" : "as planned"});
   return absl::OkStatus();
 }
 
 absl::Status FleetRunner::ChooseTransports() {
-  const int stages = fleet_->size();
+  const int stages = this->stages();
   const petra::v1::Transport wanted = spec_.transport();
-  links_.assign(stages, petra::v1::TRANSPORT_GRPC);
-  for (int j = 0; j + 1 < stages; ++j) {
-    absl::StatusOr<petra::v1::Transport> t = link::ChooseTransport(
-        wanted, fleet_->endpoint(j), fleet_->endpoint(j + 1),
-        absl::StrCat(fleet_->Name(j), " <-> ", fleet_->Name(j + 1)));
-    if (!t.ok()) return t.status();
-    links_[j] = *t;
-  }
   const petra::v1::LinkEndpoint& here = link::LocalEndpoint();
-  for (auto [j, to] :
-       {std::pair{0, &feed_to_first_}, std::pair{stages - 1, &feed_to_last_}}) {
-    absl::StatusOr<petra::v1::Transport> t = link::ChooseFeedTransport(
-        wanted, here, fleet_->endpoint(j),
-        absl::StrCat("the coordinator -> ", fleet_->Name(j)));
-    if (!t.ok()) return t.status();
-    *to = *t;
+  for (Pipeline& p : pipelines_) {
+    const StageFleet& f = *p.fleet;
+    p.links.assign(stages, petra::v1::TRANSPORT_GRPC);
+    for (int j = 0; j + 1 < stages; ++j) {
+      absl::StatusOr<petra::v1::Transport> t = link::ChooseTransport(
+          wanted, f.endpoint(j), f.endpoint(j + 1),
+          absl::StrCat(f.Name(j), " <-> ", f.Name(j + 1)));
+      if (!t.ok()) return t.status();
+      p.links[j] = *t;
+    }
+    for (auto [j, to] : {std::pair{0, &p.feed_to_first},
+                         std::pair{stages - 1, &p.feed_to_last}}) {
+      absl::StatusOr<petra::v1::Transport> t = link::ChooseFeedTransport(
+          wanted, here, f.endpoint(j),
+          absl::StrCat("the coordinator -> ", f.Name(j)));
+      if (!t.ok()) return t.status();
+      *to = *t;
+    }
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<petra::v1::AssignRequest> FleetRunner::AssignRequestOf(int r,
+                                                                      int j) {
+  const Pipeline& p = pipelines_[r];
+  const int stages = this->stages();
+  petra::v1::AssignRequest request;
+  request.set_job_id(id_);
+  *request.mutable_spec() = spec_;
+  request.set_stage_index(j);
+  request.set_stage_count(stages);
+  request.mutable_layers()->set_begin(ranges_[j].begin);
+  request.mutable_layers()->set_end(ranges_[j].end);
+  for (const model::BlockRange& range : ranges_) {
+    petra::v1::LayerRange* l = request.add_partition();
+    l->set_begin(range.begin);
+    l->set_end(range.end);
+  }
+  if (j > 0) {
+    request.set_previous_address(p.fleet->address(j - 1));
+    request.set_previous_transport(p.links[j - 1]);
+  }
+  if (j + 1 < stages) {
+    request.set_next_address(p.fleet->address(j + 1));
+    request.set_next_transport(p.links[j]);
+  }
+  request.set_device(job::RequestedDevice(spec_, j));
+  request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));
+  if (replicas_ > 1) {
+    absl::StatusOr<std::string> store = env_.replica_store->Address();
+    if (!store.ok()) return Prefixed("the replica store: ", store.status());
+    petra::v1::ReplicaAssignment* a = request.mutable_replica();
+    a->set_index(r);
+    a->set_count(replicas_);
+    a->set_store_address(*store);
+    // Each Assign's groups are new: a recovered job never meets the keys
+    // its lost servers left in the store.
+    a->set_group(absl::StrCat(id_, "/", assigns_, "/stage-", j));
+    a->set_local_host(base::HostOf(p.fleet->address(j)));
+  }
+  return request;
+}
+
 absl::Status FleetRunner::Assign() {
-  const int stages = fleet_->size();
+  const int stages = this->stages();
+  const int servers = stages * replicas_;
   if (absl::Status s = ChooseTransports(); !s.ok()) {
     // Not the fleet's fault: no recovery changes where the servers run.
     return absl::FailedPreconditionError(s.message());
   }
+  ++assigns_;
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
     job.clear_stages();
-    for (int j = 0; j < stages; ++j) {
-      petra::v1::StagePlacement* p = job.add_stages();
-      p->set_stage_index(j);
-      p->set_address(fleet_->address(j));
-      p->set_layer_begin(ranges_[j].begin);
-      p->set_layer_end(ranges_[j].end);
-      p->set_device(job::RequestedDevice(spec_, j));
-      if (j + 1 < stages) p->set_transport_to_next(links_[j]);
-      if (j == 0) p->set_transport_from_feed(feed_to_first_);
-      if (j == stages - 1 && j > 0) p->set_transport_from_feed(feed_to_last_);
+    for (int r = 0; r < replicas_; ++r) {
+      const Pipeline& pipe = pipelines_[r];
+      for (int j = 0; j < stages; ++j) {
+        petra::v1::StagePlacement* p = job.add_stages();
+        p->set_stage_index(j);
+        p->set_replica(r);
+        p->set_address(pipe.fleet->address(j));
+        p->set_layer_begin(ranges_[j].begin);
+        p->set_layer_end(ranges_[j].end);
+        p->set_device(job::RequestedDevice(spec_, j));
+        if (j + 1 < stages) p->set_transport_to_next(pipe.links[j]);
+        if (j == 0) p->set_transport_from_feed(pipe.feed_to_first);
+        if (j == stages - 1 && j > 0) {
+          p->set_transport_from_feed(pipe.feed_to_last);
+        }
+      }
     }
   });
-  std::vector<petra::v1::AssignRequest> requests(stages);
-  for (int j = 0; j < stages; ++j) {
-    petra::v1::AssignRequest& request = requests[j];
-    request.set_job_id(id_);
-    *request.mutable_spec() = spec_;
-    request.set_stage_index(j);
-    request.set_stage_count(stages);
-    request.mutable_layers()->set_begin(ranges_[j].begin);
-    request.mutable_layers()->set_end(ranges_[j].end);
-    for (const model::BlockRange& r : ranges_) {
-      petra::v1::LayerRange* l = request.add_partition();
-      l->set_begin(r.begin);
-      l->set_end(r.end);
-    }
-    if (j > 0) {
-      request.set_previous_address(fleet_->address(j - 1));
-      request.set_previous_transport(links_[j - 1]);
-    }
-    if (j + 1 < stages) {
-      request.set_next_address(fleet_->address(j + 1));
-      request.set_next_transport(links_[j]);
-    }
-    request.set_device(job::RequestedDevice(spec_, j));
-    request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));
+  std::vector<petra::v1::AssignRequest> requests(servers);
+  for (int k = 0; k < servers; ++k) {
+    absl::StatusOr<petra::v1::AssignRequest> request =
+        AssignRequestOf(k / stages, k % stages);
+    if (!request.ok()) return request.status();
+    requests[k] = std::move(*request);
   }
   // Every stage builds its blocks at once; a stage opens its links only
-  // when a pass starts, so the order does not matter.
-  std::vector<petra::v1::AssignResponse> responses(stages);
-  absl::Status assigned = StageFleet::ForEach(stages, [&](int j) {
+  // when a pass starts, so the order does not matter. With replicas, each
+  // stage's Assign also waits for its copies to join their group: all are
+  // sent at once.
+  std::vector<petra::v1::AssignResponse> responses(servers);
+  absl::Status assigned = StageFleet::ForEach(servers, [&](int k) {
     absl::StatusOr<petra::v1::AssignResponse> response =
-        fleet_->Assign(j, requests[j]);
-    if (!response.ok()) return response.status();
-    responses[j] = std::move(*response);
+        pipelines_[k / stages].fleet->Assign(k % stages, requests[k]);
+    if (!response.ok()) {
+      return replicas_ > 1
+                 ? Prefixed(absl::StrCat("replica ", k / stages, ": "),
+                            response.status())
+                 : response.status();
+    }
+    responses[k] = std::move(*response);
     return absl::OkStatus();
   });
   if (!assigned.ok()) return assigned;
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
-    for (int j = 0; j < stages; ++j) {
-      job.mutable_stages(j)->set_parameter_count(
-          responses[j].parameter_count());
-      job.mutable_stages(j)->set_device(responses[j].device());
+    for (int k = 0; k < servers; ++k) {
+      job.mutable_stages(k)->set_parameter_count(
+          responses[k].parameter_count());
+      job.mutable_stages(k)->set_device(responses[k].device());
     }
   });
   return absl::OkStatus();
 }
 
-absl::Status FleetRunner::PollStages() {
-  absl::StatusOr<std::vector<petra::v1::StageStats>> stats = fleet_->Poll();
-  if (!stats.ok()) return stats.status();
-  stage_stats_ = std::move(*stats);
+absl::Status FleetRunner::PollStages(int r, bool* busy) {
+  const int stages = this->stages();
+  if (busy != nullptr) *busy = false;
+  for (int k = r < 0 ? 0 : r; k < (r < 0 ? replicas_ : r + 1); ++k) {
+    bool mine = false;
+    absl::StatusOr<std::vector<petra::v1::StageStats>> stats =
+        pipelines_[k].fleet->Poll(&mine);
+    if (busy != nullptr && mine) *busy = true;
+    if (!stats.ok()) {
+      return replicas_ > 1
+                 ? Prefixed(absl::StrCat("replica ", k, ": "), stats.status())
+                 : stats.status();
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stage_stats_.resize(static_cast<size_t>(stages * replicas_));
+    for (int j = 0; j < stages && j < static_cast<int>(stats->size()); ++j) {
+      (*stats)[j].set_replica(k);
+      stage_stats_[k * stages + j] = std::move((*stats)[j]);
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::Status FleetRunner::AwaitSettled() {
+  // As long as a replica may wait for another at its all-reduce.
+  const auto deadline = steady_clock::now() + std::chrono::seconds(90);
+  while (true) {
+    bool busy = false;
+    if (absl::Status s = PollStages(-1, &busy); !s.ok()) return s;
+    if (!busy) return absl::OkStatus();
+    if (absl::Status s = Interrupted(); !s.ok()) return s;
+    if (steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(
+          "the replicas' stages did not finish their pass within 90 s of its "
+          "last micro-batch (settling the replicas)");
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+void FleetRunner::ReleaseAll() {
+  std::vector<std::thread> releasing;
+  for (Pipeline& p : pipelines_) {
+    releasing.emplace_back([&p] { p.fleet->ReleaseAll(); });
+  }
+  for (std::thread& t : releasing) t.join();
 }
 
 absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
     petra::v1::Phase phase, const engine::PassBatches& batches) {
+  const bool train = phase == petra::v1::PHASE_TRAIN;
+  // Evaluation and the gradient check run on replica 0 alone.
+  const int replicas = train ? replicas_ : 1;
   PassWatch watch;
   watch.interrupted = [this] { return Interrupted(); };
-  watch.poll = [this] { return PollStages(); };
+  watch.poll = [this] { return PollStages(0); };
   watch.progress = [this, &batches](const engine::PassTotals& so_far) {
     petra::v1::Progress p;
     // The epoch the last stage is in (a pass may span several).
     p.set_epoch(batches.EpochOf(
         std::clamp<int64_t>(so_far.micro_batches - 1, 0, batches.size() - 1)));
     p.set_step(steps_done_ +
-               so_far.micro_batches / spec_.training().accumulation_steps());
+               so_far.micro_batches / engine::MicroBatchesPerStep(spec_));
     if (so_far.samples > 0) {
       p.set_train_loss(so_far.mean_loss());
       p.set_train_accuracy(so_far.accuracy());
@@ -299,19 +430,96 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   }
   FeedOptions feed;
   feed.labels_with_data =
-      phase == petra::v1::PHASE_TRAIN &&
+      train &&
       engine::PlanMode(spec_.training()).traffic.labels_with_activations;
   feed.metrics = env_.metrics;
-  feed.to_first = feed_to_first_;
-  feed.to_last = feed_to_last_;
   feed.wanted = spec_.transport();
-  return RunFeedPass(*fleet_, id_, phase, batches, watch, feed);
+  if (replicas > 1) return RunReplicatedPass(phase, batches, watch, feed);
+  feed.to_first = pipelines_[0].feed_to_first;
+  feed.to_last = pipelines_[0].feed_to_last;
+  return RunFeedPass(*pipelines_[0].fleet, id_, phase, batches, watch, feed);
+}
+
+absl::StatusOr<engine::PassResult> FleetRunner::RunReplicatedPass(
+    petra::v1::Phase phase, const engine::PassBatches& batches,
+    const PassWatch& watch, const FeedOptions& feed) {
+  const int replicas = replicas_;
+  std::mutex mu;
+  // The first replica whose pass failed, and why; the others then stop.
+  int failed = -1;
+  absl::Status failure;
+  std::vector<engine::PassTotals> so_far(replicas);
+  std::vector<engine::PassResult> results(replicas);
+  std::vector<engine::PassBatches> shares;
+  for (int r = 0; r < replicas; ++r) {
+    shares.push_back(batches.Dealt(r, replicas));
+  }
+  auto run = [&](int r) {
+    PassWatch mine = watch;
+    mine.interrupted = [&, r]() -> absl::Status {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed >= 0 && failed != r) {
+          return absl::AbortedError(
+              absl::StrCat("replica ", failed, " stopped"));
+        }
+      }
+      return watch.interrupted();
+    };
+    mine.poll = [this, r] { return PollStages(r); };
+    // Progress counts every replica's micro-batches: each reports its
+    // own, replica 0 publishes the sum.
+    mine.progress = [&, r](const engine::PassTotals& t) {
+      engine::PassTotals sum;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        so_far[r] = t;
+        if (r != 0) return;
+        for (const engine::PassTotals& x : so_far) {
+          sum.micro_batches += x.micro_batches;
+          sum.fed_samples += x.fed_samples;
+          sum.samples += x.samples;
+          sum.correct += x.correct;
+          sum.loss_sum += x.loss_sum;
+          sum.skipped += x.skipped;
+          sum.seconds = std::max(sum.seconds, x.seconds);
+        }
+      }
+      if (watch.progress) watch.progress(sum);
+    };
+    FeedOptions options = feed;
+    options.to_first = pipelines_[r].feed_to_first;
+    options.to_last = pipelines_[r].feed_to_last;
+    absl::StatusOr<engine::PassResult> result =
+        RunFeedPass(*pipelines_[r].fleet, id_, phase, shares[r], mine, options);
+    std::lock_guard<std::mutex> lock(mu);
+    if (result.ok()) {
+      results[r] = std::move(*result);
+    } else if (failed < 0) {
+      failed = r;
+      failure = Prefixed(absl::StrCat("replica ", r, ": "), result.status());
+    }
+  };
+  std::vector<std::thread> feeds;
+  for (int r = 1; r < replicas; ++r) feeds.emplace_back(run, r);
+  run(0);
+  for (std::thread& t : feeds) t.join();
+  if (failed >= 0) {
+    // A cancel or a stopping coordinator keeps its own code (the job
+    // driver and the recovery read it).
+    absl::Status interrupted = watch.interrupted();
+    return interrupted.ok() ? failure : interrupted;
+  }
+  if (absl::Status s = AwaitSettled(); !s.ok()) return s;
+  engine::PassResult merged;
+  for (int r = 0; r < replicas; ++r) merged.Absorb(results[r], r, replicas);
+  return merged;
 }
 
 absl::Status FleetRunner::OnTrainPass(uint32_t epoch, uint64_t steps_before,
                                       const engine::PassResult& train) {
   return TrainLog(layout().train_log())
-      .Append(epoch, steps_before, spec_.training().accumulation_steps(),
+      .Append(epoch, steps_before, engine::MicroBatchesPerStep(spec_),
               train.losses());
 }
 
@@ -383,9 +591,14 @@ absl::Status FleetRunner::Run() {
     // A job that never ran fails at once (its fleet is likely misnamed); a
     // running one waits for its lost stage and resumes.
     const bool ran = recovering_ || record_.Snapshot().has_start_time();
-    if (absl::Status end = recovery_.Decide(
-            status, ran,
-            [&] { return fleet_ != nullptr && fleet_->LostAStage(status); });
+    if (absl::Status end = recovery_.Decide(status, ran,
+                                            [&] {
+                                              for (Pipeline& p : pipelines_) {
+                                                if (p.fleet->LostAStage(status))
+                                                  return true;
+                                              }
+                                              return false;
+                                            });
         !end.ok()) {
       return end;
     }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "coordinator/job_layout.h"
 #include "coordinator/job_record.h"
 #include "coordinator/job_runner.h"
+#include "coordinator/pass_feed.h"
 #include "coordinator/recovery_policy.h"
 #include "coordinator/stage_placement.h"
 #include "services/data/dataset.h"
@@ -37,9 +39,9 @@ class FleetRunner final : public engine::PassExecutor,
   FleetRunner(JobRecord& record, const RunnerEnvironment& env);
 
   absl::Status Run();
-  void ReleaseAll() {
-    if (fleet_ != nullptr) fleet_->ReleaseAll();
-  }
+  // Every replica's stage servers at once: a stage waiting for its copy
+  // in another replica is freed when that copy is released.
+  void ReleaseAll();
 
   // engine::PassExecutor.
   absl::StatusOr<engine::TrainingCursor> Restore() override;
@@ -47,6 +49,7 @@ class FleetRunner final : public engine::PassExecutor,
       petra::v1::Phase phase, const engine::PassBatches& batches) override;
   absl::Status Checkpoint(const engine::TrainingCursor& cursor) override;
   std::vector<petra::v1::StageStats> StageStats() override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
     return stage_stats_;
   }
   // engine::JobObserver.
@@ -67,14 +70,28 @@ class FleetRunner final : public engine::PassExecutor,
   // order, and its cut while the job has not placed stages yet.
   absl::Status Place(ProbeResult& probe);
   absl::Status Assign();
+  // The Assign of stage j of replica r (the replica group's place in it
+  // when the job has replicas).
+  absl::StatusOr<petra::v1::AssignRequest> AssignRequestOf(int r, int j);
   // Each link's data channel from the job's `transport` and the ends'
-  // LinkEndpoint (services/link/transport_choice.h).
+  // LinkEndpoint (services/link/transport_choice.h), in every replica.
   absl::Status ChooseTransports();
+  // A training pass with replicas: each replica's pipeline fed its dealt
+  // share of `batches` at once, the results merged under the pass's ids.
+  absl::StatusOr<engine::PassResult> RunReplicatedPass(
+      petra::v1::Phase phase, const engine::PassBatches& batches,
+      const PassWatch& watch, const FeedOptions& feed);
   // The newest usable checkpoint in every stage: the job's own, else that
   // of checkpoint.resume_from_job, else none (the seeded initial weights).
   absl::StatusOr<engine::TrainingCursor> RestoreNewest();
   absl::StatusOr<engine::TrainingCursor> Load(const ResumePoint& point);
-  absl::Status PollStages();
+  // Polls replica r's stages (every replica's when r < 0) into
+  // stage_stats_; `busy` as StageFleet::Poll's.
+  absl::Status PollStages(int r = -1, bool* busy = nullptr);
+  // After a replicated pass: waits until every replica's stages have
+  // settled (StageWorker::SettleReplicas; a weight mismatch fails the
+  // pass here), then keeps their final statistics.
+  absl::Status AwaitSettled();
   // Publishes progress: `p` holds the epoch, step and training figures; the
   // rest (totals, time, ETA, rate, test figures, stages) is added here.
   void Publish(petra::v1::JobEvent::Kind kind, petra::v1::Progress p);
@@ -95,12 +112,25 @@ class FleetRunner final : public engine::PassExecutor,
   // Set once stages hold the cut (placed, or recorded before a restart):
   // their checkpoints are of these ranges, so a recovery keeps them.
   bool ranges_fixed_ = false;
-  std::unique_ptr<StageFleet> fleet_;
-  // The data channel of each link j <-> j+1, and of the feed's two streams,
-  // as ChooseTransports decided at the last Assign.
-  std::vector<petra::v1::Transport> links_;
-  petra::v1::Transport feed_to_first_ = petra::v1::TRANSPORT_GRPC;
-  petra::v1::Transport feed_to_last_ = petra::v1::TRANSPORT_GRPC;
+  // One copy of the job's pipeline: its J stage servers, and the data
+  // channel of each link j <-> j+1 and of the feed's two streams, as
+  // ChooseTransports decided at the last Assign.
+  struct Pipeline {
+    std::unique_ptr<StageFleet> fleet;
+    std::vector<petra::v1::Transport> links;
+    petra::v1::Transport feed_to_first = petra::v1::TRANSPORT_GRPC;
+    petra::v1::Transport feed_to_last = petra::v1::TRANSPORT_GRPC;
+  };
+  int stages() const { return static_cast<int>(ranges_.size()); }
+  // JobSpec.replicas: R pipelines of J stages (one without replicas).
+  int replicas_ = 1;
+  // Empty until attached. Replica 0's evaluates and writes checkpoints.
+  std::vector<Pipeline> pipelines_;
+  // Assigns so far: each names its replica groups apart.
+  int assigns_ = 0;
+  // Every replica's stages, replica 0's first (guarded by stats_mu_: the
+  // replicas' feeds poll their own).
+  std::mutex stats_mu_;
   std::vector<petra::v1::StageStats> stage_stats_;
   RecoveryPolicy recovery_;
   bool recovering_ = false;

@@ -17,24 +17,29 @@ using petra::v1::JobEvent;
 
 absl::StatusOr<engine::TrainingCursor> FleetRunner::Load(
     const ResumePoint& point) {
-  // Every stage at once; then their answers in stage order.
-  std::vector<petra::v1::RestoreCheckpointResponse> responses(fleet_->size());
-  absl::Status pushed = StageFleet::ForEach(fleet_->size(), [&](int j) {
+  // Replica 0's files are every replica's: each copy of stage j restores
+  // the same file. Every stage at once; then their answers in order.
+  const int stages = this->stages();
+  const int servers = stages * replicas_;
+  std::vector<petra::v1::RestoreCheckpointResponse> responses(servers);
+  absl::Status pushed = StageFleet::ForEach(servers, [&](int k) {
     absl::StatusOr<petra::v1::RestoreCheckpointResponse> response =
-        fleet_->PushCheckpoint(j, point.files[j]);
+        pipelines_[k / stages].fleet->PushCheckpoint(k % stages,
+                                                     point.files[k % stages]);
     if (!response.ok()) return response.status();
-    responses[j] = std::move(*response);
+    responses[k] = std::move(*response);
     return absl::OkStatus();
   });
   if (!pushed.ok()) return pushed;
   std::optional<uint64_t> steps, samples;
-  for (int j = 0; j < fleet_->size(); ++j) {
-    const petra::v1::RestoreCheckpointResponse* response = &responses[j];
+  for (int k = 0; k < servers; ++k) {
+    const petra::v1::RestoreCheckpointResponse* response = &responses[k];
     if (!response->restored() || response->epoch() != point.epoch ||
         (steps && (*steps != response->optimizer_steps() ||
                    *samples != response->samples_seen()))) {
       return absl::DataLossError(absl::StrCat(
-          point.directory, ": stage ", j,
+          point.directory, ": stage ", k % stages,
+          replicas_ > 1 ? absl::StrCat(" of replica ", k / stages) : "",
           "'s checkpoint disagrees with the others (epoch ", response->epoch(),
           ", ", response->optimizer_steps(), " optimizer steps)"));
     }
@@ -60,7 +65,7 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::RestoreNewest() {
   // The job's own checkpoints first: it is recovering, or its coordinator
   // restarted.
   absl::StatusOr<ResumePoint> own =
-      FindResumePoint(env_.state_dir, id_, fleet_->size());
+      FindResumePoint(env_.state_dir, id_, stages());
   if (own.ok()) {
     for (const std::string& why : own->skipped) {
       PETRA_LOG_EVENT(
@@ -83,7 +88,7 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::RestoreNewest() {
     return engine::TrainingCursor();
   }
   absl::StatusOr<ResumePoint> point =
-      FindResumePoint(env_.state_dir, from, fleet_->size());
+      FindResumePoint(env_.state_dir, from, stages());
   if (!point.ok()) return Prefixed("resuming: ", point.status());
   for (const std::string& why : point->skipped) {
     PETRA_LOG_EVENT(kWarning, "checkpoint_skipped", {"job_id", id_},
@@ -133,16 +138,19 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::Restore() {
 absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
   const uint32_t epoch = cursor.next_epoch - 1;
   // Every stage writes and sends its file at once (the files are all held
-  // here before the store writes them, in any order).
-  std::vector<std::string> files(fleet_->size());
-  absl::Status pulled = StageFleet::ForEach(fleet_->size(), [&](int j) {
+  // here before the store writes them, in any order). Replica 0's: the
+  // replicas hold the same weights, and BN statistics averaged at the end
+  // of the pass (StageWorker::SettleReplicas).
+  StageFleet& fleet = *pipelines_[0].fleet;
+  std::vector<std::string> files(fleet.size());
+  absl::Status pulled = StageFleet::ForEach(fleet.size(), [&](int j) {
     petra::v1::CheckpointRequest request;
     request.set_job_id(id_);
     request.set_name(JobLayout::CheckpointName(epoch));
     request.set_step(cursor.steps);
     request.set_epoch(epoch);
     request.set_samples_seen(cursor.samples_seen);
-    absl::StatusOr<std::string> bytes = fleet_->PullCheckpoint(j, request);
+    absl::StatusOr<std::string> bytes = fleet.PullCheckpoint(j, request);
     if (!bytes.ok()) {
       PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
                       {"stage", absl::StrCat(j)},

@@ -122,17 +122,24 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
   if (!resolved.ok()) return resolved.status();
   const int stages = job::StageCount(*resolved);
-  if (resolved->replicas() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "replicas: ", resolved->replicas(),
-        ": the fleet runs one copy of a pipeline so far; replicas train "
-        "with the in-process runner (petra train --runner in-process "
-        "--replicas R)"));
-  }
-  if (stages > static_cast<int>(env_.stage_addresses.size())) {
+  const int replicas =
+      static_cast<int>(std::max<uint32_t>(1, resolved->replicas()));
+  const int fleet = static_cast<int>(env_.stage_addresses.size());
+  if (stages * replicas > fleet) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the job needs ", stages, " stage servers but the fleet has ",
-        env_.stage_addresses.size(), " (--stages)"));
+        "the job needs ", stages * replicas, " stage servers",
+        replicas > 1
+            ? absl::StrCat(" (", replicas, " replicas x ", stages, " stages)")
+            : "",
+        " but the fleet has ", fleet,
+        " (--stages): ", stages * replicas - fleet, " short"));
+  }
+  if (replicas > 1) {
+    if (env_.replica_store == nullptr) {
+      return absl::FailedPreconditionError(
+          "replicas: this coordinator hosts no replica store");
+    }
+    if (absl::Status s = env_.replica_store->Usable(); !s.ok()) return s;
   }
   // Refused at submission, not when the job starts: the path may not leave
   // --data-root, and the folders it names must be there.

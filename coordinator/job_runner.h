@@ -11,6 +11,7 @@
 
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_record.h"
+#include "coordinator/replica_rendezvous.h"
 #include "coordinator/stage_client.h"
 #include "services/wire/transport_security.h"
 
@@ -35,6 +36,9 @@ struct RunnerEnvironment {
   // Placement's links (bytes/s each direction): CoordinatorServer::Options.
   double host_link_bandwidth = 0;
   double cross_host_bandwidth = 0;
+  // Where jobs with replicas meet (CoordinatorServer::Options.replica_store);
+  // such jobs are refused when null.
+  ReplicaRendezvous* replica_store = nullptr;
 };
 
 // Sets the record's final state (SUCCEEDED, FAILED with the reason, or

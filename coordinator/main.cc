@@ -51,6 +51,12 @@ int main(int argc, char** argv) {
   flags.AddDouble("cross-host-bandwidth", &options.cross_host_bandwidth,
                   "placement: bytes/s each way between stage servers on "
                   "different hosts");
+  flags.AddString("replica-store", &options.replica_store,
+                  "host:port the stage servers reach this coordinator's "
+                  "c10d store at, where the copies of a job with replicas "
+                  "meet (port 0 picks one); empty = the host of --listen "
+                  "(loopback for 0.0.0.0) and a free port. Unauthenticated: "
+                  "keep it on the fleet's network (docs/DEPLOY.md)");
   if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   petra::base::InitEventLog(argv[0]);
 

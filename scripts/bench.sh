@@ -22,7 +22,8 @@
 # Environment: BENCH_DEVICE (precision: the device, default cpu; cuda on a
 # GPU host), BUILD_DIR (default build), PETRA_SKIP_BUILD=1 reuses a build,
 # BENCH_DOC (default docs/BENCHMARKS.md), BENCH_OLD_BIN (compare, main_job: the other
-# build's bin directory; BENCH_OLD_COMMIT names its commit in the doc),
+# build's bin directory; BENCH_OLD_COMMIT names its commit in the doc;
+# BENCH_ROUNDS: their alternating rounds per build, default 3 and 2),
 # BENCH_COMMIT (the commit to name where the tree has no .git), PETRA_PYTHON
 # (default /usr/bin/python3), BENCH_DEADLINE (a Unix time: each command gets
 # only the time left, none starts after it; scripts/gpu/build.sh sets it).

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/base/event_log.h"
+#include "services/base/host_port.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/memory_estimate.h"
 #include "services/engine/stage_io.h"
@@ -61,6 +62,24 @@ absl::Status RunPhase(StageJob& job, const PassInfo& pass,
   return engine::RunStagePass(
       *job.worker, job.mailbox, outbox, pass.phase, pass.micro_batches,
       engine::PlanMode(job.assign.spec().training()).schedule);
+}
+
+// How long a stage waits for its copies in the other replicas: to join
+// the group at Assign, and at each all-reduce. A replica that stopped (its
+// pass failed, its server was released or died) ends the others' waits
+// sooner: Gloo sees its connections close.
+constexpr std::chrono::milliseconds kReplicaTimeout{60000};
+
+// Joins the stage's replica group that the Assign names (every copy of the
+// stage joins at its own Assign; the coordinator assigns them all at once).
+absl::StatusOr<std::unique_ptr<engine::GradientAverager>> JoinReplicas(
+    const petra::v1::ReplicaAssignment& r) {
+  absl::StatusOr<base::HostPort> store =
+      base::SplitHostPort(r.store_address(), "replica.store_address");
+  if (!store.ok()) return store.status();
+  return engine::JoinReplicaGroup(
+      store->host, store->port, r.group(), static_cast<int>(r.index()),
+      static_cast<int>(r.count()), r.local_host(), kReplicaTimeout);
 }
 
 }  // namespace
@@ -128,6 +147,14 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   if (request.steps_per_epoch() < 1) {
     return refuse(absl::InvalidArgumentError("steps_per_epoch must be >= 1"));
   }
+  if (const petra::v1::ReplicaAssignment& r = request.replica();
+      r.count() > 1 &&
+      (r.index() >= r.count() || r.group().empty() || r.local_host().empty())) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("replica: index ", r.index(), " of ", r.count(),
+                     ", group \"", r.group(), "\" and local_host \"",
+                     r.local_host(), "\" do not name a place in a group")));
+  }
   // A job that names no device runs where the server was started to run.
   if (!request.device().empty() &&
       !model::DeviceServes(options_.device, request.device())) {
@@ -174,6 +201,15 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
                           {job->index()}, options_.device)
                     : status;
     status = w.status();
+    if (status.ok() && job->assign.replica().count() > 1) {
+      absl::StatusOr<std::unique_ptr<engine::GradientAverager>> group =
+          JoinReplicas(job->assign.replica());
+      if (group.ok()) {
+        job->replicas = std::move(*group);
+        w->front()->set_gradient_averager(job->replicas.get());
+      }
+      status = group.status();
+    }
     if (status.ok()) {
       job->worker = std::move(w->front());
       job->mailbox.set_wait_observer(
@@ -431,6 +467,8 @@ StageStatus StageHost::Status() {
   s.set_memory_capacity_bytes(
       static_cast<uint64_t>(std::max<int64_t>(0, capacity.bytes)));
   s.set_memory_capacity_source(capacity.source);
+  s.set_passes_running(
+      static_cast<uint32_t>(std::max(0, pending_passes_.load())));
   std::lock_guard<std::mutex> lock(mu_);
   if (job_ == nullptr) {
     s.set_state(draining_ ? StageStatus::STATE_DRAINING
@@ -446,6 +484,7 @@ StageStatus StageHost::Status() {
   *s.mutable_layers() = job_->assign.layers();
   *s.mutable_stats() = job_->stats;
   s.mutable_stats()->set_stage_index(job_->assign.stage_index());
+  s.mutable_stats()->set_replica(job_->assign.replica().index());
   if (!job_->error.ok()) *s.mutable_error() = wire::ToProtoStatus(job_->error);
   return s;
 }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
 #include "services/engine/device_transfer.h"
+#include "services/engine/replica_group.h"
 #include "services/engine/stage_worker.h"
 #include "services/engine/training_mode.h"
 #include "stage_server/stage_mailbox.h"
@@ -40,6 +41,9 @@ struct StageJob {
   const petra::v1::AssignRequest assign;
   // Payloads between the host and the stage's device (a no-op on the CPU).
   const engine::DeviceTransfer transfer;
+  // With replicas: this stage's group, which the worker averages in (set by
+  // the executor before the worker; released after it).
+  std::unique_ptr<engine::GradientAverager> replicas;
   std::unique_ptr<engine::StageWorker> worker;  // set by the executor
   StageMailbox mailbox;
   // Guarded by StageHost::mu_.

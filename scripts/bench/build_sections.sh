@@ -3,7 +3,7 @@
 # shellcheck shell=bash
 
 section_compare() {
-  local old=${BENCH_OLD_BIN:-} args=(--rounds 3 -- --width 0.25
+  local old=${BENCH_OLD_BIN:-} args=(--rounds "${BENCH_ROUNDS:-3}" -- --width 0.25
     --micro-batches 200 --stages 2)
   if ((smoke)); then
     old=$BIN
@@ -28,7 +28,7 @@ section_compare() {
 }
 
 section_main_job() {
-  local old=${BENCH_OLD_BIN:-} args=(--rounds 2)
+  local old=${BENCH_OLD_BIN:-} args=(--rounds "${BENCH_ROUNDS:-2}")
   if ((smoke)); then
     old=$BIN
     args=(--rounds 1 -- --width 0.125 --epochs 1 --train-limit 256

@@ -90,8 +90,8 @@ TEST(InProcessReplicas, TwoReplicasOfOneStepEqualOnePipelineOfTwo) {
   }
 }
 
-// Under PETRA the replicas keep identical weights step after step (the
-// runner checks it after every pass and would fail the run), and their BN
+// Under PETRA the replicas keep identical weights step after step (each
+// stage checks it after every pass and would fail the run), and their BN
 // running statistics are averaged for the evaluation.
 TEST(InProcessReplicas, PetraReplicasKeepIdenticalWeights) {
   auto run = Train(Job(petra::v1::TRAINING_MODE_PETRA, 2, 1));
@@ -103,14 +103,57 @@ TEST(InProcessReplicas, PetraReplicasKeepIdenticalWeights) {
       EXPECT_TRUE(torch::equal(a[i], b[i])) << "stage " << j << " tensor " << i;
     }
     EXPECT_EQ(run->runner->worker(1, j).optimizer_steps(), 16);
-    // One bucket a step, the stage's parameters in fp32.
-    int64_t params = 0;
-    for (const auto& p : run->runner->worker(0, j).parameters()) {
-      params += p.numel();
+    // One bucket a step, the stage's parameters in fp32; then, once, the
+    // BN statistics (every state tensor past the parameters but BN's
+    // int64 step counters).
+    int64_t params = 0, stats = 0;
+    const auto all = run->runner->worker(0, j).state_tensors();
+    const size_t n = run->runner->worker(0, j).parameters().size();
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (i < n) {
+        params += all[i].numel();
+      } else if (all[i].is_floating_point()) {
+        stats += all[i].numel();
+      }
     }
-    EXPECT_EQ(run->runner->worker(0, j).allreduce_bytes(), 16 * 4 * params);
+    EXPECT_GT(stats, 0);
+    EXPECT_EQ(run->runner->worker(0, j).allreduce_bytes(),
+              16 * 4 * params + 4 * stats);
     EXPECT_GT(run->runner->worker(1, j).allreduce_seconds(), 0);
   }
+}
+
+// The check after each pass is real: a replica whose weights were changed
+// behind the group's back fails the next pass, on every replica, and the
+// stage counts it.
+TEST(InProcessReplicas, ReplicasThatFellOutOfStepFailThePass) {
+  petra::v1::JobSpec raw = Job(petra::v1::TRAINING_MODE_PETRA, 2, 1);
+  raw.mutable_training()->set_epochs(2);
+  absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<data::Splits> data = data::LoadForJob(
+      *spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
+  ASSERT_TRUE(data.ok()) << data.status();
+  RunnerOptions o;
+  o.threads_per_stage = 1;
+  absl::StatusOr<std::unique_ptr<InProcessRunner>> runner =
+      InProcessRunner::Create(*spec, std::move(*data), o);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  InProcessRunner& r = **runner;
+  ASSERT_TRUE(r.RunEpoch(1).ok());
+  EXPECT_EQ(r.worker(0, 1).replica_mismatches(), 0);
+  {
+    torch::NoGradGuard no_grad;
+    r.worker(1, 1).parameters().front().add_(1e-3);
+  }
+  absl::StatusOr<EpochReport> second = r.RunEpoch(2);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("fell out of step"));
+  EXPECT_EQ(r.worker(0, 1).replica_mismatches(), 1);
+  EXPECT_EQ(r.worker(1, 1).replica_mismatches(), 1);
+  EXPECT_EQ(r.worker(0, 0).replica_mismatches(), 0);
 }
 
 TEST(InProcessReplicas, AnEpochTrainsWholeStepsOfEveryReplica) {

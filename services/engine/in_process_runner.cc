@@ -254,44 +254,10 @@ absl::StatusOr<PassResult> InProcessRunner::RunPass(
   }
   for (std::thread& t : threads_list) t.join();
   if (!failure.ok()) return failure;
-  if (replicas > 1) {
-    if (absl::Status s = SettleReplicas(); !s.ok()) return s;
-  }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   return result;
-}
-
-absl::Status InProcessRunner::SettleReplicas() {
-  torch::NoGradGuard no_grad;
-  for (int j = 0; j < stage_count(); ++j) {
-    // Parameters first, then the BN buffers (state_tensors' order).
-    const size_t params = workers_[j]->parameters().size();
-    std::vector<std::vector<torch::Tensor>> states;
-    for (int r = 0; r < replicas(); ++r) {
-      states.push_back(worker(r, j).state_tensors());
-    }
-    for (int r = 1; r < replicas(); ++r) {
-      for (size_t i = 0; i < params; ++i) {
-        if (!torch::equal(states[0][i], states[r][i])) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("replica ", r, "'s stage ", j,
-                           " holds other weights than "
-                           "replica 0's (parameter ",
-                           i, "): the replicas fell out of step"));
-        }
-      }
-    }
-    for (size_t i = params; i < states[0].size(); ++i) {
-      if (!states[0][i].is_floating_point()) continue;
-      torch::Tensor sum = states[0][i].clone();
-      for (int r = 1; r < replicas(); ++r) sum.add_(states[r][i]);
-      sum.div_(replicas());
-      for (int r = 0; r < replicas(); ++r) states[r][i].copy_(sum);
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<EpochReport> InProcessRunner::RunEpoch(int epoch) {

@@ -2,11 +2,12 @@
 // bounded queues, each following its stage's schedule; with R replicas
 // (JobSpec.replicas), R such pipelines, each fed every R-th micro-batch,
 // whose stages average their gradients in a c10d group per stage
-// (replica_group.h). Evaluation, the gradient check, reports and the export
-// are replica 0's. The in-process
-// adapter of the job driver's PassExecutor port (job_driver.h): the epoch
-// loop is the driver's, shared with the gRPC fleet. The reference the fleet
-// is checked against.
+// (replica_group.h) and settle at the end of each training pass
+// (StageWorker::SettleReplicas), as a fleet's do. Evaluation, the gradient
+// check, reports and the export are replica 0's. The in-process adapter of the
+// job driver's PassExecutor port (job_driver.h): the epoch loop is the
+// driver's, shared with the gRPC fleet. The reference the fleet is checked
+// against.
 #pragma once
 
 #include <functional>
@@ -84,11 +85,6 @@ class InProcessRunner : public PassExecutor, public JobObserver {
 
  private:
   InProcessRunner() = default;
-  // After a training pass with replicas: every replica's weights must
-  // equal replica 0's (FAILED_PRECONDITION naming the first that does
-  // not), and the BN running statistics, which each replica gathered on
-  // its own micro-batches, become their mean on every replica.
-  absl::Status SettleReplicas();
 
   petra::v1::JobSpec spec_;
   data::Splits data_;

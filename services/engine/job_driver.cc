@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<EpochReport>> JobDriver::RunSegment(
     uint32_t max_epochs) {
   // The epochs one pass trains: up to the next one that needs consistent
   // weights (an evaluation or a checkpoint) or ends training.
-  const uint64_t k = spec_.training().accumulation_steps();
+  const uint64_t k = MicroBatchesPerStep(spec_);
   std::vector<std::unique_ptr<data::EpochBatches>> owned;
   std::vector<PassBatches::Part> parts;
   uint64_t steps = cursor_.steps;
@@ -84,8 +84,11 @@ absl::StatusOr<std::vector<EpochReport>> JobDriver::RunSegment(
   // The end-to-end gradient check of the pass's sampled micro-batches, at
   // the weights the stages kept for them.
   if (const int64_t every = spec_.training().end_to_end_every(); every > 0) {
+    // Replica 0's micro-batches (it runs the check), the last of every
+    // `every` of its steps: those its stages kept weights for.
     const PassBatches check =
-        pass.Strided(every * spec_.training().accumulation_steps());
+        pass.Dealt(0, std::max<int>(1, spec_.replicas()))
+            .Strided(every * spec_.training().accumulation_steps());
     if (check.size() > 0) {
       absl::StatusOr<PassResult> r =
           executor_.RunPass(petra::v1::PHASE_GRADIENT_CHECK, check);
@@ -112,7 +115,7 @@ absl::StatusOr<EpochReport> JobDriver::FinishEpoch(
       return s;
     }
   }
-  cursor_.steps += part.n / spec_.training().accumulation_steps();
+  cursor_.steps += part.n / MicroBatchesPerStep(spec_);
   cursor_.samples_seen += train.fed_samples;
   cursor_.next_epoch = e + 1;
 

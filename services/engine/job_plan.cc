@@ -42,8 +42,7 @@ absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& s,
   }
   // Each of R replicas takes every R-th micro-batch, and steps every k.
   const int64_t replicas = std::max<int64_t>(1, s.replicas());
-  const int64_t round = s.training().accumulation_steps() * replicas;
-  const int64_t steps = micro_batches / round;
+  const int64_t steps = micro_batches / MicroBatchesPerStep(s);
   if (steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "one epoch holds ", micro_batches,
@@ -53,11 +52,15 @@ absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& s,
   return steps;
 }
 
+int64_t MicroBatchesPerStep(const petra::v1::JobSpec& s) {
+  return static_cast<int64_t>(s.training().accumulation_steps()) *
+         std::max<int64_t>(1, s.replicas());
+}
+
 int64_t TrainMicroBatches(const petra::v1::JobSpec& s, int64_t available,
                           int64_t steps_done) {
   // Whole optimizer steps only, of every replica at once.
-  const int64_t k =
-      s.training().accumulation_steps() * std::max<int64_t>(1, s.replicas());
+  const int64_t k = MicroBatchesPerStep(s);
   int64_t n = available - available % k;
   if (s.training().max_steps() > 0) {
     const int64_t left =

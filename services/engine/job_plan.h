@@ -20,6 +20,10 @@ namespace petra::engine {
 data::BatchOptions TrainBatchOptions(const petra::v1::JobSpec& resolved);
 data::BatchOptions EvalBatchOptions(const petra::v1::JobSpec& resolved);
 
+// Micro-batches one optimizer step takes: k of every replica's (every
+// replica steps at once), k x replicas.
+int64_t MicroBatchesPerStep(const petra::v1::JobSpec& resolved);
+
 // Optimizer steps in one epoch of `train_examples` (each replica's: every
 // replica steps at once); INVALID_ARGUMENT when the split holds less than
 // one step.

@@ -4,6 +4,7 @@
 // in the mean loss, the accuracy or the throughput; all means are per sample.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -72,6 +73,27 @@ struct PassResult : PassTotals {
   }
   // The totals alone (progress reports during a pass).
   PassTotals totals() const { return *this; }
+  // Adds what replica `replica` of `replicas` did with its dealt share of
+  // this pass (PassBatches::Dealt): its micro-batch i is this pass's
+  // replica + i replicas. The pass lasts as long as its slowest share; the
+  // kept micro-batches stay in the order they finished.
+  void Absorb(const PassResult& share, int replica, int replicas) {
+    micro_batches += share.micro_batches;
+    fed_samples += share.fed_samples;
+    samples += share.samples;
+    correct += share.correct;
+    loss_sum += share.loss_sum;
+    skipped += share.skipped;
+    seconds = std::max(seconds, share.seconds);
+    for (MicroBatchOutcome m : share.kept) {
+      m.id = replica + m.id * replicas;
+      kept.insert(std::upper_bound(
+                      kept.begin(), kept.end(), m,
+                      [](const MicroBatchOutcome& a,
+                         const MicroBatchOutcome& b) { return a.at < b.at; }),
+                  m);
+    }
+  }
 
  private:
   std::chrono::steady_clock::time_point began_ =

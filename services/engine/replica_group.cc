@@ -49,6 +49,16 @@ class GlooAverager : public GradientAverager {
                               std::chrono::steady_clock::now() - start)
                               .count();
   }
+  bool Agree(int64_t value) override {
+    // The largest value and the largest negation (minus the smallest) in
+    // one collective: every replica agrees when they meet.
+    std::vector<at::Tensor> both = {
+        torch::tensor({value, -value}, torch::kLong)};
+    c10d::AllreduceOptions max;
+    max.reduceOp = c10d::ReduceOp::MAX;
+    group_->allreduce(both, max)->wait();
+    return both[0][0].item<int64_t>() == -both[0][1].item<int64_t>();
+  }
   int replicas() const override { return size_; }
   int rank() const override { return rank_; }
   double seconds() const override { return seconds_; }
@@ -87,10 +97,14 @@ class TcpReplicaStore : public ReplicaStore {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ReplicaStore>> ReplicaStore::Start(
-    const std::string& host, std::chrono::milliseconds timeout) {
+    const std::string& host, int port, std::chrono::milliseconds timeout) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica store: port ", port, " is not in 0..65535"));
+  }
   try {
     c10d::TCPStoreOptions o;
-    o.port = 0;
+    o.port = static_cast<std::uint16_t>(port);
     o.isServer = true;
     o.waitWorkers = false;
     o.timeout = timeout;
@@ -98,7 +112,7 @@ absl::StatusOr<std::unique_ptr<ReplicaStore>> ReplicaStore::Start(
         c10::make_intrusive<c10d::TCPStore>(host, o));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
-        absl::StrCat("replica store on ", host, ": ", e.what()));
+        absl::StrCat("replica store on ", host, ":", port, ": ", e.what()));
   }
 }
 
@@ -171,7 +185,7 @@ absl::Status NoGloo() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ReplicaStore>> ReplicaStore::Start(
-    const std::string&, std::chrono::milliseconds) {
+    const std::string&, int, std::chrono::milliseconds) {
   return NoGloo();
 }
 

@@ -29,6 +29,9 @@ class GradientAverager {
   // does not come within the group's timeout (its callers run under
   // Guard, torch_guard.h).
   virtual void Average(const std::vector<at::Tensor>& tensors) = 0;
+  // Whether every replica passed the same `value` (a checksum of its
+  // weights). A collective like Average: every replica calls it.
+  virtual bool Agree(int64_t value) = 0;
   virtual int replicas() const = 0;
   virtual int rank() const = 0;
   // Time spent in Average and the bytes each call reduced, so far.
@@ -41,9 +44,10 @@ class GradientAverager {
 // fleet's own network (docs/DEPLOY.md).
 class ReplicaStore {
  public:
-  // Listens on `host` at an ephemeral port.
+  // Listens at `port` (0: an ephemeral one); `host` names the interface
+  // c10d resolves for the server (every interface is listened on).
   static absl::StatusOr<std::unique_ptr<ReplicaStore>> Start(
-      const std::string& host, std::chrono::milliseconds timeout);
+      const std::string& host, int port, std::chrono::milliseconds timeout);
   virtual ~ReplicaStore() = default;
   virtual int port() const = 0;
 };

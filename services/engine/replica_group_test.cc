@@ -40,8 +40,29 @@ TEST(ReplicaGroup, AveragesInOneProcess) {
   ExpectMean(*group);
 }
 
+// Agree compares one value across the ranks: every rank learns whether
+// all of them passed the same, negative values and the extremes included.
+TEST(ReplicaGroup, AgreeTellsEveryRankWhetherTheValuesMatch) {
+  auto group = MakeLocalReplicaGroup(3, milliseconds(30000));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto agree = [&](std::vector<int64_t> values) {
+    std::vector<int> out(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] { out[r] = (*group)[r]->Agree(values[r]); });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  };
+  const int64_t big = (int64_t{1} << 62) - 1;
+  EXPECT_EQ(agree({7, 7, 7}), std::vector<int>({1, 1, 1}));
+  EXPECT_EQ(agree({-big, -big, -big}), std::vector<int>({1, 1, 1}));
+  EXPECT_EQ(agree({7, 8, 7}), std::vector<int>({0, 0, 0}));
+  EXPECT_EQ(agree({big, -big, big}), std::vector<int>({0, 0, 0}));
+}
+
 TEST(ReplicaGroup, RanksMeetThroughATcpStore) {
-  auto store = ReplicaStore::Start("127.0.0.1", milliseconds(30000));
+  auto store = ReplicaStore::Start("127.0.0.1", 0, milliseconds(30000));
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_GT((*store)->port(), 0);
   std::vector<std::unique_ptr<GradientAverager>> ranks(2);
@@ -67,7 +88,7 @@ TEST(ReplicaGroup, BadRanksAndMissingStoresAreRefused) {
   // Nothing listens on a port the store had and gave back.
   int port = 0;
   {
-    auto store = ReplicaStore::Start("127.0.0.1", milliseconds(1000));
+    auto store = ReplicaStore::Start("127.0.0.1", 0, milliseconds(1000));
     ASSERT_TRUE(store.ok());
     port = (*store)->port();
   }

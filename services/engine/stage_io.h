@@ -65,7 +65,8 @@ class StageOutbox {
 // in `training`'s order; the gradient check (end_to_end_check.h) runs the
 // training pass's sampled micro-batches at each stage's kept weights in
 // backprop's order; an evaluation forwards each micro-batch with BN running
-// statistics, and the last stage reports its loss. Returns the first error
+// statistics, and the last stage reports its loss. A training pass with
+// replicas ends with StageWorker::SettleReplicas. Returns the first error
 // of the worker or the transport.
 absl::Status RunStagePass(StageWorker& worker, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,

@@ -136,7 +136,10 @@ absl::Status RunStagePass(StageWorker& w, StageInbox& inbox,
     }
     if (!s.ok()) return s;
   }
-  return ops->End(w);
+  if (absl::Status s = ops->End(w); !s.ok()) return s;
+  // Replicas meet once a training pass, each stage in its own group.
+  return phase == petra::v1::PHASE_TRAIN ? w.SettleReplicas()
+                                         : absl::OkStatus();
 }
 
 }  // namespace petra::engine

@@ -19,6 +19,7 @@ StageReport ReportOf(const StageWorker& w, const model::BlockRange& blocks) {
   s.rebuild_error = w.rebuild_error();
   s.allreduce_seconds = w.allreduce_seconds();
   s.allreduce_bytes = w.allreduce_bytes();
+  s.replica_mismatches = w.replica_mismatches();
   return s;
 }
 
@@ -58,6 +59,7 @@ petra::v1::StageStats ToProto(const StageReport& r) {
   }
   s.set_allreduce_seconds(r.allreduce_seconds);
   s.set_allreduce_bytes(static_cast<uint64_t>(r.allreduce_bytes));
+  s.set_replica_mismatches(static_cast<uint64_t>(r.replica_mismatches));
   return s;
 }
 

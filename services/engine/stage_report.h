@@ -28,6 +28,7 @@ struct StageReport {
   // With replicas: the all-reduce's time and bytes (replica_group.h).
   double allreduce_seconds = 0;
   int64_t allreduce_bytes = 0;
+  int64_t replica_mismatches = 0;
 };
 
 StageReport ReportOf(const StageWorker& worker,

@@ -163,6 +163,15 @@ class StageWorker {
   void set_gradient_averager(GradientAverager* averager) {
     optimizer_.set_averager(averager);
   }
+  // After a training pass, with replicas (RunStagePass calls it in both
+  // runners): the replicas' weights must be identical, checked by a
+  // checksum of the parameters that the group compares
+  // (FAILED_PRECONDITION, counted in replica_mismatches(), when they are
+  // not); then the BN running statistics, which each replica gathered on
+  // its own micro-batches, become their mean. Every replica of the stage
+  // calls it. Nothing to do without replicas.
+  absl::Status SettleReplicas();
+  int64_t replica_mismatches() const { return replica_mismatches_; }
   // The all-reduce's seconds and bytes so far (0 without replicas).
   double allreduce_seconds() const;
   int64_t allreduce_bytes() const;
@@ -255,6 +264,7 @@ class StageWorker {
   int64_t forwards_ = 0;
   int64_t backwards_ = 0;
   int64_t skipped_ = 0;
+  int64_t replica_mismatches_ = 0;
   int64_t delay_sum_ = 0;
   int64_t staleness_sum_ = 0;
   int64_t measured_ = 0;

@@ -433,9 +433,6 @@ TEST_F(FleetProcesses, ClientCommandsRefuseBadInputClearly) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--resume-from needs the fleet runner and the "
                                "--state-dir"));
-  r = RunToExit(kPetra, {"train", "--replicas", "2"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--replicas runs with --runner in-process"));
   r = RunToExit(kPetra, {"train", "--replicas", "0"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("replicas"));

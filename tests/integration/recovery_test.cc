@@ -229,6 +229,59 @@ TEST_F(Recovery, ALostStageMovesToAnIdleSpare) {
   EXPECT_THAT(done.recoveries(0).reason(), HasSubstr(lost));
 }
 
+// Replicas: a stage server of replica 1 is killed mid-job. Its copy in
+// replica 0 sees its all-reduce fail; the job recovers from replica 0's
+// checkpoint onto the spare, every replica restores that file, and the job
+// trains on with the losses of a run never interrupted, row for row.
+TEST_F(Recovery, AReplicaThatLosesAStageRecoversWithTheSameLosses) {
+  StartStages(5);  // 2 replicas x 2 stages, and a spare
+  StartCoordinator(/*recovery_timeout=*/60);
+  std::vector<std::string> job = MnistJob(3);
+  job.insert(job.end(), {"--replicas", "2"});
+  const std::string baseline = Submit(job);
+  const petra::v1::Job first = WaitForState(
+      baseline, petra::v1::JOB_STATE_SUCCEEDED, std::chrono::seconds(300));
+  ASSERT_EQ(first.state(), petra::v1::JOB_STATE_SUCCEEDED)
+      << first.DebugString() << coordinator_->err();
+  ASSERT_EQ(first.stages_size(), 4);
+
+  const std::string id = Submit(job);
+  WaitUntilTrainingAfter(id, 1);
+  // Replica 1's stage 1.
+  int victim = -1;
+  const petra::v1::Job running = GetJob(id);  // named: it outlives the loop
+  for (const petra::v1::StagePlacement& p : running.stages()) {
+    if (p.replica() != 1 || p.stage_index() != 1) continue;
+    for (size_t i = 0; i < stage_addresses_.size(); ++i) {
+      if (stage_addresses_[i] == p.address()) victim = static_cast<int>(i);
+    }
+  }
+  ASSERT_GE(victim, 0);
+  const std::string lost = stage_addresses_[victim];
+  const petra::v1::Job done =
+      KillStageAndWaitForTheEnd(victim, id, std::chrono::seconds(300));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED)
+      << done.DebugString() << coordinator_->err();
+  ASSERT_EQ(done.recoveries_size(), 1);
+  EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
+  EXPECT_THAT(done.recoveries(0).reason(), HasSubstr("replica 1"));
+  for (const petra::v1::StagePlacement& p : done.stages()) {
+    EXPECT_NE(p.address(), lost);
+  }
+  const auto a = Losses(baseline);
+  const auto b = Losses(id);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 30u);
+  for (const auto& [key, loss] : a) {
+    ASSERT_TRUE(b.count(key))
+        << "epoch " << key.first << " micro-batch " << key.second;
+    EXPECT_NEAR(b.at(key), loss, 1e-5 * std::max(1.0, std::abs(loss)))
+        << "epoch " << key.first << " micro-batch " << key.second;
+  }
+  EXPECT_NEAR(done.progress().test_accuracy(), first.progress().test_accuracy(),
+              1e-6);
+}
+
 TEST_F(Recovery, ARestartedCoordinatorResumesItsJobPastADamagedCheckpoint) {
   StartStages(2);
   StartCoordinator();

@@ -304,14 +304,17 @@ TEST_F(CoordinatorProcess, JobLargerThanTheFleetIsRefused) {
               HasSubstr("needs 10 stage servers but the fleet has 2"));
 }
 
-// Replicas train in-process only so far: the fleet says so at submission.
-TEST_F(CoordinatorProcess, AJobWithReplicasIsRefusedForNow) {
+// A job with replicas needs R x J servers: the refusal names the product,
+// its factors and the shortfall.
+TEST_F(CoordinatorProcess, AJobWithMoreReplicasThanServersIsRefused) {
   petra::v1::JobSpec spec = RevNet18OnFashion();
   spec.mutable_partition()->set_stage_count(2);
   spec.set_replicas(2);
   grpc::Status s = Submit(spec);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("--runner in-process --replicas R"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("needs 4 stage servers (2 replicas x 2 stages) but "
+                        "the fleet has 2 (--stages): 2 short"));
 }
 
 // A dataset folder the coordinator does not have is refused at submission,
