@@ -7,6 +7,9 @@ gradients over the copies.
 Each run is `petra train --runner in-process --replicas R --stages J` on the
 same data, one torch thread per stage; the report's `allreduce_seconds` per
 stage over the run's training seconds is the all-reduce's share.
+`--runner fleet` runs them on a fleet of R x J stage servers instead, and
+`--same-global-batch` gives each run k = (largest R) / R, so that every run
+takes the same samples per optimizer step (the accuracy comparison).
 """
 
 import argparse
@@ -35,34 +38,50 @@ def main(argv):
     p.add_argument("--job-flags", default="--epochs 1 --train-limit 12800",
                    help="flags of every run (default: the main job, one "
                         "epoch of 12,800 images)")
+    p.add_argument("--runner", choices=("in-process", "fleet"),
+                   default="in-process")
+    p.add_argument("--same-global-batch", action="store_true",
+                   help="k = (largest R) / R for each run (R must divide it)")
     p.add_argument("--timeout", type=int, default=3600,
                    help="seconds one run may take (default 3600)")
     args = p.parse_args(argv)
     check_petra(p, args.petra)
     flags = shlex.split(args.job_flags)
-    for f in ("--replicas", "--stages", "--runner"):
+    owned = ["--replicas", "--stages", "--runner"]
+    if args.same_global_batch:
+        owned.append("--accumulation")
+    for f in owned:
         if f in flags:
             p.error(f"--job-flags may not set {f}: this driver does")
-    print(f"`petra train --runner in-process --threads-per-stage 1 "
-          f"{args.job_flags}` with each R x J; samples/s over the run's "
+    most = max(r for r, _ in args.shapes)
+    if args.same_global_batch and any(most % r for r, _ in args.shapes):
+        p.error("--same-global-batch: every R must divide the largest")
+    print(f"`petra train --runner {args.runner} --threads-per-stage 1 "
+          f"{args.job_flags}` with each R x J"
+          f"{' and k = ' + str(most) + ' / R' if args.same_global_batch else ''}"
+          f"; samples/s over the run's "
           f"training time; all-reduce share: each stage's all-reduce seconds "
           f"over that time (largest stage).\n")
-    print("| R x J | stages | samples/s | test accuracy | all-reduce share "
+    print("| R x J | k | stages | samples/s | test accuracy | all-reduce share "
           "| all-reduce bytes per stage |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r, j in args.shapes:
-        print(f"bench: replicas {r} x stages {j}", file=sys.stderr)
+        k = most // r if args.same_global_batch else 1
+        print(f"bench: replicas {r} x stages {j}, k = {k}", file=sys.stderr)
         report = train_report(
             args.petra,
-            ["--runner", "in-process", "--threads-per-stage", "1",
-             "--replicas", str(r), "--stages", str(j)] + flags,
+            ["--runner", args.runner, "--threads-per-stage", "1",
+             "--replicas", str(r), "--stages", str(j)] +
+            (["--accumulation", str(k)] if args.same_global_batch else []) +
+            flags,
             args.timeout)
         stages = report["stages"]
         seconds = report["train_seconds"]
         share = max((s["allreduce_seconds"] for s in stages), default=0)
         share = share / seconds if seconds > 0 else 0
         bytes_ = max((s["allreduce_bytes"] for s in stages), default=0)
-        print(f"| {r} x {j} | {r * j} | {report['samples_per_second']:,.1f} "
+        print(f"| {r} x {j} | {k} | {r * j} | "
+              f"{report['samples_per_second']:,.1f} "
               f"| {100 * report['test_accuracy']:.2f}% | {100 * share:.1f}% "
               f"| {bytes_:,} |")
         sys.stdout.flush()

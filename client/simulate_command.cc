@@ -49,6 +49,9 @@ struct SimulateOptions {
   uint64_t devices_per_host = 0;
   double cross_host_bandwidth = 0;
   double link_latency = 1e-4;
+  uint64_t replicas = 1;
+  uint64_t accumulation = 1;
+  double allreduce_bandwidth = 0;
   bool json = false;
   std::string per_stage = "auto";
 };
@@ -136,9 +139,25 @@ void AddFlags(base::FlagSet& flags, SimulateOptions* o) {
   flags.AddCustom("group", "N", "4 x stages, at most --micro-batches",
                   "micro-batches per flush for gpipe and 1f1b",
                   StorePositive(&o->group));
-  flags.AddCustom("devices", "N", "one per stage",
-                  "devices; stage j runs on device floor(j * N / stages)",
+  flags.AddCustom("devices", "N", "one per stage (of every replica)",
+                  "devices in all; each replica's stage j runs on its device "
+                  "floor(j * N / (R stages)). More devices than stages, "
+                  "without --replicas: R = N / stages replicas",
                   StorePositive(&o->devices));
+  flags.AddCustom("replicas", "R", "1, or --devices / stages",
+                  "data-parallel copies of the pipeline, each on devices of "
+                  "its own, averaging their gradients every "
+                  "--accumulation-steps micro-batches (a ring all-reduce)",
+                  StorePositive(&o->replicas));
+  flags.AddCustom("accumulation-steps", "K", "1",
+                  "micro-batches of each replica per optimizer step (one "
+                  "all-reduce each)",
+                  StorePositive(&o->accumulation));
+  flags.AddCustom("allreduce-bandwidth", "BYTES_PER_S",
+                  "--cross-host-bandwidth when the replicas span hosts, "
+                  "else --link-bandwidth",
+                  "each direction of each device's all-reduce link",
+                  StoreNumber(&o->allreduce_bandwidth, 0, true));
   flags.AddCustom("stage-devices", "D0,D1,...", "",
                   "the device of each stage, e.g. 0,0,1,1",
                   [o](const std::string& v) {
@@ -296,12 +315,43 @@ absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
   c.group =
       static_cast<int64_t>(std::min<uint64_t>(o.group, uint64_t{1} << 40));
   const uint64_t stages = c.stages.size();
-  if (o.devices > stages) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flag --devices: ", o.devices, " devices for ", stages,
-                     " stages: at most one device per stage"));
+  uint64_t replicas = o.replicas;
+  uint64_t per_replica = o.devices;
+  if (o.devices > 0 && !flags.WasSet("replicas") && o.devices > stages) {
+    // More devices than stages: copies of the pipeline use the rest.
+    replicas = o.devices / stages;
+    per_replica = stages;
+    in.note = absl::StrCat(
+        o.devices, " devices for ", stages, " stages: ", replicas,
+        " replicas of the pipeline",
+        o.devices % stages > 0
+            ? absl::StrCat(", ", o.devices % stages, " devices left idle")
+            : "",
+        " (--replicas and --stages choose another split)");
+  } else if (o.devices > 0) {
+    if (o.devices % replicas != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "flag --devices: ", o.devices, " devices do not split into ",
+          replicas, " replicas (--replicas): give a multiple of ", replicas));
+    }
+    per_replica = o.devices / replicas;
   }
-  c.devices = static_cast<int>(o.devices);
+  if (per_replica > stages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flag --devices: ", per_replica, " devices for each replica's ", stages,
+        " stages: at most one device per stage (more replicas use "
+        "more devices: --replicas)"));
+  }
+  if (replicas > (1u << 20) || replicas > o.micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flag --replicas: ", replicas, " replicas for ", o.micro_batches,
+        " micro-batches: each replica needs one (--micro-batches)"));
+  }
+  c.devices = static_cast<int>(per_replica);
+  c.replicas = static_cast<int>(replicas);
+  c.accumulation = static_cast<int64_t>(
+      std::min<uint64_t>(o.accumulation, uint64_t{1} << 30));
+  c.allreduce_bandwidth = o.allreduce_bandwidth;
   c.stage_devices = o.stage_devices;
   c.link_bandwidth = o.link_bandwidth;
   c.link_latency = o.link_latency;

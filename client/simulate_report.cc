@@ -55,56 +55,78 @@ std::string SimulationText(const SimulationInputs& in,
   const int stages = static_cast<int>(c.stages.size());
   const std::string hosts =
       c.devices_per_host > 0
-          ? absl::StrFormat(
-                " on hosts of %d, across hosts %s", c.devices_per_host,
-                BandwidthText(c.cross_host_bandwidth))
+          ? absl::StrFormat(" on hosts of %d, across hosts %s",
+                            c.devices_per_host,
+                            BandwidthText(c.cross_host_bandwidth))
           : std::string();
+  const int replicas = runs.backprop.replicas;
+  const int devices = runs.backprop.devices;
+  const std::string device_text =
+      replicas > 1
+          ? absl::StrFormat("%d (%d replicas x %d%s)", devices * replicas,
+                            replicas, devices,
+                            devices == stages ? ", one per stage" : "")
+          : absl::StrCat(devices, devices == stages ? " (one per stage)" : "");
   std::string out = absl::StrFormat(
       "Stages: %d, from %s\n"
-      "Devices: %d%s; links: %s%s, latency %g s, each direction\n"
-      "Run: %d micro-batches of %d samples\n\n",
-      stages, in.source, runs.backprop.devices,
-      runs.backprop.devices == stages ? " (one per stage)" : "",
-      BandwidthText(c.link_bandwidth), hosts, c.link_latency, c.micro_batches,
-      c.micro_batch_size);
-  absl::StrAppendFormat(&out, "%-16s %6s %12s %12s %9s %9s %6s %12s\n",
+      "Devices: %s; links: %s%s, latency %g s, each direction\n",
+      stages, in.source, device_text, BandwidthText(c.link_bandwidth), hosts,
+      c.link_latency);
+  if (!in.note.empty()) absl::StrAppend(&out, "Split: ", in.note, "\n");
+  if (replicas > 1) {
+    absl::StrAppendFormat(
+        &out,
+        "Replicas: a ring all-reduce of each stage's gradients every %d "
+        "micro-batches of a replica%s\n",
+        c.accumulation,
+        c.allreduce_bandwidth > 0
+            ? absl::StrCat(", at ", BandwidthText(c.allreduce_bandwidth))
+            : "");
+  }
+  absl::StrAppendFormat(&out, "Run: %d micro-batches of %d samples\n\n",
+                        c.micro_batches, c.micro_batch_size);
+  absl::StrAppendFormat(&out, "%-16s %6s %12s %12s %9s %9s %6s %12s  %s\n",
                         "schedule", "group", "samples/s", "steady smp/s",
-                        "speed-up", "steady", "util", "memory MiB");
+                        "speed-up", "steady", "util", "memory MiB", "bound by");
   for (const sim::SimResult& r : runs.runs) {
     absl::StrAppendFormat(
-        &out, "%-16s %6s %12.1f %12.1f %8.2fx %8.2fx %5.1f%% %12.1f\n",
+        &out, "%-16s %6s %12.1f %12.1f %8.2fx %8.2fx %5.1f%% %12.1f  %s\n",
         sim::ScheduleName(r.schedule),
         r.group > 0 ? absl::StrCat(r.group) : "-", r.samples_per_second,
         r.steady_samples_per_second,
         Ratio(r.samples_per_second, runs.backprop.samples_per_second),
         Ratio(r.steady_samples_per_second,
               runs.backprop.steady_samples_per_second),
-        100 * r.mean_device_utilization, r.total_bytes / kMiB);
+        100 * r.mean_device_utilization, r.total_bytes / kMiB, r.bound);
   }
   absl::StrAppend(
       &out,
-      "\nspeed-up: samples/s over backprop's; steady: the same over the middle "
-      "half of the run;\nutil: mean device busy time / makespan; memory: "
-      "input buffers, weight stashes,\nparameters and momentum, summed over "
-      "stages (activations inside a stage not counted).\n");
+      "\nspeed-up: samples/s over backprop's (with as many replicas); steady: "
+      "the same over\nthe middle half of the run; util: mean device busy time "
+      "/ makespan; memory: input\nbuffers, weight stashes, parameters and "
+      "momentum, summed over one replica's stages\n(activations inside a "
+      "stage not counted); bound by: the busiest device (its larger\npart, "
+      "compute or all-reduce) or link direction, which sets the rate.\n");
   for (const sim::SimResult& r : runs.runs) {
     if (!per_stage) break;
     absl::StrAppendFormat(&out, "\n%s, per stage (makespan %.4g s)\n",
                           sim::ScheduleName(r.schedule), r.makespan_seconds);
-    absl::StrAppendFormat(&out, "%5s %6s %9s %9s %6s %9s %10s %10s %11s %10s\n",
-                          "stage", "device", "F ms", "B ms", "util",
-                          "in flight", "input MiB", "stash MiB", "params+opt",
-                          "total MiB");
+    absl::StrAppendFormat(
+        &out, "%5s %6s %9s %9s %6s %9s %10s %10s %11s %10s %12s\n", "stage",
+        "device", "F ms", "B ms", "util", "in flight", "input MiB", "stash MiB",
+        "params+opt", "total MiB", "all-reduce s");
     for (int j = 0; j < stages; ++j) {
       const sim::StageResult& s = r.stages[j];
       const petra::v1::StageProfile& p = in.profile.stages(j);
       absl::StrAppendFormat(
-          &out, "%5d %6d %9.3f %9.3f %5.1f%% %9d %10.2f %10.2f %11.2f %10.2f\n",
+          &out,
+          "%5d %6d %9.3f %9.3f %5.1f%% %9d %10.2f %10.2f %11.2f %10.2f "
+          "%12.4g\n",
           j, s.device, 1e3 * p.forward_seconds(),
           1e3 * BackwardSeconds(p, r.schedule), 100 * s.utilization,
           s.peak_in_flight, s.input_buffer_bytes / kMiB,
           s.weight_stash_bytes / kMiB, s.parameter_bytes / kMiB,
-          s.total_bytes / kMiB);
+          s.total_bytes / kMiB, s.allreduce_seconds);
     }
   }
   return out;
@@ -120,7 +142,9 @@ std::string SimulationJson(const SimulationInputs& in,
       "\"stage_devices\": [%s], \"link_bandwidth\": %.9g, "
       "\"devices_per_host\": %d, \"cross_host_bandwidth\": %.9g, "
       "\"link_latency\": %.9g, \"micro_batches\": %d, "
-      "\"micro_batch_size\": %d},\n  \"profile\": %s,\n  \"schedules\": [",
+      "\"micro_batch_size\": %d, \"replicas\": %d, \"accumulation\": %d, "
+      "\"allreduce_bandwidth\": %.9g, \"note\": %s},\n  \"profile\": %s,\n"
+      "  \"schedules\": [",
       JsonString(in.source), c.stages.size(), runs.backprop.devices,
       absl::StrJoin(runs.backprop.stages, ", ",
                     [](std::string* o, const sim::StageResult& s) {
@@ -128,7 +152,9 @@ std::string SimulationJson(const SimulationInputs& in,
                     }),
       c.link_bandwidth, c.devices_per_host,
       c.devices_per_host > 0 ? c.cross_host_bandwidth : c.link_bandwidth,
-      c.link_latency, c.micro_batches, c.micro_batch_size, profile);
+      c.link_latency, c.micro_batches, c.micro_batch_size,
+      runs.backprop.replicas, c.accumulation, c.allreduce_bandwidth,
+      JsonString(in.note), profile);
   for (size_t i = 0; i < runs.runs.size(); ++i) {
     const sim::SimResult& r = runs.runs[i];
     absl::StrAppendFormat(
@@ -137,13 +163,15 @@ std::string SimulationJson(const SimulationInputs& in,
         "\"makespan_seconds\": %.9g, \"samples_per_second\": %.9g, "
         "\"steady_samples_per_second\": %.9g, \"speedup\": %.9g, "
         "\"steady_speedup\": %.9g, \"mean_device_utilization\": %.9g, "
-        "\"total_bytes\": %d,\n     \"stages\": [",
+        "\"total_bytes\": %d, \"replicas\": %d, \"bound\": %s, "
+        "\"bound_seconds\": %.9g,\n     \"stages\": [",
         i == 0 ? "" : ",", sim::ScheduleName(r.schedule), r.group,
         r.makespan_seconds, r.samples_per_second, r.steady_samples_per_second,
         Ratio(r.samples_per_second, runs.backprop.samples_per_second),
         Ratio(r.steady_samples_per_second,
               runs.backprop.steady_samples_per_second),
-        r.mean_device_utilization, r.total_bytes);
+        r.mean_device_utilization, r.total_bytes, r.replicas,
+        JsonString(r.bound), r.bound_seconds);
     for (size_t j = 0; j < r.stages.size(); ++j) {
       const sim::StageResult& s = r.stages[j];
       const petra::v1::StageProfile& p = in.profile.stages(j);
@@ -154,11 +182,11 @@ std::string SimulationJson(const SimulationInputs& in,
           "\"busy_seconds\": %.9g, \"utilization\": %.9g, "
           "\"peak_in_flight\": %d, \"input_buffer_bytes\": %d, "
           "\"weight_stash_bytes\": %d, \"parameter_bytes\": %d, "
-          "\"total_bytes\": %d}",
+          "\"total_bytes\": %d, \"allreduce_seconds\": %.9g}",
           j == 0 ? "" : ",", j, s.device, p.forward_seconds(),
           BackwardSeconds(p, r.schedule), s.busy_seconds, s.utilization,
           s.peak_in_flight, s.input_buffer_bytes, s.weight_stash_bytes,
-          s.parameter_bytes, s.total_bytes);
+          s.parameter_bytes, s.total_bytes, s.allreduce_seconds);
     }
     absl::StrAppend(&out, "]}");
   }

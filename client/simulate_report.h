@@ -14,6 +14,9 @@ struct SimulationInputs {
   // Where the stage costs come from, one line: the profile file, the
   // estimate's model and rate, or the uniform stages.
   std::string source;
+  // How the devices were split, when the simulator chose it (empty
+  // otherwise).
+  std::string note;
   petra::v1::Profile profile;  // the stages simulated
   sim::SimConfig config;       // everything but the schedule
 };

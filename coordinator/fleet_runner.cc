@@ -182,46 +182,29 @@ absl::Status FleetRunner::Place(ProbeResult& probe) {
     servers.push_back({probe.chosen[i], host.empty() ? probe.chosen[i] : host,
                        probe.memory_bytes[i], probe.memory_sources[i]});
   }
-  // Replica 0 first, over every server; each next replica, with replica
-  // 0's cut, over the servers left (each pipeline's neighbours share a host
-  // where they can).
-  std::vector<int> kept;
-  std::vector<int> left(servers.size());
-  for (size_t i = 0; i < left.size(); ++i) left[i] = static_cast<int>(i);
-  bool moved = false;
-  int cross_host_links = 0;
-  for (int k = 0; k < replicas_; ++k) {
-    std::vector<sim::PlacementServer> offered;
-    for (int i : left) offered.push_back(servers[i]);
-    absl::StatusOr<sim::Placement> placement =
-        PlaceStages(blocks_, ranges_, ranges_fixed_, std::move(offered),
-                    env_.host_link_bandwidth, env_.cross_host_bandwidth);
-    if (!placement.ok()) {
-      return k == 0 ? placement.status()
-                    : Prefixed(absl::StrCat("replica ", k, ": "),
-                               placement.status());
-    }
-    moved = moved || placement->ranges != ranges_;
-    ranges_ = placement->ranges;
-    ranges_fixed_ = true;
-    cross_host_links += placement->cross_host_links;
-    std::vector<int> taken;
-    for (int i : placement->servers) taken.push_back(left[i]);
-    for (int i : taken) {
-      kept.push_back(i);
-      left.erase(std::find(left.begin(), left.end(), i));
-    }
-  }
-  probe.Keep(kept);
+  // Every replica's stages at once (replica r's stage j is server r J + j
+  // of the placement), weighing each stage's all-reduce with its copies.
+  absl::StatusOr<sim::Placement> placement =
+      PlaceStages(blocks_, ranges_, ranges_fixed_, std::move(servers),
+                  env_.host_link_bandwidth, env_.cross_host_bandwidth,
+                  replicas_, spec_.training().accumulation_steps());
+  if (!placement.ok()) return placement.status();
+  const bool moved = placement->ranges != ranges_;
+  ranges_ = placement->ranges;
+  ranges_fixed_ = true;
+  const int cross_host_links = placement->cross_host_links;
+  probe.Keep(placement->servers);
   std::vector<std::string> cut;
   for (const model::BlockRange& r : ranges_)
     cut.push_back(absl::StrCat(r.begin, "-", r.end - 1));
-  PETRA_LOG_EVENT(kInfo, "placement", {"job_id", id_},
-                  {"servers", absl::StrJoin(probe.chosen, ",")},
-                  {"replicas", absl::StrCat(replicas_)},
-                  {"blocks", absl::StrJoin(cut, ",")},
-                  {"cross_host_links", absl::StrCat(cross_host_links)},
-                  {"cut", moved ? "moved to fit memory" : "as planned"});
+  PETRA_LOG_EVENT(
+      kInfo, "placement", {"job_id", id_},
+      {"servers", absl::StrJoin(probe.chosen, ",")},
+      {"replicas", absl::StrCat(replicas_)},
+      {"blocks", absl::StrJoin(cut, ",")},
+      {"cross_host_links", absl::StrCat(cross_host_links)},
+      {"cross_host_rings", absl::StrCat(placement->cross_host_rings)},
+      {"cut", moved ? "moved to fit memory" : "as planned"});
   return absl::OkStatus();
 }
 

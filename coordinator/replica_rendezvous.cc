@@ -60,8 +60,11 @@ absl::StatusOr<std::string> ReplicaRendezvous::Address() {
   absl::StatusOr<base::HostPort> at =
       base::SplitHostPort(address_, "--replica-store", true);
   if (!at.ok()) return at.status();
+  // The store listens on every interface; the coordinator's own connection
+  // to it goes over loopback (a Service's name need not lead back to the
+  // pod that serves it).
   absl::StatusOr<std::unique_ptr<engine::ReplicaStore>> store =
-      engine::ReplicaStore::Start(at->host, at->port, kStoreTimeout);
+      engine::ReplicaStore::Start("127.0.0.1", at->port, kStoreTimeout);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
   const bool v6 = at->host.find(':') != std::string::npos;

@@ -26,6 +26,9 @@ absl::StatusOr<JobBlocks> DescribeJobBlocks(const petra::v1::JobSpec& spec) {
       spec.training().wire_dtype() == petra::v1::TrainingSpec::WIRE_DTYPE_BF16
           ? 2
           : 4;
+  for (const model::BlockSummary& b : *summary) {
+    out.parameters.push_back(b.parameters);
+  }
   for (size_t b = 0; b + 1 < summary->size(); ++b) {
     out.cut_bytes.push_back(engine::OutputElements((*summary)[b]) *
                             spec.training().micro_batch_size() * element_bytes);
@@ -49,7 +52,8 @@ absl::StatusOr<JobBlocks> DescribeJobBlocks(const petra::v1::JobSpec& spec) {
 absl::StatusOr<sim::Placement> PlaceStages(
     const JobBlocks& blocks, const std::vector<model::BlockRange>& ranges,
     bool keep_ranges, std::vector<sim::PlacementServer> servers,
-    double host_link_bandwidth, double cross_host_bandwidth) {
+    double host_link_bandwidth, double cross_host_bandwidth, int replicas,
+    int64_t accumulation) {
   sim::PlacementProblem p;
   p.block_costs = blocks.costs;
   p.cut_bytes = blocks.cut_bytes;
@@ -57,6 +61,9 @@ absl::StatusOr<sim::Placement> PlaceStages(
   p.stage_detail = blocks.stage_detail;
   p.servers = std::move(servers);
   p.stages = static_cast<int>(ranges.size());
+  p.replicas = replicas;
+  p.accumulation = accumulation;
+  p.block_parameters = blocks.parameters;
   // Only measured times can be weighed against the links'; an estimate in
   // FLOPs leaves links to break ties.
   p.seconds_per_cost = blocks.seconds ? 1 : 0;

@@ -23,9 +23,9 @@ struct JobBlocks {
   std::vector<double> costs;  // PlanPartition's, per block
   bool seconds = false;       // whether `costs` are measured times
   std::vector<int64_t> cut_bytes;
+  std::vector<int64_t> parameters;  // per block (the replicas' all-reduce)
   // engine::EstimateStageMemory's total for a stage.
-  std::function<int64_t(model::BlockRange, int stage, int stages)>
-      stage_bytes;
+  std::function<int64_t(model::BlockRange, int stage, int stages)> stage_bytes;
   // What that total is made of (engine::Breakdown), for a refusal.
   std::function<std::string(model::BlockRange, int stage, int stages)>
       stage_detail;
@@ -38,14 +38,18 @@ struct JobBlocks {
 
 absl::StatusOr<JobBlocks> DescribeJobBlocks(const petra::v1::JobSpec& resolved);
 
-// The servers for `ranges.size()` stages and, when `keep_ranges` is false
-// and the spec allows, a new cut; `servers` in the order they were listed.
+// The servers for `ranges.size()` stages of each of `replicas` copies
+// (Placement::servers: replica r's stage j at r J + j) and, when
+// `keep_ranges` is false and the spec allows, a new cut; `servers` in the
+// order they were listed. `accumulation`: k, the micro-batches per
+// all-reduce.
 // RESOURCE_EXHAUSTED naming the stage and the bytes when nothing fits.
 // Link bandwidths (bytes/s; 0 = the planner's defaults) count only against
 // measured block times.
 absl::StatusOr<sim::Placement> PlaceStages(
     const JobBlocks& blocks, const std::vector<model::BlockRange>& ranges,
     bool keep_ranges, std::vector<sim::PlacementServer> servers,
-    double host_link_bandwidth = 0, double cross_host_bandwidth = 0);
+    double host_link_bandwidth = 0, double cross_host_bandwidth = 0,
+    int replicas = 1, int64_t accumulation = 1);
 
 }  // namespace petra::coordinator

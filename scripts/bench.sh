@@ -15,7 +15,8 @@
 #                                          # the main job by both builds
 # Sections: throughput fleets hosts memory capped zoo accuracy long_run
 # forward_gradient feed peer transformer transformer_recipe staleness
-# threads partition probe transport precision replicas
+# threads partition probe transport precision replicas replicas_accuracy
+# replicas_plan
 # (the default), compare, main_job and gpu (only when named; gpu needs a CUDA
 # build and a GPU, and scripts/gpu/build.sh --bench runs it on a GPU host;
 # gpu --smoke runs its commands on the CPU at toy sizes).
@@ -38,7 +39,8 @@ BIN=$BUILD_DIR/bin
 PY=${PETRA_PYTHON:-/usr/bin/python3}
 ALL=(throughput fleets hosts memory capped zoo accuracy long_run
      forward_gradient feed peer transformer transformer_recipe staleness
-     threads partition probe transport precision replicas)
+     threads partition probe transport precision replicas replicas_accuracy
+     replicas_plan)
 
 smoke=0
 sections=()
@@ -52,6 +54,7 @@ for arg in "$@"; do
     feed|peer|\
     transformer|transformer_recipe|\
     staleness|threads|partition|probe|transport|precision|replicas|\
+    replicas_accuracy|replicas_plan|\
     compare|main_job|\
     gpu)
       sections+=("$arg") ;;

@@ -296,6 +296,9 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     s.set_wait_seconds(job->mailbox.wait_seconds());
     metrics_->State(job->index(), r.in_flight, r.optimizer_steps, s.memory());
     metrics_->StalenessBound(job->index(), w.staleness_bound());
+    metrics_->Replicas(
+        job->index(), static_cast<int>(job->assign.replica().index()),
+        r.allreduce_seconds, r.allreduce_bytes, r.replica_mismatches);
     metrics_->Optimizer(job->index(), w.learning_rate(), w.clipped_steps(),
                         w.gradient_norm());
     if (std::optional<engine::GradientDiagnostic> d = w.last_diagnostic()) {

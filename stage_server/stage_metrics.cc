@@ -120,6 +120,25 @@ struct StageMetrics::Families {
                                 "weights, mean and max of the samples so far "
                                 "(training.rebuild_error_every)")
                           .Register(r)),
+        allreduce_seconds(
+            prometheus::BuildGauge()
+                .Name("petra_stage_allreduce_seconds")
+                .Help("Seconds a stage of a job with replicas spent averaging "
+                      "its gradients (and BN statistics) with its copies in "
+                      "the other replicas, in its job so far; 0 without "
+                      "replicas")
+                .Register(r)),
+        allreduce_bytes(prometheus::BuildGauge()
+                            .Name("petra_stage_allreduce_bytes")
+                            .Help("Bytes a stage all-reduced with its copies "
+                                  "in the other replicas, in its job so far")
+                            .Register(r)),
+        replica_mismatches(
+            prometheus::BuildGauge()
+                .Name("petra_stage_replica_mismatches")
+                .Help("Training passes of a stage's job after which its "
+                      "replicas held different weights (each fails the job)")
+                .Register(r)),
         errors(prometheus::BuildCounter()
                    .Name("petra_stage_rpc_errors_total")
                    .Help("Errors a stage server returned for RPCs and stream "
@@ -144,7 +163,12 @@ struct StageMetrics::Families {
   Family<Gauge>& cosine;
   Family<Gauge>& norm_ratio;
   Family<Gauge>& rebuild_error;
+  Family<Gauge>& allreduce_seconds;
+  Family<Gauge>& allreduce_bytes;
+  Family<Gauge>& replica_mismatches;
   Family<Counter>& errors;
+  // The replica label of the stage's job (Idle zeroes its gauges).
+  int replica = 0;
 };
 
 namespace {
@@ -229,6 +253,17 @@ void StageMetrics::Optimizer(int stage, double learning_rate,
   f_->gradient_norm.Add(l).Set(gradient_norm);
 }
 
+void StageMetrics::Replicas(int stage, int replica, double allreduce_seconds,
+                            int64_t allreduce_bytes, int64_t mismatches) {
+  if (!f_) return;
+  f_->replica = replica;
+  const prometheus::Labels l = {{"stage", absl::StrCat(stage)},
+                                {"replica", absl::StrCat(replica)}};
+  f_->allreduce_seconds.Add(l).Set(allreduce_seconds);
+  f_->allreduce_bytes.Add(l).Set(static_cast<double>(allreduce_bytes));
+  f_->replica_mismatches.Add(l).Set(static_cast<double>(mismatches));
+}
+
 void StageMetrics::Diagnostic(int stage, const char* reference,
                               double cosine_similarity, double norm_ratio) {
   if (!f_) return;
@@ -273,6 +308,7 @@ void StageMetrics::Idle(int stage) {
   State(stage, 0, 0, petra::v1::MemoryBreakdown());
   StalenessBound(stage, 0);
   Optimizer(stage, 0, 0, 0);
+  Replicas(stage, f_->replica, 0, 0, 0);
 }
 
 }  // namespace petra::stage_server

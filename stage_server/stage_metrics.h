@@ -1,6 +1,7 @@
 // The stage server's Prometheus metrics, all in this one place: names, help,
 // labels and buckets. Labels are bounded: the stage's index in its job, the
-// direction (forward, backward), the memory kind, the gRPC code. Without a
+// direction (forward, backward), the memory kind, the gRPC code, the
+// replica (below the job's replica count). Without a
 // registry (metrics off) every call does nothing.
 #pragma once
 
@@ -42,6 +43,11 @@ class StageMetrics {
   // gradient, --grad-diagnostics) or "end_to_end" (--e2e-diagnostics).
   void Diagnostic(int stage, const char* reference, double cosine_similarity,
                   double norm_ratio);
+  // The stage's replica (0 without replicas) and, in its job so far, the
+  // all-reduce's seconds and bytes and the passes after which its replicas
+  // held different weights.
+  void Replicas(int stage, int replica, double allreduce_seconds,
+                int64_t allreduce_bytes, int64_t mismatches);
   // The rebuild's measured error (training.rebuild_error_every): the mean
   // and largest ||x - rebuilt x|| / ||x|| so far.
   void RebuildError(int stage, double mean, double max);

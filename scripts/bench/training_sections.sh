@@ -328,6 +328,34 @@ section_replicas() {
   run $PY bench/replicas.py --petra "$BIN/petra" "${args[@]}"
 }
 
+section_replicas_accuracy() {
+  # The main job (3 epochs) on a fleet, with 2 replicas and without, at the
+  # same global batch.
+  local args=(--job-flags "")
+  if ((smoke)); then
+    args=(--job-flags "--epochs 1 --train-limit 512 --test-limit 64 --width 0.125")
+  fi
+  echo "## Replicas: the main job's accuracy on the fleet, R = 2 against R = 1"
+  echo
+  machine
+  echo
+  run $PY bench/replicas.py --petra "$BIN/petra" --runner fleet \
+    --shapes 1x2,2x2 --same-global-batch "${args[@]}"
+}
+
+section_replicas_plan() {
+  local args=()
+  if ((smoke)); then
+    args=(--networks revnet50 --devices 8 --devices-per-host 4
+          --stage-counts 2 --micro-batches-per-replica 8)
+  fi
+  echo "## Replicas: which R x J for 64 devices (simulated)"
+  echo
+  machine
+  echo
+  run $PY bench/replicas_plan.py --petra "$BIN/petra" "${args[@]}"
+}
+
 section_staleness() {
   local args=()
   if ((smoke)); then

@@ -3,12 +3,14 @@
 # `carry: [".gpu"]`): unpacks the Debian packages of scripts/gpu/fetch-deps.sh
 # into a prefix, builds the CUDA flavour against the Python torch's libtorch
 # (scripts/build.sh with PETRA_TORCH=python) in a folder outside the tree,
-# prints what it runs on, and runs the `gpu` tests. With --bench, then the
+# prints what it runs on, runs the `gpu` tests, then the replica tests
+# (torch's c10d Gloo as the wheel builds it). With --bench, then the
 # GPU benchmarks (scripts/bench.sh gpu) into docs/BENCHMARKS.md ($OUT's copy
 # under the device tool); with --all, then the whole suite.
 #
 # Under the device tool every result lands in $OUT as it is made: the log
-# (gpu-build.log), the gpu tests' CTest log (ctest-gpu.log) and, after each
+# (gpu-build.log), the gpu tests' CTest log (ctest-gpu.log), the replica
+# tests' (ctest-replicas.log) and, after each
 # benchmark, BENCHMARKS.md. A failed test or benchmark does not stop what
 # follows it; the script exits 1 at the end if anything failed.
 #
@@ -146,6 +148,21 @@ if ((rc != 0)); then
   failed+=("libstdc++ is not the first library the programs need")
   echo "gpu-build: how bin/petra was linked:"
   (cd "$BUILD" && ninja -t commands petra 2>/dev/null | tail -n 1) || true
+fi
+# Replicas: c10d's Gloo as the wheel's torch builds it (its headers, its
+# API), in one process and across a fleet's processes.
+set +e
+ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
+  -R 'ReplicaGroup|InProcessReplicas|ReplicaRendezvous|ReplicatedPetra' \
+  | tee "$BUILD/ctest-replicas.log"
+rc=${PIPESTATUS[0]}
+set -e
+if [[ -n "${OUT:-}" ]]; then
+  cp "$BUILD/ctest-replicas.log" "$OUT/ctest-replicas.log"
+fi
+if ((rc != 0)); then failed+=("replicas (ctest exit $rc)"); fi
+if grep -q "^PETRA_GLOO_INCLUDE_DIR:PATH=.*NOTFOUND" "$BUILD/CMakeCache.txt"; then
+  failed+=("no Gloo headers beside the wheel's libtorch: replicas refused")
 fi
 if ((bench)); then
   # The GPU section of docs/BENCHMARKS.md. Under the device tool the

@@ -44,8 +44,8 @@ class GradientAverager {
 // fleet's own network (docs/DEPLOY.md).
 class ReplicaStore {
  public:
-  // Listens at `port` (0: an ephemeral one); `host` names the interface
-  // c10d resolves for the server (every interface is listened on).
+  // Listens at `port` (0: an ephemeral one) on every interface; `host` is
+  // where this process connects to it itself.
   static absl::StatusOr<std::unique_ptr<ReplicaStore>> Start(
       const std::string& host, int port, std::chrono::milliseconds timeout);
   virtual ~ReplicaStore() = default;

@@ -59,12 +59,21 @@ struct StageState {
   double busy = 0;
   int64_t in_flight = 0;
   int64_t peak_in_flight = 0;
+  int64_t backwards = 0;  // ended, for the all-reduce every k
+  double allreduce = 0;   // seconds of busy
 };
 
 // One direction of one link: messages go one after another.
 struct LinkState {
   double free_at = 0;
+  double busy = 0;  // seconds spent sending
 };
+
+std::string Bandwidth(double bytes_per_second) {
+  return bytes_per_second >= 1e9
+             ? absl::StrCat(bytes_per_second / 1e9, " GB/s")
+             : absl::StrCat(bytes_per_second / 1e6, " MB/s");
+}
 
 std::vector<int> DeviceMapping(const SimConfig& c, int* device_count) {
   const int stages = static_cast<int>(c.stages.size());
@@ -237,13 +246,33 @@ absl::Status ValidateSimConfig(const SimConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "link latency = ", c.link_latency, " s: must be a finite number >= 0"));
   }
+  if (c.replicas < 1 || c.replicas > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas = ", c.replicas, ": must be in [1, 2^20]"));
+  }
+  if (c.micro_batches < c.replicas) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.micro_batches, " micro-batches for ", c.replicas,
+                     " replicas: give each replica at least one"));
+  }
+  if (c.accumulation < 1 || c.accumulation > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "accumulation = ", c.accumulation, ": must be in [1, 2^30]"));
+  }
+  if (!FiniteNonNegative(c.allreduce_bandwidth)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all-reduce bandwidth = ", c.allreduce_bandwidth,
+                     " bytes/s: must be a finite number >= 0 (0: the links')"));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
   if (absl::Status s = ValidateSimConfig(config); !s.ok()) return s;
   const int stages = static_cast<int>(config.stages.size());
-  const int64_t micro_batches = config.micro_batches;
+  const int replicas = config.replicas;
+  // One replica's share: the copies run side by side on their own devices.
+  const int64_t micro_batches = config.micro_batches / replicas;
   const Schedule schedule = config.schedule;
   const int64_t group = config.group > 0 ? std::min(config.group, micro_batches)
                                          : DefaultGroup(stages, micro_batches);
@@ -263,6 +292,25 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
     if (fg && j + 1 < stages) {
       forward_cost[j] *= ForwardGradientForwards(j);
       backward_cost[j] = 0;  // the update: a scaled add, next to nothing
+    }
+  }
+
+  // The ring all-reduce of each stage's gradients, once every k backwards.
+  std::vector<double> allreduce_cost(stages, 0.0);
+  double allreduce_bandwidth = config.allreduce_bandwidth;
+  if (allreduce_bandwidth <= 0) {
+    allreduce_bandwidth = config.devices_per_host > 0 &&
+                                  static_cast<int64_t>(devices) * replicas >
+                                      config.devices_per_host
+                              ? config.cross_host_bandwidth
+                              : config.link_bandwidth;
+  }
+  if (replicas > 1) {
+    for (int j = 0; j < stages; ++j) {
+      const double bytes = 2.0 * (replicas - 1) / replicas * 4.0 *
+                           static_cast<double>(config.stages[j].parameters);
+      allreduce_cost[j] = bytes / allreduce_bandwidth +
+                          2.0 * (replicas - 1) * config.link_latency;
     }
   }
 
@@ -317,6 +365,7 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
     // Link min(to, from) joins the two stages.
     const double bandwidth = bandwidth_of[backward ? to : to - 1];
     const double start = std::max(now, link.free_at);
+    link.busy += static_cast<double>(bytes) / bandwidth;
     link.free_at = start + static_cast<double>(bytes) / bandwidth;
     events.push(
         {link.free_at + config.link_latency, seq++, true, backward, to, m});
@@ -335,7 +384,14 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
       const ScheduledOp op = s.ops[s.next];
       double seconds = 0;
       if (Forwards(op.kind)) seconds += forward_cost[j];
-      if (Backwards(op.kind)) seconds += backward_cost[j];
+      if (Backwards(op.kind)) {
+        seconds += backward_cost[j];
+        // The step that ends every k-th backward waits for the copies.
+        if (replicas > 1 && ++s.backwards % config.accumulation == 0) {
+          seconds += allreduce_cost[j];
+          s.allreduce += allreduce_cost[j];
+        }
+      }
       s.busy += seconds;
       device_seconds[d] += seconds;
       if (Forwards(op.kind)) {
@@ -409,9 +465,10 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
   r.schedule = schedule;
   r.group = SchedulesInGroups(schedule) ? group : 0;
   r.devices = devices;
+  r.replicas = replicas;
   r.makespan_seconds = makespan;
   const double samples =
-      static_cast<double>(micro_batches) * config.micro_batch_size;
+      static_cast<double>(micro_batches) * replicas * config.micro_batch_size;
   r.samples_per_second = samples / makespan;
 
   // Middle half, in whole flush groups so the bubbles count once per group.
@@ -427,7 +484,8 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
     const double t1 = leaving[hi_done - 1];
     if (t1 > t0) {
       r.steady_samples_per_second = static_cast<double>(hi_done - lo_done) *
-                                    config.micro_batch_size / (t1 - t0);
+                                    replicas * config.micro_batch_size /
+                                    (t1 - t0);
     }
   }
 
@@ -453,10 +511,46 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
       s.weight_stash_bytes = s.peak_in_flight * 4 * c.parameters;
     }
     s.parameter_bytes = 2 * 4 * c.parameters;
+    s.allreduce_seconds = st[j].allreduce;
     s.total_bytes =
         s.input_buffer_bytes + s.weight_stash_bytes + s.parameter_bytes;
     r.total_bytes += s.total_bytes;
     r.stages.push_back(s);
+  }
+
+  // The busiest device (by its larger part: compute or all-reduce), or a
+  // link direction busier still.
+  std::vector<double> device_allreduce(devices, 0.0);
+  for (int j = 0; j < stages; ++j)
+    device_allreduce[device_of[j]] += st[j].allreduce;
+  const int busiest = static_cast<int>(
+      std::max_element(device_seconds.begin(), device_seconds.end()) -
+      device_seconds.begin());
+  r.bound_seconds = device_seconds[busiest];
+  int stage_of_busiest = 0;
+  for (int j = 0; j < stages; ++j) {
+    if (device_of[j] == busiest) stage_of_busiest = j;
+  }
+  const bool allreduce_bound =
+      device_allreduce[busiest] > device_seconds[busiest] / 2;
+  const std::string who =
+      std::count(device_of.begin(), device_of.end(), busiest) > 1
+          ? absl::StrCat("device ", busiest)
+          : absl::StrCat("stage ", stage_of_busiest);
+  r.bound = allreduce_bound ? absl::StrCat("the all-reduce, ", who, " at ",
+                                           Bandwidth(allreduce_bandwidth))
+                            : absl::StrCat("compute, ", who);
+  for (int l = 0; l + 1 < stages; ++l) {
+    for (const bool backward : {false, true}) {
+      const LinkState& link = backward ? down[l] : up[l];
+      if (link.busy > r.bound_seconds) {
+        r.bound_seconds = link.busy;
+        r.bound = backward ? absl::StrCat("link ", l + 1, " -> ", l, " at ",
+                                          Bandwidth(bandwidth_of[l]))
+                           : absl::StrCat("link ", l, " -> ", l + 1, " at ",
+                                          Bandwidth(bandwidth_of[l]));
+      }
+    }
   }
   return r;
 }

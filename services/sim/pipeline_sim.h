@@ -66,6 +66,19 @@ struct SimConfig {
   // devices_per_host) has cross_host_bandwidth, the others link_bandwidth.
   int devices_per_host = 0;
   double cross_host_bandwidth = 0;
+  // Data-parallel replicas (JobSpec.replicas): R copies of the pipeline,
+  // each on devices of its own (`devices` and `stage_devices` describe one
+  // copy; copy r's device d is device r D + d of the fleet), each running
+  // micro_batches / R of the micro-batches. Every `accumulation` backwards
+  // a stage all-reduces its float32 gradients with its copies on its own
+  // device before its next operation: a ring, 2 (R - 1) / R x 4 x
+  // parameters bytes each way at allreduce_bandwidth, plus 2 (R - 1)
+  // latencies. allreduce_bandwidth 0: cross_host_bandwidth when the R
+  // copies span more than one host (devices_per_host), else
+  // link_bandwidth.
+  int replicas = 1;
+  int64_t accumulation = 1;
+  double allreduce_bandwidth = 0;
 };
 
 // Micro-batches per flush when none is asked for: 4 per stage (GPipe's
@@ -87,20 +100,28 @@ struct StageResult {
   // float32 weights and momentum: 2 x 4 bytes x parameters.
   int64_t parameter_bytes = 0;
   int64_t total_bytes = 0;
+  // With replicas: the part of busy_seconds spent in all-reduces.
+  double allreduce_seconds = 0;
 };
 
 struct SimResult {
   Schedule schedule = Schedule::kPetra;
   int64_t group = 0;  // micro-batches per flush; 0 when the schedule has none
-  int devices = 0;
+  int devices = 0;    // of one replica
+  int replicas = 1;   // devices x replicas in all
   double makespan_seconds = 0;
-  double samples_per_second = 0;  // M x S / makespan
+  double samples_per_second = 0;  // M x S / makespan, over every replica
   // Over the middle half of the micro-batches leaving stage 0's backward
   // (whole groups for flushing schedules): the rate a long run settles at.
   double steady_samples_per_second = 0;
   double mean_device_utilization = 0;  // device busy / makespan, averaged
-  int64_t total_bytes = 0;             // summed over stages
-  std::vector<StageResult> stages;
+  int64_t total_bytes = 0;             // summed over stages (one replica)
+  // What binds the run: the busiest device or link direction, named
+  // ("compute, stage 2", "the all-reduce, stage 0", "link 1 -> 2 at
+  // 1 GB/s"), and the seconds it was busy (the makespan's floor).
+  std::string bound;
+  double bound_seconds = 0;
+  std::vector<StageResult> stages;  // one replica's (every copy the same)
 };
 
 // INVALID_ARGUMENT naming the problem for an empty pipeline, negative or

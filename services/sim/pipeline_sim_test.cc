@@ -414,3 +414,89 @@ TEST(PipelineSim, RejectsInvalidInputs) {
 
 }  // namespace
 }  // namespace petra::sim
+
+namespace petra::sim {
+namespace {
+
+// Replicas run side by side: R copies of M / R micro-batches each take as
+// long as one pipeline of M / R, and give R times its samples.
+TEST(PipelineSimReplicas, CopiesWithNothingToAverageScaleTheRate) {
+  SimConfig one = Uniform(4, 0.01, 0.02, 32, Schedule::kPetra);
+  SimConfig four = one;
+  four.micro_batches = 128;
+  four.replicas = 4;
+  const SimResult a = Sim(one), b = Sim(four);
+  EXPECT_EQ(b.replicas, 4);
+  EXPECT_EQ(b.devices, 4);
+  EXPECT_DOUBLE_EQ(b.makespan_seconds, a.makespan_seconds);
+  EXPECT_DOUBLE_EQ(b.samples_per_second, 4 * a.samples_per_second);
+  EXPECT_DOUBLE_EQ(b.steady_samples_per_second,
+                   4 * a.steady_samples_per_second);
+  EXPECT_EQ(b.stages[0].allreduce_seconds, 0);
+}
+
+// Each stage all-reduces every k of its backwards: a ring moves
+// 2 (R - 1) / R of its float32 gradients each way and waits 2 (R - 1)
+// latencies.
+TEST(PipelineSimReplicas, TheAllReduceCostsTheRingEveryKBackwards) {
+  SimConfig c = Uniform(2, 0.01, 0.02, 64, Schedule::kPetra);
+  for (StageCost& s : c.stages) s.parameters = 1000000;
+  c.replicas = 4;
+  c.accumulation = 2;
+  c.link_bandwidth = 1e9;
+  c.link_latency = 1e-5;
+  const SimResult r = Sim(c);
+  // 16 micro-batches a replica, 8 steps, each 6 MB at 1 GB/s + 6 latencies.
+  const double each = 0.75 * 2 * 4e6 / 1e9 + 6 * 1e-5;
+  for (const StageResult& s : r.stages) {
+    EXPECT_NEAR(s.allreduce_seconds, 8 * each, 1e-12);
+    EXPECT_NEAR(s.busy_seconds, 16 * 0.03 + 8 * each, 1e-12);
+  }
+  // Given its own bandwidth, it takes that instead.
+  c.allreduce_bandwidth = 1e8;
+  EXPECT_NEAR(Sim(c).stages[1].allreduce_seconds,
+              8 * (0.75 * 2 * 4e6 / 1e8 + 6 * 1e-5), 1e-12);
+  // Across hosts by default once the copies span more than one.
+  c.allreduce_bandwidth = 0;
+  c.devices_per_host = 4;
+  c.cross_host_bandwidth = 1e7;
+  EXPECT_NEAR(Sim(c).stages[0].allreduce_seconds,
+              8 * (0.75 * 2 * 4e6 / 1e7 + 6 * 1e-5), 1e-12);
+}
+
+// The run names what binds it: compute, the all-reduce or a link.
+TEST(PipelineSimReplicas, TheBoundIsNamed) {
+  SimConfig c = Uniform(2, 0.01, 0.03, 32, Schedule::kPetra);
+  c.stages[1].backward_seconds = 0.05;
+  EXPECT_EQ(Sim(c).bound, "compute, stage 1");
+  c.stages[0].output_bytes = 1000000;
+  c.link_bandwidth = 1e7;  // 0.1 s a message
+  const SimResult linked = Sim(c);
+  EXPECT_EQ(linked.bound, "link 0 -> 1 at 10 MB/s");
+  EXPECT_NEAR(linked.bound_seconds, 32 * 0.1, 1e-9);
+  c.stages[0].output_bytes = 0;
+  c.replicas = 2;
+  c.micro_batches = 64;
+  for (StageCost& s : c.stages) s.parameters = 100000000;  // 0.4 s a step
+  c.link_bandwidth = 1e9;
+  EXPECT_THAT(Sim(c).bound, HasSubstr("the all-reduce, stage"));
+}
+
+TEST(PipelineSimReplicas, BadReplicaSettingsAreRefused) {
+  SimConfig c = Uniform(2, 0.01, 0.02, 4, Schedule::kPetra);
+  c.replicas = 0;
+  EXPECT_THAT(Simulate(c).status().message(), HasSubstr("replicas = 0"));
+  c.replicas = 8;
+  EXPECT_THAT(Simulate(c).status().message(),
+              HasSubstr("4 micro-batches for 8 replicas"));
+  c.replicas = 2;
+  c.accumulation = 0;
+  EXPECT_THAT(Simulate(c).status().message(), HasSubstr("accumulation = 0"));
+  c.accumulation = 1;
+  c.allreduce_bandwidth = -1;
+  EXPECT_THAT(Simulate(c).status().message(),
+              HasSubstr("all-reduce bandwidth"));
+}
+
+}  // namespace
+}  // namespace petra::sim

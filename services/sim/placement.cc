@@ -85,6 +85,55 @@ class Search {
     return n;
   }
 
+  // Stage j's all-reduce per micro-batch, in cost units, with its copies
+  // on the servers at slots[r J + j] (0 without replicas or the data to
+  // weigh it).
+  double AllReduce(int j, const model::BlockRange& r,
+                   const std::vector<int>& slots) const {
+    const int R = p_.replicas;
+    if (R < 2 || p_.seconds_per_cost <= 0 || p_.block_parameters.empty())
+      return 0;
+    double parameters = 0;
+    for (int b = r.begin; b < r.end; ++b)
+      parameters += static_cast<double>(p_.block_parameters[b]);
+    const double bandwidth = RingOnOneHost(j, slots) ? p_.same_host_bandwidth
+                                                     : p_.cross_host_bandwidth;
+    return 2.0 * (R - 1) / R * 4.0 * parameters / bandwidth /
+           static_cast<double>(p_.accumulation) / p_.seconds_per_cost;
+  }
+
+  bool RingOnOneHost(int j, const std::vector<int>& slots) const {
+    for (int r = 1; r < p_.replicas; ++r) {
+      if (!SameHost(slots[j], slots[r * stages_ + j])) return false;
+    }
+    return true;
+  }
+
+  // Every replica's stages and links, each stage with its all-reduce; -1
+  // when a stage does not fit its server.
+  double ReplicatedBottleneck(const std::vector<model::BlockRange>& ranges,
+                              const std::vector<int>& slots) const {
+    double worst = 0;
+    for (int r = 0; r < p_.replicas; ++r) {
+      const std::vector<int> order(slots.begin() + r * stages_,
+                                   slots.begin() + (r + 1) * stages_);
+      const double v = Bottleneck(ranges, order);
+      if (v < 0) return -1;
+      worst = std::max(worst, v);
+    }
+    for (int j = 0; j < stages_; ++j) {
+      worst = std::max(worst, Cost(ranges[j].begin, ranges[j].end) +
+                                  AllReduce(j, ranges[j], slots));
+    }
+    return worst;
+  }
+
+  int CrossHostRings(const std::vector<int>& slots) const {
+    int n = 0;
+    for (int j = 0; j < stages_; ++j) n += RingOnOneHost(j, slots) ? 0 : 1;
+    return n;
+  }
+
   double Bottleneck(const std::vector<model::BlockRange>& ranges,
                     const std::vector<int>& order) const {
     double worst = 0;
@@ -167,10 +216,25 @@ absl::Status Validate(const PlacementProblem& p) {
         absl::StrCat("placement: ", p.stages, " stages for ", blocks,
                      " blocks: must be in [1, ", blocks, "]"));
   }
-  if (static_cast<int>(p.servers.size()) < p.stages) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the job needs ", p.stages, " stage servers but only ",
-                     p.servers.size(), " are free"));
+  if (p.replicas < 1 || p.replicas > 4096 || p.accumulation < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement: ", p.replicas, " replicas stepping every ",
+                     p.accumulation, " micro-batches: must be >= 1"));
+  }
+  if (!p.block_parameters.empty() &&
+      static_cast<int>(p.block_parameters.size()) != blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement: ", p.block_parameters.size(),
+                     " parameter counts for ", blocks, " blocks"));
+  }
+  if (static_cast<int64_t>(p.servers.size()) <
+      static_cast<int64_t>(p.stages) * p.replicas) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job needs ", p.stages * p.replicas, " stage servers",
+        p.replicas > 1 ? absl::StrCat(" (", p.replicas, " replicas x ",
+                                      p.stages, " stages)")
+                       : "",
+        " but only ", p.servers.size(), " are free"));
   }
   if (!(p.seconds_per_cost >= 0) || !std::isfinite(p.seconds_per_cost) ||
       !(p.same_host_bandwidth > 0) || !(p.cross_host_bandwidth > 0)) {
@@ -341,12 +405,144 @@ absl::Status NothingFits(const PlacementProblem& p, const Search& search) {
 double PlacementBottleneck(const PlacementProblem& problem,
                            const std::vector<model::BlockRange>& ranges,
                            const std::vector<int>& servers) {
-  return Search(problem).Bottleneck(ranges, servers);
+  const Search search(problem);
+  return problem.replicas > 1 ? search.ReplicatedBottleneck(ranges, servers)
+                              : search.Bottleneck(ranges, servers);
 }
+
+namespace {
+
+// Host-grouped server order: hosts as they first appear, the most memory
+// first within each.
+std::vector<int> HostGrouped(const PlacementProblem& p) {
+  std::vector<std::string> hosts;
+  for (const PlacementServer& s : p.servers) {
+    if (std::find(hosts.begin(), hosts.end(), s.host) == hosts.end())
+      hosts.push_back(s.host);
+  }
+  std::vector<int> order;
+  for (const std::string& h : hosts) {
+    std::vector<int> on;
+    for (int i = 0; i < static_cast<int>(p.servers.size()); ++i)
+      if (p.servers[i].host == h) on.push_back(i);
+    std::stable_sort(on.begin(), on.end(), [&](int a, int b) {
+      return Capacity(p.servers[a]) > Capacity(p.servers[b]);
+    });
+    order.insert(order.end(), on.begin(), on.end());
+  }
+  return order;
+}
+
+// R copies of the pipeline: the cut for one copy (or the given one), then
+// which server takes each copy's stages. Every assignment when the servers
+// are few; else copies placed one after another (each on the servers the
+// others left, neighbours together), copies of a stage side by side on a
+// host, and the listed order.
+absl::StatusOr<Placement> PlanReplicated(const PlacementProblem& p,
+                                         const Search& search) {
+  const int R = p.replicas, J = p.stages, slots = R * J;
+  const int K = static_cast<int>(p.servers.size());
+  PlacementProblem one = p;
+  one.replicas = 1;
+  std::vector<model::BlockRange> ranges = p.fixed_ranges;
+  if (ranges.empty()) {
+    absl::StatusOr<Placement> single = PlanPlacement(one);
+    if (!single.ok()) return single.status();
+    ranges = single->ranges;
+  }
+  one.fixed_ranges = ranges;
+  one.preferred_ranges.clear();
+  const std::vector<int> cls = ServerClasses(p);
+  std::set<std::vector<int>> seen;
+  std::vector<std::vector<int>> candidates;
+  auto add = [&](std::vector<int> slot_servers) {
+    slot_servers.resize(slots);
+    std::vector<int> key;
+    for (int s : slot_servers) key.push_back(cls[s]);
+    if (seen.insert(key).second) candidates.push_back(std::move(slot_servers));
+  };
+  std::vector<int> listed(K);
+  std::iota(listed.begin(), listed.end(), 0);
+  if (K <= kExhaustiveServers) {
+    std::vector<int> perm = listed;
+    do {
+      add(perm);
+      std::reverse(perm.begin() + slots, perm.end());
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  } else {
+    add(listed);
+    // Copies one after another, each on the servers left.
+    std::vector<int> left = listed, greedy;
+    bool placed = true;
+    for (int r = 0; r < R && placed; ++r) {
+      PlacementProblem rest = one;
+      rest.servers.clear();
+      for (int i : left) rest.servers.push_back(p.servers[i]);
+      absl::StatusOr<Placement> copy = PlanPlacement(rest);
+      placed = copy.ok();
+      if (!placed) break;
+      std::vector<int> taken;
+      for (int i : copy->servers) taken.push_back(left[i]);
+      for (int i : taken) {
+        greedy.push_back(i);
+        left.erase(std::find(left.begin(), left.end(), i));
+      }
+    }
+    if (placed) add(greedy);
+    const std::vector<int> grouped = HostGrouped(p);
+    add(grouped);  // each copy's neighbours on one host
+    std::vector<int> stage_major(slots);
+    for (int j = 0; j < J; ++j) {
+      for (int r = 0; r < R; ++r) stage_major[r * J + j] = grouped[j * R + r];
+    }
+    add(stage_major);  // each stage's copies on one host
+  }
+  Placement best;
+  best.bottleneck = kInf;
+  int best_cross = 0;
+  for (const std::vector<int>& c : candidates) {
+    double v = search.ReplicatedBottleneck(ranges, c);
+    if (v < 0) continue;
+    int cross = search.CrossHostRings(c);
+    for (int r = 0; r < R; ++r) {
+      cross += search.CrossHostLinks(
+          std::vector<int>(c.begin() + r * J, c.begin() + (r + 1) * J));
+    }
+    if (Better(v, best.bottleneck) ||
+        (!Better(best.bottleneck, v) && cross < best_cross)) {
+      best.servers = c;
+      best.bottleneck = v;
+      best_cross = cross;
+    }
+  }
+  if (best.bottleneck == kInf) {
+    // One copy fits no server set: say why, as for one pipeline.
+    absl::StatusOr<Placement> single = PlanPlacement(one);
+    if (!single.ok()) return single.status();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job's ", R, " replicas of ", J, " stages fit no placement on ", K,
+        " servers: one copy fits, but not ", R,
+        " (each copy needs as much memory as one); add servers with more "
+        "memory or lower --replicas"));
+  }
+  best.ranges = ranges;
+  best.cross_host_rings = search.CrossHostRings(best.servers);
+  for (int r = 0; r < R; ++r) {
+    best.cross_host_links += search.CrossHostLinks(std::vector<int>(
+        best.servers.begin() + r * J, best.servers.begin() + (r + 1) * J));
+  }
+  for (int j = 0; j < J; ++j) {
+    best.stage_bytes.push_back(search.Bytes(j, ranges[j].begin, ranges[j].end));
+  }
+  return best;
+}
+
+}  // namespace
 
 absl::StatusOr<Placement> PlanPlacement(const PlacementProblem& p) {
   if (absl::Status s = Validate(p); !s.ok()) return s;
   const Search search(p);
+  if (p.replicas > 1) return PlanReplicated(p, search);
   Placement best;
   best.bottleneck = kInf;
   for (const std::vector<int>& order : CandidateOrders(p)) {

@@ -47,22 +47,40 @@ struct PlacementProblem {
   // estimate): links then cannot be weighed against compute and only the
   // number of links that cross hosts breaks ties.
   double seconds_per_cost = 0;
-  double same_host_bandwidth = 50e9;   // bytes/s, each direction
-  double cross_host_bandwidth = 5e9;   // bytes/s, each direction
+  double same_host_bandwidth = 50e9;  // bytes/s, each direction
+  double cross_host_bandwidth = 5e9;  // bytes/s, each direction
   // Non-empty: the cut is given (a resumed job, explicit splits); only the
   // servers are chosen.
   std::vector<model::BlockRange> fixed_ranges;
   // Taken whenever it is as good as the best found (the partition every
   // runner computes alone, so the fleet and the in-process runner agree).
   std::vector<model::BlockRange> preferred_ranges;
+  // Replicas (JobSpec.replicas): R copies of the pipeline, with one cut.
+  // Every `accumulation` micro-batches each stage's copies average their
+  // float32 gradients with a ring all-reduce: 2 (R - 1) / R x 4 x the
+  // stage's parameters each way, at same_host_bandwidth when every copy is
+  // on one host, else cross_host_bandwidth, on the stage's device (it adds
+  // to the stage's time per micro-batch, amortised over the k).
+  // block_parameters: each block's parameters; empty, or without
+  // seconds_per_cost, the all-reduce is not weighed and rings across hosts
+  // only break ties.
+  int replicas = 1;
+  int64_t accumulation = 1;
+  std::vector<int64_t> block_parameters;
 };
 
 struct Placement {
   std::vector<model::BlockRange> ranges;
-  std::vector<int> servers;  // index into PlacementProblem::servers, per stage
-  // The slowest stage or link per micro-batch, in cost units.
+  // Index into PlacementProblem::servers, per stage; with replicas, replica
+  // r's stage j at r J + j.
+  std::vector<int> servers;
+  // The slowest stage (with its all-reduce) or link per micro-batch, in
+  // cost units.
   double bottleneck = 0;
+  // Links between neighbours that cross hosts, and (replicas) stages
+  // whose copies span more than one host.
   int cross_host_links = 0;
+  int cross_host_rings = 0;
   std::vector<int64_t> stage_bytes;
 };
 
@@ -77,7 +95,8 @@ struct Placement {
 absl::StatusOr<Placement> PlanPlacement(const PlacementProblem& problem);
 
 // The bottleneck of one placement (cost units), or -1 when a stage does
-// not fit its server.
+// not fit its server. `servers`: R x J entries with replicas, as
+// Placement's.
 double PlacementBottleneck(const PlacementProblem& problem,
                            const std::vector<model::BlockRange>& ranges,
                            const std::vector<int>& servers);

@@ -191,10 +191,9 @@ TEST(Placement, MatchesBruteForceOnSmallFleets) {
 // partition every runner computes alone stands when it is as good.
 TEST(Placement, KeepsTheListedOrderAndThePreferredCutWhenAllIsEqual) {
   Toy toy{{5, 5, 5, 5}, {1, 1, 1}};
-  PlacementProblem p = Problem(toy, {1, 3, 1, 3},
-                               {{"a", "h", 0, ""}, {"b", "h", 0, ""},
-                                {"c", "h", 0, ""}},
-                               2);
+  PlacementProblem p =
+      Problem(toy, {1, 3, 1, 3},
+              {{"a", "h", 0, ""}, {"b", "h", 0, ""}, {"c", "h", 0, ""}}, 2);
   p.preferred_ranges = {{0, 2}, {2, 4}};
   absl::StatusOr<Placement> got = PlanPlacement(p);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -212,12 +211,13 @@ TEST(Placement, KeepsTheListedOrderAndThePreferredCutWhenAllIsEqual) {
 // puts the large one first rather than unbalance the cut.
 TEST(Placement, PutsTheStageThatNeedsMostOnTheServerThatHasMost) {
   constexpr int64_t MB = 1000000;
-  Toy toy{{10 * MB, 10 * MB, 10 * MB, 10 * MB}, {10 * MB, 10 * MB, 10 * MB},
+  Toy toy{{10 * MB, 10 * MB, 10 * MB, 10 * MB},
+          {10 * MB, 10 * MB, 10 * MB},
           10 * MB};
   // Stage 0 of 2 needs 20 + 2 x 10 = 40 MB, stage 1 20 + 10 = 30 MB.
-  PlacementProblem p = Problem(
-      toy, {1, 1, 1, 1},
-      {{"small", "h", 35 * MB, ""}, {"big", "h", 45 * MB, ""}}, 2);
+  PlacementProblem p =
+      Problem(toy, {1, 1, 1, 1},
+              {{"small", "h", 35 * MB, ""}, {"big", "h", 45 * MB, ""}}, 2);
   absl::StatusOr<Placement> got = PlanPlacement(p);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->servers, (std::vector<int>{1, 0}));
@@ -238,11 +238,12 @@ TEST(Placement, PutsTheStageThatNeedsMostOnTheServerThatHasMost) {
 // Listed alternating between two hosts, four stages cross hosts once.
 TEST(Placement, KeepsStagesOfAHostTogether) {
   Toy toy{{1, 1, 1, 1}, {100, 100, 100}};
-  PlacementProblem p = Problem(
-      toy, {1, 1, 1, 1},
-      {{"a0", "a", 0, ""}, {"b0", "b", 0, ""}, {"a1", "a", 0, ""},
-       {"b1", "b", 0, ""}},
-      4);
+  PlacementProblem p = Problem(toy, {1, 1, 1, 1},
+                               {{"a0", "a", 0, ""},
+                                {"b0", "b", 0, ""},
+                                {"a1", "a", 0, ""},
+                                {"b1", "b", 0, ""}},
+                               4);
   absl::StatusOr<Placement> got = PlanPlacement(p);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->cross_host_links, 1);
@@ -312,6 +313,163 @@ TEST(Placement, RefusesMalformedProblems) {
   p.fixed_ranges = {{0, 1}};
   EXPECT_THAT(PlanPlacement(p).status().message(),
               HasSubstr("not 1 consecutive non-empty ranges covering 2"));
+}
+
+}  // namespace
+}  // namespace petra::sim
+
+namespace petra::sim {
+namespace {
+
+// The replicated brute force: every assignment of the R x J slots to
+// distinct servers, with one given cut; each stage costs its blocks plus
+// its ring all-reduce per micro-batch.
+Brute ReplicatedBruteForce(const PlacementProblem& p, const Ranges& ranges) {
+  const int R = p.replicas, J = p.stages;
+  std::vector<std::vector<int>> assignments;
+  std::vector<int> o;
+  Orders(static_cast<int>(p.servers.size()), R * J, o, assignments);
+  Brute best;
+  for (const std::vector<int>& slots : assignments) {
+    double worst = 0;
+    int cross = 0;
+    bool fits = true;
+    for (int r = 0; r < R && fits; ++r) {
+      int c = 0;
+      const double v = Evaluate(
+          p, ranges,
+          std::vector<int>(slots.begin() + r * J, slots.begin() + (r + 1) * J),
+          &c);
+      fits = v >= 0;
+      worst = std::max(worst, v);
+      cross += c;
+    }
+    if (!fits) continue;
+    for (int j = 0; j < J; ++j) {
+      bool one_host = true;
+      for (int r = 1; r < R; ++r) {
+        one_host = one_host &&
+                   p.servers[slots[r * J + j]].host == p.servers[slots[j]].host;
+      }
+      cross += one_host ? 0 : 1;
+      double cost = 0, params = 0;
+      for (int b = ranges[j].begin; b < ranges[j].end; ++b) {
+        cost += p.block_costs[b];
+        params += p.block_parameters[b];
+      }
+      const double bw =
+          one_host ? p.same_host_bandwidth : p.cross_host_bandwidth;
+      worst = std::max(worst, cost + 2.0 * (R - 1) / R * 4 * params / bw /
+                                         p.accumulation / p.seconds_per_cost);
+    }
+    if (worst < best.bottleneck - 1e-9 ||
+        (worst <= best.bottleneck + 1e-9 && cross < best.cross)) {
+      best = {std::min(worst, best.bottleneck), cross};
+    }
+  }
+  return best;
+}
+
+TEST(ReplicatedPlacement, MatchesBruteForceOnSmallFleets) {
+  std::mt19937 rng(11);
+  auto uniform = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  int placed = 0, refused = 0, split_rings = 0, split_links = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int blocks = uniform(2, 6);
+    const int stages = uniform(1, 2);
+    const int replicas = uniform(2, 3);
+    const int servers = uniform(replicas * stages, 7);
+    Toy toy;
+    std::vector<double> costs;
+    std::vector<int64_t> params;
+    for (int b = 0; b < blocks; ++b) {
+      costs.push_back(uniform(1, 10));
+      toy.block_bytes.push_back(uniform(1, 40));
+      params.push_back(uniform(0, 20));
+      if (b + 1 < blocks) toy.cut_bytes.push_back(uniform(1, 30));
+    }
+    std::vector<PlacementServer> fleet;
+    for (int s = 0; s < servers; ++s) {
+      fleet.push_back({"s" + std::to_string(s),
+                       std::string(1, static_cast<char>('a' + uniform(0, 1))),
+                       uniform(0, 4) == 0 ? 0 : uniform(40, 160), "its limit"});
+    }
+    PlacementProblem p = Problem(toy, costs, fleet, stages);
+    p.replicas = replicas;
+    p.accumulation = uniform(1, 2);
+    p.block_parameters = params;
+    p.seconds_per_cost = 1;
+    p.same_host_bandwidth = 20;
+    p.cross_host_bandwidth = 2;
+    // One cut, given: the brute force chooses servers only.
+    Ranges cuts_now;
+    std::vector<Ranges> cuts;
+    Cuts(blocks, stages, cuts_now, cuts);
+    p.fixed_ranges = cuts[uniform(0, static_cast<int>(cuts.size()) - 1)];
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    const Brute want = ReplicatedBruteForce(p, p.fixed_ranges);
+    absl::StatusOr<Placement> got = PlanPlacement(p);
+    if (std::isinf(want.bottleneck)) {
+      ASSERT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted)
+          << got.status();
+      ++refused;
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << got.status();
+    ++placed;
+    ASSERT_EQ(got->servers.size(), static_cast<size_t>(replicas * stages));
+    EXPECT_NEAR(got->bottleneck, want.bottleneck, 1e-9);
+    EXPECT_NEAR(PlacementBottleneck(p, got->ranges, got->servers),
+                want.bottleneck, 1e-9);
+    EXPECT_EQ(got->cross_host_links + got->cross_host_rings, want.cross);
+    std::vector<int> distinct = got->servers;
+    std::sort(distinct.begin(), distinct.end());
+    EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    split_rings += got->cross_host_rings > 0;
+    split_links += got->cross_host_links > 0;
+  }
+  EXPECT_GT(placed, 100);
+  EXPECT_GT(refused, 5);
+  EXPECT_GT(split_rings, 10);
+  EXPECT_GT(split_links, 10);
+}
+
+// Two hosts of two servers, 2 replicas of 2 stages: heavy activations keep
+// each pipeline on a host (its rings cross); heavy gradients keep each
+// stage's copies on a host (the pipelines cross).
+TEST(ReplicatedPlacement, PutsTheHeavierTrafficInsideAHost) {
+  std::vector<PlacementServer> fleet = {{"a0", "a", 0, ""},
+                                        {"b0", "b", 0, ""},
+                                        {"a1", "a", 0, ""},
+                                        {"b1", "b", 0, ""}};
+  Toy toy{{1, 1}, {1000}, 1};
+  PlacementProblem p = Problem(toy, {1, 1}, fleet, 2);
+  p.replicas = 2;
+  p.seconds_per_cost = 1;
+  p.same_host_bandwidth = 1e6;
+  p.cross_host_bandwidth = 100;
+  p.block_parameters = {1, 1};
+  absl::StatusOr<Placement> pipelines = PlanPlacement(p);
+  ASSERT_TRUE(pipelines.ok()) << pipelines.status();
+  EXPECT_EQ(pipelines->cross_host_links, 0);
+  EXPECT_EQ(pipelines->cross_host_rings, 2);
+  EXPECT_EQ(p.servers[pipelines->servers[0]].host,
+            p.servers[pipelines->servers[1]].host);
+  p.cut_bytes = {1};
+  p.block_parameters = {100000, 100000};
+  absl::StatusOr<Placement> rings = PlanPlacement(p);
+  ASSERT_TRUE(rings.ok()) << rings.status();
+  EXPECT_EQ(rings->cross_host_rings, 0);
+  EXPECT_EQ(rings->cross_host_links, 2);
+  EXPECT_EQ(p.servers[rings->servers[0]].host,
+            p.servers[rings->servers[2]].host);
+  // Too few servers: the refusal counts replicas and stages.
+  p.servers.pop_back();
+  EXPECT_THAT(PlanPlacement(p).status().message(),
+              HasSubstr("needs 4 stage servers (2 replicas x 2 stages) but "
+                        "only 3 are free"));
 }
 
 }  // namespace

@@ -17,7 +17,10 @@ Every run must end within --bound seconds (else it counts as a hang) with
 the job SUCCEEDED and its test accuracy within 1 point of the same job
 uninterrupted, or FAILED with a reason that names one of its faults; and no
 checkpoint it leaves may verify (its SHA-256) yet differ from the
-uninterrupted run's of the same epoch. The campaign prints every run and a
+uninterrupted run's of the same epoch. With --replicas 2 the job is two
+replicas of a one-stage pipeline on the two stage servers (the spare
+stays), so every stage fault hits a replica and its all-reduce partner
+sees it. The campaign prints every run and a
 summary table (runs, faults by kind, outcomes, worst recovery), and exits 1
 when any run broke a rule.
 """
@@ -492,11 +495,17 @@ def main(argv):
                    choices=["auto", "grpc", "grpc_bulk", "shm"],
                    help="the job's data channel between stages (default "
                         "auto: shared memory on this one host)")
+    p.add_argument("--replicas", type=int, default=1, choices=[1, 2],
+                   help="2: the job runs as 2 replicas of one stage "
+                        "(--replicas 2 --stages 1) on the two stage servers")
     p.add_argument("--json", help="write every run's record here")
     p.add_argument("--keep", action="store_true",
                    help="keep each run's directory (logs, state)")
     a = p.parse_args(argv)
     JOB.extend(["--transport", a.transport])
+    if a.replicas > 1:
+        JOB[JOB.index("--stages") + 1] = "1"
+        JOB.extend(["--replicas", str(a.replicas)])
     if a.runs < 1:
         p.error("--runs must be at least 1")
     if not a.bound > 0 or (a.fault_window is not None and
@@ -513,7 +522,8 @@ def main(argv):
     if use_tmpfs:
         subprocess.run(["umount", probe], capture_output=True)
     os.rmdir(probe)
-    print(f"chaos: seed {a.seed}, {a.runs} runs, bound {a.bound:.0f} s; "
+    print(f"chaos: seed {a.seed}, {a.runs} runs, bound {a.bound:.0f} s, "
+          f"{a.replicas} replica(s); "
           f"state on tmpfs: {'yes' if use_tmpfs else 'no (disk_full faults are skipped)'}",
           file=sys.stderr, flush=True)
     baseline = uninterrupted(a, use_tmpfs)

@@ -137,8 +137,16 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             (container,) = pod["containers"]
             ports = {p["name"]: p["containerPort"]
                      for p in container["ports"]}
-            self.assertEqual(sorted(ports), ["grpc", "metrics"])
+            # The coordinator also hosts the replicas' c10d store.
+            named = ["grpc", "metrics"] + (
+                ["replica-store"] if workload is coordinator else [])
+            self.assertEqual(sorted(ports), named)
             command = container_command(objects, workload, container["name"])
+            if workload is coordinator:
+                self.assertEqual(
+                    int(flag_value(command[1:], "replica-store")
+                        .rsplit(":", 1)[1]),
+                    ports["replica-store"])
             self.assertEqual(
                 int(flag_value(command[1:], "listen").rsplit(":", 1)[1]),
                 ports["grpc"])
@@ -178,7 +186,7 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             self.assertTrue(all(labels.get(k) == v for k, v in
                                 service["spec"]["selector"].items()))
             self.assertEqual(sorted(p["name"] for p in service["spec"]["ports"]),
-                             ["grpc", "metrics"])
+                             named)
             # A NetworkPolicy selects it.
             self.assertTrue(any(
                 all(labels.get(k) == v for k, v in
@@ -210,11 +218,26 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         # Stages accept gRPC only from stages and the coordinator.
         (stage_policy,) = find(objects, "NetworkPolicy", "petra-stage")
         grpc_rules = [r for r in stage_policy["spec"]["ingress"]
-                      if any(p["port"] == "grpc" for p in r["ports"])]
+                      if any(p["port"] == "grpc" for p in r.get("ports", []))]
         (grpc_rule,) = grpc_rules
         components = sorted(f["podSelector"]["matchLabels"][
             "app.kubernetes.io/component"] for f in grpc_rule["from"])
         self.assertEqual(components, ["coordinator", "stage"])
+        # Any port, from stages only: the replicas' Gloo connections.
+        (any_port,) = [r for r in stage_policy["spec"]["ingress"]
+                       if "ports" not in r]
+        self.assertEqual([f["podSelector"]["matchLabels"][
+            "app.kubernetes.io/component"] for f in any_port["from"]],
+            ["stage"])
+        # The coordinator's replica store admits the stages alone.
+        (coordinator_policy,) = find(objects, "NetworkPolicy",
+                                     "petra-coordinator")
+        (store_rule,) = [r for r in coordinator_policy["spec"]["ingress"]
+                         if any(p["port"] == "replica-store"
+                                for p in r.get("ports", []))]
+        self.assertEqual([f["podSelector"]["matchLabels"][
+            "app.kubernetes.io/component"] for f in store_rule["from"]],
+            ["stage"])
 
         # The dashboard ConfigMap is the dashboard file, labelled for the
         # Grafana sidecar.

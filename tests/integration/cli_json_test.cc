@@ -223,3 +223,56 @@ TEST(PetraTrainReport, BothRunnersReportTheSameStepsAndRates) {
 
 }  // namespace
 }  // namespace petra::testing
+
+namespace petra::testing {
+namespace {
+
+// What a user with 64 devices tried: more devices than stages become
+// replicas of the pipeline (said in the output), the run names what binds
+// it, and the JSON carries the split.
+TEST(PetraSimulate, SixtyFourDevicesRunReplicasAndNameTheirBound) {
+  RunResult r =
+      RunToExit(kPetra,
+                {"simulate", "--arch", "revnet50", "--stages", "4",
+                 "--device-flops-per-second", "1e14", "--devices", "64",
+                 "--devices-per-host", "8", "--cross-host-bandwidth", "1e10",
+                 "--link-bandwidth", "1e11", "--schedule", "petra"},
+                std::chrono::seconds(300));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Devices: 64 (16 replicas x 4, one per stage)"));
+  EXPECT_THAT(r.out, HasSubstr("64 devices for 4 stages: 16 replicas"));
+  EXPECT_THAT(r.out, HasSubstr("bound by"));
+  RunResult json =
+      RunToExit(kPetra,
+                {"simulate", "--arch", "revnet50", "--stages", "4",
+                 "--device-flops-per-second", "1e14", "--devices", "32",
+                 "--replicas", "8", "--schedule", "petra", "--json"},
+                std::chrono::seconds(300));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  RunResult py = RunToExit(
+      "/usr/bin/python3",
+      {"-c",
+       "import json, sys\n"
+       "doc = json.loads(sys.argv[1])\n"
+       "assert doc['inputs']['replicas'] == 8, doc['inputs']\n"
+       "run = doc['schedules'][0]\n"
+       "assert run['replicas'] == 8 and run['bound'], run['bound']\n"
+       "assert all(s['allreduce_seconds'] > 0 for s in run['stages'])\n"
+       "print('ok')\n",
+       json.out});
+  EXPECT_EQ(py.exit_code, 0) << py.err << json.out.substr(0, 2000);
+  // 64 devices do not split into 3 replicas; 8 per replica exceed 4 stages.
+  r = RunToExit(kPetra, {"simulate", "--uniform-stages", "4",
+                         "--forward-seconds", "1", "--backward-seconds", "2",
+                         "--devices", "64", "--replicas", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("do not split into 3 replicas"));
+  r = RunToExit(kPetra, {"simulate", "--uniform-stages", "4",
+                         "--forward-seconds", "1", "--backward-seconds", "2",
+                         "--devices", "64", "--replicas", "8"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("at most one device per stage"));
+}
+
+}  // namespace
+}  // namespace petra::testing
