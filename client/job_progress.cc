@@ -156,9 +156,16 @@ void PrintStageTable(const petra::v1::Job& job) {
     linked =
         linked || p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED;
   }
-  std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s", "stage",
-              "blocks", "delay", "staleness", "params+opt", "input buffer",
-              "weight stash", "peak", "rss");
+  // With replicas, job.stages() holds replica r's stage j at r J + j, and
+  // the rows say which copy ("r/j").
+  const int replicas =
+      static_cast<int>(std::max<uint32_t>(1, job.spec().replicas()));
+  const int stage_count = job.stages_size() % replicas == 0
+                              ? job.stages_size() / replicas
+                              : job.stages_size();
+  std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s",
+              replicas > 1 ? "copy/j" : "stage", "blocks", "delay", "staleness",
+              "params+opt", "input buffer", "weight stash", "peak", "rss");
   if (linked) std::printf(" %8s", "to next");
   if (on_device) {
     std::printf(" %12s %12s %12s", "device", "dev reserved", "dev peak");
@@ -169,27 +176,29 @@ void PrintStageTable(const petra::v1::Job& job) {
   for (const petra::v1::StageStats& s : job.progress().stages()) {
     const petra::v1::MemoryBreakdown& m = s.memory();
     std::string blocks = "-";
-    if (static_cast<int>(s.stage_index()) < job.stages_size()) {
-      const auto& placement = job.stages(s.stage_index());
+    const int j = static_cast<int>(s.stage_index());
+    const int k = static_cast<int>(s.replica()) * stage_count + j;
+    if (j < stage_count && k < job.stages_size()) {
+      const auto& placement = job.stages(k);
       blocks =
           absl::StrCat(placement.layer_begin(), "-", placement.layer_end() - 1);
     }
+    const std::string label =
+        replicas > 1 ? absl::StrCat(s.replica(), "/", j) : absl::StrCat(j);
     std::printf(
-        "%-6u %-7s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
+        "%-6s %-7s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
         "%8.0fMB",
-        s.stage_index(), blocks.c_str(), s.delay_ticks_mean(),
-        s.staleness_mean(),
+        label.c_str(), blocks.c_str(), s.delay_ticks_mean(), s.staleness_mean(),
         (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
         m.activation_buffer_bytes() / 1e6, m.weight_stash_bytes() / 1e6,
         m.peak_bytes() / 1e6, m.process_rss_bytes() / 1e6);
     if (linked) {
-      const int j = static_cast<int>(s.stage_index());
-      const bool last = j + 1 >= job.stages_size();
+      const bool last = j + 1 >= stage_count || k >= job.stages_size();
       std::printf(
           " %8s",
           last
               ? "-"
-              : link::TransportName(job.stages(j).transport_to_next()).c_str());
+              : link::TransportName(job.stages(k).transport_to_next()).c_str());
     }
     if (on_device) {
       std::printf(" %10.2fMB %10.2fMB %10.2fMB", m.device_bytes() / 1e6,
@@ -236,7 +245,10 @@ namespace {
 // one: `, "end_to_end_cosine": [...], "end_to_end_norm_ratio": [...]`.
 std::string EndToEndByStage(const petra::v1::Progress& e) {
   std::vector<const petra::v1::StageStats*> stages;
-  for (const petra::v1::StageStats& s : e.stages()) stages.push_back(&s);
+  // Replica 0's (the check runs there).
+  for (const petra::v1::StageStats& s : e.stages()) {
+    if (s.replica() == 0) stages.push_back(&s);
+  }
   std::sort(stages.begin(), stages.end(), [](const auto* a, const auto* b) {
     return a->stage_index() < b->stage_index();
   });
@@ -309,6 +321,12 @@ std::string ReportJson(const petra::v1::Job& job,
         e.elapsed_seconds(), EndToEndByStage(e));
   }
   absl::StrAppend(&out, "\n  ],\n  \"stages\": [");
+  // Replica r's stage j is placement r J + j (in-process: replica 0's only).
+  const int copies =
+      static_cast<int>(std::max<uint32_t>(1, job.spec().replicas()));
+  const int per_copy = job.stages_size() % copies == 0
+                           ? job.stages_size() / copies
+                           : job.stages_size();
   for (int i = 0; i < last.stages_size(); ++i) {
     const petra::v1::StageStats& s = last.stages(i);
     const petra::v1::MemoryBreakdown& m = s.memory();
@@ -316,8 +334,10 @@ std::string ReportJson(const petra::v1::Job& job,
     std::string device;
     // The data channel to the next stage: null in-process and on the last.
     std::string to_next = "null";
-    if (static_cast<int>(s.stage_index()) < job.stages_size()) {
-      const petra::v1::StagePlacement& p = job.stages(s.stage_index());
+    const int k = static_cast<int>(s.replica()) * per_copy +
+                  static_cast<int>(s.stage_index());
+    if (static_cast<int>(s.stage_index()) < per_copy && k < job.stages_size()) {
+      const petra::v1::StagePlacement& p = job.stages(k);
       begin = p.layer_begin();
       end = p.layer_end();
       device = p.device();
@@ -327,7 +347,8 @@ std::string ReportJson(const petra::v1::Job& job,
     }
     absl::StrAppendFormat(
         &out,
-        "%s\n    {\"index\": %u, \"address\": %s, \"device\": %s, "
+        "%s\n    {\"index\": %u, \"replica\": %u, \"address\": %s, "
+        "\"device\": %s, "
         "\"blocks\": [%d, %d], \"transport_to_next\": %s, "
         "\"memory_bytes\": {\"parameters\": %llu, \"optimizer_state\": %llu, "
         "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
@@ -340,9 +361,9 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
         "\"mean\": %.3e, \"max\": %.3e}, \"allreduce_seconds\": %.3f, "
         "\"allreduce_bytes\": %llu}",
-        i ? "," : "", s.stage_index(), base::JsonString(s.address()),
-        base::JsonString(device), begin, end, to_next,
-        static_cast<unsigned long long>(m.parameters_bytes()),
+        i ? "," : "", s.stage_index(), s.replica(),
+        base::JsonString(s.address()), base::JsonString(device), begin, end,
+        to_next, static_cast<unsigned long long>(m.parameters_bytes()),
         static_cast<unsigned long long>(m.optimizer_state_bytes()),
         static_cast<unsigned long long>(m.activation_buffer_bytes()),
         static_cast<unsigned long long>(m.weight_stash_bytes()),

@@ -249,10 +249,15 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   if (!options.quiet) {
     const std::vector<int> ports = (*fleet)->metrics_ports();
     for (size_t i = 0; i < ports.size(); ++i) {
-      std::printf(
-          "metrics: %s http://127.0.0.1:%d/metrics\n",
-          i == 0 ? "coordinator" : absl::StrCat("stage ", i - 1).c_str(),
-          ports[i]);
+      // Server k runs replica k / J's stage k % J.
+      const int k = static_cast<int>(i) - 1;
+      const std::string who =
+          i == 0 ? "coordinator"
+          : spec.replicas() > 1
+              ? absl::StrCat("replica ", k / stages, " stage ", k % stages)
+              : absl::StrCat("stage ", k);
+      std::printf("metrics: %s http://127.0.0.1:%d/metrics\n", who.c_str(),
+                  ports[i]);
     }
   }
 
