@@ -50,7 +50,10 @@ def train_report(petra, flags, timeout, env=None):
     It runs in a temporary folder, where the model it keeps goes too."""
     with tempfile.TemporaryDirectory(prefix="petra-bench-") as d:
         report = os.path.join(d, "report.json")
-        run([petra, "train", "--quiet", "--report", report] + flags,
+        # The run starts in the temporary folder: a relative path would
+        # not lead back.
+        run([os.path.abspath(petra), "train", "--quiet", "--report", report] +
+            flags,
             timeout, env=env, cwd=d)
         try:
             with open(report) as f:
