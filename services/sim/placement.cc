@@ -271,58 +271,93 @@ int64_t Capacity(const PlacementServer& s) {
                             : std::numeric_limits<int64_t>::max();
 }
 
-// Server orders to try, the listed order first; orders that only swap
-// interchangeable servers (ServerClasses) appear once.
-std::vector<std::vector<int>> CandidateOrders(const PlacementProblem& p) {
-  const int K = static_cast<int>(p.servers.size()), J = p.stages;
-  const std::vector<int> cls = ServerClasses(p);
-  std::set<std::vector<int>> seen;
-  std::vector<std::vector<int>> out;
-  auto add = [&](std::vector<int> order) {
-    order.resize(J);
+// Server orders of `length` (the first `length` servers of each order
+// added), each kept once: orders that only swap interchangeable servers
+// (ServerClasses) are the same.
+class DistinctOrders {
+ public:
+  DistinctOrders(const PlacementProblem& p, int length)
+      : classes_(ServerClasses(p)), length_(length) {}
+
+  void Add(std::vector<int> order) {
+    order.resize(length_);
     std::vector<int> key;
-    for (int s : order) key.push_back(cls[s]);
-    if (seen.insert(key).second) out.push_back(std::move(order));
-  };
-  std::vector<int> listed(K);
-  std::iota(listed.begin(), listed.end(), 0);
-  if (K <= kExhaustiveServers) {
-    // Every J-permutation, in lexicographic order of the listed positions.
-    std::vector<int> perm = listed;
-    do {
-      // Each J-prefix appears (K - J)! times in a row; keep the first.
-      add(perm);
-      std::reverse(perm.begin() + J, perm.end());
-    } while (std::next_permutation(perm.begin(), perm.end()));
-    const double blocks = static_cast<double>(p.block_costs.size());
-    if (out.size() * J * blocks * blocks <= kMaxSearchSteps) return out;
-    seen.clear();  // too many distinct orders to cut each: the heuristics
-    out.clear();
+    for (int s : order) key.push_back(classes_[s]);
+    if (seen_.insert(key).second) orders_.push_back(std::move(order));
   }
-  add(listed);
-  // Hosts together, in the order they first appear.
+  // Every `length`-permutation of the servers, in lexicographic order of
+  // the listed positions.
+  void AddEvery() {
+    std::vector<int> perm(classes_.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    do {
+      // Each prefix appears (K - length)! times in a row; keep the first.
+      Add(perm);
+      std::reverse(perm.begin() + length_, perm.end());
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
+  void Clear() {
+    seen_.clear();
+    orders_.clear();
+  }
+  std::vector<std::vector<int>>& orders() { return orders_; }
+
+ private:
+  const std::vector<int> classes_;
+  const int length_;
+  std::set<std::vector<int>> seen_;
+  std::vector<std::vector<int>> orders_;
+};
+
+// The hosts in the order their first server is listed.
+std::vector<std::string> HostsAsListed(const PlacementProblem& p) {
   std::vector<std::string> hosts;
   for (const PlacementServer& s : p.servers) {
     if (std::find(hosts.begin(), hosts.end(), s.host) == hosts.end())
       hosts.push_back(s.host);
   }
-  auto grouped = [&](const std::vector<std::string>& host_order,
-                     bool by_memory) {
-    std::vector<int> order;
-    for (const std::string& h : host_order) {
-      std::vector<int> on;
-      for (int i = 0; i < K; ++i)
-        if (p.servers[i].host == h) on.push_back(i);
-      if (by_memory) {
-        std::stable_sort(on.begin(), on.end(), [&](int a, int b) {
-          return Capacity(p.servers[a]) > Capacity(p.servers[b]);
-        });
-      }
-      order.insert(order.end(), on.begin(), on.end());
+  return hosts;
+}
+
+// Every server, the hosts' together in `host_order`, the most memory first
+// within a host when `by_memory`.
+std::vector<int> HostGrouped(const PlacementProblem& p,
+                             const std::vector<std::string>& host_order,
+                             bool by_memory) {
+  std::vector<int> order;
+  for (const std::string& h : host_order) {
+    std::vector<int> on;
+    for (int i = 0; i < static_cast<int>(p.servers.size()); ++i)
+      if (p.servers[i].host == h) on.push_back(i);
+    if (by_memory) {
+      std::stable_sort(on.begin(), on.end(), [&](int a, int b) {
+        return Capacity(p.servers[a]) > Capacity(p.servers[b]);
+      });
     }
-    return order;
-  };
-  add(grouped(hosts, false));
+    order.insert(order.end(), on.begin(), on.end());
+  }
+  return order;
+}
+
+// Server orders to try, the listed order first; orders that only swap
+// interchangeable servers (ServerClasses) appear once.
+std::vector<std::vector<int>> CandidateOrders(const PlacementProblem& p) {
+  const int K = static_cast<int>(p.servers.size()), J = p.stages;
+  DistinctOrders out(p, J);
+  std::vector<int> listed(K);
+  std::iota(listed.begin(), listed.end(), 0);
+  if (K <= kExhaustiveServers) {
+    out.AddEvery();
+    const double blocks = static_cast<double>(p.block_costs.size());
+    if (out.orders().size() * J * blocks * blocks <= kMaxSearchSteps) {
+      return std::move(out.orders());
+    }
+    out.Clear();  // too many distinct orders to cut each: the heuristics
+  }
+  out.Add(listed);
+  // Hosts together, in the order they first appear.
+  const std::vector<std::string> hosts = HostsAsListed(p);
+  out.Add(HostGrouped(p, hosts, false));
   // The front stages hold the most in flight: the most memory there.
   std::vector<std::string> by_total = hosts;
   std::map<std::string, double> total;
@@ -332,13 +367,13 @@ std::vector<std::vector<int>> CandidateOrders(const PlacementProblem& p) {
                    [&](const std::string& a, const std::string& b) {
                      return total[a] > total[b];
                    });
-  add(grouped(by_total, true));
+  out.Add(HostGrouped(p, by_total, true));
   std::vector<int> by_memory = listed;
   std::stable_sort(by_memory.begin(), by_memory.end(), [&](int a, int b) {
     return Capacity(p.servers[a]) > Capacity(p.servers[b]);
   });
-  add(by_memory);
-  return out;
+  out.Add(by_memory);
+  return std::move(out.orders());
 }
 
 std::string Blocks(const model::BlockRange& r) {
@@ -412,27 +447,6 @@ double PlacementBottleneck(const PlacementProblem& problem,
 
 namespace {
 
-// Host-grouped server order: hosts as they first appear, the most memory
-// first within each.
-std::vector<int> HostGrouped(const PlacementProblem& p) {
-  std::vector<std::string> hosts;
-  for (const PlacementServer& s : p.servers) {
-    if (std::find(hosts.begin(), hosts.end(), s.host) == hosts.end())
-      hosts.push_back(s.host);
-  }
-  std::vector<int> order;
-  for (const std::string& h : hosts) {
-    std::vector<int> on;
-    for (int i = 0; i < static_cast<int>(p.servers.size()); ++i)
-      if (p.servers[i].host == h) on.push_back(i);
-    std::stable_sort(on.begin(), on.end(), [&](int a, int b) {
-      return Capacity(p.servers[a]) > Capacity(p.servers[b]);
-    });
-    order.insert(order.end(), on.begin(), on.end());
-  }
-  return order;
-}
-
 // R copies of the pipeline: the cut for one copy (or the given one), then
 // which server takes each copy's stages. Every assignment when the servers
 // are few; else copies placed one after another (each on the servers the
@@ -452,25 +466,13 @@ absl::StatusOr<Placement> PlanReplicated(const PlacementProblem& p,
   }
   one.fixed_ranges = ranges;
   one.preferred_ranges.clear();
-  const std::vector<int> cls = ServerClasses(p);
-  std::set<std::vector<int>> seen;
-  std::vector<std::vector<int>> candidates;
-  auto add = [&](std::vector<int> slot_servers) {
-    slot_servers.resize(slots);
-    std::vector<int> key;
-    for (int s : slot_servers) key.push_back(cls[s]);
-    if (seen.insert(key).second) candidates.push_back(std::move(slot_servers));
-  };
+  DistinctOrders candidates(p, slots);
   std::vector<int> listed(K);
   std::iota(listed.begin(), listed.end(), 0);
   if (K <= kExhaustiveServers) {
-    std::vector<int> perm = listed;
-    do {
-      add(perm);
-      std::reverse(perm.begin() + slots, perm.end());
-    } while (std::next_permutation(perm.begin(), perm.end()));
+    candidates.AddEvery();
   } else {
-    add(listed);
+    candidates.Add(listed);
     // Copies one after another, each on the servers left.
     std::vector<int> left = listed, greedy;
     bool placed = true;
@@ -488,19 +490,19 @@ absl::StatusOr<Placement> PlanReplicated(const PlacementProblem& p,
         left.erase(std::find(left.begin(), left.end(), i));
       }
     }
-    if (placed) add(greedy);
-    const std::vector<int> grouped = HostGrouped(p);
-    add(grouped);  // each copy's neighbours on one host
+    if (placed) candidates.Add(greedy);
+    const std::vector<int> grouped = HostGrouped(p, HostsAsListed(p), true);
+    candidates.Add(grouped);  // each copy's neighbours on one host
     std::vector<int> stage_major(slots);
     for (int j = 0; j < J; ++j) {
       for (int r = 0; r < R; ++r) stage_major[r * J + j] = grouped[j * R + r];
     }
-    add(stage_major);  // each stage's copies on one host
+    candidates.Add(stage_major);  // each stage's copies on one host
   }
   Placement best;
   best.bottleneck = kInf;
   int best_cross = 0;
-  for (const std::vector<int>& c : candidates) {
+  for (const std::vector<int>& c : candidates.orders()) {
     double v = search.ReplicatedBottleneck(ranges, c);
     if (v < 0) continue;
     int cross = search.CrossHostRings(c);

@@ -95,6 +95,21 @@ class Recovery : public FleetProcesses {
     return WaitForTheEnd(id, timeout);
   }
 
+  // Job `id`'s training log equals job `baseline`'s, row for row (a
+  // recovery trained on as if never interrupted).
+  void ExpectSameLosses(const std::string& baseline, const std::string& id) {
+    const auto a = Losses(baseline);
+    const auto b = Losses(id);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_GT(a.size(), 30u);
+    for (const auto& [key, loss] : a) {
+      ASSERT_TRUE(b.count(key))
+          << "epoch " << key.first << " micro-batch " << key.second;
+      EXPECT_NEAR(b.at(key), loss, 1e-5 * std::max(1.0, std::abs(loss)))
+          << "epoch " << key.first << " micro-batch " << key.second;
+    }
+  }
+
   // Port of stage j's address.
   int Port(int j) {
     const std::string& a = stage_addresses_[j];
@@ -190,16 +205,7 @@ TEST_F(Recovery, AnAdamWStageKilledMidJobTrainsOnWithTheSameLosses) {
   ASSERT_EQ(done.recoveries_size(), 1);
   EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
 
-  const auto a = Losses(baseline);
-  const auto b = Losses(id);
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_GT(a.size(), 30u);
-  for (const auto& [key, loss] : a) {
-    ASSERT_TRUE(b.count(key))
-        << "epoch " << key.first << " micro-batch " << key.second;
-    EXPECT_NEAR(b.at(key), loss, 1e-5 * std::max(1.0, std::abs(loss)))
-        << "epoch " << key.first << " micro-batch " << key.second;
-  }
+  ExpectSameLosses(baseline, id);
   EXPECT_NEAR(done.progress().test_accuracy(),
               GetJob(baseline).progress().test_accuracy(), 1e-6);
 }
@@ -268,16 +274,7 @@ TEST_F(Recovery, AReplicaThatLosesAStageRecoversWithTheSameLosses) {
   for (const petra::v1::StagePlacement& p : done.stages()) {
     EXPECT_NE(p.address(), lost);
   }
-  const auto a = Losses(baseline);
-  const auto b = Losses(id);
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_GT(a.size(), 30u);
-  for (const auto& [key, loss] : a) {
-    ASSERT_TRUE(b.count(key))
-        << "epoch " << key.first << " micro-batch " << key.second;
-    EXPECT_NEAR(b.at(key), loss, 1e-5 * std::max(1.0, std::abs(loss)))
-        << "epoch " << key.first << " micro-batch " << key.second;
-  }
+  ExpectSameLosses(baseline, id);
   EXPECT_NEAR(done.progress().test_accuracy(), first.progress().test_accuracy(),
               1e-6);
 }
