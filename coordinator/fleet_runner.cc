@@ -542,7 +542,8 @@ void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
     p.set_test_accuracy(last_test_->second);
   }
   if (p.stages_size() == 0) {
-    for (const auto& s : stage_stats_) *p.add_stages() = s;
+    // The replicas' feeds poll while this publishes: under the lock.
+    for (const auto& s : StageStats()) *p.add_stages() = s;
   }
   if (kind != JobEvent::KIND_EPOCH_END) {
     uint64_t corrupt = 0;
