@@ -181,7 +181,12 @@ TEST(BadOptions, AreRefusedBeforeServing) {
             {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
              dir.path(), "--cross-host-bandwidth", "0"},
             "--cross-host-bandwidth = 0: must be a number of bytes/s above "
-            "0"}}) {
+            "0"},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
+             dir.path(), "--data-root", dir.path(), "--replica-store",
+             "coordinator"},
+            "--replica-store: \"coordinator\" has no port"}}) {
     RunResult r = RunToExit(c.binary, c.args);
     EXPECT_EQ(r.exit_code, 1) << c.expected << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.expected));
