@@ -19,8 +19,6 @@
 #include "services/engine/job_plan.h"
 #include "services/engine/training_mode.h"
 #include "services/job/job_spec_validation.h"
-#include "services/link/endpoint.h"
-#include "services/link/transport_choice.h"
 #include "services/model/architecture_catalog.h"
 
 namespace petra::coordinator {
@@ -205,32 +203,6 @@ absl::Status FleetRunner::Place(ProbeResult& probe) {
       {"cross_host_links", absl::StrCat(cross_host_links)},
       {"cross_host_rings", absl::StrCat(placement->cross_host_rings)},
       {"cut", moved ? "moved to fit memory" : "as planned"});
-  return absl::OkStatus();
-}
-
-absl::Status FleetRunner::ChooseTransports() {
-  const int stages = this->stages();
-  const petra::v1::Transport wanted = spec_.transport();
-  const petra::v1::LinkEndpoint& here = link::LocalEndpoint();
-  for (Pipeline& p : pipelines_) {
-    const StageFleet& f = *p.fleet;
-    p.links.assign(stages, petra::v1::TRANSPORT_GRPC);
-    for (int j = 0; j + 1 < stages; ++j) {
-      absl::StatusOr<petra::v1::Transport> t = link::ChooseTransport(
-          wanted, f.endpoint(j), f.endpoint(j + 1),
-          absl::StrCat(f.Name(j), " <-> ", f.Name(j + 1)));
-      if (!t.ok()) return t.status();
-      p.links[j] = *t;
-    }
-    for (auto [j, to] : {std::pair{0, &p.feed_to_first},
-                         std::pair{stages - 1, &p.feed_to_last}}) {
-      absl::StatusOr<petra::v1::Transport> t = link::ChooseFeedTransport(
-          wanted, here, f.endpoint(j),
-          absl::StrCat("the coordinator -> ", f.Name(j)));
-      if (!t.ok()) return t.status();
-      *to = *t;
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -80,18 +80,22 @@ class NeighborOutbox : public engine::StageOutbox {
  private:
   // Starts the payload's copy back to the host on the copy stream (the
   // stage computes on meanwhile), where it is on the device, and queues its
-  // encoding and sending, which wait for that copy.
+  // encoding and sending, which wait for that copy. A link that carries
+  // device memory (cuda_ipc) waits for the computation instead.
   template <typename Payload, typename Message>
   absl::Status Queue(SendQueue& queue, Payload p,
                      const link::PayloadLink<Payload, Message>* to,
                      bool backward) {
     engine::Transfer copied;  // none: the tensors are on the host
     if (p.home == model::TensorHome::kDevice) {
+      const bool device_link = to != nullptr && to->keeps_device();
       absl::StatusOr<engine::Transfer> started =
-          job_.transfer.ToHost(wire::TensorsOf(p), p.header.micro_batch_id);
+          device_link ? job_.transfer.Computed(p.header.micro_batch_id)
+                      : job_.transfer.ToHost(wire::TensorsOf(p),
+                                             p.header.micro_batch_id);
       if (!started.ok()) return started.status();
       copied = std::move(*started);
-      p.home = model::TensorHome::kPinnedHost;
+      if (!device_link) p.home = model::TensorHome::kPinnedHost;
     }
     after_each_();
     return queue.Push([this, p = std::move(p), copied = std::move(copied), to,

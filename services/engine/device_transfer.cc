@@ -133,4 +133,14 @@ absl::StatusOr<Transfer> DeviceTransfer::ToHost(
   });
 }
 
+absl::StatusOr<Transfer> DeviceTransfer::Computed(uint64_t micro_batch) const {
+  if (!on_device()) return Transfer();
+  const std::string what = absl::StrCat("sending micro-batch ", micro_batch);
+  return Guard(stage_, what, [&]() -> absl::StatusOr<Transfer> {
+    auto done = std::make_shared<c10::Event>(device_.type());
+    done->record(Impl(device_).getStream(device_));
+    return Transfer(std::move(done), {}, *copy_stream_);
+  });
+}
+
 }  // namespace petra::engine

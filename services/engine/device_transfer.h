@@ -93,6 +93,12 @@ class DeviceTransfer {
   absl::StatusOr<Transfer> ToHost(const std::vector<at::Tensor*>& tensors,
                                   uint64_t micro_batch) const;
 
+  // On the computing thread: a Transfer whose Wait() returns once the
+  // calling thread's stream has computed what it queued so far, the
+  // tensors left where they are (a data channel that copies device to
+  // device, cuda_ipc, reads them then). Empty on the CPU.
+  absl::StatusOr<Transfer> Computed(uint64_t micro_batch) const;
+
  private:
   const c10::Device device_;
   const int stage_;

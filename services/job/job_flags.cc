@@ -482,11 +482,13 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
   const EnumDescriptor* transport = GetEnumDescriptor<petra::v1::Transport>();
   f.AddCustom("transport", Choices(transport), EnumShortName(d.transport()),
               "what activations travel through between processes: auto "
-              "(shared memory where both ends share a host's /dev/shm, "
+              "(cuda_ipc between GPUs that can map each other's memory, "
+              "shared memory where both ends share a host's /dev/shm, "
               "grpc_bulk elsewhere), grpc (bytes in the stream's messages), "
               "grpc_bulk (raw byte buffers on several connections), shm "
               "(refused for a link that cannot share memory) or cuda_ipc "
-              "(not built yet; docs/DATA_PLANE.md)",
+              "(device memory from GPU to GPU on one host; auto takes it "
+              "where both GPUs can map each other's; docs/DATA_PLANE.md)",
               Enum(transport, [s](int v) {
                 s->set_transport(static_cast<petra::v1::Transport>(v));
               }));

@@ -337,11 +337,12 @@ INSTANTIATE_TEST_SUITE_P(
                      s->set_transport(static_cast<petra::v1::Transport>(9));
                    },
                    "transport = 9", "unknown value"},
-        RejectCase{"TransportCudaIpcNotBuilt",
+        RejectCase{"TransportCudaIpcOnTheCpu",
                    [](JobSpec* s) {
                      s->set_transport(petra::v1::TRANSPORT_CUDA_IPC);
+                     s->add_devices("cpu");
                    },
-                   "transport = cuda_ipc", "not built yet"},
+                   "transport = cuda_ipc", "devices has \"cpu\""},
         RejectCase{"RebuildWithUnknown",
                    [](JobSpec* s) {
                      s->mutable_training()->set_rebuild_with(

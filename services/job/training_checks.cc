@@ -185,8 +185,16 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
   CheckEnum<petra::v1::Recipe>(p, "recipe", s.recipe(), false);
   CheckEnum<petra::v1::Transport>(p, "transport", s.transport(), false);
   if (s.transport() == petra::v1::TRANSPORT_CUDA_IPC) {
-    p.Add("transport", "cuda_ipc",
-          "not built yet: use auto, shm or grpc (docs/DATA_PLANE.md)");
+    // Unset devices are the servers' own: the coordinator checks those.
+    for (const std::string& d : s.devices()) {
+      if (d.rfind("cuda", 0) != 0) {
+        p.Add("transport", "cuda_ipc",
+              absl::StrCat("carries device memory from GPU to GPU, and "
+                           "devices has \"",
+                           d, "\": use auto (docs/DATA_PLANE.md)"));
+        break;
+      }
+    }
   }
   CheckEnum<petra::v1::OptimizerSpec::Kind>(p, "optimizer.kind", o.kind(),
                                             false);

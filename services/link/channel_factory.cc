@@ -4,6 +4,7 @@
 #include "services/link/bulk_channel.h"
 #include "services/link/bulk_service.h"
 #include "services/link/endpoint.h"
+#include "services/link/ipc_device.h"
 #include "services/link/shared_ring_channel.h"
 #include "services/link/transport_choice.h"
 
@@ -20,6 +21,18 @@ absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
       return std::make_unique<SharedRingPlacer>(
           std::move(keep_going), kRingSlots,
           /*may_fall_back=*/wanted != petra::v1::TRANSPORT_SHM);
+    case petra::v1::TRANSPORT_CUDA_IPC: {
+      std::string why;
+      IpcDevice* device = CudaIpcDevice(&why);
+      if (device == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("transport cuda_ipc: ", why));
+      }
+      // Never falls back to the message: its bytes are on the device.
+      return std::make_unique<SharedRingPlacer>(
+          std::move(keep_going), kRingSlots, /*may_fall_back=*/false,
+          /*max_ring_bytes=*/0, device);
+    }
     case petra::v1::TRANSPORT_GRPC_BULK:
       if (connect == nullptr) {
         return absl::FailedPreconditionError(
@@ -82,6 +95,7 @@ std::vector<grpc::Service*> ChannelServices::services() const {
 
 void FillLinkStatus(petra::v1::StageStatus& status) {
   *status.mutable_endpoint() = LocalEndpoint();
+  status.mutable_endpoint()->set_device(status.device());
   status.set_bulk_inbox_bytes(BulkInbox::Global().held_bytes());
 }
 

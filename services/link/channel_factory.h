@@ -44,7 +44,8 @@ class ChannelServices {
 };
 
 // A stage server's status, as far as its data channels go: its
-// LinkEndpoint, and what its receiving channels hold (0 between jobs).
+// LinkEndpoint (on the device `status` names: set it first), and what its
+// receiving channels hold (0 between jobs).
 void FillLinkStatus(petra::v1::StageStatus& status);
 
 }  // namespace petra::link

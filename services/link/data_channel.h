@@ -22,6 +22,9 @@ namespace petra::link {
 struct PayloadPiece {
   const void* data = nullptr;
   uint64_t bytes = 0;
+  // The CUDA device they are on; -1: host memory. Only a placer that
+  // takes_device_pieces() is given device pieces.
+  int device = -1;
 };
 
 // The sending end: takes one micro-batch's pieces at a time.
@@ -41,6 +44,9 @@ class PayloadPlacer {
   // RESOURCE_EXHAUSTED) may travel in the message instead: the job asked
   // for transport auto, not for this channel by name.
   virtual bool may_fall_back() const { return false; }
+  // True when pieces may be device memory (cuda_ipc copies them device to
+  // device); the others are given host memory.
+  virtual bool takes_device_pieces() const { return false; }
 };
 
 // The receiving end.
@@ -57,6 +63,8 @@ class PayloadFetcher {
     // last reference is gone (so a micro-batch of hundreds of MiB does not
     // fault in fresh pages each time).
     std::shared_ptr<const void> bytes;
+    // Set by Fetch: the CUDA device `bytes` are on; -1: host memory.
+    int device = -1;
   };
   // Copies each field's bytes out of the place its SlotRef names (checked
   // against the header and `limits`), clears the SlotRef, then frees the

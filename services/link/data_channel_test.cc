@@ -16,6 +16,7 @@
 #include "services/engine/blocking_queue.h"
 #include "services/link/bulk_service.h"
 #include "services/link/channel_factory.h"
+#include "services/link/ipc_device.h"
 #include "services/link/shared_ring.h"
 #include "services/link/shared_ring_channel.h"
 #include "services/link/transport_choice.h"
@@ -58,17 +59,34 @@ class BulkServer {
 class DataChannel : public ::testing::TestWithParam<petra::v1::Transport> {
  protected:
   void SetUp() override {
-    auto placer = MakePlacer(
-        GetParam(), [] { return absl::OkStatus(); }, petra::v1::TRANSPORT_AUTO,
-        BulkServer::Get().connector());
-    ASSERT_TRUE(placer.ok()) << placer.status();
-    placer_ = std::move(*placer);
+    if (GetParam() == petra::v1::TRANSPORT_CUDA_IPC) {
+      // cuda_ipc's protocol over the host stand-in of its runtime
+      // (ipc_device.h), which the fetcher of any build reads: CUDA cannot
+      // map a handle in the process that made it, so the CUDA runtime's
+      // own crossing is GpuCudaIpc's, between two processes.
+      placer_ = std::make_unique<SharedRingPlacer>(
+          [] { return absl::OkStatus(); }, kRingSlots, false, 0,
+          &HostIpcDevice());
+    } else {
+      auto placer = MakePlacer(
+          GetParam(), [] { return absl::OkStatus(); },
+          petra::v1::TRANSPORT_AUTO, BulkServer::Get().connector());
+      ASSERT_TRUE(placer.ok()) << placer.status();
+      placer_ = std::move(*placer);
+    }
     fetcher_ = MakeFetcher();
   }
   void TearDown() override {
     placer_.reset();
+    fetcher_.reset();
     // Every micro-batch that crossed was taken: nothing waits in the inbox.
     EXPECT_EQ(BulkInbox::Global().held_micro_batches(), 0);
+    // Nothing outlives the channel: no exported or mapped device memory,
+    // no event, no receive buffer.
+    const IpcCounts c = HostIpcDevice().counts();
+    EXPECT_EQ(c.exported_regions + c.mapped_regions + c.events +
+                  c.opened_events + c.local_buffers,
+              0);
   }
 
   // One micro-batch there and back through serialized messages.
@@ -237,7 +255,8 @@ TEST_P(DataChannel, ARefusedMicroBatchLeavesTheChannelUsable) {
 INSTANTIATE_TEST_SUITE_P(
     EveryTransport, DataChannel,
     ::testing::Values(petra::v1::TRANSPORT_GRPC, petra::v1::TRANSPORT_SHM,
-                      petra::v1::TRANSPORT_GRPC_BULK),
+                      petra::v1::TRANSPORT_GRPC_BULK,
+                      petra::v1::TRANSPORT_CUDA_IPC),
     [](const ::testing::TestParamInfo<petra::v1::Transport>& info) {
       return TransportName(info.param);
     });

@@ -39,8 +39,14 @@ class PayloadLink {
         channel_(std::move(channel)),
         chunk_bytes_(chunk_bytes) {}
 
-  // Encodes `payload` and sends it; its tensors must be on the host.
+  // Encodes `payload` and sends it; its tensors must be on the host unless
+  // the channel keeps_device() (then device tensors must be computed).
   absl::StatusOr<Sent> Send(Payload& payload) const;
+  // True when device tensors travel as they are (cuda_ipc): the sender
+  // skips their copy to the host.
+  bool keeps_device() const {
+    return channel_ != nullptr && channel_->takes_device_pieces();
+  }
   // Makes a Send waiting for room in the data channel, or a later one,
   // fail at once (from any thread); the stream is its owner's to cancel.
   void Cancel() const {

@@ -25,7 +25,9 @@ namespace petra::link {
 namespace {
 
 constexpr uint64_t kMagic = 0x474e495241525450;  // "PTRARING"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;                 // 2: the medium
+// Media a receiver knows (IpcKind's values; 0: the payload in the slots).
+constexpr uint32_t kLastMedium = 2;
 constexpr uint64_t kLine = 64;
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kFree = 0, kFull = 1;
@@ -84,6 +86,7 @@ struct SharedRing::Header {
   uint64_t slot_bytes;
   uint64_t data_offset;
   std::atomic<uint32_t> opened;  // the receiver has mapped it
+  uint32_t medium;
 };
 
 struct SharedRing::SlotState {
@@ -115,13 +118,13 @@ std::string RingNamePrefix() {
 }
 
 absl::StatusOr<std::unique_ptr<SharedRing>> SharedRing::Create(
-    int slots, uint64_t slot_bytes) {
+    int slots, uint64_t slot_bytes, uint32_t medium) {
   if (slots < 1 || slots > kMaxRingSlots || slot_bytes == 0 ||
-      slot_bytes > kMaxSlotBytes) {
+      slot_bytes > kMaxSlotBytes || medium > kLastMedium) {
     return absl::InvalidArgumentError(
         absl::StrCat("a shared-memory ring needs 1 to ", kMaxRingSlots,
                      " slots of 1 byte to ", kMaxSlotBytes, " bytes, not ",
-                     slots, " of ", slot_bytes));
+                     slots, " of ", slot_bytes, " (medium ", medium, ")"));
   }
   static std::atomic<uint64_t> counter{0};
   slot_bytes = RoundUp(slot_bytes, kLine);
@@ -162,7 +165,9 @@ absl::StatusOr<std::unique_ptr<SharedRing>> SharedRing::Create(
   h->slot_bytes = slot_bytes;
   h->data_offset = offset;
   h->opened.store(0);
+  h->medium = medium;
   ring->slots_ = slots;
+  ring->medium_ = medium;
   ring->slot_bytes_ = slot_bytes;
   ring->data_offset_ = offset;
   for (int i = 0; i < slots; ++i) {
@@ -208,9 +213,9 @@ absl::StatusOr<std::unique_ptr<SharedRing>> SharedRing::Open(
   const uint64_t slots = h->slot_count;
   const uint64_t bytes = h->slot_bytes;
   if (h->magic.load(std::memory_order_acquire) != kMagic ||
-      h->version != kVersion || slots < 1 || slots > kMaxRingSlots ||
-      bytes == 0 || bytes > kMaxSlotBytes || bytes % kLine != 0 ||
-      h->data_offset != DataOffset(slots) ||
+      h->version != kVersion || h->medium > kLastMedium || slots < 1 ||
+      slots > kMaxRingSlots || bytes == 0 || bytes > kMaxSlotBytes ||
+      bytes % kLine != 0 || h->data_offset != DataOffset(slots) ||
       size < h->data_offset + slots * bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("shared memory ", name, " does not hold a valid ring"));
@@ -218,6 +223,7 @@ absl::StatusOr<std::unique_ptr<SharedRing>> SharedRing::Open(
   ring->slots_ = static_cast<int>(slots);
   ring->slot_bytes_ = bytes;
   ring->data_offset_ = h->data_offset;
+  ring->medium_ = h->medium;
   // Both ends have it mapped: the name is no longer needed.
   h->opened.store(1);
   shm_unlink(name.c_str());

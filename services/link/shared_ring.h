@@ -37,9 +37,11 @@ class SharedRing {
   };
 
   // Makes a new ring of `slots` slots of `slot_bytes` each (rounded up to
-  // 64 bytes), under a fresh name.
+  // 64 bytes), under a fresh name. `medium` says what the slots hold, for
+  // the receiver: 0 the payload itself (shm), else an IpcKind whose memory
+  // holds the payload and each slot its descriptor (device_slots.h).
   static absl::StatusOr<std::unique_ptr<SharedRing>> Create(
-      int slots, uint64_t slot_bytes);
+      int slots, uint64_t slot_bytes, uint32_t medium = 0);
   // Maps the ring `name` another process made, checks its header against
   // the segment's size, and unlinks the name. NOT_FOUND when no such ring
   // is visible here (another host or another /dev/shm).
@@ -52,6 +54,7 @@ class SharedRing {
   const std::string& name() const { return name_; }
   int slots() const { return slots_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
+  uint32_t medium() const { return medium_; }
   // True when no slot holds an unread micro-batch.
   bool Idle() const;
 
@@ -62,6 +65,9 @@ class SharedRing {
       const std::function<absl::Status()>& keep_going);
   // Sender: the slot's bytes are written; the receiver may read them.
   void Publish(const Lease& lease);
+  // Sender: slot `index`'s bytes, whatever its state (a device ring writes
+  // each slot's descriptor once, before the first Acquire).
+  uint8_t* SlotData(uint32_t index) { return data(index); }
 
   // Receiver: `bytes` at `offset` of slot `index`, which must hold the
   // micro-batch `sequence` names. INVALID_ARGUMENT for anything out of
@@ -87,6 +93,7 @@ class SharedRing {
   int slots_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t data_offset_ = 0;
+  uint32_t medium_ = 0;
   uint32_t next_ = 0;      // sender: the slot Acquire takes next
   uint64_t sequence_ = 0;  // sender: micro-batches published
 };

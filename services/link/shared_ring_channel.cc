@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "services/link/ipc_device.h"
 #include "services/link/payload_layout.h"
 #include "services/wire/tensor_validation.h"
 
@@ -14,11 +15,14 @@ namespace petra::link {
 
 SharedRingPlacer::SharedRingPlacer(std::function<absl::Status()> keep_going,
                                    int slots, bool may_fall_back,
-                                   uint64_t max_ring_bytes)
+                                   uint64_t max_ring_bytes, IpcDevice* device)
     : keep_going_(std::move(keep_going)),
       slots_(slots),
       may_fall_back_(may_fall_back),
-      max_ring_bytes_(max_ring_bytes) {}
+      max_ring_bytes_(max_ring_bytes),
+      device_(device) {}
+
+SharedRingPlacer::~SharedRingPlacer() = default;
 
 absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
     const std::vector<PayloadPiece>& pieces) {
@@ -26,58 +30,93 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
   // Nothing to carry (a message of directional derivatives only): a slot
   // would be published that no message names, and never freed.
   if (pieces.empty()) return std::vector<petra::v1::SlotRef>();
+  if (device_ == nullptr) {
+    for (const PayloadPiece& p : pieces) {
+      if (p.device >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a tensor on cuda:", p.device,
+            " given to shared memory, which carries host memory only"));
+      }
+    }
+  }
   const PayloadLayout layout = LayOut(pieces);
   const uint64_t total = layout.total;
   // Outgrown rings go once the receiver has read all they hold.
   old_.erase(std::remove_if(old_.begin(), old_.end(),
-                            [](const std::unique_ptr<SharedRing>& r) {
-                              return r->Idle();
-                            }),
+                            [](const Ring& r) { return r.control()->Idle(); }),
              old_.end());
-  if (ring_ == nullptr || ring_->slot_bytes() < total) {
+  if (ring_.control() == nullptr || ring_.capacity() < total) {
     if (no_room_ > 0 && total >= no_room_) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("no shared-memory ring of ", slots_, " slots of ", total,
+          absl::StrCat("no ", name(), " ring of ", slots_, " slots of ", total,
                        " bytes could be made (tried before)"));
     }
     const uint64_t slot_bytes = std::max<uint64_t>(total, kPayloadAlign);
-    absl::StatusOr<std::unique_ptr<SharedRing>> made =
-        max_ring_bytes_ > 0 && slot_bytes * slots_ > max_ring_bytes_
-            ? absl::ResourceExhaustedError(
-                  absl::StrCat("a ring of ", slots_, " slots of ", slot_bytes,
-                               " bytes exceeds the cap of ", max_ring_bytes_))
-            : SharedRing::Create(slots_, slot_bytes);
-    if (!made.ok()) {
-      if (absl::IsResourceExhausted(made.status())) no_room_ = total;
-      return made.status();
+    Ring made;
+    absl::Status status;
+    if (max_ring_bytes_ > 0 && slot_bytes * slots_ > max_ring_bytes_) {
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("a ring of ", slots_, " slots of ", slot_bytes,
+                       " bytes exceeds the cap of ", max_ring_bytes_));
+    } else if (device_ != nullptr) {
+      auto d = DeviceSlots::Create(*device_, slots_, slot_bytes);
+      status = d.status();
+      if (d.ok()) made.device = std::move(*d);
+    } else {
+      auto h = SharedRing::Create(slots_, slot_bytes);
+      status = h.status();
+      if (h.ok()) made.host = std::move(*h);
     }
-    if (ring_ != nullptr) old_.push_back(std::move(ring_));
-    ring_ = std::move(*made);
+    if (!status.ok()) {
+      if (absl::IsResourceExhausted(status)) no_room_ = total;
+      return status;
+    }
+    if (ring_.control() != nullptr) old_.push_back(std::move(ring_));
+    ring_ = std::move(made);
   }
+  SharedRing& control = *ring_.control();
   absl::StatusOr<SharedRing::Lease> lease =
-      ring_->Acquire([this]() -> absl::Status {
+      control.Acquire([this]() -> absl::Status {
         if (cancelled_) return absl::CancelledError("the link was cancelled");
         return keep_going_ ? keep_going_() : absl::OkStatus();
       });
   if (!lease.ok()) return lease.status();
+  if (ring_.device != nullptr) {
+    // The slot is not published: the receiver never sees it, and the next
+    // Acquire takes the next slot (this one stays free).
+    if (absl::Status s = ring_.device->Write(*lease, pieces, layout); !s.ok()) {
+      return s;
+    }
+  } else {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (pieces[i].bytes > 0) {
+        std::memcpy(lease->data + layout.offsets[i], pieces[i].data,
+                    pieces[i].bytes);
+      }
+    }
+  }
   std::vector<petra::v1::SlotRef> refs;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const PayloadPiece& p = pieces[i];
-    if (p.bytes > 0) {
-      std::memcpy(lease->data + layout.offsets[i], p.data, p.bytes);
-    }
     petra::v1::SlotRef& r = refs.emplace_back();
-    r.set_ring(ring_->name());
+    r.set_ring(control.name());
     r.set_index(lease->index);
     r.set_offset(layout.offsets[i]);
     r.set_sequence(lease->sequence);
   }
-  ring_->Publish(*lease);
+  control.Publish(*lease);
   return refs;
 }
 
 BufferPool::~BufferPool() {
-  for (const auto& [capacity, data] : free_) std::free(data);
+  for (const auto& [capacity, data] : free_) Release(data);
+}
+
+void BufferPool::Release(void* data) {
+  if (device_ != nullptr) {
+    device_->Free(data);
+  } else {
+    std::free(data);
+  }
 }
 
 std::shared_ptr<void> BufferPool::Take(uint64_t bytes) {
@@ -101,7 +140,8 @@ std::shared_ptr<void> BufferPool::Take(uint64_t bytes) {
   }
   if (data == nullptr) {
     capacity = AlignedBytes(want);
-    data = std::aligned_alloc(kPayloadAlign, capacity);
+    data = device_ != nullptr ? device_->Allocate(capacity)
+                              : std::aligned_alloc(kPayloadAlign, capacity);
     if (data == nullptr) return nullptr;
   }
   std::shared_ptr<BufferPool> self = shared_from_this();
@@ -110,6 +150,14 @@ std::shared_ptr<void> BufferPool::Take(uint64_t bytes) {
 }
 
 void BufferPool::Give(uint64_t capacity, void* data) {
+  // A device buffer is not reused: the tensor over it dies on the thread
+  // that computes with it while its kernels may still be queued on a stream
+  // this pool cannot see, and a copy into it now would race them. Freeing
+  // it waits for the device (cudaFree does).
+  if (device_ != nullptr) {
+    Release(data);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (free_.size() < kMaxFree) {
@@ -117,7 +165,7 @@ void BufferPool::Give(uint64_t capacity, void* data) {
       return;
     }
   }
-  std::free(data);
+  Release(data);
 }
 
 int BufferPool::free_buffers() {
@@ -125,34 +173,53 @@ int BufferPool::free_buffers() {
   return static_cast<int>(free_.size());
 }
 
-SharedRingFetcher::SharedRingFetcher()
-    : pool_(std::make_shared<BufferPool>()) {}
+SharedRingFetcher::SharedRingFetcher() = default;
 
 SharedRingFetcher::~SharedRingFetcher() = default;
 
-absl::StatusOr<SharedRing*> SharedRingFetcher::Ring(const std::string& name) {
-  if (auto it = rings_.find(name); it != rings_.end()) return it->second.get();
+BufferPool& SharedRingFetcher::Pool(IpcDevice* device) {
+  std::shared_ptr<BufferPool>& pool = pools_[device];
+  if (pool == nullptr) pool = std::make_shared<BufferPool>(device);
+  return *pool;
+}
+
+absl::StatusOr<SharedRingFetcher::Opened*> SharedRingFetcher::Ring(
+    const std::string& name) {
+  if (auto it = rings_.find(name); it != rings_.end()) return &it->second;
   absl::StatusOr<std::unique_ptr<SharedRing>> opened = SharedRing::Open(name);
   if (!opened.ok()) return opened.status();
+  Opened ring;
+  if (const uint32_t medium = (*opened)->medium(); medium != 0) {
+    std::string why;
+    ring.device = static_cast<IpcKind>(medium) == IpcKind::kCuda
+                      ? CudaIpcDevice(&why)
+                      : IpcDeviceOf(static_cast<IpcKind>(medium));
+    if (ring.device == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ring ", name, " holds device memory this receiver cannot map: ",
+          why.empty() ? "an unknown kind" : why));
+    }
+    ring.view = std::make_unique<DeviceSlotsView>(*ring.device, **opened);
+  }
+  ring.control = std::move(*opened);
   if (order_.size() >= kMaxRings) {
     rings_.erase(order_.front());
     order_.pop_front();
   }
   order_.push_back(name);
-  SharedRing* ring = opened->get();
-  rings_[name] = std::move(*opened);
-  return ring;
+  return &(rings_[name] = std::move(ring));
 }
 
 absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
                                       const wire::TensorLimits& limits) {
   absl::Status status;
   std::set<std::tuple<SharedRing*, uint32_t, uint64_t>> used;
+  std::set<IpcDevice*> copying;  // devices with copies queued
   for (Field& f : fields) {
     if (f.tensor == nullptr || !f.tensor->has_slot()) continue;
     const petra::v1::SlotRef ref = f.tensor->slot();
     f.tensor->clear_slot();
-    absl::StatusOr<SharedRing*> ring = Ring(ref.ring());
+    absl::StatusOr<Opened*> ring = Ring(ref.ring());
     if (!ring.ok()) {
       if (status.ok()) {
         status =
@@ -161,7 +228,8 @@ absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
       }
       continue;
     }
-    used.insert({*ring, ref.index(), ref.sequence()});
+    SharedRing& control = *(*ring)->control;
+    used.insert({&control, ref.index(), ref.sequence()});
     if (!status.ok()) continue;
     if (!f.tensor->data().empty() || f.tensor->has_chunk()) {
       status = absl::InvalidArgumentError(
@@ -174,22 +242,38 @@ absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
       status = bytes.status();
       continue;
     }
-    absl::StatusOr<const uint8_t*> at =
-        (*ring)->Read(ref.index(), ref.sequence(), ref.offset(), *bytes);
-    if (!at.ok()) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat(f.name, ": ", at.status().message()));
-      continue;
-    }
-    std::shared_ptr<void> buffer = pool_->Take(*bytes);
+    IpcDevice* device = (*ring)->device;
+    std::shared_ptr<void> buffer = Pool(device).Take(*bytes);
     if (buffer == nullptr) {
       status = absl::ResourceExhaustedError(
           absl::StrCat(f.name, ": cannot allocate ", *bytes, " bytes"));
       continue;
     }
-    if (*bytes > 0) std::memcpy(buffer.get(), *at, *bytes);
+    absl::Status copied;
+    if (device != nullptr) {
+      copied = (*ring)->view->CopyOut(ref.index(), ref.sequence(), ref.offset(),
+                                      *bytes, buffer.get());
+      copying.insert(device);
+    } else {
+      absl::StatusOr<const uint8_t*> at =
+          control.Read(ref.index(), ref.sequence(), ref.offset(), *bytes);
+      copied = at.status();
+      if (at.ok() && *bytes > 0) std::memcpy(buffer.get(), *at, *bytes);
+    }
+    if (!copied.ok()) {
+      status = absl::Status(copied.code(),
+                            absl::StrCat(f.name, ": ", copied.message()));
+      continue;
+    }
     f.bytes = std::move(buffer);
+    f.device = device != nullptr ? device->current_device() : -1;
     fetched_ += *bytes;
+  }
+  // A slot is freed once its bytes are out: device copies are queued.
+  for (IpcDevice* device : copying) {
+    if (absl::Status s = device->Synchronize(); !s.ok() && status.ok()) {
+      status = s;
+    }
   }
   for (const auto& [ring, index, sequence] : used) {
     ring->Free(index, sequence);

@@ -1,9 +1,11 @@
-// TRANSPORT_SHM's data channel: PayloadPlacer and PayloadFetcher over
-// shared_ring.h. The placer makes its ring at the first micro-batch, sized
-// to it, and a larger one when a micro-batch outgrows it; the fetcher maps
-// each ring it is named once and copies every micro-batch out at once, so a
-// slot is held only while its micro-batch crosses (never while it waits in
-// the receiver's queue: credits bound that).
+// The data channel of TRANSPORT_SHM and TRANSPORT_CUDA_IPC: PayloadPlacer
+// and PayloadFetcher over shared_ring.h, with the payload in the ring's
+// slots (shm) or in device memory beside it (cuda_ipc, device_slots.h).
+// The placer makes its ring at the first micro-batch, sized to it, and a
+// larger one when a micro-batch outgrows it; the fetcher maps each ring it
+// is named once and copies every micro-batch out at once, so a slot is held
+// only while its micro-batch crosses (never while it waits in the
+// receiver's queue: credits bound that).
 #pragma once
 
 #include <atomic>
@@ -16,6 +18,8 @@
 #include <vector>
 
 #include "services/link/data_channel.h"
+#include "services/link/device_slots.h"
+#include "services/link/ipc_device.h"
 #include "services/link/shared_ring.h"
 
 namespace petra::link {
@@ -29,18 +33,26 @@ class SharedRingPlacer : public PayloadPlacer {
   // health: a receiver that is gone frees nothing). `may_fall_back`: see
   // PayloadPlacer. `max_ring_bytes` (0: no cap) bounds one ring's
   // shared memory; a micro-batch whose ring would exceed it gets
-  // RESOURCE_EXHAUSTED, as when /dev/shm is full.
+  // RESOURCE_EXHAUSTED, as when /dev/shm is full. `device` (null: shm)
+  // holds the payload instead, as transport cuda_ipc.
   explicit SharedRingPlacer(std::function<absl::Status()> keep_going = {},
                             int slots = kRingSlots, bool may_fall_back = false,
-                            uint64_t max_ring_bytes = 0);
+                            uint64_t max_ring_bytes = 0,
+                            IpcDevice* device = nullptr);
+  ~SharedRingPlacer() override;
   absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
       const std::vector<PayloadPiece>& pieces) override;
   void Cancel() override { cancelled_ = true; }
-  const char* name() const override { return "shm"; }
+  const char* name() const override {
+    return device_ != nullptr ? "cuda_ipc" : "shm";
+  }
   bool may_fall_back() const override { return may_fall_back_; }
+  bool takes_device_pieces() const override { return device_ != nullptr; }
   // Rings this placer holds (the current one and outgrown ones whose slots
   // are still being read).
-  int rings() const { return static_cast<int>(old_.size()) + (ring_ ? 1 : 0); }
+  int rings() const {
+    return static_cast<int>(old_.size()) + (ring_.control() ? 1 : 0);
+  }
 
  private:
   const std::function<absl::Status()> keep_going_;
@@ -51,14 +63,28 @@ class SharedRingPlacer : public PayloadPlacer {
   // larger ones fail at once instead of trying /dev/shm again each time.
   uint64_t no_room_ = 0;
   std::atomic<bool> cancelled_{false};
-  std::unique_ptr<SharedRing> ring_;
-  std::vector<std::unique_ptr<SharedRing>> old_;
+  IpcDevice* const device_;
+  // One ring at the sender: the payload in its slots, or on the device.
+  struct Ring {
+    std::unique_ptr<SharedRing> host;
+    std::unique_ptr<DeviceSlots> device;
+    SharedRing* control() const {
+      return host ? host.get() : device ? &device->control() : nullptr;
+    }
+    uint64_t capacity() const {
+      return host ? host->slot_bytes() : device ? device->slot_bytes() : 0;
+    }
+  };
+  Ring ring_;
+  std::vector<Ring> old_;
 };
 
 // Receive buffers, reused: each goes back to the pool when the tensor over
-// it is freed (the pool outlives its fetcher while tensors use it).
+// it is freed (the pool outlives its fetcher while tensors use it). Host
+// memory, or `device`'s (cuda_ipc's receive buffers).
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
+  explicit BufferPool(IpcDevice* device = nullptr) : device_(device) {}
   ~BufferPool();
   // A buffer of at least `bytes`, as a reference that returns it here.
   std::shared_ptr<void> Take(uint64_t bytes);
@@ -66,8 +92,10 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
  private:
   void Give(uint64_t capacity, void* data);
+  void Release(void* data);
   // Free buffers kept; beyond, a returned buffer is released.
   static constexpr size_t kMaxFree = 4;
+  IpcDevice* const device_;
   std::mutex mu_;
   std::vector<std::pair<uint64_t, void*>> free_;  // capacity, memory
 };
@@ -82,15 +110,23 @@ class SharedRingFetcher : public PayloadFetcher {
   int rings() const { return static_cast<int>(rings_.size()); }
 
  private:
-  absl::StatusOr<SharedRing*> Ring(const std::string& name);
+  // One ring as the receiver holds it; `view` for a device ring.
+  struct Opened {
+    std::unique_ptr<SharedRing> control;
+    std::unique_ptr<DeviceSlotsView> view;
+    IpcDevice* device = nullptr;
+  };
+  absl::StatusOr<Opened*> Ring(const std::string& name);
+  // The receive buffers of `device` (null: host memory).
+  BufferPool& Pool(IpcDevice* device);
 
   // Most rings kept mapped per stream: a sender replaces its ring only when
   // a micro-batch outgrows it.
   static constexpr size_t kMaxRings = 8;
-  std::map<std::string, std::unique_ptr<SharedRing>> rings_;
+  std::map<std::string, Opened> rings_;
   std::deque<std::string> order_;  // oldest first
   uint64_t fetched_ = 0;
-  std::shared_ptr<BufferPool> pool_;
+  std::map<IpcDevice*, std::shared_ptr<BufferPool>> pools_;
 };
 
 }  // namespace petra::link

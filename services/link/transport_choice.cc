@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace petra::link {
@@ -32,6 +33,52 @@ std::string NoSharedMemory(const petra::v1::LinkEndpoint& sender,
   return "";
 }
 
+// The CUDA device index a device string names ("cuda" is 0), or -1.
+int CudaIndex(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) != 0) return -1;
+  int index = -1;
+  if (!absl::SimpleAtoi(device.substr(5), &index) || index < 0) return -1;
+  return index;
+}
+
+// Empty when the receiver's GPU can read the sender's ring in place;
+// otherwise why not.
+std::string NoCudaIpc(const petra::v1::LinkEndpoint& sender,
+                      const petra::v1::LinkEndpoint& receiver,
+                      const std::string& shm_missing) {
+  if (!Offers(sender, petra::v1::TRANSPORT_CUDA_IPC) ||
+      !Offers(receiver, petra::v1::TRANSPORT_CUDA_IPC)) {
+    return absl::StrCat(
+        Offers(sender, petra::v1::TRANSPORT_CUDA_IPC) ? "the receiver"
+                                                      : "the sender",
+        " does not offer it (a build without CUDA, no GPU visible, or "
+        "PETRA_TRANSPORTS leaves it out)");
+  }
+  // The slot states live in shared memory.
+  if (!shm_missing.empty()) return shm_missing;
+  const int from = CudaIndex(sender.device());
+  const int to = CudaIndex(receiver.device());
+  if (from < 0 || to < 0) {
+    return absl::StrCat(from < 0 ? "the sender" : "the receiver", " runs on ",
+                        from < 0 ? sender.device() : receiver.device(),
+                        ", not on a GPU");
+  }
+  if (from >= sender.gpus_size() || to >= receiver.gpus_size()) {
+    return absl::StrCat(
+        from >= sender.gpus_size() ? "the sender" : "the receiver",
+        " does not see cuda:", from >= sender.gpus_size() ? from : to);
+  }
+  const petra::v1::GpuIdentity& a = sender.gpus(from);
+  const std::string& b = receiver.gpus(to).uuid();
+  if (a.uuid() == b ||
+      std::find(a.peers().begin(), a.peers().end(), b) != a.peers().end()) {
+    return "";
+  }
+  return absl::StrCat("the GPUs (", sender.device(), " and ", receiver.device(),
+                      ") cannot map each other's memory (no peer access)");
+}
+
 }  // namespace
 
 std::string TransportName(petra::v1::Transport t) {
@@ -60,9 +107,11 @@ absl::StatusOr<petra::v1::Transport> ChooseTransport(
           ? "the receiver does not offer it (PETRA_TRANSPORTS, or a server "
             "older than grpc_bulk)"
           : "";
+  const std::string ipc_missing = NoCudaIpc(sender, receiver, shm_missing);
   switch (wanted) {
     case petra::v1::TRANSPORT_UNSPECIFIED:
     case petra::v1::TRANSPORT_AUTO:
+      if (ipc_missing.empty()) return petra::v1::TRANSPORT_CUDA_IPC;
       if (shm_missing.empty()) return petra::v1::TRANSPORT_SHM;
       if (bulk_missing.empty()) return petra::v1::TRANSPORT_GRPC_BULK;
       return petra::v1::TRANSPORT_GRPC;
@@ -78,9 +127,10 @@ absl::StatusOr<petra::v1::Transport> ChooseTransport(
           "transport shm: ", link, " cannot share memory: ", shm_missing,
           " (transport auto uses gRPC for such links)"));
     case petra::v1::TRANSPORT_CUDA_IPC:
-      return absl::UnimplementedError(
-          absl::StrCat("transport cuda_ipc: not built yet (", link,
-                       "); use auto, shm or grpc"));
+      if (ipc_missing.empty()) return petra::v1::TRANSPORT_CUDA_IPC;
+      return absl::FailedPreconditionError(
+          absl::StrCat("transport cuda_ipc: ", link, ": ", ipc_missing,
+                       " (transport auto uses shm or gRPC for such links)"));
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("transport ", static_cast<int>(wanted), " is unknown"));
@@ -92,9 +142,16 @@ absl::StatusOr<petra::v1::Transport> ChooseFeedTransport(
     const petra::v1::LinkEndpoint& stage, const std::string& link) {
   petra::v1::LinkEndpoint sender = coordinator;
   auto* offered = sender.mutable_transports();
-  offered->erase(std::remove(offered->begin(), offered->end(),
-                             petra::v1::TRANSPORT_GRPC_BULK),
-                 offered->end());
+  for (petra::v1::Transport own :
+       {petra::v1::TRANSPORT_GRPC_BULK, petra::v1::TRANSPORT_CUDA_IPC}) {
+    offered->erase(std::remove(offered->begin(), offered->end(), own),
+                   offered->end());
+  }
+  // Its inputs are built on the host: cuda_ipc's link into the first stage
+  // is shared memory, as grpc_bulk's is the messages.
+  if (wanted == petra::v1::TRANSPORT_CUDA_IPC) {
+    wanted = petra::v1::TRANSPORT_AUTO;
+  }
   return ChooseTransport(wanted == petra::v1::TRANSPORT_GRPC_BULK
                              ? petra::v1::TRANSPORT_GRPC
                              : wanted,

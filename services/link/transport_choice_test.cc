@@ -58,8 +58,75 @@ TEST(TransportChoice, AForcedTransportThatALinkLacksNamesTheLinkAndWhy) {
   EXPECT_EQ(*ChooseTransport(petra::v1::TRANSPORT_GRPC, a, a, "x"),
             petra::v1::TRANSPORT_GRPC);
   auto ipc = ChooseTransport(petra::v1::TRANSPORT_CUDA_IPC, a, a, "x");
-  EXPECT_EQ(ipc.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(ipc.status().message(), HasSubstr("not built yet"));
+  EXPECT_EQ(ipc.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ipc.status().message(), HasSubstr("does not offer it"));
+}
+
+// An end of a CUDA build on host boot-1 that sees GPUs `uuids` (the first
+// one peers with the second when `peers`) and runs on `device`.
+LinkEndpoint GpuEnd(const std::string& device,
+                    std::vector<std::string> uuids = {"gpu-a", "gpu-b"},
+                    bool peers = false) {
+  LinkEndpoint e = End("boot-1", "boot-1:30:1", true);
+  e.add_transports(petra::v1::TRANSPORT_CUDA_IPC);
+  for (const std::string& u : uuids) e.add_gpus()->set_uuid(u);
+  if (peers) e.mutable_gpus(0)->add_peers(uuids[1]);
+  e.set_device(device);
+  return e;
+}
+
+TEST(TransportChoice, CudaIpcWhereBothEndsRunOnGpusThatMapEachOther) {
+  const auto auto_ = petra::v1::TRANSPORT_AUTO;
+  const auto ipc = petra::v1::TRANSPORT_CUDA_IPC;
+  // One GPU, seen by both under the same or another index.
+  EXPECT_EQ(*ChooseTransport(auto_, GpuEnd("cuda:0"), GpuEnd("cuda"), "l"),
+            ipc);
+  EXPECT_EQ(
+      *ChooseTransport(ipc, GpuEnd("cuda:1"), GpuEnd("cuda:0", {"gpu-b"}), "l"),
+      ipc);
+  // Two GPUs: only with peer access.
+  EXPECT_EQ(*ChooseTransport(auto_, GpuEnd("cuda:0", {"gpu-a", "gpu-b"}, true),
+                             GpuEnd("cuda:1"), "l"),
+            ipc);
+  EXPECT_EQ(*ChooseTransport(auto_, GpuEnd("cuda:0"), GpuEnd("cuda:1"), "l"),
+            petra::v1::TRANSPORT_SHM);
+  auto no_peer = ChooseTransport(ipc, GpuEnd("cuda:0"), GpuEnd("cuda:1"),
+                                 "stage 0 <-> stage 1");
+  EXPECT_EQ(no_peer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(no_peer.status().message(),
+              HasSubstr("stage 0 <-> stage 1: the GPUs (cuda:0 and cuda:1) "
+                        "cannot map each other's memory"));
+  // A stage on the CPU, a GPU the end does not see, another host, a build
+  // without CUDA: each says why, and auto goes on to shm or gRPC.
+  auto cpu = ChooseTransport(ipc, GpuEnd("cuda:0"), GpuEnd("cpu"), "l");
+  EXPECT_THAT(cpu.status().message(),
+              HasSubstr("the receiver runs on cpu, not on a GPU"));
+  EXPECT_EQ(*ChooseTransport(auto_, GpuEnd("cuda:0"), GpuEnd("cpu"), "l"),
+            petra::v1::TRANSPORT_SHM);
+  EXPECT_THAT(ChooseTransport(ipc, GpuEnd("cuda:3"), GpuEnd("cuda:0"), "l")
+                  .status()
+                  .message(),
+              HasSubstr("the sender does not see cuda:3"));
+  LinkEndpoint elsewhere = GpuEnd("cuda:0");
+  elsewhere.set_host_id("boot-2");
+  elsewhere.set_shm_domain("boot-2:30:1");
+  EXPECT_THAT(
+      ChooseTransport(ipc, GpuEnd("cuda:0"), elsewhere, "l").status().message(),
+      HasSubstr("different hosts"));
+  EXPECT_EQ(*ChooseTransport(auto_, GpuEnd("cuda:0"), elsewhere, "l"),
+            petra::v1::TRANSPORT_GRPC_BULK);
+  EXPECT_THAT(
+      ChooseTransport(ipc, End("boot-1", "boot-1:30:1"), GpuEnd("cuda:0"), "l")
+          .status()
+          .message(),
+      HasSubstr("the sender does not offer it"));
+}
+
+TEST(TransportChoice, TheFeedUsesSharedMemoryWhenTheJobAsksForCudaIpc) {
+  LinkEndpoint coordinator = GpuEnd("cpu");
+  EXPECT_EQ(*ChooseFeedTransport(petra::v1::TRANSPORT_CUDA_IPC, coordinator,
+                                 GpuEnd("cuda:0"), "l"),
+            petra::v1::TRANSPORT_SHM);
 }
 
 TEST(TransportChoice, AutoUsesTheBulkChannelWhereMemoryCannotBeShared) {

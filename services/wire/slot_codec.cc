@@ -15,13 +15,16 @@ absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> PlaceTensors(
   std::vector<torch::Tensor> dense;  // alive until placed
   std::vector<link::PayloadPiece> pieces;
   std::vector<size_t> owner;
+  // cuda_ipc copies device to device; the others are given host memory.
+  const bool keep_device = placer->takes_device_pieces();
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i]->defined()) continue;
     absl::StatusOr<torch::Tensor> d =
-        DenseWithHeader(*tensors[i], &slots[i].emplace_back());
+        DenseWithHeader(*tensors[i], &slots[i].emplace_back(), keep_device);
     if (!d.ok()) return d.status();
-    pieces.push_back(
-        {d->data_ptr(), static_cast<uint64_t>(d->numel()) * d->element_size()});
+    pieces.push_back({d->data_ptr(),
+                      static_cast<uint64_t>(d->numel()) * d->element_size(),
+                      d->is_cuda() ? static_cast<int>(d->get_device()) : -1});
     dense.push_back(std::move(*d));
     owner.push_back(i);
   }
@@ -65,8 +68,8 @@ absl::Status FetchSlotTensors(std::vector<petra::v1::Tensor*>& tensors,
       return absl::InvalidArgumentError(
           absl::StrCat(where, names[i], " arrived twice"));
     }
-    absl::StatusOr<torch::Tensor> t =
-        TensorOverBytes(*tensors[i], fields[k].bytes, limits, names[i]);
+    absl::StatusOr<torch::Tensor> t = TensorOverBytes(
+        *tensors[i], fields[k].bytes, limits, names[i], fields[k].device);
     if (!t.ok())
       return absl::InvalidArgumentError(
           absl::StrCat(where, t.status().message()));

@@ -225,7 +225,11 @@ absl::StatusOr<std::optional<Whole>> AddAndDecode(
     return t.status();
   }
   for (const torch::Tensor& f : fetched) {
-    if (f.defined()) w.home = model::TensorHome::kSlot;
+    // cuda_ipc's arrive on the device.
+    if (f.defined()) {
+      w.home =
+          f.is_cuda() ? model::TensorHome::kDevice : model::TensorHome::kSlot;
+    }
   }
   if (absl::Status s = MergeFetched(fetched, *t, names, w.where); !s.ok())
     return s;

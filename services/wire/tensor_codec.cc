@@ -57,16 +57,19 @@ c10::ScalarType FromWire(int dtype) {
   }
 }
 
-// The tensor as its bytes go out: on the CPU and contiguous (a no-op for a
-// contiguous CPU tensor or view; data_ptr() of a contiguous view points at
-// its first element, so only its own bytes go out).
-absl::StatusOr<at::Tensor> Dense(const at::Tensor& tensor) {
+// The tensor as its bytes go out: on the CPU (or where it is, with
+// `keep_device`) and contiguous (a no-op for a contiguous CPU tensor or
+// view; data_ptr() of a contiguous view points at its first element, so
+// only its own bytes go out).
+absl::StatusOr<at::Tensor> Dense(const at::Tensor& tensor,
+                                 bool keep_device = false) {
   if (!tensor.defined()) {
     return absl::InvalidArgumentError("cannot encode an undefined tensor");
   }
   try {
-    return tensor.device().is_cpu() ? tensor.contiguous()
-                                    : tensor.to(torch::kCPU).contiguous();
+    return tensor.device().is_cpu() || keep_device
+               ? tensor.contiguous()
+               : tensor.to(torch::kCPU).contiguous();
   } catch (const std::exception& e) {
     // Torch reports device errors by exception; they stop here.
     return absl::InternalError(
@@ -84,8 +87,9 @@ void SetHeader(const at::Tensor& dense, petra::v1::DType dtype,
 }  // namespace
 
 absl::StatusOr<at::Tensor> DenseWithHeader(const at::Tensor& tensor,
-                                           petra::v1::Tensor* header) {
-  absl::StatusOr<at::Tensor> dense = Dense(tensor);
+                                           petra::v1::Tensor* header,
+                                           bool keep_device) {
+  absl::StatusOr<at::Tensor> dense = Dense(tensor, keep_device);
   if (!dense.ok()) return dense.status();
   absl::StatusOr<petra::v1::DType> dtype = ToWire(dense->scalar_type());
   if (!dtype.ok()) return dtype.status();
@@ -131,11 +135,16 @@ absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
 absl::StatusOr<at::Tensor> TensorOverBytes(const petra::v1::Tensor& header,
                                            std::shared_ptr<const void> bytes,
                                            const TensorLimits& limits,
-                                           const std::string& field) {
+                                           const std::string& field,
+                                           int device) {
   absl::StatusOr<uint64_t> size = ExpectedPayloadBytes(header, limits, field);
   if (!size.ok()) return size.status();
   std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-  const auto options = torch::TensorOptions().dtype(FromWire(header.dtype()));
+  auto options = torch::TensorOptions().dtype(FromWire(header.dtype()));
+  if (device >= 0) {
+    options = options.device(
+        torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device)));
+  }
   if (*size == 0 || bytes == nullptr) return torch::empty(shape, options);
   try {
     return torch::from_blob(

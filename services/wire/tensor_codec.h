@@ -31,19 +31,23 @@ absl::Status EncodeTensor(const at::Tensor& tensor, petra::v1::Tensor* out);
 absl::StatusOr<std::vector<petra::v1::Tensor>> EncodeTensorChunks(
     const at::Tensor& tensor, uint64_t chunk_bytes);
 
-// The tensor as its bytes leave (on the CPU, contiguous), with `header`
-// set to its dtype and shape and no payload: for a data channel that
-// carries the bytes beside the message (data_channel.h).
+// The tensor as its bytes leave (on the CPU, or on its device with
+// `keep_device`; contiguous), with `header` set to its dtype and shape and
+// no payload: for a data channel that carries the bytes beside the message
+// (data_channel.h).
 absl::StatusOr<at::Tensor> DenseWithHeader(const at::Tensor& tensor,
-                                           petra::v1::Tensor* header);
+                                           petra::v1::Tensor* header,
+                                           bool keep_device = false);
 
-// A CPU tensor over `bytes` (a data channel's payload, data_channel.h),
-// shaped and typed by `header` after ExpectedPayloadBytes; the tensor holds
-// a reference to `bytes` until it is freed.
+// A tensor over `bytes` (a data channel's payload, data_channel.h), on the
+// CPU or on CUDA device `device` (>= 0), shaped and typed by `header` after
+// ExpectedPayloadBytes; the tensor holds a reference to `bytes` until it
+// is freed.
 absl::StatusOr<at::Tensor> TensorOverBytes(const petra::v1::Tensor& header,
                                            std::shared_ptr<const void> bytes,
                                            const TensorLimits& limits,
-                                           const std::string& field);
+                                           const std::string& field,
+                                           int device = -1);
 
 // Builds a CPU tensor from `in` after ValidateTensor: nothing is allocated
 // for a tensor whose header or size is wrong. `field` names it in errors.

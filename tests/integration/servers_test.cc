@@ -124,9 +124,10 @@ TEST(BadOptions, AnUnknownTransportInTheEnvironmentIsRefused) {
     }
     RunResult r = RunToExit("/usr/bin/env", args);
     EXPECT_EQ(r.exit_code, 1) << binary << r.out;
-    EXPECT_THAT(r.err,
-                HasSubstr("PETRA_TRANSPORTS=\"grpc,rdma\": \"rdma\" is not a "
-                          "transport; use a list of grpc, grpc_bulk and shm"))
+    EXPECT_THAT(
+        r.err,
+        HasSubstr("PETRA_TRANSPORTS=\"grpc,rdma\": \"rdma\" is not a "
+                  "transport; use a list of grpc, grpc_bulk, shm and cuda_ipc"))
         << binary;
   }
 }
