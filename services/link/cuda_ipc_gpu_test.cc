@@ -2,7 +2,8 @@
 // memory into a ring and a receiver process (this one) reads it into its
 // own device memory, with no host copy on the way. CUDA cannot map a handle
 // in the process that exported it, and a forked child cannot use CUDA, so
-// the sender is this test binary run again (GpuCudaIpc.Sender).
+// the sender is this test binary run again, running this test with
+// PETRA_CUDA_IPC_TEST_PIPES set.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -27,12 +28,10 @@ namespace {
 constexpr char kSenderPipes[] = "PETRA_CUDA_IPC_TEST_PIPES";
 constexpr int kFloats = 1 << 20;
 
-// Run by the test below in its own process: fills a device buffer with
-// 0, 1, 2, ..., places it, names the slot on the pipe, and waits for the
-// receiver's word before it lets the ring go.
-TEST(GpuCudaIpc, Sender) {
-  const char* pipes = std::getenv(kSenderPipes);
-  if (pipes == nullptr) GTEST_SKIP() << "run by CarriesDeviceMemory only";
+// The sender, in its own process: fills a device buffer with 0, 1, 2, ...,
+// places it, names the slot on the pipe, and waits for the receiver's word
+// before it lets the ring go.
+void RunSender(const char* pipes) {
   std::vector<std::string> fds = absl::StrSplit(pipes, ',');
   int in = -1, out = -1;
   ASSERT_TRUE(absl::SimpleAtoi(fds.at(0), &in) &&
@@ -64,7 +63,10 @@ TEST(GpuCudaIpc, Sender) {
 }
 
 TEST(GpuCudaIpc, CarriesDeviceMemoryBetweenTwoProcesses) {
-  if (std::getenv(kSenderPipes) != nullptr) GTEST_SKIP() << "the sender";
+  if (const char* pipes = std::getenv(kSenderPipes)) {
+    RunSender(pipes);
+    return;
+  }
   std::string why;
   if (CudaIpcDevice(&why) == nullptr) GTEST_SKIP() << why;
   IpcDevice& device = *CudaIpcDevice();
@@ -77,7 +79,8 @@ TEST(GpuCudaIpc, CarriesDeviceMemoryBetweenTwoProcesses) {
   for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
   envp.push_back(const_cast<char*>(env.c_str()));
   envp.push_back(nullptr);
-  std::string filter = "--gtest_filter=GpuCudaIpc.Sender";
+  std::string filter =
+      "--gtest_filter=GpuCudaIpc.CarriesDeviceMemoryBetweenTwoProcesses";
   char self[] = "/proc/self/exe";
   char* argv[] = {self, filter.data(), nullptr};
   pid_t sender = 0;

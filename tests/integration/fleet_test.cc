@@ -125,8 +125,8 @@ TEST_F(FleetProcesses, CancelStopsARunningJobAndFreesTheStages) {
 }
 
 // Servers that offer no shared memory (PETRA_TRANSPORTS=grpc): transport
-// auto trains over gRPC and says so per link; transport shm, asked for by
-// name, fails the job at assignment naming the link and why.
+// auto trains over gRPC and says so per link; transport shm or cuda_ipc,
+// asked for by name, fails the job at assignment naming the link and why.
 TEST_F(FleetProcesses, TheTransportIsChosenPerLinkFromWhatBothEndsOffer) {
   ASSERT_EQ(setenv("PETRA_TRANSPORTS", "grpc", 1), 0);
   StartStages(2);
@@ -147,6 +147,18 @@ TEST_F(FleetProcesses, TheTransportIsChosenPerLinkFromWhatBothEndsOffer) {
                         ") <-> stage 1 (" + stage_addresses_[1] +
                         ") cannot share memory: the sender has no usable "
                         "/dev/shm"));
+  // cuda_ipc needs a CUDA build on a GPU (and shared memory for its slots).
+  const std::string ipc = Submit([] {
+    std::vector<std::string> job = SmallJob(1);
+    job.insert(job.end(), {"--transport", "cuda_ipc"});
+    return job;
+  }());
+  ASSERT_TRUE(WaitForStatus(ipc, "JOB_STATE_FAILED", std::chrono::seconds(60)))
+      << StatusJson(ipc);
+  EXPECT_THAT(GetJob(ipc).error().message(),
+              HasSubstr("transport cuda_ipc: stage 0 (" + stage_addresses_[0] +
+                        ") <-> stage 1 (" + stage_addresses_[1] +
+                        "): the sender does not offer it"));
 
   const std::string id = Submit(SmallJob(1));
   ASSERT_TRUE(
