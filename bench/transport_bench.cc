@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/base/crash_report.h"
@@ -24,6 +25,7 @@
 #include "services/engine/device_transfer.h"
 #include "services/link/bulk_service.h"
 #include "services/link/channel_factory.h"
+#include "services/link/ipc_device.h"
 #include "services/link/payload_link.h"
 #include "services/link/transport_choice.h"
 #include "services/model/device_check.h"
@@ -173,6 +175,15 @@ int Run(const std::string& device_name, double megabytes, int repeats,
   auto channel = wire::CreateChannel(address);
   auto stub = petra::v1::StageService::NewStub(channel);
   for (petra::v1::Transport transport : transports) {
+    if (transport == petra::v1::TRANSPORT_CUDA_IPC) {
+      std::string why;
+      if (!sender_side.on_device() || link::CudaIpcDevice(&why) == nullptr) {
+        std::printf("| device to device through CUDA IPC (cuda_ipc) | %s | |\n",
+                    sender_side.on_device() ? why.c_str()
+                                            : "needs a GPU (--device cuda)");
+        continue;
+      }
+    }
     double total = 0;
     for (int round = 0; round < 2; ++round) {  // the first warms the stream
       wire::StreamSender<petra::v1::ForwardMessage> sender(
@@ -199,7 +210,10 @@ int Run(const std::string& device_name, double megabytes, int repeats,
         model::ForwardBatch p;
         p.header.micro_batch_id = static_cast<uint64_t>(i);
         p.x.a = source;
-        auto out = sender_side.ToHost(wire::TensorsOf(p), i);
+        // cuda_ipc copies device to device: no stop on the host.
+        auto out = link.keeps_device()
+                       ? sender_side.Computed(i)
+                       : sender_side.ToHost(wire::TensorsOf(p), i);
         check(out.status());
         out->Wait();
         check(link.Send(p).status());
@@ -215,6 +229,8 @@ int Run(const std::string& device_name, double megabytes, int repeats,
                            connections,
                            connections == 1 ? " connection" : " connections",
                            ") on loopback")
+        : transport == petra::v1::TRANSPORT_CUDA_IPC
+            ? " through CUDA IPC (cuda_ipc) beside a gRPC stream"
             : " through shared memory (shm) beside a gRPC stream",
         sender_side.on_device() ? " (whole path)" : "");
     row(path.c_str(), {total / repeats, bytes * repeats / total / 1e9});
@@ -227,8 +243,9 @@ int Run(const std::string& device_name, double megabytes, int repeats,
       "messages; grpc_bulk sends them as raw byte buffers over the tensor's "
       "own memory, in frames of %d MiB dealt to its connections, and the "
       "receiver copies each frame once; shm copies them into a "
-      "shared-memory slot and the receiver copies them out "
-      "(docs/DATA_PLANE.md).\n",
+      "shared-memory slot and the receiver copies them out; cuda_ipc "
+      "copies them device to device into a slot of exported device memory "
+      "and the receiver copies them out on its GPU (docs/DATA_PLANE.md).\n",
       repeats, receiver.received(), window,
       static_cast<int>(link::kBulkFrameBytes >> 20));
   return 0;
@@ -241,23 +258,26 @@ int main(int argc, char** argv) {
   petra::base::InstallCrashReport(argv[0]);
   petra::base::KeepLargeAllocationsInHeap();  // as every petra binary does
   std::string device = "cpu";
-  double megabytes = 64;
+  std::string megabytes = "64";
   int64_t repeats = 20, window = 4;
   int64_t connections = petra::link::kBulkConnections;
-  std::string transports = "grpc,grpc_bulk,shm";
+  std::string transports = "grpc,grpc_bulk,shm,cuda_ipc";
   petra::base::FlagSet flags(
       "petra_bench_transport [flags]",
       "How fast tensors cross between a stage's device and the host, and\n"
       "between two stages through each data channel beside a gRPC stream on\n"
       "loopback (device to device). Prints a Markdown table.");
   flags.AddString("device", &device, "cpu, cuda or cuda:N");
-  flags.AddDouble("megabytes", &megabytes, "size of each tensor, in MiB");
+  flags.AddString(
+      "megabytes", &megabytes,
+      "size of each tensor, in MiB; a comma-separated list measures "
+      "each size in turn (\"16,64,256\")");
   flags.AddInt("repeats", &repeats, "tensors per measurement (median)");
   flags.AddInt("window", &window,
                "micro-batches the receiver lets the sender have in flight");
   flags.AddString("transports", &transports,
                   "data channels to measure, comma-separated: grpc, "
-                  "grpc_bulk, shm");
+                  "grpc_bulk, shm, cuda_ipc (a GPU's)");
   flags.AddInt("connections", &connections,
                "connections of the grpc_bulk channel");
   if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
@@ -266,10 +286,19 @@ int main(int argc, char** argv) {
     std::cerr << s.message() << "\n";
     return 2;
   }
-  if (!(megabytes > 0 && megabytes <= 4096) || repeats < 1 || window < 1 ||
-      connections < 1 || connections > 64) {
-    std::cerr << "--megabytes must be in (0, 4096], --repeats and --window "
-                 ">= 1, --connections in [1, 64]\n";
+  std::vector<double> sizes;
+  for (absl::string_view m : absl::StrSplit(megabytes, ',')) {
+    double v = 0;
+    if (!absl::SimpleAtod(m, &v) || !(v > 0 && v <= 4096)) {
+      std::cerr << "--megabytes: \"" << m
+                << "\" is not a size in (0, 4096] MiB\n";
+      return 2;
+    }
+    sizes.push_back(v);
+  }
+  if (repeats < 1 || window < 1 || connections < 1 || connections > 64) {
+    std::cerr << "--repeats and --window must be >= 1, --connections in "
+                 "[1, 64]\n";
     return 2;
   }
   std::vector<petra::v1::Transport> chosen;
@@ -280,13 +309,22 @@ int main(int argc, char** argv) {
       chosen.push_back(petra::v1::TRANSPORT_SHM);
     } else if (t == "grpc_bulk") {
       chosen.push_back(petra::v1::TRANSPORT_GRPC_BULK);
+    } else if (t == "cuda_ipc") {
+      chosen.push_back(petra::v1::TRANSPORT_CUDA_IPC);
     } else {
       std::cerr << "--transports: \"" << t
-                << "\" is not one of grpc, grpc_bulk, shm\n";
+                << "\" is not one of grpc, grpc_bulk, shm, cuda_ipc\n";
       return 2;
     }
   }
-  return petra::Run(device, megabytes, static_cast<int>(repeats),
-                    static_cast<int>(window), chosen,
-                    static_cast<int>(connections));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i > 0) std::printf("\n");
+    if (int rc = petra::Run(device, sizes[i], static_cast<int>(repeats),
+                            static_cast<int>(window), chosen,
+                            static_cast<int>(connections));
+        rc != 0) {
+      return rc;
+    }
+  }
+  return 0;
 }

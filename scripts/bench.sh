@@ -28,7 +28,9 @@
 # BENCH_COMMIT (the commit to name where the tree has no .git), PETRA_PYTHON
 # (default /usr/bin/python3), BENCH_DEADLINE (a Unix time: each command gets
 # only the time left, none starts after it; scripts/gpu/build.sh sets it).
-# BENCH_GPU_TRAIN (the gpu section's training rows, e.g. "PETRA:2:fleet:fp32").
+# BENCH_GPU_TRAIN (the gpu section's training rows, e.g.
+# "PETRA:2:fleet:fp32:cuda_ipc"), PETRA_GPU_CTEST_LOG (the gpu tests' CTest
+# log, for the gpu section's summary; scripts/gpu/build.sh sets it).
 # A command that fails is marked in its section, the others still run, and
 # the script then exits 1 naming what failed.
 set -euo pipefail

@@ -104,20 +104,21 @@ section_precision() {
 # the numbers mean nothing).
 section_gpu() {
   local dev=cuda width=1 mb=256 pp_mb=(256 128) warmup=3 repeats=10
-  local archs=(revnet18 revnet34 revnet50) samples=51200 megabytes=64
+  local archs=(revnet18 revnet34 revnet50) samples=51200 mib=16,64,256
   local transfers=20 rounds=5 pp_extra=() stock_warmup=5 stock_steps=30
+  local vit_samples=51200 vit_mb=256
   if ((smoke)); then
     dev=cpu width=0.125 mb=4 pp_mb=(4 4) warmup=1 repeats=1
-    archs=(revnet18) samples=64 megabytes=1 transfers=2 rounds=1
-    pp_extra=(--smoke) stock_warmup=0 stock_steps=1
+    archs=(revnet18) samples=64 mib=1,2 transfers=2 rounds=1
+    pp_extra=(--smoke) stock_warmup=0 stock_steps=1 vit_samples=64 vit_mb=4
   elif ! "$BIN/petra_bench_transport" --device cuda --megabytes 1 \
       --repeats 1 >/dev/null 2>&1; then
     echo "bench.sh: section gpu needs a CUDA build and a GPU" \
       "($BIN/petra_bench_transport --device cuda fails here)" >&2
     return 2
   fi
-  echo "## GPU: one-GPU throughput beside stock PyTorch, transport," \
-    "profiles, predicted fleets, memory, PaReprop"
+  echo "## GPU: the whole GPU path in one call (issue 48), then profiles," \
+    "predicted fleets, memory, PaReprop"
   echo
   machine
   local gpu_name
@@ -131,7 +132,8 @@ section_gpu() {
   echo "Every stage on the one GPU (the paper's code simulates stages so);" \
     "RevNet18, CIFAR size, width $width, micro-batch $mb, $samples" \
     "synthetic samples, one epoch; first the yardstick, then our runs and" \
-    "their ratios to it:"
+    "their ratios to it. The fleet rows are two stage-server processes on" \
+    "the one GPU, one per transport between them:"
   echo
   run $PY bench/stock_pytorch.py --device "$dev" --batch "$mb" \
     --width "$width" --warmup "$stock_warmup" --steps "$stock_steps" \
@@ -143,25 +145,39 @@ section_gpu() {
     "synthetic_train_size: $samples" "synthetic_test_size: $mb" \
     > "$RESULTS/gpu-synthetic.textproto"
   local runs=() cfg mode stages runner report label precision pflags plabel
-  # bf16 first: issue 34's target is PETRA in bf16 at >= 0.6 of stock
-  # PyTorch's bf16 + channels_last.
-  # BENCH_GPU_TRAIN picks some of these rows (a short GPU lease).
-  local configs=(PETRA:2:in-process:bf16 PETRA:per-block:in-process:bf16
-    backprop:1:in-process:bf16 PETRA:2:in-process:fp32
-    PETRA:per-block:in-process:fp32 backprop:1:in-process:fp32
-    PETRA:2:fleet:fp32 PETRA:2:fleet:bf16 PETRA:2:fleet:bf16-wire)
+  local transport tflags
+  # Issue 48's order: the fleet beside the in-process runner for each
+  # transport, then PETRA in fp32 and bf16 beside stock PyTorch (bf16 on a
+  # GPU computes in channels_last, the default layout there). Tokens:
+  # LABEL:STAGES:RUNNER:PRECISION[:TRANSPORT]; BENCH_GPU_TRAIN picks some.
+  local configs=(PETRA:2:in-process:fp32 PETRA:2:fleet:fp32:cuda_ipc
+    PETRA:2:fleet:fp32:shm PETRA:2:fleet:fp32:grpc_bulk
+    PETRA:2:in-process:bf16 PETRA:per-block:in-process:bf16
+    backprop:1:in-process:bf16 PETRA:per-block:in-process:fp32
+    backprop:1:in-process:fp32 PETRA:2:fleet:bf16:cuda_ipc)
+  # The CPU practice (--smoke) has no cuda_ipc: its rows are left out.
+  if ((smoke)); then
+    local kept=()
+    for cfg in "${configs[@]}"; do
+      [[ $cfg == *cuda_ipc* ]] || kept+=("$cfg")
+    done
+    configs=("${kept[@]}")
+  fi
   if [[ -n "${BENCH_GPU_TRAIN:-}" ]]; then
     read -r -a configs <<< "$BENCH_GPU_TRAIN"
   fi
   for cfg in "${configs[@]}"; do
-    IFS=: read -r label stages runner precision <<< "$cfg"
+    transport=
+    IFS=: read -r label stages runner precision transport <<< "$cfg"
     precision_flags "$precision"
     mode=${label,,}
-    report=$RESULTS/gpu-train-$mode-$stages-$runner-$precision.json
+    tflags=()
+    [[ -z "$transport" ]] || tflags=(--transport "$transport")
+    report=$RESULTS/gpu-train-$mode-$stages-$runner-$precision${transport:+-$transport}.json
     run "$BIN/petra" train --quiet --from "$RESULTS/gpu-synthetic.textproto" \
       --runner "$runner" --devices "$dev" --arch revnet18 --variant cifar \
       --dataset synthetic --width "$width" --stages "$stages" \
-      --micro-batch "$mb" --mode "$mode" "${pflags[@]}" \
+      --micro-batch "$mb" --mode "$mode" "${pflags[@]}" ${tflags[@]+"${tflags[@]}"} \
       --rebuild-error-every 8 --epochs 1 --report "$report" \
       --output "${report%.json}.pt"
     echo
@@ -171,16 +187,33 @@ section_gpu() {
       *) label+=", $stages stages" ;;
     esac
     if [[ -f "$report" ]]; then
-      runs+=("$label, $runner, $plabel=$report")
+      runs+=("$label, $runner${transport:+ ($transport)}, $plabel=$report")
     fi
   done
   run $PY bench/gpu_ratios.py --stock "$RESULTS/gpu-stock.json" \
     ${runs[@]+"${runs[@]}"}
   echo
-  echo "### Transport of device tensors"
+  echo "### Transport of device tensors, $mib MiB"
   echo
-  run "$BIN/petra_bench_transport" --device "$dev" --megabytes "$megabytes" \
-    --repeats "$transfers"
+  run "$BIN/petra_bench_transport" --device "$dev" --megabytes "$mib" \
+    --repeats "$transfers" --transports grpc,grpc_bulk,shm,cuda_ipc
+  cp "$RESULTS/out.txt" "$RESULTS/gpu-transport.md"
+  echo
+  echo "### RevViT with the conv stem, one epoch"
+  echo
+  printf 'dataset { kind: DATASET_KIND_SYNTHETIC %s %s }\n' \
+    "synthetic_train_size: $vit_samples" "synthetic_test_size: $vit_mb" \
+    > "$RESULTS/gpu-vit.textproto"
+  run "$BIN/petra" train --quiet --from "$RESULTS/gpu-vit.textproto" \
+    --runner in-process --devices "$dev" --arch revvit --stem conv \
+    --variant cifar --dataset synthetic --stages 2 --micro-batch "$vit_mb" \
+    --precision bf16 --epochs 1 --report "$RESULTS/gpu-revvit-conv.json" \
+    --output "$RESULTS/gpu-revvit-conv.pt"
+  echo
+  echo "### Summary"
+  echo
+  run $PY bench/gpu_summary.py --results "$RESULTS" \
+    ${PETRA_GPU_CTEST_LOG:+--ctest "$PETRA_GPU_CTEST_LOG"}
   echo
   echo "### Per-block profiles on the GPU and the fleets they predict" \
     "(paper, Table 5: 3.0x on 10 GPUs, 2.4x on 18)"

@@ -9,8 +9,9 @@
 # under the device tool); with --all, then the whole suite.
 #
 # Under the device tool every result lands in $OUT as it is made: the log
-# (gpu-build.log), the gpu tests' CTest log (ctest-gpu.log), the replica
-# tests' (ctest-replicas.log) and, after each
+# (gpu-build.log), the gpu tests' CTest log (ctest-gpu.log), the data
+# channels' conformance suite's (ctest-channels.log), the replica tests'
+# (ctest-replicas.log) and, after each
 # benchmark, BENCHMARKS.md. A failed test or benchmark does not stop what
 # follows it; the script exits 1 at the end if anything failed.
 #
@@ -136,6 +137,18 @@ if [[ "$skipped" != 0 ]]; then
   # should be.
   failed+=("${skipped} gpu test(s) skipped on a GPU host")
 fi
+# The data channels' conformance suite (cuda_ipc's protocol included) and
+# cuda_ipc's faults, on the GPU host's build.
+set +e
+ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
+  -R 'DataChannel|DeviceSlots|SharedMemoryChannel|SharedRing|TransportChoice' \
+  | tee "$BUILD/ctest-channels.log"
+rc=${PIPESTATUS[0]}
+set -e
+if [[ -n "${OUT:-}" ]]; then
+  cp "$BUILD/ctest-channels.log" "$OUT/ctest-channels.log"
+fi
+if ((rc != 0)); then failed+=("data-channel conformance (ctest exit $rc)"); fi
 # The one build check that a wheel's libtorch can fail: libstdc++ first
 # among the libraries each program needs (cmake/PetraTorch.cmake). Where
 # it fails, the link command says why.
@@ -179,7 +192,7 @@ if ((bench)); then
   set +e
   BUILD_DIR=$BUILD PETRA_SKIP_BUILD=1 PETRA_PYTHON=python3 \
     BENCH_DOC="$doc" BENCH_DEADLINE=$((start + deadline)) \
-    bash scripts/bench.sh gpu
+    PETRA_GPU_CTEST_LOG="$BUILD/ctest-gpu.log" bash scripts/bench.sh gpu
   rc=$?
   set -e
   if ((rc != 0)); then failed+=("benchmarks (bench.sh exit $rc)"); fi

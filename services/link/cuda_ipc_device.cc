@@ -3,10 +3,14 @@
 // headers on a CPU machine). Copies go on the legacy default stream, the
 // stream libtorch queues its work on unless told otherwise: a copy out of a
 // tensor runs after the kernels that wrote it, and the kernels that read a
-// received tensor run after its copy in.
+// received tensor run after its copy in. CUDA maps no handle in the process
+// that exported it: a receiver in the sender's own process (the transport
+// benchmark, the conformance suite on a GPU) is given the memory and the
+// event themselves.
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -51,10 +55,15 @@ class CudaRuntime : public IpcDevice {
       return s;
     }
     std::memcpy(handle->data(), &h, kIpcHandleBytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      own_[*handle] = p;
+    }
     ++counters_.exported_regions;
     return p;
   }
   void Unexport(void* region) override {
+    Forget(region);
     if (cudaFree(region) == cudaSuccess) --counters_.exported_regions;
   }
 
@@ -75,10 +84,15 @@ class CudaRuntime : public IpcDevice {
       return s;
     }
     std::memcpy(handle->data(), &h, kIpcHandleBytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      own_[*handle] = e;
+    }
     ++counters_.events;
     return static_cast<void*>(e);
   }
   void DestroyEvent(void* event) override {
+    Forget(event);
     if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) == cudaSuccess) {
       --counters_.events;
     }
@@ -96,6 +110,10 @@ class CudaRuntime : public IpcDevice {
   }
 
   absl::StatusOr<void*> Map(const IpcHandle& handle) override {
+    if (void* own = Own(handle)) {
+      ++counters_.mapped_regions;
+      return own;
+    }
     cudaIpcMemHandle_t h;
     std::memcpy(&h, handle.data(), kIpcHandleBytes);
     void* p = nullptr;
@@ -109,12 +127,16 @@ class CudaRuntime : public IpcDevice {
     return p;
   }
   void Unmap(void* region) override {
-    if (cudaIpcCloseMemHandle(region) == cudaSuccess) {
+    if (Borrowed(region) || cudaIpcCloseMemHandle(region) == cudaSuccess) {
       --counters_.mapped_regions;
     }
   }
 
   absl::StatusOr<void*> OpenEvent(const IpcHandle& handle) override {
+    if (void* own = Own(handle)) {
+      ++counters_.opened_events;
+      return own;
+    }
     cudaIpcEventHandle_t h;
     std::memcpy(&h, handle.data(), kIpcHandleBytes);
     cudaEvent_t e = nullptr;
@@ -127,7 +149,8 @@ class CudaRuntime : public IpcDevice {
     return static_cast<void*>(e);
   }
   void CloseEvent(void* event) override {
-    if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) == cudaSuccess) {
+    if (Borrowed(event) ||
+        cudaEventDestroy(static_cast<cudaEvent_t>(event)) == cudaSuccess) {
       --counters_.opened_events;
     }
   }
@@ -152,6 +175,38 @@ class CudaRuntime : public IpcDevice {
       --counters_.local_buffers;
     }
   }
+
+ private:
+  // This process's own region or event behind `handle`, or null; a
+  // receiver given one borrows it (borrowed_ counts how many times).
+  void* Own(const IpcHandle& handle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = own_.find(handle);
+    if (it == own_.end()) return nullptr;
+    ++borrowed_[it->second];
+    return it->second;
+  }
+  // True (and one borrow fewer) when `p` was borrowed, not mapped.
+  bool Borrowed(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = borrowed_.find(p);
+    if (it == borrowed_.end()) return false;
+    if (--it->second == 0) borrowed_.erase(it);
+    return true;
+  }
+  void Forget(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = own_.begin(); it != own_.end(); ++it) {
+      if (it->second == p) {
+        own_.erase(it);
+        break;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::map<IpcHandle, void*> own_;  // exported here: regions and events
+  std::map<void*, int> borrowed_;
 };
 
 }  // namespace
