@@ -9,7 +9,11 @@ a token.
 import json
 import os
 import re
+import signal
+import socket
+import subprocess
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -52,6 +56,21 @@ def with_component(component):
                     "components:\n"
                     "  - ../../components/%s\n" % component)
         return render(overlay)
+
+
+def free_port_pair():
+    """A loopback port P with P + 1 free too (the launcher's second server)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise AssertionError("no two consecutive free ports on loopback")
 
 
 def find(objects, kind, name=None):
@@ -435,6 +454,113 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
                                  check=False, timeout=60)
         self.assertEqual(code, 1, out + err)
         self.assertIn("no CUDA", err)
+
+    def test_gpu_host_overlay_runs_a_server_per_gpu_in_one_pod(self):
+        """The GPU-host shape (overlays/gpu-host, what cuda_ipc needs):
+        renders and validates; one pod per node holding its GPUs, a
+        memory-backed /dev/shm, the coordinator's --stages one address per
+        GPU, the policies open to every server's port; and its launcher,
+        run here on the CPU, starts one server per listed GPU on
+        consecutive ports, stops them all on SIGTERM, ends when one dies,
+        and refuses a pod without GPUs."""
+        objects = kustomize("gpu-host")
+        self.validate(objects)
+        (stage_set,) = find(objects, "StatefulSet", "petra-stage")
+        pod = stage_set["spec"]["template"]["spec"]
+        (term,) = pod["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]
+        self.assertEqual(term["topologyKey"], "kubernetes.io/hostname")
+        (container,) = pod["containers"]
+        self.assertTrue(container["image"].endswith(":cuda"))
+        gpus = int(container["resources"]["limits"]["nvidia.com/gpu"])
+        self.assertEqual(
+            int(container["resources"]["requests"]["nvidia.com/gpu"]), gpus)
+        self.assertGreaterEqual(gpus, 2)
+        (shm,) = [m for m in container["volumeMounts"]
+                  if m["mountPath"] == "/dev/shm"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == shm["name"]]
+        self.assertEqual(volume["emptyDir"]["medium"], "Memory")
+        (coordinator,) = find(objects, "Deployment", "petra-coordinator")
+        host, ports = flag_value(
+            container_command(objects, coordinator, "coordinator")[1:],
+            "stages").rsplit(":", 1)
+        self.assertEqual(host, "petra-stage-0.petra-stage")
+        first, last = map(int, re.fullmatch(r"\{(\d+)\.\.(\d+)\}",
+                                            ports).groups())
+        self.assertEqual((first, last - first + 1), (50051, gpus))
+        (stage_policy,) = find(objects, "NetworkPolicy", "petra-stage")
+        ranges = [(p["port"], p.get("endPort")) for r in
+                  stage_policy["spec"]["ingress"] for p in r.get("ports", [])]
+        self.assertIn((50051, 50114), ranges)
+        self.assertIn((9451, 9514), ranges)
+        (coordinator_policy,) = find(objects, "NetworkPolicy",
+                                     "petra-coordinator")
+        self.assertEqual(
+            coordinator_policy["spec"]["egress"][0]["ports"][0]["endPort"],
+            50114)
+
+        command = container_command(objects, stage_set, "stage-server")
+        self.assertEqual(command[:2], ["bash", "-c"])
+        self.assertEqual(flag_value(command[4:], "device"), "cuda")
+        args = [a for a in command[4:]
+                if not a.startswith(("--tls-", "--coordinator-identity"))]
+        port = free_port_pair()
+        env = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"],
+                   NVIDIA_VISIBLE_DEVICES="GPU-a,GPU-b")
+        with tempfile.TemporaryDirectory() as state:
+            args = with_flag(args, "listen", "127.0.0.1:%d" % port)
+            args = with_flag(args, "metrics-listen", "")
+            args = with_flag(args, "device", "cpu")
+            args = with_flag(args, "state-dir", state)
+            launcher = command[:4] + args
+
+            def start():
+                return subprocess.Popen(launcher, env=env, text=True,
+                                        stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+
+            def wait_healthy(ports):
+                deadline = time.time() + 60
+                for p in ports:
+                    while run([os.path.join(BIN, "petra-health"),
+                               "--address=127.0.0.1:%d" % p,
+                               "--timeout-seconds=2"], check=False)[0] != 0:
+                        self.assertLess(time.time(), deadline,
+                                        "server on port %d" % p)
+                        time.sleep(0.2)
+
+            for ending in ("sigterm", "a server dies"):
+                proc = start()
+                try:
+                    wait_healthy([port, port + 1])
+                    self.assertTrue(os.path.isdir(os.path.join(state, "gpu-1")))
+                    servers = run(["pgrep", "-s", str(proc.pid), "-f",
+                                   "^petra-stage-server "])[1].split()
+                    self.assertEqual(len(servers), 2, servers)
+                    if ending == "sigterm":
+                        proc.send_signal(signal.SIGTERM)
+                        self.assertEqual(proc.wait(timeout=60), 0)
+                    else:
+                        os.kill(int(servers[1]), signal.SIGKILL)
+                        self.assertNotEqual(proc.wait(timeout=60), 0)
+                    out = proc.stdout.read()
+                    self.assertIn("server 1 on cpu, port %d" % (port + 1), out)
+                    left = run(["pgrep", "-s", str(proc.pid)], check=False)[1]
+                    self.assertEqual(left.split(), [], ending)
+                finally:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait()
+                    proc.stdout.close()
+            # A pod given no GPUs says so instead of starting nothing.
+            env.pop("NVIDIA_VISIBLE_DEVICES")
+            code, out, err = run(launcher, env=env, check=False, timeout=30)
+            self.assertEqual(code, 2, out + err)
+            self.assertIn("lists no GPUs: request them with nvidia.com/gpu",
+                          err)
 
     def test_launch_rendered_commands(self):
         objects = kustomize("cpu")
