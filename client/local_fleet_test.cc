@@ -121,6 +121,21 @@ void UseRevViT(petra::v1::JobSpec& s) {
   t->set_patch_size(7);
 }
 
+// A small RevLM on the embedded corpus: 32 tokens of 32, 2 blocks.
+void UseRevLM(petra::v1::JobSpec& s) {
+  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVLM);
+  s.mutable_model()->clear_width();
+  s.mutable_dataset()->Clear();
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
+  s.mutable_dataset()->set_train_limit(24 * 16);
+  s.mutable_dataset()->set_test_limit(32);
+  petra::v1::TransformerSpec* t = s.mutable_model()->mutable_transformer();
+  t->set_embed_dim(32);
+  t->set_depth(2);
+  t->set_heads(2);
+  t->set_seq_len(32);
+}
+
 // Runs `raw` in process and on a fleet of its stage count (times its
 // replicas), and expects the same loss for every micro-batch, the same
 // exported weights, rebuild errors and end-to-end figures. `device`: every
@@ -361,6 +376,15 @@ TEST(LocalFleet, RevViTMatchesTheInProcessRunner) {
   s.mutable_training()->set_precision(petra::v1::TrainingSpec::PRECISION_BF16);
   s.mutable_training()->set_rebuild_error_every(1);
   s.mutable_training()->set_overlap_rebuild(true);
+  ExpectSameRun(s);
+}
+
+// A language model (issue 50): token ids into the first stage, a label per
+// token into the last, every link's tensors and the rebuild as RevViT's.
+TEST(LocalFleet, RevLMMatchesTheInProcessRunner) {
+  petra::v1::JobSpec s = SmallJob(petra::v1::TRAINING_MODE_PETRA);
+  UseRevLM(s);
+  s.mutable_training()->set_rebuild_error_every(1);
   ExpectSameRun(s);
 }
 

@@ -440,7 +440,9 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                             servers);
   if (!quiet) {
     std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
-              << job::EnumShortName(m.variant()) << ", "
+              << (m.variant() != petra::v1::VARIANT_UNSPECIFIED
+                      ? job::EnumShortName(m.variant()) + ", "
+                      : "")
               << model::DescribeSize(m) << ") on "
               << job::EnumShortName(resolved->dataset().kind()) << ", mode "
               << job::EnumShortName(resolved->training().mode()) << ", "

@@ -48,8 +48,11 @@ fi
 if ! command -v npm >/dev/null 2>&1; then
   TEST_PACKAGES+=(npm)
 fi
-# data: the default training set (Fashion-MNIST in /usr/share/datasets).
+# data: the default training set (Fashion-MNIST in /usr/share/datasets),
+# and the language models' default corpus (text_corpus below).
 DATA_PACKAGES=(dataset-fashion-mnist)
+TEXT_CORPUS=/usr/share/dictd/gcide.dict.dz
+want_text=0
 
 usage() {
   cat <<USAGE
@@ -92,7 +95,7 @@ for g in "${selected[@]}"; do
     build) PACKAGES+=("${BUILD_PACKAGES[@]}") ;;
     runtime) PACKAGES+=("${RUNTIME_PACKAGES[@]}") ;;
     test) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
-    data) PACKAGES+=("${DATA_PACKAGES[@]}") ;;
+    data) PACKAGES+=("${DATA_PACKAGES[@]}"); want_text=1 ;;
     *) echo "install-deps.sh: unknown group '$g' (expected build, runtime, test or data)" >&2; exit 2 ;;
   esac
 done
@@ -107,6 +110,29 @@ if ((list_only)); then
   exit 0
 fi
 
+SUDO=""
+if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null; then SUDO=sudo; fi
+
+# The language models' default corpus (DATASET_KIND_TEXT): GCIDE, 40 MB of
+# English text, from Debian's dict-gcide. Its dictionary file is unpacked
+# to where the package puts it; the package itself is not installed, as it
+# depends on a dictionary server (dictd), a daemon the corpus does not need.
+text_corpus() {
+  ((want_text)) && [[ ! -f "$TEXT_CORPUS" ]] || return 0
+  local tmp
+  tmp=$(mktemp -d)
+  echo "install-deps: unpacking dict-gcide's $TEXT_CORPUS (the text corpus)"
+  if ! (cd "$tmp" && apt-get download -q dict-gcide >/dev/null 2>&1); then
+    $SUDO apt-get update -q
+    (cd "$tmp" && apt-get download -q dict-gcide)
+  fi
+  dpkg-deb -x "$tmp"/dict-gcide_*.deb "$tmp/root"
+  $SUDO install -D -m 644 "$tmp/root$TEXT_CORPUS" "$TEXT_CORPUS"
+  $SUDO install -D -m 644 "$tmp/root/usr/share/doc/dict-gcide/copyright" \
+    /usr/share/doc/dict-gcide/copyright
+  rm -rf "$tmp"
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
@@ -115,17 +141,18 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  text_corpus
   exit 0
 fi
 
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "install-deps: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
-  SUDO=sudo
+if [[ $(id -u) -ne 0 && -z "$SUDO" ]]; then
+  echo "install-deps: not root and no sudo; install: ${missing[*]}" >&2
+  exit 1
 fi
 
 echo "install-deps: installing ${#missing[@]} package(s): ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+text_corpus
 echo "install-deps: done"

@@ -40,4 +40,23 @@ bool IsUtf8(absl::string_view s) {
   return true;
 }
 
+std::string ReplaceInvalidUtf8(absl::string_view s, size_t* replaced) {
+  std::string out;
+  out.reserve(s.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++bad;
+      ++i;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  if (replaced != nullptr) *replaced = bad;
+  return out;
+}
+
 }  // namespace petra::base

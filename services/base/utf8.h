@@ -5,6 +5,7 @@
 #define PETRA_SERVICES_BASE_UTF8_H_
 
 #include <cstddef>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
@@ -16,6 +17,10 @@ namespace petra::base {
 size_t Utf8SequenceLength(absl::string_view s, size_t i);
 
 bool IsUtf8(absl::string_view s);
+
+// `s` with each byte that starts no well-formed sequence replaced by
+// U+FFFD; `replaced` (if given) counts them.
+std::string ReplaceInvalidUtf8(absl::string_view s, size_t* replaced = nullptr);
 
 }  // namespace petra::base
 

@@ -19,6 +19,13 @@ EpochBatches::EpochBatches(const Dataset& data, const BatchOptions& options,
   count_ = options.drop_last
                ? n / options.batch_size
                : (n + options.batch_size - 1) / options.batch_size;
+  // Text: every epoch cuts the stream at another offset (seeded like the
+  // shuffle), so a sequence's boundaries are not always the same tokens'.
+  if (data.tokens.defined() && options.shuffle && data.seq_len > 1) {
+    torch::Generator gen = at::detail::createCPUGenerator(
+        options.seed * 1000003 + static_cast<uint64_t>(epoch) + 7);
+    text_offset_ = torch::randint(data.seq_len, {1}, gen).item<int64_t>();
+  }
 }
 
 uint64_t EpochBatches::Seed(int64_t index) const {
@@ -92,6 +99,18 @@ absl::StatusOr<Batch> EpochBatches::Get(int64_t index) const {
   }
   torch::Tensor idx = Indices(index);
   Batch b;
+  if (data_.tokens.defined()) {
+    // Sequence i: tokens [offset + i T, offset + (i + 1) T], the inputs
+    // and, one further, their next tokens.
+    const int64_t t = data_.seq_len;
+    torch::Tensor starts = idx * t + text_offset_;
+    torch::Tensor at = starts.unsqueeze(1) + torch::arange(t + 1).unsqueeze(0);
+    torch::Tensor windows =
+        data_.tokens.index_select(0, at.flatten()).view({idx.size(0), t + 1});
+    b.images = windows.narrow(1, 0, t).contiguous();
+    b.labels = windows.narrow(1, 1, t).contiguous();
+    return b;
+  }
   b.labels = data_.labels.index_select(0, idx);
   if (data_.source == nullptr) {
     b.images = Transform(data_.images.index_select(0, idx), Seed(index),

@@ -1,5 +1,6 @@
 // Micro-batches of one epoch: seeded shuffle, augmentation (random crop with
-// padding, horizontal flip) and per-channel normalisation. Batch i of an
+// padding, horizontal flip) and per-channel normalisation; for text,
+// sequences of tokens from an offset drawn for the epoch. Batch i of an
 // epoch is the same whoever asks for it and in whatever order.
 #pragma once
 
@@ -11,8 +12,10 @@
 namespace petra::data {
 
 struct Batch {
-  torch::Tensor images;  // float32 [B, C, H, W], normalised
-  torch::Tensor labels;  // int64 [B]
+  // float32 [B, C, H, W], normalised; text's: the tokens, int64 [B, T].
+  torch::Tensor images;
+  // int64 [B]; text's: each token's next, int64 [B, T].
+  torch::Tensor labels;
 };
 
 struct BatchOptions {
@@ -47,6 +50,8 @@ class EpochBatches {
   const Dataset& data_;
   BatchOptions options_;
   int64_t epoch_;
+  // Text: where the epoch's first sequence starts (0 without shuffle).
+  int64_t text_offset_ = 0;
   torch::Tensor order_;
   int64_t count_;
 };

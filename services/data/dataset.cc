@@ -13,11 +13,10 @@
 #include "services/base/paths.h"
 #include "services/base/usable_cores.h"
 #include "services/data/image_folder.h"
+#include "services/data/text_corpus.h"
 
 namespace petra::data {
-namespace {
 
-// Reads a whole file through zlib, which also reads uncompressed files.
 absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
@@ -38,6 +37,8 @@ absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path) {
   }
   return out;
 }
+
+namespace {
 
 uint32_t BigEndian32(const std::string& s, size_t at) {
   return (uint32_t(uint8_t(s[at])) << 24) |
@@ -370,6 +371,9 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
                                   const std::vector<int64_t>& chw,
                                   const LoadOptions& load) {
   const petra::v1::DatasetSpec& d = resolved.dataset();
+  if (d.kind() == petra::v1::DATASET_KIND_TEXT) {
+    return LoadText(resolved, data_root);
+  }
   Splits s;
   if (d.kind() == petra::v1::DATASET_KIND_SYNTHETIC) {
     s = MakeSynthetic(chw, resolved.model().num_classes(),
@@ -409,6 +413,11 @@ petra::v1::Preprocessing PreprocessingOf(const petra::v1::JobSpec& resolved,
                                          const Splits& splits,
                                          const std::vector<int64_t>& chw) {
   petra::v1::Preprocessing p;
+  if (resolved.dataset().kind() == petra::v1::DATASET_KIND_TEXT) {
+    // Token ids in; no normalisation, no class names (the vocabulary).
+    p.add_input_shape(resolved.model().transformer().seq_len());
+    return p;
+  }
   if (resolved.dataset().augmentation().normalize()) {
     p.mutable_mean()->Add(splits.train.mean.begin(), splits.train.mean.end());
     p.mutable_std()->Add(splits.train.std.begin(), splits.train.std.end());
@@ -471,6 +480,14 @@ absl::Status CheckDatasetFolder(const petra::v1::JobSpec& resolved,
                                 const std::string& data_root) {
   const petra::v1::DatasetSpec& d = resolved.dataset();
   if (d.kind() == petra::v1::DATASET_KIND_SYNTHETIC) return absl::OkStatus();
+  if (d.kind() == petra::v1::DATASET_KIND_TEXT) {
+    // A folder or one file, or the embedded corpus: read when the job
+    // starts (ReadTextSplits says what is wrong then).
+    if (d.path().empty()) return absl::OkStatus();
+    return base::ConfinedPath(data_root, d.path(), "dataset.path",
+                              base::AbsolutePath::kAllowInsideRoot)
+        .status();
+  }
   absl::StatusOr<std::filesystem::path> dir =
       base::ConfinedPath(data_root, d.path(), "dataset.path",
                          base::AbsolutePath::kAllowInsideRoot);

@@ -1,9 +1,11 @@
-// Image classification datasets held in memory: the IDX format (MNIST,
-// Fashion-MNIST), CIFAR-10's binary format, and a learnable synthetic set.
+// Datasets held in memory: image classification's (the IDX format of MNIST
+// and Fashion-MNIST, CIFAR-10's binary format, a learnable synthetic set)
+// and text's tokens (text_corpus.h).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +28,24 @@ struct Dataset {
   // `rows` (int64 [N]), decoded when a batch is built.
   std::shared_ptr<ImageSource> source;
   torch::Tensor rows;
-  int64_t size() const { return labels.size(0); }
+  // Text (DATASET_KIND_TEXT, text_corpus.h): the split's tokens, int64
+  // [N], cut by batches.h into sequences of seq_len tokens and the seq_len
+  // that follow each (the labels), from an offset that changes every epoch.
+  torch::Tensor tokens;
+  int64_t seq_len = 0;
+  // At most this many sequences (train_limit / test_limit); 0: all.
+  int64_t sequence_limit = 0;
+  // Bytes of UTF-8 text the tokens came from: bits per byte.
+  int64_t text_bytes = 0;
+  // Examples: a text split's sequences (one held back, so that every
+  // offset fits), else the labels'.
+  int64_t size() const {
+    if (!tokens.defined()) return labels.size(0);
+    const int64_t n =
+        seq_len > 0 ? std::max<int64_t>(0, (tokens.numel() - 1) / seq_len - 1)
+                    : 0;
+    return sequence_limit > 0 ? std::min(n, sequence_limit) : n;
+  }
   // The source rows of examples `index` (int64).
   std::vector<int64_t> Rows(const torch::Tensor& index) const;
 };
@@ -34,6 +53,10 @@ struct Dataset {
 struct Splits {
   Dataset train, test;
 };
+
+// Reads a whole file through zlib, which also reads uncompressed files.
+// NOT_FOUND when it cannot be opened, DATA_LOSS when corrupt or truncated.
+absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path);
 
 // Reads an IDX image file and its label file (gzipped or not). A missing,
 // truncated or corrupt file is an error naming the file.

@@ -10,7 +10,10 @@ namespace petra::engine {
 
 std::vector<std::pair<std::string, torch::Tensor>> InputTensors(
     const petra::v1::Preprocessing& p) {
-  const int64_t channels = p.input_shape_size() > 0 ? p.input_shape(0) : 0;
+  // A language model's input is {tokens}: ids, nothing to normalise.
+  const bool tokens = p.input_shape_size() == 1;
+  const int64_t channels =
+      p.input_shape_size() > 0 && !tokens ? p.input_shape(0) : 0;
   std::vector<double> mean(p.mean().begin(), p.mean().end());
   std::vector<double> std(p.std().begin(), p.std().end());
   if (mean.empty()) {  // not normalised: the identity
@@ -59,9 +62,16 @@ absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
     }
     return t.contiguous();
   };
-  absl::StatusOr<torch::Tensor> shape = get("input.shape", torch::kInt64, 3);
+  absl::StatusOr<torch::Tensor> shape = get("input.shape", torch::kInt64, -1);
   if (!shape.ok()) return shape.status();
-  const int64_t channels = (*shape)[0].item<int64_t>();
+  // {channels, height, width}, or a language model's {tokens}.
+  if (shape->numel() != 3 && shape->numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "export: \"input.shape\" has ", shape->numel(),
+        " entries, not 3 (an image's) or 1 (a language model's tokens)"));
+  }
+  const int64_t channels =
+      shape->numel() == 3 ? (*shape)[0].item<int64_t>() : 0;
   absl::StatusOr<torch::Tensor> mean =
       get("input.mean", torch::kFloat32, channels);
   if (!mean.ok()) return mean.status();
@@ -73,7 +83,7 @@ absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
   if (!names.ok()) return names.status();
 
   petra::v1::Preprocessing p;
-  for (int64_t i = 0; i < 3; ++i) {
+  for (int64_t i = 0; i < shape->numel(); ++i) {
     p.add_input_shape(static_cast<uint32_t>((*shape)[i].item<int64_t>()));
   }
   for (int64_t c = 0; c < channels; ++c) {

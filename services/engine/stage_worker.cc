@@ -265,7 +265,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
       if (sampled) check_.KeepSample(static_cast<int64_t>(id), blocks_, {});
       LossOutput out;
       out.loss = std::numeric_limits<double>::quiet_NaN();
-      out.samples = labels.size(0);
+      out.samples = labels.numel();  // a language model's: its tokens
       out.backward.input = x.detach();
       if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
       out.directional.assign(directions.size(), 0.0);
@@ -316,7 +316,7 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     // epoch's mean and skip count, the train log's nan).
     out.loss =
         bad ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
-    out.samples = labels.size(0);
+    out.samples = labels.numel();  // a language model's: its tokens
     out.correct = model::CorrectCount(logits, labels);
     out.backward.input = x.detach();
     out.backward.input_grad = input_grad;

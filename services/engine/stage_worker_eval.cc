@@ -32,7 +32,7 @@ absl::StatusOr<LossOutput> StageWorker::CheckLoss(int64_t i,
     LossOutput out;
     out.loss = step->loss;
     out.correct = step->correct;
-    out.samples = labels.size(0);
+    out.samples = labels.numel();  // a language model's: its tokens
     out.backward.input = in.detach();
     out.backward.input_grad = std::move(step->input_grad);
     return out;
@@ -73,7 +73,7 @@ absl::StatusOr<LossOutput> StageWorker::EvaluateLoss(
     LossOutput out;
     out.loss = model::CrossEntropy(y->a, labels).item<double>();
     out.correct = model::CorrectCount(y->a, labels);
-    out.samples = labels.size(0);
+    out.samples = labels.numel();  // a language model's: its tokens
     return out;
   });
 }

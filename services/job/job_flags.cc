@@ -81,18 +81,27 @@ void AddTransformerFlags(base::FlagSet& f,
                          std::function<petra::v1::TransformerSpec*()> target) {
   auto t = std::move(target);
   using D = model::TransformerDefaults;  // the defaults the help shows
-  f.AddCustom("embed-dim", "D", absl::StrCat(D::kEmbedDim),
-              "revvit/vit: token width",
+  using L = model::LanguageModelDefaults;
+  f.AddCustom("embed-dim", "D",
+              absl::StrCat(D::kEmbedDim, "; revlm/gpt ", L::kEmbedDim),
+              "revvit/vit/revlm/gpt: token width",
               Uint32([t](uint32_t v) { t()->set_embed_dim(v); }));
-  f.AddCustom("depth", "L", absl::StrCat(D::kDepth),
-              "revvit/vit: transformer blocks",
+  f.AddCustom("depth", "L", absl::StrCat(D::kDepth, "; revlm/gpt ", L::kDepth),
+              "revvit/vit/revlm/gpt: transformer blocks",
               Uint32([t](uint32_t v) { t()->set_depth(v); }));
-  f.AddCustom("heads", "H", absl::StrCat(D::kHeads),
-              "revvit/vit: attention heads (divide D)",
+  f.AddCustom("heads", "H", absl::StrCat(D::kHeads, "; revlm/gpt ", L::kHeads),
+              "revvit/vit/revlm/gpt: attention heads (divide D)",
               Uint32([t](uint32_t v) { t()->set_heads(v); }));
-  f.AddCustom("mlp-ratio", "R", absl::StrCat(D::kMlpRatio),
-              "revvit/vit: MLP hidden width / D",
+  f.AddCustom("mlp-ratio", "R",
+              absl::StrCat(D::kMlpRatio, "; revlm/gpt ", L::kMlpRatio),
+              "revvit/vit/revlm/gpt: MLP hidden width / D",
               Double([t](double v) { t()->set_mlp_ratio(v); }));
+  f.AddCustom("seq-len", "T", absl::StrCat(L::kSeqLen),
+              "revlm/gpt: tokens per sequence",
+              Uint32([t](uint32_t v) { t()->set_seq_len(v); }));
+  f.AddCustom("vocab", "V", absl::StrCat(L::kVocab, " (bytes)"),
+              "revlm/gpt: vocabulary size (the tokenizer's)",
+              Uint32([t](uint32_t v) { t()->set_vocab(v); }));
   f.AddCustom("patch-size", "P",
               absl::StrCat(model::DefaultPatchSize(petra::v1::VARIANT_MNIST),
                            " for mnist, ",
@@ -521,6 +530,18 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
       overrides.model().architecture() != base->model().architecture()) {
     base->mutable_model()->clear_width();
     base->mutable_model()->clear_transformer();
+    base->mutable_model()->clear_num_classes();
+    // A language model reads text, an image model images: a base's data
+    // of the other kind goes unless the flags name the data.
+    const bool lm = model::IsLanguageModel(overrides.model().architecture());
+    if (overrides.dataset().kind() == 0 &&
+        lm != (base->dataset().kind() == petra::v1::DATASET_KIND_TEXT)) {
+      base->clear_dataset();
+      base->mutable_model()->clear_variant();
+      base->mutable_dataset()->set_kind(
+          lm ? petra::v1::DATASET_KIND_TEXT
+             : petra::v1::DATASET_KIND_FASHION_MNIST);
+    }
   }
   // Another mode starts from its own mode settings: those in the base (often
   // a resolved spec, the old mode's defaults filled in) would be refused

@@ -298,5 +298,33 @@ TEST(AssembleJobSpec, TheBasesNameGoesWithItsNetworkOrData) {
   EXPECT_EQ(name({"--arch", "revvit", "--name", "mine"}), "mine");
 }
 
+// `petra train --arch revlm` with nothing else: the language model's sizes
+// and recipe, on the embedded text corpus with the bytes tokenizer.
+TEST(AssembleJobSpec, ALanguageModelGetsTextAndItsOwnSizes) {
+  petra::v1::JobSpec base;
+  base.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  base.mutable_model()->set_width(0.25);
+  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+  petra::v1::JobSpec overrides;
+  ASSERT_TRUE(ParseInto({"--arch", "revlm"}, &overrides).ok());
+  absl::StatusOr<petra::v1::JobSpec> s = AssembleJobSpec(base, "", overrides);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->dataset().kind(), petra::v1::DATASET_KIND_TEXT);
+  EXPECT_EQ(s->dataset().path(), "");  // the embedded corpus
+  EXPECT_EQ(s->dataset().text().tokenizer(),
+            petra::v1::TextSpec::TOKENIZER_BYTES);
+  EXPECT_EQ(s->model().width(), 1.0);
+  EXPECT_EQ(s->model().transformer().seq_len(), 128u);
+  EXPECT_EQ(s->model().transformer().vocab(), 256u);
+  EXPECT_EQ(s->model().num_classes(), 256u);
+  EXPECT_EQ(s->recipe(), petra::v1::RECIPE_TRANSFORMER);
+  // Back to an image model: its images come back with it.
+  ASSERT_TRUE(ParseInto({"--arch", "resnet18"}, &overrides).ok());
+  s = AssembleJobSpec(*s, "", overrides);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->dataset().kind(), petra::v1::DATASET_KIND_FASHION_MNIST);
+  EXPECT_EQ(s->model().num_classes(), 10u);
+}
+
 }  // namespace
 }  // namespace petra::job

@@ -71,12 +71,31 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   const bool mnist_like = kind == petra::v1::DATASET_KIND_FASHION_MNIST ||
                           kind == petra::v1::DATASET_KIND_MNIST;
 
-  if (model->variant() == petra::v1::VARIANT_UNSPECIFIED) {
+  // A language model has no image geometry.
+  if (model->variant() == petra::v1::VARIANT_UNSPECIFIED &&
+      !model::IsLanguageModel(model->architecture())) {
     model->set_variant(mnist_like ? petra::v1::VARIANT_MNIST
                                   : petra::v1::VARIANT_CIFAR);
   }
   const bool cifar = model->variant() == petra::v1::VARIANT_CIFAR;
   if (!model->has_width()) model->set_width(1.0);
+  if (model::IsLanguageModel(model->architecture())) {
+    using D = model::LanguageModelDefaults;
+    petra::v1::TransformerSpec* t = model->mutable_transformer();
+    if (!t->has_embed_dim()) t->set_embed_dim(D::kEmbedDim);
+    if (!t->has_depth()) t->set_depth(D::kDepth);
+    if (!t->has_heads()) t->set_heads(D::kHeads);
+    if (!t->has_mlp_ratio()) t->set_mlp_ratio(D::kMlpRatio);
+    if (!t->has_seq_len()) t->set_seq_len(D::kSeqLen);
+    if (!t->has_vocab()) t->set_vocab(D::kVocab);
+    // The logits' classes are the vocabulary.
+    if (!model->has_num_classes()) model->set_num_classes(t->vocab());
+    if (kind == petra::v1::DATASET_KIND_TEXT &&
+        data->text().tokenizer() ==
+            petra::v1::TextSpec::TOKENIZER_UNSPECIFIED) {
+      data->mutable_text()->set_tokenizer(petra::v1::TextSpec::TOKENIZER_BYTES);
+    }
+  }
   if (model::IsTransformer(model->architecture())) {
     using D = model::TransformerDefaults;
     petra::v1::TransformerSpec* t = model->mutable_transformer();
@@ -176,7 +195,8 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     spec->set_transport(petra::v1::TRANSPORT_AUTO);
   }
   if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
-    spec->set_recipe(model::IsTransformer(model->architecture())
+    spec->set_recipe(model::IsTransformer(model->architecture()) ||
+                             model::IsLanguageModel(model->architecture())
                          ? petra::v1::RECIPE_TRANSFORMER
                          : petra::v1::RECIPE_DEFAULT);
   }

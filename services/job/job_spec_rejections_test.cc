@@ -332,6 +332,57 @@ INSTANTIATE_TEST_SUITE_P(
                      s->set_recipe(static_cast<petra::v1::Recipe>(9));
                    },
                    "recipe = 9", "unknown value"},
+        RejectCase{"TextForAnImageModel",
+                   [](JobSpec* s) {
+                     s->mutable_dataset()->set_kind(
+                         petra::v1::DATASET_KIND_TEXT);
+                   },
+                   "dataset.kind = text", "trains a language model"},
+        RejectCase{"LanguageModelOnImages",
+                   [](JobSpec* s) {
+                     s->mutable_model()->set_architecture(
+                         petra::v1::ARCHITECTURE_REVLM);
+                     s->mutable_model()->clear_width();
+                   },
+                   "model.architecture = revlm",
+                   "a language model trains on text"},
+        RejectCase{"BytesVocabularyIs256",
+                   [](JobSpec* s) {
+                     s->mutable_model()->set_architecture(
+                         petra::v1::ARCHITECTURE_GPT);
+                     s->mutable_model()->clear_width();
+                     s->mutable_dataset()->Clear();
+                     s->mutable_dataset()->set_kind(
+                         petra::v1::DATASET_KIND_TEXT);
+                     s->mutable_model()->mutable_transformer()->set_vocab(300);
+                   },
+                   "model.transformer.vocab = 300",
+                   "the bytes tokenizer has 256 symbols"},
+        RejectCase{"LanguageModelWithForwardGradient",
+                   [](JobSpec* s) {
+                     s->mutable_model()->set_architecture(
+                         petra::v1::ARCHITECTURE_REVLM);
+                     s->mutable_model()->clear_width();
+                     s->mutable_dataset()->Clear();
+                     s->mutable_dataset()->set_kind(
+                         petra::v1::DATASET_KIND_TEXT);
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                   },
+                   "training.mode = forward_gradient",
+                   "not for language models yet"},
+        RejectCase{"SeqLenTooLong",
+                   [](JobSpec* s) {
+                     s->mutable_model()->set_architecture(
+                         petra::v1::ARCHITECTURE_REVLM);
+                     s->mutable_model()->clear_width();
+                     s->mutable_dataset()->Clear();
+                     s->mutable_dataset()->set_kind(
+                         petra::v1::DATASET_KIND_TEXT);
+                     s->mutable_model()->mutable_transformer()->set_seq_len(
+                         100000);
+                   },
+                   "model.transformer.seq_len = 100000", "must be in [1, 4096]"},
         RejectCase{"TransportUnknown",
                    [](JobSpec* s) {
                      s->set_transport(static_cast<petra::v1::Transport>(9));

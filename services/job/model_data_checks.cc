@@ -13,6 +13,7 @@
 #include "services/base/utf8.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_defaults.h"
+#include "services/job/job_spec_validation.h"
 #include "services/job/spec_checks.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/device_name.h"
@@ -25,10 +26,92 @@ using google::protobuf::GetEnumDescriptor;
 
 // revvit and vit are sized by model.transformer (resolved: every size set),
 // the CNNs by width alone.
+// revlm and gpt: sized by model.transformer (seq_len and vocab too),
+// trained on text and only on text.
+void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::ModelSpec& m = s.model();
+  const bool lm = model::IsLanguageModel(m.architecture());
+  const bool text = s.dataset().kind() == petra::v1::DATASET_KIND_TEXT;
+  if (text && !lm) {
+    p.Add("dataset.kind", "text",
+          "text trains a language model (--arch revlm or gpt), not " +
+              EnumShortName(m.architecture()));
+  }
+  if (!text && s.dataset().has_text()) {
+    p.Add("dataset.text", "set", "only for dataset kind text");
+  }
+  if (!lm) {
+    if (m.transformer().has_seq_len() || m.transformer().has_vocab()) {
+      p.Add("model.transformer.seq_len", "set",
+            "seq_len and vocab size a language model (revlm, gpt)");
+    }
+    return;
+  }
+  if (!text) {
+    p.Add("model.architecture", EnumShortName(m.architecture()),
+          absl::StrCat("a language model trains on text (--dataset text), "
+                       "not ",
+                       EnumShortName(s.dataset().kind())));
+  }
+  const petra::v1::TransformerSpec& t = m.transformer();
+  if (m.width() != 1.0) {
+    p.Add("model.width", Num(m.width()),
+          "revlm and gpt are sized by model.transformer (--embed-dim, "
+          "--depth, --heads, --mlp-ratio, --seq-len); width must be 1");
+  }
+  if (t.has_patch_size() ||
+      t.stem() != petra::v1::TransformerSpec::STEM_UNSPECIFIED) {
+    p.Add("model.transformer.patch_size", "set",
+          "patches and stems are an image transformer's; a language model "
+          "embeds tokens");
+  }
+  if (t.embed_dim() < 1 || t.embed_dim() > kMaxEmbedDim) {
+    p.Add("model.transformer.embed_dim", t.embed_dim(),
+          absl::StrCat("must be in [1, ", kMaxEmbedDim, "]"));
+  }
+  if (t.depth() < 1 || t.depth() > kMaxDepth) {
+    p.Add("model.transformer.depth", t.depth(),
+          absl::StrCat("must be in [1, ", kMaxDepth, "]"));
+  }
+  if (t.heads() < 1 || (t.embed_dim() > 0 && t.embed_dim() % t.heads() != 0)) {
+    p.Add("model.transformer.heads", t.heads(),
+          absl::StrCat("must divide embed_dim (", t.embed_dim(), ")"));
+  }
+  if (!std::isfinite(t.mlp_ratio()) || t.mlp_ratio() <= 0 ||
+      t.mlp_ratio() > kMaxMlpRatio) {
+    p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
+          absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
+  }
+  if (t.seq_len() < 1 || t.seq_len() > kMaxTokens) {
+    p.Add("model.transformer.seq_len", t.seq_len(),
+          absl::StrCat("must be in [1, ", kMaxTokens, "]"));
+  }
+  if (t.vocab() < 2 || t.vocab() > kMaxClasses) {
+    p.Add("model.transformer.vocab", t.vocab(),
+          absl::StrCat("must be in [2, ", kMaxClasses, "]"));
+  } else if (text &&
+             s.dataset().text().tokenizer() ==
+                 petra::v1::TextSpec::TOKENIZER_BYTES &&
+             t.vocab() != 256) {
+    p.Add("model.transformer.vocab", t.vocab(),
+          "the bytes tokenizer has 256 symbols");
+  }
+  if (m.num_classes() != t.vocab()) {
+    p.Add("model.num_classes", m.num_classes(),
+          absl::StrCat("a language model's classes are its vocabulary (",
+                       t.vocab(), ")"));
+  }
+  if (s.training().mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT) {
+    p.Add("training.mode", "forward_gradient",
+          "not for language models yet: their local heads are image "
+          "classifiers");
+  }
+}
+
 void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
                       Problems& p) {
   if (!model::IsTransformer(m.architecture())) {
-    if (m.has_transformer()) {
+    if (m.has_transformer() && !model::IsLanguageModel(m.architecture())) {
       p.Add("model.transformer", "set",
             "only revvit and vit have transformer sizes (a CNN's size is "
             "model.width)");
@@ -105,6 +188,7 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
           "divisible by 8 (variant cifar or imagenet), not 28x28");
   }
   CheckTransformer(m, variant_ok, p);
+  CheckLanguageModel(s, p);
   // Unset on an image folder: counted from its train/ folder where the
   // data is (data::FillFromData).
   const bool classes_from_folder =
@@ -123,6 +207,10 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
   if (folder && d.path().empty()) {
     p.Add("dataset.path", "\"\"",
           "an image folder needs its directory (train/ and test/ in it)");
+  }
+  if (d.kind() == petra::v1::DATASET_KIND_TEXT) {
+    CheckEnum<petra::v1::TextSpec::Tokenizer>(p, "dataset.text.tokenizer",
+                                              d.text().tokenizer(), true);
   }
   if (!folder && d.has_image_folder()) {
     p.Add("dataset.image_folder", "set", "only for dataset kind image_folder");
@@ -151,7 +239,8 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
     }
   }
   if (kind_ok && variant_ok && !folder &&
-      d.kind() != petra::v1::DATASET_KIND_SYNTHETIC) {
+      d.kind() != petra::v1::DATASET_KIND_SYNTHETIC &&
+      d.kind() != petra::v1::DATASET_KIND_TEXT) {
     const bool mnist_like = d.kind() == petra::v1::DATASET_KIND_FASHION_MNIST ||
                             d.kind() == petra::v1::DATASET_KIND_MNIST;
     const petra::v1::Variant needed =

@@ -14,6 +14,7 @@
 #include "services/base/utf8.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_defaults.h"
+#include "services/job/job_spec_validation.h"
 #include "services/job/spec_checks.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/device_name.h"

@@ -65,7 +65,19 @@ bool IsTransformer(int architecture) {
          architecture == petra::v1::ARCHITECTURE_VIT;
 }
 
+bool IsLanguageModel(int architecture) {
+  return architecture == petra::v1::ARCHITECTURE_REVLM ||
+         architecture == petra::v1::ARCHITECTURE_GPT;
+}
+
 std::string DescribeSize(const petra::v1::ModelSpec& m) {
+  if (IsLanguageModel(m.architecture())) {
+    const petra::v1::TransformerSpec& t = m.transformer();
+    return absl::StrFormat(
+        "embed_dim %d, depth %d, heads %d, mlp_ratio %g, seq_len %d, vocab %d",
+        t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.seq_len(),
+        t.vocab());
+  }
   if (!IsTransformer(m.architecture())) {
     return absl::StrFormat("width %g", m.width());
   }
@@ -79,6 +91,14 @@ std::string DescribeSize(const petra::v1::ModelSpec& m) {
 absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
     const petra::v1::ModelSpec& model) {
   const int architecture = model.architecture();
+  if (IsLanguageModel(architecture)) {
+    const int depth = static_cast<int>(std::min<uint32_t>(
+        model.transformer().has_depth() ? model.transformer().depth()
+                                        : LanguageModelDefaults::kDepth,
+        1u << 20));
+    const bool rev = architecture == petra::v1::ARCHITECTURE_REVLM;
+    return ArchitectureInfo{rev ? "RevLM" : "GPT", rev, depth, depth + 2};
+  }
   if (IsTransformer(architecture)) {
     // Bounded so that the count cannot overflow; validation refuses depths
     // above its own (much lower) limit.
@@ -115,7 +135,7 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
       return absl::InvalidArgumentError(
           "model.architecture: required (one of revnet18, revnet34, revnet50, "
           "revnet101, irevnet18, resnet18, resnet34, resnet50, resnet101, "
-          "revvit, vit)");
+          "revvit, vit, revlm, gpt)");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("model.architecture: unknown value ", architecture));

@@ -59,6 +59,22 @@ std::vector<int64_t> InputShape(petra::v1::Variant variant);
 
 // revvit and vit: sized by model.transformer, not by width.
 bool IsTransformer(int architecture);
+// revlm and gpt: causal language models over tokens, sized by
+// model.transformer (its seq_len and vocab too), not by width or variant.
+bool IsLanguageModel(int architecture);
+
+// The language-model sizes a spec leaves unset. Small enough that `petra
+// train --arch revlm` trains at some thousands of tokens a second on two
+// cores.
+struct LanguageModelDefaults {
+  static constexpr uint32_t kEmbedDim = 128;
+  static constexpr uint32_t kDepth = 4;
+  static constexpr uint32_t kHeads = 4;
+  static constexpr double kMlpRatio = 4.0;
+  static constexpr uint32_t kSeqLen = 128;
+  // The bytes tokenizer's.
+  static constexpr uint32_t kVocab = 256;
+};
 
 // What sizes a resolved model, for people: "width 0.25" for a CNN,
 // "embed_dim 64, depth 6, heads 4, mlp_ratio 2, patch_size 7, stem conv"

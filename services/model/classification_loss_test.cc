@@ -25,7 +25,29 @@ TEST(ClassificationLoss, LabelsThatDoNotMatchTheBatchAreNamed) {
   absl::Status s = CheckLabels(torch::zeros({3}, torch::kInt64), 4);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "labels: 3 labels for a micro-batch of 4");
-  EXPECT_FALSE(CheckLabels(torch::zeros({2, 2}, torch::kInt64), 2).ok());
+  // A language model's: a label per token of each sample.
+  EXPECT_TRUE(CheckLabels(torch::zeros({2, 5}, torch::kInt64), 2).ok());
+  EXPECT_FALSE(CheckLabels(torch::zeros({3, 5}, torch::kInt64), 2).ok());
+  EXPECT_FALSE(CheckLabels(torch::zeros({2, 2, 2}, torch::kInt64), 2).ok());
+}
+
+// A language model's logits [batch, tokens, vocab]: every token one
+// prediction, and the gradient autograd gives.
+TEST(ClassificationLoss, EveryTokenOfALanguageModelIsOnePrediction) {
+  torch::manual_seed(3);
+  torch::Tensor logits = torch::randn({2, 3, 5}, torch::requires_grad());
+  torch::Tensor labels = torch::randint(5, {2, 3}, torch::kInt64);
+  torch::Tensor loss = CrossEntropy(logits, labels);
+  EXPECT_NEAR(loss.item<double>(),
+              torch::nn::functional::cross_entropy(logits.view({6, 5}),
+                                                   labels.view({6}))
+                  .item<double>(),
+              1e-6);
+  loss.backward();
+  torch::Tensor exact = CrossEntropyGradient(logits.detach(), labels);
+  EXPECT_EQ(exact.sizes(), logits.sizes());
+  EXPECT_TRUE(torch::allclose(exact, logits.grad(), 1e-6, 1e-7));
+  EXPECT_EQ(CorrectCount(logits.detach(), logits.detach().argmax(-1)), 6);
 }
 
 }  // namespace

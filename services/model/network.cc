@@ -71,12 +71,57 @@ NetworkBlueprint DescribeTransformer(const petra::v1::ModelSpec& model,
   return net;
 }
 
+// revlm and gpt of a resolved spec: token stem, depth causal blocks, LM
+// head. One sample's input is seq_len tokens; the classes are the
+// vocabulary.
+NetworkBlueprint DescribeLanguageModel(const petra::v1::ModelSpec& model) {
+  const petra::v1::TransformerSpec& t = model.transformer();
+  const bool rev = model.architecture() == petra::v1::ARCHITECTURE_REVLM;
+  TransformerOptions o;
+  o.embed_dim = t.embed_dim();
+  o.heads = t.heads();
+  o.mlp_hidden =
+      std::max<int64_t>(1, std::llround(t.mlp_ratio() * t.embed_dim()));
+  o.causal = true;
+  NetworkBlueprint net;
+  net.num_classes = t.vocab();
+  net.input_shape = {static_cast<int64_t>(t.seq_len())};
+  net.input_dtype = torch::kInt64;
+  const int64_t vocab = t.vocab(), seq_len = t.seq_len();
+  net.blocks.push_back([o, rev, vocab, seq_len]() -> std::shared_ptr<Block> {
+    return std::make_shared<TokenEmbedBlock>(vocab, seq_len, o.embed_dim, rev);
+  });
+  for (uint32_t i = 0; i < t.depth(); ++i) {
+    net.blocks.push_back([o, rev]() -> std::shared_ptr<Block> {
+      if (rev) return std::make_shared<RevViTBlock>(o);
+      return std::make_shared<ViTBlock>(o);
+    });
+  }
+  const int64_t features = rev ? 2 * o.embed_dim : o.embed_dim;
+  net.blocks.push_back([features, vocab]() -> std::shared_ptr<Block> {
+    return std::make_shared<LmHeadBlock>(features, vocab);
+  });
+  return net;
+}
+
 }  // namespace
 
 absl::StatusOr<NetworkBlueprint> DescribeNetwork(
     const petra::v1::ModelSpec& model) {
   absl::StatusOr<ArchitectureInfo> info = GetArchitectureInfo(model);
   if (!info.ok()) return info.status();
+  if (IsLanguageModel(model.architecture())) {
+    const petra::v1::TransformerSpec& t = model.transformer();
+    if (t.embed_dim() == 0 || t.heads() == 0 ||
+        t.embed_dim() % t.heads() != 0 || t.depth() == 0 || t.seq_len() == 0 ||
+        t.vocab() < 2 || !std::isfinite(t.mlp_ratio()) ||
+        !(t.mlp_ratio() > 0)) {
+      return absl::InvalidArgumentError(
+          "model.transformer: a language model's sizes must be resolved and "
+          "valid before building");
+    }
+    return DescribeLanguageModel(model);
+  }
   if (!model.has_num_classes()) {
     // An image folder's job before its folder was counted (FillFromData).
     return absl::InvalidArgumentError(
@@ -172,6 +217,17 @@ absl::StatusOr<NetworkBlueprint> DescribeNetwork(
                      " blocks, expected ", info->per_block_stages));
   }
   return net;
+}
+
+torch::Tensor ExampleInput(const NetworkBlueprint& blueprint, int64_t batch) {
+  std::vector<int64_t> shape = {batch};
+  shape.insert(shape.end(), blueprint.input_shape.begin(),
+               blueprint.input_shape.end());
+  if (blueprint.input_dtype == torch::kInt64) {
+    return torch::randint(std::max<int64_t>(1, blueprint.num_classes), shape,
+                          torch::kInt64);
+  }
+  return torch::randn(shape);
 }
 
 uint64_t BlockSeed(uint64_t seed, int index) {

@@ -32,10 +32,17 @@ struct NetworkBlueprint {
   // Builds block i with freshly initialised weights (from torch's global
   // generator, as torch::nn's initialisers draw).
   std::vector<std::function<std::shared_ptr<Block>()>> blocks;
-  std::vector<int64_t> input_shape;  // one sample's {channels, height, width}
+  // One sample's {channels, height, width}; a language model's {tokens}.
+  std::vector<int64_t> input_shape;
+  // What the input holds: pixels (float) or token ids (int64).
+  torch::ScalarType input_dtype = torch::kFloat32;
   int64_t num_classes = 0;
   int size() const { return static_cast<int>(blocks.size()); }
 };
+
+// A batch of `batch` inputs of the blueprint's shape and dtype: random
+// pixels, or random token ids below num_classes (the vocabulary).
+torch::Tensor ExampleInput(const NetworkBlueprint& blueprint, int64_t batch);
 
 // `model` must be resolved (job::ResolveJobSpec): variant, width and
 // num_classes set (INVALID_ARGUMENT otherwise). Cheap: nothing is built.

@@ -11,10 +11,7 @@ int64_t CountParameters(torch::nn::Module& module) {
 std::vector<BlockSummary> SummarizeBlocks(const NetworkBlueprint& network) {
   torch::NoGradGuard no_grad;
   ScopedBnMode eval(BnMode::kRunningStats);
-  std::vector<int64_t> shape = {1};
-  shape.insert(shape.end(), network.input_shape.begin(),
-               network.input_shape.end());
-  TensorPair x{torch::zeros(shape), {}};
+  TensorPair x{ExampleInput(network, 1).zero_(), {}};
   std::vector<BlockSummary> out;
   for (int i = 0; i < network.size(); ++i) {
     // One block at a time: no more than the largest block is ever held.

@@ -9,10 +9,7 @@ namespace petra::model {
 std::vector<double> MeasureBlockSeconds(const NetworkBlueprint& network,
                                         int64_t batch, int repeats) {
   ScopedBnMode mode(BnMode::kBatchStats);  // running statistics untouched
-  std::vector<int64_t> shape = {batch};
-  shape.insert(shape.end(), network.input_shape.begin(),
-               network.input_shape.end());
-  TensorPair x{torch::randn(shape), {}};
+  TensorPair x{ExampleInput(network, batch), {}};
   std::vector<double> seconds;
   for (int i = 0; i < network.size(); ++i) {
     // One block at a time, as the summary.
@@ -55,8 +52,8 @@ BlockCosts PartitionCosts(const NetworkBlueprint& network,
     out.seconds = true;
     return out;
   }
-  const bool flops_only = p.has_stage_count() &&
-                          p.cost() == petra::v1::PartitionSpec::COST_FLOPS;
+  const bool flops_only =
+      p.has_stage_count() && p.cost() == petra::v1::PartitionSpec::COST_FLOPS;
   for (const BlockSummary& b : summary) {
     out.costs.push_back(flops_only ? static_cast<double>(b.forward_flops)
                                    : EstimatedCost(b));

@@ -1,6 +1,7 @@
 #include "services/model/transformer_blocks.h"
 
 #include <cmath>
+#include <limits>
 
 #include "services/model/architecture_catalog.h"
 #include "services/model/layers.h"
@@ -20,7 +21,8 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
 
 }  // namespace
 
-AttentionImpl::AttentionImpl(int64_t dim, int64_t heads) : heads_(heads) {
+AttentionImpl::AttentionImpl(int64_t dim, int64_t heads, bool causal)
+    : heads_(heads), causal_(causal) {
   norm_ = register_module(
       "norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
   qkv_ = register_module("qkv", MakeLinear(dim, 3 * dim));
@@ -37,10 +39,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
                           .reshape({-1, n, 3, heads_, dh})
                           .permute({2, 0, 3, 1, 4});
   torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
-  torch::Tensor attention =
-      torch::softmax(torch::matmul(q, k.transpose(-2, -1)) /
-                         std::sqrt(static_cast<double>(dh)),
-                     -1);
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) /
+                         std::sqrt(static_cast<double>(dh));
+  if (causal_) {
+    const torch::Tensor later =
+        torch::ones(
+            {n, n},
+            torch::TensorOptions().dtype(torch::kBool).device(x.device()))
+            .triu(1);
+    scores =
+        scores.masked_fill(later, -std::numeric_limits<double>::infinity());
+  }
+  torch::Tensor attention = torch::softmax(scores, -1);
   // Q K^T and the weighted sum of V: 2 x (2 b heads n^2 dh).
   ScopedFlopCounter::Add(4 * b * heads_ * n * n * dh);
   // The LayerNorm, and the scaled scores' softmax.
@@ -105,7 +115,7 @@ TensorPair PatchEmbedBlock::Forward(const TensorPair& x) {
 }
 
 RevViTBlock::RevViTBlock(const TransformerOptions& o) {
-  f_ = register_module("attention", Attention(o.embed_dim, o.heads));
+  f_ = register_module("attention", Attention(o.embed_dim, o.heads, o.causal));
   g_ = register_module("mlp", Mlp(o.embed_dim, o.mlp_hidden));
 }
 
@@ -167,7 +177,7 @@ std::unique_ptr<PendingVjp> RevViTBlock::Rebuild(const TensorPair& y) {
 }
 
 ViTBlock::ViTBlock(const TransformerOptions& o) {
-  f_ = register_module("attention", Attention(o.embed_dim, o.heads));
+  f_ = register_module("attention", Attention(o.embed_dim, o.heads, o.causal));
   g_ = register_module("mlp", Mlp(o.embed_dim, o.mlp_hidden));
 }
 
@@ -185,6 +195,39 @@ TokenHeadBlock::TokenHeadBlock(int64_t features, int64_t classes) {
 TensorPair TokenHeadBlock::Forward(const TensorPair& x) {
   torch::Tensor tokens = x.is_pair() ? torch::cat({x.a, x.b}, -1) : x.a;
   return {CountedLinear(fc_, norm_->forward(tokens).mean(1)), {}};
+}
+
+TokenEmbedBlock::TokenEmbedBlock(int64_t vocab, int64_t max_tokens, int64_t dim,
+                                 bool two_streams)
+    : two_streams_(two_streams) {
+  embedding_ = register_module(
+      "embedding",
+      torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, dim)));
+  {
+    torch::NoGradGuard no_grad;
+    embedding_->weight.normal_(0.0, 0.02);
+  }
+  position_ = register_parameter(kPositionEmbeddingName,
+                                 torch::randn({1, max_tokens, dim}) * 0.02);
+}
+
+TensorPair TokenEmbedBlock::Forward(const TensorPair& x) {
+  const int64_t n = x.a.size(1);
+  torch::Tensor tokens = embedding_->forward(x.a) + position_.narrow(1, 0, n);
+  ScopedFlopCounter::AddElementwise(tokens.numel());
+  if (!two_streams_) return {tokens, {}};
+  return {tokens, tokens};
+}
+
+LmHeadBlock::LmHeadBlock(int64_t features, int64_t vocab) {
+  norm_ = register_module(
+      "norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({features})));
+  fc_ = register_module("fc", MakeLinear(features, vocab));
+}
+
+TensorPair LmHeadBlock::Forward(const TensorPair& x) {
+  torch::Tensor tokens = x.is_pair() ? torch::cat({x.a, x.b}, -1) : x.a;
+  return {CountedLinear(fc_, norm_->forward(tokens)), {}};
 }
 
 }  // namespace petra::model

@@ -22,16 +22,20 @@ struct TransformerOptions {
   // TransformerSpec.STEM_CONV: stride-2 convolutions (ConvStemWidths), then
   // a 1x1 convolution, instead of one patch_size-strided convolution.
   bool conv_stem = false;
+  // A language model's: a token attends to itself and those before it.
+  bool causal = false;
 };
 
-// F: LayerNorm -> multi-head self-attention.
+// F: LayerNorm -> multi-head self-attention (causal: masked so that no
+// token sees a later one).
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(int64_t dim, int64_t heads);
+  AttentionImpl(int64_t dim, int64_t heads, bool causal = false);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
   int64_t heads_;
+  bool causal_;
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear qkv_{nullptr};
   torch::nn::Linear proj_{nullptr};
@@ -101,6 +105,36 @@ class ViTBlock : public Block {
 class TokenHeadBlock : public Block {
  public:
   TokenHeadBlock(int64_t features, int64_t classes);
+  std::string kind() const override { return "head"; }
+  TensorPair Forward(const TensorPair& x) override;
+
+ private:
+  torch::nn::LayerNorm norm_{nullptr};
+  torch::nn::Linear fc_{nullptr};
+};
+
+// A language model's stem: tokens (int64 [batch, tokens], at most
+// max_tokens) -> their embeddings plus a learned position embedding; a
+// reversible network gets them on both streams.
+class TokenEmbedBlock : public Block {
+ public:
+  TokenEmbedBlock(int64_t vocab, int64_t max_tokens, int64_t dim,
+                  bool two_streams);
+  std::string kind() const override { return "stem"; }
+  TensorPair Forward(const TensorPair& x) override;
+
+ private:
+  bool two_streams_;
+  torch::nn::Embedding embedding_{nullptr};
+  torch::Tensor position_;
+};
+
+// A language model's head: concatenates the streams (when two), LayerNorm,
+// and a linear map of every position to the vocabulary's logits
+// [batch, tokens, vocab].
+class LmHeadBlock : public Block {
+ public:
+  LmHeadBlock(int64_t features, int64_t vocab);
   std::string kind() const override { return "head"; }
   TensorPair Forward(const TensorPair& x) override;
 

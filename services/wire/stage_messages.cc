@@ -265,17 +265,22 @@ std::pair<petra::v1::Tensor*, petra::v1::Tensor*> Present(
           pair->has_second() ? pair->mutable_second() : nullptr};
 }
 
-// A stage boundary value: floating point, with the micro-batch as its first
-// dimension, the same in both halves of a pair. Checked here so that no
-// tensor reaching the engine makes torch throw (a 0-d tensor has no size(0)).
+// A stage boundary value: floating point (or int64 token ids alone, a
+// language model's input to its first stage), with the micro-batch as its
+// first dimension, the same in both halves of a pair. Checked here so that
+// no tensor reaching the engine makes torch throw (a 0-d tensor has no
+// size(0)); what a stage's blocks make of a dtype, the stage's guard says.
 absl::Status CheckBoundary(const torch::Tensor& a, const torch::Tensor& b,
                            const std::string& where, const std::string& name) {
   for (const auto& [t, half] :
        {std::pair{&a, ".first"}, std::pair{&b, ".second"}}) {
     if (!t->defined()) continue;
-    if (!t->is_floating_point()) {
+    const bool token_ids = t->scalar_type() == torch::kInt64 && !b.defined();
+    if (!t->is_floating_point() && !token_ids) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, name, half, " must be floating point, not ",
+          absl::StrCat(where, name, half,
+                       " must be floating point (or int64 token ids, "
+                       "alone), not ",
                        c10::toString(t->scalar_type())));
     }
     if (t->dim() < 1) {
@@ -436,10 +441,14 @@ absl::StatusOr<std::optional<ForwardBatch>> ForwardAssembler::Add(
     return s;
   }
   if (labels->defined()) {
-    if (labels->scalar_type() != torch::kInt64 || labels->dim() != 1 ||
-        (a->defined() && labels->size(0) != a->size(0))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "labels must be int64 of shape [micro-batch size]"));
+    // A language model's: the next token at each position, [micro-batch
+    // size, tokens].
+    if (labels->scalar_type() != torch::kInt64 || labels->dim() < 1 ||
+        labels->dim() > 2 || (a->defined() && labels->size(0) != a->size(0))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       "labels must be int64 of shape [micro-batch size] (or "
+                       "[micro-batch size, tokens])"));
     }
   }
   p.x = {*a, *b};

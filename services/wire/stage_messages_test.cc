@@ -243,7 +243,18 @@ TEST(StageMessages, BoundaryTensorsNeedAFloatingMicroBatchDimension) {
               HasSubstr("micro-batch 3: activation.first needs a first "
                         "(micro-batch) dimension"));
 
+  p.x = {torch::ones({4, 2}, torch::kInt32), {}};
+  r = a.Add((*EncodeForward(p, 1 << 20))[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("activation.first must be floating point"));
+  // Token ids pass alone (a language model's input, with a label per
+  // token), not in a pair.
   p.x = {torch::ones({4, 2}, torch::kInt64), {}};
+  p.labels = torch::zeros({4, 2}, torch::kInt64);
+  r = a.Add((*EncodeForward(p, 1 << 20))[0]);
+  EXPECT_TRUE(r.ok()) << r.status();
+  p.x = {torch::ones({4, 2}, torch::kInt64), torch::ones({4, 2})};
   r = a.Add((*EncodeForward(p, 1 << 20))[0]);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()),

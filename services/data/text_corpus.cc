@@ -1,0 +1,140 @@
+#include "services/data/text_corpus.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "services/base/paths.h"
+#include "services/base/utf8.h"
+
+namespace petra::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `repair`: the embedded corpus, whose GCIDE 0.48 has 3 stray
+// Windows-1252 bytes (0x92, a right quote) in 40 MB: each becomes U+FFFD.
+// Anyone else's text must be UTF-8.
+absl::StatusOr<std::string> ReadUtf8(const fs::path& file,
+                                     bool repair = false) {
+  absl::StatusOr<std::string> text = ReadMaybeGzipped(file.string());
+  if (!text.ok()) return text.status();
+  if (repair) return base::ReplaceInvalidUtf8(*text);
+  if (!base::IsUtf8(*text)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.string(), " is not UTF-8 text (a language model reads text)"));
+  }
+  return text;
+}
+
+// A split folder's .txt files in sorted order, one after another.
+absl::StatusOr<std::string> ReadFolder(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(dir.string(), " is not a folder"));
+  }
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file() && e.path().extension() == ".txt") {
+      files.push_back(e.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  std::string out;
+  for (const fs::path& f : files) {
+    absl::StatusOr<std::string> text = ReadUtf8(f);
+    if (!text.ok()) return text.status();
+    out += *text;
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir.string(), " holds no text (.txt files, not all empty)"));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TextSplits> ReadTextSplits(const std::string& path,
+                                          const std::string& data_root) {
+  fs::path where = kDefaultTextCorpus;
+  if (!path.empty()) {
+    absl::StatusOr<fs::path> confined = base::ConfinedPath(
+        data_root, path, "dataset.path", base::AbsolutePath::kAllowInsideRoot);
+    if (!confined.ok()) return confined.status();
+    where = *confined;
+  }
+  TextSplits out;
+  out.source = where.string();
+  std::error_code ec;
+  if (fs::is_directory(where, ec)) {
+    absl::StatusOr<std::string> train = ReadFolder(where / "train");
+    if (!train.ok()) return train.status();
+    absl::StatusOr<std::string> valid = ReadFolder(where / "valid");
+    if (!valid.ok()) return valid.status();
+    out.train = *std::move(train);
+    out.valid = *std::move(valid);
+    return out;
+  }
+  if (!fs::exists(where, ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        "dataset.path: ", where.string(), " does not exist",
+        path.empty() ? " (the embedded corpus: scripts/install-deps.sh "
+                       "--only data unpacks it)"
+                     : ""));
+  }
+  absl::StatusOr<std::string> text = ReadUtf8(where, path.empty());
+  if (!text.ok()) return text.status();
+  // The validation split: from the first line break after 90% of the
+  // bytes (a character is never cut: a line break is one byte).
+  size_t cut = text->find(
+      '\n',
+      static_cast<size_t>(static_cast<double>(text->size()) * kTrainShare));
+  cut = cut == std::string::npos ? text->size() : cut + 1;
+  out.train = text->substr(0, cut);
+  out.valid = text->substr(cut);
+  if (out.train.empty() || out.valid.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where.string(),
+                     ": too little text to hold a training and a "
+                     "validation split (its last tenth, from a line "
+                     "break, validates)"));
+  }
+  return out;
+}
+
+torch::Tensor BytesToTokens(const std::string& text) {
+  torch::Tensor bytes =
+      torch::empty({static_cast<int64_t>(text.size())}, torch::kUInt8);
+  if (!text.empty()) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  return bytes.to(torch::kInt64);
+}
+
+absl::StatusOr<Splits> LoadText(const petra::v1::JobSpec& resolved,
+                                const std::string& data_root) {
+  const petra::v1::DatasetSpec& d = resolved.dataset();
+  absl::StatusOr<TextSplits> text = ReadTextSplits(d.path(), data_root);
+  if (!text.ok()) return text.status();
+  const int64_t seq_len = resolved.model().transformer().seq_len();
+  Splits s;
+  for (auto [split, from, limit, name] :
+       {std::tuple{&s.train, &text->train, d.train_limit(), "training"},
+        std::tuple{&s.test, &text->valid, d.test_limit(), "validation"}}) {
+    split->tokens = BytesToTokens(*from);
+    split->text_bytes = static_cast<int64_t>(from->size());
+    split->seq_len = seq_len;
+    split->sequence_limit = static_cast<int64_t>(limit);
+    split->classes = resolved.model().transformer().vocab();
+    if (split->size() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the ", name, " split of ", text->source, " has ",
+                       split->tokens.numel(), " tokens, too few for --seq-len ",
+                       seq_len, " (it needs at least ", 2 * seq_len + 1, ")"));
+    }
+  }
+  return s;
+}
+
+}  // namespace petra::data

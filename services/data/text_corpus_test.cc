@@ -1,0 +1,161 @@
+// DATASET_KIND_TEXT: the splits read from a folder, one file or the
+// embedded corpus; refusals with what is wrong; sequences and their next
+// tokens, from an offset that moves with the epoch.
+#include "services/data/text_corpus.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "services/base/paths.h"
+#include "services/base/utf8.h"
+#include "services/data/batches.h"
+
+namespace petra::data {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TextDir {
+ public:
+  TextDir() {
+    std::string tmpl = "/tmp/petra_text_XXXXXX";
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TextDir() { base::RemoveTree(path_).IgnoreError(); }
+  void Write(const std::string& name, const std::string& text) const {
+    std::filesystem::create_directories(
+        std::filesystem::path(path_ + "/" + name).parent_path());
+    std::ofstream(path_ + "/" + name, std::ios::binary) << text;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+petra::v1::JobSpec TextJob(const std::string& path, uint32_t seq_len) {
+  petra::v1::JobSpec s;
+  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVLM);
+  s.mutable_model()->mutable_transformer()->set_seq_len(seq_len);
+  s.mutable_model()->mutable_transformer()->set_vocab(256);
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
+  s.mutable_dataset()->set_path(path);
+  s.set_seed(3);
+  return s;
+}
+
+TEST(TextCorpus, AFolderIsItsSplitsTxtFilesInSortedOrder) {
+  TextDir dir;
+  dir.Write("c/train/b.txt", "world ");
+  dir.Write("c/train/a.txt", "hello ");
+  dir.Write("c/train/notes.md", "not read");
+  dir.Write("c/valid/v.txt", "été");
+  absl::StatusOr<TextSplits> s = ReadTextSplits("c", dir.path());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->train, "hello world ");
+  EXPECT_EQ(s->valid, "été");
+  // The bytes tokenizer: a token per byte (é is two).
+  EXPECT_EQ(BytesToTokens(s->valid).numel(), 5);
+  EXPECT_EQ(BytesToTokens("A").item<int64_t>(), 65);
+}
+
+TEST(TextCorpus, OneFileValidatesOnItsLastTenthFromALineBreak) {
+  TextDir dir;
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "line " + std::to_string(i) + "\n";
+  dir.Write("book.txt", text);
+  absl::StatusOr<TextSplits> s = ReadTextSplits("book.txt", dir.path());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->train + s->valid, text);
+  EXPECT_EQ(s->train.back(), '\n');  // cut after a line break
+  EXPECT_NEAR(static_cast<double>(s->train.size()) / text.size(), 0.9, 0.02);
+}
+
+TEST(TextCorpus, BadTextIsRefusedSayingWhat) {
+  TextDir dir;
+  dir.Write("latin1.txt", std::string("caf\xe9\n", 5) + std::string(64, 'x'));
+  absl::StatusOr<TextSplits> s = ReadTextSplits("latin1.txt", dir.path());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("latin1.txt is not UTF-8"));
+
+  dir.Write("empty/train/a.txt", "some text");
+  dir.Write("empty/valid/a.txt", "");
+  s = ReadTextSplits("empty", dir.path());
+  EXPECT_THAT(s.status().message(), HasSubstr("valid holds no text"));
+
+  s = ReadTextSplits("missing", dir.path());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  s = ReadTextSplits("../etc", dir.path());
+  EXPECT_FALSE(s.ok());
+
+  dir.Write("short/train/a.txt", std::string(1000, 'a'));
+  dir.Write("short/valid/a.txt", std::string(40, 'b'));
+  absl::StatusOr<Splits> loaded = LoadText(TextJob("short", 32), dir.path());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(loaded.status().message(),
+              HasSubstr("validation split of " + dir.path() +
+                        "/short has 40 tokens, too few for --seq-len 32 (it "
+                        "needs at least 65)"));
+}
+
+TEST(TextCorpus, BatchesAreSequencesAndTheirNextTokens) {
+  TextDir dir;
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += static_cast<char>('a' + i % 26);
+  dir.Write("abc/train/a.txt", text);
+  dir.Write("abc/valid/a.txt", text.substr(0, 500));
+  petra::v1::JobSpec job = TextJob("abc", 16);
+  job.mutable_dataset()->set_train_limit(100);
+  absl::StatusOr<Splits> s = LoadText(job, dir.path());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->train.size(), 100);          // the limit
+  EXPECT_EQ(s->test.size(), 500 / 16 - 1);  // one held back for the offset
+  EXPECT_EQ(s->train.text_bytes, 4000);
+  BatchOptions o;
+  o.batch_size = 8;
+  o.seed = 3;
+  std::set<int64_t> firsts;
+  for (int epoch = 1; epoch <= 4; ++epoch) {
+    EpochBatches batches(s->train, o, epoch);
+    EXPECT_EQ(batches.size(), 100 / 8);
+    absl::StatusOr<Batch> b = batches.Get(0);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b->images.sizes(), (std::vector<int64_t>{8, 16}));
+    EXPECT_EQ(b->images.scalar_type(), torch::kInt64);
+    // Each label is the next letter of its input.
+    EXPECT_TRUE(torch::equal(b->labels, (b->images - 'a' + 1) % 26 + 'a'));
+    // The same batch whoever asks.
+    EXPECT_TRUE(torch::equal(b->images,
+                             EpochBatches(s->train, o, epoch).Get(0)->images));
+    for (int64_t i = 0; i < 8; ++i) {
+      firsts.insert(b->images[i][0].item<int64_t>() - 'a');
+    }
+  }
+  // The offsets move the sequences' first letters about.
+  EXPECT_GT(firsts.size(), 3u);
+  // Evaluation: no shuffle, offset 0: sequence 0 starts the text.
+  o.shuffle = false;
+  EXPECT_EQ(EpochBatches(s->test, o, 1).Get(0)->images[0][0].item<int64_t>(),
+            'a');
+}
+
+TEST(TextCorpus, TheEmbeddedCorpusIsReadAsUtf8) {
+  if (!std::filesystem::exists(kDefaultTextCorpus)) {
+    FAIL() << kDefaultTextCorpus
+           << " is missing: scripts/install-deps.sh --only data unpacks it";
+  }
+  absl::StatusOr<TextSplits> s = ReadTextSplits("", "/nonexistent");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GT(s->train.size(), 30u << 20);
+  EXPECT_TRUE(base::IsUtf8(s->train) && base::IsUtf8(s->valid));
+  EXPECT_THAT(s->train.substr(0, 4096),
+              HasSubstr("Collaborative International Dictionary of English"));
+}
+
+}  // namespace
+}  // namespace petra::data

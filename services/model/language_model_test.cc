@@ -1,0 +1,120 @@
+// revlm and gpt (issue 50): causal decoders over token ids, built from the
+// blueprint as every network is.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "services/model/network.h"
+#include "services/model/reversible_block.h"
+#include "services/model/transformer_blocks.h"
+
+namespace petra::model {
+namespace {
+
+petra::v1::ModelSpec LanguageModel(petra::v1::Architecture arch) {
+  petra::v1::ModelSpec m;
+  m.set_architecture(arch);
+  m.set_width(1);
+  m.set_num_classes(256);
+  petra::v1::TransformerSpec* t = m.mutable_transformer();
+  t->set_embed_dim(16);
+  t->set_depth(3);
+  t->set_heads(2);
+  t->set_mlp_ratio(2);
+  t->set_seq_len(12);
+  t->set_vocab(256);
+  return m;
+}
+
+torch::Tensor Logits(const Network& net, const torch::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  TensorPair x{tokens, {}};
+  for (const auto& b : net.blocks) x = b->Forward(x);
+  return x.a;
+}
+
+class LanguageModelTest
+    : public ::testing::TestWithParam<petra::v1::Architecture> {};
+
+TEST_P(LanguageModelTest, MapsTokensToNextTokenLogitsAtEveryPosition) {
+  absl::StatusOr<NetworkBlueprint> blueprint =
+      DescribeNetwork(LanguageModel(GetParam()));
+  ASSERT_TRUE(blueprint.ok()) << blueprint.status();
+  EXPECT_EQ(blueprint->size(), 3 + 2);
+  EXPECT_EQ(blueprint->input_shape, std::vector<int64_t>{12});
+  EXPECT_EQ(blueprint->input_dtype, torch::kInt64);
+  absl::StatusOr<Network> net = BuildNetwork(LanguageModel(GetParam()), 5);
+  ASSERT_TRUE(net.ok());
+  const bool rev = GetParam() == petra::v1::ARCHITECTURE_REVLM;
+  EXPECT_EQ(net->blocks.front()->kind(), "stem");
+  EXPECT_EQ(net->blocks[1]->reversible(), rev);
+  EXPECT_EQ(net->blocks.back()->kind(), "head");
+  torch::Tensor tokens = ExampleInput(*blueprint, 4);
+  EXPECT_EQ(Logits(*net, tokens).sizes(), (std::vector<int64_t>{4, 12, 256}));
+  // Shorter sequences than seq_len too (generation grows one token at a
+  // time).
+  EXPECT_EQ(Logits(*net, tokens.narrow(1, 0, 5)).sizes(),
+            (std::vector<int64_t>{4, 5, 256}));
+}
+
+TEST_P(LanguageModelTest, NoPositionSeesALaterToken) {
+  absl::StatusOr<Network> net = BuildNetwork(LanguageModel(GetParam()), 5);
+  ASSERT_TRUE(net.ok());
+  torch::manual_seed(2);
+  torch::Tensor tokens = torch::randint(256, {2, 12}, torch::kInt64);
+  torch::Tensor changed = tokens.clone();
+  changed.index_put_({torch::indexing::Slice(), 7},
+                     (tokens.select(1, 7) + 1) % 256);
+  torch::Tensor a = Logits(*net, tokens), b = Logits(*net, changed);
+  // Positions 0..6 cannot tell; position 7 and later must.
+  EXPECT_TRUE(torch::equal(a.narrow(1, 0, 7), b.narrow(1, 0, 7)));
+  EXPECT_FALSE(torch::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RevLMAndGpt, LanguageModelTest,
+    ::testing::Values(petra::v1::ARCHITECTURE_REVLM,
+                      petra::v1::ARCHITECTURE_GPT),
+    [](const ::testing::TestParamInfo<petra::v1::Architecture>& info) {
+      return info.param == petra::v1::ARCHITECTURE_REVLM ? "RevLM" : "GPT";
+    });
+
+// A causal block's input follows from its output, and the rebuild's
+// gradients are autograd's: what PETRA's backward relies on.
+TEST(LanguageModel, ACausalBlockInvertsAndItsRebuildGivesAutogradsGradients) {
+  torch::manual_seed(4);
+  TransformerOptions o;
+  o.embed_dim = 8;
+  o.heads = 2;
+  o.mlp_hidden = 16;
+  o.causal = true;
+  RevViTBlock block(o);
+  block.to(torch::kFloat64);
+  TensorPair x{torch::randn({2, 6, 8}, torch::kFloat64),
+               torch::randn({2, 6, 8}, torch::kFloat64)};
+  TensorPair y;
+  {
+    torch::NoGradGuard no_grad;
+    y = block.Forward(x);
+    TensorPair back = block.Inverse(y);
+    EXPECT_TRUE(torch::allclose(back.a, x.a, 1e-9, 1e-9));
+    EXPECT_TRUE(torch::allclose(back.b, x.b, 1e-9, 1e-9));
+  }
+  TensorPair dy{torch::randn_like(y.a), torch::randn_like(y.b)};
+  Rebuilt r = block.RebuildWithVjp(y, dy);
+  TensorPair xg{x.a.clone().requires_grad_(true),
+                x.b.clone().requires_grad_(true)};
+  TensorPair out = block.Forward(xg);
+  torch::autograd::backward({out.a, out.b}, {dy.a, dy.b});
+  EXPECT_TRUE(torch::allclose(r.input_grad.a, xg.a.grad(), 1e-8, 1e-9));
+  EXPECT_TRUE(torch::allclose(r.input_grad.b, xg.b.grad(), 1e-8, 1e-9));
+  const std::vector<torch::Tensor> params = block.parameters();
+  ASSERT_EQ(r.parameter_grads.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(
+        torch::allclose(r.parameter_grads[i], params[i].grad(), 1e-8, 1e-9))
+        << i;
+  }
+}
+
+}  // namespace
+}  // namespace petra::model
