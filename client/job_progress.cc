@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/progress_words.h"
 #include "services/base/json_text.h"
 #include "services/base/proto_json.h"
 #include "services/link/transport_choice.h"
@@ -88,15 +90,19 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
                               : 0.0;
       const int width = 20;
       const int filled = static_cast<int>(done * width + 0.5);
+      const bool lm = IsLanguageModelJob(job.spec());
       std::printf(
-          "%sepoch %u/%u [%s%s] %3.0f%%  step %llu/%llu  loss %.4f  acc "
-          "%.2f%%  %.0f samples/s  elapsed %s  ETA %s%s",
+          "%sepoch %u/%u [%s%s] %3.0f%%  step %llu/%llu  loss %.4f  %s"
+          "%.0f %s  elapsed %s  ETA %s%s",
           tty_ ? "\r" : "", p.epoch(), p.total_epochs(),
           std::string(filled, '#').c_str(),
           std::string(width - filled, '.').c_str(), 100 * done,
           static_cast<unsigned long long>(p.step()),
           static_cast<unsigned long long>(p.total_steps()), p.train_loss(),
-          100 * p.train_accuracy(), p.samples_per_second(),
+          lm ? ""
+             : absl::StrFormat("acc %.2f%%  ", 100 * p.train_accuracy())
+                   .c_str(),
+          p.samples_per_second(), RateUnit(lm),
           Duration(p.elapsed_seconds()).c_str(),
           Duration(p.eta_seconds()).c_str(), tty_ ? "   " : "\n");
       line_open_ = tty_;
@@ -105,14 +111,9 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
     }
     case JobEvent::KIND_EPOCH_END:
       EndLine();
-      std::printf(
-          "epoch %u/%u: train loss %.4f, train acc %.2f%%, test acc %s, %.0f "
-          "samples/s, elapsed %s\n",
-          p.epoch(), p.total_epochs(), p.train_loss(), 100 * p.train_accuracy(),
-          p.has_test_accuracy()
-              ? absl::StrFormat("%.2f%%", 100 * p.test_accuracy()).c_str()
-              : "-",
-          p.samples_per_second(), Duration(p.elapsed_seconds()).c_str());
+      std::printf("epoch %u/%u: %s, elapsed %s\n", p.epoch(), p.total_epochs(),
+                  EpochFigures(p, IsLanguageModelJob(job.spec())).c_str(),
+                  Duration(p.elapsed_seconds()).c_str());
       break;
     case JobEvent::KIND_CHECKPOINT:
       EndLine();
@@ -276,10 +277,14 @@ std::string ReportJson(const petra::v1::Job& job,
   // Training samples over training seconds, both summed over epochs (an
   // epoch's samples from its optimizer steps, its seconds from its rate).
   // A step of every replica at once.
+  // A language model's samples are its tokens (every one a prediction).
+  const bool lm = IsLanguageModelJob(job.spec());
   const double per_step =
       static_cast<double>(job.spec().training().micro_batch_size() *
                           job.spec().training().accumulation_steps()) *
-      std::max<uint32_t>(1, job.spec().replicas());
+      std::max<uint32_t>(1, job.spec().replicas()) *
+      (lm ? std::max<uint32_t>(1, job.spec().model().transformer().seq_len())
+          : 1);
   double samples = 0, seconds = 0;
   uint64_t previous_step = 0;
   for (const auto& e : epochs) {
@@ -299,14 +304,20 @@ std::string ReportJson(const petra::v1::Job& job,
       "  \"samples_per_second\": %.2f,\n  \"train_seconds\": %.2f,\n"
       "  \"wall_seconds\": %.2f,\n"
       "  \"optimizer_steps\": %llu,\n  \"corrupt_images_skipped\": %llu,\n"
-      "  \"model\": %s,\n  \"epochs\": [",
+      "  \"model\": %s,\n%s  \"epochs\": [",
       base::JsonString(job.id()), base::JsonString(job.spec().name()),
       base::JsonString(runner), base::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
       last.train_accuracy(), rate, seconds, wall,
       static_cast<unsigned long long>(last.step()),
       static_cast<unsigned long long>(last.corrupt_images_skipped()),
-      base::JsonString(model_file));
+      base::JsonString(model_file),
+      lm ? absl::StrFormat("  \"tokens_per_second\": %.2f,\n"
+                           "  \"bits_per_byte\": %.6f,\n"
+                           "  \"perplexity\": %.6f,\n",
+                           rate, BitsPerByte(last.test_loss()),
+                           std::exp(last.test_loss()))
+         : "");
   for (size_t i = 0; i < epochs.size(); ++i) {
     const auto& e = epochs[i];
     absl::StrAppendFormat(

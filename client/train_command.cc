@@ -26,6 +26,7 @@
 #include "client/default_job.h"
 #include "client/job_progress.h"
 #include "client/local_fleet.h"
+#include "client/progress_words.h"
 #include "coordinator/job_layout.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/base/durable_file.h"
@@ -172,12 +173,10 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     result.epochs.push_back(p);
     *result.job.mutable_progress() = p;
     if (options.quiet) return;
-    std::printf(
-        "%sepoch %d/%lld: train loss %.4f, train acc %.2f%%, test acc "
-        "%.2f%%, %.0f samples/s, %s\n",
-        tty ? "\r" : "", e.epoch, static_cast<long long>(epochs), e.train_loss,
-        100 * e.train_accuracy, 100 * e.test_accuracy, e.samples_per_second,
-        Duration(e.train_seconds).c_str());
+    std::printf("%sepoch %d/%lld: %s, %s\n", tty ? "\r" : "", e.epoch,
+                static_cast<long long>(epochs),
+                EpochFigures(p, IsLanguageModelJob(spec)).c_str(),
+                Duration(e.train_seconds).c_str());
     std::fflush(stdout);
   };
   absl::StatusOr<std::unique_ptr<engine::InProcessRunner>> runner =
@@ -476,9 +475,9 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   const double wall =
       std::chrono::duration<double>(Clock::now() - start).count();
   const petra::v1::Progress& last = result->job.progress();
-  std::printf("test accuracy %.2f%%, train loss %.4f, %s\n",
-              100 * last.test_accuracy(), last.train_loss(),
-              Duration(wall).c_str());
+  std::printf("%s, train loss %.4f, %s\n",
+              ResultFigures(last, IsLanguageModelJob(*resolved)).c_str(),
+              last.train_loss(), Duration(wall).c_str());
   if (!quiet) PrintStageTable(result->job);
   std::printf("model written to %s (%llu bytes)\n", output.c_str(),
               static_cast<unsigned long long>(result->model_bytes));
