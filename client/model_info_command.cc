@@ -28,7 +28,15 @@ std::string Json(const std::string& arch, const std::string& variant,
       "{\n  \"architecture\": \"%s\",\n  \"variant\": \"%s\",\n  \"width\": "
       "%g,\n",
       arch, variant, m.width());
-  if (model::IsTransformer(m.architecture())) {
+  if (model::IsLanguageModel(m.architecture())) {
+    const petra::v1::TransformerSpec& t = m.transformer();
+    absl::StrAppendFormat(
+        &out,
+        "  \"transformer\": {\"embed_dim\": %d, \"depth\": %d, \"heads\": "
+        "%d, \"mlp_ratio\": %g, \"seq_len\": %d, \"vocab\": %d},\n",
+        t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.seq_len(),
+        t.vocab());
+  } else if (model::IsTransformer(m.architecture())) {
     const petra::v1::TransformerSpec& t = m.transformer();
     absl::StrAppendFormat(
         &out,
@@ -106,10 +114,15 @@ int RunModelInfo(const std::string& program,
     return 0;
   }
   auto info = model::GetArchitectureInfo(resolved->model());
+  // A language model has no image geometry to name.
+  const std::string geometry =
+      resolved->model().variant() == petra::v1::VARIANT_UNSPECIFIED
+          ? ""
+          : variant_name + ", ";
   std::cout << absl::StrFormat(
-      "%s (%s, %s): %d parameters (%.2fM), %d stages\n\n", info->display_name,
-      variant_name, model::DescribeSize(resolved->model()), params,
-      params / 1e6, static_cast<int>(summary.size()));
+      "%s (%s%s): %d parameters (%.2fM), %d stages\n\n", info->display_name,
+      geometry, model::DescribeSize(resolved->model()), params, params / 1e6,
+      static_cast<int>(summary.size()));
   std::cout << absl::StrFormat("%-6s %-8s %-11s %-10s %12s  %-18s %14s\n",
                                "stage", "blocks", "kind", "reversible",
                                "params", "output", "fwd MFLOP/smp");

@@ -418,6 +418,18 @@ TEST(PetraModelInfo, PrintsParametersAndStages) {
   EXPECT_THAT(r.out, HasSubstr("2 x 512x7x7"));
 }
 
+// A language model: its sizes, its blocks (stem, depth reversible blocks,
+// head) and each position's logits over the vocabulary.
+TEST(PetraModelInfo, PrintsALanguageModel) {
+  RunResult r = RunToExit(kPetra, {"model-info", "--arch", "revlm"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("RevLM (embed_dim 128, depth 4, heads 4, mlp_ratio 4, "
+                        "seq_len 128, vocab 256): 908544 parameters"));
+  EXPECT_THAT(r.out, HasSubstr("6 stages"));
+  EXPECT_THAT(r.out, HasSubstr("128x256"));
+}
+
 TEST(PetraModelInfo, JsonHasParamsAndStages) {
   RunResult r =
       RunToExit(kPetra, {"model-info", "--arch", "resnet18", "--variant",
