@@ -1,5 +1,6 @@
 #include "stage_server/neighbor_links.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,9 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
                              std::function<void()> after_each)
     : impl_(std::make_unique<Impl>()) {
   const petra::v1::Transport wanted = job.assign.spec().transport();
+  const int gpu = job.transfer.device().is_cuda()
+                      ? std::max<int>(0, job.transfer.device().index())
+                      : -1;
   if (job.index() + 1 < job.count()) {
     impl_->next = Connect<petra::v1::ForwardMessage>(
         job.index() + 1, job.assign.next_address(), security,
@@ -184,7 +188,7 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
     absl::StatusOr<std::unique_ptr<link::ForwardLink>> up =
         link::OpenForwardLink(
             {job.assign.next_transport(), wanted, job.assign.next_address(),
-             security},
+             security, gpu},
             [s = impl_->next.get()](const auto& parts) {
               return s->Send(parts);
             },
@@ -202,7 +206,7 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
     absl::StatusOr<std::unique_ptr<link::BackwardLink>> down =
         link::OpenBackwardLink(
             {job.assign.previous_transport(), wanted,
-             job.assign.previous_address(), security},
+             job.assign.previous_address(), security, gpu},
             [s = impl_->previous.get()](const auto& parts) {
               return s->Send(parts);
             },

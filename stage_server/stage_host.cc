@@ -1,5 +1,6 @@
 #include "stage_server/stage_host.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -527,6 +528,12 @@ uint32_t StageHost::window() {
   std::lock_guard<std::mutex> lock(mu_);
   if (job_ == nullptr) return 1;
   return CreditWindow(job_->assign);
+}
+
+int StageHost::cuda_device() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_ == nullptr || !job_->transfer.device().is_cuda()) return -1;
+  return std::max<int>(0, job_->transfer.device().index());
 }
 
 void StageHost::Drain(std::chrono::milliseconds timeout) {

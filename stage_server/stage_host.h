@@ -75,6 +75,9 @@ class StageHost {
                        std::shared_ptr<ReplySink> from);
   // Credits a new incoming stream is granted.
   uint32_t window();
+  // The CUDA device the held job's stage runs on (-1: the CPU, or no job):
+  // where a stream's cuda_ipc receive buffers go.
+  int cuda_device();
   StageMetrics& metrics() { return *metrics_; }
 
   // SIGTERM: refuses new jobs and passes, waits up to `timeout` for the

@@ -99,9 +99,12 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
          over_ = false;
   };
 
+  // `cuda_device`: the stage's GPU, where cuda_ipc's tensors arrive (-1:
+  // the CPU).
   StreamReactor(uint32_t window, Deliver deliver, StageMetrics& metrics,
-                bool backward)
-      : deliver_(std::move(deliver)),
+                bool backward, int cuda_device)
+      : fetcher_(link::MakeFetcher(cuda_device)),
+        deliver_(std::move(deliver)),
         metrics_(metrics),
         backward_(backward),
         replies_(std::make_shared<Replies>(this)) {
@@ -149,7 +152,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
   In in_;
   // Reads the data channel the sender's messages name, if any (before the
   // assembler, which uses it).
-  std::unique_ptr<link::PayloadFetcher> fetcher_ = link::MakeFetcher();
+  std::unique_ptr<link::PayloadFetcher> fetcher_;
   Assembler assembler_{wire::TensorLimits{}, fetcher_.get()};
   Deliver deliver_;
   StageMetrics& metrics_;
@@ -251,7 +254,8 @@ grpc::ServerBidiReactor<Message, StreamReply>* StageServiceImpl::Stream(
     return host->Deliver(std::move(p), std::move(from));
   };
   return new StreamReactor<Message, Assembler, decltype(deliver)>(
-      host_->window(), deliver, host_->metrics(), backward);
+      host_->window(), deliver, host_->metrics(), backward,
+      host_->cuda_device());
 }
 
 grpc::ServerBidiReactor<petra::v1::ForwardMessage, StreamReply>*

@@ -12,7 +12,7 @@ namespace petra::link {
 
 absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
-    petra::v1::Transport wanted, BulkConnector connect) {
+    petra::v1::Transport wanted, BulkConnector connect, int cuda_device) {
   switch (transport) {
     case petra::v1::TRANSPORT_UNSPECIFIED:
     case petra::v1::TRANSPORT_GRPC:
@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
       // Never falls back to the message: its bytes are on the device.
       return std::make_unique<SharedRingPlacer>(
           std::move(keep_going), kRingSlots, /*may_fall_back=*/false,
-          /*max_ring_bytes=*/0, device);
+          /*max_ring_bytes=*/0, device, cuda_device);
     }
     case petra::v1::TRANSPORT_GRPC_BULK:
       if (connect == nullptr) {
@@ -52,6 +52,7 @@ namespace {
 // Each reference goes to the channel its ring names.
 class AnyChannelFetcher final : public PayloadFetcher {
  public:
+  explicit AnyChannelFetcher(int cuda_device) : shm_(cuda_device) {}
   absl::Status Fetch(std::vector<Field>& fields,
                      const wire::TensorLimits& limits) override {
     std::vector<Field> shm, bulk;
@@ -81,8 +82,8 @@ class AnyChannelFetcher final : public PayloadFetcher {
 
 }  // namespace
 
-std::unique_ptr<PayloadFetcher> MakeFetcher() {
-  return std::make_unique<AnyChannelFetcher>();
+std::unique_ptr<PayloadFetcher> MakeFetcher(int cuda_device) {
+  return std::make_unique<AnyChannelFetcher>(cuda_device);
 }
 
 ChannelServices::ChannelServices() : bulk_(std::make_unique<BulkReceiver>()) {}

@@ -41,6 +41,7 @@ class CudaRuntime : public IpcDevice {
     int device = 0;
     return cudaGetDevice(&device) == cudaSuccess ? device : 0;
   }
+  void UseDevice(int device) override { cudaSetDevice(device); }
 
   absl::StatusOr<void*> Export(uint64_t bytes, IpcHandle* handle) override {
     void* p = nullptr;

@@ -48,6 +48,8 @@ class IpcDevice {
   // The device a receive buffer is on (the calling thread's), -1 for host
   // memory: what the tensor made over it says.
   virtual int current_device() const = 0;
+  // Makes `device` the calling thread's (the receiving stage's GPU).
+  virtual void UseDevice(int device) {}
 
   // Sender: `bytes` of memory a peer can map by `handle`, outside any
   // caching allocator (so it stays put while mapped).

@@ -18,8 +18,9 @@ absl::StatusOr<std::unique_ptr<PayloadLink<Payload, Message>>> OpenLink(
       return wire::CreateBulkChannel(address, security, i);
     };
   }
-  absl::StatusOr<std::unique_ptr<PayloadPlacer>> channel = MakePlacer(
-      route.transport, std::move(health), route.wanted, std::move(connect));
+  absl::StatusOr<std::unique_ptr<PayloadPlacer>> channel =
+      MakePlacer(route.transport, std::move(health), route.wanted,
+                 std::move(connect), route.cuda_device);
   if (!channel.ok()) return channel.status();
   return std::make_unique<PayloadLink<Payload, Message>>(
       std::move(send), std::move(*channel), wire::kTensorChunkBytes);

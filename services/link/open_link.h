@@ -28,6 +28,8 @@ struct LinkRoute {
   // refused.
   std::string address;
   wire::TransportSecurity security;
+  // The sending stage's GPU (-1: the CPU), where cuda_ipc's ring lives.
+  int cuda_device = -1;
 };
 
 // A link over the stream `send` writes to; `health` is asked while the

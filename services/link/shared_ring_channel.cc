@@ -15,12 +15,14 @@ namespace petra::link {
 
 SharedRingPlacer::SharedRingPlacer(std::function<absl::Status()> keep_going,
                                    int slots, bool may_fall_back,
-                                   uint64_t max_ring_bytes, IpcDevice* device)
+                                   uint64_t max_ring_bytes, IpcDevice* device,
+                                   int cuda_device)
     : keep_going_(std::move(keep_going)),
       slots_(slots),
       may_fall_back_(may_fall_back),
       max_ring_bytes_(max_ring_bytes),
-      device_(device) {}
+      device_(device),
+      cuda_device_(cuda_device) {}
 
 SharedRingPlacer::~SharedRingPlacer() = default;
 
@@ -30,6 +32,8 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
   // Nothing to carry (a message of directional derivatives only): a slot
   // would be published that no message names, and never freed.
   if (pieces.empty()) return std::vector<petra::v1::SlotRef>();
+  // The stage's GPU, whichever thread sends: its ring and copies go there.
+  if (device_ != nullptr && cuda_device_ >= 0) device_->UseDevice(cuda_device_);
   if (device_ == nullptr) {
     for (const PayloadPiece& p : pieces) {
       if (p.device >= 0) {
@@ -173,7 +177,8 @@ int BufferPool::free_buffers() {
   return static_cast<int>(free_.size());
 }
 
-SharedRingFetcher::SharedRingFetcher() = default;
+SharedRingFetcher::SharedRingFetcher(int cuda_device)
+    : cuda_device_(cuda_device) {}
 
 SharedRingFetcher::~SharedRingFetcher() = default;
 
@@ -243,6 +248,8 @@ absl::Status SharedRingFetcher::Fetch(std::vector<Field>& fields,
       continue;
     }
     IpcDevice* device = (*ring)->device;
+    // The stage's GPU, whichever thread the stream's reads run on.
+    if (device != nullptr && cuda_device_ >= 0) device->UseDevice(cuda_device_);
     std::shared_ptr<void> buffer = Pool(device).Take(*bytes);
     if (buffer == nullptr) {
       status = absl::ResourceExhaustedError(

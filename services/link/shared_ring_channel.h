@@ -34,11 +34,12 @@ class SharedRingPlacer : public PayloadPlacer {
   // PayloadPlacer. `max_ring_bytes` (0: no cap) bounds one ring's
   // shared memory; a micro-batch whose ring would exceed it gets
   // RESOURCE_EXHAUSTED, as when /dev/shm is full. `device` (null: shm)
-  // holds the payload instead, as transport cuda_ipc.
+  // holds the payload instead, as transport cuda_ipc, on GPU `cuda_device`
+  // (-1: the calling thread's).
   explicit SharedRingPlacer(std::function<absl::Status()> keep_going = {},
                             int slots = kRingSlots, bool may_fall_back = false,
                             uint64_t max_ring_bytes = 0,
-                            IpcDevice* device = nullptr);
+                            IpcDevice* device = nullptr, int cuda_device = -1);
   ~SharedRingPlacer() override;
   absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
       const std::vector<PayloadPiece>& pieces) override;
@@ -64,6 +65,7 @@ class SharedRingPlacer : public PayloadPlacer {
   uint64_t no_room_ = 0;
   std::atomic<bool> cancelled_{false};
   IpcDevice* const device_;
+  const int cuda_device_;
   // One ring at the sender: the payload in its slots, or on the device.
   struct Ring {
     std::unique_ptr<SharedRing> host;
@@ -102,7 +104,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
 class SharedRingFetcher : public PayloadFetcher {
  public:
-  SharedRingFetcher();
+  // `cuda_device`: where a device ring's bytes are copied to (-1: the
+  // calling thread's current device).
+  explicit SharedRingFetcher(int cuda_device = -1);
   ~SharedRingFetcher() override;
   absl::Status Fetch(std::vector<Field>& fields,
                      const wire::TensorLimits& limits) override;
@@ -127,6 +131,7 @@ class SharedRingFetcher : public PayloadFetcher {
   std::deque<std::string> order_;  // oldest first
   uint64_t fetched_ = 0;
   std::map<IpcDevice*, std::shared_ptr<BufferPool>> pools_;
+  const int cuda_device_;
 };
 
 }  // namespace petra::link
