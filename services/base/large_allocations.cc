@@ -9,9 +9,6 @@ void KeepLargeAllocationsInHeap() {
   // A failing mallopt leaves glibc's defaults, which are only slower.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  // heap_trim keeps a thread arena's emptied heap while the pad exceeds
-  // what deleting it would free (at most a heap, 64 MiB on 64-bit).
-  mallopt(M_TOP_PAD, 64 << 20);
 }
 
 }  // namespace petra::base

@@ -8,12 +8,15 @@ namespace petra::base {
 // instead of returning it to the kernel. glibc's defaults mmap each large
 // activation, message or gradient afresh and unmap it when freed, so every
 // micro-batch paid for page faults and zeroing of fresh pages (measured:
-// about a sixth of a pinned stage server's core). Threads other than the
-// main one allocate from arenas of 64 MiB heaps, which glibc unmaps as soon
-// as one empties whatever the trim threshold: a pad as large as a heap
-// keeps them (the in-process runner's second epoch took 6 times the page
-// faults of its first, 7% of its time, without it). The price is that the
-// process's resident size stays at its peak.
+// about a sixth of a pinned stage server's core). Not covered: threads
+// other than the main one allocate from arenas of 64 MiB heaps, which glibc
+// unmaps as soon as one empties whatever the trim threshold (the in-process
+// runner's second epoch takes 6 times the page faults of its first, about
+// 7% of its time). M_TOP_PAD of a heap's size keeps them, but then a
+// process over RLIMIT_DATA hung instead of failing "out of memory"
+// (Memory.AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit), and
+// M_ARENA_MAX 1 costs the fleet 3%. The price is that the process's
+// resident size stays at its peak.
 void KeepLargeAllocationsInHeap();
 
 }  // namespace petra::base

@@ -48,7 +48,7 @@ TEST_P(LanguageModelTest, MapsTokensToNextTokenLogitsAtEveryPosition) {
   EXPECT_EQ(net->blocks.front()->kind(), "stem");
   EXPECT_EQ(net->blocks[1]->reversible(), rev);
   EXPECT_EQ(net->blocks.back()->kind(), "head");
-  torch::Tensor tokens = ExampleInput(*blueprint, 4);
+  torch::Tensor tokens = ExampleInput(*blueprint, 4).random_(256);
   EXPECT_EQ(Logits(*net, tokens).sizes(), (std::vector<int64_t>{4, 12, 256}));
   // Shorter sequences than seq_len too (generation grows one token at a
   // time).

@@ -40,8 +40,10 @@ struct NetworkBlueprint {
   int size() const { return static_cast<int>(blocks.size()); }
 };
 
-// A batch of `batch` inputs of the blueprint's shape and dtype: random
-// pixels, or random token ids below num_classes (the vocabulary).
+// A batch of `batch` inputs of the blueprint's shape and dtype, zeros. No
+// random draw: another thread may be building blocks from torch's global
+// generator (BuildBlocks), and a draw between its seed and its weights
+// would change them.
 torch::Tensor ExampleInput(const NetworkBlueprint& blueprint, int64_t batch);
 
 // `model` must be resolved (job::ResolveJobSpec): variant, width and

@@ -11,7 +11,7 @@ int64_t CountParameters(torch::nn::Module& module) {
 std::vector<BlockSummary> SummarizeBlocks(const NetworkBlueprint& network) {
   torch::NoGradGuard no_grad;
   ScopedBnMode eval(BnMode::kRunningStats);
-  TensorPair x{ExampleInput(network, 1).zero_(), {}};
+  TensorPair x{ExampleInput(network, 1), {}};
   std::vector<BlockSummary> out;
   for (int i = 0; i < network.size(); ++i) {
     // One block at a time: no more than the largest block is ever held.

@@ -10,6 +10,7 @@ std::vector<double> MeasureBlockSeconds(const NetworkBlueprint& network,
                                         int64_t batch, int repeats) {
   ScopedBnMode mode(BnMode::kBatchStats);  // running statistics untouched
   TensorPair x{ExampleInput(network, batch), {}};
+  if (x.a.is_floating_point()) x.a.normal_();  // pixels; token ids stay 0
   std::vector<double> seconds;
   for (int i = 0; i < network.size(); ++i) {
     // One block at a time, as the summary.
