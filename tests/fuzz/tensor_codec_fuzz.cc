@@ -88,7 +88,10 @@ void CheckBoundary(const model::TensorPair& p) {
     Expect(!p.b.defined());
     return;
   }
-  Expect(p.a.dim() >= 1 && p.a.is_floating_point());
+  // Floating point, or a language model's int64 token ids alone.
+  Expect(p.a.dim() >= 1 &&
+         (p.a.is_floating_point() ||
+          (p.a.scalar_type() == torch::kInt64 && !p.b.defined())));
   if (p.b.defined()) {
     Expect(p.b.dim() >= 1 && p.b.size(0) == p.a.size(0));
   }
@@ -109,7 +112,9 @@ void ForwardStream(const std::vector<std::string>& parts) {
     CheckBoundary(p.x);
     Expect(p.x.a.defined() || p.labels.defined());
     if (p.labels.defined()) {
-      Expect(p.labels.scalar_type() == torch::kInt64 && p.labels.dim() == 1);
+      // A label per sample, or per token of each (a language model's).
+      Expect(p.labels.scalar_type() == torch::kInt64 &&
+             (p.labels.dim() == 1 || p.labels.dim() == 2));
       Expect(!p.x.a.defined() || p.labels.size(0) == p.x.a.size(0));
     }
     // Mode forward_gradient: every tangent is shaped like the activation.
