@@ -26,6 +26,27 @@ using google::protobuf::GetEnumDescriptor;
 
 // revvit and vit are sized by model.transformer (resolved: every size set),
 // the CNNs by width alone.
+// The sizes every transformer's blocks share (revvit, vit, revlm, gpt).
+void CheckBlockSizes(const petra::v1::TransformerSpec& t, Problems& p) {
+  if (t.embed_dim() < 1 || t.embed_dim() > kMaxEmbedDim) {
+    p.Add("model.transformer.embed_dim", t.embed_dim(),
+          absl::StrCat("must be in [1, ", kMaxEmbedDim, "]"));
+  }
+  if (t.depth() < 1 || t.depth() > kMaxDepth) {
+    p.Add("model.transformer.depth", t.depth(),
+          absl::StrCat("must be in [1, ", kMaxDepth, "]"));
+  }
+  if (t.heads() < 1 || (t.embed_dim() > 0 && t.embed_dim() % t.heads() != 0)) {
+    p.Add("model.transformer.heads", t.heads(),
+          absl::StrCat("must divide embed_dim (", t.embed_dim(), ")"));
+  }
+  if (!std::isfinite(t.mlp_ratio()) || t.mlp_ratio() <= 0 ||
+      t.mlp_ratio() > kMaxMlpRatio) {
+    p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
+          absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
+  }
+}
+
 // revlm and gpt: sized by model.transformer (seq_len and vocab too),
 // trained on text and only on text.
 void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
@@ -65,23 +86,7 @@ void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
           "patches and stems are an image transformer's; a language model "
           "embeds tokens");
   }
-  if (t.embed_dim() < 1 || t.embed_dim() > kMaxEmbedDim) {
-    p.Add("model.transformer.embed_dim", t.embed_dim(),
-          absl::StrCat("must be in [1, ", kMaxEmbedDim, "]"));
-  }
-  if (t.depth() < 1 || t.depth() > kMaxDepth) {
-    p.Add("model.transformer.depth", t.depth(),
-          absl::StrCat("must be in [1, ", kMaxDepth, "]"));
-  }
-  if (t.heads() < 1 || (t.embed_dim() > 0 && t.embed_dim() % t.heads() != 0)) {
-    p.Add("model.transformer.heads", t.heads(),
-          absl::StrCat("must divide embed_dim (", t.embed_dim(), ")"));
-  }
-  if (!std::isfinite(t.mlp_ratio()) || t.mlp_ratio() <= 0 ||
-      t.mlp_ratio() > kMaxMlpRatio) {
-    p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
-          absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
-  }
+  CheckBlockSizes(t, p);
   if (t.seq_len() < 1 || t.seq_len() > kMaxTokens) {
     p.Add("model.transformer.seq_len", t.seq_len(),
           absl::StrCat("must be in [1, ", kMaxTokens, "]"));
@@ -124,23 +129,7 @@ void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
           "revvit and vit are sized by model.transformer (--embed-dim, "
           "--depth, --heads, --mlp-ratio, --patch-size); width must be 1");
   }
-  if (t.embed_dim() < 1 || t.embed_dim() > kMaxEmbedDim) {
-    p.Add("model.transformer.embed_dim", t.embed_dim(),
-          absl::StrCat("must be in [1, ", kMaxEmbedDim, "]"));
-  }
-  if (t.depth() < 1 || t.depth() > kMaxDepth) {
-    p.Add("model.transformer.depth", t.depth(),
-          absl::StrCat("must be in [1, ", kMaxDepth, "]"));
-  }
-  if (t.heads() < 1 || (t.embed_dim() > 0 && t.embed_dim() % t.heads() != 0)) {
-    p.Add("model.transformer.heads", t.heads(),
-          absl::StrCat("must divide embed_dim (", t.embed_dim(), ")"));
-  }
-  if (!std::isfinite(t.mlp_ratio()) || t.mlp_ratio() <= 0 ||
-      t.mlp_ratio() > kMaxMlpRatio) {
-    p.Add("model.transformer.mlp_ratio", Num(t.mlp_ratio()),
-          absl::StrCat("must be in (0, ", Num(kMaxMlpRatio), "]"));
-  }
+  CheckBlockSizes(t, p);
   const bool conv_stem = CheckEnum<petra::v1::TransformerSpec::Stem>(
                              p, "model.transformer.stem", t.stem(), true) &&
                          t.stem() == petra::v1::TransformerSpec::STEM_CONV;
