@@ -248,11 +248,22 @@ absl::StatusOr<PassResult> InProcessRunner::RunPass(
   };
 
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads_list;
-  for (int r = 0; r < replicas; ++r) {
-    for (int j = 0; j < stages; ++j) threads_list.emplace_back(run_stage, r, j);
+  const size_t wanted = static_cast<size_t>(this->replicas()) * stages;
+  while (stage_threads_.size() < wanted) {
+    stage_threads_.push_back(std::make_unique<SerialExecutor>());
   }
-  for (std::thread& t : threads_list) t.join();
+  // One token per stage task that has finished.
+  BlockingQueue<int> done(wanted);
+  for (int r = 0; r < replicas; ++r) {
+    for (int j = 0; j < stages; ++j) {
+      const bool posted = stage_threads_[r * stages + j]->Post([&, r, j] {
+        run_stage(r, j);
+        done.Push(0);
+      });
+      if (!posted) done.Push(0);  // Only while the runner dies.
+    }
+  }
+  for (int i = 0; i < replicas * stages; ++i) done.Pop();
   if (!failure.ok()) return failure;
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
