@@ -14,6 +14,8 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args);
 int RunModelInfo(const std::string& program,
                  const std::vector<std::string>& args);
 int RunTrain(const std::string& program, const std::vector<std::string>& args);
+int RunGenerate(const std::string& program,
+                const std::vector<std::string>& args);
 int RunProfile(const std::string& program,
                const std::vector<std::string>& args);
 int RunSimulate(const std::string& program,
@@ -65,6 +67,9 @@ const std::vector<Command>& Commands() {
       {"cancel", "cancel a queued or running job", &Fleet<kCancel>},
       {"export", "download a job's weights for Python's torch.load",
        &Fleet<kExport>},
+      {"generate",
+       "continue a prompt with a trained language model (its export)",
+       &RunGenerate},
       {"spec", "resolve and validate a job spec from a file and/or job flags",
        &RunSpec},
       {"model-info", "parameters and stages of a network of the model zoo",

@@ -10,8 +10,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "services/engine/export_input.h"
+#include "services/engine/export_weights.h"
+#include "services/model/architecture_catalog.h"
 #include "services/model/batch_norm.h"
 #include "services/model/network.h"
 
@@ -82,50 +85,34 @@ absl::StatusOr<std::string> EncodeTorchScript(
   absl::StatusOr<model::Network> net =
       model::BuildNetwork(resolved.model(), resolved.seed());
   if (!net.ok()) return net.status();
-  const int64_t channels = net->input_shape[0];
+  const bool tokens = model::IsLanguageModel(resolved.model().architecture());
+  // A language model's input is {tokens}: ids, nothing to normalise.
+  const int64_t channels = tokens ? 0 : net->input_shape[0];
   absl::StatusOr<petra::v1::Preprocessing> input =
       PreprocessingFromTensors(exported);
   if (!input.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("export: ", input.status().message()));
   }
-  if (input->mean_size() != channels ||
-      std::vector<int64_t>(input->input_shape().begin(),
-                           input->input_shape().end()) != net->input_shape) {
+  const std::vector<int64_t> input_shape(input->input_shape().begin(),
+                                         input->input_shape().end());
+  if (input->mean_size() != channels || input_shape != net->input_shape) {
     return absl::InvalidArgumentError(
-        absl::StrCat("export: its input.* tensors are for ", input->mean_size(),
-                     " channels, the network takes ", channels));
+        absl::StrCat("export: its input.* tensors are for an input of shape [",
+                     absl::StrJoin(input_shape, ", "), "], the network takes [",
+                     absl::StrJoin(net->input_shape, ", "), "]"));
   }
   torch::NoGradGuard no_grad;
   ModuleTree tree;
   // The network's own tensors take the export's values; the module holds
   // those very tensors, so tracing maps each to a module attribute.
-  for (size_t i = 0; i < net->blocks.size(); ++i) {
-    model::Block& block = *net->blocks[i];
-    block.eval();
-    auto take = [&](const std::string& name, torch::Tensor& t,
-                    bool parameter) -> absl::Status {
-      const std::string full = absl::StrCat("blocks.", i, ".", name);
-      auto it = exported.find(full);
-      if (it == exported.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("export: no tensor \"", full, "\""));
-      }
-      if (it->second.sizes() != t.sizes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "export: \"", full, "\" has shape ", c10::str(it->second.sizes()),
-            ", the network's is ", c10::str(t.sizes())));
-      }
-      t.copy_(it->second);
-      tree.Add(full, t, parameter);
-      return absl::OkStatus();
-    };
-    for (auto& p : block.named_parameters(true)) {
-      if (absl::Status s = take(p.key(), p.value(), true); !s.ok()) return s;
-    }
-    for (auto& b : block.named_buffers(true)) {
-      if (absl::Status s = take(b.key(), b.value(), false); !s.ok()) return s;
-    }
+  if (absl::Status s = LoadExportedWeights(
+          *net, exported,
+          [&tree](const std::string& name, torch::Tensor& t, bool parameter) {
+            tree.Add(name, t, parameter);
+          });
+      !s.ok()) {
+    return s;
   }
   // The input tensors under the export's names (the module's state_dict is
   // the export's); forward reads mean and std as [1, C, 1, 1].
@@ -145,13 +132,18 @@ absl::StatusOr<std::string> EncodeTorchScript(
 
   std::vector<int64_t> shape = {2};
   shape.insert(shape.end(), net->input_shape.begin(), net->input_shape.end());
-  const torch::Tensor example = torch::rand(shape);
+  // Token ids trace the same graph whatever their values; images are drawn
+  // so that no branch sees a degenerate input.
+  const torch::Tensor example =
+      tokens ? torch::zeros(shape, torch::kInt64) : torch::rand(shape);
   // Evaluation as StageWorker::Evaluate runs it: BatchNorm on running
   // statistics (our BatchNorm reads a thread-local mode, not eval()).
   model::ScopedBnMode running(model::BnMode::kRunningStats);
   auto forward = [&](torch::jit::Stack in) -> torch::jit::Stack {
     torch::Tensor x = in[0].toTensor();
-    x = (x - mean.view({1, channels, 1, 1})) / std.view({1, channels, 1, 1});
+    if (!tokens) {
+      x = (x - mean.view({1, channels, 1, 1})) / std.view({1, channels, 1, 1});
+    }
     model::TensorPair pair{x, torch::Tensor()};
     for (auto& block : net->blocks) pair = block->Forward(pair);
     return {pair.a};
@@ -159,7 +151,8 @@ absl::StatusOr<std::string> EncodeTorchScript(
   try {
     auto traced = torch::jit::tracer::trace(
         {example}, forward, [](const torch::autograd::Variable&) { return ""; },
-        /*strict=*/true, /*force_outplace=*/false, &module, {"images"});
+        /*strict=*/true, /*force_outplace=*/false, &module,
+        {tokens ? "tokens" : "images"});
     std::shared_ptr<torch::jit::Graph> graph = traced.first->graph;
     auto fn = module._ivalue()->compilation_unit()->create_function(
         c10::QualifiedName(*module.type()->name(), "forward"), graph);

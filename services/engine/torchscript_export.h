@@ -19,10 +19,13 @@ namespace petra::engine {
 
 // The module's forward takes float images N x C x H x W with pixel values
 // in [0, 1], normalises them as training did and returns the logits
-// N x classes. `resolved`: the job's spec (its model); `exported`: the
-// plain export's tensors ("blocks.<i>.<name>", every one the network has,
-// of its shape, and "input.*"). INVALID_ARGUMENT naming a missing or
-// misshapen tensor.
+// N x classes. A language model's takes token ids, int64 N x seq_len (the
+// traced length: a shorter context goes right-padded, which causal
+// attention keeps from every earlier position), and returns the next
+// token's logits at every position, N x seq_len x vocab. `resolved`: the job's
+// spec (its model); `exported`: the plain export's tensors
+// ("blocks.<i>.<name>", every one the network has, of its shape, and
+// "input.*"). INVALID_ARGUMENT naming a missing or misshapen tensor.
 absl::StatusOr<std::string> EncodeTorchScript(
     const petra::v1::JobSpec& resolved, const NamedTensors& exported);
 

@@ -180,10 +180,55 @@ TEST(TorchScriptExportErrors, NameTheMissingOrMisshapenTensor) {
   rgb.set_input_shape(0, 3);
   r = EncodeTorchScript(spec, WithInput(Weights(*net), rgb));
   EXPECT_THAT(r.status().message(),
-              HasSubstr("input.* tensors are for 3 channels, the network "
-                        "takes 1"));
+              HasSubstr("input.* tensors are for an input of shape [3, 28, "
+                        "28], the network takes [1, 28, 28]"));
   r = EncodeTorchScript(spec, Weights(*net));
   EXPECT_THAT(r.status().message(), HasSubstr("no input.* tensors"));
+  // Strict: a tensor the network lacks is another network's.
+  weights = WithInput(Weights(*net), grey);
+  weights["blocks.10.fc.bias"] = torch::zeros({10});
+  r = EncodeTorchScript(spec, weights);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("\"blocks.10.fc.bias\" is not a tensor of the "
+                        "network (10 blocks)"));
+}
+
+// A language model's module takes token ids of the traced length and
+// returns the logits at every position, as the network computes them.
+TEST(TorchScriptExportLanguageModel, TakesTokenIdsAndGivesTheSameLogits) {
+  for (auto arch :
+       {petra::v1::ARCHITECTURE_REVLM, petra::v1::ARCHITECTURE_GPT}) {
+    petra::v1::JobSpec raw;
+    raw.mutable_model()->set_architecture(arch);
+    raw.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
+    auto* t = raw.mutable_model()->mutable_transformer();
+    t->set_embed_dim(16);
+    t->set_depth(2);
+    t->set_heads(2);
+    t->set_seq_len(12);
+    absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<model::Network> net = model::BuildNetwork(spec->model(), 1);
+    ASSERT_TRUE(net.ok()) << net.status();
+    petra::v1::Preprocessing in;
+    in.add_input_shape(12);
+    NamedTensors weights = WithInput(Weights(*net), in);
+    absl::StatusOr<std::string> bytes = EncodeTorchScript(*spec, weights);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    std::istringstream stream(*bytes);
+    torch::jit::Module loaded = torch::jit::load(stream);
+    loaded.eval();
+    const torch::Tensor tokens = torch::randint(0, 256, {3, 12}, torch::kInt64);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor got = loaded.forward({tokens}).toTensor();
+    model::TensorPair p{tokens, torch::Tensor()};
+    for (auto& b : net->blocks) p = b->Forward(p);
+    ASSERT_EQ(got.sizes(), p.a.sizes());
+    EXPECT_EQ(got.sizes(), (std::vector<int64_t>{3, 12, 256}));
+    EXPECT_TRUE(torch::allclose(got, p.a, 1e-5, 1e-5))
+        << (got - p.a).abs().max().item<double>();
+  }
 }
 
 }  // namespace

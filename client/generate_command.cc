@@ -1,0 +1,158 @@
+// `petra generate`: a trained language model continues a prompt, from its
+// export (the model flags say which network) or its TorchScript export.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "client/commands.h"
+#include "services/base/flag_set.h"
+#include "services/base/json_text.h"
+#include "services/base/small_file.h"
+#include "services/base/utf8.h"
+#include "services/data/text_corpus.h"
+#include "services/engine/text_generation.h"
+#include "services/job/enum_names.h"
+#include "services/job/job_flags.h"
+#include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
+
+namespace petra::client {
+namespace {
+
+// An export of a large model is gigabytes; anything past this is not one.
+constexpr int64_t kMaxModelBytes = int64_t{64} << 30;
+
+}  // namespace
+
+int RunGenerate(const std::string& program,
+                const std::vector<std::string>& args) {
+  std::string model_path, prompt;
+  bool prompt_given = false, json = false;
+  engine::SamplingOptions sampling;
+  int64_t seed = static_cast<int64_t>(sampling.seed);
+  petra::v1::JobSpec spec;
+  spec.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVLM);
+  spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
+  base::FlagSet flags(
+      absl::StrCat(program,
+                   " generate --model FILE --prompt TEXT [model flags]"),
+      "Continues a prompt with a trained language model (revlm or gpt) and\n"
+      "prints the prompt and its continuation as they are made.\n\n"
+      "--model is the job's export (`petra train --output`, `petra export`),\n"
+      "whose network the model flags describe (the same values the job was\n"
+      "trained with; the defaults are revlm's), or its TorchScript export\n"
+      "(`petra export --format torchscript`), which describes itself.\n"
+      "Tokenizer: bytes. The same --seed gives the same text.");
+  flags.AddString("model", &model_path,
+                  "export or TorchScript file (required)");
+  flags.AddCustom("prompt", "TEXT", "", "the text to continue (required)",
+                  [&](const std::string& v) {
+                    prompt = v;
+                    prompt_given = true;
+                    return absl::OkStatus();
+                  });
+  flags.AddInt("max-new-tokens", &sampling.max_new_tokens,
+               "tokens to add to the prompt");
+  flags.AddDouble("temperature", &sampling.temperature,
+                  "divides the logits; 0 = always the likeliest token");
+  flags.AddInt("top-k", &sampling.top_k,
+               "draw among the k likeliest tokens only; 0 = all");
+  flags.AddInt("seed", &seed, "seed of the draws");
+  flags.AddBool("json", &json,
+                "print {\"prompt\", \"continuation\", \"tokens\"} at the end "
+                "instead of the text as it is made");
+  const auto* arch =
+      google::protobuf::GetEnumDescriptor<petra::v1::Architecture>();
+  flags.AddCustom(
+      "arch", "revlm|gpt", "revlm", "the export's network",
+      [&spec, arch](const std::string& v) -> absl::Status {
+        absl::StatusOr<int> a = job::ParseEnumShortName(arch, v, "value");
+        if (!a.ok()) return a.status();
+        if (!model::IsLanguageModel(*a)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "\"", v, "\" is not a language model (revlm or gpt)"));
+        }
+        spec.mutable_model()->set_architecture(
+            static_cast<petra::v1::Architecture>(*a));
+        return absl::OkStatus();
+      });
+  job::AddTransformerFlags(
+      flags, [&spec] { return spec.mutable_model()->mutable_transformer(); });
+  const std::string command = program + " generate";
+  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
+    return rc;
+  auto usage = [&](const std::string& message) {
+    std::cerr << command << ": " << message << "\nRun '" << command
+              << " --help' for the list of flags.\n";
+    return 2;
+  };
+  if (model_path.empty()) return usage("--model is required");
+  if (!prompt_given) return usage("--prompt is required");
+  if (prompt.empty()) return usage("--prompt: empty; give some text");
+  if (seed < 0) return usage("flag --seed: must be >= 0");
+  sampling.seed = static_cast<uint64_t>(seed);
+
+  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
+  if (!resolved.ok()) {
+    std::cerr << command << ": " << resolved.status().message() << "\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> bytes =
+      base::ReadSmallFile(model_path, kMaxModelBytes, "an export");
+  if (!bytes.ok()) {
+    std::cerr << command << ": --model: " << bytes.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<engine::TokenModel>> model =
+      engine::LoadTokenModel(*bytes, *resolved);
+  bytes->clear();
+  if (!model.ok()) {
+    std::cerr << command << ": --model \"" << model_path
+              << "\": " << model.status().message() << "\n";
+    return 1;
+  }
+  torch::Tensor ids = data::BytesToTokens(prompt);
+  const std::vector<int64_t> tokens(ids.data_ptr<int64_t>(),
+                                    ids.data_ptr<int64_t>() + ids.numel());
+  // Bytes: token i is byte i; an id past 255 (a vocabulary larger than the
+  // tokenizer's) has no text.
+  auto text_of = [](int64_t id) {
+    return id < 256 ? std::string(1, static_cast<char>(id))
+                    : std::string("\xEF\xBF\xBD");
+  };
+  if (!json) {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fflush(stdout);
+  }
+  std::string continuation;
+  absl::StatusOr<std::vector<int64_t>> out =
+      engine::Generate(**model, tokens, sampling, [&](int64_t id) {
+        const std::string piece = text_of(id);
+        continuation += piece;
+        if (!json) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+      });
+  if (!json) std::printf("\n");
+  if (!out.ok()) {
+    std::cerr << command << ": " << out.status().message() << "\n";
+    return absl::IsInvalidArgument(out.status()) ? 2 : 1;
+  }
+  if (json) {
+    std::string list;
+    for (int64_t id : *out)
+      absl::StrAppend(&list, list.empty() ? "" : ", ", id);
+    // JSON strings must be UTF-8: a byte model may stop mid-character.
+    std::cout << "{\"prompt\": "
+              << base::JsonString(base::ReplaceInvalidUtf8(prompt))
+              << ", \"continuation\": "
+              << base::JsonString(base::ReplaceInvalidUtf8(continuation))
+              << ", \"tokens\": [" << list << "]}\n";
+  }
+  return 0;
+}
+
+}  // namespace petra::client
