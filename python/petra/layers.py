@@ -213,11 +213,13 @@ def _vit_linear(cin, cout):
 
 
 class Attention(nn.Module):
-    """F: LayerNorm -> multi-head self-attention (no dropout)."""
+    """F: LayerNorm -> multi-head self-attention (no dropout); `causal`
+    (the language models): position i attends to positions <= i only."""
 
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, causal=False):
         super().__init__()
         self.heads = heads
+        self.causal = causal
         self.norm = nn.LayerNorm(dim)
         self.qkv = _vit_linear(dim, 3 * dim)
         self.proj = _vit_linear(dim, dim)
@@ -231,8 +233,12 @@ class Attention(nn.Module):
         q, k, v = qkv[0], qkv[1], qkv[2]
         # Divided by sqrt(dh) after the product, as the C++ (not q scaled
         # first, which rounds differently).
-        attention = torch.softmax(
-            torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh), -1)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh)
+        if self.causal:
+            later = torch.ones(n, n, dtype=torch.bool,
+                               device=x.device).triu(1)
+            scores = scores.masked_fill(later, float("-inf"))
+        attention = torch.softmax(scores, -1)
         out = torch.matmul(attention, v).transpose(1, 2).reshape(b, n, d)
         return self.proj(out)
 
@@ -303,12 +309,46 @@ class PatchEmbedBlock(nn.Module):
         return (tokens, tokens) if self.two_streams else (tokens, None)
 
 
+class TokenEmbedBlock(nn.Module):
+    """A language model's stem: token ids [b, n] (n <= max_tokens) -> their
+    embeddings plus a learned position embedding, on both streams of a
+    reversible network."""
+
+    def __init__(self, vocab, max_tokens, dim, two_streams):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim)
+        with torch.no_grad():
+            self.embedding.weight.normal_(0.0, 0.02)
+        self.position = nn.Parameter(torch.randn(1, max_tokens, dim) * 0.02)
+        self.two_streams = two_streams
+
+    def forward(self, pair):
+        ids = pair[0]
+        tokens = self.embedding(ids) + self.position[:, :ids.shape[1]]
+        return (tokens, tokens) if self.two_streams else (tokens, None)
+
+
+class LmHeadBlock(nn.Module):
+    """Concatenate the streams' features, LayerNorm, and every position's
+    logits over the vocabulary [b, n, vocab]."""
+
+    def __init__(self, features, vocab):
+        super().__init__()
+        self.norm = nn.LayerNorm(features)
+        self.fc = _vit_linear(features, vocab)
+
+    def forward(self, pair):
+        a, b = pair
+        tokens = torch.cat([a, b], -1) if b is not None else a
+        return self.fc(self.norm(tokens)), None
+
+
 class RevViTBlock(nn.Module):
     """(X1, X2) -> (Y1, Y2): Y1 = X1 + F(X2), Y2 = X2 + G(Y1)."""
 
-    def __init__(self, dim, heads, hidden):
+    def __init__(self, dim, heads, hidden, causal=False):
         super().__init__()
-        self.attention = Attention(dim, heads)
+        self.attention = Attention(dim, heads, causal)
         self.mlp = Mlp(dim, hidden)
 
     def forward(self, pair):
@@ -320,9 +360,9 @@ class RevViTBlock(nn.Module):
 class ViTBlock(nn.Module):
     """The non-reversible twin: h = x + F(x), then h + G(h)."""
 
-    def __init__(self, dim, heads, hidden):
+    def __init__(self, dim, heads, hidden, causal=False):
         super().__init__()
-        self.attention = Attention(dim, heads)
+        self.attention = Attention(dim, heads, causal)
         self.mlp = Mlp(dim, hidden)
 
     def forward(self, pair):
@@ -358,7 +398,8 @@ class Input(nn.Module):
 
     def __init__(self, shape):
         super().__init__()
-        channels = shape[0]
+        # A language model's input is (tokens,): ids, nothing to normalise.
+        channels = shape[0] if len(shape) == 3 else 0
         self.register_buffer("mean", torch.zeros(channels))
         self.register_buffer("std", torch.ones(channels))
         self.register_buffer("shape", torch.tensor(shape, dtype=torch.int64))
@@ -428,3 +469,58 @@ class Network(nn.Module):
             size = f"width {self.width:g}"
         return (f"arch={self.arch}, variant={self.variant}, {size}, "
                 f"num_classes={self.num_classes}")
+
+
+class LanguageModel(nn.Module):
+    """revlm and gpt: token ids [N, T] (T <= seq_len) -> the next token's
+    logits at every position [N, T, vocab].
+
+    ``blocks[i]`` is block i of the C++ network; ``input`` holds the
+    export's ``input.*`` (``input.shape`` is (seq_len,)). Attributes:
+    ``arch``, ``transformer`` (the sizes as a dict), ``seq_len``,
+    ``vocab`` and ``tokenizer`` ("bytes": token i is byte i).
+    """
+
+    def __init__(self, blocks, *, arch, transformer, tokenizer="bytes"):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.arch = arch
+        self.transformer = transformer
+        self.seq_len = transformer["seq_len"]
+        self.vocab = transformer["vocab"]
+        self.num_classes = self.vocab
+        self.tokenizer = tokenizer
+        self.input_shape = (self.seq_len,)
+        self.input = Input(self.input_shape)
+
+    def forward(self, tokens):
+        if (tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32)
+                or not 1 <= tokens.shape[1] <= self.seq_len):
+            raise ValueError(
+                f"{self.arch} takes token ids N x T (int64, 1 <= T <= "
+                f"{self.seq_len}), got {tuple(tokens.shape)} {tokens.dtype}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab):
+            raise ValueError(f"{self.arch}: token ids must be in [0, "
+                             f"{self.vocab}), got [{tokens.min().item()}, "
+                             f"{tokens.max().item()}]")
+        pair = (tokens.long(), None)
+        for block in self.blocks:
+            pair = block(pair)
+        return pair[0]
+
+    def encode(self, text):
+        """The token ids of `text` (str: its UTF-8 bytes; bytes as given)."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        return list(data)
+
+    def decode(self, ids):
+        """The text of token ids; bytes that are not UTF-8 (a model may stop
+        mid-character) become U+FFFD."""
+        data = b"".join(bytes([i]) if 0 <= i < 256 else b"\xef\xbf\xbd"
+                        for i in ids)
+        return data.decode("utf-8", errors="replace")
+
+    def extra_repr(self):
+        size = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                         for k, v in self.transformer.items())
+        return f"arch={self.arch}, {size}, tokenizer={self.tokenizer}"

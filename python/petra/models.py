@@ -63,22 +63,33 @@ import math
 import numbers
 import re
 
-from .layers import (INPUT_SHAPES, CouplingBlock, HeadBlock, Network,
-                     PatchEmbedBlock, ResidualBlock, RevDownsampleBlock,
-                     RevViTBlock, StemBlock, TokenHeadBlock, ViTBlock,
+from .layers import (INPUT_SHAPES, CouplingBlock, HeadBlock, LanguageModel,
+                     LmHeadBlock, Network, PatchEmbedBlock, ResidualBlock,
+                     RevDownsampleBlock, RevViTBlock, StemBlock,
+                     TokenEmbedBlock, TokenHeadBlock, ViTBlock,
                      _conv_stem_side, conv_stem_widths)
+from .generation import generate
 
 __all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "PATCH_SIZES",
-           "STEMS", "Network", "build", "conv_stem_widths", "from_spec",
-           "input_shape"]
+           "STEMS", "LANGUAGE_MODELS", "LANGUAGE_MODEL_DEFAULTS", "TOKENIZERS",
+           "LanguageModel", "Network", "build", "conv_stem_widths",
+           "from_spec", "generate", "input_shape"]
 
 # In the proto's enum order (proto/petra/v1/job.proto Architecture, Variant):
 # ARCHITECTURES[i] is enum value i + 1, and so is VARIANTS[i].
 ARCHITECTURES = ("revnet18", "revnet34", "revnet50", "resnet18", "resnet34",
                  "resnet50", "irevnet18", "revvit", "vit", "revnet101",
-                 "resnet101")
+                 "resnet101", "revlm", "gpt")
 VARIANTS = ("imagenet", "cifar", "mnist")
 TRANSFORMERS = ("revvit", "vit")
+# The causal decoders (reversible and its one-stream twin): token ids in,
+# every position's next-token logits out.
+LANGUAGE_MODELS = ("revlm", "gpt")
+# services/model/architecture_catalog.h LanguageModelDefaults.
+LANGUAGE_MODEL_DEFAULTS = {"embed_dim": 128, "depth": 4, "heads": 4,
+                           "mlp_ratio": 4.0, "seq_len": 128, "vocab": 256}
+# TextSpec.Tokenizer; bytes: token i is byte i (256 symbols).
+TOKENIZERS = ("bytes",)
 
 # services/model/architecture_catalog.h TransformerDefaults.
 TRANSFORMER_DEFAULTS = {"embed_dim": 64, "depth": 6, "heads": 4,
@@ -105,7 +116,8 @@ _MAX_TOKENS = 4096
 # proto enum names of the dataset kinds whose images are 28x28x1
 # (job_spec_defaults.cc: they imply the mnist variant, the others cifar).
 _MNIST_LIKE_DATASETS = ("fashion_mnist", "mnist")
-_DATASET_KINDS = ("fashion_mnist", "mnist", "cifar10", "synthetic")
+_DATASET_KINDS = ("fashion_mnist", "mnist", "cifar10", "synthetic",
+                  "image_folder", "text")
 
 
 def _llround(x):
@@ -183,6 +195,22 @@ def _build_transformer(arch, variant, num_classes, sizes):
                    num_classes=num_classes, transformer=dict(sizes))
 
 
+def _build_language_model(arch, t):
+    """network.cc DescribeLanguageModel: token stem, `depth` causal blocks,
+    LM head."""
+    rev = arch == "revlm"
+    dim = t["embed_dim"]
+    hidden = max(1, _llround(t["mlp_ratio"] * dim))
+    block = RevViTBlock if rev else ViTBlock
+    blocks = [TokenEmbedBlock(t["vocab"], t["seq_len"], dim, rev)]
+    blocks += [block(dim, t["heads"], hidden, causal=True)
+               for _ in range(t["depth"])]
+    blocks.append(LmHeadBlock(2 * dim if rev else dim, t["vocab"]))
+    sizes = {k: v for k, v in t.items() if k != "tokenizer"}
+    return LanguageModel(blocks, arch=arch, transformer=sizes,
+                         tokenizer=t["tokenizer"])
+
+
 # --------------------------------------------------------------------------
 # Argument checking (job_spec_validation.cc) and the public API.
 # --------------------------------------------------------------------------
@@ -232,6 +260,18 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
     variant, width, num_classes, resolved sizes or None).
     """
     arch = _short_name(arch, ARCHITECTURES, field("arch"), "ARCHITECTURE_")
+    lm_names = ("seq_len", "vocab", "tokenizer")
+    if arch in LANGUAGE_MODELS:
+        return _resolve_language_model(arch, variant, width, num_classes,
+                                       sizes, field)
+    lm_given = [k for k in lm_names if sizes.get(k) is not None]
+    if lm_given:
+        raise ValueError(f"{field(lm_given[0])}: only the language models "
+                         f"(revlm, gpt) have seq_len, vocab and tokenizer, "
+                         f"not {arch}")
+    sizes = {k: v for k, v in sizes.items() if k not in lm_names}
+    if variant is None:
+        variant = "cifar"
     variant = _short_name(variant, VARIANTS, field("variant"), "VARIANT_")
     width = 1.0 if width is None else _check_real(width, field("width"),
                                                   _MAX_WIDTH)
@@ -295,30 +335,81 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
     return arch, variant, width, num_classes, t
 
 
+def _resolve_language_model(arch, variant, width, num_classes, sizes,
+                            field):
+    """_resolve for revlm and gpt (model_data_checks.cc): no variant, width
+    1, the language-model sizes; num_classes is the vocabulary."""
+    if variant is not None:
+        raise ValueError(f"{field('variant')}: {arch} takes tokens and has no "
+                         f"image variant; leave it out")
+    if width is not None and width != 1.0:
+        raise ValueError(f"{field('width')}: {width!r} must be 1 for {arch}, "
+                         "which is sized by embed_dim, depth, heads, "
+                         "mlp_ratio, seq_len and vocab")
+    for name in ("patch_size", "stem"):
+        if sizes.get(name) is not None:
+            raise ValueError(f"{field(name)}: {arch} takes tokens, not "
+                             f"image patches; leave {name} out")
+    t = dict(LANGUAGE_MODEL_DEFAULTS, tokenizer="bytes")
+    t.update({k: v for k, v in sizes.items()
+              if v is not None and k in (*LANGUAGE_MODEL_DEFAULTS,
+                                         "tokenizer")})
+    t["tokenizer"] = _short_name(t["tokenizer"], TOKENIZERS,
+                                 field("tokenizer"), "TOKENIZER_")
+    t["embed_dim"] = _check_int(t["embed_dim"], field("embed_dim"), 1,
+                                _MAX_EMBED_DIM)
+    t["depth"] = _check_int(t["depth"], field("depth"), 1, _MAX_DEPTH)
+    t["heads"] = _check_int(
+        t["heads"], field("heads"), 1, t["embed_dim"],
+        f"must be a positive integer dividing embed_dim ({t['embed_dim']})")
+    if t["embed_dim"] % t["heads"]:
+        raise ValueError(f"{field('heads')}: {t['heads']} must divide "
+                         f"embed_dim ({t['embed_dim']})")
+    t["mlp_ratio"] = _check_real(t["mlp_ratio"], field("mlp_ratio"),
+                                 _MAX_MLP_RATIO)
+    t["seq_len"] = _check_int(t["seq_len"], field("seq_len"), 1, _MAX_TOKENS)
+    t["vocab"] = _check_int(t["vocab"], field("vocab"), 2, _MAX_CLASSES)
+    if t["tokenizer"] == "bytes" and t["vocab"] != 256:
+        raise ValueError(f"{field('vocab')}: {t['vocab']} must be 256 with "
+                         "the bytes tokenizer (one token per byte value)")
+    if num_classes is not None and num_classes != t["vocab"]:
+        raise ValueError(f"{field('num_classes')}: {num_classes!r} must be "
+                         f"the vocabulary's size ({t['vocab']}) for {arch}")
+    return arch, None, 1.0, t["vocab"], t
+
+
 def input_shape(variant):
     """One sample's input shape (C, H, W) for a variant (InputShape)."""
     return INPUT_SHAPES[_short_name(variant, VARIANTS, "variant",
                                      "VARIANT_")]
 
 
-def build(arch, variant="cifar", width=1.0, num_classes=None, *,
+def build(arch, variant=None, width=None, num_classes=None, *,
           embed_dim=None, depth=None, heads=None, mlp_ratio=None,
-          patch_size=None, stem=None):
+          patch_size=None, stem=None, seq_len=None, vocab=None,
+          tokenizer=None):
     """The network `petra` builds for this model, freshly initialised.
 
     arch: one of ARCHITECTURES; variant: one of VARIANTS (names are
-    case-insensitive, '-' may stand for '_'). width: channel multiplier of
-    the CNNs, in (0, 8]; must be 1 for revvit and vit. num_classes: in
+    case-insensitive, '-' may stand for '_'; None means cifar; the language
+    models have none). width: channel multiplier of
+    the CNNs, in (0, 8]; must be 1 (or None) for the transformers. num_classes: in
     [2, 1000000]; None means the variant's default, as a job spec (1000 for
     imagenet, 10 otherwise). embed_dim, depth, heads, mlp_ratio, patch_size,
     stem (one of STEMS): revvit and vit only; None means the C++ default
     (TRANSFORMER_DEFAULTS, the variant's PATCH_SIZES, the conv stem).
+    revlm and gpt (LANGUAGE_MODELS) take embed_dim, depth, heads,
+    mlp_ratio, seq_len, vocab and tokenizer (one of TOKENIZERS), None
+    meaning LANGUAGE_MODEL_DEFAULTS and bytes, and return a LanguageModel.
     Raises ValueError naming the bad argument and what it accepts.
     """
     sizes = {"embed_dim": embed_dim, "depth": depth, "heads": heads,
-             "mlp_ratio": mlp_ratio, "patch_size": patch_size, "stem": stem}
+             "mlp_ratio": mlp_ratio, "patch_size": patch_size, "stem": stem,
+             "seq_len": seq_len, "vocab": vocab, "tokenizer": tokenizer}
     arch, variant, width, num_classes, t = _resolve(
         arch, variant, width, num_classes, sizes, lambda name: name)
+    if arch in LANGUAGE_MODELS:
+        return _build_language_model(arch, t)
     if t is None:
         return _build_cnn(arch, variant, width, num_classes)
     return _build_transformer(arch, variant, num_classes, t)
@@ -428,7 +519,8 @@ def from_spec(spec):
     variant = _field(model, "variant", "model.")
     if variant is not None:
         variant = _enum(variant, "VARIANT_", VARIANTS, "model.variant")
-    if variant is None:
+    language_model = arch in LANGUAGE_MODELS
+    if variant is None and not language_model:
         dataset = _field(spec, "dataset", "") or {}
         kind = _field(dataset, "kind", "dataset.") if isinstance(
             dataset, dict) else None
@@ -440,12 +532,27 @@ def from_spec(spec):
     num_classes = _number(_field(model, "num_classes", "model."),
                           "model.num_classes", True)
     transformer = _field(model, "transformer", "model.")
-    sizes = dict.fromkeys((*_SIZE_NAMES, "stem"))
+    lm_sizes = ("seq_len", "vocab")
+    sizes = dict.fromkeys((*_SIZE_NAMES, "stem", *lm_sizes, "tokenizer"))
+    if language_model:
+        dataset = _field(spec, "dataset", "") or {}
+        text = _field(dataset, "text", "dataset.") if isinstance(
+            dataset, dict) else None
+        tokenizer = _field(text, "tokenizer", "dataset.text.") if isinstance(
+            text, dict) else None
+        if tokenizer is not None:
+            sizes["tokenizer"] = _enum(tokenizer, "TOKENIZER_", TOKENIZERS,
+                                       "dataset.text.tokenizer")
     if transformer is not None:
         if not isinstance(transformer, dict):
             raise ValueError(f"model.transformer: expected an object, got "
                              f"{transformer!r}")
-        if arch not in TRANSFORMERS:
+        if language_model:
+            for name in lm_sizes:
+                sizes[name] = _number(
+                    _field(transformer, name, "model.transformer."),
+                    f"model.transformer.{name}", True)
+        elif arch not in TRANSFORMERS:
             # As the validation: a CNN's spec may not carry transformer
             # sizes, even an empty message.
             raise ValueError(
@@ -461,12 +568,16 @@ def from_spec(spec):
                                   "model.transformer.stem")
 
     def field(name):
-        if name in (*_SIZE_NAMES, "stem"):
+        if name in (*_SIZE_NAMES, "stem", *lm_sizes):
             return f"model.transformer.{name}"
+        if name == "tokenizer":
+            return "dataset.text.tokenizer"
         return "model.architecture" if name == "arch" else f"model.{name}"
 
     arch, variant, width, num_classes, t = _resolve(
         arch, variant, width, num_classes, sizes, field)
+    if language_model:
+        return _build_language_model(arch, t)
     if t is None:
         return _build_cnn(arch, variant, width, num_classes)
     return _build_transformer(arch, variant, num_classes, t)

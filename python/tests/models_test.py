@@ -257,27 +257,105 @@ class ReferenceTestCase(unittest.TestCase):
     def test_vit(self):
         self.check_transformer("vit")
 
+    def check_language_model(self, arch, sizes, batch=2):
+        """C++ export -> build(...) strict load -> the same logits at every
+        position of a batch of token ids."""
+        type(self).runs += 1
+        directory = os.path.join(self.tmp.name, str(self.runs))
+        flags = ["--arch", arch] + job_flags(arch, "cifar", sizes=sizes)[4:]
+        exported, reference = run_reference(flags, batch, self.runs,
+                                            directory)
+        model = models.build(arch, **sizes)
+        self.assertIsInstance(model, models.LanguageModel)
+        ours = model.state_dict()
+        self.assertEqual((sorted(set(exported) - set(ours)),
+                          sorted(set(ours) - set(exported))), ([], []),
+                         "keys only in the export / only in petra.models")
+        model.load_state_dict(exported, strict=True)
+        model.eval()
+        tokens = reference["input"]
+        self.assertEqual(tokens.dtype, torch.int64)
+        self.assertEqual(tuple(tokens.shape), (batch, model.seq_len))
+        with torch.no_grad():
+            logits = model(tokens)
+        expected = reference["logits"]
+        self.assertEqual(tuple(logits.shape),
+                         (batch, model.seq_len, model.vocab))
+        MAX_DIFF[arch] = max(MAX_DIFF.get(arch, 0.0),
+                             (logits - expected).abs().max().item())
+        torch.testing.assert_close(logits, expected, atol=ATOL, rtol=RTOL)
+        # Causal: a shorter context gives the same logits at its positions.
+        with torch.no_grad():
+            prefix = model(tokens[:, :5])
+        torch.testing.assert_close(prefix, expected[:, :5], atol=ATOL,
+                                   rtol=RTOL)
+        return directory, model
+
+    def test_revlm(self):
+        self.check_language_model("revlm", dict(
+            embed_dim=24, depth=2, heads=3, mlp_ratio=1.3, seq_len=12))
+
+    def test_gpt(self):
+        self.check_language_model("gpt", dict(
+            embed_dim=16, depth=3, heads=2, seq_len=9))
+
+    def test_generate_writes_what_petra_generate_writes(self):
+        """The same export, prompt and seed: the same text in Python and
+        from `petra generate`, draw for draw (sampled and greedy)."""
+        import json
+        petra = os.path.join(os.path.dirname(reference_binary()), "petra")
+        if not os.access(petra, os.X_OK):
+            self.skipTest(f"{petra} not found")
+        sizes = dict(embed_dim=16, depth=2, heads=2, seq_len=16)
+        directory, model = self.check_language_model("revlm", sizes)
+        size_flags = job_flags("revlm", "cifar", sizes=sizes)[4:]
+        prompt = "The reversible network, a prompt longer than its context"
+        for temperature, top_k, seed in ((1.0, 0, 3), (0.7, 20, 11),
+                                         (0.0, 0, 5)):
+            with self.subTest(temperature=temperature, top_k=top_k):
+                ours = models.generate(model, prompt, max_new_tokens=24,
+                                       temperature=temperature, top_k=top_k,
+                                       seed=seed)
+                result = subprocess.run(
+                    [petra, "generate", "--model",
+                     os.path.join(directory, "export.pt"), "--prompt",
+                     prompt, "--max-new-tokens", "24", "--temperature",
+                     repr(temperature), "--top-k", str(top_k), "--seed",
+                     str(seed), "--json"] + size_flags,
+                    capture_output=True, text=True, timeout=60, check=False)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                theirs = json.loads(result.stdout)
+                ids = models.generate(model, model.encode(prompt), 24,
+                                      temperature, top_k, seed)
+                self.assertEqual(ids, theirs["tokens"])
+                self.assertEqual(ours, model.decode(theirs["tokens"]))
+
     def test_from_spec_of_petra_spec_loads_the_export(self):
         """`petra spec` JSON -> from_spec loads that job's C++ export."""
         import json
         petra = os.path.join(os.path.dirname(reference_binary()), "petra")
         if not os.access(petra, os.X_OK):
             self.skipTest(f"{petra} not found")
-        for flags in (["--arch", "revnet50", "--width", "0.125"],
-                      ["--arch", "revvit", "--depth", "2",
-                       "--embed-dim", "32"]):
+        for flags, dataset in (
+                (["--arch", "revnet50", "--width", "0.125"], "synthetic"),
+                (["--arch", "revvit", "--depth", "2", "--embed-dim", "32"],
+                 "synthetic"),
+                (["--arch", "revlm", "--depth", "2", "--embed-dim", "32",
+                  "--seq-len", "20"], "text")):
             with self.subTest(flags=flags):
                 result = subprocess.run(
-                    [petra, "spec", "--dataset", "synthetic"] + flags,
+                    [petra, "spec", "--dataset", dataset] + flags,
                     capture_output=True, text=True, timeout=60, check=True)
                 model = models.from_spec(json.loads(result.stdout))
                 type(self).runs += 1
                 directory = os.path.join(self.tmp.name, str(self.runs))
-                exported, _ = run_reference(flags + ["--dataset",
-                                                     "synthetic"],
+                exported, _ = run_reference(flags + ["--dataset", dataset],
                                             1, self.runs, directory)
                 model.load_state_dict(exported, strict=True)
-                self.assertEqual(model.variant, "cifar")
+                if dataset == "text":
+                    self.assertEqual(model.seq_len, 20)
+                else:
+                    self.assertEqual(model.variant, "cifar")
 
 
 class StructureTestCase(unittest.TestCase):
@@ -502,6 +580,77 @@ class StructureTestCase(unittest.TestCase):
         # Names are case-insensitive, '-' for '_', as the C++ flags.
         self.assertEqual(models.build("ResNet18", "MNIST", 0.125).arch,
                          "resnet18")
+
+    def test_language_models(self):
+        """Sizes as model-info counts them, keys, defaults and errors."""
+        # `petra model-info --arch A --embed-dim 16 --depth 2 --heads 2
+        # --seq-len 8`.
+        for arch, count in (("revlm", 19296), ("gpt", 15168)):
+            model = models.build(arch, embed_dim=16, depth=2, heads=2,
+                                 seq_len=8)
+            self.assertEqual(sum(p.numel() for p in model.parameters()),
+                             count, arch)
+        model = models.build("revlm")
+        self.assertEqual(model.transformer, models.LANGUAGE_MODEL_DEFAULTS)
+        self.assertEqual((model.tokenizer, model.seq_len, model.vocab),
+                         ("bytes", 128, 256))
+        keys = set(models.build("gpt", depth=1).state_dict())
+        self.assertEqual(keys - {k for k in keys if k.startswith("blocks.")},
+                         {"input.mean", "input.std", "input.shape",
+                          "input.class_names"})
+        for name in ("blocks.0.embedding.weight", "blocks.0.position",
+                     "blocks.1.attention.qkv.weight", "blocks.2.norm.weight",
+                     "blocks.2.fc.weight"):
+            self.assertIn(name, keys)
+        self.assertEqual(model.decode(model.encode("naïve")), "naïve")
+        self.assertEqual(model.decode([104, 300, 0xC3]), "h\ufffd\ufffd")
+        for args, kwargs, message in (
+                (("revlm", "mnist"), {}, "variant: revlm takes tokens"),
+                (("gpt",), {"width": 0.5}, "width: 0.5 must be 1"),
+                (("revlm",), {"patch_size": 4}, "patch_size: revlm takes"),
+                (("revlm",), {"vocab": 300}, "vocab: 300 must be 256"),
+                (("revlm",), {"seq_len": 0}, "seq_len"),
+                (("revlm",), {"heads": 3}, "heads: 3 must divide"),
+                (("revlm",), {"tokenizer": "words"}, "tokenizer"),
+                (("revlm",), {"num_classes": 10}, "num_classes: 10 must be"),
+                (("revvit", "mnist"), {"seq_len": 8},
+                 "seq_len: only the language models")):
+            with self.subTest(args=args, **kwargs):
+                with self.assertRaisesRegex(ValueError, message):
+                    models.build(*args, **kwargs)
+        small = models.build("revlm", embed_dim=8, depth=1, heads=2,
+                             seq_len=4)
+        for bad, message in ((torch.zeros(1, 5, dtype=torch.int64), "T <= 4"),
+                             (torch.zeros(1, 3), "int64"),
+                             (torch.full((1, 3), 256), r"\[0, 256\)")):
+            with self.assertRaisesRegex(ValueError, message):
+                small(bad)
+        for kwargs, message in (({"prompt": ""}, "prompt: empty"),
+                                ({"prompt": [1, 999]}, "token 999"),
+                                ({"temperature": -1}, "temperature"),
+                                ({"top_k": -1}, "top_k"),
+                                ({"max_new_tokens": 1.5}, "max_new_tokens"),
+                                ({"seed": -1}, "seed")):
+            with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):
+                with self.assertRaisesRegex(ValueError, message):
+                    models.generate(small, **{"prompt": "ab", **kwargs})
+        # A prompt longer than the context; the same seed, the same text.
+        a = models.generate(small, "abcdefgh", 12, 1.0, 0, 4)
+        self.assertEqual(a, models.generate(small, "abcdefgh", 12, 1.0, 0, 4))
+        self.assertIsInstance(a, str)
+        self.assertEqual(len(models.generate(small, [1, 2], 7)), 7)
+
+    def test_from_spec_of_a_language_model(self):
+        model = models.from_spec({
+            "model": {"architecture": "ARCHITECTURE_GPT",
+                      "transformer": {"embedDim": 32, "seqLen": 16}},
+            "dataset": {"kind": "DATASET_KIND_TEXT",
+                        "text": {"tokenizer": "TOKENIZER_BYTES"}}})
+        self.assertEqual((model.arch, model.seq_len, model.transformer["depth"]),
+                         ("gpt", 16, 4))
+        with self.assertRaisesRegex(ValueError, "model.transformer.vocab"):
+            models.from_spec({"model": {"architecture": "revlm",
+                                        "transformer": {"vocab": 100}}})
 
     def test_wrong_state_dicts_fail_strict_loading(self):
         model = models.build("revnet18", "cifar", 0.125)

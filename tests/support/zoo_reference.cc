@@ -48,7 +48,10 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
   // One stage, synthetic data (no files needed), plain backprop: only the
   // network matters here.
   petra::v1::JobSpec base;
-  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  // A language model reads text (its spec only: no data is read here).
+  const bool tokens = model::IsLanguageModel(overrides.model().architecture());
+  base.mutable_dataset()->set_kind(tokens ? petra::v1::DATASET_KIND_TEXT
+                                          : petra::v1::DATASET_KIND_SYNTHETIC);
   base.mutable_partition()->set_stage_count(1);
   base.mutable_training()->set_mode(petra::v1::TRAINING_MODE_BACKPROP);
   absl::StatusOr<petra::v1::JobSpec> spec =
@@ -77,14 +80,19 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
   }
   // A normalisation that matters, and class names, as a job records them:
   // petra.models must apply the one and carry the other.
-  const std::vector<int64_t> chw = model::InputShape(spec->model().variant());
+  // A language model's is {seq_len} token ids: nothing to normalise, no
+  // class names.
+  const std::vector<int64_t> chw =
+      tokens ? std::vector<int64_t>{spec->model().transformer().seq_len()}
+             : model::InputShape(spec->model().variant());
+  const int64_t channels = tokens ? 0 : chw[0];
   petra::v1::Preprocessing preprocessing;
-  for (int64_t c = 0; c < chw[0]; ++c) {
+  for (int64_t c = 0; c < channels; ++c) {
     preprocessing.add_mean(0.2 + 0.1 * static_cast<double>(c));
     preprocessing.add_std(0.3 + 0.05 * static_cast<double>(c));
   }
   for (int64_t d : chw) preprocessing.add_input_shape(static_cast<uint32_t>(d));
-  for (int64_t k = 0; k < spec->model().num_classes(); ++k) {
+  for (int64_t k = 0; !tokens && k < spec->model().num_classes(); ++k) {
     preprocessing.add_class_names(absl::StrCat("class ", k));
   }
   absl::StatusOr<std::string> exported =
@@ -95,9 +103,12 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
   shape.insert(shape.end(), chw.begin(), chw.end());
   // Pixel values in [0, 1], as a user has them; the network sees them
   // normalised.
-  const torch::Tensor input = torch::rand(shape);
+  const torch::Tensor input =
+      tokens ? torch::randint(0, spec->model().transformer().vocab(), shape,
+                              torch::kInt64)
+             : torch::rand(shape);
   torch::Tensor normalised = input.clone();
-  for (int64_t c = 0; c < chw[0]; ++c) {
+  for (int64_t c = 0; c < channels; ++c) {
     normalised.select(1, c)
         .sub_(preprocessing.mean(c))
         .div_(preprocessing.std(c));
