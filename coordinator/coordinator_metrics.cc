@@ -43,8 +43,15 @@ struct CoordinatorMetrics::Families {
         samples(prometheus::BuildCounter()
                     .Name("petra_job_train_samples_total")
                     .Help("Training samples completed (loss reported by the "
-                          "last stage), over all jobs")
+                          "last stage), over all jobs; a language model's "
+                          "are its sequences")
                     .Register(r)),
+        tokens(prometheus::BuildCounter()
+                   .Name("petra_job_train_tokens_total")
+                   .Help("Training tokens completed by language models "
+                         "(loss reported by the last stage), over all jobs")
+                   .Register(r)
+                   .Add({})),
         jobs(prometheus::BuildGauge()
                  .Name("petra_jobs")
                  .Help("Jobs the coordinator knows, by state")
@@ -101,6 +108,7 @@ struct CoordinatorMetrics::Families {
   Family<Gauge>& step;
   Family<Gauge>& lr;
   Family<Counter>& samples;
+  Counter& tokens;
   Family<Gauge>& jobs;
   Family<Counter>& errors;
   Counter& recoveries;
@@ -187,9 +195,10 @@ void CoordinatorMetrics::CheckpointFailed() {
   if (f_) f_->checkpoint_failures.Increment();
 }
 
-void CoordinatorMetrics::TrainSamples(int64_t samples) {
+void CoordinatorMetrics::TrainSamples(int64_t samples, int64_t tokens) {
   if (!f_) return;
   f_->samples.Add({}).Increment(static_cast<double>(samples));
+  if (tokens > 0) f_->tokens.Increment(static_cast<double>(tokens));
 }
 
 void CoordinatorMetrics::JobStates(

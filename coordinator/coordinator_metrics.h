@@ -36,8 +36,9 @@ class CoordinatorMetrics {
   void JobEnded(const std::string& job_id);
   // A checkpoint of a running job could not be written.
   void CheckpointFailed();
-  // Training samples whose loss came back from the last stage.
-  void TrainSamples(int64_t samples);
+  // Training samples whose loss came back from the last stage, and a
+  // language model's tokens among them (0 for other networks).
+  void TrainSamples(int64_t samples, int64_t tokens = 0);
   void JobStates(const std::vector<petra::v1::JobState>& states);
   void Error(absl::StatusCode code);
   // A running job began recovering (a stage server lost, or taken over

@@ -381,7 +381,17 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
     Publish(JobEvent::KIND_PROGRESS, std::move(p));
   };
   if (env_.metrics != nullptr) {
-    watch.finite_samples = [this](int64_t n) { env_.metrics->TrainSamples(n); };
+    // A language model's losses count tokens; the samples are sequences.
+    const int64_t seq_len = model::IsLanguageModel(spec_.model().architecture())
+                                ? spec_.model().transformer().seq_len()
+                                : 0;
+    watch.finite_samples = [this, seq_len](int64_t n) {
+      if (seq_len > 0) {
+        env_.metrics->TrainSamples(n / seq_len, n);
+      } else {
+        env_.metrics->TrainSamples(n);
+      }
+    };
   }
   FeedOptions feed;
   feed.labels_with_data =

@@ -470,3 +470,16 @@ section_probe() {
   echo
   run $PY bench/probe_cost.py --bin-dir "$BIN" "${args[@]}"
 }
+
+section_language_model() {
+  # Issue 50: RevLM under PETRA against backprop (bits per byte after the
+  # same tokens), and memory per stage against gpt's 1F1B with stashing.
+  local args=()
+  if ((smoke)); then args=(--smoke); fi
+  echo "## Language models: RevLM under PETRA against backprop, and gpt's 1F1B memory"
+  echo
+  machine
+  echo
+  run $PY bench/language_model.py --petra "$BIN/petra" "${args[@]}" \
+    --json "$RESULTS/language_model.json"
+}

@@ -19,14 +19,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A small RevLM on the embedded corpus: 2000 sequences of 32 bytes, once.
+// A small RevLM on the embedded corpus: 2000 sequences of 32 bytes, 3
+// epochs.
 petra::v1::JobSpec SmallLanguageModel() {
   petra::v1::JobSpec s;
   s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVLM);
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
   s.mutable_dataset()->set_train_limit(2000);
   s.mutable_dataset()->set_test_limit(16);
-  s.mutable_training()->set_epochs(1);
+  s.mutable_training()->set_epochs(3);
   s.mutable_partition()->set_stage_count(2);
   petra::v1::TransformerSpec* t = s.mutable_model()->mutable_transformer();
   t->set_embed_dim(32);
@@ -112,7 +113,7 @@ TEST_F(TrainedLanguageModel, ContinuesTrainingTextBetterThanChance) {
   const double chance = -std::log(256.0);
   std::cout << "continuation: " << trained << " nats a byte (chance " << chance
             << ")\n";
-  // Measured after one pass over 2000 sequences: -3.6 nats a byte.
+  // Measured after 3 passes over 2000 sequences: -3.5 nats a byte.
   EXPECT_GT(trained, chance + 1.5)
       << "trained " << trained << " nats/byte, chance " << chance;
 }

@@ -362,12 +362,16 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
               }));
   const EnumDescriptor* recipe = GetEnumDescriptor<petra::v1::Recipe>();
   f.AddCustom(
-      "recipe", Choices(recipe), "transformer for revvit and vit, else default",
+      "recipe", Choices(recipe),
+      "transformer for revvit and vit, language_model for revlm and gpt, "
+      "else default",
       "where the optimizer and schedule flags left out come from: "
       "this project's short-run defaults (SGD), the PETRA paper's "
       "(step decay and warm-up fitted to the run's length, weight "
-      "decay 1e-4 on imagenet), or vision transformers' (AdamW, "
-      "warm-up, cosine; after DeiT); see the README",
+      "decay 1e-4 on imagenet), vision transformers' (AdamW, "
+      "warm-up, cosine; after DeiT) or language models' (AdamW with "
+      "beta2 0.95, weight decay 0.1, clipping at norm 1, warm-up, "
+      "cosine; after GPT-2 and nanoGPT); see the README",
       Enum(recipe,
            [s](int v) { s->set_recipe(static_cast<petra::v1::Recipe>(v)); }));
   f.AddCustom("e2e-diagnostics", "N", "0 (off)",

@@ -317,7 +317,28 @@ TEST(AssembleJobSpec, ALanguageModelGetsTextAndItsOwnSizes) {
   EXPECT_EQ(s->model().transformer().seq_len(), 128u);
   EXPECT_EQ(s->model().transformer().vocab(), 256u);
   EXPECT_EQ(s->model().num_classes(), 256u);
-  EXPECT_EQ(s->recipe(), petra::v1::RECIPE_TRANSFORMER);
+  // The language-model recipe: AdamW with beta2 0.95, decay 0.1, clipping
+  // at 1, 1e-3 at 64 sequences a step, a twentieth of the run warming up.
+  EXPECT_EQ(s->recipe(), petra::v1::RECIPE_LANGUAGE_MODEL);
+  EXPECT_EQ(s->optimizer().kind(), petra::v1::OptimizerSpec::KIND_ADAMW);
+  EXPECT_EQ(s->optimizer().beta1(), 0.9);
+  EXPECT_EQ(s->optimizer().beta2(), 0.95);
+  EXPECT_EQ(s->optimizer().weight_decay(), 0.1);
+  EXPECT_EQ(s->optimizer().clip_grad_norm(), 1.0);
+  EXPECT_EQ(s->training().micro_batch_size(), 64u);
+  EXPECT_DOUBLE_EQ(s->optimizer().learning_rate(), 1e-3);
+  EXPECT_DOUBLE_EQ(s->schedule().warmup_epochs(),
+                   s->training().epochs() / 20.0);
+  EXPECT_EQ(s->schedule().decay(), petra::v1::ScheduleSpec::DECAY_COSINE);
+  EXPECT_EQ(s->schedule().delay_lr_power(), 1.0);
+  // Four times the sequences a step: twice the rate (square-root rule).
+  petra::v1::JobSpec bigger;
+  ASSERT_TRUE(
+      ParseInto({"--arch", "gpt", "--micro-batch", "256"}, &bigger).ok());
+  absl::StatusOr<petra::v1::JobSpec> b = AssembleJobSpec(base, "", bigger);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->recipe(), petra::v1::RECIPE_LANGUAGE_MODEL);
+  EXPECT_DOUBLE_EQ(b->optimizer().learning_rate(), 2e-3);
   // Back to an image model: its images come back with it.
   ASSERT_TRUE(ParseInto({"--arch", "resnet18"}, &overrides).ok());
   s = AssembleJobSpec(*s, "", overrides);

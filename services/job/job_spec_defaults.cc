@@ -195,16 +195,21 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     spec->set_transport(petra::v1::TRANSPORT_AUTO);
   }
   if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
-    spec->set_recipe(model::IsTransformer(model->architecture()) ||
-                             model::IsLanguageModel(model->architecture())
+    spec->set_recipe(model::IsLanguageModel(model->architecture())
+                         ? petra::v1::RECIPE_LANGUAGE_MODEL
+                     : model::IsTransformer(model->architecture())
                          ? petra::v1::RECIPE_TRANSFORMER
                          : petra::v1::RECIPE_DEFAULT);
   }
+  const bool lm_recipe = spec->recipe() == petra::v1::RECIPE_LANGUAGE_MODEL;
+  // The recipes built on AdamW, whose step is about the rate whatever the
+  // gradient's age.
+  const bool adamw_recipe =
+      lm_recipe || spec->recipe() == petra::v1::RECIPE_TRANSFORMER;
   petra::v1::OptimizerSpec* opt = spec->mutable_optimizer();
   if (opt->kind() == petra::v1::OptimizerSpec::KIND_UNSPECIFIED) {
-    opt->set_kind(spec->recipe() == petra::v1::RECIPE_TRANSFORMER
-                      ? petra::v1::OptimizerSpec::KIND_ADAMW
-                      : petra::v1::OptimizerSpec::KIND_SGD);
+    opt->set_kind(adamw_recipe ? petra::v1::OptimizerSpec::KIND_ADAMW
+                               : petra::v1::OptimizerSpec::KIND_SGD);
   }
   const bool adamw = opt->kind() == petra::v1::OptimizerSpec::KIND_ADAMW;
   if (spec->recipe() == petra::v1::RECIPE_PAPER && !adamw) {
@@ -216,7 +221,17 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   const double batch = static_cast<double>(train->micro_batch_size()) *
                        train->accumulation_steps() *
                        std::max<uint32_t>(1, spec->replicas());
-  if (adamw) {
+  if (adamw && lm_recipe) {
+    // GPT-2/3's and nanoGPT's values (Recipe, RECIPE_LANGUAGE_MODEL).
+    if (!opt->has_learning_rate()) {
+      opt->set_learning_rate(1e-3 * std::sqrt(batch / 64.0));
+    }
+    if (!opt->has_weight_decay()) opt->set_weight_decay(0.1);
+    if (!opt->has_beta1()) opt->set_beta1(0.9);
+    if (!opt->has_beta2()) opt->set_beta2(0.95);
+    if (!opt->has_eps()) opt->set_eps(1e-8);
+    if (!opt->has_clip_grad_norm()) opt->set_clip_grad_norm(1.0);
+  } else if (adamw) {
     // DeiT's values (Recipe, RECIPE_TRANSFORMER), its peak rate refitted.
     if (!opt->has_learning_rate()) {
       opt->set_learning_rate(kAdamWLearningRatePer64 * batch / 64.0);
@@ -237,7 +252,11 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
 
   petra::v1::ScheduleSpec* sched = spec->mutable_schedule();
   if (!sched->has_warmup_epochs()) {
-    if (spec->recipe() == petra::v1::RECIPE_TRANSFORMER) {
+    if (lm_recipe) {
+      // A twentieth of the run (nanoGPT warms up over a fiftieth of its
+      // 5000 steps; a short run gets a little more).
+      sched->set_warmup_epochs(train->epochs() / 20.0);
+    } else if (spec->recipe() == petra::v1::RECIPE_TRANSFORMER) {
       // DeiT's 5 epochs; a third of a shorter run.
       sched->set_warmup_epochs(std::min(5.0, train->epochs() / 3.0));
     } else {
@@ -253,8 +272,7 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     // moves every weight by about the rate each step, whatever its
     // gradient's age; measured on RevViT (docs/BENCHMARKS.md, "Delay-scaled
     // rates"): per block 17.8 points behind backprop without, 3.4 with.
-    sched->set_delay_lr_power(
-        spec->recipe() == petra::v1::RECIPE_TRANSFORMER ? 1.0 : 0.0);
+    sched->set_delay_lr_power(adamw_recipe ? 1.0 : 0.0);
   }
   if (!sched->has_delay_lr_anneal_epochs()) {
     sched->set_delay_lr_anneal_epochs(0.0);

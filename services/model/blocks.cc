@@ -10,7 +10,12 @@ bool TakesWeightDecay(const std::string& name, const torch::Tensor& param) {
   const bool position =
       name == kPositionEmbeddingName ||
       absl::EndsWith(name, absl::StrCat(".", kPositionEmbeddingName));
-  return param.dim() > 1 && !position;
+  // A token embedding's rows are looked up, not multiplied: decay would
+  // shrink every rare token's row at each step (GPT-2/3, nanoGPT).
+  const bool token =
+      absl::StartsWith(name, absl::StrCat(kTokenEmbeddingName, ".")) ||
+      absl::StrContains(name, absl::StrCat(".", kTokenEmbeddingName, "."));
+  return param.dim() > 1 && !position && !token;
 }
 
 std::vector<bool> Block::weight_decay_mask() const {

@@ -28,6 +28,8 @@ class Block : public torch::nn::Module {
 
 // The name a transformer's position embedding is registered under.
 inline constexpr char kPositionEmbeddingName[] = "position";
+// The submodule of a token embedding (a language model's stem).
+inline constexpr char kTokenEmbeddingName[] = "embedding";
 
 // Whether weight decay applies to the parameter `name` (a module path such
 // as "attention.qkv.weight"): convolution and linear weights take it;

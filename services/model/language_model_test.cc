@@ -56,6 +56,32 @@ TEST_P(LanguageModelTest, MapsTokensToNextTokenLogitsAtEveryPosition) {
             (std::vector<int64_t>{4, 5, 256}));
 }
 
+// Weight decay skips the token and position embeddings, norms and biases
+// (GPT-2/3, nanoGPT), and takes every matrix of attention, MLP and head.
+TEST_P(LanguageModelTest, WeightDecaySkipsEmbeddingsNormsAndBiases) {
+  absl::StatusOr<Network> net = BuildNetwork(LanguageModel(GetParam()), 5);
+  ASSERT_TRUE(net.ok());
+  std::vector<std::string> decayed;
+  for (size_t i = 0; i < net->blocks.size(); ++i) {
+    const Block& b = *net->blocks[i];
+    const std::vector<bool> mask = b.weight_decay_mask();
+    const auto params = b.named_parameters();
+    ASSERT_EQ(mask.size(), params.size());
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (mask[p]) {
+        decayed.push_back(std::to_string(i) + "." + params[p].key());
+      }
+    }
+  }
+  const std::vector<std::string> want = {
+      "1.attention.qkv.weight", "1.attention.proj.weight", "1.mlp.fc1.weight",
+      "1.mlp.fc2.weight",       "2.attention.qkv.weight",
+      "2.attention.proj.weight", "2.mlp.fc1.weight",      "2.mlp.fc2.weight",
+      "3.attention.qkv.weight", "3.attention.proj.weight", "3.mlp.fc1.weight",
+      "3.mlp.fc2.weight",       "4.fc.weight"};
+  EXPECT_EQ(decayed, want);
+}
+
 TEST_P(LanguageModelTest, NoPositionSeesALaterToken) {
   absl::StatusOr<Network> net = BuildNetwork(LanguageModel(GetParam()), 5);
   ASSERT_TRUE(net.ok());

@@ -201,7 +201,7 @@ TokenEmbedBlock::TokenEmbedBlock(int64_t vocab, int64_t max_tokens, int64_t dim,
                                  bool two_streams)
     : two_streams_(two_streams) {
   embedding_ = register_module(
-      "embedding",
+      kTokenEmbeddingName,
       torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, dim)));
   {
     torch::NoGradGuard no_grad;
