@@ -19,7 +19,7 @@ SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "forward_gradient", "feed", "peer", "transformer",
             "transformer_recipe", "staleness",
             "threads", "partition", "probe", "transport", "precision",
-            "replicas", "replicas_accuracy", "replicas_plan",
+            "replicas", "replicas_accuracy", "replicas_plan", "language_model",
             "compare",
             "main_job", "gpu"]
 
