@@ -252,6 +252,22 @@ def _check_real(value, field, high):
     return float(value)
 
 
+def _check_block_sizes(t, field):
+    """The sizes every transformer's blocks share, checked in place
+    (job_spec_validation.cc CheckBlockSizes)."""
+    t["embed_dim"] = _check_int(t["embed_dim"], field("embed_dim"), 1,
+                                _MAX_EMBED_DIM)
+    t["depth"] = _check_int(t["depth"], field("depth"), 1, _MAX_DEPTH)
+    t["heads"] = _check_int(
+        t["heads"], field("heads"), 1, t["embed_dim"],
+        f"must be a positive integer dividing embed_dim ({t['embed_dim']})")
+    if t["embed_dim"] % t["heads"]:
+        raise ValueError(f"{field('heads')}: {t['heads']} must divide "
+                         f"embed_dim ({t['embed_dim']})")
+    t["mlp_ratio"] = _check_real(t["mlp_ratio"], field("mlp_ratio"),
+                                 _MAX_MLP_RATIO)
+
+
 def _resolve(arch, variant, width, num_classes, sizes, field):
     """Checks and fills in a model as the C++ resolution and validation do.
 
@@ -299,17 +315,7 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
     t = dict(TRANSFORMER_DEFAULTS, patch_size=PATCH_SIZES[variant],
              stem=DEFAULT_STEM)
     t.update(given)
-    t["embed_dim"] = _check_int(t["embed_dim"], field("embed_dim"), 1,
-                                _MAX_EMBED_DIM)
-    t["depth"] = _check_int(t["depth"], field("depth"), 1, _MAX_DEPTH)
-    t["heads"] = _check_int(
-        t["heads"], field("heads"), 1, t["embed_dim"],
-        f"must be a positive integer dividing embed_dim ({t['embed_dim']})")
-    if t["embed_dim"] % t["heads"]:
-        raise ValueError(f"{field('heads')}: {t['heads']} must divide "
-                         f"embed_dim ({t['embed_dim']})")
-    t["mlp_ratio"] = _check_real(t["mlp_ratio"], field("mlp_ratio"),
-                                 _MAX_MLP_RATIO)
+    _check_block_sizes(t, field)
     side = INPUT_SHAPES[variant][1]
     patch = t["patch_size"]
     if not _is_int(patch) or patch < 1 or side % patch:
@@ -356,17 +362,7 @@ def _resolve_language_model(arch, variant, width, num_classes, sizes,
                                          "tokenizer")})
     t["tokenizer"] = _short_name(t["tokenizer"], TOKENIZERS,
                                  field("tokenizer"), "TOKENIZER_")
-    t["embed_dim"] = _check_int(t["embed_dim"], field("embed_dim"), 1,
-                                _MAX_EMBED_DIM)
-    t["depth"] = _check_int(t["depth"], field("depth"), 1, _MAX_DEPTH)
-    t["heads"] = _check_int(
-        t["heads"], field("heads"), 1, t["embed_dim"],
-        f"must be a positive integer dividing embed_dim ({t['embed_dim']})")
-    if t["embed_dim"] % t["heads"]:
-        raise ValueError(f"{field('heads')}: {t['heads']} must divide "
-                         f"embed_dim ({t['embed_dim']})")
-    t["mlp_ratio"] = _check_real(t["mlp_ratio"], field("mlp_ratio"),
-                                 _MAX_MLP_RATIO)
+    _check_block_sizes(t, field)
     t["seq_len"] = _check_int(t["seq_len"], field("seq_len"), 1, _MAX_TOKENS)
     t["vocab"] = _check_int(t["vocab"], field("vocab"), 2, _MAX_CLASSES)
     if t["tokenizer"] == "bytes" and t["vocab"] != 256:

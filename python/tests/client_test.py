@@ -153,6 +153,24 @@ class ClientTest(unittest.TestCase):
         cls.fleet.stop()
         shutil.rmtree(cls.root, ignore_errors=True)
 
+    def run_without_petra(self, script, inputs):
+        """The TorchScript file's output on `inputs`, computed by a Python
+        with no petra code (python -I: no user site, no PYTHONPATH)."""
+        batch = os.path.join(self.root, "script-input.pt")
+        out = os.path.join(self.root, "script-output.pt")
+        torch.save(inputs, batch)
+        run = subprocess.run(
+            ["/usr/bin/python3", "-I", "-c",
+             "import sys, torch\n"
+             "assert 'petra' not in sys.modules\n"
+             "m = torch.jit.load(sys.argv[1])\n"
+             "with torch.no_grad():\n"
+             "    torch.save(m(torch.load(sys.argv[2])), sys.argv[3])\n",
+             os.path.abspath(script), batch, out],
+            capture_output=True, text=True, cwd=self.root)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        return torch.load(out)
+
     def test_submit_watch_export_and_load_into_petra_models(self):
         job = self.client.submit(small_job(1, AWKWARD_NAME))
         self.assertTrue(job.id.startswith("job-"), job)
@@ -183,26 +201,13 @@ class ClientTest(unittest.TestCase):
         self.addCleanup(os.remove, script)
         self.assertEqual(script, job.id + ".torchscript.pt")
         images = torch.rand(3, 3, 32, 32)
-        batch = os.path.join(self.root, "images.pt")
-        torch.save(images, batch)
-        out = os.path.join(self.root, "script-logits.pt")
-        run = subprocess.run(
-            ["/usr/bin/python3", "-I", "-c",
-             "import sys, torch\n"
-             "assert 'petra' not in sys.modules\n"
-             "m = torch.jit.load(sys.argv[1])\n"
-             "with torch.no_grad():\n"
-             "    torch.save(m(torch.load(sys.argv[2])), sys.argv[3])\n",
-             os.path.abspath(script), batch, out],
-            capture_output=True, text=True, cwd=self.root)
-        self.assertEqual(run.returncode, 0, run.stderr)
+        scripted = self.run_without_petra(script, images)
         buffers = dict(torch.jit.load(script).named_buffers())
         torch.testing.assert_close(buffers["input.mean"], state["input.mean"])
         torch.testing.assert_close(buffers["input.std"], state["input.std"])
         with torch.no_grad():
             want = model(images)
-        torch.testing.assert_close(torch.load(out), want, atol=1e-5,
-                                   rtol=1e-5)
+        torch.testing.assert_close(scripted, want, atol=1e-5, rtol=1e-5)
         with self.assertRaisesRegex(ValueError, "not state_dict or"):
             self.client.export(job.id, format="onnx")
 
@@ -300,22 +305,10 @@ class ClientTest(unittest.TestCase):
         script = self.client.export(job.id, format="torchscript")
         self.addCleanup(os.remove, script)
         tokens = torch.tensor([model.encode(line * 2)[:32]] * 2)
-        batch = os.path.join(self.root, "tokens.pt")
-        torch.save(tokens, batch)
-        out = os.path.join(self.root, "lm-logits.pt")
-        run = subprocess.run(
-            ["/usr/bin/python3", "-I", "-c",
-             "import sys, torch\n"
-             "m = torch.jit.load(sys.argv[1])\n"
-             "with torch.no_grad():\n"
-             "    torch.save(m(torch.load(sys.argv[2])), sys.argv[3])\n",
-             os.path.abspath(script), batch, out],
-            capture_output=True, text=True, cwd=self.root)
-        self.assertEqual(run.returncode, 0, run.stderr)
+        scripted = self.run_without_petra(script, tokens)
         with torch.no_grad():
             want = model(tokens)
-        torch.testing.assert_close(torch.load(out), want, atol=1e-5,
-                                   rtol=1e-5)
+        torch.testing.assert_close(scripted, want, atol=1e-5, rtol=1e-5)
 
     def test_list_get_and_cancel(self):
         running = self.client.submit(small_job(200))
