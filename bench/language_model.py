@@ -74,8 +74,8 @@ def parse_args(argv):
     p.add_argument("--test-limit", default="512",
                    help="validation sequences (default 512)")
     p.add_argument("--only", default="",
-                   help="comma-separated labels of CONFIGS to run (default "
-                        "all)")
+                   help="semicolon-separated labels of CONFIGS to run (the "
+                        "labels hold commas; default all)")
     p.add_argument("--smoke", action="store_true",
                    help="seconds-long run: a 2-block model of width 16, "
                         "128 sequences of 16 bytes")
@@ -84,7 +84,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     check_petra(p, args.petra)
     labels = [label for label, _ in CONFIGS] + [PEER]
-    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    args.only = [s.strip() for s in args.only.split(";") if s.strip()]
     for label in args.only:
         if label not in labels:
             p.error(f"--only: unknown configuration {label!r}; one of: "
