@@ -221,25 +221,19 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   const double batch = static_cast<double>(train->micro_batch_size()) *
                        train->accumulation_steps() *
                        std::max<uint32_t>(1, spec->replicas());
-  if (adamw && lm_recipe) {
-    // GPT-2/3's and nanoGPT's values (Recipe, RECIPE_LANGUAGE_MODEL).
+  if (adamw) {
+    // DeiT's values (Recipe, RECIPE_TRANSFORMER), its peak rate refitted;
+    // a language model's after GPT-2/3 and nanoGPT (RECIPE_LANGUAGE_MODEL).
     if (!opt->has_learning_rate()) {
-      opt->set_learning_rate(1e-3 * std::sqrt(batch / 64.0));
+      opt->set_learning_rate(lm_recipe
+                                 ? 1e-3 * std::sqrt(batch / 64.0)
+                                 : kAdamWLearningRatePer64 * batch / 64.0);
     }
-    if (!opt->has_weight_decay()) opt->set_weight_decay(0.1);
+    if (!opt->has_weight_decay()) opt->set_weight_decay(lm_recipe ? 0.1 : 0.05);
     if (!opt->has_beta1()) opt->set_beta1(0.9);
-    if (!opt->has_beta2()) opt->set_beta2(0.95);
+    if (!opt->has_beta2()) opt->set_beta2(lm_recipe ? 0.95 : 0.999);
     if (!opt->has_eps()) opt->set_eps(1e-8);
-    if (!opt->has_clip_grad_norm()) opt->set_clip_grad_norm(1.0);
-  } else if (adamw) {
-    // DeiT's values (Recipe, RECIPE_TRANSFORMER), its peak rate refitted.
-    if (!opt->has_learning_rate()) {
-      opt->set_learning_rate(kAdamWLearningRatePer64 * batch / 64.0);
-    }
-    if (!opt->has_weight_decay()) opt->set_weight_decay(0.05);
-    if (!opt->has_beta1()) opt->set_beta1(0.9);
-    if (!opt->has_beta2()) opt->set_beta2(0.999);
-    if (!opt->has_eps()) opt->set_eps(1e-8);
+    if (lm_recipe && !opt->has_clip_grad_norm()) opt->set_clip_grad_norm(1.0);
   } else {
     // The paper's scaling rule: 0.1 per 256 samples of effective batch.
     if (!opt->has_learning_rate()) opt->set_learning_rate(0.1 * batch / 256.0);
