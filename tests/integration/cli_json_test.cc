@@ -274,5 +274,34 @@ TEST(PetraSimulate, SixtyFourDevicesRunReplicasAndNameTheirBound) {
   EXPECT_THAT(r.err, HasSubstr("at most one device per stage"));
 }
 
+// `petra generate` refuses what it cannot use, saying why, before it reads
+// or writes anything.
+TEST(GenerateCommand, RefusesBadInputClearly) {
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"generate", "--prompt", "a"}, 2, "--model is required"},
+      {{"generate", "--model", "x.pt"}, 2, "--prompt is required"},
+      {{"generate", "--model", "x.pt", "--prompt", ""}, 2, "--prompt: empty"},
+      {{"generate", "--model", "x.pt", "--prompt", "a", "--seed", "-1"},
+       2,
+       "--seed: must be >= 0"},
+      {{"generate", "--model", "x.pt", "--prompt", "a", "--arch", "revnet18"},
+       2,
+       "is not a language model"},
+      {{"generate", "--model", "/nonexistent/x.pt", "--prompt", "a"},
+       1,
+       "/nonexistent/x.pt"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = RunToExit(kPetra, c.args);
+    EXPECT_EQ(r.exit_code, c.code) << c.says << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.says)) << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace petra::testing
