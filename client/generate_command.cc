@@ -1,9 +1,9 @@
 // `petra generate`: a trained language model continues a prompt, from its
-// export (the model flags say which network) or its TorchScript export.
-#include <torch/torch.h>
-
+// export or its TorchScript export, each of which says its network and
+// tokenizer.
 #include <cstdio>
 #include <iostream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
@@ -11,7 +11,6 @@
 #include "services/base/json_text.h"
 #include "services/base/small_file.h"
 #include "services/base/utf8.h"
-#include "services/data/text_corpus.h"
 #include "services/engine/text_generation.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
@@ -40,11 +39,12 @@ int RunGenerate(const std::string& program,
                    " generate --model FILE --prompt TEXT [model flags]"),
       "Continues a prompt with a trained language model (revlm or gpt) and\n"
       "prints the prompt and its continuation as they are made.\n\n"
-      "--model is the job's export (`petra train --output`, `petra export`),\n"
-      "whose network the model flags describe (the same values the job was\n"
-      "trained with; the defaults are revlm's), or its TorchScript export\n"
-      "(`petra export --format torchscript`), which describes itself.\n"
-      "Tokenizer: bytes. The same --seed gives the same text.");
+      "--model is the job's export (`petra train --output`, `petra export`)\n"
+      "or its TorchScript export (`petra export --format torchscript`). Both\n"
+      "carry their network and tokenizer (bytes or sentencepiece); the model\n"
+      "flags are for exports written before they did (the values the job was\n"
+      "trained with; the defaults are revlm's). The same --seed gives the\n"
+      "same text.");
   flags.AddString("model", &model_path,
                   "export or TorchScript file (required)");
   flags.AddCustom("prompt", "TEXT", "", "the text to continue (required)",
@@ -105,45 +105,75 @@ int RunGenerate(const std::string& program,
     std::cerr << command << ": --model: " << bytes.status().message() << "\n";
     return 1;
   }
+  bool model_flags = false;
+  for (const char* name : {"arch", "embed-dim", "depth", "heads", "mlp-ratio",
+                           "seq-len", "vocab"}) {
+    model_flags = model_flags || flags.WasSet(name);
+  }
   absl::StatusOr<std::unique_ptr<engine::TokenModel>> model =
-      engine::LoadTokenModel(*bytes, *resolved);
+      engine::LoadTokenModel(*bytes, *resolved, model_flags);
   bytes->clear();
   if (!model.ok()) {
     std::cerr << command << ": --model \"" << model_path
               << "\": " << model.status().message() << "\n";
     return 1;
   }
-  torch::Tensor ids = data::BytesToTokens(prompt);
-  const std::vector<int64_t> tokens(ids.data_ptr<int64_t>(),
-                                    ids.data_ptr<int64_t>() + ids.numel());
-  // Bytes: token i is byte i; an id past 255 (a vocabulary larger than the
-  // tokenizer's) has no text.
-  auto text_of = [](int64_t id) {
-    return id < 256 ? std::string(1, static_cast<char>(id))
-                    : std::string("\xEF\xBF\xBD");
-  };
+  const data::Tokenizer& tokenizer = (*model)->tokenizer();
+  absl::StatusOr<std::vector<int64_t>> tokens = tokenizer.Encode(prompt);
+  if (!tokens.ok()) {
+    std::cerr << command
+              << ": encoding the prompt: " << tokens.status().message() << "\n";
+    return 1;
+  }
   if (!json) {
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::fflush(stdout);
   }
+  // The continuation's text so far; printed up to where it may still change
+  // (a piece that ends mid-character decodes to U+FFFD until the rest comes).
+  std::vector<int64_t> made;
   std::string continuation;
+  size_t printed = 0;
+  absl::Status decoded = absl::OkStatus();
+  auto print_to = [&](size_t end) {
+    if (!json && end > printed) {
+      std::fwrite(continuation.data() + printed, 1, end - printed, stdout);
+      std::fflush(stdout);
+      printed = end;
+    }
+  };
   absl::StatusOr<std::vector<int64_t>> out =
-      engine::Generate(**model, tokens, sampling, [&](int64_t id) {
-        const std::string piece = text_of(id);
-        continuation += piece;
-        if (!json) {
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
+      engine::Generate(**model, *tokens, sampling, [&](int64_t id) {
+        made.push_back(id);
+        if (!decoded.ok()) return;
+        absl::StatusOr<std::string> text = tokenizer.Decode(made);
+        if (!text.ok()) {
+          decoded = text.status();
+          return;
         }
+        continuation = *std::move(text);
+        size_t stable = continuation.size();
+        constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+        while (stable >= printed + kReplacement.size() &&
+               std::string_view(continuation)
+                       .substr(stable - kReplacement.size()) == kReplacement) {
+          stable -= kReplacement.size();
+        }
+        print_to(stable);
       });
+  print_to(continuation.size());
   if (!json) std::printf("\n");
   if (!out.ok()) {
     std::cerr << command << ": " << out.status().message() << "\n";
     return absl::IsInvalidArgument(out.status()) ? 2 : 1;
   }
+  if (!decoded.ok()) {
+    std::cerr << command << ": decoding: " << decoded.message() << "\n";
+    return 1;
+  }
   if (json) {
     std::string list;
-    for (int64_t id : *out)
+    for (int64_t id : made)
       absl::StrAppend(&list, list.empty() ? "" : ", ", id);
     // JSON strings must be UTF-8: a byte model may stop mid-character.
     std::cout << "{\"prompt\": "

@@ -315,8 +315,7 @@ std::string ReportJson(const petra::v1::Job& job,
       lm ? absl::StrFormat("  \"tokens_per_second\": %.2f,\n"
                            "  \"bits_per_byte\": %.6f,\n"
                            "  \"perplexity\": %.6f,\n",
-                           rate, BitsPerByte(last.test_loss()),
-                           std::exp(last.test_loss()))
+                           rate, BitsPerByte(last), std::exp(last.test_loss()))
          : "");
   for (size_t i = 0; i < epochs.size(); ++i) {
     const auto& e = epochs[i];

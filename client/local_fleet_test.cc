@@ -235,8 +235,8 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
           << name;
     }
   }
-  // Those, and the model's input (export_input.h): 4 more.
-  EXPECT_EQ(exported->size(), expected + 4);
+  // Those, and the model's input and network (export_input.h): 6 more.
+  EXPECT_EQ(exported->size(), expected + 6);
   EXPECT_TRUE(engine::PreprocessingFromTensors(*exported).ok());
 
   // The rebuild's measured error is the same on the fleet.

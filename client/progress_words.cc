@@ -11,8 +11,9 @@ bool IsLanguageModelJob(const petra::v1::JobSpec& spec) {
   return model::IsLanguageModel(spec.model().architecture());
 }
 
-double BitsPerByte(double nats_per_token, double bytes_per_token) {
-  return nats_per_token / std::log(2.0) / bytes_per_token;
+double BitsPerByte(const petra::v1::Progress& p) {
+  return p.has_test_bits_per_byte() ? p.test_bits_per_byte()
+                                    : p.test_loss() / std::log(2.0);
 }
 
 const char* RateUnit(bool language_model) {
@@ -22,12 +23,12 @@ const char* RateUnit(bool language_model) {
 std::string EpochFigures(const petra::v1::Progress& p, bool language_model) {
   if (language_model) {
     const std::string valid =
-        p.has_test_accuracy() ? absl::StrFormat(
-                                    "valid loss %.4f (perplexity %.2f, %.3f "
-                                    "bits/byte)",
-                                    p.test_loss(), std::exp(p.test_loss()),
-                                    BitsPerByte(p.test_loss()))
-                              : "valid loss -";
+        p.has_test_accuracy()
+            ? absl::StrFormat(
+                  "valid loss %.4f (perplexity %.2f, %.3f "
+                  "bits/byte)",
+                  p.test_loss(), std::exp(p.test_loss()), BitsPerByte(p))
+            : "valid loss -";
     return absl::StrFormat("train loss %.4f, %s, %.0f tokens/s", p.train_loss(),
                            valid, p.samples_per_second());
   }
@@ -43,7 +44,7 @@ std::string ResultFigures(const petra::v1::Progress& p, bool language_model) {
   if (language_model) {
     return absl::StrFormat(
         "validation %.3f bits per byte (loss %.4f, perplexity %.2f)",
-        BitsPerByte(p.test_loss()), p.test_loss(), std::exp(p.test_loss()));
+        BitsPerByte(p), p.test_loss(), std::exp(p.test_loss()));
   }
   return absl::StrFormat("test accuracy %.2f%%", 100 * p.test_accuracy());
 }

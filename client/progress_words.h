@@ -13,9 +13,10 @@ namespace petra::client {
 
 bool IsLanguageModelJob(const petra::v1::JobSpec& spec);
 
-// Bits per byte of a loss in nats per token over text of `bytes_per_token`
-// bytes a token (1 for the bytes tokenizer): what compares tokenizers.
-double BitsPerByte(double nats_per_token, double bytes_per_token = 1.0);
+// The validation bits per byte of `p` (test_bits_per_byte; from a runner
+// that predates it, test_loss over a byte a token, the bytes tokenizer's):
+// what compares tokenizers.
+double BitsPerByte(const petra::v1::Progress& p);
 
 // "samples/s" or "tokens/s".
 const char* RateUnit(bool language_model);

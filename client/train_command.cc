@@ -124,7 +124,8 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
   absl::StatusOr<int64_t> steps_per_epoch =
       engine::StepsPerEpoch(spec, data->train.size());
   if (!steps_per_epoch.ok()) return steps_per_epoch.status();
-  const engine::ProgressBuilder progress(spec, *steps_per_epoch);
+  const engine::ProgressBuilder progress(spec, *steps_per_epoch,
+                                         data::ValidBytesPerToken(*data));
   const auto start = Clock::now();
   const bool tty = isatty(STDOUT_FILENO);
   std::mutex mu;

@@ -50,6 +50,8 @@ absl::Status FleetRunner::Prepare() {
   data::LoadOptions load;
   load.data_workers = env_.data_workers;
   load.cache_dir = (std::filesystem::path(env_.state_dir) / "cache").string();
+  // A job that trained its tokenizer keeps it, through any recovery.
+  load.tokenizer_model = record_.Snapshot().preprocessing().tokenizer_model();
   absl::StatusOr<data::Splits> data = data::LoadForJob(
       spec_, env_.data_root, model::InputShape(spec_.model().variant()), load);
   if (!data.ok()) return Prefixed("loading the data: ", data.status());
@@ -64,7 +66,7 @@ absl::Status FleetRunner::Prepare() {
       engine::StepsPerEpoch(spec_, data_.train.size());
   if (!steps.ok()) return steps.status();
   steps_per_epoch_ = *steps;
-  progress_.emplace(spec_, steps_per_epoch_);
+  progress_.emplace(spec_, steps_per_epoch_, data::ValidBytesPerToken(data_));
   absl::StatusOr<JobBlocks> blocks = DescribeJobBlocks(spec_);
   if (!blocks.ok())
     return Prefixed("planning the partition: ", blocks.status());
@@ -514,14 +516,14 @@ double FleetRunner::ElapsedSeconds() const {
 void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
   // A pass's running figures come without what an epoch's end carries.
   // (Before the data is loaded, the epoch's steps are not known: 0.)
+  if (!p.has_test_accuracy() && last_test_) {
+    p.set_test_loss(last_test_->first);
+    p.set_test_accuracy(last_test_->second);
+  }
   if (progress_) {
     progress_->Complete(ElapsedSeconds(), &p);
   } else {
     engine::ProgressBuilder(spec_, 0).Complete(ElapsedSeconds(), &p);
-  }
-  if (!p.has_test_accuracy() && last_test_) {
-    p.set_test_loss(last_test_->first);
-    p.set_test_accuracy(last_test_->second);
   }
   if (p.stages_size() == 0) {
     // The replicas' feeds poll while this publishes: under the lock.

@@ -16,8 +16,10 @@ BUILD_PACKAGES=(
 )
 # runtime: what the programs need beyond the libraries they link (those are
 # listed by scripts/runtime-packages.sh): libtorch's BLAS backend, the fast
-# multi-threaded OpenBLAS rather than the reference BLAS.
-RUNTIME_PACKAGES=(libopenblas0-pthread)
+# multi-threaded OpenBLAS rather than the reference BLAS; SentencePiece's
+# tools, which train and run the sentencepiece tokenizer in processes of
+# their own (services/data/tokenizer.cc says why not in ours).
+RUNTIME_PACKAGES=(libopenblas0-pthread sentencepiece)
 BUILD_PACKAGES+=("${RUNTIME_PACKAGES[@]}")
 # PETRA_TORCH other than debian: a libtorch of your own (a CUDA build) is
 # used instead of Debian's CPU-only one (scripts/build.sh says how).
@@ -34,11 +36,12 @@ fi
 # the fuzz targets need clang with libFuzzer and the sanitizer runtimes
 # (scripts/fuzz.sh); the Python package (python/) runs on Debian's gRPC
 # and protobuf, and its tests install it into a venv with pip; the image
-# folder tests write their JPEGs and PNGs with Pillow.
+# folder tests write their JPEGs and PNGs with Pillow; petra.models
+# encodes with a language model's SentencePiece tokenizer.
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev python3-yaml prometheus docker-compose openssl
   clang-14 libclang-rt-14-dev python3-grpcio python3-protobuf python3-pip
-  python3-venv python3-setuptools python3-pil
+  python3-venv python3-setuptools python3-pil python3-sentencepiece
 )
 if [[ "${PETRA_TORCH:-debian}" == debian ]]; then
   TEST_PACKAGES+=(python3-torch)

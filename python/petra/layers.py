@@ -396,6 +396,12 @@ class Input(nn.Module):
     ``input.*`` tensors load into it, the class names whatever their length.
     """
 
+    # Bytes of any length: the names, the network as JSON, a language
+    # model's SentencePiece model. The last two may be absent from an export
+    # written before they existed.
+    _BYTES = ("class_names", "model", "tokenizer")
+    _OPTIONAL = ("model", "tokenizer")
+
     def __init__(self, shape):
         super().__init__()
         # A language model's input is (tokens,): ids, nothing to normalise.
@@ -403,17 +409,21 @@ class Input(nn.Module):
         self.register_buffer("mean", torch.zeros(channels))
         self.register_buffer("std", torch.ones(channels))
         self.register_buffer("shape", torch.tensor(shape, dtype=torch.int64))
-        self.register_buffer("class_names", torch.zeros(0, dtype=torch.uint8))
+        for name in self._BYTES:
+            self.register_buffer(name, torch.zeros(0, dtype=torch.uint8))
 
     def forward(self, images):
         c = self.mean.numel()
         return (images - self.mean.view(1, c, 1, 1)) / self.std.view(1, c, 1, 1)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        names = state_dict.get(prefix + "class_names")
-        if isinstance(names, torch.Tensor):
-            # The export's length, not the built one's (none).
-            self.class_names = torch.zeros_like(names)
+        for name in self._BYTES:
+            value = state_dict.get(prefix + name)
+            if isinstance(value, torch.Tensor):
+                # The export's length, not the built one's (none).
+                setattr(self, name, torch.zeros_like(value))
+            elif value is None and name in self._OPTIONAL:
+                state_dict[prefix + name] = torch.zeros(0, dtype=torch.uint8)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def names(self):
@@ -476,9 +486,11 @@ class LanguageModel(nn.Module):
     logits at every position [N, T, vocab].
 
     ``blocks[i]`` is block i of the C++ network; ``input`` holds the
-    export's ``input.*`` (``input.shape`` is (seq_len,)). Attributes:
-    ``arch``, ``transformer`` (the sizes as a dict), ``seq_len``,
-    ``vocab`` and ``tokenizer`` ("bytes": token i is byte i).
+    export's ``input.*`` (``input.shape`` is (seq_len,); ``input.tokenizer``
+    a SentencePiece model). Attributes: ``arch``, ``transformer`` (the sizes
+    as a dict), ``seq_len``, ``vocab`` and ``tokenizer`` ("bytes": token i
+    is byte i; "sentencepiece": the export's model, which encode and decode
+    need loaded first).
     """
 
     def __init__(self, blocks, *, arch, transformer, tokenizer="bytes"):
@@ -509,16 +521,68 @@ class LanguageModel(nn.Module):
         return pair[0]
 
     def encode(self, text):
-        """The token ids of `text` (str: its UTF-8 bytes; bytes as given)."""
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-        return list(data)
+        """The token ids of `text` (str, or bytes of UTF-8), as the C++
+        tokenizer gives them (services/data/tokenizer.h): bytes, token i is
+        byte i; sentencepiece, each line apart, then its line break as the
+        byte piece <0x0A>."""
+        if self.tokenizer == "bytes":
+            data = text.encode("utf-8") if isinstance(text, str) else bytes(
+                text)
+            return list(data)
+        if not isinstance(text, str):
+            text = bytes(text).decode("utf-8")
+        sp = self._sentencepiece()
+        newline = sp.piece_to_id("<0x0A>")
+        ids = []
+        for i, line in enumerate(text.split("\n")):
+            if i:
+                ids.append(newline)
+            ids += sp.encode(line)
+        return ids
 
     def decode(self, ids):
-        """The text of token ids; bytes that are not UTF-8 (a model may stop
-        mid-character) become U+FFFD."""
-        data = b"".join(bytes([i]) if 0 <= i < 256 else b"\xef\xbf\xbd"
-                        for i in ids)
-        return data.decode("utf-8", errors="replace")
+        """The text of token ids; an id outside the vocabulary, and bytes
+        that are not UTF-8 (a model may stop mid-character), become U+FFFD."""
+        ids = [int(i) for i in ids]
+        if self.tokenizer == "bytes":
+            data = b"".join(bytes([i]) if 0 <= i < 256 else b"\xef\xbf\xbd"
+                            for i in ids)
+            return data.decode("utf-8", errors="replace")
+        sp = self._sentencepiece()
+        out, run = [], []
+        for i in ids + [None]:
+            if i is not None and 0 <= i < self.vocab:
+                run.append(i)
+                continue
+            if run:
+                out.append(sp.decode(run))
+                run = []
+            if i is not None:
+                out.append("\ufffd")
+        return "".join(out)
+
+    def _sentencepiece(self):
+        raw = bytes(self.input.tokenizer.tolist())
+        if not raw:
+            raise ValueError(
+                "this sentencepiece model has no tokenizer yet: its export "
+                "carries it (input.tokenizer); load that first")
+        cached = getattr(self, "_sp", None)
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        try:
+            import sentencepiece
+        except ImportError as e:
+            raise ImportError(
+                "the sentencepiece tokenizer needs Python's sentencepiece "
+                "(Debian: python3-sentencepiece)") from e
+        sp = sentencepiece.SentencePieceProcessor(model_proto=raw)
+        if sp.get_piece_size() != self.vocab:
+            raise ValueError(f"the export's tokenizer has "
+                             f"{sp.get_piece_size()} pieces, the network a "
+                             f"vocabulary of {self.vocab}")
+        self._sp = (raw, sp)
+        return sp
 
     def extra_repr(self):
         size = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"

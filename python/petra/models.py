@@ -31,9 +31,10 @@ The contract, checked by python/tests/models_test.py against the C++ build:
   (services/model/batch_norm.cc): weight, bias, running_mean and running_var,
   and no ``num_batches_tracked``, so strict loading works both ways. And
   the model's input, ``input.mean``, ``input.std`` (float [C]),
-  ``input.shape`` (int64 [3]) and ``input.class_names`` (uint8, the names
-  each ended by a NUL): the job's preprocessing (services/engine/
-  export_input.h). ``forward`` takes pixel values in [0, 1] and normalises
+  ``input.shape`` (int64 [3]), ``input.class_names`` (uint8, the names
+  each ended by a NUL), ``input.model`` (uint8, the network's spec as
+  JSON) and ``input.tokenizer`` (uint8, a language model's SentencePiece
+  model): the job's preprocessing (services/engine/export_input.h). ``forward`` takes pixel values in [0, 1] and normalises
   them with ``input.mean`` and ``input.std``; a network built here and not
   loaded has the identity there, and no class names.
 * In ``eval()`` mode the forward computes what the C++ evaluation computes
@@ -88,8 +89,12 @@ LANGUAGE_MODELS = ("revlm", "gpt")
 # services/model/architecture_catalog.h LanguageModelDefaults.
 LANGUAGE_MODEL_DEFAULTS = {"embed_dim": 128, "depth": 4, "heads": 4,
                            "mlp_ratio": 4.0, "seq_len": 128, "vocab": 256}
-# TextSpec.Tokenizer; bytes: token i is byte i (256 symbols).
-TOKENIZERS = ("bytes",)
+# TextSpec.Tokenizer; bytes: token i is byte i (256 symbols); sentencepiece:
+# a model the export carries, of `vocab` pieces (default 8000, at least
+# 260: its 256 byte pieces, <unk>, <s> and </s>, and one more).
+TOKENIZERS = ("bytes", "sentencepiece")
+_SENTENCEPIECE_VOCAB = 8000
+_SENTENCEPIECE_MIN_VOCAB = 260
 
 # services/model/architecture_catalog.h TransformerDefaults.
 TRANSFORMER_DEFAULTS = {"embed_dim": 64, "depth": 6, "heads": 4,
@@ -362,12 +367,19 @@ def _resolve_language_model(arch, variant, width, num_classes, sizes,
                                          "tokenizer")})
     t["tokenizer"] = _short_name(t["tokenizer"], TOKENIZERS,
                                  field("tokenizer"), "TOKENIZER_")
+    if t["tokenizer"] == "sentencepiece" and sizes.get("vocab") is None:
+        t["vocab"] = _SENTENCEPIECE_VOCAB
     _check_block_sizes(t, field)
     t["seq_len"] = _check_int(t["seq_len"], field("seq_len"), 1, _MAX_TOKENS)
     t["vocab"] = _check_int(t["vocab"], field("vocab"), 2, _MAX_CLASSES)
     if t["tokenizer"] == "bytes" and t["vocab"] != 256:
         raise ValueError(f"{field('vocab')}: {t['vocab']} must be 256 with "
                          "the bytes tokenizer (one token per byte value)")
+    if (t["tokenizer"] == "sentencepiece"
+            and t["vocab"] < _SENTENCEPIECE_MIN_VOCAB):
+        raise ValueError(f"{field('vocab')}: {t['vocab']} must be at least "
+                         f"{_SENTENCEPIECE_MIN_VOCAB} with a sentencepiece "
+                         "tokenizer (256 byte pieces, <unk>, <s>, </s> first)")
     if num_classes is not None and num_classes != t["vocab"]:
         raise ValueError(f"{field('num_classes')}: {num_classes!r} must be "
                          f"the vocabulary's size ({t['vocab']}) for {arch}")

@@ -40,7 +40,8 @@ class LanguageModelTestCase(unittest.TestCase):
         keys = set(models.build("gpt", depth=1).state_dict())
         self.assertEqual(keys - {k for k in keys if k.startswith("blocks.")},
                          {"input.mean", "input.std", "input.shape",
-                          "input.class_names"})
+                          "input.class_names", "input.model",
+                          "input.tokenizer"})
         for name in ("blocks.0.embedding.weight", "blocks.0.position",
                      "blocks.1.attention.qkv.weight", "blocks.2.norm.weight",
                      "blocks.2.fc.weight"):

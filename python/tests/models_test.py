@@ -46,6 +46,10 @@ REFERENCE_BINARY = "petra_zoo_reference"
 ATOL = 1e-5
 RTOL = 1e-5
 
+# What an export holds beside the blocks (export_input.h).
+INPUT_KEYS = {"input.mean", "input.std", "input.shape", "input.class_names",
+              "input.model", "input.tokenizer"}
+
 CNNS = ("revnet18", "revnet34", "revnet50", "revnet101", "irevnet18",
         "resnet18", "resnet34", "resnet50", "resnet101")
 
@@ -165,8 +169,8 @@ class ReferenceTestCase(unittest.TestCase):
         self.assertEqual((missing, unexpected), ([], []),
                          "keys only in the export / only in petra.models")
         for name, tensor in exported.items():
-            if name == "input.class_names":
-                continue  # the export's own length: the names it holds
+            if name in ("input.class_names", "input.model", "input.tokenizer"):
+                continue  # the export's own length: the bytes it holds
             self.assertEqual(tuple(tensor.shape), tuple(ours[name].shape),
                              name)
         model.load_state_dict(exported, strict=True)
@@ -387,8 +391,7 @@ class StructureTestCase(unittest.TestCase):
             self.assertIn(name, keys)
         blocks = {k for k in keys if k.startswith("blocks.")}
         self.assertEqual(len({k.split(".")[1] for k in blocks}), 10)
-        self.assertEqual(keys - blocks, {"input.mean", "input.std",
-                                         "input.shape", "input.class_names"})
+        self.assertEqual(keys - blocks, INPUT_KEYS)
 
     def test_batch_norm_has_no_counter(self):
         """The C++ BatchNorm has no num_batches_tracked; neither may we."""
@@ -410,8 +413,7 @@ class StructureTestCase(unittest.TestCase):
               for layer in names for name in (
                   f"{layer}.weight", f"{layer}.bias")),
             "blocks.2.norm.weight", "blocks.2.norm.bias",
-            "blocks.2.fc.weight", "blocks.2.fc.bias",
-            "input.mean", "input.std", "input.shape", "input.class_names"})
+            "blocks.2.fc.weight", "blocks.2.fc.bias", *INPUT_KEYS})
         # The conv stem: patches of 7 take ceil(log2 7) = 3 stride-2
         # ConvBn layers, 32, 64 and 64 wide, then the 1x1 `patch`.
         conv = models.build("revvit", "mnist", depth=1)

@@ -372,7 +372,7 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
                                   const LoadOptions& load) {
   const petra::v1::DatasetSpec& d = resolved.dataset();
   if (d.kind() == petra::v1::DATASET_KIND_TEXT) {
-    return LoadText(resolved, data_root);
+    return LoadText(resolved, data_root, load);
   }
   Splits s;
   if (d.kind() == petra::v1::DATASET_KIND_SYNTHETIC) {
@@ -413,9 +413,11 @@ petra::v1::Preprocessing PreprocessingOf(const petra::v1::JobSpec& resolved,
                                          const Splits& splits,
                                          const std::vector<int64_t>& chw) {
   petra::v1::Preprocessing p;
+  *p.mutable_model() = resolved.model();
   if (resolved.dataset().kind() == petra::v1::DATASET_KIND_TEXT) {
     // Token ids in; no normalisation, no class names (the vocabulary).
     p.add_input_shape(resolved.model().transformer().seq_len());
+    p.set_tokenizer_model(splits.tokenizer_model);
     return p;
   }
   if (resolved.dataset().augmentation().normalize()) {

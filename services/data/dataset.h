@@ -37,6 +37,12 @@ struct Dataset {
   int64_t sequence_limit = 0;
   // Bytes of UTF-8 text the tokens came from: bits per byte.
   int64_t text_bytes = 0;
+  double bytes_per_token() const {
+    return tokens.defined() && tokens.numel() > 0
+               ? static_cast<double>(text_bytes) /
+                     static_cast<double>(tokens.numel())
+               : 1.0;
+  }
   // Examples: a text split's sequences (one held back, so that every
   // offset fits), else the labels'.
   int64_t size() const {
@@ -52,7 +58,16 @@ struct Dataset {
 
 struct Splits {
   Dataset train, test;
+  // Text under a SentencePiece tokenizer: its serialized model (empty for
+  // bytes), which the job records and every export carries.
+  std::string tokenizer_model;
 };
+
+// A text job's validation bytes over its tokens (bits per byte); 0 for
+// images.
+inline double ValidBytesPerToken(const Splits& s) {
+  return s.test.tokens.defined() ? s.test.bytes_per_token() : 0.0;
+}
 
 // Reads a whole file through zlib, which also reads uncompressed files.
 // NOT_FOUND when it cannot be opened, DATA_LOSS when corrupt or truncated.
@@ -88,6 +103,10 @@ struct LoadOptions {
   // Batches decoded ahead and held; 0: twice the workers, so that every
   // worker has a batch to decode while the feed takes the ready ones.
   int64_t prefetch_batches = 0;
+  // Text under a SentencePiece tokenizer: the model the job already has
+  // (its record's), used as it is; empty: the one cached in cache_dir for
+  // this training text and vocabulary, else trained (and cached).
+  std::string tokenizer_model;
 };
 
 // Training images image folders measure their normalisation on, spread
@@ -104,7 +123,8 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
 
 // What a model trained on `splits` (as `resolved` loaded them, images of
 // `chw`) expects of its input: the normalisation its batches had (none when
-// the job does not normalise), the input shape and the class names.
+// the job does not normalise), the input shape, the class names, the
+// network (resolved.model()) and a language model's tokenizer.
 petra::v1::Preprocessing PreprocessingOf(const petra::v1::JobSpec& resolved,
                                          const Splits& splits,
                                          const std::vector<int64_t>& chw);

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "services/base/durable_file.h"
 #include "services/base/paths.h"
 #include "services/base/utf8.h"
+#include "services/data/tokenizer.h"
 
 namespace petra::data {
 namespace {
@@ -53,6 +57,42 @@ absl::StatusOr<std::string> ReadFolder(const fs::path& dir) {
         dir.string(), " holds no text (.txt files, not all empty)"));
   }
   return out;
+}
+
+// What names the trainer's settings in a cached tokenizer's key: change it
+// when TrainSentencePiece trains differently.
+constexpr char kSentencePieceRecipe[] = "unigram byte_fallback identity v1";
+// Fixed, not the cores there are: SentencePiece's model depends on its
+// thread count, and a job's text must give one model on any machine.
+constexpr int kSentencePieceThreads = 4;
+
+absl::StatusOr<std::string> SentencePieceModel(const std::string& train,
+                                               uint32_t vocab,
+                                               const LoadOptions& load) {
+  if (!load.tokenizer_model.empty()) return load.tokenizer_model;
+  fs::path cache;
+  if (!load.cache_dir.empty()) {
+    cache = fs::path(load.cache_dir) /
+            absl::StrCat("sentencepiece-",
+                         base::Sha256Hex(absl::StrCat(kSentencePieceRecipe,
+                                                      "\n", vocab, "\n", train))
+                             .substr(0, 32),
+                         ".model");
+    std::ifstream in(cache, std::ios::binary);
+    std::string cached((std::istreambuf_iterator<char>(in)),
+                       std::istreambuf_iterator<char>());
+    if (!cached.empty()) return cached;
+  }
+  absl::StatusOr<std::string> model =
+      TrainSentencePiece(train, vocab, kSentencePieceThreads);
+  if (!model.ok()) return model.status();
+  if (!cache.empty()) {
+    std::error_code ec;
+    fs::create_directories(cache.parent_path(), ec);
+    // A cache that cannot be written only costs the next load a training.
+    (void)base::WriteFileAtomically(cache, *model);
+  }
+  return model;
 }
 
 }  // namespace
@@ -113,16 +153,40 @@ torch::Tensor BytesToTokens(const std::string& text) {
 }
 
 absl::StatusOr<Splits> LoadText(const petra::v1::JobSpec& resolved,
-                                const std::string& data_root) {
+                                const std::string& data_root,
+                                const LoadOptions& load) {
   const petra::v1::DatasetSpec& d = resolved.dataset();
   absl::StatusOr<TextSplits> text = ReadTextSplits(d.path(), data_root);
   if (!text.ok()) return text.status();
   const int64_t seq_len = resolved.model().transformer().seq_len();
   Splits s;
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (d.text().tokenizer() == petra::v1::TextSpec::TOKENIZER_SENTENCEPIECE) {
+    absl::StatusOr<std::string> model = SentencePieceModel(
+        text->train, resolved.model().transformer().vocab(), load);
+    if (!model.ok()) return model.status();
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = TokenizerFromModel(*model);
+    if (!t.ok()) return t.status();
+    if ((*t)->vocab() != resolved.model().transformer().vocab()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the job's SentencePiece tokenizer has ", (*t)->vocab(),
+                       " pieces, its model.transformer.vocab says ",
+                       resolved.model().transformer().vocab()));
+    }
+    tokenizer = *std::move(t);
+    s.tokenizer_model = *std::move(model);
+  }
   for (auto [split, from, limit, name] :
        {std::tuple{&s.train, &text->train, d.train_limit(), "training"},
         std::tuple{&s.test, &text->valid, d.test_limit(), "validation"}}) {
-    split->tokens = BytesToTokens(*from);
+    if (tokenizer == nullptr) {
+      split->tokens = BytesToTokens(*from);
+    } else {
+      absl::StatusOr<std::vector<int64_t>> ids = tokenizer->Encode(*from);
+      if (!ids.ok()) return ids.status();
+      split->tokens =
+          torch::tensor(torch::ArrayRef<int64_t>(*ids), torch::kInt64);
+    }
     split->text_bytes = static_cast<int64_t>(from->size());
     split->seq_len = seq_len;
     split->sequence_limit = static_cast<int64_t>(limit);

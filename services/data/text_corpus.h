@@ -1,7 +1,7 @@
 // Text for the language models (DATASET_KIND_TEXT): the splits read from a
 // folder (train/ and valid/ of .txt files), one file (its last tenth the
 // validation split) or the embedded corpus, checked as UTF-8, and turned
-// into tokens. Tokenizer: bytes (every byte a token, 256 symbols).
+// into tokens by the job's tokenizer (tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -37,9 +37,13 @@ absl::StatusOr<TextSplits> ReadTextSplits(const std::string& path,
 torch::Tensor BytesToTokens(const std::string& text);
 
 // A resolved text job's splits, cut into model.transformer.seq_len
-// sequences (train_limit / test_limit bound their count).
-// INVALID_ARGUMENT when a split is shorter than two sequences.
+// sequences (train_limit / test_limit bound their count). A SentencePiece
+// tokenizer is load.tokenizer_model, or the one cached in load.cache_dir
+// for this text, or trained on the training split (and cached); it comes
+// back in Splits::tokenizer_model. INVALID_ARGUMENT when a split is shorter
+// than two sequences.
 absl::StatusOr<Splits> LoadText(const petra::v1::JobSpec& resolved,
-                                const std::string& data_root);
+                                const std::string& data_root,
+                                const LoadOptions& load = {});
 
 }  // namespace petra::data

@@ -12,8 +12,10 @@
 #include <set>
 
 #include "services/base/paths.h"
+#include "services/base/subprocess.h"
 #include "services/base/utf8.h"
 #include "services/data/batches.h"
+#include "services/data/tokenizer.h"
 
 namespace petra::data {
 namespace {
@@ -142,6 +144,74 @@ TEST(TextCorpus, BatchesAreSequencesAndTheirNextTokens) {
   o.shuffle = false;
   EXPECT_EQ(EpochBatches(s->test, o, 1).Get(0)->images[0][0].item<int64_t>(),
             'a');
+}
+
+// Words of a counting rhyme, line after line: text whose pieces are words.
+std::string Rhyme(int lines) {
+  const char* const words[] = {"one",  "two",   "buckle", "my",
+                               "shoe", "three", "four",   "knock",
+                               "at",   "the",   "door"};
+  std::string text;
+  for (int i = 0; i < lines; ++i) {
+    for (int w = 0; w < 4 + i % 5; ++w) {
+      text += words[(i * 7 + w * 3) % 11];
+      text += ' ';
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+TEST(TextCorpus, ASentencePieceJobTrainsItsTokenizerOnceAndKeepsIt) {
+  if (!base::RunProgram({"spm_train", "--help"}, "", "").ok()) {
+    GTEST_SKIP() << "SentencePiece's tools are not installed (Debian's "
+                    "sentencepiece; scripts/install-deps.sh installs it)";
+  }
+  TextDir dir;
+  dir.Write("rhyme/train/a.txt", Rhyme(3000));
+  dir.Write("rhyme/valid/a.txt", Rhyme(400));
+  petra::v1::JobSpec job = TextJob("rhyme", 16);
+  job.mutable_dataset()->mutable_text()->set_tokenizer(
+      petra::v1::TextSpec::TOKENIZER_SENTENCEPIECE);
+  job.mutable_model()->mutable_transformer()->set_vocab(280);
+  LoadOptions load;
+  load.cache_dir = dir.path() + "/cache";
+  absl::StatusOr<Splits> s = LoadText(job, dir.path(), load);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_FALSE(s->tokenizer_model.empty());
+  EXPECT_LT(s->train.tokens.max().item<int64_t>(), 280);
+  // Pieces longer than a byte: fewer tokens than bytes.
+  EXPECT_GT(s->test.bytes_per_token(), 1.05);
+  EXPECT_EQ(ValidBytesPerToken(*s), s->test.bytes_per_token());
+  int cached = 0;
+  for (const auto& e : std::filesystem::directory_iterator(load.cache_dir)) {
+    cached += e.path().filename().string().rfind("sentencepiece-", 0) == 0;
+  }
+  EXPECT_EQ(cached, 1);
+
+  // The cache answers the next load: a model put there is the one used.
+  absl::StatusOr<std::string> other = TrainSentencePiece(Rhyme(50), 280, 1);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_NE(*other, s->tokenizer_model);
+  for (const auto& e : std::filesystem::directory_iterator(load.cache_dir)) {
+    std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << *other;
+  }
+  absl::StatusOr<Splits> from_cache = LoadText(job, dir.path(), load);
+  ASSERT_TRUE(from_cache.ok()) << from_cache.status();
+  EXPECT_EQ(from_cache->tokenizer_model, *other);
+  // The job's own model wins over the cache (a recovery keeps its tokens).
+  load.tokenizer_model = s->tokenizer_model;
+  absl::StatusOr<Splits> again = LoadText(job, dir.path(), load);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->tokenizer_model, s->tokenizer_model);
+  EXPECT_TRUE(torch::equal(again->train.tokens, s->train.tokens));
+  // A model of another size than the spec's vocabulary is refused.
+  job.mutable_model()->mutable_transformer()->set_vocab(290);
+  absl::StatusOr<Splits> mismatch = LoadText(job, dir.path(), load);
+  EXPECT_TRUE(absl::IsInvalidArgument(mismatch.status()));
+  EXPECT_THAT(
+      mismatch.status().message(),
+      HasSubstr("has 280 pieces, its model.transformer.vocab says 290"));
 }
 
 TEST(TextCorpus, TheEmbeddedCorpusIsReadAsUtf8) {

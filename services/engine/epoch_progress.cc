@@ -1,14 +1,18 @@
 #include "services/engine/epoch_progress.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "services/engine/lr_schedule.h"
 
 namespace petra::engine {
 
 ProgressBuilder::ProgressBuilder(const petra::v1::JobSpec& resolved,
-                                 int64_t steps_per_epoch)
-    : spec_(resolved), steps_per_epoch_(steps_per_epoch) {
+                                 int64_t steps_per_epoch,
+                                 double valid_bytes_per_token)
+    : spec_(resolved),
+      steps_per_epoch_(steps_per_epoch),
+      valid_bytes_per_token_(valid_bytes_per_token) {
   total_steps_ = steps_per_epoch * resolved.training().epochs();
   if (resolved.training().max_steps() > 0) {
     total_steps_ = std::min<int64_t>(
@@ -46,6 +50,10 @@ void ProgressBuilder::Complete(double elapsed_seconds,
   }
   p->set_learning_rate(
       LrSchedule(spec_, steps_per_epoch_).At(std::max<int64_t>(0, step - 1)));
+  if (p->has_test_loss() && valid_bytes_per_token_ > 0) {
+    p->set_test_bits_per_byte(p->test_loss() / std::log(2.0) /
+                              valid_bytes_per_token_);
+  }
 }
 
 }  // namespace petra::engine

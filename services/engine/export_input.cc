@@ -5,8 +5,21 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "services/base/proto_json.h"
 
 namespace petra::engine {
+namespace {
+
+torch::Tensor Bytes(const std::string& bytes) {
+  torch::Tensor t =
+      torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty())
+    std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  return t;
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> InputTensors(
     const petra::v1::Preprocessing& p) {
@@ -26,14 +39,19 @@ std::vector<std::pair<std::string, torch::Tensor>> InputTensors(
     names += n;
     names.push_back('\0');
   }
-  torch::Tensor name_bytes =
-      torch::empty({static_cast<int64_t>(names.size())}, torch::kUInt8);
-  std::memcpy(name_bytes.data_ptr<uint8_t>(), names.data(), names.size());
-  return {
+  std::vector<std::pair<std::string, torch::Tensor>> out = {
       {"input.mean", torch::tensor(mean, torch::kFloat64).to(torch::kFloat32)},
       {"input.std", torch::tensor(std, torch::kFloat64).to(torch::kFloat32)},
       {"input.shape", torch::tensor(shape, torch::kInt64)},
-      {"input.class_names", name_bytes}};
+      {"input.class_names", Bytes(names)}};
+  if (p.has_model()) {
+    base::ProtoJsonOptions one_line;
+    one_line.pretty = false;
+    out.emplace_back("input.model",
+                     Bytes(base::ProtoToJson(p.model(), one_line)));
+    out.emplace_back("input.tokenizer", Bytes(p.tokenizer_model()));
+  }
+  return out;
 }
 
 absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
@@ -100,6 +118,28 @@ absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
     const size_t end = joined.find('\0', at);
     p.add_class_names(joined.substr(at, end - at));
     at = end + 1;
+  }
+  auto text_of = [](const torch::Tensor& t) {
+    return std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()),
+                       static_cast<size_t>(t.numel()));
+  };
+  // What describes the network, in exports since it existed.
+  if (exported.count("input.model") > 0) {
+    absl::StatusOr<torch::Tensor> model = get("input.model", torch::kUInt8, -1);
+    if (!model.ok()) return model.status();
+    google::protobuf::util::JsonParseOptions strict;
+    if (!google::protobuf::util::JsonStringToMessage(text_of(*model),
+                                                     p.mutable_model(), strict)
+             .ok()) {
+      return absl::InvalidArgumentError(
+          "export: \"input.model\" is not a model spec in JSON");
+    }
+  }
+  if (exported.count("input.tokenizer") > 0) {
+    absl::StatusOr<torch::Tensor> tokenizer =
+        get("input.tokenizer", torch::kUInt8, -1);
+    if (!tokenizer.ok()) return tokenizer.status();
+    p.set_tokenizer_model(text_of(*tokenizer));
   }
   return p;
 }

@@ -6,6 +6,11 @@
 //                            [0, 1] (0 and 1 when the job did not normalise)
 //   input.shape              int64 [3]: C, H, W
 //   input.class_names        uint8: the names in UTF-8, each ended by a NUL
+//   input.model              uint8: the network (job.proto's ModelSpec) as
+//                            JSON, so that an export describes itself
+//   input.tokenizer          uint8: a language model's SentencePiece model,
+//                            empty for the bytes tokenizer
+// The last two are absent from exports written before they existed.
 #pragma once
 
 #include <string>

@@ -13,6 +13,7 @@
 #include "services/engine/export_input.h"
 #include "services/engine/export_weights.h"
 #include "services/engine/state_file.h"
+#include "services/job/enum_names.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/network.h"
 
@@ -28,8 +29,11 @@ std::vector<float> LastPosition(const torch::Tensor& logits, int64_t at) {
 // The network of the job spec, holding a plain export's weights.
 class NetworkTokenModel : public TokenModel {
  public:
-  NetworkTokenModel(model::Network net, int64_t context, int64_t vocab)
-      : net_(std::move(net)), context_(context), vocab_(vocab) {}
+  NetworkTokenModel(model::Network net, int64_t context, int64_t vocab,
+                    std::unique_ptr<data::Tokenizer> tokenizer)
+      : net_(std::move(net)), context_(context), vocab_(vocab) {
+    tokenizer_ = std::move(tokenizer);
+  }
 
   absl::StatusOr<std::vector<float>> NextLogits(
       const std::vector<int64_t>& context) override {
@@ -53,8 +57,11 @@ class NetworkTokenModel : public TokenModel {
 // position.
 class ScriptTokenModel : public TokenModel {
  public:
-  ScriptTokenModel(torch::jit::Module module, int64_t context, int64_t vocab)
-      : module_(std::move(module)), context_(context), vocab_(vocab) {}
+  ScriptTokenModel(torch::jit::Module module, int64_t context, int64_t vocab,
+                   std::unique_ptr<data::Tokenizer> tokenizer)
+      : module_(std::move(module)), context_(context), vocab_(vocab) {
+    tokenizer_ = std::move(tokenizer);
+  }
 
   absl::StatusOr<std::vector<float>> NextLogits(
       const std::vector<int64_t>& context) override {
@@ -78,21 +85,57 @@ class ScriptTokenModel : public TokenModel {
   int64_t vocab_;
 };
 
-absl::StatusOr<std::unique_ptr<TokenModel>> FromExport(
-    const NamedTensors& exported, const petra::v1::JobSpec& resolved) {
-  if (!model::IsLanguageModel(resolved.model().architecture())) {
-    return absl::InvalidArgumentError(
-        "only a language model writes text (--arch revlm or gpt)");
+std::string Described(const petra::v1::ModelSpec& m) {
+  return absl::StrCat(job::EnumShortName(m.architecture()), " (",
+                      model::DescribeSize(m), ")");
+}
+
+// The export's tokenizer, which must have the model's vocabulary.
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> TokenizerOf(
+    const std::string& tokenizer_model, int64_t vocab) {
+  absl::StatusOr<std::unique_ptr<data::Tokenizer>> t =
+      data::TokenizerFromModel(tokenizer_model);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(), absl::StrCat("input.tokenizer: ",
+                                                        t.status().message()));
   }
+  // The bytes tokenizer's 256 ids fit any vocabulary a spec allows it.
+  if (!tokenizer_model.empty() && (*t)->vocab() != vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("its tokenizer has ", (*t)->vocab(),
+                     " pieces, its network a vocabulary of ", vocab));
+  }
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<TokenModel>> FromExport(
+    const NamedTensors& exported, const petra::v1::JobSpec& resolved,
+    bool resolved_from_flags) {
   absl::StatusOr<petra::v1::Preprocessing> input =
       PreprocessingFromTensors(exported);
+  if (!input.ok() && !absl::IsNotFound(input.status())) return input.status();
   if (input.ok() && input->input_shape_size() != 1) {
     return absl::InvalidArgumentError(
         "the export is an image classifier's (its input.shape is C, H, W), "
         "not a language model's");
   }
+  petra::v1::ModelSpec spec = resolved.model();
+  if (input.ok() && input->has_model()) {
+    if (resolved_from_flags &&
+        input->model().SerializeAsString() != spec.SerializeAsString()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the export is a ", Described(input->model()),
+                       " (it says so itself), the model flags say ",
+                       Described(spec), ": leave them out"));
+    }
+    spec = input->model();
+  }
+  if (!model::IsLanguageModel(spec.architecture())) {
+    return absl::InvalidArgumentError(
+        "only a language model writes text (--arch revlm or gpt)");
+  }
   absl::StatusOr<model::Network> net =
-      model::BuildNetwork(resolved.model(), resolved.seed());
+      model::BuildNetwork(spec, resolved.seed());
   if (!net.ok()) return net.status();
   if (absl::Status s = LoadExportedWeights(*net, exported); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -100,9 +143,12 @@ absl::StatusOr<std::unique_ptr<TokenModel>> FromExport(
         " (give the model flags the job was trained with: --arch, "
         "--embed-dim, --depth, --heads, --mlp-ratio, --seq-len, --vocab)"));
   }
-  const petra::v1::TransformerSpec& t = resolved.model().transformer();
-  return std::unique_ptr<TokenModel>(
-      new NetworkTokenModel(std::move(*net), t.seq_len(), t.vocab()));
+  const petra::v1::TransformerSpec& t = spec.transformer();
+  absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer =
+      TokenizerOf(input.ok() ? input->tokenizer_model() : "", t.vocab());
+  if (!tokenizer.ok()) return tokenizer.status();
+  return std::unique_ptr<TokenModel>(new NetworkTokenModel(
+      std::move(*net), t.seq_len(), t.vocab(), *std::move(tokenizer)));
 }
 
 absl::StatusOr<std::unique_ptr<TokenModel>> FromScript(
@@ -116,9 +162,15 @@ absl::StatusOr<std::unique_ptr<TokenModel>> FromScript(
   }
   module.eval();
   int64_t context = 0;
+  std::string tokenizer_model;
   for (const auto& b : module.named_buffers(/*recurse=*/true)) {
     if (b.name == "input.shape" && b.value.numel() == 1) {
       context = b.value[0].item<int64_t>();
+    }
+    if (b.name == "input.tokenizer" && b.value.scalar_type() == torch::kUInt8) {
+      const torch::Tensor t = b.value.contiguous();
+      tokenizer_model.assign(reinterpret_cast<const char*>(t.data_ptr()),
+                             static_cast<size_t>(t.numel()));
     }
   }
   if (context <= 0) {
@@ -141,16 +193,22 @@ absl::StatusOr<std::unique_ptr<TokenModel>> FromScript(
         "the TorchScript module returns ", c10::str(logits.sizes()),
         ", not logits [1, ", context, ", vocab]"));
   }
-  return std::unique_ptr<TokenModel>(
-      new ScriptTokenModel(std::move(module), context, logits.size(2)));
+  absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer =
+      TokenizerOf(tokenizer_model, logits.size(2));
+  if (!tokenizer.ok()) return tokenizer.status();
+  return std::unique_ptr<TokenModel>(new ScriptTokenModel(
+      std::move(module), context, logits.size(2), *std::move(tokenizer)));
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenModel>> LoadTokenModel(
-    const std::string& bytes, const petra::v1::JobSpec& resolved) {
+    const std::string& bytes, const petra::v1::JobSpec& resolved,
+    bool resolved_from_flags) {
   absl::StatusOr<NamedTensors> exported = DecodeStateFile(bytes);
-  if (exported.ok()) return FromExport(*exported, resolved);
+  if (exported.ok()) {
+    return FromExport(*exported, resolved, resolved_from_flags);
+  }
   absl::StatusOr<std::unique_ptr<TokenModel>> script = FromScript(bytes);
   if (script.ok() || !absl::IsInvalidArgument(script.status()) ||
       script.status().message().rfind("the TorchScript", 0) == 0) {

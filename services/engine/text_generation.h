@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
+#include "services/data/tokenizer.h"
 
 namespace petra::engine {
 
@@ -25,16 +26,24 @@ class TokenModel {
   // The longest context the model was built for (its --seq-len).
   virtual int64_t context_length() const = 0;
   virtual int64_t vocab() const = 0;
+  // The text of its tokens: the export's tokenizer (bytes when it has none).
+  const data::Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ protected:
+  std::unique_ptr<data::Tokenizer> tokenizer_;
 };
 
 // `bytes`: a plain export (state_dict, as `petra export` and `petra train
-// --output` write it) of the network `resolved` describes, or a TorchScript
-// export of a language model (which describes itself; `resolved` is then
-// not read). INVALID_ARGUMENT saying what the file is not: neither format,
-// not a language model, a tensor of the wrong shape (with the flag that
-// sizes it).
+// --output` write it) or a TorchScript export of a language model. Both
+// describe their network and tokenizer (input.model, input.tokenizer); a
+// plain export written before input.model existed is the network
+// `resolved` describes. `resolved_from_flags`: the user gave `resolved`'s
+// model, which must then be the export's. INVALID_ARGUMENT saying what the
+// file is not: neither format, not a language model, another network than
+// the flags say, a tensor of the wrong shape (with the flag that sizes it).
 absl::StatusOr<std::unique_ptr<TokenModel>> LoadTokenModel(
-    const std::string& bytes, const petra::v1::JobSpec& resolved);
+    const std::string& bytes, const petra::v1::JobSpec& resolved,
+    bool resolved_from_flags = false);
 
 struct SamplingOptions {
   int64_t max_new_tokens = 200;

@@ -99,7 +99,9 @@ void AddTransformerFlags(base::FlagSet& f,
   f.AddCustom("seq-len", "T", absl::StrCat(L::kSeqLen),
               "revlm/gpt: tokens per sequence",
               Uint32([t](uint32_t v) { t()->set_seq_len(v); }));
-  f.AddCustom("vocab", "V", absl::StrCat(L::kVocab, " (bytes)"),
+  f.AddCustom("vocab", "V",
+              absl::StrCat(L::kVocab, " for bytes, ", L::kSentencePieceVocab,
+                           " for sentencepiece"),
               "revlm/gpt: vocabulary size (the tokenizer's)",
               Uint32([t](uint32_t v) { t()->set_vocab(v); }));
   f.AddCustom("patch-size", "P",
@@ -177,6 +179,15 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       "training data", Enum(dataset, [s](int v) {
         s->mutable_dataset()->set_kind(static_cast<petra::v1::DatasetKind>(v));
       }));
+  const EnumDescriptor* tokenizer =
+      GetEnumDescriptor<petra::v1::TextSpec::Tokenizer>();
+  f.AddCustom("tokenizer", Choices(tokenizer), "bytes",
+              "text: bytes (every byte a token) or sentencepiece (a unigram "
+              "model of --vocab pieces trained on the training split)",
+              Enum(tokenizer, [s](int v) {
+                s->mutable_dataset()->mutable_text()->set_tokenizer(
+                    static_cast<petra::v1::TextSpec::Tokenizer>(v));
+              }));
   f.AddCustom("data-path", "DIR", "the dataset's standard directory",
               "dataset directory, relative to the data root",
               [s](const std::string& v) {

@@ -339,6 +339,24 @@ TEST(AssembleJobSpec, ALanguageModelGetsTextAndItsOwnSizes) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->recipe(), petra::v1::RECIPE_LANGUAGE_MODEL);
   EXPECT_DOUBLE_EQ(b->optimizer().learning_rate(), 2e-3);
+  // A SentencePiece tokenizer: SentencePiece's 8000 pieces unless --vocab.
+  for (auto [args, vocab] :
+       {std::pair<std::vector<std::string>, uint32_t>{
+            {"--arch", "revlm", "--tokenizer", "sentencepiece"}, 8000},
+        {{"--arch", "revlm", "--tokenizer", "sentencepiece", "--vocab", "1024"},
+         1024}}) {
+    petra::v1::JobSpec pieces;
+    ASSERT_TRUE(ParseInto(args, &pieces).ok());
+    absl::StatusOr<petra::v1::JobSpec> p = AssembleJobSpec(base, "", pieces);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->dataset().text().tokenizer(),
+              petra::v1::TextSpec::TOKENIZER_SENTENCEPIECE);
+    EXPECT_EQ(p->model().transformer().vocab(), vocab);
+    EXPECT_EQ(p->model().num_classes(), vocab);
+  }
+  petra::v1::JobSpec unknown;
+  EXPECT_THAT(ParseInto({"--tokenizer", "bpe"}, &unknown).message(),
+              HasSubstr("sentencepiece"));
   // Back to an image model: its images come back with it.
   ASSERT_TRUE(ParseInto({"--arch", "resnet18"}, &overrides).ok());
   s = AssembleJobSpec(*s, "", overrides);

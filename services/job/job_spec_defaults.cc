@@ -87,14 +87,19 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     if (!t->has_heads()) t->set_heads(D::kHeads);
     if (!t->has_mlp_ratio()) t->set_mlp_ratio(D::kMlpRatio);
     if (!t->has_seq_len()) t->set_seq_len(D::kSeqLen);
-    if (!t->has_vocab()) t->set_vocab(D::kVocab);
-    // The logits' classes are the vocabulary.
-    if (!model->has_num_classes()) model->set_num_classes(t->vocab());
     if (kind == petra::v1::DATASET_KIND_TEXT &&
         data->text().tokenizer() ==
             petra::v1::TextSpec::TOKENIZER_UNSPECIFIED) {
       data->mutable_text()->set_tokenizer(petra::v1::TextSpec::TOKENIZER_BYTES);
     }
+    if (!t->has_vocab()) {
+      t->set_vocab(data->text().tokenizer() ==
+                           petra::v1::TextSpec::TOKENIZER_SENTENCEPIECE
+                       ? D::kSentencePieceVocab
+                       : D::kVocab);
+    }
+    // The logits' classes are the vocabulary.
+    if (!model->has_num_classes()) model->set_num_classes(t->vocab());
   }
   if (model::IsTransformer(model->architecture())) {
     using D = model::TransformerDefaults;

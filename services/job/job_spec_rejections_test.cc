@@ -17,6 +17,14 @@ using petra::v1::JobSpec;
 using petra::v1::ScheduleSpec;
 using ::testing::HasSubstr;
 
+// `s` made a language model of `arch` on text.
+void AsLanguageModel(JobSpec* s, petra::v1::Architecture arch) {
+  s->mutable_model()->set_architecture(arch);
+  s->mutable_model()->clear_width();
+  s->mutable_dataset()->Clear();
+  s->mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
+}
+
 struct RejectCase {
   std::string name;
   std::function<void(JobSpec*)> mutate;
@@ -348,24 +356,23 @@ INSTANTIATE_TEST_SUITE_P(
                    "a language model trains on text"},
         RejectCase{"BytesVocabularyIs256",
                    [](JobSpec* s) {
-                     s->mutable_model()->set_architecture(
-                         petra::v1::ARCHITECTURE_GPT);
-                     s->mutable_model()->clear_width();
-                     s->mutable_dataset()->Clear();
-                     s->mutable_dataset()->set_kind(
-                         petra::v1::DATASET_KIND_TEXT);
+                     AsLanguageModel(s, petra::v1::ARCHITECTURE_GPT);
                      s->mutable_model()->mutable_transformer()->set_vocab(300);
                    },
                    "model.transformer.vocab = 300",
                    "the bytes tokenizer has 256 symbols"},
+        RejectCase{"SentencePieceVocabularyBelowItsBytes",
+                   [](JobSpec* s) {
+                     AsLanguageModel(s, petra::v1::ARCHITECTURE_REVLM);
+                     s->mutable_dataset()->mutable_text()->set_tokenizer(
+                         petra::v1::TextSpec::TOKENIZER_SENTENCEPIECE);
+                     s->mutable_model()->mutable_transformer()->set_vocab(256);
+                   },
+                   "model.transformer.vocab = 256",
+                   "a SentencePiece tokenizer needs at least 260 pieces"},
         RejectCase{"LanguageModelWithForwardGradient",
                    [](JobSpec* s) {
-                     s->mutable_model()->set_architecture(
-                         petra::v1::ARCHITECTURE_REVLM);
-                     s->mutable_model()->clear_width();
-                     s->mutable_dataset()->Clear();
-                     s->mutable_dataset()->set_kind(
-                         petra::v1::DATASET_KIND_TEXT);
+                     AsLanguageModel(s, petra::v1::ARCHITECTURE_REVLM);
                      s->mutable_training()->set_mode(
                          petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
                    },
@@ -373,12 +380,7 @@ INSTANTIATE_TEST_SUITE_P(
                    "not for language models yet"},
         RejectCase{"SeqLenTooLong",
                    [](JobSpec* s) {
-                     s->mutable_model()->set_architecture(
-                         petra::v1::ARCHITECTURE_REVLM);
-                     s->mutable_model()->clear_width();
-                     s->mutable_dataset()->Clear();
-                     s->mutable_dataset()->set_kind(
-                         petra::v1::DATASET_KIND_TEXT);
+                     AsLanguageModel(s, petra::v1::ARCHITECTURE_REVLM);
                      s->mutable_model()->mutable_transformer()->set_seq_len(
                          100000);
                    },

@@ -100,6 +100,15 @@ void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
              t.vocab() != 256) {
     p.Add("model.transformer.vocab", t.vocab(),
           "the bytes tokenizer has 256 symbols");
+  } else if (text &&
+             s.dataset().text().tokenizer() ==
+                 petra::v1::TextSpec::TOKENIZER_SENTENCEPIECE &&
+             t.vocab() < model::LanguageModelDefaults::kSentencePieceMinVocab) {
+    p.Add("model.transformer.vocab", t.vocab(),
+          absl::StrCat("a SentencePiece tokenizer needs at least ",
+                       model::LanguageModelDefaults::kSentencePieceMinVocab,
+                       " pieces (its 256 byte pieces, <unk>, <s> and </s> "
+                       "come first)"));
   }
   if (m.num_classes() != t.vocab()) {
     p.Add("model.num_classes", m.num_classes(),

@@ -74,6 +74,10 @@ struct LanguageModelDefaults {
   static constexpr uint32_t kSeqLen = 128;
   // The bytes tokenizer's.
   static constexpr uint32_t kVocab = 256;
+  // A SentencePiece tokenizer's pieces: SentencePiece's own default.
+  static constexpr uint32_t kSentencePieceVocab = 8000;
+  // Its byte pieces and <unk>, <s>, </s>: the fewest pieces it can have.
+  static constexpr uint32_t kSentencePieceMinVocab = 259 + 1;
 };
 
 // What sizes a resolved model, for people: "width 0.25" for a CNN,

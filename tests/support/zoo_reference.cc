@@ -95,6 +95,8 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
   for (int64_t k = 0; !tokens && k < spec->model().num_classes(); ++k) {
     preprocessing.add_class_names(absl::StrCat("class ", k));
   }
+  // The network, which every export carries (export_input.h).
+  *preprocessing.mutable_model() = spec->model();
   absl::StatusOr<std::string> exported =
       engine::MergeForExport(checkpoints, preprocessing);
   if (!exported.ok()) return exported.status();
