@@ -15,7 +15,8 @@ outside the fleet:
     model = petra.models.build("revnet18", variant="mnist", width=0.25,
                                num_classes=10)
     model.load_state_dict(torch.load("job-1.pt"), strict=True)
-    model.eval()
+    model.eval()              # or, the same: petra.models.load("job-1.pt"),
+                              # which builds what the export says it is
     logits = model(images)  # images: float N x C x H x W, pixel values in
                             # [0, 1]; normalised inside, as the job did
     model.class_names[logits.argmax(1)[0]]  # e.g. "Ankle boot"
@@ -70,11 +71,12 @@ from .layers import (INPUT_SHAPES, CouplingBlock, HeadBlock, LanguageModel,
                      TokenEmbedBlock, TokenHeadBlock, ViTBlock,
                      _conv_stem_side, conv_stem_widths)
 from .generation import generate
+from .exports import load
 
 __all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "PATCH_SIZES",
            "STEMS", "LANGUAGE_MODELS", "LANGUAGE_MODEL_DEFAULTS", "TOKENIZERS",
            "LanguageModel", "Network", "build", "conv_stem_widths",
-           "from_spec", "generate", "input_shape"]
+           "from_spec", "generate", "input_shape", "load"]
 
 # In the proto's enum order (proto/petra/v1/job.proto Architecture, Variant):
 # ARCHITECTURES[i] is enum value i + 1, and so is VARIANTS[i].

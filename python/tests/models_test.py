@@ -190,6 +190,9 @@ class ReferenceTestCase(unittest.TestCase):
         diff = (logits - expected).abs().max().item()
         MAX_DIFF[arch] = max(MAX_DIFF.get(arch, 0.0), diff)
         torch.testing.assert_close(logits, expected, atol=ATOL, rtol=RTOL)
+        # The export says its network: load builds the same one.
+        with torch.no_grad():
+            self.assertTrue(torch.equal(models.load(exported)(images), logits))
 
     def check_cnn(self, arch):
         for variant in models.VARIANTS:

@@ -121,6 +121,18 @@ class SentencePieceModelTest(unittest.TestCase):
                 self.assertEqual(ids, theirs["tokens"])
                 self.assertEqual(model.decode(ids), theirs["continuation"])
 
+    def test_load_builds_what_the_export_says(self):
+        model = models.load(self.export)
+        self.assertEqual((model.arch, model.tokenizer, model.vocab,
+                          model.seq_len, model.training),
+                         ("revlm", "sentencepiece", 300, 16, False))
+        text = rhyme(3)
+        self.assertEqual(model.decode(model.encode(text)), text)
+        older = torch.load(self.export)
+        del older["input.model"]
+        with self.assertRaisesRegex(ValueError, "predates input.model"):
+            models.load(older)
+
     def test_a_model_without_its_export_cannot_encode(self):
         model = models.build("revlm", tokenizer="sentencepiece", **self.sizes)
         with self.assertRaisesRegex(ValueError, "load that first"):
