@@ -125,7 +125,7 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
       engine::StepsPerEpoch(spec, data->train.size());
   if (!steps_per_epoch.ok()) return steps_per_epoch.status();
   const engine::ProgressBuilder progress(spec, *steps_per_epoch,
-                                         data::ValidBytesPerToken(*data));
+                                         data->test.bytes_per_token());
   const auto start = Clock::now();
   const bool tty = isatty(STDOUT_FILENO);
   std::mutex mu;

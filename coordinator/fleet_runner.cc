@@ -66,7 +66,7 @@ absl::Status FleetRunner::Prepare() {
       engine::StepsPerEpoch(spec_, data_.train.size());
   if (!steps.ok()) return steps.status();
   steps_per_epoch_ = *steps;
-  progress_.emplace(spec_, steps_per_epoch_, data::ValidBytesPerToken(data_));
+  progress_.emplace(spec_, steps_per_epoch_, data_.test.bytes_per_token());
   absl::StatusOr<JobBlocks> blocks = DescribeJobBlocks(spec_);
   if (!blocks.ok())
     return Prefixed("planning the partition: ", blocks.status());

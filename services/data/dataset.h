@@ -37,11 +37,12 @@ struct Dataset {
   int64_t sequence_limit = 0;
   // Bytes of UTF-8 text the tokens came from: bits per byte.
   int64_t text_bytes = 0;
+  // Their ratio, for bits per byte; 0 for images.
   double bytes_per_token() const {
     return tokens.defined() && tokens.numel() > 0
                ? static_cast<double>(text_bytes) /
                      static_cast<double>(tokens.numel())
-               : 1.0;
+               : 0.0;
   }
   // Examples: a text split's sequences (one held back, so that every
   // offset fits), else the labels'.
@@ -62,12 +63,6 @@ struct Splits {
   // bytes), which the job records and every export carries.
   std::string tokenizer_model;
 };
-
-// A text job's validation bytes over its tokens (bits per byte); 0 for
-// images.
-inline double ValidBytesPerToken(const Splits& s) {
-  return s.test.tokens.defined() ? s.test.bytes_per_token() : 0.0;
-}
 
 // Reads a whole file through zlib, which also reads uncompressed files.
 // NOT_FOUND when it cannot be opened, DATA_LOSS when corrupt or truncated.

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "services/base/durable_file.h"
 #include "services/base/paths.h"
+#include "services/base/small_file.h"
 #include "services/base/utf8.h"
 #include "services/data/tokenizer.h"
 
@@ -59,12 +59,8 @@ absl::StatusOr<std::string> ReadFolder(const fs::path& dir) {
   return out;
 }
 
-// What names the trainer's settings in a cached tokenizer's key: change it
-// when TrainSentencePiece trains differently.
-constexpr char kSentencePieceRecipe[] = "unigram byte_fallback identity v1";
-// Fixed, not the cores there are: SentencePiece's model depends on its
-// thread count, and a job's text must give one model on any machine.
-constexpr int kSentencePieceThreads = 4;
+// A cached tokenizer past this is not one this code wrote.
+constexpr int64_t kMaxCachedModelBytes = int64_t{1} << 30;
 
 absl::StatusOr<std::string> SentencePieceModel(const std::string& train,
                                                uint32_t vocab,
@@ -78,13 +74,12 @@ absl::StatusOr<std::string> SentencePieceModel(const std::string& train,
                                                       "\n", vocab, "\n", train))
                              .substr(0, 32),
                          ".model");
-    std::ifstream in(cache, std::ios::binary);
-    std::string cached((std::istreambuf_iterator<char>(in)),
-                       std::istreambuf_iterator<char>());
-    if (!cached.empty()) return cached;
+    // Any cache that cannot be read is a miss.
+    absl::StatusOr<std::string> cached = base::ReadSmallFile(
+        cache.string(), kMaxCachedModelBytes, "a cached tokenizer");
+    if (cached.ok() && !cached->empty()) return cached;
   }
-  absl::StatusOr<std::string> model =
-      TrainSentencePiece(train, vocab, kSentencePieceThreads);
+  absl::StatusOr<std::string> model = TrainSentencePiece(train, vocab);
   if (!model.ok()) return model.status();
   if (!cache.empty()) {
     std::error_code ec;

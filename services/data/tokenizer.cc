@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "services/base/durable_file.h"
 #include "services/base/paths.h"
+#include "services/base/small_file.h"
 #include "services/base/subprocess.h"
 
 namespace petra::data {
@@ -20,6 +21,12 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+// Fixed, not the cores there are: SentencePiece's model depends on its
+// thread count, and a job's text must give one model on any machine
+// (kSentencePieceRecipe names it).
+constexpr int kTrainingThreads = 4;
+// A tokenizer model past this is not one SentencePiece wrote.
+constexpr int64_t kMaxModelBytes = int64_t{1} << 30;
 constexpr char kInstallHint[] =
     "the sentencepiece tokenizer needs Debian's sentencepiece package; "
     "scripts/install-deps.sh installs it";
@@ -212,7 +219,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromModel(
 }
 
 absl::StatusOr<std::string> TrainSentencePiece(const std::string& text,
-                                               int64_t vocab, int threads) {
+                                               int64_t vocab) {
   absl::StatusOr<TempDir> dir = TempDir::Make();
   if (!dir.ok()) return dir.status();
   const fs::path input = dir->path() / "train.txt";
@@ -227,7 +234,7 @@ absl::StatusOr<std::string> TrainSentencePiece(const std::string& text,
        absl::StrCat("--vocab_size=", vocab), "--model_type=unigram",
        "--byte_fallback=true", "--normalization_rule_name=identity",
        "--remove_extra_whitespaces=false", "--add_dummy_prefix=false",
-       absl::StrCat("--num_threads=", std::max(1, threads)),
+       absl::StrCat("--num_threads=", kTrainingThreads),
        // A fixed seed: its default draws one, and the same text would give
        // another model every time.
        "--random_seed=1", "--minloglevel=1"},
@@ -259,10 +266,9 @@ absl::StatusOr<std::string> TrainSentencePiece(const std::string& text,
     }
     return log.status();
   }
-  std::ifstream in(prefix.string() + ".model", std::ios::binary);
-  std::string model((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  if (model.empty()) {
+  absl::StatusOr<std::string> model = base::ReadSmallFile(
+      prefix.string() + ".model", kMaxModelBytes, "a SentencePiece model");
+  if (!model.ok() || model->empty()) {
     return absl::InternalError("spm_train wrote no model");
   }
   return model;

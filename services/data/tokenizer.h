@@ -37,10 +37,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromModel(
 
 // A SentencePiece unigram model of `vocab` pieces trained on `text`'s
 // lines, as TextSpec's TOKENIZER_SENTENCEPIECE says (no normalisation,
-// spaces kept, byte fallback), on `threads` threads. The same text, vocab
-// and threads give the same model, byte for byte. INVALID_ARGUMENT when the
-// text cannot give `vocab` pieces (naming the most it could).
+// spaces kept, byte fallback). The same text and vocab give the same model,
+// byte for byte, on any machine. INVALID_ARGUMENT when the text cannot give
+// `vocab` pieces, or needs more (naming the bound).
 absl::StatusOr<std::string> TrainSentencePiece(const std::string& text,
-                                               int64_t vocab, int threads);
+                                               int64_t vocab);
+
+// Names how TrainSentencePiece trains, for the keys of cached models:
+// changed whenever its settings change.
+inline constexpr char kSentencePieceRecipe[] =
+    "unigram byte_fallback identity threads=4 v1";
 
 }  // namespace petra::data

@@ -61,9 +61,9 @@ TEST(SentencePieceTokenizer, TheSameTextGivesTheSameModelAndItsTextBack) {
                     "sentencepiece; scripts/install-deps.sh installs it)";
   }
   const std::string text = SomeText();
-  absl::StatusOr<std::string> model = TrainSentencePiece(text, 300, 2);
+  absl::StatusOr<std::string> model = TrainSentencePiece(text, 300);
   ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<std::string> again = TrainSentencePiece(text, 300, 2);
+  absl::StatusOr<std::string> again = TrainSentencePiece(text, 300);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*model, *again) << "the same text gave two models";
 
@@ -102,13 +102,13 @@ TEST(SentencePieceTokenizer, WhatCannotBeIsRefusedSayingWhy) {
                     "sentencepiece; scripts/install-deps.sh installs it)";
   }
   absl::StatusOr<std::string> too_many =
-      TrainSentencePiece("a few words\nand a few more\n", 5000, 1);
+      TrainSentencePiece("a few words\nand a few more\n", 5000);
   EXPECT_TRUE(absl::IsInvalidArgument(too_many.status())) << too_many.status();
   EXPECT_THAT(too_many.status().message(),
               HasSubstr("--vocab 5000 is more pieces than this text holds: "
                         "at most "));
   absl::StatusOr<std::string> too_few =
-      TrainSentencePiece("a few words\nand a few more\n", 261, 1);
+      TrainSentencePiece("a few words\nand a few more\n", 261);
   EXPECT_TRUE(absl::IsInvalidArgument(too_few.status())) << too_few.status();
   EXPECT_THAT(too_few.status().message(),
               HasSubstr("--vocab 261 is too few pieces for this text: its "

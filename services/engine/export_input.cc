@@ -19,6 +19,12 @@ torch::Tensor Bytes(const std::string& bytes) {
   return t;
 }
 
+// A uint8 vector's bytes (contiguous, as `get` below gives them).
+std::string Text(const torch::Tensor& t) {
+  return std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()),
+                     static_cast<size_t>(t.numel()));
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> InputTensors(
@@ -108,8 +114,7 @@ absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
     p.add_mean((*mean)[c].item<float>());
     p.add_std((*std)[c].item<float>());
   }
-  const char* bytes = reinterpret_cast<const char*>(names->data_ptr<uint8_t>());
-  const std::string joined(bytes, static_cast<size_t>(names->numel()));
+  const std::string joined = Text(*names);
   if (!joined.empty() && joined.back() != '\0') {
     return absl::InvalidArgumentError(
         "export: \"input.class_names\" does not end with a NUL");
@@ -119,16 +124,12 @@ absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
     p.add_class_names(joined.substr(at, end - at));
     at = end + 1;
   }
-  auto text_of = [](const torch::Tensor& t) {
-    return std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()),
-                       static_cast<size_t>(t.numel()));
-  };
   // What describes the network, in exports since it existed.
   if (exported.count("input.model") > 0) {
     absl::StatusOr<torch::Tensor> model = get("input.model", torch::kUInt8, -1);
     if (!model.ok()) return model.status();
     google::protobuf::util::JsonParseOptions strict;
-    if (!google::protobuf::util::JsonStringToMessage(text_of(*model),
+    if (!google::protobuf::util::JsonStringToMessage(Text(*model),
                                                      p.mutable_model(), strict)
              .ok()) {
       return absl::InvalidArgumentError(
@@ -139,7 +140,7 @@ absl::StatusOr<petra::v1::Preprocessing> PreprocessingFromTensors(
     absl::StatusOr<torch::Tensor> tokenizer =
         get("input.tokenizer", torch::kUInt8, -1);
     if (!tokenizer.ok()) return tokenizer.status();
-    p.set_tokenizer_model(text_of(*tokenizer));
+    p.set_tokenizer_model(Text(*tokenizer));
   }
   return p;
 }

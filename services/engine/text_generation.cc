@@ -161,18 +161,19 @@ absl::StatusOr<std::unique_ptr<TokenModel>> FromScript(
     return absl::InvalidArgumentError(e.what_without_backtrace());
   }
   module.eval();
-  int64_t context = 0;
-  std::string tokenizer_model;
+  // Its input.* buffers are the export's: read as an export's are.
+  NamedTensors buffers;
   for (const auto& b : module.named_buffers(/*recurse=*/true)) {
-    if (b.name == "input.shape" && b.value.numel() == 1) {
-      context = b.value[0].item<int64_t>();
-    }
-    if (b.name == "input.tokenizer" && b.value.scalar_type() == torch::kUInt8) {
-      const torch::Tensor t = b.value.contiguous();
-      tokenizer_model.assign(reinterpret_cast<const char*>(t.data_ptr()),
-                             static_cast<size_t>(t.numel()));
-    }
+    if (b.name.rfind("input.", 0) == 0) buffers[b.name] = b.value;
   }
+  absl::StatusOr<petra::v1::Preprocessing> input =
+      PreprocessingFromTensors(buffers);
+  if (!input.ok() && !absl::IsNotFound(input.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the TorchScript module's ", input.status().message()));
+  }
+  const int64_t context =
+      input.ok() && input->input_shape_size() == 1 ? input->input_shape(0) : 0;
   if (context <= 0) {
     return absl::InvalidArgumentError(
         "the TorchScript module is not a language model's (its input.shape "
@@ -194,7 +195,7 @@ absl::StatusOr<std::unique_ptr<TokenModel>> FromScript(
         ", not logits [1, ", context, ", vocab]"));
   }
   absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer =
-      TokenizerOf(tokenizer_model, logits.size(2));
+      TokenizerOf(input->tokenizer_model(), logits.size(2));
   if (!tokenizer.ok()) return tokenizer.status();
   return std::unique_ptr<TokenModel>(new ScriptTokenModel(
       std::move(module), context, logits.size(2), *std::move(tokenizer)));
