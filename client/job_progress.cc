@@ -80,6 +80,11 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
         std::printf("%s: %s%s\n", job.id().c_str(),
                     StateName(job.state()).c_str(), detail.c_str());
       }
+      if (!job.activity().empty() && job.activity() != activity_) {
+        EndLine();
+        std::printf("%s: %s\n", job.id().c_str(), job.activity().c_str());
+      }
+      activity_ = job.activity();
       break;
     case JobEvent::KIND_PROGRESS: {
       const auto now = std::chrono::steady_clock::now();

@@ -27,6 +27,7 @@ class ProgressPrinter {
   const bool quiet_, json_lines_, tty_;
   bool line_open_ = false;
   petra::v1::JobState state_ = petra::v1::JOB_STATE_UNSPECIFIED;
+  std::string activity_;  // the last one printed
   std::chrono::steady_clock::time_point last_line_{};
   std::vector<petra::v1::Progress> epochs_;
 };

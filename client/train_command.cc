@@ -115,6 +115,12 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
                                          const TrainOptions& options) {
   data::LoadOptions load;
   load.data_workers = options.data_workers;
+  if (!options.quiet) {
+    load.on_activity = [](const std::string& activity) {
+      std::printf("%s\n", activity.c_str());
+      std::fflush(stdout);
+    };
+  }
   absl::StatusOr<data::Splits> data = data::LoadForJob(
       spec, options.data_root, model::InputShape(spec.model().variant()), load);
   if (!data.ok()) return data.status();

@@ -52,15 +52,24 @@ absl::Status FleetRunner::Prepare() {
   load.cache_dir = (std::filesystem::path(env_.state_dir) / "cache").string();
   // A job that trained its tokenizer keeps it, through any recovery.
   load.tokenizer_model = record_.Snapshot().preprocessing().tokenizer_model();
+  load.on_activity = [this](const std::string& activity) {
+    record_.Update(JobEvent::KIND_STATE,
+                   [&](Job& job) { job.set_activity(activity); });
+  };
   absl::StatusOr<data::Splits> data = data::LoadForJob(
       spec_, env_.data_root, model::InputShape(spec_.model().variant()), load);
-  if (!data.ok()) return Prefixed("loading the data: ", data.status());
+  if (!data.ok()) {
+    record_.Update(JobEvent::KIND_STATE,
+                   [](Job& job) { job.clear_activity(); });
+    return Prefixed("loading the data: ", data.status());
+  }
   data_ = std::move(*data);
   // Recorded with the job, and carried by every export.
   preprocessing_ = data::PreprocessingOf(
       spec_, data_, model::InputShape(spec_.model().variant()));
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
     *job.mutable_preprocessing() = preprocessing_;
+    job.clear_activity();
   });
   absl::StatusOr<int64_t> steps =
       engine::StepsPerEpoch(spec_, data_.train.size());

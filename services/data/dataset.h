@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,9 @@ struct LoadOptions {
   // (its record's), used as it is; empty: the one cached in cache_dir for
   // this training text and vocabulary, else trained (and cached).
   std::string tokenizer_model;
+  // Told what the load is doing when a step takes long (training a
+  // tokenizer, encoding text), for progress output; may be null.
+  std::function<void(const std::string&)> on_activity;
 };
 
 // Training images image folders measure their normalisation on, spread

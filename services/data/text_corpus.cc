@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "services/base/durable_file.h"
 #include "services/base/paths.h"
 #include "services/base/small_file.h"
@@ -62,6 +63,10 @@ absl::StatusOr<std::string> ReadFolder(const fs::path& dir) {
 // A cached tokenizer past this is not one this code wrote.
 constexpr int64_t kMaxCachedModelBytes = int64_t{1} << 30;
 
+std::string Megabytes(size_t bytes) {
+  return absl::StrFormat("%.1f MB", static_cast<double>(bytes) / 1e6);
+}
+
 absl::StatusOr<std::string> SentencePieceModel(const std::string& train,
                                                uint32_t vocab,
                                                const LoadOptions& load) {
@@ -78,6 +83,14 @@ absl::StatusOr<std::string> SentencePieceModel(const std::string& train,
     absl::StatusOr<std::string> cached = base::ReadSmallFile(
         cache.string(), kMaxCachedModelBytes, "a cached tokenizer");
     if (cached.ok() && !cached->empty()) return cached;
+  }
+  if (load.on_activity) {
+    load.on_activity(absl::StrCat(
+        "training the SentencePiece tokenizer (", vocab, " pieces) on ",
+        Megabytes(train.size()), " of text",
+        cache.empty() ? ""
+                      : absl::StrCat(" (kept in ", load.cache_dir,
+                                     " for the next job on this text)")));
   }
   absl::StatusOr<std::string> model = TrainSentencePiece(train, vocab);
   if (!model.ok()) return model.status();
@@ -170,6 +183,11 @@ absl::StatusOr<Splits> LoadText(const petra::v1::JobSpec& resolved,
     }
     tokenizer = *std::move(t);
     s.tokenizer_model = *std::move(model);
+    if (load.on_activity) {
+      load.on_activity(absl::StrCat(
+          "encoding ", Megabytes(text->train.size() + text->valid.size()),
+          " of text into tokens"));
+    }
   }
   for (auto [split, from, limit, name] :
        {std::tuple{&s.train, &text->train, d.train_limit(), "training"},

@@ -176,8 +176,17 @@ TEST(TextCorpus, ASentencePieceJobTrainsItsTokenizerOnceAndKeepsIt) {
   job.mutable_model()->mutable_transformer()->set_vocab(280);
   LoadOptions load;
   load.cache_dir = dir.path() + "/cache";
+  std::vector<std::string> said;
+  load.on_activity = [&said](const std::string& a) { said.push_back(a); };
   absl::StatusOr<Splits> s = LoadText(job, dir.path(), load);
   ASSERT_TRUE(s.ok()) << s.status();
+  // What takes long is said as it begins.
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_THAT(said[0], HasSubstr("training the SentencePiece tokenizer (280 "
+                                 "pieces) on 0."));
+  EXPECT_THAT(said[0], HasSubstr("(kept in " + load.cache_dir +
+                                 " for the next job on this text)"));
+  EXPECT_THAT(said[1], HasSubstr(" of text into tokens"));
   ASSERT_FALSE(s->tokenizer_model.empty());
   EXPECT_LT(s->train.tokens.max().item<int64_t>(), 280);
   // Pieces longer than a byte: fewer tokens than bytes.
@@ -196,9 +205,13 @@ TEST(TextCorpus, ASentencePieceJobTrainsItsTokenizerOnceAndKeepsIt) {
   for (const auto& e : std::filesystem::directory_iterator(load.cache_dir)) {
     std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << *other;
   }
+  said.clear();
   absl::StatusOr<Splits> from_cache = LoadText(job, dir.path(), load);
   ASSERT_TRUE(from_cache.ok()) << from_cache.status();
   EXPECT_EQ(from_cache->tokenizer_model, *other);
+  // No training: only the encoding is said.
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_THAT(said[0], HasSubstr("encoding"));
   // The job's own model wins over the cache (a recovery keeps its tokens).
   load.tokenizer_model = s->tokenizer_model;
   absl::StatusOr<Splits> again = LoadText(job, dir.path(), load);
