@@ -330,17 +330,30 @@ class TokenEmbedBlock(nn.Module):
 
 class LmHeadBlock(nn.Module):
     """Concatenate the streams' features, LayerNorm, and every position's
-    logits over the vocabulary [b, n, vocab]."""
+    logits over the vocabulary [b, n, vocab].
 
-    def __init__(self, features, vocab):
+    tied: a TokenEmbedBlock whose weight is the head's (no weight of its
+    own; the normalised streams' halves summed, as the C++ head), kept out
+    of this module's state_dict as in the export."""
+
+    def __init__(self, features, vocab, tied=None):
         super().__init__()
         self.norm = nn.LayerNorm(features)
-        self.fc = _vit_linear(features, vocab)
+        if tied is None:
+            self.fc = _vit_linear(features, vocab)
+        self._tied = [tied] if tied is not None else []
 
     def forward(self, pair):
         a, b = pair
         tokens = torch.cat([a, b], -1) if b is not None else a
-        return self.fc(self.norm(tokens)), None
+        h = self.norm(tokens)
+        if not self._tied:
+            return self.fc(h), None
+        weight = self._tied[0].embedding.weight
+        dim = weight.shape[1]
+        if h.shape[-1] != dim:
+            h = h[..., :dim] + h[..., dim:]
+        return F.linear(h, weight), None
 
 
 class RevViTBlock(nn.Module):

@@ -62,7 +62,6 @@ and what it accepts.
 """
 
 import math
-import numbers
 import re
 
 from .layers import (INPUT_SHAPES, CouplingBlock, HeadBlock, LanguageModel,
@@ -70,6 +69,7 @@ from .layers import (INPUT_SHAPES, CouplingBlock, HeadBlock, LanguageModel,
                      RevDownsampleBlock, RevViTBlock, StemBlock,
                      TokenEmbedBlock, TokenHeadBlock, ViTBlock,
                      _conv_stem_side, conv_stem_widths)
+from . import spec_json as js
 from .generation import generate
 from .exports import load
 
@@ -212,7 +212,8 @@ def _build_language_model(arch, t):
     blocks = [TokenEmbedBlock(t["vocab"], t["seq_len"], dim, rev)]
     blocks += [block(dim, t["heads"], hidden, causal=True)
                for _ in range(t["depth"])]
-    blocks.append(LmHeadBlock(2 * dim if rev else dim, t["vocab"]))
+    blocks.append(LmHeadBlock(2 * dim if rev else dim, t["vocab"],
+                              blocks[0] if t["tie_embeddings"] else None))
     sizes = {k: v for k, v in t.items() if k != "tokenizer"}
     return LanguageModel(blocks, arch=arch, transformer=sizes,
                          tokenizer=t["tokenizer"])
@@ -236,23 +237,15 @@ def _short_name(value, allowed, field, prefix):
                      f"{', '.join(allowed)}")
 
 
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def _check_int(value, field, low, high, what=None):
-    if not _is_int(value) or not low <= value <= high:
+    if not js.is_int(value) or not low <= value <= high:
         raise ValueError(f"{field}: {value!r} "
                          f"{what or f'must be an integer in [{low}, {high}]'}")
     return int(value)
 
 
 def _check_real(value, field, high):
-    if (not _is_real(value) or not math.isfinite(value) or value <= 0
+    if (not js.is_real(value) or not math.isfinite(value) or value <= 0
             or value > high):
         raise ValueError(f"{field}: {value!r} must be a number in "
                          f"(0, {high:g}]")
@@ -283,14 +276,15 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
     variant, width, num_classes, resolved sizes or None).
     """
     arch = _short_name(arch, ARCHITECTURES, field("arch"), "ARCHITECTURE_")
-    lm_names = ("seq_len", "vocab", "tokenizer")
+    lm_names = ("seq_len", "vocab", "tokenizer", "tie_embeddings")
     if arch in LANGUAGE_MODELS:
         return _resolve_language_model(arch, variant, width, num_classes,
                                        sizes, field)
     lm_given = [k for k in lm_names if sizes.get(k) is not None]
     if lm_given:
         raise ValueError(f"{field(lm_given[0])}: only the language models "
-                         f"(revlm, gpt) have seq_len, vocab and tokenizer, "
+                         f"(revlm, gpt) have seq_len, vocab, tokenizer and "
+                         f"tie_embeddings, "
                          f"not {arch}")
     sizes = {k: v for k, v in sizes.items() if k not in lm_names}
     if variant is None:
@@ -325,7 +319,7 @@ def _resolve(arch, variant, width, num_classes, sizes, field):
     _check_block_sizes(t, field)
     side = INPUT_SHAPES[variant][1]
     patch = t["patch_size"]
-    if not _is_int(patch) or patch < 1 or side % patch:
+    if not js.is_int(patch) or patch < 1 or side % patch:
         divisors = [p for p in range(1, side + 1)
                     if side % p == 0 and (side // p) ** 2 <= _MAX_TOKENS]
         raise ValueError(
@@ -363,10 +357,13 @@ def _resolve_language_model(arch, variant, width, num_classes, sizes,
         if sizes.get(name) is not None:
             raise ValueError(f"{field(name)}: {arch} takes tokens, not "
                              f"image patches; leave {name} out")
-    t = dict(LANGUAGE_MODEL_DEFAULTS, tokenizer="bytes")
+    t = dict(LANGUAGE_MODEL_DEFAULTS, tokenizer="bytes", tie_embeddings=False)
     t.update({k: v for k, v in sizes.items()
               if v is not None and k in (*LANGUAGE_MODEL_DEFAULTS,
-                                         "tokenizer")})
+                                         "tokenizer", "tie_embeddings")})
+    if not isinstance(t["tie_embeddings"], bool):
+        raise ValueError(f"{field('tie_embeddings')}: "
+                         f"{t['tie_embeddings']!r} must be True or False")
     t["tokenizer"] = _short_name(t["tokenizer"], TOKENIZERS,
                                  field("tokenizer"), "TOKENIZER_")
     if t["tokenizer"] == "sentencepiece" and sizes.get("vocab") is None:
@@ -397,7 +394,7 @@ def input_shape(variant):
 def build(arch, variant=None, width=None, num_classes=None, *,
           embed_dim=None, depth=None, heads=None, mlp_ratio=None,
           patch_size=None, stem=None, seq_len=None, vocab=None,
-          tokenizer=None):
+          tokenizer=None, tie_embeddings=None):
     """The network `petra` builds for this model, freshly initialised.
 
     arch: one of ARCHITECTURES; variant: one of VARIANTS (names are
@@ -409,13 +406,16 @@ def build(arch, variant=None, width=None, num_classes=None, *,
     stem (one of STEMS): revvit and vit only; None means the C++ default
     (TRANSFORMER_DEFAULTS, the variant's PATCH_SIZES, the conv stem).
     revlm and gpt (LANGUAGE_MODELS) take embed_dim, depth, heads,
-    mlp_ratio, seq_len, vocab and tokenizer (one of TOKENIZERS), None
-    meaning LANGUAGE_MODEL_DEFAULTS and bytes, and return a LanguageModel.
+    mlp_ratio, seq_len, vocab, tokenizer (one of TOKENIZERS) and
+    tie_embeddings (the LM head reads the token embedding's weight), None
+    meaning LANGUAGE_MODEL_DEFAULTS, bytes and untied, and return a
+    LanguageModel.
     Raises ValueError naming the bad argument and what it accepts.
     """
     sizes = {"embed_dim": embed_dim, "depth": depth, "heads": heads,
              "mlp_ratio": mlp_ratio, "patch_size": patch_size, "stem": stem,
-             "seq_len": seq_len, "vocab": vocab, "tokenizer": tokenizer}
+             "seq_len": seq_len, "vocab": vocab, "tokenizer": tokenizer,
+             "tie_embeddings": tie_embeddings}
     arch, variant, width, num_classes, t = _resolve(
         arch, variant, width, num_classes, sizes, lambda name: name)
     if arch in LANGUAGE_MODELS:
@@ -428,72 +428,6 @@ def build(arch, variant=None, width=None, num_classes=None, *,
 # --------------------------------------------------------------------------
 # Job specs as JSON dicts (services/job/job_spec_io.cc, job_spec_defaults.cc).
 # --------------------------------------------------------------------------
-
-def _camel(name):
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-def _field(message, name, where):
-    """A proto field of a JSON dict by its snake_case or lowerCamel name.
-
-    `petra spec`, `petra status --json` and petra.Client.to_dict print
-    proto field names (num_classes); protobuf's own JSON printer lowerCamel
-    names (numClasses), and its parser takes both. null is absent, as for
-    the parser.
-    """
-    values = [message[k] for k in dict.fromkeys((name, _camel(name)))
-              if k in message and message[k] is not None]
-    if len(values) > 1 and values[0] != values[1]:
-        raise ValueError(f"{where}{name}: given twice ({name!r} and "
-                         f"{_camel(name)!r}) with different values")
-    return values[0] if values else None
-
-
-def _enum(value, prefix, names, field):
-    """A proto enum from JSON: "PREFIX_NAME", its number, or a short name.
-
-    Returns the short name, or None for the UNSPECIFIED value.
-    """
-    if _is_int(value):
-        if value == 0:
-            return None
-        if 1 <= value <= len(names):
-            return names[value - 1]
-    elif isinstance(value, str):
-        text = value.strip().upper().replace("-", "_")
-        if text in (prefix + "UNSPECIFIED", "UNSPECIFIED"):
-            return None
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-        if text.lower() in names:
-            return text.lower()
-    raise ValueError(
-        f"{field}: {value!r} is not one of "
-        f"{', '.join(prefix + n.upper() for n in names)} (or their numbers "
-        f"1-{len(names)}, or the short names {', '.join(names)})")
-
-
-def _number(value, field, integer):
-    """A JSON number, or a string of one as the proto JSON parser accepts."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = int(text) if integer else float(text)
-        except ValueError:
-            raise ValueError(f"{field}: {value!r} is not "
-                             f"{'an integer' if integer else 'a number'}") \
-                from None
-    if integer and _is_real(value) and not _is_int(value):
-        if not math.isfinite(value) or value != int(value):
-            raise ValueError(f"{field}: {value!r} is not an integer")
-        value = int(value)
-    if not _is_real(value):
-        raise ValueError(f"{field}: {value!r} is not a number")
-    return value
-
 
 def from_spec(spec):
     """The network of a job spec given as a dict (its `model` part).
@@ -513,45 +447,46 @@ def from_spec(spec):
                          f"from JSON), got {type(spec).__name__}")
     if "model" not in spec and isinstance(spec.get("spec"), dict):
         spec = spec["spec"]  # a Job
-    model = _field(spec, "model", "")
+    model = js.field(spec, "model", "")
     if model is None:
         model = {}
     if not isinstance(model, dict):
         raise ValueError(f"model: expected an object, got {model!r}")
 
-    arch = _field(model, "architecture", "model.")
+    arch = js.field(model, "architecture", "model.")
     if arch is not None:
-        arch = _enum(arch, "ARCHITECTURE_", ARCHITECTURES,
+        arch = js.enum(arch, "ARCHITECTURE_", ARCHITECTURES,
                      "model.architecture")
     if arch is None:
         raise ValueError("model.architecture: required (one of "
                          f"{', '.join(ARCHITECTURES)})")
-    variant = _field(model, "variant", "model.")
+    variant = js.field(model, "variant", "model.")
     if variant is not None:
-        variant = _enum(variant, "VARIANT_", VARIANTS, "model.variant")
+        variant = js.enum(variant, "VARIANT_", VARIANTS, "model.variant")
     language_model = arch in LANGUAGE_MODELS
     if variant is None and not language_model:
-        dataset = _field(spec, "dataset", "") or {}
-        kind = _field(dataset, "kind", "dataset.") if isinstance(
+        dataset = js.field(spec, "dataset", "") or {}
+        kind = js.field(dataset, "kind", "dataset.") if isinstance(
             dataset, dict) else None
         if kind is not None:
-            kind = _enum(kind, "DATASET_KIND_", _DATASET_KINDS,
+            kind = js.enum(kind, "DATASET_KIND_", _DATASET_KINDS,
                          "dataset.kind")
         variant = "mnist" if kind in _MNIST_LIKE_DATASETS else "cifar"
-    width = _number(_field(model, "width", "model."), "model.width", False)
-    num_classes = _number(_field(model, "num_classes", "model."),
+    width = js.number(js.field(model, "width", "model."), "model.width", False)
+    num_classes = js.number(js.field(model, "num_classes", "model."),
                           "model.num_classes", True)
-    transformer = _field(model, "transformer", "model.")
+    transformer = js.field(model, "transformer", "model.")
     lm_sizes = ("seq_len", "vocab")
-    sizes = dict.fromkeys((*_SIZE_NAMES, "stem", *lm_sizes, "tokenizer"))
+    sizes = dict.fromkeys((*_SIZE_NAMES, "stem", *lm_sizes, "tokenizer",
+                           "tie_embeddings"))
     if language_model:
-        dataset = _field(spec, "dataset", "") or {}
-        text = _field(dataset, "text", "dataset.") if isinstance(
+        dataset = js.field(spec, "dataset", "") or {}
+        text = js.field(dataset, "text", "dataset.") if isinstance(
             dataset, dict) else None
-        tokenizer = _field(text, "tokenizer", "dataset.text.") if isinstance(
+        tokenizer = js.field(text, "tokenizer", "dataset.text.") if isinstance(
             text, dict) else None
         if tokenizer is not None:
-            sizes["tokenizer"] = _enum(tokenizer, "TOKENIZER_", TOKENIZERS,
+            sizes["tokenizer"] = js.enum(tokenizer, "TOKENIZER_", TOKENIZERS,
                                        "dataset.text.tokenizer")
     if transformer is not None:
         if not isinstance(transformer, dict):
@@ -559,9 +494,11 @@ def from_spec(spec):
                              f"{transformer!r}")
         if language_model:
             for name in lm_sizes:
-                sizes[name] = _number(
-                    _field(transformer, name, "model.transformer."),
+                sizes[name] = js.number(
+                    js.field(transformer, name, "model.transformer."),
                     f"model.transformer.{name}", True)
+            sizes["tie_embeddings"] = js.field(transformer, "tie_embeddings",
+                                             "model.transformer.")
         elif arch not in TRANSFORMERS:
             # As the validation: a CNN's spec may not carry transformer
             # sizes, even an empty message.
@@ -569,16 +506,16 @@ def from_spec(spec):
                 "model.transformer: only revvit and vit have transformer "
                 f"sizes (a CNN's size is model.width), not {arch}")
         for name in _SIZE_NAMES:
-            sizes[name] = _number(
-                _field(transformer, name, "model.transformer."),
+            sizes[name] = js.number(
+                js.field(transformer, name, "model.transformer."),
                 f"model.transformer.{name}", name != "mlp_ratio")
-        stem = _field(transformer, "stem", "model.transformer.")
+        stem = js.field(transformer, "stem", "model.transformer.")
         if stem is not None:
-            sizes["stem"] = _enum(stem, "STEM_", STEMS,
+            sizes["stem"] = js.enum(stem, "STEM_", STEMS,
                                   "model.transformer.stem")
 
     def field(name):
-        if name in (*_SIZE_NAMES, "stem", *lm_sizes):
+        if name in (*_SIZE_NAMES, "stem", *lm_sizes, "tie_embeddings"):
             return f"model.transformer.{name}"
         if name == "tokenizer":
             return "dataset.text.tokenizer"

@@ -33,8 +33,16 @@ class LanguageModelTestCase(unittest.TestCase):
                                  seq_len=8)
             self.assertEqual(sum(p.numel() for p in model.parameters()),
                              count, arch)
+            # Tied: the head's weight and bias are gone.
+            features = 32 if arch == "revlm" else 16
+            tied = models.build(arch, embed_dim=16, depth=2, heads=2,
+                                seq_len=8, tie_embeddings=True)
+            self.assertEqual(sum(p.numel() for p in tied.parameters()),
+                             count - 256 * features - 256, arch)
         model = models.build("revlm")
-        self.assertEqual(model.transformer, models.LANGUAGE_MODEL_DEFAULTS)
+        self.assertEqual(model.transformer,
+                         dict(models.LANGUAGE_MODEL_DEFAULTS,
+                              tie_embeddings=False))
         self.assertEqual((model.tokenizer, model.seq_len, model.vocab),
                          ("bytes", 128, 256))
         keys = set(models.build("gpt", depth=1).state_dict())
@@ -57,6 +65,9 @@ class LanguageModelTestCase(unittest.TestCase):
                 (("revlm",), {"heads": 3}, "heads: 3 must divide"),
                 (("revlm",), {"tokenizer": "words"}, "tokenizer"),
                 (("revlm",), {"num_classes": 10}, "num_classes: 10 must be"),
+                (("revlm",), {"tie_embeddings": 1}, "tie_embeddings: 1 must"),
+                (("revvit",), {"tie_embeddings": True},
+                 "tie_embeddings: only the language models"),
                 (("revvit", "mnist"), {"seq_len": 8},
                  "seq_len: only the language models")):
             with self.subTest(args=args, **kwargs):

@@ -118,6 +118,9 @@ def job_flags(arch, variant, width=None, num_classes=None, sizes=None):
     if num_classes is not None:
         flags += ["--num-classes", str(num_classes)]
     for name, value in (sizes or {}).items():
+        if isinstance(value, bool):
+            flags.append(f"--{name.replace('_', '-')}={str(value).lower()}")
+            continue
         flags += ["--" + name.replace("_", "-"),
                   value if isinstance(value, str) else repr(value)]
     return flags
@@ -305,6 +308,16 @@ class ReferenceTestCase(unittest.TestCase):
     def test_gpt(self):
         self.check_language_model("gpt", dict(
             embed_dim=16, depth=3, heads=2, seq_len=9))
+
+    def test_tied_revlm_and_gpt(self):
+        """--tie-embeddings: no head weight in the export; the head reads
+        the embedding's."""
+        for arch in ("revlm", "gpt"):
+            with self.subTest(arch=arch):
+                _, model = self.check_language_model(arch, dict(
+                    embed_dim=16, depth=1, heads=2, seq_len=8,
+                    tie_embeddings=True))
+                self.assertNotIn("blocks.2.fc.weight", model.state_dict())
 
     def test_generate_writes_what_petra_generate_writes(self):
         """The same export, prompt and seed: the same text in Python and

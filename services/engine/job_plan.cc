@@ -133,6 +133,12 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     config.channels_last = ChannelsLast(s, config.device);
     config.bf16_wire =
         s.training().wire_dtype() == petra::v1::TrainingSpec::WIRE_DTYPE_BF16;
+    if (absl::Status tied =
+            model::CheckTiedEnds(*net, ranges[j].begin, ranges[j].end);
+        !tied.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", j, ": ", tied.message()));
+    }
     try {  // building and placing the blocks can fail (no such device, OOM)
       std::vector<std::shared_ptr<model::Block>> blocks;
       // Running out of memory here is the job not fitting, said as such.

@@ -104,6 +104,10 @@ void AddTransformerFlags(base::FlagSet& f,
                            " for sentencepiece"),
               "revlm/gpt: vocabulary size (the tokenizer's)",
               Uint32([t](uint32_t v) { t()->set_vocab(v); }));
+  f.AddCustom("tie-embeddings", "", "false",
+              "revlm/gpt: the LM head uses the token embedding's weight "
+              "(one stage only: --stages 1)",
+              Bool([t](bool v) { t()->set_tie_embeddings(v); }));
   f.AddCustom("patch-size", "P",
               absl::StrCat(model::DefaultPatchSize(petra::v1::VARIANT_MNIST),
                            " for mnist, ",

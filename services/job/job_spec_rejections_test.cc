@@ -378,6 +378,26 @@ INSTANTIATE_TEST_SUITE_P(
                    },
                    "training.mode = forward_gradient",
                    "not for language models yet"},
+        RejectCase{"TiedEmbeddingsOnTwoStages",
+                   [](JobSpec* s) {
+                     AsLanguageModel(s, petra::v1::ARCHITECTURE_REVLM);
+                     s->mutable_model()
+                         ->mutable_transformer()
+                         ->set_tie_embeddings(true);
+                     s->mutable_partition()->set_stage_count(2);
+                   },
+                   "model.transformer.tie_embeddings = true",
+                   "only on one stage (--stages 1)"},
+        RejectCase{"TiedEmbeddingsOfAnImageModel",
+                   [](JobSpec* s) {
+                     s->mutable_model()->set_architecture(
+                         petra::v1::ARCHITECTURE_REVVIT);
+                     s->mutable_model()
+                         ->mutable_transformer()
+                         ->set_tie_embeddings(true);
+                   },
+                   "model.transformer.tie_embeddings = true",
+                   "only a language model"},
         RejectCase{"SeqLenTooLong",
                    [](JobSpec* s) {
                      AsLanguageModel(s, petra::v1::ARCHITECTURE_REVLM);

@@ -62,6 +62,10 @@ void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("dataset.text", "set", "only for dataset kind text");
   }
   if (!lm) {
+    if (m.transformer().tie_embeddings()) {
+      p.Add("model.transformer.tie_embeddings", "true",
+            "only a language model (revlm, gpt) has token embeddings to tie");
+    }
     if (m.transformer().has_seq_len() || m.transformer().has_vocab()) {
       p.Add("model.transformer.seq_len", "set",
             "seq_len and vocab size a language model (revlm, gpt)");
@@ -119,6 +123,19 @@ void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("training.mode", "forward_gradient",
           "not for language models yet: their local heads are image "
           "classifiers");
+  }
+  const petra::v1::PartitionSpec& cut = s.partition();
+  const bool one_stage =
+      (cut.layout_case() == petra::v1::PartitionSpec::kStageCount &&
+       cut.stage_count() == 1) ||
+      (cut.layout_case() == petra::v1::PartitionSpec::kSplits &&
+       cut.splits().split_at().empty());
+  if (t.tie_embeddings() && !one_stage) {
+    p.Add("model.transformer.tie_embeddings", "true",
+          "the embedding (first stage) and the LM head (last stage) can share "
+          "their weight only on one stage (--stages 1): PETRA updates each "
+          "stage's weights on its own, so two stages cannot hold one tensor; "
+          "leave --tie-embeddings out to train on more");
   }
 }
 

@@ -73,12 +73,19 @@ TEST_P(LanguageModelTest, WeightDecaySkipsEmbeddingsNormsAndBiases) {
       }
     }
   }
-  const std::vector<std::string> want = {
-      "1.attention.qkv.weight", "1.attention.proj.weight", "1.mlp.fc1.weight",
-      "1.mlp.fc2.weight",       "2.attention.qkv.weight",
-      "2.attention.proj.weight", "2.mlp.fc1.weight",      "2.mlp.fc2.weight",
-      "3.attention.qkv.weight", "3.attention.proj.weight", "3.mlp.fc1.weight",
-      "3.mlp.fc2.weight",       "4.fc.weight"};
+  const std::vector<std::string> want = {"1.attention.qkv.weight",
+                                         "1.attention.proj.weight",
+                                         "1.mlp.fc1.weight",
+                                         "1.mlp.fc2.weight",
+                                         "2.attention.qkv.weight",
+                                         "2.attention.proj.weight",
+                                         "2.mlp.fc1.weight",
+                                         "2.mlp.fc2.weight",
+                                         "3.attention.qkv.weight",
+                                         "3.attention.proj.weight",
+                                         "3.mlp.fc1.weight",
+                                         "3.mlp.fc2.weight",
+                                         "4.fc.weight"};
   EXPECT_EQ(decayed, want);
 }
 
@@ -94,6 +101,75 @@ TEST_P(LanguageModelTest, NoPositionSeesALaterToken) {
   // Positions 0..6 cannot tell; position 7 and later must.
   EXPECT_TRUE(torch::equal(a.narrow(1, 0, 7), b.narrow(1, 0, 7)));
   EXPECT_FALSE(torch::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5)));
+}
+
+int64_t ParameterCount(const Network& net) {
+  int64_t n = 0;
+  for (const auto& b : net.blocks) {
+    for (const torch::Tensor& p : b->parameters()) n += p.numel();
+  }
+  return n;
+}
+
+// --tie-embeddings: the head has no weight of its own, reads the token
+// embedding's, and that one tensor's gradient sums both uses.
+TEST_P(LanguageModelTest, ATiedHeadReadsTheEmbeddingAndItsGradientSumsBoth) {
+  petra::v1::ModelSpec spec = LanguageModel(GetParam());
+  absl::StatusOr<Network> untied = BuildNetwork(spec, 5);
+  spec.mutable_transformer()->set_tie_embeddings(true);
+  absl::StatusOr<Network> tied = BuildNetwork(spec, 5);
+  ASSERT_TRUE(untied.ok() && tied.ok());
+  const int64_t features =
+      GetParam() == petra::v1::ARCHITECTURE_REVLM ? 2 * 16 : 16;
+  EXPECT_EQ(ParameterCount(*untied) - ParameterCount(*tied),
+            256 * features + 256);  // the head's weight and bias
+  auto& head = static_cast<LmHeadBlock&>(*tied->blocks.back());
+  ASSERT_TRUE(head.tied());
+
+  torch::Tensor tokens = torch::randint(100, {2, 12}, torch::kInt64);
+  torch::Tensor before = Logits(*tied, tokens);
+  torch::Tensor embedding =
+      static_cast<TokenEmbedBlock&>(*tied->blocks.front()).token_weight();
+  {
+    // Token 200 is in no input: only the head reads its row.
+    torch::NoGradGuard no_grad;
+    embedding[200].add_(1.0);
+  }
+  torch::Tensor after = Logits(*tied, tokens);
+  EXPECT_FALSE(torch::allclose(before.select(-1, 200), after.select(-1, 200)));
+  EXPECT_TRUE(
+      torch::equal(before.narrow(-1, 0, 200), after.narrow(-1, 0, 200)));
+
+  TensorPair x{tokens, {}};
+  for (const auto& b : tied->blocks) x = b->Forward(x);
+  torch::nn::functional::cross_entropy(x.a.reshape({-1, 256}),
+                                       tokens.roll(-1, 1).reshape({-1}))
+      .backward();
+  // The head's gradient on an unused row, the stem's on a used one.
+  EXPECT_GT(embedding.grad()[200].abs().sum().item<double>(), 0);
+  EXPECT_GT(
+      embedding.grad()[tokens[0][0].item<int64_t>()].abs().sum().item<double>(),
+      0);
+}
+
+// A stage holds both tied ends or neither.
+TEST_P(LanguageModelTest, TiedEndsMustShareAStage) {
+  petra::v1::ModelSpec spec = LanguageModel(GetParam());
+  spec.mutable_transformer()->set_tie_embeddings(true);
+  absl::StatusOr<NetworkBlueprint> blueprint = DescribeNetwork(spec);
+  ASSERT_TRUE(blueprint.ok());
+  EXPECT_TRUE(CheckTiedEnds(*blueprint, 0, 5).ok());
+  EXPECT_TRUE(CheckTiedEnds(*blueprint, 1, 3).ok());
+  EXPECT_EQ(CheckTiedEnds(*blueprint, 0, 2).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckTiedEnds(*blueprint, 3, 5).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Built alone (to count or profile it), the head still runs.
+  std::shared_ptr<Block> head = BuildBlocks(*blueprint, 4, 5, 1)[0];
+  TensorPair x{torch::randn({1, 3, 16}), {}};
+  if (GetParam() == petra::v1::ARCHITECTURE_REVLM)
+    x.b = torch::randn({1, 3, 16});
+  EXPECT_EQ(head->Forward(x).a.sizes(), (std::vector<int64_t>{1, 3, 256}));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -98,9 +98,11 @@ NetworkBlueprint DescribeLanguageModel(const petra::v1::ModelSpec& model) {
     });
   }
   const int64_t features = rev ? 2 * o.embed_dim : o.embed_dim;
-  net.blocks.push_back([features, vocab]() -> std::shared_ptr<Block> {
-    return std::make_shared<LmHeadBlock>(features, vocab);
+  const int64_t tied_dim = t.tie_embeddings() ? o.embed_dim : 0;
+  net.blocks.push_back([features, vocab, tied_dim]() -> std::shared_ptr<Block> {
+    return std::make_shared<LmHeadBlock>(features, vocab, tied_dim);
   });
+  net.tied_ends = t.tie_embeddings();
   return net;
 }
 
@@ -243,7 +245,22 @@ std::vector<std::shared_ptr<Block>> BuildBlocks(
     torch::manual_seed(BlockSeed(seed, i));
     out.push_back(blueprint.blocks[i]());
   }
+  if (blueprint.tied_ends && begin <= 0 && end >= blueprint.size()) {
+    static_cast<LmHeadBlock&>(*out.back())
+        .Tie(static_cast<const TokenEmbedBlock&>(*out.front()).token_weight());
+  }
   return out;
+}
+
+absl::Status CheckTiedEnds(const NetworkBlueprint& blueprint, int begin,
+                           int end) {
+  if (!blueprint.tied_ends) return absl::OkStatus();
+  const bool first = begin <= 0, last = end >= blueprint.size();
+  if (first == last) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "blocks [", begin, ", ", end,
+      ") hold one end of a network whose token embedding and LM head share "
+      "their weight (tie_embeddings): both ends must be on one stage"));
 }
 
 absl::StatusOr<Network> BuildNetwork(const petra::v1::ModelSpec& model,

@@ -37,6 +37,9 @@ struct NetworkBlueprint {
   // What the input holds: pixels (float) or token ids (int64).
   torch::ScalarType input_dtype = torch::kFloat32;
   int64_t num_classes = 0;
+  // A language model whose LM head reads the token embedding's weight
+  // (tie_embeddings): BuildBlocks ties them when it builds both ends.
+  bool tied_ends = false;
   int size() const { return static_cast<int>(blocks.size()); }
 };
 
@@ -54,8 +57,15 @@ absl::StatusOr<NetworkBlueprint> DescribeNetwork(
 // Blocks [begin, end) of `blueprint`, block i's weights drawn from
 // BlockSeed(seed, i): the same blocks whatever the range. Leaves torch's
 // global generator seeded for the last block built.
+// Ties a language model's head to its embedding (tied_ends) when the range
+// holds both.
 std::vector<std::shared_ptr<Block>> BuildBlocks(
     const NetworkBlueprint& blueprint, int begin, int end, uint64_t seed);
+
+// INVALID_ARGUMENT when blocks [begin, end) hold one tied end but not the
+// other: a stage cannot share a tensor with another stage.
+absl::Status CheckTiedEnds(const NetworkBlueprint& blueprint, int begin,
+                           int end);
 
 // The seed block `index` of a network seeded with `seed` draws its weights
 // from.

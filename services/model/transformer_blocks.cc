@@ -219,15 +219,27 @@ TensorPair TokenEmbedBlock::Forward(const TensorPair& x) {
   return {tokens, tokens};
 }
 
-LmHeadBlock::LmHeadBlock(int64_t features, int64_t vocab) {
+LmHeadBlock::LmHeadBlock(int64_t features, int64_t vocab, int64_t tied_dim) {
   norm_ = register_module(
       "norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({features})));
-  fc_ = register_module("fc", MakeLinear(features, vocab));
+  if (tied_dim > 0) {
+    tied_weight_ = torch::randn({vocab, tied_dim}) * 0.02;
+  } else {
+    fc_ = register_module("fc", MakeLinear(features, vocab));
+  }
 }
 
 TensorPair LmHeadBlock::Forward(const TensorPair& x) {
   torch::Tensor tokens = x.is_pair() ? torch::cat({x.a, x.b}, -1) : x.a;
-  return {CountedLinear(fc_, norm_->forward(tokens)), {}};
+  torch::Tensor h = norm_->forward(tokens);
+  if (!tied()) return {CountedLinear(fc_, h), {}};
+  const int64_t dim = tied_weight_.size(1);
+  // The streams' halves of the normalised features through one embedding:
+  // what an untied head would compute with its weight [E, E].
+  if (h.size(-1) != dim) h = h.narrow(-1, 0, dim) + h.narrow(-1, dim, dim);
+  torch::Tensor logits = torch::nn::functional::linear(h, tied_weight_);
+  ScopedFlopCounter::Add(2 * dim * logits.numel());
+  return {logits, {}};
 }
 
 }  // namespace petra::model

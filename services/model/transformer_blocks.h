@@ -122,6 +122,8 @@ class TokenEmbedBlock : public Block {
                   bool two_streams);
   std::string kind() const override { return "stem"; }
   TensorPair Forward(const TensorPair& x) override;
+  // The token embedding [vocab, dim], which a tied head reads.
+  const torch::Tensor& token_weight() const { return embedding_->weight; }
 
  private:
   bool two_streams_;
@@ -132,15 +134,23 @@ class TokenEmbedBlock : public Block {
 // A language model's head: concatenates the streams (when two), LayerNorm,
 // and a linear map of every position to the vocabulary's logits
 // [batch, tokens, vocab].
+//
+// Tied (dim > 0): no weight of its own; the logits are the normalised
+// streams' sum times the token embedding [vocab, dim] transposed, which
+// Tie() hands it when one stage builds both (BuildBlocks). Built alone (to
+// count or profile it), it reads a stand-in of that shape, not a parameter.
 class LmHeadBlock : public Block {
  public:
-  LmHeadBlock(int64_t features, int64_t vocab);
+  LmHeadBlock(int64_t features, int64_t vocab, int64_t tied_dim = 0);
   std::string kind() const override { return "head"; }
   TensorPair Forward(const TensorPair& x) override;
+  bool tied() const { return tied_weight_.defined(); }
+  void Tie(const torch::Tensor& token_weight) { tied_weight_ = token_weight; }
 
  private:
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear fc_{nullptr};
+  torch::Tensor tied_weight_;
 };
 
 }  // namespace petra::model
