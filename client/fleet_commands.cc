@@ -140,15 +140,16 @@ int PrepareJobCommand(base::FlagSet& flags, const std::string& command,
 
 void PrintJobLine(const petra::v1::Job& job) {
   const petra::v1::Progress& p = job.progress();
-  std::printf("%-10s %-10s %-28s epoch %u/%u  step %llu/%llu  test acc %s\n",
-              job.id().c_str(), StateName(job.state()).c_str(),
-              job.spec().name().empty() ? "-" : job.spec().name().c_str(),
-              p.epoch(), job.spec().training().epochs(),
-              static_cast<unsigned long long>(p.step()),
-              static_cast<unsigned long long>(p.total_steps()),
-              p.has_test_accuracy()
-                  ? absl::StrFormat("%.2f%%", 100 * p.test_accuracy()).c_str()
-                  : "-");
+  std::printf(
+      "%-10s %-10s %-28s epoch %u/%u  step %llu/%llu  test acc %s%s\n",
+      job.id().c_str(), StateName(job.state()).c_str(),
+      job.spec().name().empty() ? "-" : job.spec().name().c_str(), p.epoch(),
+      job.spec().training().epochs(), static_cast<unsigned long long>(p.step()),
+      static_cast<unsigned long long>(p.total_steps()),
+      p.has_test_accuracy()
+          ? absl::StrFormat("%.2f%%", 100 * p.test_accuracy()).c_str()
+          : "-",
+      job.owner().empty() ? "" : absl::StrCat("  owner ", job.owner()).c_str());
 }
 
 // `submit --watch` and `watch`: follows job `id` to its end, with the
@@ -321,10 +322,15 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
   flags.AddBool("json", &json,
                 "print one JSON object, {\"jobs\": [Job, ...]}, every page "
                 "joined");
+  bool mine = false;
+  flags.AddBool("mine", &mine,
+                "only the jobs this token's user submitted (a coordinator "
+                "with --users-file or --auth-token-file)");
   const std::string command = program + " list";
   if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
   petra::v1::ListJobsRequest request;
+  request.set_mine(mine);
   if (!state.empty()) {
     petra::v1::JobState parsed;
     if (!petra::v1::JobState_Parse("JOB_STATE_" + absl::AsciiStrToUpper(state),

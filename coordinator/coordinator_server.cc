@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/access_control.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
@@ -23,12 +25,20 @@ namespace petra::coordinator {
 CoordinatorServer::CoordinatorServer(Options options,
                                      std::vector<std::string> stages,
                                      wire::TransportSecurity security,
-                                     std::string token)
+                                     std::unique_ptr<AccessControl> access,
+                                     std::unique_ptr<AuditLog> audit)
     : options_(std::move(options)),
       stages_(std::move(stages)),
       security_(std::move(security)),
-      token_(std::move(token)) {}
+      access_(std::move(access)),
+      audit_(std::move(audit)) {}
 CoordinatorServer::~CoordinatorServer() { GracefulStop(); }
+
+bool CoordinatorServer::requires_token() const { return !access_->open(); }
+int CoordinatorServer::user_count() const { return access_->user_count(); }
+const std::string& CoordinatorServer::audit_log_path() const {
+  return audit_->path();
+}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     Options options) {
@@ -92,12 +102,28 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   absl::StatusOr<wire::TransportSecurity> security =
       wire::LoadTransportSecurity(options.tls, wire::TlsRole::kServer);
   if (!security.ok()) return security.status();
-  absl::StatusOr<std::string> token =
-      wire::LoadBearerToken(options.auth_token_file, "--auth-token-file");
-  if (!token.ok()) return token.status();
-  return std::unique_ptr<CoordinatorServer>(
-      new CoordinatorServer(std::move(options), std::move(*stages),
-                            std::move(*security), std::move(*token)));
+  if (!options.auth_token_file.empty() && !options.users_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--auth-token-file and --users-file: give one (a users file can "
+        "hold that token as an admin's)");
+  }
+  absl::StatusOr<AccessControl> access = AccessControl::Open();
+  if (!options.users_file.empty()) {
+    access = AccessControl::FromFile(options.users_file);
+  } else {
+    absl::StatusOr<std::string> token =
+        wire::LoadBearerToken(options.auth_token_file, "--auth-token-file");
+    if (!token.ok()) return token.status();
+    access = AccessControl::SingleToken(*token);
+  }
+  if (!access.ok()) return access.status();
+  absl::StatusOr<std::unique_ptr<AuditLog>> audit = AuditLog::Open(
+      options.audit_log.empty() ? options.state_dir + "/audit.log"
+                                : options.audit_log);
+  if (!audit.ok()) return audit.status();
+  return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
+      std::move(options), std::move(*stages), std::move(*security),
+      std::make_unique<AccessControl>(std::move(*access)), std::move(*audit)));
 }
 
 absl::Status CoordinatorServer::Start() {
@@ -129,7 +155,7 @@ absl::Status CoordinatorServer::Start() {
   env.replica_store = replica_store_.get();
   jobs_ = std::make_unique<JobManager>(std::move(env));
   service_ = std::make_unique<CoordinatorServiceImpl>(
-      jobs_.get(), job_metrics_.get(), wire::BearerTokenCheck(token_));
+      jobs_.get(), job_metrics_.get(), access_.get(), audit_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(
       options_.listen, "--listen", {service_.get()}, &port_, security_);
   if (!server.ok()) return server.status();

@@ -21,6 +21,8 @@ class MetricsExposer;
 
 namespace petra::coordinator {
 
+class AccessControl;
+class AuditLog;
 class CoordinatorServiceImpl;
 class JobManager;
 class CoordinatorMetrics;
@@ -47,8 +49,13 @@ class CoordinatorServer {
     // plaintext. With a CA, clients must present a certificate it signed.
     wire::TlsOptions tls;
     // File holding the bearer token every CoordinatorService call must
-    // carry; empty = no token needed.
+    // carry, one admin's ("admin"); empty = no token needed.
     std::string auth_token_file;
+    // Users, their tokens and roles (a text proto of petra.v1.UsersConfig);
+    // instead of auth_token_file.
+    std::string users_file;
+    // The audit log (JSON lines, appended); empty = <state_dir>/audit.log.
+    std::string audit_log;
     // How long a job that lost a stage server waits for it or a spare; 0
     // fails such a job at once.
     int64_t recovery_timeout_seconds = 120;
@@ -77,15 +84,22 @@ class CoordinatorServer {
   const std::vector<std::string>& stage_addresses() const { return stages_; }
   // The TLS settings as loaded by Create, and whether a token is required.
   const wire::TransportSecurity& security() const { return security_; }
-  bool requires_token() const { return !token_.empty(); }
+  bool requires_token() const;
+  // Users of --users-file (1 for --auth-token-file, 0 when open).
+  int user_count() const;
+  const std::string& audit_log_path() const;
 
  private:
   CoordinatorServer(Options options, std::vector<std::string> stages,
-                    wire::TransportSecurity security, std::string token);
+                    wire::TransportSecurity security,
+                    std::unique_ptr<AccessControl> access,
+                    std::unique_ptr<AuditLog> audit);
   Options options_;
   std::vector<std::string> stages_;
   wire::TransportSecurity security_;
-  std::string token_;
+  std::unique_ptr<AccessControl> access_;
+  // Outlives the service that appends to it.
+  std::unique_ptr<AuditLog> audit_;
   // Before the members that point into its registry, so that it is
   // destroyed after them also when Start failed half-way.
   std::unique_ptr<metrics::MetricsExposer> metrics_;

@@ -14,14 +14,48 @@ namespace {
 
 constexpr size_t kExportChunkBytes = 1 << 20;
 
+// One call's audit line, written once when the call ends (a copy carries
+// it into the reaction that ends the call).
+class Audit {
+ public:
+  Audit() = default;
+  Audit(AuditLog* log, petra::v1::AuditRecord record)
+      : log_(log), record_(std::move(record)) {}
+  void Done(const absl::Status& status, const std::string& new_job = "") {
+    if (log_ == nullptr) return;
+    petra::v1::AuditRecord r = record_;
+    if (!new_job.empty()) r.set_job_id(new_job);
+    r.set_code(absl::StatusCodeToString(status.code()));
+    r.set_message(std::string(status.message()));
+    log_->Append(std::move(r));
+    log_ = nullptr;
+  }
+  void Done(const grpc::Status& status) {
+    Done(absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message()));
+  }
+
+ private:
+  AuditLog* log_ = nullptr;
+  petra::v1::AuditRecord record_;
+};
+
+// The job a response names (a submission's new id).
+std::string NewJobId(const petra::v1::Job& job) { return job.id(); }
+template <typename Response>
+std::string NewJobId(const Response&) {
+  return "";
+}
+
 template <typename Response>
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
                                 const absl::StatusOr<Response>& result,
-                                Response* response,
-                                CoordinatorMetrics* metrics) {
+                                Response* response, CoordinatorMetrics* metrics,
+                                Audit audit) {
   // metrics is null when the error was counted already.
   if (!result.ok() && metrics != nullptr)
     metrics->Error(result.status().code());
+  audit.Done(result.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) *response = *result;
   reactor->Finish(wire::ToGrpcStatus(result.status()));
@@ -33,15 +67,19 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
 template <typename Response>
 grpc::ServerUnaryReactor* ReplyLater(
     grpc::CallbackServerContext* context, Response* response,
-    CoordinatorMetrics* metrics, engine::SerialExecutor& io,
+    CoordinatorMetrics* metrics, engine::SerialExecutor& io, Audit audit,
     std::function<absl::StatusOr<Response>()> result) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto finish = [reactor, response, metrics](absl::StatusOr<Response> r) {
+  auto finish = [reactor, response, metrics,
+                 audit](absl::StatusOr<Response> r) mutable {
     if (!r.ok() && metrics != nullptr) metrics->Error(r.status().code());
+    audit.Done(r.status(), r.ok() ? NewJobId(*r) : std::string());
     if (r.ok()) *response = *std::move(r);
     reactor->Finish(wire::ToGrpcStatus(r.status()));
   };
-  if (!io.Post([finish, result = std::move(result)] { finish(result()); })) {
+  if (!io.Post([finish, result = std::move(result)]() mutable {
+        finish(result());
+      })) {
     finish(absl::UnavailableError("the coordinator is stopping"));
   }
   return reactor;
@@ -94,7 +132,7 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
         }
       }
       if (next != nullptr) reactor_->StartWrite(next);
-      if (finish) reactor_->Finish(grpc::Status::OK);
+      if (finish) reactor_->End(grpc::Status::OK);
     }
     // The client went away: finish now unless a write is in flight (its
     // WriteDone(false) finishes) or the stream already finished.
@@ -107,7 +145,7 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
         finished_ |= reactor != nullptr;
       }
       if (reactor != nullptr) {
-        reactor->Finish(
+        reactor->End(
             grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       }
     }
@@ -125,12 +163,17 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
          finished_ = false;
   };
 
-  WatchReactor(JobManager* jobs, const std::string& id)
-      : events_(std::make_shared<Events>(this)) {
+  WatchReactor(JobManager* jobs, const std::string& id, Audit audit)
+      : events_(std::make_shared<Events>(this)), audit_(std::move(audit)) {
     if (absl::Status s = jobs->Watch(id, events_); !s.ok()) {
       events_->Detach();
-      Finish(wire::ToGrpcStatus(s));
+      End(wire::ToGrpcStatus(s));
     }
+  }
+  // Finish, audited.
+  void End(const grpc::Status& status) {
+    audit_.Done(status);
+    Finish(status);
   }
   void OnWriteDone(bool ok) override { events_->WriteDone(ok); }
   void OnCancel() override { events_->Cancelled(); }
@@ -141,6 +184,7 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
 
  private:
   std::shared_ptr<Events> events_;
+  Audit audit_;
 };
 
 // Streams a job's export file in chunks, one write at a time. Finding,
@@ -151,10 +195,10 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
 class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
  public:
   ExportReactor(JobManager* jobs, const petra::v1::ExportJobRequest& request,
-                engine::SerialExecutor* io)
-      : io_(io) {
+                engine::SerialExecutor* io, Audit audit)
+      : io_(io), audit_(std::move(audit)) {
     if (!petra::v1::ExportJobRequest::Format_IsValid(request.format())) {
-      Finish(wire::ToGrpcStatus(absl::InvalidArgumentError(
+      End(wire::ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("format ", request.format(), " is not supported"))));
       return;
     }
@@ -166,7 +210,7 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
   }
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       return;
     }
     chunk_.Clear();
@@ -177,22 +221,22 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
  private:
   void Later(std::function<void()> step) {
     if (!io_->Post(std::move(step))) {
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the coordinator is stopping"));
+      End(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                       "the coordinator is stopping"));
     }
   }
   void Open(JobManager* jobs, const std::string& id,
             petra::v1::ExportJobRequest::Format format) {
     absl::StatusOr<std::string> path = jobs->ExportFile(id, format);
     if (!path.ok()) {
-      Finish(wire::ToGrpcStatus(path.status()));
+      End(wire::ToGrpcStatus(path.status()));
       return;
     }
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(*path, ec);
     in_.open(*path, std::ios::binary);
     if (ec || !in_) {
-      Finish(wire::ToGrpcStatus(absl::DataLossError(absl::StrCat(
+      End(wire::ToGrpcStatus(absl::DataLossError(absl::StrCat(
           "the export file of job \"", id, "\" could not be opened",
           ec ? absl::StrCat(": ", ec.message()) : std::string()))));
       return;
@@ -209,7 +253,7 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
     // The first chunk goes out even for an empty file: it carries the name
     // and the size.
     if (sent_ >= total_ && started_) {
-      Finish(grpc::Status::OK);
+      End(grpc::Status::OK);
       return;
     }
     started_ = true;
@@ -217,8 +261,8 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
                      '\0');
     in_.read(data.data(), static_cast<std::streamsize>(data.size()));
     if (!in_) {
-      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
-                          "the export file could not be read"));
+      End(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                       "the export file could not be read"));
       return;
     }
     sent_ += data.size();
@@ -226,7 +270,14 @@ class ExportReactor : public grpc::ServerWriteReactor<petra::v1::ExportChunk> {
     StartWrite(&chunk_);
   }
 
+  // Finish, audited.
+  void End(const grpc::Status& status) {
+    audit_.Done(status);
+    Finish(status);
+  }
+
   engine::SerialExecutor* io_;
+  Audit audit_;
   std::ifstream in_;
   uint64_t total_ = 0, sent_ = 0;
   bool started_ = false;
@@ -247,69 +298,153 @@ class RefusedStream : public grpc::ServerWriteReactor<Message> {
 
 CoordinatorServiceImpl::CoordinatorServiceImpl(JobManager* jobs,
                                                CoordinatorMetrics* metrics,
-                                               wire::BearerTokenCheck auth)
-    : jobs_(jobs), metrics_(metrics), auth_(std::move(auth)) {}
+                                               const AccessControl* access,
+                                               AuditLog* audit)
+    : jobs_(jobs), metrics_(metrics), access_(access), audit_(audit) {}
 
-absl::Status CoordinatorServiceImpl::Authenticate(
-    grpc::CallbackServerContext* context) const {
-  absl::Status s = auth_.Check(context->client_metadata());
-  if (!s.ok()) metrics_->Error(s.code());
-  return s;
+absl::StatusOr<Principal> CoordinatorServiceImpl::Admit(
+    grpc::CallbackServerContext* context, Action action,
+    const std::string& job_id, petra::v1::AuditRecord& record) {
+  record.set_call(ActionName(action));
+  record.set_job_id(job_id);
+  record.set_peer(context->peer());
+  std::optional<std::string> authorization;
+  const auto& metadata = context->client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    authorization.emplace(it->second.data(), it->second.size());
+  }
+  absl::StatusOr<Principal> who = access_->Identify(authorization);
+  absl::Status allowed = who.status();
+  if (who.ok()) {
+    record.set_user(who->user);
+    record.set_role(who->role);
+    std::string owner;
+    // Only a member's cancel or export depends on whose job it is; a job
+    // that is not there is the call's own NOT_FOUND.
+    if (who->role == petra::v1::ROLE_MEMBER &&
+        (action == Action::kCancel || action == Action::kExport)) {
+      absl::StatusOr<petra::v1::Job> job = jobs_->Get(job_id);
+      if (job.ok()) {
+        owner = job->owner();
+      } else {
+        allowed = job.status();
+      }
+    }
+    if (allowed.ok()) {
+      allowed = AccessControl::Authorize(*who, action, job_id, owner);
+    }
+  }
+  if (!allowed.ok()) {
+    metrics_->Error(allowed.code());
+    Audit(audit_, record).Done(allowed);
+    return allowed;
+  }
+  return who;
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::SubmitJob(
     grpc::CallbackServerContext* context,
     const petra::v1::SubmitJobRequest* request, petra::v1::Job* response) {
-  if (absl::Status s = Authenticate(context); !s.ok())
-    return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
+  petra::v1::AuditRecord record;
+  absl::StatusOr<Principal> who = Admit(context, Action::kSubmit, "", record);
+  // Resuming reads the earlier job's weights: a member resumes its own.
+  const std::string& from = request->spec().checkpoint().resume_from_job();
+  if (who.ok() && !from.empty() && who->role == petra::v1::ROLE_MEMBER) {
+    absl::StatusOr<petra::v1::Job> earlier = jobs_->Get(from);
+    if (earlier.ok()) {
+      if (absl::Status s = AccessControl::Authorize(*who, Action::kExport, from,
+                                                    earlier->owner());
+          !s.ok()) {
+        metrics_->Error(s.code());
+        Audit(audit_, record).Done(s);
+        who = s;
+      }
+    }
+  }
+  if (!who.ok()) {
+    return Reply(context, absl::StatusOr<petra::v1::Job>(who.status()),
+                 response, nullptr, Audit());
+  }
   return ReplyLater<petra::v1::Job>(
-      context, response, metrics_, io_,
-      [this, spec = request->spec()] { return jobs_->Submit(spec); });
+      context, response, metrics_, io_, Audit(audit_, record),
+      [this, spec = request->spec(), owner = who->user] {
+        return jobs_->Submit(spec, owner);
+      });
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetJob(
     grpc::CallbackServerContext* context,
     const petra::v1::GetJobRequest* request, petra::v1::Job* response) {
-  if (absl::Status s = Authenticate(context); !s.ok())
-    return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
-  return Reply(context, jobs_->Get(request->job_id()), response, metrics_);
+  petra::v1::AuditRecord record;
+  absl::StatusOr<Principal> who =
+      Admit(context, Action::kGet, request->job_id(), record);
+  if (!who.ok()) {
+    return Reply(context, absl::StatusOr<petra::v1::Job>(who.status()),
+                 response, nullptr, Audit());
+  }
+  return Reply(context, jobs_->Get(request->job_id()), response, metrics_,
+               Audit(audit_, record));
 }
 
 grpc::ServerWriteReactor<petra::v1::JobEvent>* CoordinatorServiceImpl::WatchJob(
     grpc::CallbackServerContext* context,
     const petra::v1::WatchJobRequest* request) {
-  if (absl::Status s = Authenticate(context); !s.ok())
-    return new RefusedStream<petra::v1::JobEvent>(s);
-  return new WatchReactor(jobs_, request->job_id());
+  petra::v1::AuditRecord record;
+  absl::StatusOr<Principal> who =
+      Admit(context, Action::kWatch, request->job_id(), record);
+  if (!who.ok()) return new RefusedStream<petra::v1::JobEvent>(who.status());
+  return new WatchReactor(jobs_, request->job_id(), Audit(audit_, record));
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::ListJobs(
     grpc::CallbackServerContext* context,
     const petra::v1::ListJobsRequest* request,
     petra::v1::ListJobsResponse* response) {
-  if (absl::Status s = Authenticate(context); !s.ok()) {
-    return Reply(context, absl::StatusOr<petra::v1::ListJobsResponse>(s),
-                 response, nullptr);
+  petra::v1::AuditRecord record;
+  absl::StatusOr<Principal> who = Admit(context, Action::kList, "", record);
+  if (!who.ok()) {
+    return Reply(context,
+                 absl::StatusOr<petra::v1::ListJobsResponse>(who.status()),
+                 response, nullptr, Audit());
   }
-  return Reply(context, jobs_->List(*request), response, metrics_);
+  if (request->mine() && who->user.empty()) {
+    return Reply(context,
+                 absl::StatusOr<petra::v1::ListJobsResponse>(
+                     absl::FailedPreconditionError(
+                         "mine: this coordinator has no users (no "
+                         "--auth-token-file or --users-file), so its jobs "
+                         "have no owner")),
+                 response, metrics_, Audit(audit_, record));
+  }
+  return Reply(context, jobs_->List(*request, who->user), response, metrics_,
+               Audit(audit_, record));
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::CancelJob(
     grpc::CallbackServerContext* context,
     const petra::v1::CancelJobRequest* request, petra::v1::Job* response) {
-  if (absl::Status s = Authenticate(context); !s.ok())
-    return Reply(context, absl::StatusOr<petra::v1::Job>(s), response, nullptr);
+  petra::v1::AuditRecord record;
+  absl::StatusOr<Principal> who =
+      Admit(context, Action::kCancel, request->job_id(), record);
+  if (!who.ok()) {
+    return Reply(context, absl::StatusOr<petra::v1::Job>(who.status()),
+                 response, nullptr, Audit());
+  }
   return ReplyLater<petra::v1::Job>(
-      context, response, metrics_, io_,
+      context, response, metrics_, io_, Audit(audit_, record),
       [this, id = request->job_id()] { return jobs_->Cancel(id); });
 }
 
 grpc::ServerWriteReactor<petra::v1::ExportChunk>*
 CoordinatorServiceImpl::ExportJob(grpc::CallbackServerContext* context,
                                   const petra::v1::ExportJobRequest* request) {
-  if (absl::Status s = Authenticate(context); !s.ok())
-    return new RefusedStream<petra::v1::ExportChunk>(s);
-  return new ExportReactor(jobs_, *request, &io_);
+  petra::v1::AuditRecord record;
+  absl::StatusOr<Principal> who =
+      Admit(context, Action::kExport, request->job_id(), record);
+  if (!who.ok()) {
+    return new RefusedStream<petra::v1::ExportChunk>(who.status());
+  }
+  return new ExportReactor(jobs_, *request, &io_, Audit(audit_, record));
 }
 
 }  // namespace petra::coordinator

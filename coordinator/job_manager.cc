@@ -118,7 +118,8 @@ void JobManager::LoadRecords() {
   queue_.insert(queue_.begin(), recovering.begin(), recovering.end());
 }
 
-absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
+absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec,
+                                      const std::string& owner) {
   absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(spec);
   if (!resolved.ok()) return resolved.status();
   const int stages = job::StageCount(*resolved);
@@ -187,6 +188,7 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   job.set_id(absl::StrCat("job-", next_id_++));
   *job.mutable_spec() = *resolved;
   job.set_state(petra::v1::JOB_STATE_QUEUED);
+  job.set_owner(owner);
   *job.mutable_create_time() =
       google::protobuf::util::TimeUtil::GetCurrentTime();
   std::error_code ec;
@@ -207,8 +209,9 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec) {
   return job;
 }
 
-absl::StatusOr<Job> JobManager::Submit(const petra::v1::JobSpec& spec) {
-  absl::StatusOr<Job> job = Queue(spec);
+absl::StatusOr<Job> JobManager::Submit(const petra::v1::JobSpec& spec,
+                                       const std::string& owner) {
+  absl::StatusOr<Job> job = Queue(spec, owner);
   if (job.ok()) Count();
   return job;
 }
@@ -262,7 +265,7 @@ absl::StatusOr<Job> JobManager::Get(const std::string& id) {
 }
 
 absl::StatusOr<petra::v1::ListJobsResponse> JobManager::List(
-    const petra::v1::ListJobsRequest& request) {
+    const petra::v1::ListJobsRequest& request, const std::string& caller) {
   uint32_t size =
       request.page_size() == 0 ? kDefaultPageSize : request.page_size();
   size = std::min(size, kMaxPageSize);
@@ -289,6 +292,7 @@ absl::StatusOr<petra::v1::ListJobsResponse> JobManager::List(
         job.state() != request.state()) {
       continue;
     }
+    if (request.mine() && job.owner() != caller) continue;
     if (position++ < start) continue;
     if (response.jobs_size() == static_cast<int>(size)) {
       response.set_next_page_token(absl::StrCat(position - 1));

@@ -27,10 +27,15 @@ class JobManager {
   // release its stages. Later submissions are refused.
   void Stop();
 
-  absl::StatusOr<petra::v1::Job> Submit(const petra::v1::JobSpec& spec);
+  // `owner`: the submitting user, recorded with the job ("" when the
+  // coordinator has no users).
+  absl::StatusOr<petra::v1::Job> Submit(const petra::v1::JobSpec& spec,
+                                        const std::string& owner = "");
   absl::StatusOr<petra::v1::Job> Get(const std::string& id);
+  // `caller` is whose jobs request.mine() lists.
   absl::StatusOr<petra::v1::ListJobsResponse> List(
-      const petra::v1::ListJobsRequest& request);
+      const petra::v1::ListJobsRequest& request,
+      const std::string& caller = "");
   absl::StatusOr<petra::v1::Job> Cancel(const std::string& id);
   absl::Status Watch(const std::string& id, std::shared_ptr<JobWatcher> w);
   // The export file of a job that has a checkpoint.
@@ -42,7 +47,8 @@ class JobManager {
           petra::v1::ExportJobRequest::FORMAT_UNSPECIFIED);
 
  private:
-  absl::StatusOr<petra::v1::Job> Queue(const petra::v1::JobSpec& spec);
+  absl::StatusOr<petra::v1::Job> Queue(const petra::v1::JobSpec& spec,
+                                       const std::string& owner);
   // Jobs by state, to the metrics.
   void Count();
   void RunQueue();

@@ -35,8 +35,16 @@ int main(int argc, char** argv) {
   petra::wire::AddServerTlsFlags(flags, &options.tls, "the stage servers");
   flags.AddString("auth-token-file", &options.auth_token_file,
                   "file holding the bearer token every client call must "
-                  "carry (authorization: Bearer TOKEN); empty = no token; "
-                  "health checks need none");
+                  "carry (authorization: Bearer TOKEN), one admin's; empty "
+                  "= no token; health checks need none");
+  flags.AddString("users-file", &options.users_file,
+                  "users, their tokens and roles (admin, member, viewer): a "
+                  "text proto of petra.v1.UsersConfig (docs/DEPLOY.md); "
+                  "instead of --auth-token-file");
+  flags.AddString("audit-log", &options.audit_log,
+                  "file every control call is appended to as a JSON line "
+                  "(who, what, when, the result); empty = "
+                  "<state-dir>/audit.log");
   flags.AddInt("recovery-timeout", &options.recovery_timeout_seconds,
                "seconds a running job that lost a stage server waits for it "
                "(or an idle spare listed in --stages) before it fails; 0 "
@@ -66,8 +74,14 @@ int main(int argc, char** argv) {
       [&](petra::coordinator::CoordinatorServer& server) {
         if (server.requires_token() && !server.security().enabled()) {
           std::cerr << argv[0]
-                    << ": warning: --auth-token-file without --tls-cert: "
-                       "clients send the token in plaintext\n";
+                    << ": warning: tokens without --tls-cert: clients send "
+                       "them in plaintext\n";
+        }
+        if (!server.requires_token()) {
+          std::cerr << argv[0]
+                    << ": warning: no --auth-token-file or --users-file: "
+                       "anyone who reaches --listen may submit, cancel and "
+                       "export any job\n";
         }
         const std::string stages =
             absl::StrCat(server.stage_addresses().size());
@@ -76,12 +90,18 @@ int main(int argc, char** argv) {
         a.listening = stages + " stage servers";
         a.transport =
             server.security().Describe() +
-            (server.requires_token() ? ", bearer token required" : "");
+            (server.requires_token()
+                 ? absl::StrCat(", bearer token required (",
+                                server.user_count(), " user",
+                                server.user_count() == 1 ? "" : "s", ")")
+                 : "");
         a.metrics_port = server.metrics_port();
         a.log_fields = {
             {"stage_servers", stages},
             {"transport", server.security().Describe()},
-            {"token", server.requires_token() ? "required" : "none"}};
+            {"token", server.requires_token() ? "required" : "none"},
+            {"users", absl::StrCat(server.user_count())},
+            {"audit_log", server.audit_log_path()}};
         return a;
       });
 }

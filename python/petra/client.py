@@ -266,12 +266,13 @@ class Client:
             job = event.job
         return job if job is not None else self.get(job_id)
 
-    def list(self, state=None):
+    def list(self, state=None, mine=False):
         """Every job (Job messages), newest first (all pages); `state`
-        filters, e.g. "running" or coordinator_pb2.JOB_STATE_RUNNING.
+        filters, e.g. "running" or coordinator_pb2.JOB_STATE_RUNNING, and
+        `mine` keeps the jobs this client's token submitted (job.owner).
         petra.state_name(job) says a job's state as the command line does
         ("running"): protobuf gives job.state as a number."""
-        request = coordinator_pb2.ListJobsRequest()
+        request = coordinator_pb2.ListJobsRequest(mine=bool(mine))
         if state is not None:
             if isinstance(state, str):
                 name = "JOB_STATE_" + state.upper()

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "google/protobuf/message.h"
 
 namespace petra::base {
@@ -19,5 +20,11 @@ struct ProtoJsonOptions {
 // fail; should it, the result is "{}" rather than an empty string.
 std::string ProtoToJson(const google::protobuf::Message& message,
                         ProtoJsonOptions options = {});
+
+// Parses a text proto into `message`; INVALID_ARGUMENT "<what>: line L,
+// column C: ..." at the first error.
+absl::Status ParseTextProto(const std::string& text,
+                            google::protobuf::Message* message,
+                            const std::string& what);
 
 }  // namespace petra::base

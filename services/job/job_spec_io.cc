@@ -8,8 +8,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "services/base/proto_json.h"
 #include "services/base/small_file.h"
@@ -21,20 +19,6 @@ namespace {
 
 // Largest spec file we read; a JobSpec is a few KB.
 constexpr std::streamoff kMaxSpecFileBytes = 1 << 20;
-
-class CollectErrors : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (first_.empty()) {
-      first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ",
-                            message);
-    }
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
 
 }  // namespace
 
@@ -74,12 +58,9 @@ absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
     }
     return spec;
   }
-  google::protobuf::TextFormat::Parser parser;
-  CollectErrors errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &spec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job spec text proto: ", errors.first()));
+  if (absl::Status s = base::ParseTextProto(text, &spec, "job spec text proto");
+      !s.ok()) {
+    return s;
   }
   return spec;
 }

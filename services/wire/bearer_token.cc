@@ -109,26 +109,4 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-absl::Status BearerTokenCheck::Check(
-    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
-  if (token_.empty()) return absl::OkStatus();
-  auto it = metadata.find(kAuthorization);
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "this coordinator requires a bearer token: give the client "
-        "--auth-token-file FILE or set PETRA_AUTH_TOKEN");
-  }
-  const std::string value(it->second.data(), it->second.size());
-  if (!absl::StartsWithIgnoreCase(value, kBearerPrefix)) {
-    return absl::UnauthenticatedError(
-        "the authorization metadata is not \"Bearer <token>\"");
-  }
-  if (!ConstantTimeEquals(value.substr(sizeof(kBearerPrefix) - 1), token_)) {
-    return absl::UnauthenticatedError(
-        "the bearer token is not this coordinator's (check --auth-token-file "
-        "or PETRA_AUTH_TOKEN)");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace petra::wire

@@ -1,12 +1,10 @@
-// The coordinator's bearer token: clients send `authorization: Bearer
-// <token>` metadata on every call, the coordinator compares it in constant
-// time. The token comes from a file (--auth-token-file) or, on the client,
-// from the PETRA_AUTH_TOKEN environment variable. No token: no check.
+// Bearer tokens: clients send `authorization: Bearer <token>` metadata on
+// every call; the coordinator's access control (coordinator/
+// access_control.h) compares it in constant time. The token comes from a
+// file (--auth-token-file) or, on the client, from the PETRA_AUTH_TOKEN
+// environment variable.
 #pragma once
 
-#include <grpcpp/support/string_ref.h>
-
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,21 +40,6 @@ absl::StatusOr<std::string> ClientBearerToken(const std::string& path,
 // Adds the token's metadata to every call of a channel.
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 BearerTokenInterceptor(const std::string& token);
-
-// The server's check. An empty token accepts every call.
-class BearerTokenCheck {
- public:
-  BearerTokenCheck() = default;
-  explicit BearerTokenCheck(std::string token) : token_(std::move(token)) {}
-
-  bool enabled() const { return !token_.empty(); }
-  // OK, or UNAUTHENTICATED saying what was missing or wrong.
-  absl::Status Check(
-      const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
-
- private:
-  std::string token_;
-};
 
 // Equal in time that depends only on the lengths, not on where they differ.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
