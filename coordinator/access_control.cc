@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "services/base/constant_time.h"
 #include "services/base/proto_json.h"
 #include "services/base/small_file.h"
 #include "services/wire/bearer_token.h"
@@ -157,7 +158,7 @@ absl::StatusOr<Principal> AccessControl::Identify(
   // Every token is compared, so the time says nothing of which matched.
   const Principal* found = nullptr;
   for (const auto& [known, who] : users_) {
-    if (wire::ConstantTimeEquals(token, known)) found = &who;
+    if (base::ConstantTimeEquals(token, known)) found = &who;
   }
   if (found == nullptr) {
     return absl::UnauthenticatedError(

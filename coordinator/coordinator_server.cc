@@ -121,9 +121,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
       options.audit_log.empty() ? options.state_dir + "/audit.log"
                                 : options.audit_log);
   if (!audit.ok()) return audit.status();
-  return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
+  absl::StatusOr<metrics::WebConfig> web = metrics::ReadWebConfig(
+      options.metrics_web_config, "--metrics-web-config");
+  if (!web.ok()) return web.status();
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(
       std::move(options), std::move(*stages), std::move(*security),
       std::make_unique<AccessControl>(std::move(*access)), std::move(*audit)));
+  server->metrics_web_ = std::move(*web);
+  return server;
 }
 
 absl::Status CoordinatorServer::Start() {
@@ -132,7 +137,8 @@ absl::Status CoordinatorServer::Start() {
   }
   if (!options_.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> m =
-        metrics::MetricsExposer::Start(options_.metrics_listen, "coordinator");
+        metrics::MetricsExposer::Start(options_.metrics_listen, "coordinator",
+                                       metrics_web_);
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }

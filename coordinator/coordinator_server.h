@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/job/job_spec_defaults.h"
+#include "services/metrics/web_config.h"
 #include "services/sim/placement.h"
 #include "services/wire/transport_security.h"
 
@@ -35,6 +36,8 @@ class CoordinatorServer {
     std::string listen = "0.0.0.0:50050";
     // Prometheus /metrics address; empty disables it.
     std::string metrics_listen = "0.0.0.0:9450";
+    // /metrics over TLS and with basic auth (metrics/web_config.h).
+    std::string metrics_web_config;
     // The --stages flag value: host:port list or {A..B} pattern.
     std::string stages;
     // Root every dataset path is resolved under.
@@ -95,6 +98,7 @@ class CoordinatorServer {
                     std::unique_ptr<AccessControl> access,
                     std::unique_ptr<AuditLog> audit);
   Options options_;
+  metrics::WebConfig metrics_web_;
   std::vector<std::string> stages_;
   wire::TransportSecurity security_;
   std::unique_ptr<AccessControl> access_;

@@ -21,6 +21,11 @@ int main(int argc, char** argv) {
                   "gRPC address for clients, host:port (port 0 picks one)");
   flags.AddString("metrics-listen", &options.metrics_listen,
                   "Prometheus /metrics address, host:port; empty disables");
+  flags.AddString("metrics-web-config", &options.metrics_web_config,
+                  "Prometheus web configuration (YAML: tls_server_config "
+                  "cert_file/key_file, basic_auth_users with bcrypt hashes) "
+                  "for /metrics; empty = plain HTTP, no credentials "
+                  "(docs/DEPLOY.md)");
   flags.AddString("stages", &options.stages,
                   "stage servers: host:port,... or a pattern such as "
                   "petra-stage-{0..3}.petra-stage:50051 (required)");

@@ -23,6 +23,11 @@ int main(int argc, char** argv) {
                   "gRPC address, host:port (port 0 picks a free port)");
   flags.AddString("metrics-listen", &options.metrics_listen,
                   "Prometheus /metrics address, host:port; empty disables");
+  flags.AddString("metrics-web-config", &options.metrics_web_config,
+                  "Prometheus web configuration (YAML: tls_server_config "
+                  "cert_file/key_file, basic_auth_users with bcrypt hashes) "
+                  "for /metrics; empty = plain HTTP, no credentials "
+                  "(docs/DEPLOY.md)");
   flags.AddString("device", &options.device,
                   "device the stage runs on: cpu, cuda or cuda:N");
   flags.AddInt("memory-limit-bytes", &options.memory_limit_bytes,
@@ -47,6 +52,13 @@ int main(int argc, char** argv) {
       argv[0], "petra-stage-server",
       petra::stage_server::StageServer::Create(options),
       [&](petra::stage_server::StageServer& server) {
+        if (options.coordinator_identity.empty()) {
+          // Open today (issue 51): say so where an operator looks first.
+          std::cerr << argv[0]
+                    << ": warning: no --coordinator-identity (mutual TLS): "
+                       "anyone who reaches --listen may assign, start and "
+                       "release this server's work\n";
+        }
         petra::base::ServerAnnouncement a;
         a.port = server.port();
         a.listening = "device " + options.device;

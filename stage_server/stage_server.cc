@@ -70,8 +70,13 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
         "--tls-ca): without client certificates there is no identity to "
         "check");
   }
-  return std::unique_ptr<StageServer>(
+  absl::StatusOr<metrics::WebConfig> web = metrics::ReadWebConfig(
+      options.metrics_web_config, "--metrics-web-config");
+  if (!web.ok()) return web.status();
+  std::unique_ptr<StageServer> server(
       new StageServer(std::move(options), std::move(*security)));
+  server->metrics_web_ = std::move(*web);
+  return server;
 }
 
 absl::Status StageServer::Start() {
@@ -80,7 +85,8 @@ absl::Status StageServer::Start() {
   }
   if (!options_.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> m =
-        metrics::MetricsExposer::Start(options_.metrics_listen, "stage_server");
+        metrics::MetricsExposer::Start(options_.metrics_listen, "stage_server",
+                                       metrics_web_);
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/metrics/web_config.h"
 #include "services/wire/transport_security.h"
 
 namespace grpc {
@@ -33,6 +34,8 @@ class StageServer {
     std::string listen = "0.0.0.0:50051";
     // Prometheus /metrics address; empty disables it.
     std::string metrics_listen = "0.0.0.0:9451";
+    // /metrics over TLS and with basic auth (metrics/web_config.h).
+    std::string metrics_web_config;
     // Device the stage runs on: cpu, cuda, cuda:N.
     std::string device = "cpu";
     // Threads for the stage's torch work (intra-op).
@@ -75,6 +78,7 @@ class StageServer {
  private:
   StageServer(Options options, wire::TransportSecurity security);
   Options options_;
+  metrics::WebConfig metrics_web_;
   wire::TransportSecurity security_;
   // Before the members that point into its registry, so that it is
   // destroyed after them also when Start failed half-way (GracefulStop then

@@ -56,13 +56,13 @@ void Knock(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints,
-                  &found) != 0) {
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) !=
+      0) {
     return;
   }
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
-                          a->ai_protocol);
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
     const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
     close(fd);
@@ -76,10 +76,21 @@ void Knock(const std::string& host, int port) {
 // GET /metrics: the registry in the Prometheus text format (0.0.4).
 class MetricsExposer::Handler : public CivetHandler {
  public:
-  explicit Handler(std::shared_ptr<prometheus::Registry> registry)
-      : registry_(std::move(registry)) {}
+  Handler(std::shared_ptr<prometheus::Registry> registry, WebConfig web)
+      : registry_(std::move(registry)), web_(std::move(web)) {}
 
   bool handleGet(CivetServer*, mg_connection* conn) override {
+    if (!BasicAuthAllows(web_, mg_get_header(conn, "Authorization"))) {
+      static constexpr char kRefusal[] = "credentials required\n";
+      mg_printf(conn,
+                "HTTP/1.1 401 Unauthorized\r\n"
+                "WWW-Authenticate: Basic realm=\"petra metrics\"\r\n"
+                "Content-Type: text/plain\r\n"
+                "Content-Length: %zu\r\n"
+                "Connection: close\r\n\r\n%s",
+                sizeof(kRefusal) - 1, kRefusal);
+      return true;
+    }
     // prometheus-cpp writes NaN as "Nan"; the format says "NaN". A value
     // is always the last token of its line.
     const std::string body = absl::StrReplaceAll(
@@ -97,15 +108,17 @@ class MetricsExposer::Handler : public CivetHandler {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  const WebConfig web_;
 };
 
-MetricsExposer::MetricsExposer()
+MetricsExposer::MetricsExposer(WebConfig web)
     : registry_(std::make_shared<prometheus::Registry>()),
-      handler_(std::make_unique<Handler>(registry_)) {}
+      handler_(std::make_unique<Handler>(registry_, std::move(web))) {}
 
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
-    const std::string& address, const std::string& component) {
-  std::unique_ptr<MetricsExposer> m(new MetricsExposer());
+    const std::string& address, const std::string& component,
+    const WebConfig& web) {
+  std::unique_ptr<MetricsExposer> m(new MetricsExposer(web));
   try {
     // civetweb reports a failed bind by exception; it stops here.
     m->server_ = std::make_unique<CivetServer>(std::vector<std::string>{

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "services/metrics/web_config.h"
 
 class CivetServer;
 namespace prometheus {
@@ -21,8 +22,11 @@ class MetricsExposer {
   // address cannot be bound. Only the registry's metrics are served, in
   // the text format with NaN spelt as it specifies (prometheus-cpp's own
   // exposer printed "Nan" and added its own metrics in microseconds).
+  // `web`: basic auth (web_config.h); a request without the right
+  // credentials gets 401.
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
-      const std::string& address, const std::string& component);
+      const std::string& address, const std::string& component,
+      const WebConfig& web = WebConfig());
   ~MetricsExposer();
 
   // The port actually bound.
@@ -32,7 +36,7 @@ class MetricsExposer {
 
  private:
   class Handler;
-  MetricsExposer();
+  explicit MetricsExposer(WebConfig web);
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<CivetServer> server_;  // after handler_: stops first

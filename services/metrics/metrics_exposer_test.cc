@@ -12,14 +12,20 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/escaping.h"
+
 namespace petra::metrics {
+
+std::string BcryptForTest(const std::string& password);  // web_config_test
+
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 // One plain HTTP/1.0 GET on loopback; the whole response.
-std::string Get(int port, const std::string& path) {
+std::string Get(int port, const std::string& path,
+                const std::string& headers = "") {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -29,7 +35,8 @@ std::string Get(int port, const std::string& path) {
     close(fd);
     return "";
   }
-  const std::string request = "GET " + path + " HTTP/1.0\r\n\r\n";
+  const std::string request =
+      "GET " + path + " HTTP/1.0\r\n" + headers + "\r\n";
   if (write(fd, request.data(), request.size()) < 0) {
     close(fd);
     return "";
@@ -78,6 +85,26 @@ TEST(MetricsExposer, ABusyAddressIsUnavailableNamingIt) {
   EXPECT_THAT(
       second.status().message(),
       HasSubstr("--metrics-listen: cannot serve metrics on " + address));
+}
+
+TEST(MetricsExposer, BasicAuthAsksForCredentials) {
+  WebConfig web;
+  web.basic_auth_users["prometheus"] = BcryptForTest("pw");
+  ASSERT_EQ(web.basic_auth_users["prometheus"].size(), 60u);
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> m =
+      MetricsExposer::Start("127.0.0.1:0", "test", web);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string none = Get((*m)->port(), "/metrics");
+  EXPECT_THAT(none, HasSubstr("401 Unauthorized"));
+  EXPECT_THAT(none, HasSubstr("WWW-Authenticate: Basic"));
+  EXPECT_THAT(none, Not(HasSubstr("petra_build_info")));
+  auto with = [](const std::string& user_password) {
+    return "Authorization: Basic " + absl::Base64Escape(user_password) + "\r\n";
+  };
+  EXPECT_THAT(Get((*m)->port(), "/metrics", with("prometheus:nope")),
+              HasSubstr("401"));
+  EXPECT_THAT(Get((*m)->port(), "/metrics", with("prometheus:pw")),
+              HasSubstr("petra_build_info"));
 }
 
 }  // namespace

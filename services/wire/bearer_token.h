@@ -41,7 +41,4 @@ absl::StatusOr<std::string> ClientBearerToken(const std::string& path,
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 BearerTokenInterceptor(const std::string& token);
 
-// Equal in time that depends only on the lengths, not on where they differ.
-bool ConstantTimeEquals(const std::string& a, const std::string& b);
-
 }  // namespace petra::wire
