@@ -17,7 +17,6 @@ constexpr int64_t kMaxUsersFileBytes = 1 << 20;
 constexpr size_t kMaxNameLength = 64;
 // Shorter tokens can be guessed; openssl rand -hex 16 gives 32.
 constexpr size_t kMinTokenLength = 16;
-constexpr char kBearer[] = "bearer ";
 constexpr char kSingleTokenUser[] = "admin";
 
 bool ValidName(const std::string& name) {
@@ -150,15 +149,15 @@ absl::StatusOr<Principal> AccessControl::Identify(
         "this coordinator requires a bearer token: give the client "
         "--auth-token-file FILE or set PETRA_AUTH_TOKEN");
   }
-  if (!absl::StartsWithIgnoreCase(*authorization, kBearer)) {
+  const std::optional<std::string> token = wire::BearerTokenOf(*authorization);
+  if (!token.has_value()) {
     return absl::UnauthenticatedError(
         "the authorization metadata is not \"Bearer <token>\"");
   }
-  const std::string token = authorization->substr(sizeof(kBearer) - 1);
   // Every token is compared, so the time says nothing of which matched.
   const Principal* found = nullptr;
   for (const auto& [known, who] : users_) {
-    if (base::ConstantTimeEquals(token, known)) found = &who;
+    if (base::ConstantTimeEquals(*token, known)) found = &who;
   }
   if (found == nullptr) {
     return absl::UnauthenticatedError(

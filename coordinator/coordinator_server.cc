@@ -127,7 +127,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(
       std::move(options), std::move(*stages), std::move(*security),
       std::make_unique<AccessControl>(std::move(*access)), std::move(*audit)));
+  absl::StatusOr<std::string> fleet_token = wire::LoadBearerToken(
+      server->options_.fleet_token_file, "--fleet-token-file");
+  if (!fleet_token.ok()) return fleet_token.status();
   server->metrics_web_ = std::move(*web);
+  server->fleet_token_ = std::move(*fleet_token);
   return server;
 }
 
@@ -151,6 +155,7 @@ absl::Status CoordinatorServer::Start() {
   env.state_dir = options_.state_dir;
   env.metrics = job_metrics_.get();
   env.security = security_;
+  env.fleet_token = fleet_token_;
   env.recovery_timeout =
       std::chrono::seconds(options_.recovery_timeout_seconds);
   env.max_recoveries = static_cast<uint32_t>(options_.max_recoveries);

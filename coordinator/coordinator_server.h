@@ -59,6 +59,9 @@ class CoordinatorServer {
     std::string users_file;
     // The audit log (JSON lines, appended); empty = <state_dir>/audit.log.
     std::string audit_log;
+    // The token the stage servers' --fleet-token-file holds, sent on every
+    // call to them; empty = none.
+    std::string fleet_token_file;
     // How long a job that lost a stage server waits for it or a spare; 0
     // fails such a job at once.
     int64_t recovery_timeout_seconds = 120;
@@ -99,6 +102,7 @@ class CoordinatorServer {
                     std::unique_ptr<AuditLog> audit);
   Options options_;
   metrics::WebConfig metrics_web_;
+  std::string fleet_token_;
   std::vector<std::string> stages_;
   wire::TransportSecurity security_;
   std::unique_ptr<AccessControl> access_;

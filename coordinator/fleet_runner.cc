@@ -31,7 +31,7 @@ using std::chrono::steady_clock;
 FleetRunner::FleetRunner(JobRecord& record, const RunnerEnvironment& env)
     : record_(record),
       env_(env),
-      connect_(env.connect ? env.connect : GrpcStageConnector(env.security)),
+      connect_(env.connect ? env.connect : GrpcStageConnector(env.security, env.fleet_token)),
       recovery_(env.recovery_timeout, env.max_recoveries) {
   const Job job = record.Snapshot();
   id_ = job.id();

@@ -43,8 +43,10 @@ class GrpcFeedStream : public FeedStream {
 class GrpcStageClient : public StageClient {
  public:
   GrpcStageClient(const std::string& address,
-                  const wire::TransportSecurity& security)
-      : stub_(StageService::NewStub(wire::CreateChannel(address, security))) {}
+                  const wire::TransportSecurity& security,
+                  const std::string& fleet_token)
+      : stub_(StageService::NewStub(
+            wire::CreateChannel(address, security, fleet_token))) {}
 
   absl::StatusOr<petra::v1::StageStatus> GetStatus() override {
     petra::v1::StageStatus status;
@@ -112,9 +114,10 @@ class GrpcStageClient : public StageClient {
 
 }  // namespace
 
-StageConnector GrpcStageConnector(const wire::TransportSecurity& security) {
-  return [security](const std::string& address) {
-    return std::make_unique<GrpcStageClient>(address, security);
+StageConnector GrpcStageConnector(const wire::TransportSecurity& security,
+                                  const std::string& fleet_token) {
+  return [security, fleet_token](const std::string& address) {
+    return std::make_unique<GrpcStageClient>(address, security, fleet_token);
   };
 }
 

@@ -25,6 +25,9 @@ struct RunnerEnvironment {
   CoordinatorMetrics* metrics = nullptr;  // none when null
   // TLS of the calls to the stages: the coordinator's own certificate.
   wire::TransportSecurity security;
+  // The stage servers' fleet token (--fleet-token-file), sent on every
+  // call to them; empty: none.
+  std::string fleet_token;
   // How stages are reached; gRPC with `security` when empty.
   StageConnector connect;
   // A running job that loses a stage server waits this long for it (or an

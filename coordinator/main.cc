@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
                   "users, their tokens and roles (admin, member, viewer): a "
                   "text proto of petra.v1.UsersConfig (docs/DEPLOY.md); "
                   "instead of --auth-token-file");
+  flags.AddString("fleet-token-file", &options.fleet_token_file,
+                  "file holding the stage servers' fleet token (their "
+                  "--fleet-token-file), sent on every call to them; empty = "
+                  "none");
   flags.AddString("audit-log", &options.audit_log,
                   "file every control call is appended to as a JSON line "
                   "(who, what, when, the result); empty = "

@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
                   "with mutual TLS, accept control calls (assign, start, "
                   "checkpoint, release) only from a certificate with this CN "
                   "or DNS name; empty accepts any certificate of --tls-ca");
+  flags.AddString("fleet-token-file", &options.fleet_token_file,
+                  "file holding the fleet token: control calls (assign, "
+                  "start, checkpoint, release) must carry it, as the "
+                  "coordinator's --fleet-token-file sends it; empty = none");
   if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   petra::base::InitEventLog(argv[0]);
 
@@ -52,12 +56,14 @@ int main(int argc, char** argv) {
       argv[0], "petra-stage-server",
       petra::stage_server::StageServer::Create(options),
       [&](petra::stage_server::StageServer& server) {
-        if (options.coordinator_identity.empty()) {
-          // Open today (issue 51): say so where an operator looks first.
+        if (options.coordinator_identity.empty() &&
+            options.fleet_token_file.empty()) {
+          // Said where an operator looks first.
           std::cerr << argv[0]
-                    << ": warning: no --coordinator-identity (mutual TLS): "
-                       "anyone who reaches --listen may assign, start and "
-                       "release this server's work\n";
+                    << ": warning: no --fleet-token-file or "
+                       "--coordinator-identity (mutual TLS): anyone who "
+                       "reaches --listen may assign, start and release this "
+                       "server's work\n";
         }
         petra::base::ServerAnnouncement a;
         a.port = server.port();

@@ -11,6 +11,7 @@
 #include "services/link/shared_ring.h"
 #include "services/metrics/metrics_exposer.h"
 #include "services/model/device_check.h"
+#include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
 #include "stage_server/stage_host.h"
 #include "stage_server/stage_metrics.h"
@@ -75,7 +76,11 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
   if (!web.ok()) return web.status();
   std::unique_ptr<StageServer> server(
       new StageServer(std::move(options), std::move(*security)));
+  absl::StatusOr<std::string> fleet_token = wire::LoadBearerToken(
+      server->options_.fleet_token_file, "--fleet-token-file");
+  if (!fleet_token.ok()) return fleet_token.status();
   server->metrics_web_ = std::move(*web);
+  server->fleet_token_ = std::move(*fleet_token);
   return server;
 }
 
@@ -101,8 +106,8 @@ absl::Status StageServer::Start() {
   host_ = std::make_unique<StageHost>(StageHost::Options{
       options_.device, static_cast<int>(options_.threads), options_.state_dir,
       stage_metrics_.get(), security_, options_.memory_limit_bytes});
-  service_ = std::make_unique<StageServiceImpl>(host_.get(),
-                                                options_.coordinator_identity);
+  service_ = std::make_unique<StageServiceImpl>(
+      host_.get(), options_.coordinator_identity, fleet_token_);
   channels_ = std::make_unique<link::ChannelServices>();
   std::vector<grpc::Service*> services = channels_->services();
   services.insert(services.begin(), service_.get());

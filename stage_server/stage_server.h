@@ -55,6 +55,10 @@ class StageServer {
     // control calls (Assign, Start, Checkpoint, ReadCheckpoint,
     // RestoreCheckpoint, Release) are accepted; empty = any verified peer.
     std::string coordinator_identity;
+    // A file holding the fleet token: control calls must carry it as
+    // `authorization: Bearer <token>` (the coordinator's
+    // --fleet-token-file); empty = no token needed.
+    std::string fleet_token_file;
   };
 
   // Checks the options (addresses, device, threads, state dir, TLS files)
@@ -79,6 +83,7 @@ class StageServer {
   StageServer(Options options, wire::TransportSecurity security);
   Options options_;
   metrics::WebConfig metrics_web_;
+  std::string fleet_token_;
   wire::TransportSecurity security_;
   // Before the members that point into its registry, so that it is
   // destroyed after them also when Start failed half-way (GracefulStop then

@@ -3,7 +3,10 @@
 #include <deque>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
+#include "services/base/constant_time.h"
 #include "services/link/channel_factory.h"
+#include "services/wire/bearer_token.h"
 #include "services/wire/stage_messages.h"
 #include "services/wire/status_map.h"
 #include "services/wire/transport_security.h"
@@ -163,11 +166,28 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
 }  // namespace
 
 StageServiceImpl::StageServiceImpl(StageHost* host,
-                                   std::string coordinator_identity)
-    : host_(host), coordinator_identity_(std::move(coordinator_identity)) {}
+                                   std::string coordinator_identity,
+                                   std::string fleet_token)
+    : host_(host),
+      coordinator_identity_(std::move(coordinator_identity)),
+      fleet_token_(std::move(fleet_token)) {}
 
 absl::Status StageServiceImpl::CheckController(
     grpc::CallbackServerContext* context, const char* call) const {
+  if (!fleet_token_.empty()) {
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find("authorization");
+    const std::optional<std::string> token =
+        it == metadata.end() ? std::nullopt
+                             : wire::BearerTokenOf(std::string(
+                                   it->second.data(), it->second.size()));
+    if (!token.has_value() || !base::ConstantTimeEquals(*token, fleet_token_)) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          call,
+          ": control calls need the fleet token (the coordinator's "
+          "--fleet-token-file, the same as this server's)"));
+    }
+  }
   if (coordinator_identity_.empty()) return absl::OkStatus();
   return wire::RequirePeerIdentity(*context->auth_context(),
                                    coordinator_identity_, call);

@@ -15,9 +15,12 @@ namespace petra::stage_server {
 class StageServiceImpl final : public petra::v1::StageService::CallbackService {
  public:
   // With a `coordinator_identity`, control calls from a peer whose verified
-  // certificate does not name it are PERMISSION_DENIED; GetStatus and the
-  // Forward/Backward streams are open to every peer the TLS layer admits.
-  StageServiceImpl(StageHost* host, std::string coordinator_identity);
+  // certificate does not name it are PERMISSION_DENIED; with a
+  // `fleet_token`, control calls without it as their bearer token are
+  // UNAUTHENTICATED. GetStatus and the Forward/Backward streams are open to
+  // every peer the TLS layer admits.
+  StageServiceImpl(StageHost* host, std::string coordinator_identity,
+                   std::string fleet_token = "");
 
   grpc::ServerUnaryReactor* Assign(
       grpc::CallbackServerContext* context,
@@ -62,6 +65,7 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
 
   StageHost* host_;
   const std::string coordinator_identity_;
+  const std::string fleet_token_;
 };
 
 }  // namespace petra::stage_server

@@ -92,6 +92,13 @@ absl::StatusOr<std::string> ClientBearerToken(const std::string& path,
   return ParseBearerToken(env, kAuthTokenEnv);
 }
 
+std::optional<std::string> BearerTokenOf(const std::string& authorization) {
+  if (!absl::StartsWithIgnoreCase(authorization, kBearerPrefix)) {
+    return std::nullopt;
+  }
+  return authorization.substr(sizeof(kBearerPrefix) - 1);
+}
+
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 BearerTokenInterceptor(const std::string& token) {
   return std::make_unique<BearerInterceptorFactory>(token);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,10 @@ absl::StatusOr<std::string> LoadBearerToken(const std::string& path,
 // PETRA_AUTH_TOKEN variable, else "" (none sent).
 absl::StatusOr<std::string> ClientBearerToken(const std::string& path,
                                               const std::string& flag);
+
+// The token of an `authorization` header's value "Bearer <token>" (the
+// scheme in any case); nullopt for another scheme.
+std::optional<std::string> BearerTokenOf(const std::string& authorization);
 
 // Adds the token's metadata to every call of a channel.
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>

@@ -1,7 +1,8 @@
 // Users and roles on a real coordinator (--users-file): every role tries
 // every control call over gRPC, a member cannot cancel or export another
 // member's job, jobs record their owner (`petra list --mine`), and the
-// audit log holds one line per call with who, what and the result.
+// audit log holds one line per call with who, what and the result. And
+// stage servers that take control calls only with the fleet token.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -233,6 +234,43 @@ TEST_F(Users, ResumingAnotherMembersJobIsRefused) {
   grpc::Status s = As("cy")->SubmitJob(&c, r, &job);
   EXPECT_TRUE(Denied(s)) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("of user \"bo\""));
+}
+
+// Stage servers with --fleet-token-file: the coordinator that holds the
+// token runs a job on them; anyone else's Release or Assign is refused
+// (plaintext, where no certificate can say who calls).
+class FleetToken : public FleetProcesses {};
+
+TEST_F(FleetToken, OnlyTheTokenHolderControlsTheStages) {
+  const std::string token_file = dir_.path() + "/fleet-token";
+  std::ofstream(token_file) << "fleet-token-0123456789\n";
+  ASSERT_NO_FATAL_FAILURE(StartStages(2, {"--fleet-token-file", token_file}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartCoordinator(5, {"--fleet-token-file", token_file}));
+  std::vector<std::string> submit = {"submit", "--watch"};
+  for (const std::string& a : SmallJob(1)) submit.push_back(a);
+  RunResult r = Petra(submit);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("succeeded"));
+
+  for (const std::string token : {"", "wrong-token-0123456789"}) {
+    auto stub = petra::v1::StageService::NewStub(wire::CreateChannel(
+        stage_addresses_[0], wire::TransportSecurity(), token));
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    petra::v1::ReleaseResponse response;
+    grpc::Status s = stub->Release(&c, petra::v1::ReleaseRequest(), &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    EXPECT_THAT(s.error_message(), HasSubstr("Release: control calls need "
+                                             "the fleet token"));
+  }
+  // Status stays open (probes, `petra health`).
+  auto open = petra::v1::StageService::NewStub(
+      wire::CreateChannel(stage_addresses_[0], wire::TransportSecurity(), ""));
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  petra::v1::StageStatus status;
+  EXPECT_TRUE(open->GetStatus(&c, petra::v1::GetStatusRequest(), &status).ok());
 }
 
 }  // namespace
