@@ -27,7 +27,9 @@ work=$(cd "$work" && pwd)
 
 if ! ls "$cache"/nvidia-cuda-dev_*.deb "$cache"/libcudart11.0_*.deb > /dev/null 2>&1; then
   src=/etc/apt/sources.list.d/petra-cuda-non-free.sources
-  if ! apt-cache show nvidia-cuda-dev > /dev/null 2>&1; then
+  # A name apt knows without a version to fetch (another package names it)
+  # is not enough: ask for a candidate.
+  if ! apt-cache policy nvidia-cuda-dev 2> /dev/null | grep -q 'Candidate: [0-9]'; then
     if [ "$(id -u)" != 0 ]; then
       say "nvidia-cuda-dev is not in apt's sources, and adding them needs root"
       exit 2
@@ -39,7 +41,10 @@ if ! ls "$cache"/nvidia-cuda-dev_*.deb "$cache"/libcudart11.0_*.deb > /dev/null 
     apt-get update -qq
   fi
   say "downloading nvidia-cuda-dev and libcudart11.0 (774 MB) into $cache"
-  (cd "$cache" && apt-get download -qq nvidia-cuda-dev libcudart11.0 2> /dev/null)
+  if ! (cd "$cache" && apt-get download -qq nvidia-cuda-dev libcudart11.0 2> /dev/null); then
+    say "apt-get download nvidia-cuda-dev libcudart11.0 failed (is Debian's archive reachable, with its non-free component?)"
+    exit 3
+  fi
 fi
 prefix=$work/cuda
 if [ ! -f "$prefix/usr/include/cuda_runtime_api.h" ]; then
