@@ -48,7 +48,8 @@ int Fleet(const std::string& program, const std::vector<std::string>& args) {
   return RunFleetCommand(kName, program, args);
 }
 constexpr char kSubmit[] = "submit", kWatch[] = "watch", kStatus[] = "status",
-               kList[] = "list", kCancel[] = "cancel", kExport[] = "export";
+               kList[] = "list", kCancel[] = "cancel", kExport[] = "export",
+               kServers[] = "servers";
 
 }  // namespace
 
@@ -64,6 +65,8 @@ const std::vector<Command>& Commands() {
        &Fleet<kWatch>},
       {"status", "a job's state, progress and stages", &Fleet<kStatus>},
       {"list", "the coordinator's jobs, newest first", &Fleet<kList>},
+      {"servers", "the fleet's stage servers: state, job, lease",
+       &Fleet<kServers>},
       {"cancel", "cancel a queued or running job", &Fleet<kCancel>},
       {"export", "download a job's weights for Python's torch.load",
        &Fleet<kExport>},

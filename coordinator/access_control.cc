@@ -31,7 +31,8 @@ bool ValidName(const std::string& name) {
 }
 
 bool Reads(Action a) {
-  return a == Action::kGet || a == Action::kList || a == Action::kWatch;
+  return a == Action::kGet || a == Action::kList || a == Action::kWatch ||
+         a == Action::kListServers;
 }
 
 }  // namespace
@@ -50,6 +51,8 @@ const char* ActionName(Action action) {
       return "CancelJob";
     case Action::kExport:
       return "ExportJob";
+    case Action::kListServers:
+      return "ListServers";
   }
   return "?";
 }
@@ -187,7 +190,7 @@ absl::Status AccessControl::Authorize(const Principal& who, Action action,
       return absl::PermissionDeniedError(absl::StrCat(
           "user \"", who.user, "\" (viewer) may not ", ActionName(action),
           job_id.empty() ? "" : absl::StrCat(" job \"", job_id, "\""),
-          ": viewers only read (GetJob, ListJobs, WatchJob)"));
+          ": viewers only read (GetJob, ListJobs, WatchJob, ListServers)"));
     default:
       return absl::PermissionDeniedError(
           absl::StrCat("user \"", who.user, "\" has no role"));

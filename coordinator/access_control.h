@@ -19,7 +19,15 @@
 namespace petra::coordinator {
 
 // The control calls, as the audit log and refusals name them.
-enum class Action { kSubmit, kGet, kList, kWatch, kCancel, kExport };
+enum class Action {
+  kSubmit,
+  kGet,
+  kList,
+  kWatch,
+  kCancel,
+  kExport,
+  kListServers
+};
 const char* ActionName(Action action);  // "SubmitJob", ...
 
 // The caller of one call.

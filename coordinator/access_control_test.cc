@@ -90,6 +90,7 @@ TEST(AccessControl, EveryRoleOnEveryCall) {
       {Action::kWatch, true, true, true, true},
       {Action::kCancel, true, true, false, false},
       {Action::kExport, true, true, false, false},
+      {Action::kListServers, true, true, true, true},
   };
   for (const Want& w : table) {
     SCOPED_TRACE(ActionName(w.action));

@@ -10,6 +10,8 @@
 #include "coordinator/audit_log.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/fleet_members.h"
+#include "coordinator/fleet_service.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/replica_rendezvous.h"
 #include "coordinator/stage_list.h"
@@ -73,8 +75,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
           flag, " = ", value, ": must be a number of bytes/s above 0"));
     }
   }
+  if (options.member_lease_seconds < 1 || options.member_lease_seconds > 3600) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--member-lease = ", options.member_lease_seconds,
+                     ": must be between 1 and 3600 seconds"));
+  }
   absl::StatusOr<std::vector<std::string>> stages =
-      ExpandStageList(options.stages);
+      options.stages.empty() ? std::vector<std::string>()
+                             : ExpandStageList(options.stages);
   if (!stages.ok()) return stages.status();
   if (!options.replica_store.empty()) {
     if (absl::Status s = wire::ValidateAddress(options.replica_store,
@@ -102,6 +110,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   absl::StatusOr<wire::TransportSecurity> security =
       wire::LoadTransportSecurity(options.tls, wire::TlsRole::kServer);
   if (!security.ok()) return security.status();
+  if (!options.stage_identity.empty() && !security->mutual()) {
+    return absl::InvalidArgumentError(
+        "--stage-identity needs mutual TLS (--tls-cert, --tls-key and "
+        "--tls-ca): without client certificates there is no identity to "
+        "check");
+  }
   if (!options.auth_token_file.empty() && !options.users_file.empty()) {
     return absl::InvalidArgumentError(
         "--auth-token-file and --users-file: give one (a users file can "
@@ -148,8 +162,10 @@ absl::Status CoordinatorServer::Start() {
   }
   job_metrics_ = std::make_unique<CoordinatorMetrics>(
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
+  members_ = std::make_unique<FleetMembers>(
+      stages_, std::chrono::seconds(options_.member_lease_seconds));
   RunnerEnvironment env;
-  env.stage_addresses = stages_;
+  env.fleet = members_.get();
   env.data_root = options_.data_root;
   env.data_workers = static_cast<int>(options_.data_workers);
   env.state_dir = options_.state_dir;
@@ -167,8 +183,11 @@ absl::Status CoordinatorServer::Start() {
   jobs_ = std::make_unique<JobManager>(std::move(env));
   service_ = std::make_unique<CoordinatorServiceImpl>(
       jobs_.get(), job_metrics_.get(), access_.get(), audit_.get());
+  fleet_service_ = std::make_unique<FleetServiceImpl>(
+      members_.get(), fleet_token_, options_.stage_identity);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(
-      options_.listen, "--listen", {service_.get()}, &port_, security_);
+      options_.listen, "--listen", {service_.get(), fleet_service_.get()},
+      &port_, security_);
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   return absl::OkStatus();
@@ -184,6 +203,7 @@ void CoordinatorServer::GracefulStop() {
   server_->Wait();
   server_.reset();
   service_.reset();
+  fleet_service_.reset();
   jobs_.reset();
   job_metrics_.reset();
   metrics_.reset();

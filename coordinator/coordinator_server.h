@@ -25,6 +25,8 @@ namespace petra::coordinator {
 class AccessControl;
 class AuditLog;
 class CoordinatorServiceImpl;
+class FleetMembers;
+class FleetServiceImpl;
 class JobManager;
 class CoordinatorMetrics;
 class ReplicaRendezvous;
@@ -38,8 +40,15 @@ class CoordinatorServer {
     std::string metrics_listen = "0.0.0.0:9450";
     // /metrics over TLS and with basic auth (metrics/web_config.h).
     std::string metrics_web_config;
-    // The --stages flag value: host:port list or {A..B} pattern.
+    // The --stages flag value: host:port list or {A..B} pattern; empty: the
+    // fleet is the servers that register (petra-stage --coordinator).
     std::string stages;
+    // With mutual TLS: the identity (certificate CN or DNS name) a stage
+    // server must present to register; empty = any verified peer.
+    std::string stage_identity;
+    // How long a registered stage server stays in the fleet without
+    // renewing (they renew every third of it).
+    int64_t member_lease_seconds = 15;
     // Root every dataset path is resolved under.
     std::string data_root = job::kDefaultDataRoot;
     // Threads decoding a streamed dataset's images (image folders); 0: one
@@ -87,10 +96,13 @@ class CoordinatorServer {
 
   int port() const { return port_; }
   int metrics_port() const;
+  // The --stages list (registered servers come and go).
   const std::vector<std::string>& stage_addresses() const { return stages_; }
   // The TLS settings as loaded by Create, and whether a token is required.
   const wire::TransportSecurity& security() const { return security_; }
   bool requires_token() const;
+  const std::string& fleet_token() const { return fleet_token_; }
+  int64_t member_lease_seconds() const { return options_.member_lease_seconds; }
   // Users of --users-file (1 for --auth-token-file, 0 when open).
   int user_count() const;
   const std::string& audit_log_path() const;
@@ -113,8 +125,10 @@ class CoordinatorServer {
   std::unique_ptr<metrics::MetricsExposer> metrics_;
   std::unique_ptr<CoordinatorMetrics> job_metrics_;
   std::unique_ptr<ReplicaRendezvous> replica_store_;
+  std::unique_ptr<FleetMembers> members_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;
+  std::unique_ptr<FleetServiceImpl> fleet_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

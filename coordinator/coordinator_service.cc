@@ -447,4 +447,24 @@ CoordinatorServiceImpl::ExportJob(grpc::CallbackServerContext* context,
   return new ExportReactor(jobs_, *request, &io_, Audit(audit_, record));
 }
 
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::ListServers(
+    grpc::CallbackServerContext* context,
+    const petra::v1::ListServersRequest* /*request*/,
+    petra::v1::ListServersResponse* response) {
+  petra::v1::AuditRecord record;
+  absl::StatusOr<Principal> who =
+      Admit(context, Action::kListServers, "", record);
+  if (!who.ok()) {
+    return Reply(context,
+                 absl::StatusOr<petra::v1::ListServersResponse>(who.status()),
+                 response, nullptr, Audit());
+  }
+  // Every server is asked for its status: off the reaction, on io_.
+  return ReplyLater<petra::v1::ListServersResponse>(
+      context, response, metrics_, io_, Audit(audit_, record),
+      [this]() -> absl::StatusOr<petra::v1::ListServersResponse> {
+        return jobs_->ListServers();
+      });
+}
+
 }  // namespace petra::coordinator

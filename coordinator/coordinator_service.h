@@ -44,6 +44,10 @@ class CoordinatorServiceImpl final
   grpc::ServerWriteReactor<petra::v1::ExportChunk>* ExportJob(
       grpc::CallbackServerContext* context,
       const petra::v1::ExportJobRequest* request) override;
+  grpc::ServerUnaryReactor* ListServers(
+      grpc::CallbackServerContext* context,
+      const petra::v1::ListServersRequest* request,
+      petra::v1::ListServersResponse* response) override;
 
  private:
   // The caller of `context`, allowed `action` on `job_id` (the job's owner

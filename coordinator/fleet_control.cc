@@ -1,5 +1,9 @@
 #include "coordinator/fleet_control.h"
 
+#include <google/protobuf/util/time_util.h>
+
+#include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +49,46 @@ void ProbeResult::Keep(const std::vector<int>& indices) {
   }
   kept.missing = std::move(missing);
   *this = std::move(kept);
+}
+
+petra::v1::ListServersResponse DescribeFleet(
+    const std::vector<FleetMembers::Member>& members,
+    const StageConnector& connect) {
+  petra::v1::ListServersResponse response;
+  for (const FleetMembers::Member& m : members) {
+    petra::v1::FleetServer* s = response.add_servers();
+    s->set_address(m.address);
+    s->set_origin(m.origin);
+    if (m.lease_left.has_value()) {
+      using google::protobuf::util::TimeUtil;
+      *s->mutable_lease_expire_time() =
+          TimeUtil::GetCurrentTime() +
+          TimeUtil::MillisecondsToDuration(
+              std::chrono::duration_cast<std::chrono::milliseconds>(
+                  *m.lease_left)
+                  .count());
+    }
+  }
+  // A few threads ask every server: a fleet of dead servers costs a few
+  // deadlines, not one each.
+  const int n = response.servers_size();
+  std::atomic<int> next{0};
+  auto ask = [&] {
+    for (int i = next++; i < n; i = next++) {
+      petra::v1::FleetServer* s = response.mutable_servers(i);
+      absl::StatusOr<petra::v1::StageStatus> status =
+          connect(s->address())->GetStatus();
+      if (status.ok()) {
+        *s->mutable_status() = *std::move(status);
+      } else {
+        s->set_error(std::string(status.status().message()));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::min(n, 16); ++t) threads.emplace_back(ask);
+  for (std::thread& t : threads) t.join();
+  return response;
 }
 
 ProbeResult ServerProbe::Round() {

@@ -13,7 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/fleet_members.h"
 #include "coordinator/stage_client.h"
+#include "petra/v1/coordinator.pb.h"
 #include "petra/v1/stage.pb.h"
 
 namespace petra::coordinator {
@@ -53,6 +55,12 @@ class ServerProbe {
   std::vector<std::string> candidates_;
   std::vector<std::unique_ptr<StageClient>> clients_;
 };
+
+// The members as `petra servers` lists them, each asked for its status (in
+// parallel, each with the client's short deadline).
+petra::v1::ListServersResponse DescribeFleet(
+    const std::vector<FleetMembers::Member>& members,
+    const StageConnector& connect);
 
 class StageFleet {
  public:

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/grpc_stage_client.h"
 #include "coordinator/pass_feed.h"
 #include "coordinator/train_log.h"
 #include "services/base/event_log.h"
@@ -31,7 +30,7 @@ using std::chrono::steady_clock;
 FleetRunner::FleetRunner(JobRecord& record, const RunnerEnvironment& env)
     : record_(record),
       env_(env),
-      connect_(env.connect ? env.connect : GrpcStageConnector(env.security, env.fleet_token)),
+      connect_(ConnectorOf(env)),
       recovery_(env.recovery_timeout, env.max_recoveries) {
   const Job job = record.Snapshot();
   id_ = job.id();
@@ -99,14 +98,15 @@ absl::Status FleetRunner::Prepare() {
   }
   replicas_ = static_cast<int>(std::max<uint32_t>(1, spec_.replicas()));
   const int servers = stages() * replicas_;
-  const int fleet = static_cast<int>(env_.stage_addresses.size());
+  const int fleet = static_cast<int>(env_.fleet->Addresses().size());
   if (servers > fleet) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job needs ", servers, " stage servers",
         replicas_ > 1 ? absl::StrCat(" (", replicas_, " replicas x ", stages(),
                                      " stages)")
                       : "",
-        " but the fleet has ", fleet, ": ", servers - fleet, " short"));
+        " but the fleet has ", fleet,
+        " (--stages and registered servers): ", servers - fleet, " short"));
   }
   if (replicas_ > 1 && env_.replica_store == nullptr) {
     return absl::FailedPreconditionError(
@@ -124,7 +124,7 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
   for (const petra::v1::StagePlacement& p : snapshot.stages()) {
     candidates.push_back(p.address());
   }
-  for (const std::string& a : env_.stage_addresses) {
+  for (const std::string& a : env_.fleet->Addresses()) {
     if (std::find(candidates.begin(), candidates.end(), a) ==
         candidates.end()) {
       candidates.push_back(a);

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/fleet_control.h"
 #include "coordinator/job_layout.h"
 #include "coordinator/job_resume.h"
 #include "coordinator/torchscript_file.h"
@@ -125,15 +126,15 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec,
   const int stages = job::StageCount(*resolved);
   const int replicas =
       static_cast<int>(std::max<uint32_t>(1, resolved->replicas()));
-  const int fleet = static_cast<int>(env_.stage_addresses.size());
+  const int fleet = static_cast<int>(env_.fleet->Addresses().size());
   if (stages * replicas > fleet) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job needs ", stages * replicas, " stage servers",
         replicas > 1
             ? absl::StrCat(" (", replicas, " replicas x ", stages, " stages)")
             : "",
-        " but the fleet has ", fleet,
-        " (--stages): ", stages * replicas - fleet, " short"));
+        " but the fleet has ", fleet, " (--stages and registered servers): ",
+        stages * replicas - fleet, " short"));
   }
   if (replicas > 1) {
     if (env_.replica_store == nullptr) {
@@ -348,6 +349,10 @@ absl::StatusOr<std::string> JobManager::ExportFile(
   }
   if (format != petra::v1::ExportJobRequest::FORMAT_TORCHSCRIPT) return path;
   return TorchScriptFile(layout, r->Snapshot(), env_.data_root);
+}
+
+petra::v1::ListServersResponse JobManager::ListServers() {
+  return DescribeFleet(env_.fleet->Members(), ConnectorOf(env_));
 }
 
 }  // namespace petra::coordinator

@@ -45,6 +45,9 @@ class JobManager {
       const std::string& id,
       petra::v1::ExportJobRequest::Format format =
           petra::v1::ExportJobRequest::FORMAT_UNSPECIFIED);
+  // The fleet (--stages and registered servers), each server asked for its
+  // status: blocks for the status call's short deadline at most.
+  petra::v1::ListServersResponse ListServers();
 
  private:
   absl::StatusOr<petra::v1::Job> Queue(const petra::v1::JobSpec& spec,

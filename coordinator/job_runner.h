@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/fleet_members.h"
 #include "coordinator/job_record.h"
 #include "coordinator/replica_rendezvous.h"
 #include "coordinator/stage_client.h"
@@ -18,7 +19,9 @@
 namespace petra::coordinator {
 
 struct RunnerEnvironment {
-  std::vector<std::string> stage_addresses;  // the whole fleet
+  // The whole fleet (--stages and registered servers); never null. Asked
+  // at each placement.
+  FleetMembers* fleet = nullptr;
   std::string data_root;
   int data_workers = 0;   // image-folder decode threads; 0: one per core
   std::string state_dir;  // the coordinator's
@@ -48,5 +51,9 @@ struct RunnerEnvironment {
 // CANCELLED when the record's cancel was requested), or leaves it
 // RECOVERING when the coordinator is stopping.
 void RunJob(JobRecord& record, const RunnerEnvironment& env);
+
+// How `env` reaches a stage: its connector, or gRPC with its TLS and fleet
+// token.
+StageConnector ConnectorOf(const RunnerEnvironment& env);
 
 }  // namespace petra::coordinator

@@ -13,10 +13,12 @@ int main(int argc, char** argv) {
   petra::base::InitServerProcess(argv[0]);
   petra::coordinator::CoordinatorServer::Options options;
   petra::base::FlagSet flags(
-      "petra-coordinator --stages ADDRESSES [flags]",
+      "petra-coordinator [--stages ADDRESSES] [flags]",
       "PETRA coordinator: accepts training jobs from clients (petra submit),\n"
       "plans each job's partition over the stage servers, feeds the data and\n"
-      "reports progress. Stops cleanly on SIGINT or SIGTERM.");
+      "reports progress. The fleet is the --stages list and the stage\n"
+      "servers that register (petra-stage --coordinator ADDRESS); either\n"
+      "may be empty. Stops cleanly on SIGINT or SIGTERM.");
   flags.AddString("listen", &options.listen,
                   "gRPC address for clients, host:port (port 0 picks one)");
   flags.AddString("metrics-listen", &options.metrics_listen,
@@ -28,7 +30,12 @@ int main(int argc, char** argv) {
                   "(docs/DEPLOY.md)");
   flags.AddString("stages", &options.stages,
                   "stage servers: host:port,... or a pattern such as "
-                  "petra-stage-{0..3}.petra-stage:50051 (required)");
+                  "petra-stage-{0..3}.petra-stage:50051; empty = only the "
+                  "servers that register");
+  flags.AddInt("member-lease", &options.member_lease_seconds,
+               "seconds a registered stage server stays in the fleet "
+               "without renewing (it renews every third of this); one that "
+               "lapses is lost to placement and its job recovers");
   flags.AddString("data-root", &options.data_root,
                   "directory every dataset path is resolved under");
   flags.AddInt("data-workers", &options.data_workers,
@@ -50,6 +57,11 @@ int main(int argc, char** argv) {
                   "file holding the stage servers' fleet token (their "
                   "--fleet-token-file), sent on every call to them; empty = "
                   "none");
+  flags.AddString("stage-identity", &options.stage_identity,
+                  "with mutual TLS, let only a certificate with this CN or "
+                  "DNS name register as a stage server (petra-stage-server "
+                  "--coordinator); empty accepts any certificate of "
+                  "--tls-ca");
   flags.AddString("audit-log", &options.audit_log,
                   "file every control call is appended to as a JSON line "
                   "(who, what, when, the result); empty = "
@@ -94,9 +106,18 @@ int main(int argc, char** argv) {
         }
         const std::string stages =
             absl::StrCat(server.stage_addresses().size());
+        if (server.fleet_token().empty() && options.stage_identity.empty()) {
+          std::cerr << argv[0]
+                    << ": warning: no --fleet-token-file or --stage-identity "
+                       "(mutual TLS): any server that reaches --listen may "
+                       "join the fleet and be sent jobs' data\n";
+        }
         petra::base::ServerAnnouncement a;
         a.port = server.port();
-        a.listening = stages + " stage servers";
+        a.listening = absl::StrCat(stages,
+                                   " stage servers from --stages, more may "
+                                   "register with ",
+                                   server.member_lease_seconds(), " s leases");
         a.transport =
             server.security().Describe() +
             (server.requires_token()

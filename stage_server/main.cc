@@ -49,6 +49,16 @@ int main(int argc, char** argv) {
                   "file holding the fleet token: control calls (assign, "
                   "start, checkpoint, release) must carry it, as the "
                   "coordinator's --fleet-token-file sends it; empty = none");
+  flags.AddString("coordinator", &options.coordinator,
+                  "join this coordinator's fleet (its --listen host:port): "
+                  "register, renew the lease until stopped, leave on SIGTERM; "
+                  "empty = the coordinator lists this server in --stages");
+  flags.AddString("advertise-address", &options.advertise_address,
+                  "with --coordinator: HOST or HOST:PORT the coordinator and "
+                  "the other stages reach this server at (e.g. a "
+                  "StatefulSet pod's DNS name); empty = the host of --listen, "
+                  "or for 0.0.0.0 this machine's address toward the "
+                  "coordinator");
   if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   petra::base::InitEventLog(argv[0]);
 
@@ -74,8 +84,12 @@ int main(int argc, char** argv) {
                            : ", control calls only from \"" +
                                  options.coordinator_identity + "\"");
         a.metrics_port = server.metrics_port();
+        if (!options.coordinator.empty()) {
+          a.listening += ", joining the fleet of " + options.coordinator;
+        }
         a.log_fields = {{"device", options.device},
-                        {"transport", server.security().Describe()}};
+                        {"transport", server.security().Describe()},
+                        {"coordinator", options.coordinator}};
         return a;
       });
 }

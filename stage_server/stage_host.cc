@@ -1,5 +1,7 @@
 #include "stage_server/stage_host.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -466,6 +468,10 @@ StageStatus StageHost::Status() {
   StageStatus s;
   s.set_device(options_.device);
   s.set_version(kVersion);
+  char hostname[256] = {};
+  if (gethostname(hostname, sizeof(hostname) - 1) == 0) {
+    s.set_hostname(hostname);
+  }
   link::FillLinkStatus(s);
   const model::MemoryCapacity& capacity = Capacity();
   s.set_memory_capacity_bytes(

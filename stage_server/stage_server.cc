@@ -13,6 +13,7 @@
 #include "services/model/device_check.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
+#include "stage_server/fleet_registration.h"
 #include "stage_server/stage_host.h"
 #include "stage_server/stage_metrics.h"
 #include "stage_server/stage_service.h"
@@ -61,6 +62,23 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
           base::EnsureWritableDirectory(options.state_dir, "--state-dir");
       !s.ok()) {
     return s;
+  }
+  if (!options.coordinator.empty()) {
+    if (absl::Status s =
+            wire::ValidateAddress(options.coordinator, "--coordinator", false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!options.advertise_address.empty()) {
+    if (options.coordinator.empty()) {
+      return absl::InvalidArgumentError(
+          "--advertise-address without --coordinator: only a server that "
+          "registers advertises an address");
+    }
+    absl::StatusOr<std::string> a =
+        AdvertisedAddress(options.advertise_address, "", 1, "");
+    if (!a.ok()) return a.status();
   }
   absl::StatusOr<wire::TransportSecurity> security =
       wire::LoadTransportSecurity(options.tls, wire::TlsRole::kServer);
@@ -115,6 +133,12 @@ absl::Status StageServer::Start() {
       options_.listen, "--listen", services, &port_, security_);
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
+  if (!options_.coordinator.empty()) {
+    registration_ =
+        std::make_unique<FleetRegistration>(FleetRegistration::Options{
+            options_.coordinator, options_.advertise_address, options_.listen,
+            port_, security_, fleet_token_});
+  }
   return absl::OkStatus();
 }
 
@@ -122,6 +146,8 @@ void StageServer::GracefulStop() {
   if (server_ == nullptr) return;
   // Readiness probes see the drain at once, so no new job is routed here.
   server_->GetHealthCheckService()->SetServingStatus(false);
+  // Out of the fleet first: no placement picks a server that is going.
+  if (registration_ != nullptr) registration_->Leave();
   host_->Drain(std::chrono::seconds(options_.drain_seconds));
   // Running calls get a few seconds to finish; then they are cancelled so a
   // stuck peer cannot hold the process up.

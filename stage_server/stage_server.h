@@ -23,6 +23,7 @@ class ChannelServices;
 
 namespace petra::stage_server {
 
+class FleetRegistration;
 class StageServiceImpl;
 class StageHost;
 class StageMetrics;
@@ -59,6 +60,14 @@ class StageServer {
     // `authorization: Bearer <token>` (the coordinator's
     // --fleet-token-file); empty = no token needed.
     std::string fleet_token_file;
+    // The coordinator to join (its --listen host:port): the server
+    // registers and renews its lease until it stops; empty = the
+    // coordinator lists it in --stages.
+    std::string coordinator;
+    // HOST or HOST:PORT the fleet reaches this server at (a StatefulSet
+    // pod's DNS name); empty = the host of `listen`, or for a wildcard this
+    // machine's address on the route to the coordinator.
+    std::string advertise_address;
   };
 
   // Checks the options (addresses, device, threads, state dir, TLS files)
@@ -95,6 +104,7 @@ class StageServer {
   // What the data channels into this server need served.
   std::unique_ptr<link::ChannelServices> channels_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<FleetRegistration> registration_;
   int port_ = 0;
 };
 

@@ -4,7 +4,6 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "services/base/constant_time.h"
 #include "services/link/channel_factory.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/stage_messages.h"
@@ -175,13 +174,7 @@ StageServiceImpl::StageServiceImpl(StageHost* host,
 absl::Status StageServiceImpl::CheckController(
     grpc::CallbackServerContext* context, const char* call) const {
   if (!fleet_token_.empty()) {
-    const auto& metadata = context->client_metadata();
-    auto it = metadata.find("authorization");
-    const std::optional<std::string> token =
-        it == metadata.end() ? std::nullopt
-                             : wire::BearerTokenOf(std::string(
-                                   it->second.data(), it->second.size()));
-    if (!token.has_value() || !base::ConstantTimeEquals(*token, fleet_token_)) {
+    if (!wire::CallCarriesToken(*context, fleet_token_)) {
       return absl::UnauthenticatedError(absl::StrCat(
           call,
           ": control calls need the fleet token (the coordinator's "

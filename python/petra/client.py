@@ -289,6 +289,14 @@ class Client:
                 return jobs
             request.page_token = response.next_page_token
 
+    def servers(self):
+        """The fleet's stage servers (FleetServer messages): the
+        coordinator's --stages first, then those that registered, each with
+        its status as it answered (server.error says why it did not) and,
+        for a registered one, when its lease runs out."""
+        return list(self._call(self._stub.ListServers,
+                               coordinator_pb2.ListServersRequest()).servers)
+
     def cancel(self, job_id):
         """Cancels a queued or running job -> the Job after the request."""
         return self._call(self._stub.CancelJob,

@@ -30,6 +30,7 @@ import torch  # noqa: E402
 
 import petra  # noqa: E402
 from petra.v1 import coordinator_pb2 as pb  # noqa: E402
+from petra.v1 import membership_pb2  # noqa: E402
 
 import grpc  # noqa: E402
 
@@ -324,6 +325,15 @@ class ClientTest(unittest.TestCase):
                          pb.JOB_STATE_QUEUED)
         ids = [j.id for j in self.client.list()]
         self.assertLess(ids.index(queued.id), ids.index(running.id))
+        # The fleet: the two --stages servers, each as it answered.
+        servers = self.client.servers()
+        self.assertEqual(len(servers), 2)
+        for server in servers:
+            self.assertEqual(server.origin,
+                             membership_pb2.FleetServer.ORIGIN_STATIC)
+            self.assertEqual(server.error, "")
+            self.assertEqual(server.status.device, "cpu")
+            self.assertFalse(server.HasField("lease_expire_time"))
         # States in the command line's words, not protobuf's numbers (what
         # a new user printed from list()).
         states = {j.id: petra.state_name(j) for j in self.client.list()}

@@ -1,5 +1,6 @@
 #include "services/wire/bearer_token.h"
 
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/client_interceptor.h>
 #include <grpcpp/support/interceptor.h>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "services/base/constant_time.h"
 #include "services/base/small_file.h"
 
 namespace petra::wire {
@@ -97,6 +99,16 @@ std::optional<std::string> BearerTokenOf(const std::string& authorization) {
     return std::nullopt;
   }
   return authorization.substr(sizeof(kBearerPrefix) - 1);
+}
+
+bool CallCarriesToken(const grpc::ServerContextBase& context,
+                      const std::string& token) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return false;
+  const std::optional<std::string> sent =
+      BearerTokenOf(std::string(it->second.data(), it->second.size()));
+  return sent.has_value() && base::ConstantTimeEquals(*sent, token);
 }
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>

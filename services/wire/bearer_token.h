@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 
 namespace grpc {
+class ServerContextBase;
 namespace experimental {
 class ClientInterceptorFactoryInterface;
 }  // namespace experimental
@@ -41,6 +42,11 @@ absl::StatusOr<std::string> ClientBearerToken(const std::string& path,
 // The token of an `authorization` header's value "Bearer <token>" (the
 // scheme in any case); nullopt for another scheme.
 std::optional<std::string> BearerTokenOf(const std::string& authorization);
+
+// Whether the call of `context` carries `token` as its bearer token
+// (compared in constant time).
+bool CallCarriesToken(const grpc::ServerContextBase& context,
+                      const std::string& token);
 
 // Adds the token's metadata to every call of a channel.
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>

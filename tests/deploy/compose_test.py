@@ -65,13 +65,30 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
                 os.path.realpath(os.path.join(build["context"],
                                               build["dockerfile"])),
                 os.path.realpath(os.path.join(DEPLOY, "docker", "Dockerfile")))
-            # State on a named volume at the program's --state-dir.
+            # State on a volume at the program's --state-dir: the
+            # coordinator's named, each stage container's its own (an
+            # anonymous one), so that a stage service scales.
             state_dir = flag_value(service["command"][1:], "state-dir")
-            mounts = {v.split(":")[1]: v.split(":")[0]
+            mounts = {v.split(":")[1] if ":" in v else v:
+                      v.split(":")[0] if ":" in v else None
                       for v in service["volumes"]}
             self.assertIn(state_dir, mounts, name)
-            self.assertIn(mounts[state_dir], config["volumes"], name)
+            if name == "coordinator":
+                self.assertIn(mounts[state_dir], config["volumes"], name)
+            else:
+                self.assertIsNone(mounts[state_dir], name)
+                # It joins the coordinator's fleet by itself, and scales
+                # (no fixed host port, no container name).
+                self.assertEqual(flag_value(service["command"][1:],
+                                            "coordinator"),
+                                 "coordinator:%s" % flag_value(
+                                     services["coordinator"]["command"][1:],
+                                     "listen").rsplit(":", 1)[1])
+                self.assertNotIn("ports", service, name)
+                self.assertNotIn("container_name", service, name)
             self.assertEqual(service["healthcheck"]["test"][0], "CMD")
+        self.assertIsNone(flag_value(services["coordinator"]["command"][1:],
+                                     "stages"))
         # Data: the coordinator's --data-root holds the user's dataset mount.
         coordinator = services["coordinator"]
         data_root = flag_value(coordinator["command"][1:], "data-root")
@@ -82,7 +99,7 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
         for name, service in services.items():
             for volume in service.get("volumes", []):
                 source = volume.split(":")[0]
-                if source.startswith("/"):
+                if ":" in volume and source.startswith("/"):
                     self.assertTrue(os.path.exists(source),
                                     "%s mounts missing %s" % (name, source))
         # Grafana: the datasource file's ${PROMETHEUS_URL} is set, and the
@@ -172,8 +189,15 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
                 shutil.copy(mounts[target], os.path.join(etc, rules))
             run([PROMTOOL, "check", "config",
                  os.path.join(etc, "prometheus.yml")])
+        # Static targets, and DNS names with their port (every container
+        # of a scaled service).
         targets = {t for job in prometheus["scrape_configs"]
-                   for sc in job["static_configs"] for t in sc["targets"]}
+                   for sc in job.get("static_configs", [])
+                   for t in sc["targets"]}
+        targets |= {"%s:%d" % (n, sd["port"])
+                    for job in prometheus["scrape_configs"]
+                    for sd in job.get("dns_sd_configs", [])
+                    for n in sd["names"]}
         expected = set()
         for name, service in services.items():
             if is_petra(service):
@@ -213,6 +237,13 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
         self.assertEqual(flag_value(services["stage-0"]["command"][1:],
                                     "coordinator-identity"),
                          "petra-coordinator")
+        # Each stage registers under its service's name, which its
+        # certificate carries; only a stage's certificate may register.
+        for name in ("stage-0", "stage-1"):
+            self.assertEqual(flag_value(services[name]["command"][1:],
+                                        "advertise-address"), name)
+        self.assertEqual(flag_value(services["coordinator"]["command"][1:],
+                                    "stage-identity"), "petra-stage")
 
     def test_launch_tls_override(self):
         certs = os.path.join(tempfile.mkdtemp(prefix="petra-certs-"), "out")

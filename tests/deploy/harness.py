@@ -14,6 +14,7 @@ PETRA_PROMTOOL.
 """
 
 import ctypes
+import json
 import os
 import re
 import shlex
@@ -123,19 +124,6 @@ def with_flag(args, name, value):
             out[i + 1] = value
             return out
     raise AssertionError("--%s not in %s" % (name, args))
-
-
-def expand_stage_pattern(value):
-    """The coordinator's --stages syntax: a,b or host-{A..B}.rest:port."""
-    out = []
-    for entry in value.split(","):
-        m = re.search(r"\{(\d+)\.\.(\d+)\}", entry)
-        if not m:
-            out.append(entry)
-            continue
-        for i in range(int(m.group(1)), int(m.group(2)) + 1):
-            out.append(entry[:m.start()] + str(i) + entry[m.end():])
-    return out
 
 
 def make_certs(out):
@@ -259,9 +247,11 @@ class Fleet:
 
 
 class FleetLaunch:
-    """Shared by the compose and Kubernetes launch tests: starts the stage
-    servers, then the coordinator with --stages rewritten to where they
-    listen, checks health and metrics, and runs the short job."""
+    """Shared by the compose and Kubernetes launch tests: starts the
+    coordinator and the stage servers, which register with it (their
+    --coordinator rewritten to where it listens, their --advertise-address
+    to loopback), waits until `petra servers` lists them all, checks health
+    and metrics, and runs the short job."""
 
     def launch_and_train(self, stages, coordinator, health_checks,
                          client=(), walkthrough=None, walkthrough_dir=None):
@@ -276,27 +266,13 @@ class FleetLaunch:
         workdir = tempfile.mkdtemp(prefix="petra-deploy-")
         fleet = Fleet(self, workdir)
         try:
-            ports = {}
-            for name, command in stages:
-                ports[name] = fleet.start(name, command)
-            addresses = expand_stage_pattern(
-                flag_value(coordinator[1:], "stages"))
-            self.assertEqual(
-                len(addresses), len(stages),
-                "the coordinator's --stages names %d servers, the manifests "
-                "run %d" % (len(addresses), len(stages)))
-            local = []
-            for address, (name, command) in zip(addresses, stages):
-                host, port = address.rsplit(":", 1)
-                # A stage's address names its service or pod, and its port
-                # is the one the stage listens on.
-                self.assertEqual(host.split(".")[0], name)
-                self.assertEqual(port,
-                                 flag_value(command[1:], "listen").split(":")[-1])
-                local.append("127.0.0.1:%d" % ports[name][0])
-            coordinator = with_flag(coordinator, "stages", ",".join(local))
-            ports["coordinator"] = fleet.start("coordinator", coordinator)
-
+            # The shapes use registration: a fixed list would need an edit
+            # to scale.
+            self.assertIsNone(flag_value(coordinator[1:], "stages"),
+                              "the coordinator lists its stages (--stages)")
+            ports = self.start_registering(fleet, stages, coordinator,
+                                           list(client))
+            coordinator_address = "127.0.0.1:%d" % ports["coordinator"][0]
             for name, (manifest_port, check) in health_checks.items():
                 grpc_port = ports[name][0]
                 if check is None:  # Kubernetes' own gRPC probe
@@ -314,7 +290,6 @@ class FleetLaunch:
                 body = self.http_get(metrics_port)
                 self.assertIn("petra_build_info", body)
 
-            coordinator_address = "127.0.0.1:%d" % ports["coordinator"][0]
             client = list(client)
             if client:
                 # Without the client's credentials the coordinator refuses.
@@ -349,6 +324,40 @@ class FleetLaunch:
         for name, process, log_path in fleet.processes:
             self.assertEqual(process.returncode, 0,
                              "%s did not stop cleanly" % name)
+
+    def start_registering(self, fleet, stages, coordinator, client):
+        """The coordinator, then the stages with --coordinator pointing at
+        it (the address their manifests give names its service and port),
+        each advertising loopback; waits until the coordinator lists them
+        all (`petra servers`). Returns {name: (grpc port, metrics port)}."""
+        ports = {"coordinator": fleet.start("coordinator", coordinator)}
+        local = "127.0.0.1:%d" % ports["coordinator"][0]
+        listen_port = flag_value(coordinator[1:], "listen").rsplit(":", 1)[1]
+        for name, command in stages:
+            joins = flag_value(command[1:], "coordinator")
+            self.assertIsNotNone(joins, "%s does not register (no "
+                                 "--coordinator) and the coordinator has "
+                                 "no --stages" % name)
+            self.assertEqual(joins.rsplit(":", 1)[1], listen_port,
+                             "%s registers at another port" % name)
+            self.assertIn(joins.rsplit(":", 1)[0].split(".")[0],
+                          ("coordinator", "petra-coordinator"))
+            command = with_flag(command, "coordinator", local)
+            if flag_value(command[1:], "advertise-address") is not None:
+                command = with_flag(command, "advertise-address", "127.0.0.1")
+            ports[name] = fleet.start(name, command)
+        deadline = time.time() + 60
+        while True:
+            _, out, _ = run([os.path.join(BIN, "petra"), "servers", "--json",
+                             "--coordinator", local] + client)
+            servers = json.loads(out)["servers"]
+            joined = {s["address"] for s in servers if not s.get("error")}
+            want = {"127.0.0.1:%d" % ports[name][0] for name, _ in stages}
+            if joined == want:
+                return ports
+            self.assertLess(time.time(), deadline,
+                            "the stages did not all register: %s" % out)
+            time.sleep(0.2)
 
     def run_walkthrough(self, commands, cwd, coordinator_address):
         """Runs a documented block's `export` and `petra` lines as written

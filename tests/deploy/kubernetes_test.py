@@ -82,15 +82,21 @@ def find(objects, kind, name=None):
     return found
 
 
-def container_command(objects, workload, container):
+def container_command(objects, workload, container, pod_name=None):
     """[program, args...] with $(VAR) references resolved from the
-    container's env (values and ConfigMap keys), as the kubelet does."""
+    container's env (values, ConfigMap keys, and the pod's name, `pod_name` or
+    the workload's first: <name>-0), as the kubelet does."""
     pod = workload["spec"]["template"]["spec"]
     c = [c for c in pod["containers"] if c["name"] == container][0]
     env = {}
     for e in c.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
+        elif "fieldRef" in e["valueFrom"]:
+            field = e["valueFrom"]["fieldRef"]["fieldPath"]
+            if field != "metadata.name":
+                raise AssertionError("%s reads field %s" % (container, field))
+            env[e["name"]] = pod_name or workload["metadata"]["name"] + "-0"
         else:
             ref = e["valueFrom"]["configMapKeyRef"]
             (config_map,) = find(objects, "ConfigMap", ref["name"])
@@ -321,6 +327,17 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         stage_command = container_command(objects, stage_set, "stage-server")
         self.assertEqual(flag_value(stage_command[1:], "coordinator-identity"),
                          cn)
+        # The stages register with the coordinator (no --stages list), and
+        # only a stage's certificate may.
+        coordinator_command = container_command(objects, coordinator,
+                                                "coordinator")
+        self.assertIsNone(flag_value(coordinator_command[1:], "stages"))
+        self.assertEqual(
+            flag_value(stage_command[1:], "coordinator"),
+            "petra-coordinator:%s" % flag_value(
+                coordinator_command[1:], "listen").rsplit(":", 1)[1])
+        self.assertEqual(flag_value(coordinator_command[1:], "stage-identity"),
+                         "petra-stage")
 
     def test_no_kustomization_uses_deprecated_fields(self):
         found = []
@@ -480,14 +497,11 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
                   if m["mountPath"] == "/dev/shm"]
         (volume,) = [v for v in pod["volumes"] if v["name"] == shm["name"]]
         self.assertEqual(volume["emptyDir"]["medium"], "Memory")
-        (coordinator,) = find(objects, "Deployment", "petra-coordinator")
-        host, ports = flag_value(
-            container_command(objects, coordinator, "coordinator")[1:],
-            "stages").rsplit(":", 1)
-        self.assertEqual(host, "petra-stage-0.petra-stage")
-        first, last = map(int, re.fullmatch(r"\{(\d+)\.\.(\d+)\}",
-                                            ports).groups())
-        self.assertEqual((first, last - first + 1), (50051, gpus))
+        # Every server registers as the pod's DNS name and its own port
+        # (an advertised host without a port takes the bound one).
+        command = container_command(objects, stage_set, "stage-server")
+        self.assertEqual(flag_value(command[4:], "advertise-address"),
+                         "petra-stage-0.petra-stage")
         (stage_policy,) = find(objects, "NetworkPolicy", "petra-stage")
         ranges = [(p["port"], p.get("endPort")) for r in
                   stage_policy["spec"]["ingress"] for p in r.get("ports", [])]
@@ -499,11 +513,12 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             coordinator_policy["spec"]["egress"][0]["ports"][0]["endPort"],
             50114)
 
-        command = container_command(objects, stage_set, "stage-server")
         self.assertEqual(command[:2], ["bash", "-c"])
         self.assertEqual(flag_value(command[4:], "device"), "cuda")
+        # Alone here: no TLS files, no coordinator to join.
         args = [a for a in command[4:]
-                if not a.startswith(("--tls-", "--coordinator-identity"))]
+                if not a.startswith(("--tls-", "--coordinator",
+                                     "--advertise-address"))]
         port = free_port_pair()
         env = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"],
                    NVIDIA_VISIBLE_DEVICES="GPU-a,GPU-b")
@@ -571,10 +586,11 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
         stage_mounts = self.secret_mounts(stage_set, secrets)
         coordinator_mounts = self.secret_mounts(coordinator, secrets)
         name = stage_set["metadata"]["name"]
-        stage_command = localize(
-            container_command(objects, stage_set, "stage-server"),
-            stage_mounts)
-        stages = [("%s-%d" % (name, i), stage_command)
+        stages = [("%s-%d" % (name, i),
+                   localize(container_command(objects, stage_set,
+                                              "stage-server",
+                                              pod_name="%s-%d" % (name, i)),
+                            stage_mounts))
                   for i in range(stage_set["spec"]["replicas"])]
         checks = {}
         for n, workload, mounts in [(s, stage_set, stage_mounts)

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/link/shared_ring.h"
@@ -187,6 +189,52 @@ class FleetProcesses : public ::testing::Test {
     grpc::Status s = stub->GetJob(&context, request, &job);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return job;
+  }
+
+  // Polls GetJob until `done(job)` or `timeout`; returns the last answer.
+  petra::v1::Job WaitFor(const std::string& id,
+                         const std::function<bool(const petra::v1::Job&)>& done,
+                         std::chrono::seconds timeout) {
+    const auto end = Clock::now() + timeout;
+    petra::v1::Job job = GetJob(id);
+    while (!done(job) && Clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      job = GetJob(id);
+    }
+    return job;
+  }
+
+  petra::v1::Job WaitForState(const std::string& id, petra::v1::JobState state,
+                              std::chrono::seconds timeout) {
+    return WaitFor(
+        id, [&](const petra::v1::Job& j) { return j.state() == state; },
+        timeout);
+  }
+
+  // Waits up to `timeout` for the job to end (succeed, fail or cancel).
+  petra::v1::Job WaitForTheEnd(const std::string& id,
+                               std::chrono::seconds timeout) {
+    return WaitFor(
+        id,
+        [](const petra::v1::Job& job) {
+          return job.state() >= petra::v1::JOB_STATE_SUCCEEDED;
+        },
+        timeout);
+  }
+
+  // Waits until the job's newest checkpoint is that of epoch `epochs` while
+  // it runs: it is then training the next epoch. (Progress events come
+  // every 2 s, too rarely to tell a short epoch by; the checkpoint is
+  // there for the whole of the next epoch.)
+  void WaitUntilTrainingAfter(const std::string& id, uint32_t epochs) {
+    const std::string newest = "/epoch-" + std::to_string(epochs);
+    auto training_after = [&](const petra::v1::Job& j) {
+      return j.state() == petra::v1::JOB_STATE_RUNNING &&
+             absl::EndsWith(j.last_checkpoint(), newest);
+    };
+    const petra::v1::Job job =
+        WaitFor(id, training_after, std::chrono::seconds(180));
+    ASSERT_TRUE(training_after(job)) << job.DebugString();
   }
 
   // No shared-memory ring of the data channels (docs/DATA_PLANE.md) is

@@ -63,19 +63,7 @@ std::vector<std::string> FolderJob(const std::string& root, int epochs,
           "--corrupt-images", policy};
 }
 
-class ImageFolderFleet : public FleetProcesses {
- protected:
-  petra::v1::Job WaitForTheEnd(const std::string& id,
-                               std::chrono::seconds timeout) {
-    const auto end = Clock::now() + timeout;
-    petra::v1::Job job = GetJob(id);
-    while (job.state() < petra::v1::JOB_STATE_SUCCEEDED && Clock::now() < end) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      job = GetJob(id);
-    }
-    return job;
-  }
-};
+using ImageFolderFleet = FleetProcesses;
 
 TEST_F(ImageFolderFleet, ACorruptFileFailsTheJobNamingItOrIsSkipped) {
   const std::string root = dir_.path() + "/images";

@@ -31,41 +31,6 @@ std::vector<std::string> MnistJob(int epochs) {
 
 class Recovery : public FleetProcesses {
  protected:
-  // Polls GetJob until `done(job)` or `timeout`; returns the last answer.
-  petra::v1::Job WaitFor(const std::string& id,
-                         const std::function<bool(const petra::v1::Job&)>& done,
-                         std::chrono::seconds timeout) {
-    const auto end = Clock::now() + timeout;
-    petra::v1::Job job = GetJob(id);
-    while (!done(job) && Clock::now() < end) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      job = GetJob(id);
-    }
-    return job;
-  }
-
-  petra::v1::Job WaitForState(const std::string& id, petra::v1::JobState state,
-                              std::chrono::seconds timeout) {
-    return WaitFor(
-        id, [&](const petra::v1::Job& j) { return j.state() == state; },
-        timeout);
-  }
-
-  // Waits until the job's newest checkpoint is that of epoch `epochs` while
-  // it runs: it is then training the next epoch. (Progress events come
-  // every 2 s, too rarely to tell a short epoch by; the checkpoint is
-  // there for the whole of the next epoch.)
-  void WaitUntilTrainingAfter(const std::string& id, uint32_t epochs) {
-    const std::string newest = "/epoch-" + std::to_string(epochs);
-    auto training_after = [&](const petra::v1::Job& j) {
-      return j.state() == petra::v1::JOB_STATE_RUNNING &&
-             absl::EndsWith(j.last_checkpoint(), newest);
-    };
-    const petra::v1::Job job =
-        WaitFor(id, training_after, std::chrono::seconds(180));
-    ASSERT_TRUE(training_after(job)) << job.DebugString();
-  }
-
   // Runs `job` to the end without faults; returns its final test accuracy.
   double Uninterrupted(const std::vector<std::string>& job) {
     const std::string id = Submit(job);
@@ -75,17 +40,6 @@ class Recovery : public FleetProcesses {
         << done.DebugString() << coordinator_->out() << coordinator_->err();
     EXPECT_GT(done.progress().test_accuracy(), 0.3);
     return done.progress().test_accuracy();
-  }
-
-  // Waits up to `timeout` for the job to end (succeed, fail or cancel).
-  petra::v1::Job WaitForTheEnd(const std::string& id,
-                               std::chrono::seconds timeout) {
-    return WaitFor(
-        id,
-        [](const petra::v1::Job& job) {
-          return job.state() >= petra::v1::JOB_STATE_SUCCEEDED;
-        },
-        timeout);
   }
 
   // Kills stage server j and waits up to `timeout` for the job to end.

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "petra/v1/coordinator.grpc.pb.h"
+#include "petra/v1/membership.grpc.pb.h"
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/transport_security.h"
@@ -97,8 +98,8 @@ class SecureFleet : public ::testing::Test {
   }
 
   // Two mTLS stages that take control calls from petra-coordinator only,
-  // and an mTLS coordinator that needs the token.
-  void StartFleet() {
+  // and an mTLS coordinator that needs the token (and `coordinator_extra`).
+  void StartFleet(const std::vector<std::string>& coordinator_extra = {}) {
     std::string list;
     for (int j = 0; j < 2; ++j) {
       std::vector<std::string> args = {
@@ -131,6 +132,7 @@ class SecureFleet : public ::testing::Test {
         "--state-dir",       dir_.path() + "/coordinator",
         "--auth-token-file", token_file_};
     for (const std::string& a : Tls("petra-coordinator")) args.push_back(a);
+    args.insert(args.end(), coordinator_extra.begin(), coordinator_extra.end());
     coordinator_ = std::make_unique<Subprocess>(kCoordinator, args);
     const int port =
         NumberAfter(coordinator_->WaitForLine("listening on port"), "port ");
@@ -392,6 +394,10 @@ TEST_F(SecureFleet, BadSecurityOptionsAreRefusedBeforeServing) {
             1,
             "--tls-cert: cannot read " + good + "/nope.crt"},
            {kCoordinator,
+            {"--data-root", dir_.path(), "--stage-identity", "petra-stage"},
+            1,
+            "--stage-identity needs mutual TLS"},
+           {kCoordinator,
             {"--stages", "127.0.0.1:1", "--data-root", dir_.path(),
              "--auth-token-file", dir_.path() + "/missing"},
             1,
@@ -438,6 +444,29 @@ TEST(SecurityHelp, EveryProgramDescribesTheSecurityFlags) {
     EXPECT_EQ(r.exit_code, 0) << c.args[0] << r.err;
     for (const std::string& f : c.flags) {
       EXPECT_THAT(r.out, HasSubstr(f)) << c.args[0] << " " << c.args[1];
+    }
+  }
+}
+
+// --stage-identity: only the stages' certificate may join the fleet; a
+// client's, from the same CA, may not add an address jobs' data would go to.
+TEST_F(SecureFleet, OnlyTheStagesCertificateRegisters) {
+  ASSERT_NO_FATAL_FAILURE(StartFleet({"--stage-identity", "petra-stage"}));
+  for (const std::string who : {"petra-client", "petra-stage"}) {
+    SCOPED_TRACE(who);
+    auto stub = petra::v1::FleetService::NewStub(ChannelAs(address_, who));
+    grpc::ClientContext c;
+    Deadline(c);
+    petra::v1::RegisterRequest request;
+    request.set_address("127.0.0.1:1");
+    petra::v1::RegisterResponse response;
+    grpc::Status s = stub->Register(&c, request, &response);
+    if (who == "petra-client") {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+      EXPECT_THAT(s.error_message(), HasSubstr("petra-stage"));
+    } else {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_TRUE(response.joined());
     }
   }
 }

@@ -295,7 +295,7 @@ petra::v1::JobSpec RevNet18OnFashion() {
 }
 
 TEST_F(CoordinatorProcess, BadSpecIsInvalidArgumentNamingTheField) {
-  EXPECT_THAT(server_->out(), HasSubstr("(2 stage servers)"));
+  EXPECT_THAT(server_->out(), HasSubstr("(2 stage servers from --stages"));
   petra::v1::JobSpec spec = RevNet18OnFashion();
   spec.mutable_training()->set_accumulation_steps(0);
   grpc::Status s = Submit(spec);
@@ -318,9 +318,10 @@ TEST_F(CoordinatorProcess, AJobWithMoreReplicasThanServersIsRefused) {
   spec.set_replicas(2);
   grpc::Status s = Submit(spec);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(s.error_message(),
-              HasSubstr("needs 4 stage servers (2 replicas x 2 stages) but "
-                        "the fleet has 2 (--stages): 2 short"));
+  EXPECT_THAT(
+      s.error_message(),
+      HasSubstr("needs 4 stage servers (2 replicas x 2 stages) but "
+                "the fleet has 2 (--stages and registered servers): 2 short"));
 }
 
 // A dataset folder the coordinator does not have is refused at submission,

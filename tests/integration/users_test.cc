@@ -90,6 +90,13 @@ class Users : public FleetProcesses {
     }
     return s;
   }
+  grpc::Status Servers(const std::string& user) {
+    grpc::ClientContext c;
+    Deadline(c);
+    petra::v1::ListServersResponse response;
+    return As(user)->ListServers(&c, petra::v1::ListServersRequest(),
+                                 &response);
+  }
   // The first event, then the stream is let go.
   grpc::Status Watch(const std::string& user, const std::string& id) {
     grpc::ClientContext c;
@@ -165,6 +172,7 @@ TEST_F(Users, EveryRoleTriesEveryCall) {
     EXPECT_TRUE(Get(user, bo_job).ok());
     EXPECT_TRUE(List(user, false).ok());
     EXPECT_TRUE(Watch(user, bo_job).ok());
+    EXPECT_TRUE(Servers(user).ok());
   }
   // Owners, and --mine.
   std::vector<std::string> all, mine;
@@ -196,11 +204,11 @@ TEST_F(Users, EveryRoleTriesEveryCall) {
   EXPECT_TRUE(Cancel("ada", cy_job).ok());
   EXPECT_TRUE(Cancel("ada", ada_job).ok());
 
-  // The audit log: one line per call above (4 submits, 12 reads, 2 more
+  // The audit log: one line per call above (4 submits, 16 reads, 2 more
   // lists, the client's unauthenticated list, 4 exports, 5 cancels).
   const std::vector<petra::v1::AuditRecord> lines =
-      Audit(4 + 12 + 2 + 1 + 4 + 5);
-  ASSERT_EQ(lines.size(), 4u + 12 + 2 + 1 + 4 + 5);
+      Audit(4 + 16 + 2 + 1 + 4 + 5);
+  ASSERT_EQ(lines.size(), 4u + 16 + 2 + 1 + 4 + 5);
   std::map<std::string, int> by;
   for (const auto& r : lines) {
     by[r.user() + " " + r.call() + " " + r.code()]++;
@@ -213,6 +221,7 @@ TEST_F(Users, EveryRoleTriesEveryCall) {
   EXPECT_EQ(by["cy ExportJob PERMISSION_DENIED"], 1);
   EXPECT_EQ(by["bo CancelJob OK"], 1);
   EXPECT_EQ(by["bo SubmitJob OK"], 1);
+  EXPECT_EQ(by["vi ListServers OK"], 1);
   EXPECT_EQ(by["vi WatchJob OK"] + by["vi WatchJob CANCELLED"], 1);
   for (const auto& r : lines) {
     if (r.user() == "bo" && r.call() == "SubmitJob") {
