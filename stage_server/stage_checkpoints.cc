@@ -65,16 +65,24 @@ absl::Status StageCheckpoints::Write(
   meta.optimizer_steps = job.worker->optimizer_steps();
   meta.epoch = static_cast<int64_t>(request.epoch());
   meta.samples_seen = static_cast<int64_t>(request.samples_seen());
-  absl::StatusOr<std::string> bytes =
-      engine::EncodeStageCheckpoint(*job.worker, meta);
-  if (!bytes.ok()) return bytes.status();
-  if (absl::Status s = base::WriteFileAtomically(target.file, *bytes);
-      !s.ok()) {
-    return s;
+  // Straight to disk: the checkpoint costs the stage no memory beyond its
+  // state (a whole encoded copy put a stage with momentum over its cap).
+  absl::StatusOr<std::unique_ptr<base::AtomicFile>> file =
+      base::AtomicFile::Create(target.file);
+  if (!file.ok()) return file.status();
+  absl::Status written = engine::WriteStageCheckpoint(
+      *job.worker, meta, [&](const char* data, size_t size) {
+        return (*file)->Append(data, size).ok();
+      });
+  if (!written.ok()) {
+    // The file's own error says why (a full disk) better than torch's; an
+    // unfinished file is removed, never committed.
+    return (*file)->status().ok() ? written : (*file)->status();
   }
+  if (absl::Status s = (*file)->Commit(); !s.ok()) return s;
   response->set_path(target.path);
-  response->set_size_bytes(bytes->size());
-  response->set_sha256(base::Sha256Hex(*bytes));
+  response->set_size_bytes((*file)->size());
+  response->set_sha256((*file)->sha256());
   return absl::OkStatus();
 }
 

@@ -13,18 +13,38 @@
 
 namespace petra::base {
 
-std::string Sha256Hex(const std::string& bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
+namespace {
+
+std::string Hex(const unsigned char* digest, unsigned int n) {
   std::string hex;
   for (unsigned int i = 0; i < n; ++i)
     hex += absl::StrFormat("%02x", digest[i]);
   return hex;
 }
 
-absl::Status WriteFileAtomically(const std::filesystem::path& path,
-                                 const std::string& bytes) {
+}  // namespace
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
+  return Hex(digest, n);
+}
+
+AtomicFile::AtomicFile(std::filesystem::path path, std::string tmp, int fd)
+    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {
+  hash_ = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(hash_, EVP_sha256(), nullptr);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+  EVP_MD_CTX_free(hash_);
+}
+
+absl::StatusOr<std::unique_ptr<AtomicFile>> AtomicFile::Create(
+    const std::filesystem::path& path) {
   std::error_code ec;
   // A bare file name has no parent to create (it goes in the working
   // directory).
@@ -35,35 +55,64 @@ absl::Status WriteFileAtomically(const std::filesystem::path& path,
     return absl::InternalError(absl::StrCat(
         "cannot create ", path.parent_path().string(), ": ", ec.message()));
   }
-  const std::string tmp = path.string() + ".tmp";
-  // A failure says why (a full disk, above all) and leaves no partial file
-  // behind to fill the disk further.
-  auto failed = [&](const std::string& what, int error) {
-    ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat(what, ": ", std::strerror(error)));
-  };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return failed(absl::StrCat("cannot write ", tmp), errno);
+  std::string tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  return std::unique_ptr<AtomicFile>(new AtomicFile(path, std::move(tmp), fd));
+}
+
+absl::Status AtomicFile::Fail(const std::string& what, int error) {
+  if (status_.ok()) {
+    status_ =
+        absl::InternalError(absl::StrCat(what, ": ", std::strerror(error)));
+  }
+  return status_;
+}
+
+absl::Status AtomicFile::Append(const char* data, size_t size) {
+  if (!status_.ok()) return status_;
+  if (committed_) return absl::FailedPreconditionError("file committed");
+  EVP_DigestUpdate(hash_, data, size);
   size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+  while (written < size) {
+    ssize_t n = ::write(fd_, data + written, size - written);
     if (n <= 0) {
-      const int error = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      return failed(absl::StrCat("writing ", tmp), error);
+      if (n < 0 && errno == EINTR) continue;
+      return Fail(absl::StrCat("writing ", tmp_), n < 0 ? errno : ENOSPC);
     }
     written += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return failed(absl::StrCat("writing ", tmp), error);
-  }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return failed(absl::StrCat("cannot complete ", path.string()), errno);
-  }
+  size_ += size;
   return absl::OkStatus();
+}
+
+absl::Status AtomicFile::Commit() {
+  if (!status_.ok()) return status_;
+  if (::fsync(fd_) != 0) return Fail(absl::StrCat("writing ", tmp_), errno);
+  ::close(fd_);
+  fd_ = -1;
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    return Fail(absl::StrCat("cannot complete ", path_.string()), errno);
+  }
+  committed_ = true;
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(hash_, digest, &n);
+  sha256_ = Hex(digest, n);
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::filesystem::path& path,
+                                 const std::string& bytes) {
+  absl::StatusOr<std::unique_ptr<AtomicFile>> file = AtomicFile::Create(path);
+  if (!file.ok()) return file.status();
+  if (absl::Status s = (*file)->Append(bytes.data(), bytes.size()); !s.ok()) {
+    return s;
+  }
+  return (*file)->Commit();
 }
 
 }  // namespace petra::base

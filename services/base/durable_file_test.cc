@@ -58,5 +58,40 @@ TEST(WriteFileAtomically, ABareFileNameLandsInTheWorkingDirectory) {
   petra::base::RemoveTree(dir).IgnoreError();
 }
 
+// A checkpoint streamed to disk in pieces: the file is the pieces in order,
+// its size and SHA-256 are the whole's, and nothing appears before Commit
+// (nor after an abandoned write).
+TEST(AtomicFile, PiecesLandWholeOnCommitWithTheirChecksum) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("petra-durable-pieces-", ::getpid());
+  const std::filesystem::path path = dir / "a" / "stage-1.pt";
+  std::string whole;
+  {
+    absl::StatusOr<std::unique_ptr<AtomicFile>> file = AtomicFile::Create(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    for (int i = 0; i < 100; ++i) {
+      const std::string piece(1000 + i, static_cast<char>('a' + i % 26));
+      whole += piece;
+      ASSERT_TRUE((*file)->Append(piece.data(), piece.size()).ok());
+    }
+    EXPECT_FALSE(std::filesystem::exists(path));
+    ASSERT_TRUE((*file)->Commit().ok());
+    EXPECT_EQ((*file)->size(), whole.size());
+    EXPECT_EQ((*file)->sha256(), Sha256Hex(whole));
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), whole.size());
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  {
+    absl::StatusOr<std::unique_ptr<AtomicFile>> abandoned =
+        AtomicFile::Create(dir / "b.pt");
+    ASSERT_TRUE(abandoned.ok());
+    ASSERT_TRUE((*abandoned)->Append("xy", 2).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "b.pt"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "b.pt.tmp"));
+  petra::base::RemoveTree(dir).IgnoreError();
+}
+
 }  // namespace
 }  // namespace petra::base

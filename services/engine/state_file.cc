@@ -1,5 +1,8 @@
 #include "services/engine/state_file.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/engine/export_input.h"
@@ -25,18 +28,51 @@ absl::StatusOr<int64_t> ReadScalar(const NamedTensors& t, const char* name) {
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeStateFile(
-    const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+// torch.save's zip layout, as torch::pickle_save writes it, but into a
+// sink: the pickle of the dict refers to each tensor's storage by its index
+// i, whose bytes are the record "data/<i>"; the pickle is "data.pkl".
+absl::Status WriteStateFile(
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    const ByteSink& sink) {
   try {
     c10::Dict<std::string, at::Tensor> dict;
     for (const auto& [name, t] : tensors) {
       dict.insert(name, t.detach().to(torch::kCPU).contiguous());
     }
-    std::vector<char> bytes = torch::pickle_save(dict);
-    return std::string(bytes.begin(), bytes.end());
+    std::vector<char> pickle;  // names and shapes: small
+    torch::jit::Pickler pickler([&](const char* data, size_t size) {
+      pickle.insert(pickle.end(), data, data + size);
+    });
+    pickler.protocol();
+    pickler.pushIValue(dict);
+    pickler.stop();
+    caffe2::serialize::PyTorchStreamWriter writer(
+        [&](const void* data, size_t size) -> size_t {
+          return sink(static_cast<const char*>(data), size) ? size : 0;
+        });
+    const std::vector<at::Tensor>& storages = pickler.tensorData();
+    for (size_t i = 0; i < storages.size(); ++i) {
+      const c10::Storage& storage = storages[i].storage();
+      writer.writeRecord(absl::StrCat("data/", i), storage.data(),
+                         storage.nbytes());
+    }
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    writer.writeEndOfFile();
+    return absl::OkStatus();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("saving state: ", e.what()));
   }
+}
+
+absl::StatusOr<std::string> EncodeStateFile(
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  std::string bytes;
+  absl::Status s = WriteStateFile(tensors, [&](const char* data, size_t size) {
+    bytes.append(data, size);
+    return true;
+  });
+  if (!s.ok()) return s;
+  return bytes;
 }
 
 absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes) {
@@ -62,15 +98,28 @@ absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes) {
   }
 }
 
-absl::StatusOr<std::string> EncodeStageCheckpoint(
-    const StageWorker& worker, const StageCheckpointMeta& meta) {
+absl::Status WriteStageCheckpoint(const StageWorker& worker,
+                                  const StageCheckpointMeta& meta,
+                                  const ByteSink& sink) {
   std::vector<std::pair<std::string, torch::Tensor>> t =
       worker.NamedState(true);
   t.emplace_back(kMetaStage, Scalar(meta.stage_index));
   t.emplace_back(kMetaSteps, Scalar(meta.optimizer_steps));
   t.emplace_back(kMetaEpoch, Scalar(meta.epoch));
   t.emplace_back(kMetaSamples, Scalar(meta.samples_seen));
-  return EncodeStateFile(t);
+  return WriteStateFile(t, sink);
+}
+
+absl::StatusOr<std::string> EncodeStageCheckpoint(
+    const StageWorker& worker, const StageCheckpointMeta& meta) {
+  std::string bytes;
+  absl::Status s =
+      WriteStageCheckpoint(worker, meta, [&](const char* data, size_t size) {
+        bytes.append(data, size);
+        return true;
+      });
+  if (!s.ok()) return s;
+  return bytes;
 }
 
 absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,13 +26,28 @@ struct StageCheckpointMeta {
 
 using NamedTensors = std::map<std::string, torch::Tensor>;
 
-// Serialises named tensors (a Python dict of str -> Tensor).
+// Where a state file's bytes go as they are made; false when it cannot take
+// them (the write then fails, and the sink knows why).
+using ByteSink = std::function<bool(const char* data, size_t size)>;
+
+// Serialises named tensors (a Python dict of str -> Tensor) into `sink`,
+// record by record: each tensor's bytes are written from its own storage,
+// so no second copy of the state is ever held.
+absl::Status WriteStateFile(
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    const ByteSink& sink);
+// The same, into memory.
 absl::StatusOr<std::string> EncodeStateFile(
     const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
 // Reads a file EncodeStateFile wrote (or Python's torch.save of such a
 // dict); INVALID_ARGUMENT when it is not one.
 absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes);
 
+// A stage's checkpoint streamed into `sink` (a stage server writes it to
+// disk piece by piece: the checkpoint costs no memory beyond the stage's).
+absl::Status WriteStageCheckpoint(const StageWorker& worker,
+                                  const StageCheckpointMeta& meta,
+                                  const ByteSink& sink);
 absl::StatusOr<std::string> EncodeStageCheckpoint(
     const StageWorker& worker, const StageCheckpointMeta& meta);
 // Restores `worker` from a checkpoint and returns its counters.

@@ -4,6 +4,7 @@
 // stack trace, and the servers stay.
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -121,7 +122,8 @@ int64_t StatusKb(pid_t pid, const std::string& key) {
 }
 
 // A network whose parameters do not fit one process's memory limit, while
-// each of its 12 stages, with its gradients and its checkpoint, does:
+// each of its 12 stages, with its gradients, its momentum and its
+// checkpoint, does:
 // every stage server runs under that limit (RLIMIT_DATA: heap and private
 // mappings, what tensors take), and the job trains. The same job in one
 // process, under the same limit, fails.
@@ -145,9 +147,10 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   ASSERT_GT(whole_bytes, int64_t{1000} << 20);
 
   // What an idle server takes, and 90% of the network's parameters more. A
-  // stage holds its weights and gradients (200 MB), about 300 MB more in a
-  // job than idle (threads' stacks, buffers), and its weights three times
-  // more while a checkpoint leaves it (encoded, as a message, on the wire).
+  // stage holds its weights, gradients and momentum (300 MB) and about 300
+  // MB more in a job than idle (threads' stacks, buffers). Its checkpoint
+  // streams to disk from the tensors themselves: no copy is held (a whole
+  // encoded copy, twice, put a stage with momentum over this cap).
   Subprocess probe(kStage, {"--listen", Loopback(0), "--metrics-listen", "",
                             "--state-dir", dir_.path() + "/probe"});
   ASSERT_GT(NumberAfter(probe.WaitForLine("listening on port"), "port "), 0);
@@ -163,11 +166,11 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
 
   // In one process the network does not fit.
   std::vector<std::string> alone = limited;
-  alone.insert(alone.end(),
-               {kPetra, "train", "--runner", "in-process", "--dataset",
-                "synthetic", "--micro-batch", "2", "--epochs", "1",
-                "--train-limit", "4", "--test-limit", "2", "--optimizer", "sgd",
-                "--momentum", "0"});
+  alone.insert(
+      alone.end(),
+      {kPetra, "train", "--runner", "in-process", "--dataset", "synthetic",
+       "--micro-batch", "2", "--epochs", "1", "--train-limit", "4",
+       "--test-limit", "2", "--optimizer", "sgd", "--momentum", "0"});
   alone.insert(alone.end(), model.begin(), model.end());
   const RunResult whole = RunToExit(alone[0], {alone.begin() + 1, alone.end()},
                                     std::chrono::seconds(300));
@@ -187,14 +190,24 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   std::vector<std::string> job = {
       "--dataset", "synthetic", "--micro-batch", "2", "--epochs", "1",
       "--train-limit", "4", "--test-limit", "2",
-      // Plain SGD: no momentum in a stage's memory nor in its checkpoint.
-      "--optimizer", "sgd", "--momentum", "0"};
+      // SGD with momentum: its state in the stage's memory and in its
+      // checkpoint (written after the epoch).
+      "--optimizer", "sgd", "--momentum", "0.9"};
   job.insert(job.end(), model.begin(), model.end());
   const std::string id = Submit(job);
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(
       WaitForStatus(id, "JOB_STATE_SUCCEEDED", std::chrono::seconds(400)))
       << StatusJson(id);
+  // Its checkpoint was written, every stage's file there.
+  const petra::v1::Job done = GetJob(id);
+  ASSERT_FALSE(done.last_checkpoint().empty());
+  for (int j = 0; j < 12; ++j) {
+    EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/coordinator/" +
+                                        done.last_checkpoint() + "/stage-" +
+                                        std::to_string(j) + ".pt"))
+        << j;
+  }
   for (int j = 0; j < 12; ++j) {
     const int64_t used = StatusKb(stages_[j]->pid(), "VmData:") * 1024;
     std::cout << "stage " << j << ": " << ((used - idle) >> 20)
