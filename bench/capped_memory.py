@@ -42,6 +42,7 @@ def idle_data_kib(bin_dir, workdir):
     log = open(os.path.join(workdir, "probe.log"), "w+")
     p = subprocess.Popen([os.path.join(bin_dir, "petra-stage-server"),
                           "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                          "--insecure",
                           "--state-dir", os.path.join(workdir, "probe")],
                          stdout=log, stderr=subprocess.STDOUT)
     try:

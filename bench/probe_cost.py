@@ -22,7 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def start_stage(bin_dir, state):
     p = subprocess.Popen(
         [os.path.join(bin_dir, "petra-stage-server"), "--listen",
-         "127.0.0.1:0", "--metrics-listen", "", "--state-dir", state],
+         "127.0.0.1:0", "--metrics-listen", "", "--insecure", "--state-dir",
+         state],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 60
     for line in p.stdout:

@@ -47,7 +47,7 @@ class Fleet:
                     ["taskset", "-c", cpus] + list(prefix) +
                     [os.path.join(bin_dir, "petra-stage-server"),
                      "--listen", "127.0.0.1:0", "--metrics-listen", "",
-                     "--threads", str(threads),
+                     "--threads", str(threads), "--insecure",
                      "--state-dir", os.path.join(workdir, f"stage{j}")] +
                     list(extra),
                     os.path.join(workdir, f"stage{j}.log"))

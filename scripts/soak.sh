@@ -229,7 +229,7 @@ start_server() {
 STAGE_ADDRESSES=
 for j in 0 1; do
   start_server "stage$j" petra-stage-server --listen 127.0.0.1:0 \
-    --metrics-listen "" --threads 1 --state-dir "$WORK_DIR/stage$j-state"
+    --metrics-listen "" --threads 1 --insecure --state-dir "$WORK_DIR/stage$j-state"
   STAGE_ADDRESSES+="${STAGE_ADDRESSES:+,}127.0.0.1:$PORT"
 done
 start_server coordinator petra-coordinator --listen 127.0.0.1:0 \

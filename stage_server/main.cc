@@ -59,19 +59,39 @@ int main(int argc, char** argv) {
                   "StatefulSet pod's DNS name); empty = the host of --listen, "
                   "or for 0.0.0.0 this machine's address toward the "
                   "coordinator");
+  bool insecure = false;
+  flags.AddBool("insecure", &insecure,
+                "run with no control lock: without --fleet-token-file or "
+                "--coordinator-identity the server refuses to start unless "
+                "given this (a trusted network, a test on loopback)");
   if (int rc = petra::base::ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   petra::base::InitEventLog(argv[0]);
 
+  auto created = petra::stage_server::StageServer::Create(options);
+  // Checked after the flags' own errors, which say more.
+  if (created.ok() && !insecure && options.coordinator_identity.empty() &&
+      options.fleet_token_file.empty()) {
+    // A server anyone can Assign and Release is a job anyone can stop (a
+    // new user's anonymous Release put a job into recovery): refuse rather
+    // than warn.
+    std::cerr << argv[0]
+              << ": no --fleet-token-file or --coordinator-identity: anyone "
+                 "who reaches --listen could assign, start and release this "
+                 "server's work. Give the fleet token (the coordinator's "
+                 "--fleet-token-file) or mutual TLS with "
+                 "--coordinator-identity (docs/DEPLOY.md, \"Who may control "
+                 "a stage server\"), or --insecure to run open on a trusted "
+                 "network\n";
+    return 2;
+  }
   return petra::base::ServeUntilSignal(
-      argv[0], "petra-stage-server",
-      petra::stage_server::StageServer::Create(options),
+      argv[0], "petra-stage-server", std::move(created),
       [&](petra::stage_server::StageServer& server) {
-        if (options.coordinator_identity.empty() &&
+        if (insecure && options.coordinator_identity.empty() &&
             options.fleet_token_file.empty()) {
           // Said where an operator looks first.
           std::cerr << argv[0]
-                    << ": warning: no --fleet-token-file or "
-                       "--coordinator-identity (mutual TLS): anyone who "
+                    << ": warning: --insecure: no control lock; anyone who "
                        "reaches --listen may assign, start and release this "
                        "server's work\n";
         }

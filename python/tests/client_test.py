@@ -83,7 +83,7 @@ class Fleet:
         for j in range(2):
             port = self._start("petra-stage-server", [
                 "--listen", "127.0.0.1:0", "--metrics-listen", "",
-                "--threads", "1",
+                "--threads", "1", "--insecure",
                 "--state-dir", os.path.join(root, "stage-%d" % j)])
             stages.append("127.0.0.1:%d" % port)
         port = self._start("petra-coordinator", [

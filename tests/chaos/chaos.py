@@ -133,8 +133,9 @@ class Fleet:
                 name, lambda port: [
                     os.path.join(self.bin, "petra-stage-server"), "--listen",
                     f"127.0.0.1:{port}", "--metrics-listen", "",
-                    "--threads", "1", "--drain-seconds", "5", "--state-dir",
-                    self.state_dir(name)], r"listening on port (\d+)")
+                    "--threads", "1", "--drain-seconds", "5", "--insecure",
+                    "--state-dir", self.state_dir(name)],
+                r"listening on port (\d+)")
             control = os.path.join(self.root, f"faults-{name}.json")
             self.controls[name] = control
             self.set_faults(name)

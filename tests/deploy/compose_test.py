@@ -219,9 +219,11 @@ class ComposeTest(unittest.TestCase, FleetLaunch):
             if not is_petra(service):
                 continue
             command = service["command"]
-            # The base command, unchanged, then the TLS flags.
-            self.assertEqual(command[:len(base[name]["command"])],
-                             base[name]["command"], name)
+            # The base command, unchanged but for the plaintext stages'
+            # --insecure (the TLS flags lock them), then the TLS flags.
+            locked = [a for a in base[name]["command"] if a != "--insecure"]
+            self.assertEqual(command[:len(locked)], locked, name)
+            self.assertNotIn("--insecure", command, name)
             for flag in ("tls-cert", "tls-key", "tls-ca"):
                 self.assertIsNotNone(flag_value(command[1:], flag), name)
             test = service["healthcheck"]["test"]

@@ -515,10 +515,11 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
 
         self.assertEqual(command[:2], ["bash", "-c"])
         self.assertEqual(flag_value(command[4:], "device"), "cuda")
-        # Alone here: no TLS files, no coordinator to join.
+        # Alone here: no TLS files (so explicitly open), no coordinator to
+        # join.
         args = [a for a in command[4:]
                 if not a.startswith(("--tls-", "--coordinator",
-                                     "--advertise-address"))]
+                                     "--advertise-address"))] + ["--insecure"]
         port = free_port_pair()
         env = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"],
                    NVIDIA_VISIBLE_DEVICES="GPU-a,GPU-b")

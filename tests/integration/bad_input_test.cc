@@ -44,9 +44,9 @@ class BadInput : public ::testing::Test {
     fs::create_directories(outside_);
     std::ofstream(outside_ + "/secret") << "not for clients";
     stage_ = std::make_unique<Subprocess>(
-        kStage, std::vector<std::string>{"--listen", "127.0.0.1:0",
-                                         "--metrics-listen", "", "--threads",
-                                         "1", "--state-dir", state_dir_});
+        kStage, std::vector<std::string>{
+                    "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                    "--threads", "1", "--state-dir", state_dir_, "--insecure"});
     const int port =
         NumberAfter(stage_->WaitForLine("listening on port"), "port ");
     ASSERT_GT(port, 0) << stage_->err();

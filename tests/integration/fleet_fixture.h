@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -71,6 +72,12 @@ class FleetProcesses : public ::testing::Test {
                                          std::to_string(j) + "-" +
                                          std::to_string(++stage_starts_)};
     args.insert(args.end(), extra.begin(), extra.end());
+    // Open on loopback unless the test locks it (a token or mutual TLS).
+    if (std::find_if(extra.begin(), extra.end(), [](const std::string& a) {
+          return a == "--fleet-token-file" || a == "--coordinator-identity";
+        }) == extra.end()) {
+      args.push_back("--insecure");
+    }
     std::string program = kStage;
     if (!prefix.empty()) {
       args.insert(args.begin(), kStage);

@@ -68,8 +68,9 @@ TEST_F(Memory, AServerTooSmallForAnyStageIsPassedOver) {
 // the job starts, and its first big allocation fails on a stage.
 TEST_F(Memory, AnAllocationThatFailsMidJobEndsItInOneLine) {
   // What an idle server takes (libtorch maps a lot), then 1.5 GB more.
-  Subprocess probe(kStage, {"--listen", Loopback(0), "--metrics-listen", "",
-                            "--state-dir", dir_.path() + "/probe"});
+  Subprocess probe(
+      kStage, {"--listen", Loopback(0), "--metrics-listen", "", "--state-dir",
+               dir_.path() + "/probe", "--insecure"});
   ASSERT_GT(NumberAfter(probe.WaitForLine("listening on port"), "port "), 0);
   std::ifstream status("/proc/" + std::to_string(probe.pid()) + "/status");
   int64_t vm_kb = 0;
@@ -151,8 +152,9 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   // MB more in a job than idle (threads' stacks, buffers). Its checkpoint
   // streams to disk from the tensors themselves: no copy is held (a whole
   // encoded copy, twice, put a stage with momentum over this cap).
-  Subprocess probe(kStage, {"--listen", Loopback(0), "--metrics-listen", "",
-                            "--state-dir", dir_.path() + "/probe"});
+  Subprocess probe(
+      kStage, {"--listen", Loopback(0), "--metrics-listen", "", "--state-dir",
+               dir_.path() + "/probe", "--insecure"});
   ASSERT_GT(NumberAfter(probe.WaitForLine("listening on port"), "port "), 0);
   const int64_t idle = StatusKb(probe.pid(), "VmData:") * 1024;
   probe.SignalAndWait(SIGTERM, std::chrono::seconds(30));

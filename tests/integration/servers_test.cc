@@ -111,6 +111,27 @@ TEST(BadUsage, IsExitCodeTwoWithTheReason) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+// A stage server with no control lock (a fleet token or mutual TLS with the
+// coordinator's identity) does not start unless told it is meant to be open,
+// and then says so.
+TEST(BadOptions, AStageServerWithoutAControlLockRefusesToStart) {
+  TempDir dir;
+  RunResult r =
+      RunToExit(kStage, {"--listen", "127.0.0.1:0", "--metrics-listen", "",
+                         "--state-dir", dir.path()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no --fleet-token-file or "
+                               "--coordinator-identity: anyone who reaches "
+                               "--listen could assign"));
+  EXPECT_THAT(r.err, HasSubstr("or --insecure"));
+  EXPECT_THAT(r.out, Not(HasSubstr("listening on port")));
+  Subprocess open(kStage, {"--listen", "127.0.0.1:0", "--metrics-listen", "",
+                           "--state-dir", dir.path(), "--insecure"});
+  EXPECT_GT(NumberAfter(open.WaitForLine("listening on port"), "port "), 0);
+  EXPECT_EQ(open.SignalAndWait(SIGTERM, std::chrono::seconds(30)), 0);
+  EXPECT_THAT(open.err(), HasSubstr("warning: --insecure: no control lock"));
+}
+
 // A server asked to offer a data channel that does not exist says so and
 // does not start.
 TEST(BadOptions, AnUnknownTransportInTheEnvironmentIsRefused) {
@@ -160,8 +181,8 @@ TEST(BadOptions, AreRefusedBeforeServing) {
             "--state-dir: cannot create directory"},
            {kCoordinator,
             {"--listen", "127.0.0.1:0", "--state-dir", dir.path(),
-             "--data-root", dir.path()},
-            "--stages: no stage server addresses"},
+             "--data-root", dir.path(), "--member-lease", "0"},
+            "--member-lease = 0: must be between 1 and 3600 seconds"},
            {kCoordinator,
             {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
              dir.path(), "--data-root", "/nonexistent"},
@@ -198,9 +219,10 @@ class StageServerProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = std::make_unique<Subprocess>(
-        kStage, std::vector<std::string>{
-                    "--listen", "127.0.0.1:0", "--metrics-listen",
-                    "127.0.0.1:0", "--state-dir", state_.path() + "/stage"});
+        kStage,
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics-listen",
+                                 "127.0.0.1:0", "--state-dir",
+                                 state_.path() + "/stage", "--insecure"});
     port_ = NumberAfter(server_->WaitForLine("listening on port"), "port ");
     ASSERT_GT(port_, 0) << server_->err();
     metrics_port_ =
@@ -249,7 +271,7 @@ TEST_F(StageServerProcess, SecondServerOnTheSamePortFailsClearly) {
   TempDir other;
   RunResult r =
       RunToExit(kStage, {"--listen", Loopback(port_), "--metrics-listen", "",
-                         "--state-dir", other.path()});
+                         "--state-dir", other.path(), "--insecure"});
   EXPECT_EQ(r.exit_code, 1);
   // One line, with the cause; not gRPC's raw error before it.
   EXPECT_THAT(r.err, HasSubstr("--listen: cannot listen on " + Loopback(port_) +

@@ -89,7 +89,7 @@ class Hosts(unittest.TestCase):
             server = self.net.popen(host, [
                 os.path.join(BIN, "petra-stage-server"), "--listen",
                 ip + ":50051", "--metrics-listen", "", "--threads", "1",
-                "--state-dir", os.path.join(self.tmp, host)],
+                "--insecure", "--state-dir", os.path.join(self.tmp, host)],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             wait_for_line(server, r"listening on port")
             self.control(host)
