@@ -28,9 +28,8 @@ std::unique_ptr<ReplicaRendezvous> ReplicaRendezvous::ForFleet(
     return std::make_unique<ReplicaRendezvous>(replica_store);
   }
   std::string host = base::HostOf(listen);
-  if (host.empty() || host == "0.0.0.0" || host == "::") host = "127.0.0.1";
-  const bool v6 = host.find(':') != std::string::npos;
-  std::string address = absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":0");
+  if (base::IsWildcardHost(host)) host = "127.0.0.1";
+  std::string address = base::JoinHostPort(host, 0);
   std::string refusal;
   if (IsLoopback(host)) {
     for (const std::string& s : stages) {
@@ -67,9 +66,7 @@ absl::StatusOr<std::string> ReplicaRendezvous::Address() {
       engine::ReplicaStore::Start("127.0.0.1", at->port, kStoreTimeout);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
-  const bool v6 = at->host.find(':') != std::string::npos;
-  reached_at_ =
-      absl::StrCat(v6 ? "[" : "", at->host, v6 ? "]" : "", ":", store_->port());
+  reached_at_ = base::JoinHostPort(at->host, store_->port());
   return reached_at_;
 }
 

@@ -23,11 +23,6 @@ using std::chrono::seconds;
 constexpr seconds kRegisterRetry{2};
 constexpr seconds kRegisterDeadline{5};
 
-std::string JoinHostPort(const std::string& host, int port) {
-  const bool v6 = host.find(':') != std::string::npos;
-  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
-}
-
 // This machine's address on the route to host:port: a UDP socket
 // "connected" there (nothing is sent) is bound to it.
 absl::StatusOr<std::string> LocalAddressToward(const base::HostPort& peer) {
@@ -80,7 +75,7 @@ absl::StatusOr<std::string> AdvertisedAddress(const std::string& advertise,
         (advertise.front() == '[' && advertise.back() == ']')) {
       std::string host = advertise;
       if (host.front() == '[') host = host.substr(1, host.size() - 2);
-      return JoinHostPort(host, port);
+      return base::JoinHostPort(host, port);
     }
     absl::StatusOr<base::HostPort> hp =
         base::SplitHostPort(advertise, "--advertise-address");
@@ -88,15 +83,15 @@ absl::StatusOr<std::string> AdvertisedAddress(const std::string& advertise,
     return advertise;
   }
   const std::string host = base::HostOf(listen);
-  if (!host.empty() && host != "0.0.0.0" && host != "::") {
-    return JoinHostPort(host, port);
+  if (!base::IsWildcardHost(host)) {
+    return base::JoinHostPort(host, port);
   }
   absl::StatusOr<base::HostPort> peer =
       base::SplitHostPort(coordinator, "--coordinator");
   if (!peer.ok()) return peer.status();
   absl::StatusOr<std::string> local = LocalAddressToward(*peer);
   if (!local.ok()) return local.status();
-  return JoinHostPort(*local, port);
+  return base::JoinHostPort(*local, port);
 }
 
 FleetRegistration::FleetRegistration(Options options)

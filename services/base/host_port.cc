@@ -41,4 +41,13 @@ std::string HostOf(const std::string& address) {
   return Unbracketed(address.substr(0, colon));
 }
 
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+}
+
+bool IsWildcardHost(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::";
+}
+
 }  // namespace petra::base

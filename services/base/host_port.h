@@ -23,4 +23,10 @@ absl::StatusOr<HostPort> SplitHostPort(const std::string& address,
 // no port.
 std::string HostOf(const std::string& address);
 
+// "host:port", an IPv6 host in brackets: SplitHostPort's inverse.
+std::string JoinHostPort(const std::string& host, int port);
+
+// A listen host that means every interface ("0.0.0.0", "::"), or none.
+bool IsWildcardHost(const std::string& host);
+
 }  // namespace petra::base

@@ -36,6 +36,20 @@ TEST(HostPort, PortZeroOnlyWhereAServerMayPickOne) {
   EXPECT_EQ(any->port, 0);
 }
 
+TEST(HostPort, JoinHostPortIsSplitsInverse) {
+  EXPECT_EQ(JoinHostPort("10.0.0.2", 29500), "10.0.0.2:29500");
+  EXPECT_EQ(JoinHostPort("::1", 5), "[::1]:5");
+  for (const std::string address : {"a.b:7", "[fe80::1]:50051"}) {
+    absl::StatusOr<HostPort> hp = SplitHostPort(address, "x");
+    ASSERT_TRUE(hp.ok()) << address;
+    EXPECT_EQ(JoinHostPort(hp->host, hp->port), address);
+  }
+  EXPECT_TRUE(IsWildcardHost("0.0.0.0"));
+  EXPECT_TRUE(IsWildcardHost("::"));
+  EXPECT_TRUE(IsWildcardHost(""));
+  EXPECT_FALSE(IsWildcardHost("127.0.0.1"));
+}
+
 TEST(HostPort, HostOfKeepsAPortlessHost) {
   EXPECT_EQ(HostOf("10.0.0.2:50051"), "10.0.0.2");
   EXPECT_EQ(HostOf("[::1]:50051"), "::1");

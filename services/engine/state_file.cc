@@ -26,6 +26,18 @@ absl::StatusOr<int64_t> ReadScalar(const NamedTensors& t, const char* name) {
   return it->second.item<int64_t>();
 }
 
+// What `write` puts into its sink, gathered in memory.
+absl::StatusOr<std::string> InMemory(
+    const std::function<absl::Status(const ByteSink&)>& write) {
+  std::string bytes;
+  absl::Status s = write([&](const char* data, size_t size) {
+    bytes.append(data, size);
+    return true;
+  });
+  if (!s.ok()) return s;
+  return bytes;
+}
+
 }  // namespace
 
 // torch.save's zip layout, as torch::pickle_save writes it, but into a
@@ -66,13 +78,8 @@ absl::Status WriteStateFile(
 
 absl::StatusOr<std::string> EncodeStateFile(
     const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
-  std::string bytes;
-  absl::Status s = WriteStateFile(tensors, [&](const char* data, size_t size) {
-    bytes.append(data, size);
-    return true;
-  });
-  if (!s.ok()) return s;
-  return bytes;
+  return InMemory(
+      [&](const ByteSink& sink) { return WriteStateFile(tensors, sink); });
 }
 
 absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes) {
@@ -112,14 +119,9 @@ absl::Status WriteStageCheckpoint(const StageWorker& worker,
 
 absl::StatusOr<std::string> EncodeStageCheckpoint(
     const StageWorker& worker, const StageCheckpointMeta& meta) {
-  std::string bytes;
-  absl::Status s =
-      WriteStageCheckpoint(worker, meta, [&](const char* data, size_t size) {
-        bytes.append(data, size);
-        return true;
-      });
-  if (!s.ok()) return s;
-  return bytes;
+  return InMemory([&](const ByteSink& sink) {
+    return WriteStageCheckpoint(worker, meta, sink);
+  });
 }
 
 absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
