@@ -285,7 +285,7 @@ TEST(DeviceSlots, ARingOutgrownIsReplacedAndTheOldOneGoesOnceRead) {
   ExpectNothingHeld();
 }
 
-TEST(SharedMemoryChannel, RefusesADeviceTensor) {
+TEST(SharedMemoryChannelHostOnly, RefusesADeviceTensor) {
   SharedRingPlacer placer;
   const float x = 1;
   PayloadPiece on_gpu{&x, sizeof(x), 0};

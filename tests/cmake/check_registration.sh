@@ -3,7 +3,10 @@
 # builds tests/cmake/registration with the CMake given and checks what
 # cmake/PetraTests.cmake promises: the test lists load, the `gpu` label
 # holds exactly the Gpu test and the `long` label the Long one, and CTest
-# reports a skipped test as skipped, never as passed. CMake 4.4 once failed to read every test list here.
+# reports a skipped test as skipped, never as passed; a BY_SUITE binary gets
+# one test per suite (EACH_TEST suites one per test), and a suite with a
+# skipped test is skipped, or failed when one failed, never passed. CMake
+# 4.4 once failed to read every test list here.
 # Usage: check_registration.sh [CMAKE] (default: cmake on the PATH)
 set -euo pipefail
 cmake_bin=${1:-cmake}
@@ -30,10 +33,25 @@ long=$("$ctest_bin" --test-dir "$build" -L long 2>&1) ||
 [[ $(grep -c 'Test #' <<< "$long") == 1 ]] &&
   grep -Eq 'LongRegistration\.IsLabelledLong .*Passed' <<< "$long" ||
   fail "-L long should select exactly the one Long test"
-other=$("$ctest_bin" --test-dir "$build" -LE 'gpu|long' 2>&1) ||
+other=$("$ctest_bin" --test-dir "$build" -LE 'gpu|long' -R '^Registration' 2>&1) ||
   { echo "$other"; fail "the test outside the labels failed"; }
 grep -Eq 'Registration\.RunsAnywhere .*Passed' <<< "$other" ||
   fail "the test outside the labels did not run"
 [[ $(grep -c 'Test #' <<< "$other") == 1 ]] ||
   fail "-LE 'gpu|long' should select exactly the one unlabelled test"
+suites=$("$ctest_bin" --test-dir "$build" -LE 'gpu|long' -E '^Registration' 2>&1) ||
+  true
+echo "$suites"
+for want in 'Together .*Passed' 'PartlySkipped .*Skipped' \
+    'FailsBesideASkip .*Skipped' 'OneByOne\.First .*Passed' \
+    'OneByOne\.Second .*Passed'; do
+  grep -Eq "Test +#[0-9]+: ${want}" <<< "$suites" ||
+    fail "BY_SUITE: no test line matching /${want}/"
+done
+[[ $(grep -c 'Test #' <<< "$suites") == 5 ]] ||
+  fail "BY_SUITE should register 3 suites and 2 tests of OneByOne"
+failing=$(PETRA_PROBE_FAIL=1 "$ctest_bin" --test-dir "$build" \
+  -R '^FailsBesideASkip$' 2>&1) && fail "a failing suite passed"
+grep -Eq 'FailsBesideASkip .*Failed' <<< "$failing" ||
+  { echo "$failing"; fail "a suite with a failure beside a skip is not failed"; }
 echo "check_registration: ok"

@@ -204,7 +204,7 @@ class Hosts(unittest.TestCase):
                              record)
             if int(record.get("progress", {}).get("step", 0)) > 0:
                 return
-            time.sleep(0.2)
+            time.sleep(1)  # each look is a `petra` process
         self.fail("%s took no step within %d s" % (job, timeout))
 
     def test_a_partition_shorter_than_the_stall_timeout_heals(self):
