@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""What one health probe costs: `petra health` (the client, which links
-libtorch) against `petra-health` (gRPC only), each run --runs times against
+"""What one health probe costs: `petra health` (the client; it linked
+libtorch until petra-local took the commands that build networks) against
+`petra-health` (gRPC only), each run --runs times against
 a stage server on loopback: wall seconds, CPU seconds (user + system) and
 peak resident memory, the medians (from wait4's resource usage).
 """
@@ -68,7 +69,7 @@ def main(argv):
         try:
             address = ["--address", f"127.0.0.1:{port}"]
             probes = [
-                ("petra health (before)",
+                ("petra health (the client)",
                  [os.path.join(a.bin_dir, "petra"), "health"] + address),
                 ("petra-health (after)",
                  [os.path.join(a.bin_dir, "petra-health")] + address),

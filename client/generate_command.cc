@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "client/commands.h"
+#include "client/command_table.h"
 #include "services/base/flag_set.h"
 #include "services/base/json_text.h"
 #include "services/base/small_file.h"

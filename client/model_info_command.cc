@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/commands.h"
+#include "client/command_table.h"
 #include "client/model_flags.h"
 #include "services/base/flag_set.h"
 #include "services/job/enum_names.h"

@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/commands.h"
+#include "client/command_table.h"
 #include "client/default_job.h"
 #include "petra/v1/profile.pb.h"
 #include "services/base/flag_set.h"

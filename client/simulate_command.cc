@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "client/commands.h"
+#include "client/command_table.h"
 #include "client/estimated_profile.h"
 #include "client/model_flags.h"
 #include "client/simulate_report.h"

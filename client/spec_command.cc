@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "client/commands.h"
+#include "client/command_table.h"
 #include "client/default_job.h"
 #include "services/base/flag_set.h"
 #include "services/job/job_flags.h"

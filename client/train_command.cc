@@ -22,7 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/commands.h"
+#include "client/command_table.h"
 #include "client/default_job.h"
 #include "client/job_progress.h"
 #include "client/local_fleet.h"

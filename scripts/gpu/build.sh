@@ -159,8 +159,8 @@ rc=$?
 set -e
 if ((rc != 0)); then
   failed+=("libstdc++ is not the first library the programs need")
-  echo "gpu-build: how bin/petra was linked:"
-  (cd "$BUILD" && ninja -t commands petra 2>/dev/null | tail -n 1) || true
+  echo "gpu-build: how bin/petra-local was linked:"
+  (cd "$BUILD" && ninja -t commands petra-local 2>/dev/null | tail -n 1) || true
 fi
 # Replicas: c10d's Gloo as the wheel's torch builds it (its headers, its
 # API), in one process and across a fleet's processes.

@@ -58,7 +58,7 @@ for order in stdcxx-first torch-first; do
     grep -E 'St10filesystem' | grep -E 'remove_all|recursive_directory' |
     sed -E 's/^ *[0-9]+: *//; s/binding file //' | sort -u | head -n 12
 done
-for program in petra bin/petra petra_client_test bin/petra_client_test; do
+for program in petra-local bin/petra-local petra_client_test bin/petra_client_test; do
   [[ -f "$build/$program" ]] || continue
   echo "probe: $program needs first:" \
     $(readelf -d "$build/$program" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |

@@ -62,10 +62,12 @@ class DockerfileTest(unittest.TestCase):
         for expected in ("libtorch1.13", "libgrpc++1.51", "libprotobuf32"):
             self.assertIn(expected, packages)
         # The probe, run every few seconds in every container, loads no
-        # libtorch.
-        _, libraries, _ = run(["ldd", os.path.join(BIN, "petra-health")])
-        self.assertNotIn("libtorch", libraries)
-        self.assertNotIn("libc10", libraries)
+        # libtorch; nor does the client, which leaves what builds networks
+        # to petra-local.
+        for program in ("petra-health", "petra"):
+            _, libraries, _ = run(["ldd", os.path.join(BIN, program)])
+            self.assertNotIn("libtorch", libraries, program)
+            self.assertNotIn("libc10", libraries, program)
         for package in packages:
             code, status, _ = run(["dpkg-query", "-W", "-f=${Status}",
                                    package], check=False)

@@ -35,8 +35,8 @@ PROMTOOL = os.environ.get("PETRA_PROMTOOL", "promtool")
 DEPLOY = os.path.join(SOURCE, "deploy")
 COMPOSE_DIR = os.path.join(DEPLOY, "compose")
 DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "petra-fleet.json")
-PETRA_PROGRAMS = ("petra", "petra-coordinator", "petra-stage-server",
-                  "petra-health")
+PETRA_PROGRAMS = ("petra", "petra-local", "petra-coordinator",
+                  "petra-stage-server", "petra-health")
 # What the image's user is (deploy/docker/Dockerfile) and Kubernetes checks.
 IMAGE_UID = 10001
 # The short job run through the launched fleet: real Fashion-MNIST from the

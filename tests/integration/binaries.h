@@ -8,6 +8,7 @@ namespace petra::testing {
 
 inline const std::string kBin = PETRA_BIN_DIR;
 inline const std::string kPetra = kBin + "/petra";
+inline const std::string kPetraLocal = kBin + "/petra-local";
 inline const std::string kStage = kBin + "/petra-stage-server";
 inline const std::string kCoordinator = kBin + "/petra-coordinator";
 

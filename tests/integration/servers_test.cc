@@ -29,6 +29,7 @@ TEST(Help, EveryBinaryDescribesItsFlags) {
   };
   for (const Case& c :
        std::vector<Case>{{kPetra, {"spec", "version"}},
+                         {kPetraLocal, {"train", "profile"}},
                          {kStage,
                           {"--listen", "--metrics-listen", "--device",
                            "--threads", "--state-dir"}},
@@ -109,6 +110,29 @@ TEST(BadUsage, IsExitCodeTwoWithTheReason) {
   EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
   r = RunToExit(kPetra, {});
   EXPECT_EQ(r.exit_code, 2);
+}
+
+// `petra` runs the fleet's commands itself, with no libtorch, and starts
+// petra-local, beside it, for those that build networks: one that is not
+// there is said so, and the fleet's commands still work.
+TEST(BadUsage, PetraWithoutPetraLocalSaysWhatIsMissing) {
+  TempDir dir;
+  const std::string petra = dir.path() + "/petra";
+  std::filesystem::copy_file(kPetra, petra);
+  std::filesystem::permissions(petra, std::filesystem::perms::owner_exec,
+                               std::filesystem::perm_options::add);
+  RunResult r = RunToExit(petra, {"train", "--epochs", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("'train' runs in petra-local, which could not "
+                               "be started from " +
+                               dir.path() + "/petra-local"));
+  r = RunToExit(petra, {"spec", "--epochs", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"epochs\": 2,"));
+  // Beside its petra-local (the build's), the local commands run.
+  r = RunToExit(kPetra, {"version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("compute: "));
 }
 
 // A stage server with no control lock (a fleet token or mutual TLS with the
