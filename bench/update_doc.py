@@ -20,6 +20,7 @@ SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "transformer_recipe", "staleness",
             "threads", "partition", "probe", "transport", "precision",
             "replicas", "replicas_accuracy", "replicas_plan", "language_model",
+            "concurrent",
             "compare",
             "main_job", "gpu"]
 

@@ -197,4 +197,14 @@ absl::Status AccessControl::Authorize(const Principal& who, Action action,
   }
 }
 
+absl::Status AccessControl::AuthorizePriority(const Principal& who,
+                                              int32_t priority) {
+  if (priority <= 0 || who.role == petra::v1::ROLE_ADMIN) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "user \"", who.user, "\" may not submit at priority ", priority,
+      ": only admins put a job ahead of the default (0)"));
+}
+
 }  // namespace petra::coordinator

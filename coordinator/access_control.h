@@ -65,6 +65,9 @@ class AccessControl {
   static absl::Status Authorize(const Principal& who, Action action,
                                 const std::string& job_id,
                                 const std::string& owner);
+  // A submission's JobSpec.priority: above 0 (ahead of the team's
+  // default) only for admins; PERMISSION_DENIED naming the user otherwise.
+  static absl::Status AuthorizePriority(const Principal& who, int32_t priority);
 
  private:
   // Token -> user. Compared in constant time against each token.

@@ -115,6 +115,18 @@ TEST(AccessControl, EveryRoleOnEveryCall) {
   }
 }
 
+TEST(AccessControl, OnlyAdminsSubmitAheadOfTheDefaultPriority) {
+  const Principal ada{"ada", petra::v1::ROLE_ADMIN},
+      bo{"bo", petra::v1::ROLE_MEMBER};
+  EXPECT_TRUE(AccessControl::AuthorizePriority(ada, 100).ok());
+  EXPECT_TRUE(AccessControl::AuthorizePriority(bo, 0).ok());
+  EXPECT_TRUE(AccessControl::AuthorizePriority(bo, -5).ok());
+  const absl::Status s = AccessControl::AuthorizePriority(bo, 3);
+  EXPECT_TRUE(absl::IsPermissionDenied(s));
+  EXPECT_THAT(s.message(),
+              HasSubstr("user \"bo\" may not submit at priority 3"));
+}
+
 TEST(AccessControl, BadUsersAreRefusedNamingTheEntry) {
   struct Case {
     std::function<void(petra::v1::UsersConfig&)> mutate;

@@ -96,6 +96,11 @@ struct CoordinatorMetrics::Families {
                       "written, over all jobs")
                 .Register(r)
                 .Add({})),
+        stage_servers(prometheus::BuildGauge()
+                          .Name("petra_job_stage_servers")
+                          .Help("Stage servers each running job holds "
+                                "(jobs run at once on disjoint servers)")
+                          .Register(r)),
         info(prometheus::BuildGauge()
                  .Name("petra_job_info")
                  .Help("1 for each running job, labelled with its id, name, "
@@ -116,6 +121,7 @@ struct CoordinatorMetrics::Families {
   Counter& feed_batches;
   Gauge& feed_ready;
   Counter& checkpoint_failures;
+  Family<Gauge>& stage_servers;
   Family<Gauge>& info;
 };
 
@@ -178,6 +184,14 @@ void CoordinatorMetrics::Progress(const std::string& job_id,
   j.Add(f_->epoch, {{"job_id", job_id}}).Set(p.epoch());
   j.Add(f_->step, {{"job_id", job_id}}).Set(static_cast<double>(p.step()));
   j.Add(f_->lr, {{"job_id", job_id}}).Set(p.learning_rate());
+}
+
+void CoordinatorMetrics::JobServers(const std::string& job_id, int servers) {
+  if (!f_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& series = jobs_[job_id];
+  if (series == nullptr) series = std::make_unique<JobSeries>();
+  series->Add(f_->stage_servers, {{"job_id", job_id}}).Set(servers);
 }
 
 void CoordinatorMetrics::JobEnded(const std::string& job_id) {

@@ -4,8 +4,8 @@
 // recoveries and checkpoint failures, jobs by state, RPC errors by code, and
 // the data feed: what it waits for, and what it holds ready.
 // The job gauges carry the job's id: the label stays bounded because a
-// job's series are removed when it ends (a coordinator runs one job at a
-// time). Without a registry every call does nothing.
+// job's series are removed when it ends (the jobs running at once are at
+// most the fleet's servers). Without a registry every call does nothing.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,8 @@ class CoordinatorMetrics {
   // A job starts running (or resumes): its petra_job_info series.
   void JobStarted(const std::string& job_id, const petra::v1::JobSpec& spec);
   void Progress(const std::string& job_id, const petra::v1::Progress& p);
+  // The stage servers the job holds, once placed (again after a recovery).
+  void JobServers(const std::string& job_id, int servers);
   // The job ended (or its coordinator stops): its series go away.
   void JobEnded(const std::string& job_id);
   // A checkpoint of a running job could not be written.

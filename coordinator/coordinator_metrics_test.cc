@@ -41,6 +41,13 @@ TEST(CoordinatorMetrics, JobSeriesCarryTheJobIdAndGoWhenItEnds) {
   metrics.CheckpointFailed();
   EXPECT_THAT(Exposition(registry),
               HasSubstr("petra_job_checkpoint_failures_total 1"));
+  // Servers by job: two jobs at once, each its own series.
+  metrics.JobServers("job-7", 2);
+  metrics.JobServers("job-9", 3);
+  text = Exposition(registry);
+  EXPECT_THAT(text, HasSubstr("petra_job_stage_servers{job_id=\"job-7\"} 2"));
+  EXPECT_THAT(text, HasSubstr("petra_job_stage_servers{job_id=\"job-9\"} 3"));
+  metrics.JobEnded("job-9");
 
   metrics.JobEnded("job-7");
   text = Exposition(registry);

@@ -68,6 +68,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
                      ": must be between 0 and 1000"));
   }
   for (const auto& [flag, value] :
+       {std::pair{"--max-jobs-per-user", options.max_jobs_per_user},
+        std::pair{"--max-servers-per-user", options.max_servers_per_user}}) {
+    if (value < 0 || value > 100000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " = ", value, ": must be between 0 (no limit) and 100000"));
+    }
+  }
+  for (const auto& [flag, value] :
        {std::pair{"--host-link-bandwidth", options.host_link_bandwidth},
         std::pair{"--cross-host-bandwidth", options.cross_host_bandwidth}}) {
     if (!(value > 0) || !std::isfinite(value)) {
@@ -180,7 +188,10 @@ absl::Status CoordinatorServer::Start() {
   replica_store_ = ReplicaRendezvous::ForFleet(options_.replica_store,
                                                options_.listen, stages_);
   env.replica_store = replica_store_.get();
-  jobs_ = std::make_unique<JobManager>(std::move(env));
+  UserLimits limits;
+  limits.running_jobs = static_cast<int>(options_.max_jobs_per_user);
+  limits.servers = static_cast<int>(options_.max_servers_per_user);
+  jobs_ = std::make_unique<JobManager>(std::move(env), limits);
   service_ = std::make_unique<CoordinatorServiceImpl>(
       jobs_.get(), job_metrics_.get(), access_.get(), audit_.get());
   fleet_service_ = std::make_unique<FleetServiceImpl>(

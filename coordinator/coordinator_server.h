@@ -76,6 +76,10 @@ class CoordinatorServer {
     int64_t recovery_timeout_seconds = 120;
     // Recoveries in a row without a finished epoch before a job fails.
     int64_t max_recoveries = 3;
+    // Per user (a job's owner), jobs running at once and stage servers
+    // they hold; 0: no limit. Jobs past a limit wait in the queue.
+    int64_t max_jobs_per_user = 0;
+    int64_t max_servers_per_user = 0;
     // What placement assumes of a link inside a host and between hosts,
     // bytes/s each direction (weighed only against measured block times).
     double host_link_bandwidth = sim::PlacementProblem().same_host_bandwidth;

@@ -361,6 +361,15 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::SubmitJob(
       }
     }
   }
+  if (who.ok()) {
+    if (absl::Status s =
+            AccessControl::AuthorizePriority(*who, request->spec().priority());
+        !s.ok()) {
+      metrics_->Error(s.code());
+      Audit(audit_, record).Done(s);
+      who = s;
+    }
+  }
   if (!who.ok()) {
     return Reply(context, absl::StatusOr<petra::v1::Job>(who.status()),
                  response, nullptr, Audit());

@@ -46,9 +46,10 @@ class ServerProbe {
               const StageConnector& connect);
   // Asks every candidate, in order, whether it is free (placement chooses
   // among them by memory and host). A server that still holds a job is
-  // taken too: this coordinator runs one job at a time, so that job is this
-  // one's or left over from before a restart (it is released rather than
-  // waited for forever).
+  // taken too: the candidates leave out what other running jobs claim
+  // (server_claims.h), so that job is this one's or left over from before
+  // a restart (it is released, once this job has claimed the server,
+  // rather than waited for forever).
   ProbeResult Round();
 
  private:

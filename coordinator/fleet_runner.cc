@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -117,32 +118,61 @@ absl::Status FleetRunner::Prepare() {
 
 absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
   const int stages = this->stages() * replicas_;
-  std::vector<std::string> candidates;
-  // A named copy: ranging over Snapshot().stages() would read the
-  // temporary Job after it is destroyed (ASan: stack-use-after-scope).
-  const Job snapshot = record_.Snapshot();
-  for (const petra::v1::StagePlacement& p : snapshot.stages()) {
-    candidates.push_back(p.address());
-  }
-  for (const std::string& a : env_.fleet->Addresses()) {
-    if (std::find(candidates.begin(), candidates.end(), a) ==
-        candidates.end()) {
-      candidates.push_back(a);
+  // The job's own servers first (after a loss), then the fleet's others in
+  // order; none that another running job holds. Asked again each round:
+  // servers join, leave, and come free as other jobs end.
+  auto candidates_now = [&] {
+    std::vector<std::string> candidates;
+    const std::set<std::string> others = env_.claims != nullptr
+                                             ? env_.claims->HeldByOthers(id_)
+                                             : std::set<std::string>();
+    auto add = [&](const std::string& a) {
+      if (others.count(a) == 0 &&
+          std::find(candidates.begin(), candidates.end(), a) ==
+              candidates.end()) {
+        candidates.push_back(a);
+      }
+    };
+    // A named copy: ranging over Snapshot().stages() would read the
+    // temporary Job after it is destroyed (ASan: stack-use-after-scope).
+    const Job snapshot = record_.Snapshot();
+    for (const petra::v1::StagePlacement& p : snapshot.stages()) {
+      add(p.address());
     }
-  }
+    for (const std::string& a : env_.fleet->Addresses()) add(a);
+    return candidates;
+  };
   const auto deadline = steady_clock::now() + wait;
+  // A server another job claimed between this job's probe and its claim
+  // is a race, not a shortage: the job looks again for a while whatever
+  // its wait.
+  const auto claim_deadline =
+      steady_clock::now() +
+      std::max<std::chrono::seconds>(wait, std::chrono::seconds(30));
   if (wait.count() > 0) {
     PETRA_LOG_EVENT(kInfo, "waiting_for_stages", {"job_id", id_},
                     {"stages", absl::StrCat(stages)},
                     {"seconds", absl::StrCat(wait.count())});
   }
-  ServerProbe probe(std::move(candidates), connect_);
+  std::vector<std::string> asked = candidates_now();
+  auto probe = std::make_unique<ServerProbe>(asked, connect_);
+  std::string claim_refused;
+  bool said_waiting = false;
   while (true) {
     if (absl::Status s = Interrupted(); !s.ok()) return s;
-    ProbeResult r = probe.Round();
+    if (std::vector<std::string> now = candidates_now(); now != asked) {
+      asked = std::move(now);
+      probe = std::make_unique<ServerProbe>(asked, connect_);
+    }
+    ProbeResult r = probe->Round();
+    absl::Status claimed = absl::OkStatus();
     if (static_cast<int>(r.chosen.size()) >= stages) {
       // Nothing fits these servers: refused before any stage starts.
       if (absl::Status s = Place(r); !s.ok()) return s;
+      // Another job may have taken one since the candidates were read.
+      if (env_.claims != nullptr) claimed = env_.claims->Claim(id_, r.chosen);
+    }
+    if (static_cast<int>(r.chosen.size()) >= stages && claimed.ok()) {
       // Replica k's stages are the chosen k J .. k J + J - 1.
       const int j_count = this->stages();
       pipelines_.clear();
@@ -159,6 +189,9 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
         pipelines_.push_back(std::move(p));
       }
       if (s.ok()) s = Assign();
+      if (s.ok() && env_.metrics != nullptr) {
+        env_.metrics->JobServers(id_, stages);
+      }
       // A recovery outlives a server that stops between the probe and the
       // Assign (it drains, or dies): probe again until the wait is over.
       if (s.ok() || !absl::IsUnavailable(s) || steady_clock::now() >= deadline)
@@ -170,7 +203,21 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
       std::this_thread::sleep_for(milliseconds(500));
       continue;
     }
-    if (steady_clock::now() >= deadline) {
+    if (!claimed.ok()) claim_refused = std::string(claimed.message());
+    // A first start that finds too few free servers while other jobs hold
+    // some waits for them (the scheduler counted as free a listed server
+    // that does not answer); with no other job running it fails at once,
+    // as it would alone.
+    const bool others_hold = !recovering_ && env_.claims != nullptr &&
+                             !env_.claims->HeldByOthers(id_).empty();
+    if (others_hold && !said_waiting) {
+      said_waiting = true;
+      PETRA_LOG_EVENT(kInfo, "waiting_for_other_jobs", {"job_id", id_},
+                      {"stages", absl::StrCat(stages)},
+                      {"free", absl::StrCat(r.chosen.size())});
+    }
+    if (!others_hold &&
+        steady_clock::now() >= (claimed.ok() ? deadline : claim_deadline)) {
       return absl::UnavailableError(absl::StrCat(
           "the job needs ", stages,
           stages == 1 ? " stage server and " : " stage servers and only ",
@@ -178,7 +225,8 @@ absl::Status FleetRunner::Attach(std::chrono::seconds wait) {
           wait.count() > 0 ? absl::StrCat(" within ", wait.count(),
                                           " s (--recovery-timeout)")
                            : "",
-          ": ", absl::StrJoin(r.missing, "; ")));
+          ": ", absl::StrJoin(r.missing, "; "),
+          claim_refused.empty() ? "" : absl::StrCat("; ", claim_refused)));
     }
     std::this_thread::sleep_for(milliseconds(500));
   }

@@ -36,9 +36,19 @@ std::string RecordPath(const std::string& state_dir, const std::string& id) {
 
 }  // namespace
 
-JobManager::JobManager(RunnerEnvironment env) : env_(std::move(env)) {
+namespace {
+
+RunnerEnvironment WithClaims(RunnerEnvironment env, ServerClaims* claims) {
+  env.claims = claims;
+  return env;
+}
+
+}  // namespace
+
+JobManager::JobManager(RunnerEnvironment env, UserLimits limits)
+    : env_(WithClaims(std::move(env), &claims_)), limits_(limits) {
   LoadRecords();
-  runner_ = std::thread([this] { RunQueue(); });
+  scheduler_ = std::thread([this] { Schedule(); });
 }
 
 JobManager::~JobManager() { Stop(); }
@@ -52,7 +62,7 @@ void JobManager::Stop() {
     for (auto& [id, record] : jobs_) record->RequestStop();
     cv_.notify_all();
   }
-  if (runner_.joinable()) runner_.join();
+  if (scheduler_.joinable()) scheduler_.join();
 }
 
 // Jobs of an earlier run of this coordinator: finished ones are listed and
@@ -135,6 +145,14 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec,
             : "",
         " but the fleet has ", fleet, " (--stages and registered servers): ",
         stages * replicas - fleet, " short"));
+  }
+  if (limits_.servers > 0 && stages * replicas > limits_.servers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job needs ", stages * replicas,
+                     " stage servers but a user may "
+                     "hold at most ",
+                     limits_.servers,
+                     " at once (the coordinator's --max-servers-per-user)"));
   }
   if (replicas > 1) {
     if (env_.replica_store == nullptr) {
@@ -229,28 +247,90 @@ void JobManager::Count() {
   env_.metrics->JobStates(states);
 }
 
-void JobManager::RunQueue() {
-  while (true) {
-    std::shared_ptr<JobRecord> record;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) break;
-      record = jobs_[queue_.front()];
-      queue_.pop_front();
+void JobManager::Schedule() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    // Ended jobs' threads are joined here, so none outlives its record.
+    for (const std::string& id : ended_) {
+      auto it = running_.find(id);
+      if (it != running_.end()) {
+        it->second.join();
+        running_.erase(it);
+      }
     }
-    if (record->cancel_requested()) {  // cancelled while queued
-      record->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
-        job.set_state(petra::v1::JOB_STATE_CANCELLED);
-        *job.mutable_end_time() =
-            google::protobuf::util::TimeUtil::GetCurrentTime();
-      });
+    ended_.clear();
+    std::vector<std::shared_ptr<JobRecord>> cancelled;
+    StartNext(&cancelled);
+    if (!cancelled.empty()) {
+      // Outside mu_: a record's update counts the jobs (Count locks mu_).
+      lock.unlock();
+      for (const auto& record : cancelled) {
+        record->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
+          job.set_state(petra::v1::JOB_STATE_CANCELLED);
+          *job.mutable_end_time() =
+              google::protobuf::util::TimeUtil::GetCurrentTime();
+        });
+      }
+      lock.lock();
       continue;
     }
-    RunJob(*record, env_);
+    cv_.wait_for(lock, std::chrono::seconds(1));
   }
+  std::map<std::string, std::thread> running = std::move(running_);
+  lock.unlock();
+  for (auto& [id, thread] : running) thread.join();
   // Whatever is still queued stays queued on disk: the next coordinator
   // on this --state-dir runs it.
+}
+
+void JobManager::StartNext(std::vector<std::shared_ptr<JobRecord>>* cancelled) {
+  // The queue's order: interrupted jobs (at its front) first, then the
+  // highest priority, then the earliest.
+  std::vector<std::string> order(queue_.begin(), queue_.end());
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const std::string& a, const std::string& b) {
+                     auto rank = [&](const std::string& id) {
+                       const Job j = jobs_[id]->Snapshot();
+                       return j.state() == petra::v1::JOB_STATE_RECOVERING
+                                  ? INT32_MAX
+                                  : j.spec().priority();
+                     };
+                     return rank(a) > rank(b);
+                   });
+  for (const std::string& id : order) {
+    std::shared_ptr<JobRecord> record = jobs_[id];
+    auto drop = [&] {
+      queue_.erase(std::find(queue_.begin(), queue_.end(), id));
+    };
+    if (record->cancel_requested()) {  // cancelled while queued
+      drop();
+      cancelled->push_back(record);
+      continue;
+    }
+    const Job job = record->Snapshot();
+    const int servers =
+        job::StageCount(job.spec()) *
+        static_cast<int>(std::max<uint32_t>(1, job.spec().replicas()));
+    // A user at a limit waits; the jobs of others behind go ahead.
+    if (!job.owner().empty() &&
+        ((limits_.running_jobs > 0 &&
+          claims_.JobsOf(job.owner()) >= limits_.running_jobs) ||
+         (limits_.servers > 0 &&
+          claims_.ServersOf(job.owner()) + servers > limits_.servers))) {
+      continue;
+    }
+    if (!claims_.Reserve(id, job.owner(), servers, env_.fleet->Addresses())) {
+      break;  // the next job waits for servers; nothing passes it
+    }
+    drop();
+    running_[id] = std::thread([this, id, record] {
+      RunJob(*record, env_);
+      claims_.Release(id);
+      std::lock_guard<std::mutex> lock(mu_);
+      ended_.push_back(id);
+      cv_.notify_all();
+    });
+  }
 }
 
 std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) {

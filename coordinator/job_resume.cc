@@ -22,6 +22,7 @@ petra::v1::JobSpec WithoutFreeFields(petra::v1::JobSpec s) {
   s.clear_evaluation();
   s.clear_checkpoint();
   s.clear_devices();
+  s.clear_priority();
   return s;
 }
 
@@ -39,8 +40,8 @@ absl::Status CheckResumable(const petra::v1::JobSpec& from,
   return absl::FailedPreconditionError(absl::StrCat(
       "the spec differs from the resumed job's where it must "
       "not (only name, epochs, max_steps, max_in_flight, "
-      "grad_diagnostics_every, evaluation, checkpoint and devices "
-      "may change): ",
+      "grad_diagnostics_every, evaluation, checkpoint, devices and "
+      "priority may change): ",
       absl::StrJoin(absl::StrSplit(absl::StripSuffix(report, "\n"), '\n'),
                     "; ")));
 }

@@ -13,6 +13,7 @@
 #include "coordinator/fleet_members.h"
 #include "coordinator/job_record.h"
 #include "coordinator/replica_rendezvous.h"
+#include "coordinator/server_claims.h"
 #include "coordinator/stage_client.h"
 #include "services/wire/transport_security.h"
 
@@ -22,6 +23,9 @@ struct RunnerEnvironment {
   // The whole fleet (--stages and registered servers); never null. Asked
   // at each placement.
   FleetMembers* fleet = nullptr;
+  // What the other running jobs hold: a job places itself on the rest and
+  // claims what it chose. Null: the job is the only one (nothing claimed).
+  ServerClaims* claims = nullptr;
   std::string data_root;
   int data_workers = 0;   // image-folder decode threads; 0: one per core
   std::string state_dir;  // the coordinator's

@@ -73,6 +73,13 @@ int main(int argc, char** argv) {
   flags.AddInt("max-recoveries", &options.max_recoveries,
                "recoveries in a row without a finished epoch before a job "
                "fails");
+  flags.AddInt("max-jobs-per-user", &options.max_jobs_per_user,
+               "jobs of one user running at once (0: no limit); jobs run "
+               "at once on disjoint stage servers, and one past the limit "
+               "waits in the queue");
+  flags.AddInt("max-servers-per-user", &options.max_servers_per_user,
+               "stage servers one user's running jobs hold at once (0: no "
+               "limit); a job needing more is refused at submit");
   flags.AddDouble("host-link-bandwidth", &options.host_link_bandwidth,
                   "placement: bytes/s each way between stage servers on one "
                   "host (weighed against block times with "

@@ -42,7 +42,7 @@ PY=${PETRA_PYTHON:-/usr/bin/python3}
 ALL=(throughput fleets hosts memory capped zoo accuracy long_run
      forward_gradient feed peer transformer transformer_recipe staleness
      threads partition probe transport precision replicas replicas_accuracy
-     replicas_plan language_model)
+     replicas_plan language_model concurrent)
 
 smoke=0
 sections=()

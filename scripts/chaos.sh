@@ -8,7 +8,8 @@
 #
 # Builds first (PETRA_SKIP_BUILD=1 reuses build/), then passes every flag to
 # chaos.py: --runs, --seed, --bound SECONDS (a run that takes longer is a
-# hang), --fault-window SECONDS, --replicas 2 (a replicated job), --json
+# hang), --fault-window SECONDS, --replicas 2 (a replicated job), --jobs 2
+# (two jobs at once on disjoint servers, faults in both), --json
 # FILE, --keep (keep each run's logs
 # and state). Run as root to put the state directories on small tmpfs mounts
 # (the full-disk faults need them; without, they are skipped and said so).

@@ -457,6 +457,20 @@ section_partition() {
   run $PY bench/partition.py --petra "$BIN/petra" "${args[@]}"
 }
 
+section_concurrent() {
+  local args=()
+  if ((smoke)); then args=(--smoke); fi
+  echo "## Two jobs at once against each alone (issue 51)"
+  echo
+  machine
+  echo
+  echo "One coordinator, four stage servers: each job alone, then both at"
+  echo "once on disjoint servers. Each job's wall time is its record's start"
+  echo "to end; the ratio is what the other job cost it."
+  echo
+  run $PY bench/concurrent_jobs.py --bin-dir "$BIN" "${args[@]}"
+}
+
 section_probe() {
   local args=(--runs 10)
   if ((smoke)); then args=(--runs 2); fi

@@ -505,6 +505,18 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
               "their gradients averaged before each step (R x stages "
               "devices)",
               Uint32([s](uint32_t v) { s->set_replicas(v); }));
+  f.AddCustom("priority", "P", Shown(d.priority()),
+              "place in a coordinator's queue: higher starts first, FIFO "
+              "within one (-100..100; above 0 for admins only)",
+              [s](const std::string& v) -> absl::Status {
+                absl::StatusOr<int64_t> n = base::ParseIntValue(v);
+                if (!n.ok()) return n.status();
+                if (*n < INT32_MIN || *n > INT32_MAX) {
+                  return absl::InvalidArgumentError("out of range");
+                }
+                s->set_priority(static_cast<int32_t>(*n));
+                return absl::OkStatus();
+              });
   f.AddCustom("seed", "N", Shown(d.seed()), "seed of every random choice",
               Uint64([s](uint64_t v) { s->set_seed(v); }));
   const EnumDescriptor* transport = GetEnumDescriptor<petra::v1::Transport>();

@@ -14,6 +14,7 @@ namespace petra::job {
 namespace {
 
 using spec_checks::kMaxNameLength;
+using spec_checks::kMaxPriority;
 using spec_checks::kMaxReplicas;
 using spec_checks::Problems;
 
@@ -50,6 +51,11 @@ void CheckRest(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("replicas", s.replicas(),
           absl::StrCat("must be 1 to ", kMaxReplicas,
                        " (copies of the pipeline)"));
+  }
+  if (s.priority() < -kMaxPriority || s.priority() > kMaxPriority) {
+    p.Add("priority", s.priority(),
+          absl::StrCat("must be ", -kMaxPriority, " to ", kMaxPriority,
+                       " (higher starts first)"));
   }
   if (s.evaluation().every_epochs() < 1) {
     p.Add("evaluation.every_epochs", s.evaluation().every_epochs(),

@@ -23,6 +23,7 @@ inline constexpr uint32_t kMaxAccumulationSteps = 4096;
 inline constexpr uint32_t kMaxMicroBatchSize = 65536;
 inline constexpr uint32_t kMaxEpochs = 100000;
 inline constexpr uint32_t kMaxReplicas = 1024;
+inline constexpr int32_t kMaxPriority = 100;  // and -100 the lowest
 inline constexpr uint32_t kMaxClasses = 1000000;
 inline constexpr double kMaxWidth = 8.0;
 inline constexpr uint32_t kMaxEmbedDim = 8192;

@@ -20,7 +20,9 @@ checkpoint it leaves may verify (its SHA-256) yet differ from the
 uninterrupted run's of the same epoch. With --replicas 2 the job is two
 replicas of a one-stage pipeline on the two stage servers (the spare
 stays), so every stage fault hits a replica and its all-reduce partner
-sees it. The campaign prints every run and a
+sees it. With --jobs 2 two such jobs run at once on disjoint servers (four
+stage servers and a spare), the faults landing on either, and each job is
+held to the rules. The campaign prints every run and a
 summary table (runs, faults by kind, outcomes, worst recovery), and exits 1
 when any run broke a rule.
 """
@@ -84,8 +86,10 @@ def wait_for_text(path, pattern, timeout=60, proc=None):
 class Fleet:
     """The processes of one run, each restartable on its port and state."""
 
-    def __init__(self, bin_dir, root, use_tmpfs):
+    def __init__(self, bin_dir, root, use_tmpfs, servers=3):
         self.bin = bin_dir
+        # The jobs' stage servers and one spare.
+        self.servers = [f"stage-{j}" for j in range(servers)]
         self.root = root
         self.procs = {}
         self.commands = {}
@@ -128,7 +132,7 @@ class Fleet:
         return port
 
     def start_servers(self):
-        for j, name in enumerate(("stage-0", "stage-1", "stage-2")):
+        for j, name in enumerate(self.servers):
             self.ports[name] = self.start_on_free_port(
                 name, lambda port: [
                     os.path.join(self.bin, "petra-stage-server"), "--listen",
@@ -146,7 +150,7 @@ class Fleet:
                     control, "--seed", str(j)],
                 r"faultproxy listening on [^:]+:(\d+)")
         stages = ",".join(f"127.0.0.1:{self.proxy_ports[n]}"
-                          for n in ("stage-0", "stage-1", "stage-2"))
+                          for n in self.servers)
         self.ports["coordinator"] = self.start_on_free_port(
             "coordinator", lambda port: [
                 os.path.join(self.bin, "petra-coordinator"), "--listen",
@@ -349,29 +353,66 @@ def leaked_rings(pids):
     return leaked
 
 
+def judge(end, job, faults, fleet, baseline):
+    """One job's end against the rules: SUCCEEDED within a point of the
+    uninterrupted run's accuracy, or FAILED naming one of the faults; and no
+    checkpoint that verifies yet differs from the uninterrupted run's."""
+    recoveries = end.get("recoveries", [])
+    v = {"job": job, "state": end["state"], "recoveries": len(recoveries),
+         "worst_recovery_seconds": max(
+             [r.get("seconds", 0) for r in recoveries] or [0])}
+    accuracy = end.get("progress", {}).get("test_accuracy", 0)
+    v["accuracy"] = accuracy
+    if end["state"] == "JOB_STATE_SUCCEEDED":
+        v["outcome"] = "succeeded"
+        v["ok"] = abs(accuracy - baseline["accuracy"]) <= 0.01
+        if not v["ok"]:
+            v["why"] = (f"accuracy {accuracy:.4f} against "
+                        f"{baseline['accuracy']:.4f} uninterrupted")
+    else:
+        reason = end.get("error", {}).get("message", "")
+        v["outcome"] = "failed"
+        v["reason"] = reason
+        v["ok"] = names_a_fault(reason, faults, fleet)
+        if not v["ok"]:
+            v["why"] = ("failed with a reason that names none of "
+                        f"its faults: {reason!r}")
+    for key, digest in checkpoints(fleet.state_dir("coordinator"),
+                                   job).items():
+        if key in baseline["checkpoints"] and \
+                baseline["checkpoints"][key] != digest:
+            v["ok"] = False
+            v["why"] = (f"epoch {key[0]} stage {key[1]}'s checkpoint "
+                        "verifies but differs from the uninterrupted run's")
+    return v
+
+
 def one_run(args, run, seed, baseline, use_tmpfs):
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix=f"petra-chaos-{run}-")
-    fleet = Fleet(args.bin_dir, root, use_tmpfs)
+    fleet = Fleet(args.bin_dir, root, use_tmpfs, servers=2 * args.jobs + 1)
     events, faults = [], []
     result = {"run": run, "seed": seed, "faults": faults}
     try:
         fleet.start_servers()
-        r = fleet.petra(["submit"] + JOB)
-        if r.returncode != 0:
-            raise CampaignError("submit failed: " + r.stderr)
-        job = r.stdout.split()[0]
+        jobs = []
+        for _ in range(args.jobs):
+            r = fleet.petra(["submit"] + JOB)
+            if r.returncode != 0:
+                raise CampaignError("submit failed: " + r.stderr)
+            jobs.append(r.stdout.split()[0])
         fleet.commands["watch"] = [
             os.path.join(args.bin_dir, "petra"), "watch", "--coordinator",
-            f"127.0.0.1:{fleet.ports['coordinator']}", job]
+            f"127.0.0.1:{fleet.ports['coordinator']}", jobs[0]]
         fleet.start("watch")
         start = time.time()
         plan = []
         for _ in range(rng.randint(1, 3)):
             kind = rng.choice(KINDS)
-            target = rng.choice(TARGETS)
+            # The jobs' servers (not the spare), the coordinator, the client.
+            target = rng.choice(TARGETS + fleet.servers[2:-1])
             if kind in ("loss", "partition", "latency"):
-                target = rng.choice(["stage-0", "stage-1"])
+                target = rng.choice(fleet.servers[:-1])
             # Named by what they hit: the coordinator's disk and checkpoints.
             if kind == "corrupt_checkpoint" or (kind == "disk_full" and
                                                 target == "watch"):
@@ -383,7 +424,7 @@ def one_run(args, run, seed, baseline, use_tmpfs):
             faults.append(f"{kind}@{target}")
         pending = []  # (time, action)
         todo = list(plan)
-        end = None
+        ends = None
         last_look = -2.0
         while time.time() - start < args.bound:
             now = time.time() - start
@@ -403,49 +444,36 @@ def one_run(args, run, seed, baseline, use_tmpfs):
             # takes a core from the job under test.
             if not todo and not pending and now - last_look >= 2:
                 last_look = now
-                state = job_state(fleet, job)
-                if state and state.get("state") in (
+                states = [job_state(fleet, job) for job in jobs]
+                if all(st and st.get("state") in (
                         "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED",
-                        "JOB_STATE_CANCELLED"):
-                    end = state
+                        "JOB_STATE_CANCELLED") for st in states):
+                    ends = states
                     break
             time.sleep(0.5)
         result["seconds"] = round(time.time() - start, 1)
-        if end is None:
+        if ends is None:
             result["outcome"] = "hang"
             result["ok"] = False
             return result
-        result["state"] = end["state"]
-        recoveries = end.get("recoveries", [])
-        result["recoveries"] = len(recoveries)
+        verdicts = [judge(end, job, faults, fleet, baseline)
+                    for job, end in zip(jobs, ends)]
+        result["jobs"] = verdicts
+        result["state"] = ",".join(v["state"] for v in verdicts)
+        result["recoveries"] = sum(v["recoveries"] for v in verdicts)
         result["worst_recovery_seconds"] = max(
-            [r.get("seconds", 0) for r in recoveries] or [0])
-        accuracy = end.get("progress", {}).get("test_accuracy", 0)
-        result["accuracy"] = accuracy
-        if end["state"] == "JOB_STATE_SUCCEEDED":
-            result["outcome"] = "succeeded"
-            result["ok"] = abs(accuracy - baseline["accuracy"]) <= 0.01
-            if not result["ok"]:
-                result["why"] = (f"accuracy {accuracy:.4f} against "
-                                 f"{baseline['accuracy']:.4f} uninterrupted")
-        else:
-            reason = end.get("error", {}).get("message", "")
-            result["outcome"] = "failed"
-            result["reason"] = reason
-            result["ok"] = names_a_fault(reason, faults, fleet)
-            if not result["ok"]:
-                result["why"] = ("failed with a reason that names none of "
-                                 f"its faults: {reason!r}")
-        # No checkpoint that verifies may differ from the uninterrupted
-        # run's of the same epoch.
-        for key, digest in checkpoints(fleet.state_dir("coordinator"),
-                                       job).items():
-            if key in baseline["checkpoints"] and \
-                    baseline["checkpoints"][key] != digest:
-                result["ok"] = False
-                result["why"] = (f"epoch {key[0]} stage {key[1]}'s checkpoint "
-                                 "verifies but differs from the uninterrupted "
-                                 "run's")
+            v["worst_recovery_seconds"] for v in verdicts)
+        result["accuracy"] = min(v["accuracy"] for v in verdicts)
+        result["outcome"] = ("succeeded" if all(
+            v["outcome"] == "succeeded" for v in verdicts) else "failed")
+        reasons = [v["reason"] for v in verdicts if v.get("reason")]
+        if reasons:
+            result["reason"] = "; ".join(reasons)
+        result["ok"] = all(v["ok"] for v in verdicts)
+        whys = [f"{v['job']}: {v['why']}" if len(jobs) > 1 else v["why"]
+                for v in verdicts if not v["ok"]]
+        if whys:
+            result["why"] = "; ".join(whys)
         return result
     finally:
         result["events"] = [(round(t - (events[0][0] if events else t), 1),
@@ -502,6 +530,9 @@ def main(argv):
     p.add_argument("--replicas", type=int, default=1, choices=[1, 2],
                    help="2: the job runs as 2 replicas of one stage "
                         "(--replicas 2 --stages 1) on the two stage servers")
+    p.add_argument("--jobs", type=int, default=1, choices=[1, 2],
+                   help="2: two jobs at once on disjoint servers (four "
+                        "stage servers and a spare), faults in both")
     p.add_argument("--json", help="write every run's record here")
     p.add_argument("--keep", action="store_true",
                    help="keep each run's directory (logs, state)")
@@ -527,7 +558,7 @@ def main(argv):
         subprocess.run(["umount", probe], capture_output=True)
     os.rmdir(probe)
     print(f"chaos: seed {a.seed}, {a.runs} runs, bound {a.bound:.0f} s, "
-          f"{a.replicas} replica(s); "
+          f"{a.jobs} job(s) at once, {a.replicas} replica(s); "
           f"state on tmpfs: {'yes' if use_tmpfs else 'no (disk_full faults are skipped)'}",
           file=sys.stderr, flush=True)
     baseline = uninterrupted(a, use_tmpfs)

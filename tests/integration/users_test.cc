@@ -53,7 +53,8 @@ class Users : public FleetProcesses {
     c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   }
 
-  grpc::Status Submit(const std::string& user, std::string* id) {
+  grpc::Status Submit(const std::string& user, std::string* id,
+                      int32_t priority = 0) {
     grpc::ClientContext c;
     Deadline(c);
     petra::v1::SubmitJobRequest r;
@@ -64,6 +65,7 @@ class Users : public FleetProcesses {
     s->mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
     s->mutable_partition()->set_stage_count(2);
     s->mutable_training()->set_epochs(1000);
+    s->set_priority(priority);
     petra::v1::Job job;
     grpc::Status status = As(user)->SubmitJob(&c, r, &job);
     if (id != nullptr) *id = job.id();
@@ -165,6 +167,11 @@ TEST_F(Users, EveryRoleTriesEveryCall) {
   EXPECT_TRUE(Denied(vi_submit)) << vi_submit.error_message();
   EXPECT_THAT(vi_submit.error_message(),
               HasSubstr("user \"vi\" (viewer) may not SubmitJob"));
+  // Ahead of the queue's default: admins only.
+  grpc::Status raised = Submit("bo", nullptr, 3);
+  EXPECT_TRUE(Denied(raised)) << raised.error_message();
+  EXPECT_THAT(raised.error_message(),
+              HasSubstr("user \"bo\" may not submit at priority 3"));
 
   // Reading: everyone.
   for (const std::string user : {"ada", "bo", "cy", "vi"}) {
@@ -204,11 +211,11 @@ TEST_F(Users, EveryRoleTriesEveryCall) {
   EXPECT_TRUE(Cancel("ada", cy_job).ok());
   EXPECT_TRUE(Cancel("ada", ada_job).ok());
 
-  // The audit log: one line per call above (4 submits, 16 reads, 2 more
+  // The audit log: one line per call above (5 submits, 16 reads, 2 more
   // lists, the client's unauthenticated list, 4 exports, 5 cancels).
   const std::vector<petra::v1::AuditRecord> lines =
-      Audit(4 + 16 + 2 + 1 + 4 + 5);
-  ASSERT_EQ(lines.size(), 4u + 16 + 2 + 1 + 4 + 5);
+      Audit(5 + 16 + 2 + 1 + 4 + 5);
+  ASSERT_EQ(lines.size(), 5u + 16 + 2 + 1 + 4 + 5);
   std::map<std::string, int> by;
   for (const auto& r : lines) {
     by[r.user() + " " + r.call() + " " + r.code()]++;
@@ -221,10 +228,11 @@ TEST_F(Users, EveryRoleTriesEveryCall) {
   EXPECT_EQ(by["cy ExportJob PERMISSION_DENIED"], 1);
   EXPECT_EQ(by["bo CancelJob OK"], 1);
   EXPECT_EQ(by["bo SubmitJob OK"], 1);
+  EXPECT_EQ(by["bo SubmitJob PERMISSION_DENIED"], 1);
   EXPECT_EQ(by["vi ListServers OK"], 1);
   EXPECT_EQ(by["vi WatchJob OK"] + by["vi WatchJob CANCELLED"], 1);
   for (const auto& r : lines) {
-    if (r.user() == "bo" && r.call() == "SubmitJob") {
+    if (r.user() == "bo" && r.call() == "SubmitJob" && r.code() == "OK") {
       EXPECT_EQ(r.job_id(), bo_job);
       EXPECT_EQ(r.role(), petra::v1::ROLE_MEMBER);
     }
