@@ -62,6 +62,11 @@ class Fleet:
             self.stop()
             raise
         self.address = f"127.0.0.1:{self.port}"
+        # Stage server j's address, and the cores it is pinned to.
+        self.addresses = addresses
+        self.cores = [sorted({j * cores // stages + t
+                              for t in range(max(1, cores // stages))})
+                      for j in range(stages)]
 
     def _start(self, argv, log_path):
         log = open(log_path, "w+")

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
 #include "services/base/proto_json.h"
+#include "services/base/timestamp.h"
 
 namespace petra::coordinator {
 
@@ -28,7 +29,7 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
 AuditLog::File::~File() { ::close(fd); }
 
 void AuditLog::Append(petra::v1::AuditRecord record) {
-  *record.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+  *record.mutable_time() = base::NowTimestamp();
   std::string line =
       base::ProtoToJson(record, base::ProtoJsonOptions{/*pretty=*/false});
   line.push_back('\n');

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/base/durable_file.h"
+#include "services/base/timestamp.h"
 #include "services/wire/status_map.h"
 
 namespace petra::coordinator {
@@ -62,7 +63,7 @@ petra::v1::ListServersResponse DescribeFleet(
     if (m.lease_left.has_value()) {
       using google::protobuf::util::TimeUtil;
       *s->mutable_lease_expire_time() =
-          TimeUtil::GetCurrentTime() +
+          base::NowTimestamp() +
           TimeUtil::MillisecondsToDuration(
               std::chrono::duration_cast<std::chrono::milliseconds>(
                   *m.lease_left)

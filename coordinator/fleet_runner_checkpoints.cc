@@ -9,6 +9,7 @@
 #include "coordinator/fleet_runner.h"
 #include "coordinator/train_log.h"
 #include "services/base/event_log.h"
+#include "services/base/timestamp.h"
 
 namespace petra::coordinator {
 
@@ -116,8 +117,7 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::Restore() {
   record_.Update(JobEvent::KIND_STATE, [](Job& job) {
     job.set_state(petra::v1::JOB_STATE_RUNNING);
     if (!job.has_start_time()) {
-      *job.mutable_start_time() =
-          google::protobuf::util::TimeUtil::GetCurrentTime();
+      *job.mutable_start_time() = base::NowTimestamp();
     }
   });
   if (cursor->next_epoch > 1) {

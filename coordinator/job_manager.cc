@@ -14,6 +14,7 @@
 #include "coordinator/job_resume.h"
 #include "coordinator/torchscript_file.h"
 #include "services/base/paths.h"
+#include "services/base/timestamp.h"
 #include "services/data/dataset.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_validation.h"
@@ -208,8 +209,7 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec,
   *job.mutable_spec() = *resolved;
   job.set_state(petra::v1::JOB_STATE_QUEUED);
   job.set_owner(owner);
-  *job.mutable_create_time() =
-      google::protobuf::util::TimeUtil::GetCurrentTime();
+  *job.mutable_create_time() = base::NowTimestamp();
   std::error_code ec;
   const std::filesystem::path dir =
       JobLayout(env_.state_dir, job.id()).directory();
@@ -267,8 +267,7 @@ void JobManager::Schedule() {
       for (const auto& record : cancelled) {
         record->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
           job.set_state(petra::v1::JOB_STATE_CANCELLED);
-          *job.mutable_end_time() =
-              google::protobuf::util::TimeUtil::GetCurrentTime();
+          *job.mutable_end_time() = base::NowTimestamp();
         });
       }
       lock.lock();
@@ -400,8 +399,7 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
   r->Update(petra::v1::JobEvent::KIND_STATE, [](Job& job) {
     if (job.state() == petra::v1::JOB_STATE_QUEUED) {
       job.set_state(petra::v1::JOB_STATE_CANCELLED);
-      *job.mutable_end_time() =
-          google::protobuf::util::TimeUtil::GetCurrentTime();
+      *job.mutable_end_time() = base::NowTimestamp();
     }
   });
   return r->Snapshot();

@@ -8,6 +8,7 @@
 #include "services/base/durable_file.h"
 #include "services/base/event_log.h"
 #include "services/base/proto_json.h"
+#include "services/base/timestamp.h"
 
 namespace petra::coordinator {
 
@@ -20,7 +21,7 @@ bool IsTerminal(petra::v1::JobState s) {
 void MarkRecovering(petra::v1::Job& job, const std::string& reason) {
   job.set_state(petra::v1::JOB_STATE_RECOVERING);
   petra::v1::Recovery* r = job.add_recoveries();
-  *r->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+  *r->mutable_time() = base::NowTimestamp();
   r->set_reason(reason);
 }
 
@@ -52,7 +53,7 @@ void JobRecord::Update(petra::v1::JobEvent::Kind kind,
     }
     petra::v1::JobEvent event;
     event.set_kind(kind);
-    *event.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+    *event.mutable_time() = base::NowTimestamp();
     *event.mutable_job() = job_;
     const bool last = IsTerminal(job_.state());
     for (auto& w : watchers_) w->OnEvent(event, last);
@@ -68,7 +69,7 @@ void JobRecord::Subscribe(std::shared_ptr<JobWatcher> watcher) {
   std::lock_guard<std::mutex> lock(mu_);
   petra::v1::JobEvent event;
   event.set_kind(petra::v1::JobEvent::KIND_STATE);
-  *event.mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+  *event.mutable_time() = base::NowTimestamp();
   *event.mutable_job() = job_;
   const bool last = IsTerminal(job_.state());
   watcher->OnEvent(event, last);

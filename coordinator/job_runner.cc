@@ -10,6 +10,7 @@
 #include "coordinator/grpc_stage_client.h"
 #include "coordinator/recovery_policy.h"
 #include "services/base/event_log.h"
+#include "services/base/timestamp.h"
 #include "services/job/enum_names.h"
 #include "services/wire/status_map.h"
 
@@ -55,8 +56,7 @@ void RunJob(JobRecord& record, const RunnerEnvironment& env) {
     return;
   }
   record.Update(JobEvent::KIND_STATE, [&](Job& job) {
-    *job.mutable_end_time() =
-        google::protobuf::util::TimeUtil::GetCurrentTime();
+    *job.mutable_end_time() = base::NowTimestamp();
     if (status.ok()) {
       job.set_state(petra::v1::JOB_STATE_SUCCEEDED);
     } else if (record.cancel_requested()) {

@@ -98,9 +98,11 @@ TEST_F(ConcurrentJobs, TheHighestPriorityStartsFirstAndEachPriorityInOrder) {
     ended.push_back(WaitForTheEnd(id, std::chrono::seconds(240)));
     ASSERT_EQ(ended.back().state(), petra::v1::JOB_STATE_SUCCEEDED) << id;
   }
-  // Started: the urgent one, then the default one, then the low one.
-  EXPECT_LT(ended[3].start_time(), ended[2].start_time());
-  EXPECT_LT(ended[2].start_time(), ended[1].start_time());
+  // One after another on the two servers: the urgent one, then the
+  // default one, then the low one.
+  EXPECT_LE(ended[0].end_time(), ended[3].start_time());
+  EXPECT_LE(ended[3].end_time(), ended[2].start_time());
+  EXPECT_LE(ended[2].end_time(), ended[1].start_time());
   EXPECT_EQ(ended[3].spec().priority(), 5);
 }
 
