@@ -15,7 +15,7 @@
 #                                  # the cores beside it: a loaded machine
 #
 # Environment: JOBS (default 2, CTest's and the compiler's), BUILD_DIR
-# (default build), FUZZ_SECONDS (default 45, 0 skips the fuzz targets),
+# (default build), FUZZ_SECONDS (default 30, 0 skips the fuzz targets),
 # PETRA_SKIP_INSTALL=1 (no package step), CUDA_CHECK=0 (no CUDA compile
 # check, scripts/cuda-compile-check.sh), CTEST_ARGS (more ctest arguments,
 # e.g. "-R LocalFleet").
@@ -120,10 +120,10 @@ if ((long)); then
   end_phase chaos
   bash scripts/soak.sh || failed+=("soak (exit $?)")
   end_phase soak
-elif [[ "${FUZZ_SECONDS:-45}" != 0 ]]; then
+elif [[ "${FUZZ_SECONDS:-30}" != 0 ]]; then
   # The fuzz targets (clang, its own build dir), briefly: FUZZ_SECONDS
   # each, both at once.
-  bash scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-45}" ||
+  bash scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-30}" ||
     failed+=("fuzz (exit $?)")
   end_phase fuzz
 fi

@@ -51,9 +51,15 @@ section_precision() {
   # bf16 twice: in the device's default layout (auto: channels_last on a
   # GPU, NCHW on the CPU), and in channels_last, stock PyTorch's bf16 row.
   local runs=() cfg label mode stages precision report pflags plabel
-  for cfg in backprop:1:fp32 backprop:1:bf16 backprop:1:bf16-cl \
-      PETRA:2:fp32 PETRA:2:bf16 PETRA:2:bf16-cl PETRA:per-block:fp32 \
-      PETRA:per-block:bf16 PETRA:per-block:bf16-cl; do
+  local configs=(backprop:1:fp32 backprop:1:bf16 backprop:1:bf16-cl
+    PETRA:2:fp32 PETRA:2:bf16 PETRA:2:bf16-cl PETRA:per-block:fp32
+    PETRA:per-block:bf16 PETRA:per-block:bf16-cl)
+  # The smoke: each mode, layout and precision once (one command, other
+  # flags), in three runs instead of nine.
+  if ((smoke)); then
+    configs=(backprop:1:fp32 PETRA:2:bf16 PETRA:per-block:bf16-cl)
+  fi
+  for cfg in "${configs[@]}"; do
     IFS=: read -r label stages precision <<< "$cfg"
     precision_flags "$precision"
     mode=${label,,}

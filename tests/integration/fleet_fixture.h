@@ -179,15 +179,8 @@ class FleetProcesses : public ::testing::Test {
                      std::chrono::seconds timeout) {
     const auto end = Clock::now() + timeout;
     while (Clock::now() < end) {
-      auto stub = petra::v1::CoordinatorService::NewStub(
-          grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() +
-                           std::chrono::seconds(10));
-      petra::v1::GetJobRequest request;
-      request.set_job_id(id);
       petra::v1::Job job;
-      if (stub->GetJob(&context, request, &job).ok() &&
+      if (AskJob(id, &job).ok() &&
           base::ProtoToJson(job).find(text) != std::string::npos) {
         return true;
       }
@@ -199,6 +192,12 @@ class FleetProcesses : public ::testing::Test {
   // The job as the coordinator answers GetJob (no client process: polling
   // through `petra status` would start one each time).
   petra::v1::Job GetJob(const std::string& id) {
+    petra::v1::Job job;
+    grpc::Status s = AskJob(id, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+  grpc::Status AskJob(const std::string& id, petra::v1::Job* job) {
     auto stub = petra::v1::CoordinatorService::NewStub(
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
@@ -206,10 +205,7 @@ class FleetProcesses : public ::testing::Test {
                          std::chrono::seconds(10));
     petra::v1::GetJobRequest request;
     request.set_job_id(id);
-    petra::v1::Job job;
-    grpc::Status s = stub->GetJob(&context, request, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
+    return stub->GetJob(&context, request, job);
   }
 
   // Polls GetJob until `done(job)` or `timeout`; returns the last answer.
