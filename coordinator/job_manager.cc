@@ -39,6 +39,12 @@ std::string RecordPath(const std::string& state_dir, const std::string& id) {
 
 namespace {
 
+// The stage servers a job takes: its stages in every replica.
+int ServersNeeded(const petra::v1::JobSpec& spec) {
+  return job::StageCount(spec) *
+         static_cast<int>(std::max<uint32_t>(1, spec.replicas()));
+}
+
 RunnerEnvironment WithClaims(RunnerEnvironment env, ServerClaims* claims) {
   env.claims = claims;
   return env;
@@ -137,19 +143,20 @@ absl::StatusOr<Job> JobManager::Queue(const petra::v1::JobSpec& spec,
   const int stages = job::StageCount(*resolved);
   const int replicas =
       static_cast<int>(std::max<uint32_t>(1, resolved->replicas()));
+  const int servers = ServersNeeded(*resolved);
   const int fleet = static_cast<int>(env_.fleet->Addresses().size());
-  if (stages * replicas > fleet) {
+  if (servers > fleet) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the job needs ", stages * replicas, " stage servers",
+        "the job needs ", servers, " stage servers",
         replicas > 1
             ? absl::StrCat(" (", replicas, " replicas x ", stages, " stages)")
             : "",
-        " but the fleet has ", fleet, " (--stages and registered servers): ",
-        stages * replicas - fleet, " short"));
+        " but the fleet has ", fleet,
+        " (--stages and registered servers): ", servers - fleet, " short"));
   }
-  if (limits_.servers > 0 && stages * replicas > limits_.servers) {
+  if (limits_.servers > 0 && servers > limits_.servers) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the job needs ", stages * replicas,
+        absl::StrCat("the job needs ", servers,
                      " stage servers but a user may "
                      "hold at most ",
                      limits_.servers,
@@ -284,19 +291,19 @@ void JobManager::Schedule() {
 
 void JobManager::StartNext(std::vector<std::shared_ptr<JobRecord>>* cancelled) {
   // The queue's order: interrupted jobs (at its front) first, then the
-  // highest priority, then the earliest.
-  std::vector<std::string> order(queue_.begin(), queue_.end());
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const std::string& a, const std::string& b) {
-                     auto rank = [&](const std::string& id) {
-                       const Job j = jobs_[id]->Snapshot();
-                       return j.state() == petra::v1::JOB_STATE_RECOVERING
-                                  ? INT32_MAX
-                                  : j.spec().priority();
-                     };
-                     return rank(a) > rank(b);
-                   });
-  for (const std::string& id : order) {
+  // highest priority, then the earliest. Each job's rank is read once.
+  std::vector<std::pair<int32_t, std::string>> order;
+  for (const std::string& id : queue_) {
+    const Job j = jobs_[id]->Snapshot();
+    order.emplace_back(j.state() == petra::v1::JOB_STATE_RECOVERING
+                           ? INT32_MAX
+                           : j.spec().priority(),
+                       id);
+  }
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [rank, id] : order) {
     std::shared_ptr<JobRecord> record = jobs_[id];
     auto drop = [&] {
       queue_.erase(std::find(queue_.begin(), queue_.end(), id));
@@ -307,9 +314,7 @@ void JobManager::StartNext(std::vector<std::shared_ptr<JobRecord>>* cancelled) {
       continue;
     }
     const Job job = record->Snapshot();
-    const int servers =
-        job::StageCount(job.spec()) *
-        static_cast<int>(std::max<uint32_t>(1, job.spec().replicas()));
+    const int servers = ServersNeeded(job.spec());
     // A user at a limit waits; the jobs of others behind go ahead.
     if (!job.owner().empty() &&
         ((limits_.running_jobs > 0 &&

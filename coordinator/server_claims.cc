@@ -65,12 +65,14 @@ std::map<std::string, int> ServerClaims::ServersByJob() const {
 }
 
 int ServerClaims::ServersOf(const std::string& owner) const {
-  int n = 0;
-  for (const auto& [job, servers] : ServersByJob()) {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto owns = [&](const std::string& job) {
     auto it = owner_.find(job);
-    if (it != owner_.end() && it->second == owner) n += servers;
-  }
+    return it != owner_.end() && it->second == owner;
+  };
+  int n = 0;
+  for (const auto& [job, count] : reserved_) n += owns(job) ? count : 0;
+  for (const auto& [server, job] : holder_) n += owns(job) ? 1 : 0;
   return n;
 }
 
