@@ -238,6 +238,11 @@ TEST(BadOptions, AreRefusedBeforeServing) {
             "--max-recoveries = 1001: must be between 0 and 1000"},
            {kCoordinator,
             {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
+             dir.path(), "--max-jobs-per-user", "-1"},
+            "--max-jobs-per-user = -1: must be between 0 (no limit) and "
+            "100000"},
+           {kCoordinator,
+            {"--listen", "127.0.0.1:0", "--stages", "a:1", "--state-dir",
              dir.path(), "--cross-host-bandwidth", "0"},
             "--cross-host-bandwidth = 0: must be a number of bytes/s above "
             "0"},
