@@ -26,34 +26,61 @@ absl::StatusOr<std::string> ReadWhole(const std::filesystem::path& path) {
 
 }  // namespace
 
-absl::StatusOr<std::string> CheckpointStore::Write(
-    uint32_t epoch, const std::vector<std::string>& stage_files,
-    uint32_t keep_last, const petra::v1::Preprocessing& input) {
-  for (size_t j = 0; j < stage_files.size(); ++j) {
-    const std::filesystem::path file =
-        layout_.stage_file(epoch, static_cast<int>(j));
-    if (absl::Status s = base::WriteFileAtomically(file, stage_files[j]);
-        !s.ok()) {
-      return s;
-    }
+std::filesystem::path CheckpointStore::IncomingFolder(uint32_t epoch) const {
+  return layout_.checkpoints() /
+         absl::StrCat("incoming-", JobLayout::CheckpointName(epoch));
+}
+
+std::filesystem::path CheckpointStore::Incoming(uint32_t epoch,
+                                                int stage) const {
+  return IncomingFolder(epoch) / JobLayout::StageFileName(stage);
+}
+
+void CheckpointStore::Discard(uint32_t epoch) const {
+  base::RemoveTree(IncomingFolder(epoch)).IgnoreError();
+}
+
+absl::StatusOr<std::string> CheckpointStore::Commit(
+    uint32_t epoch, const std::vector<std::string>& sha256s, uint32_t keep_last,
+    const petra::v1::Preprocessing& input) {
+  const std::filesystem::path incoming = IncomingFolder(epoch);
+  for (size_t j = 0; j < sha256s.size(); ++j) {
     if (absl::Status s = base::WriteFileAtomically(
-            JobLayout::Checksum(file), base::Sha256Hex(stage_files[j]) + "\n");
+            JobLayout::Checksum(incoming /
+                                JobLayout::StageFileName(static_cast<int>(j))),
+            sha256s[j] + "\n");
         !s.ok()) {
       return s;
     }
   }
-  absl::StatusOr<std::string> exported =
-      engine::MergeForExport(stage_files, input);
-  if (!exported.ok()) return exported.status();
-  if (absl::Status s =
-          base::WriteFileAtomically(layout_.export_file(), *exported);
-      !s.ok()) {
-    return s;
+  const std::filesystem::path folder = layout_.checkpoint(epoch);
+  if (absl::Status s = base::RemoveTree(folder); !s.ok()) return s;
+  std::error_code ec;
+  std::filesystem::rename(incoming, folder, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot move ", incoming.string(),
+                                            " to ", folder.string(), ": ",
+                                            ec.message()));
   }
+  std::vector<std::filesystem::path> files;
+  for (size_t j = 0; j < sha256s.size(); ++j) {
+    files.push_back(layout_.stage_file(epoch, static_cast<int>(j)));
+  }
+  absl::StatusOr<std::unique_ptr<base::AtomicFile>> exported =
+      base::AtomicFile::Create(layout_.export_file());
+  if (!exported.ok()) return exported.status();
+  absl::Status merged =
+      engine::WriteExport(files, input, [&](const char* data, size_t size) {
+        return (*exported)->Append(data, size).ok();
+      });
+  if (!merged.ok()) {
+    // The file's own error (a full disk) says more than the merge's.
+    return (*exported)->status().ok() ? merged : (*exported)->status();
+  }
+  if (absl::Status s = (*exported)->Commit(); !s.ok()) return s;
   // Read from the disk, so checkpoints of an earlier coordinator process
   // count too.
   std::vector<std::pair<uint32_t, std::filesystem::path>> all;
-  std::error_code ec;
   for (const auto& entry :
        std::filesystem::directory_iterator(layout_.checkpoints(), ec)) {
     std::optional<uint32_t> n =
@@ -87,36 +114,27 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& state_dir,
   std::sort(found.rbegin(), found.rend());
   ResumePoint point;
   for (const auto& [epoch, dir] : found) {
-    std::vector<std::string> files;
+    std::vector<std::filesystem::path> files;
     absl::Status problem;
     for (int j = 0; j < stages && problem.ok(); ++j) {
-      absl::StatusOr<std::string> bytes =
-          ReadWhole(dir / JobLayout::StageFileName(j));
-      if (!bytes.ok()) {
-        problem = bytes.status();
-        break;
-      }
+      const std::filesystem::path file = dir / JobLayout::StageFileName(j);
       // A damaged file is passed over for an older checkpoint: its SHA-256
-      // must match the one written beside it, and it must decode.
-      absl::StatusOr<std::string> sha =
-          ReadWhole(JobLayout::Checksum(dir / JobLayout::StageFileName(j)));
-      if (!sha.ok()) {
+      // must match the one written beside it, and it must read as a state
+      // file (its tensors' bytes are not loaded here).
+      absl::StatusOr<std::string> sha = ReadWhole(JobLayout::Checksum(file));
+      absl::StatusOr<std::string> actual = base::Sha256OfFile(file);
+      if (!actual.ok()) {
+        problem = actual.status();
+      } else if (!sha.ok()) {
         problem = sha.status();
-        break;
-      }
-      if (absl::StripAsciiWhitespace(*sha) != base::Sha256Hex(*bytes)) {
+      } else if (absl::StripAsciiWhitespace(*sha) != *actual) {
         problem = absl::DataLossError(absl::StrCat(
             JobLayout::StageFileName(j), " does not match its SHA-256"));
-        break;
+      } else if (absl::Status s = engine::CheckStateFile(file); !s.ok()) {
+        problem = absl::DataLossError(absl::StrCat(
+            JobLayout::StageFileName(j), " is unreadable: ", s.message()));
       }
-      absl::StatusOr<engine::NamedTensors> t = engine::DecodeStateFile(*bytes);
-      if (!t.ok()) {
-        problem = absl::DataLossError(
-            absl::StrCat(JobLayout::StageFileName(j),
-                         " is unreadable: ", t.status().message()));
-        break;
-      }
-      files.push_back(std::move(*bytes));
+      files.push_back(file);
     }
     if (problem.ok() &&
         std::filesystem::exists(dir / JobLayout::StageFileName(stages))) {

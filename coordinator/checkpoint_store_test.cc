@@ -76,15 +76,26 @@ TEST_F(CheckpointStoreTest, PassesOverDamagedIncompleteAndForeignOnes) {
     f.put('\x7f');
   }
   // epoch 3: stage 1 missing; epoch 4: written by a 3-stage job; epoch 5:
-  // no checksum.
+  // no checksum; epoch 6: stage 0 is not a state file, and its checksum
+  // says so.
   Write(3, 0);
   for (int j : {0, 1, 2}) Write(4, j);
   Write(5, 0, false);
   Write(5, 1, false);
+  Write(6, 0);
+  Write(6, 1);
+  ASSERT_TRUE(base::WriteFileAtomically(Dir(6) / "stage-0.pt", "junk").ok());
+  ASSERT_TRUE(base::WriteFileAtomically(Dir(6) / "stage-0.pt.sha256",
+                                        base::Sha256Hex("junk"))
+                  .ok());
   absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->epoch, 1u);
-  ASSERT_EQ(p->skipped.size(), 4u);
+  ASSERT_EQ(p->skipped.size(), 5u);
+  EXPECT_THAT(p->skipped[0],
+              HasSubstr("epoch-6: stage-0.pt is unreadable: state file: not a "
+                        "torch.save archive"));
+  p->skipped.erase(p->skipped.begin());
   EXPECT_THAT(p->skipped[0],
               HasSubstr("epoch-5: stage-0.pt.sha256 is missing"));
   EXPECT_THAT(p->skipped[1], HasSubstr("epoch-4: it has more than 2 stages"));
@@ -123,7 +134,7 @@ TEST_F(CheckpointStoreTest, AJobIdMayNotLeadOutOfTheStateDir) {
   petra::base::RemoveTree(outside).IgnoreError();
 }
 
-// What Write leaves is what FindResumePoint takes, the export holds every
+// What Commit leaves is what FindResumePoint takes, the export holds every
 // stage's model tensors, and only the newest keep_last stay.
 TEST_F(CheckpointStoreTest, WritesWhatAResumeFindsAndKeepsTheNewest) {
   auto stage = [](int epoch, int j) {
@@ -140,18 +151,43 @@ TEST_F(CheckpointStoreTest, WritesWhatAResumeFindsAndKeepsTheNewest) {
   for (const char* n : {"cat", "dog", "caf\u00e9 au lait"}) {
     input.add_class_names(n);
   }
+  // As FleetRunner::Checkpoint does: each stage's file arrives where the
+  // store says, then the store makes them a checkpoint.
+  auto arrive = [&](uint32_t e) {
+    std::vector<std::string> sha256s;
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_TRUE(
+          base::WriteFileAtomically(store.Incoming(e, j), stage(e, j)).ok());
+      sha256s.push_back(base::Sha256Hex(stage(e, j)));
+    }
+    return sha256s;
+  };
   for (uint32_t e : {1u, 2u, 3u}) {
-    absl::StatusOr<std::string> rel =
-        store.Write(e, {stage(e, 0), stage(e, 1)}, 2, input);
+    // Until it is committed, what arrives is no checkpoint.
+    const std::vector<std::string> sha256s = arrive(e);
+    EXPECT_EQ(FindResumePoint(root_.string(), "job-1", 2)
+                  .value_or(ResumePoint())
+                  .epoch,
+              e - 1);
+    absl::StatusOr<std::string> rel = store.Commit(e, sha256s, 2, input);
     ASSERT_TRUE(rel.ok()) << rel.status();
     EXPECT_EQ(*rel, absl::StrCat("jobs/job-1/checkpoints/epoch-", e));
+    EXPECT_FALSE(std::filesystem::exists(store.Incoming(e, 0).parent_path()));
   }
   EXPECT_FALSE(std::filesystem::exists(Dir(1)));
   EXPECT_TRUE(std::filesystem::exists(Dir(2)));
   absl::StatusOr<ResumePoint> p = FindResumePoint(root_.string(), "job-1", 2);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->epoch, 3u);
-  EXPECT_EQ(p->files[1], stage(3, 1));
+  EXPECT_EQ(p->files[1], Dir(3) / "stage-1.pt");
+  EXPECT_TRUE(p->skipped.empty());
+  // A pull that failed halfway is discarded; the same epoch written again
+  // (a recovery that reached it anew) replaces the first.
+  arrive(4);
+  store.Discard(4);
+  EXPECT_FALSE(std::filesystem::exists(store.Incoming(4, 0).parent_path()));
+  ASSERT_TRUE(store.Commit(3, arrive(3), 2, input).ok());
+  EXPECT_EQ(FindResumePoint(root_.string(), "job-1", 2)->epoch, 3u);
 
   std::ifstream in(root_ / "jobs" / "job-1" / "model.pt", std::ios::binary);
   absl::StatusOr<engine::NamedTensors> exported = engine::DecodeStateFile(

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -14,8 +15,9 @@
 namespace petra::coordinator {
 namespace {
 
-// Checkpoints move in pieces of this size.
-constexpr uint32_t kPieceBytes = 4 << 20;
+// Checkpoints move in pieces of this size: each transfer holds a piece in
+// a few copies at once (gRPC's buffer, the message, the file's).
+constexpr uint32_t kPieceBytes = 1 << 20;
 
 // An unanswered call says so; otherwise the server's error, named.
 absl::Status NameError(const std::string& name, const absl::Status& s) {
@@ -223,19 +225,27 @@ void StageFleet::ReleaseAll() {
   }).IgnoreError();
 }
 
-absl::StatusOr<std::string> StageFleet::PullCheckpoint(
+absl::StatusOr<petra::v1::CheckpointResponse> StageFleet::WriteCheckpoint(
     int j, const petra::v1::CheckpointRequest& request) {
   petra::v1::CheckpointResponse written;
   if (absl::Status s = Named(j, clients_[j]->Checkpoint(request, &written));
       !s.ok()) {
     return s;
   }
-  std::string bytes;
-  while (bytes.size() < written.size_bytes() || written.size_bytes() == 0) {
+  return written;
+}
+
+absl::StatusOr<std::string> StageFleet::PullCheckpoint(
+    int j, const petra::v1::CheckpointResponse& written,
+    const std::filesystem::path& file) {
+  absl::StatusOr<std::unique_ptr<base::AtomicFile>> out =
+      base::AtomicFile::Create(file);
+  if (!out.ok()) return out.status();
+  while ((*out)->size() < written.size_bytes()) {
     petra::v1::ReadCheckpointRequest read;
     read.set_job_id(job_id_);
     read.set_path(written.path());
-    read.set_offset(bytes.size());
+    read.set_offset((*out)->size());
     read.set_max_bytes(kPieceBytes);
     petra::v1::ReadCheckpointResponse piece;
     if (absl::Status s = Named(j, clients_[j]->ReadCheckpoint(read, &piece));
@@ -243,31 +253,53 @@ absl::StatusOr<std::string> StageFleet::PullCheckpoint(
       return s;
     }
     if (piece.data().empty()) break;
-    bytes += piece.data();
+    if (absl::Status s =
+            (*out)->Append(piece.data().data(), piece.data().size());
+        !s.ok()) {
+      return s;
+    }
   }
-  if (bytes.size() != written.size_bytes()) {
+  if ((*out)->size() != written.size_bytes()) {
     return absl::DataLossError(
-        absl::StrCat(Name(j), ": checkpoint read back as ", bytes.size(),
+        absl::StrCat(Name(j), ": checkpoint read back as ", (*out)->size(),
                      " bytes, written as ", written.size_bytes()));
   }
-  const std::string sha256 = base::Sha256Hex(bytes);
-  if (sha256 != written.sha256()) {
+  if (absl::Status s = (*out)->Commit(); !s.ok()) return s;
+  if ((*out)->sha256() != written.sha256()) {
+    // Committed, then removed: its folder is not a checkpoint until every
+    // stage's file is in and checked.
+    std::error_code ec;
+    std::filesystem::remove(file, ec);
     return absl::DataLossError(
-        absl::StrCat(Name(j), ": checkpoint read back with SHA-256 ", sha256,
-                     ", written with ", written.sha256()));
+        absl::StrCat(Name(j), ": checkpoint read back with SHA-256 ",
+                     (*out)->sha256(), ", written with ", written.sha256()));
   }
-  return bytes;
+  return written.sha256();
 }
 
 absl::StatusOr<petra::v1::RestoreCheckpointResponse> StageFleet::PushCheckpoint(
-    int j, const std::string& bytes) {
+    int j, const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(file.filename().string(), " is missing"));
+  }
+  const uint64_t total = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
   petra::v1::RestoreCheckpointResponse response;
-  for (uint64_t offset = 0; offset < bytes.size(); offset += kPieceBytes) {
+  std::string piece_bytes;
+  for (uint64_t offset = 0; offset < total; offset += kPieceBytes) {
+    piece_bytes.resize(std::min<uint64_t>(kPieceBytes, total - offset));
+    if (!in.read(piece_bytes.data(),
+                 static_cast<std::streamsize>(piece_bytes.size()))) {
+      return absl::DataLossError(
+          absl::StrCat("cannot read ", file.string(), " at ", offset));
+    }
     petra::v1::RestoreCheckpointRequest piece;
     piece.set_job_id(job_id_);
     piece.set_offset(offset);
-    piece.set_total_bytes(bytes.size());
-    piece.set_data(bytes.substr(offset, kPieceBytes));
+    piece.set_total_bytes(total);
+    piece.set_data(piece_bytes);
     if (absl::Status s =
             Named(j, clients_[j]->RestoreCheckpoint(piece, &response));
         !s.ok()) {
@@ -278,12 +310,17 @@ absl::StatusOr<petra::v1::RestoreCheckpointResponse> StageFleet::PushCheckpoint(
 }
 
 absl::Status StageFleet::ForEach(int stages,
-                                 const std::function<absl::Status(int)>& call) {
+                                 const std::function<absl::Status(int)>& call,
+                                 int at_most) {
   std::vector<absl::Status> results(stages);
+  std::atomic<int> next{0};
+  const int threads_wanted = at_most > 0 ? std::min(at_most, stages) : stages;
   std::vector<std::thread> threads;
-  threads.reserve(stages);
-  for (int j = 0; j < stages; ++j) {
-    threads.emplace_back([&results, &call, j] { results[j] = call(j); });
+  threads.reserve(threads_wanted);
+  for (int t = 0; t < threads_wanted; ++t) {
+    threads.emplace_back([&] {
+      for (int j = next++; j < stages; j = next++) results[j] = call(j);
+    });
   }
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : results) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -98,24 +99,32 @@ class StageFleet {
   // Best effort: a stage that is gone holds nothing.
   void ReleaseAll();
 
-  // Has stage j write its checkpoint `name` and reads it back whole,
-  // checked against the size and SHA-256 the stage reported.
-  absl::StatusOr<std::string> PullCheckpoint(
+  // Has stage j write its checkpoint `request.name()` on its own disk.
+  absl::StatusOr<petra::v1::CheckpointResponse> WriteCheckpoint(
       int j, const petra::v1::CheckpointRequest& request);
-  // Uploads a checkpoint to stage j in pieces; the stage's answer.
+  // Copies the checkpoint stage j wrote into `file` piece by piece
+  // (appearing whole or not at all), checked against the size and SHA-256
+  // the stage reported. Returns that SHA-256.
+  absl::StatusOr<std::string> PullCheckpoint(
+      int j, const petra::v1::CheckpointResponse& written,
+      const std::filesystem::path& file);
+  // Uploads checkpoint `file` to stage j piece by piece; the stage's answer.
   absl::StatusOr<petra::v1::RestoreCheckpointResponse> PushCheckpoint(
-      int j, const std::string& bytes);
+      int j, const std::filesystem::path& file);
 
   // A control call's error with the stage's name.
   absl::Status Named(int j, const absl::Status& s) const;
 
   // Runs call(j) for every stage at once, each on a thread of its own, and
   // returns the first error in stage order. What takes seconds on every
-  // stage (building its blocks at Assign, writing and moving a checkpoint)
-  // then takes the slowest stage's time, not the sum: 23 s became 2 s for
-  // the assigns of a 12-stage RevViT of 277M parameters.
+  // stage (building its blocks at Assign, writing a checkpoint) then takes
+  // the slowest stage's time, not the sum: 23 s became 2 s for the assigns
+  // of a 12-stage RevViT of 277M parameters. `at_most` > 0: that many
+  // threads, each taking the next stage, for what costs the coordinator
+  // memory per call (moving checkpoints).
   static absl::Status ForEach(int stages,
-                              const std::function<absl::Status(int)>& call);
+                              const std::function<absl::Status(int)>& call,
+                              int at_most = 0);
 
  private:
   std::string job_id_;

@@ -3,10 +3,18 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <map>
+#include <mutex>
+#include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "services/base/durable_file.h"
+#include "services/base/paths.h"
 
 namespace petra::coordinator {
 namespace {
@@ -20,6 +28,7 @@ struct FakeServer {
   petra::v1::StageStatus status;
   std::string checkpoint;
   std::string restored;
+  int restore_pieces = 0;
   std::vector<std::string> released;
 };
 
@@ -52,14 +61,15 @@ class FakeClient : public StageClient {
   }
   absl::Status ReadCheckpoint(const petra::v1::ReadCheckpointRequest& r,
                               petra::v1::ReadCheckpointResponse* out) override {
-    // Small pieces, to take several reads.
-    out->set_data(s_.checkpoint.substr(r.offset(), 3));
+    // Pieces smaller than asked for, to take several reads.
+    out->set_data(s_.checkpoint.substr(r.offset(), r.max_bytes() / 4));
     return absl::OkStatus();
   }
   absl::Status RestoreCheckpoint(
       const petra::v1::RestoreCheckpointRequest& r,
       petra::v1::RestoreCheckpointResponse* out) override {
     s_.restored += r.data();
+    ++s_.restore_pieces;
     out->set_restored(s_.restored.size() == r.total_bytes());
     return absl::OkStatus();
   }
@@ -79,12 +89,18 @@ class FakeClient : public StageClient {
 
 class FleetControlTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("petra-fleet-control-", ::getpid());
+  }
+  void TearDown() override { base::RemoveTree(dir_).IgnoreError(); }
   StageConnector connect() {
     return [this](const std::string& a) {
       return std::make_unique<FakeClient>(servers_[a]);
     };
   }
   std::map<std::string, FakeServer> servers_;
+  std::filesystem::path dir_;
 };
 
 TEST_F(FleetControlTest, ProbeTakesFreeServersInOrderAndSaysWhyOthersNot) {
@@ -169,17 +185,57 @@ TEST_F(FleetControlTest, PollNamesTheStageThatFailedOrLeft) {
 }
 
 TEST_F(FleetControlTest, CheckpointsGoOutAndComeBackWholeAndChecked) {
-  servers_["a:1"].checkpoint = "0123456789";
+  // Three pieces and a bit: pieces are 1 MiB.
+  std::string bytes((3 << 20) + 5, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  servers_["a:1"].checkpoint = bytes;
   StageFleet fleet("job-1", {"a:1"}, connect());
-  absl::StatusOr<std::string> bytes =
-      fleet.PullCheckpoint(0, petra::v1::CheckpointRequest());
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  EXPECT_EQ(*bytes, "0123456789");
+  const std::filesystem::path file = dir_ / "in" / "stage-0.pt";
+  absl::StatusOr<petra::v1::CheckpointResponse> written =
+      fleet.WriteCheckpoint(0, petra::v1::CheckpointRequest());
+  ASSERT_TRUE(written.ok()) << written.status();
+  absl::StatusOr<std::string> sha = fleet.PullCheckpoint(0, *written, file);
+  ASSERT_TRUE(sha.ok()) << sha.status();
+  EXPECT_EQ(*sha, base::Sha256Hex(bytes));
+  EXPECT_EQ(*base::Sha256OfFile(file), *sha);
+  EXPECT_FALSE(std::filesystem::exists(file.string() + ".tmp"));
   absl::StatusOr<petra::v1::RestoreCheckpointResponse> restored =
-      fleet.PushCheckpoint(0, *bytes);
+      fleet.PushCheckpoint(0, file);
   ASSERT_TRUE(restored.ok());
   EXPECT_TRUE(restored->restored());
-  EXPECT_EQ(servers_["a:1"].restored, "0123456789");
+  EXPECT_EQ(servers_["a:1"].restored, bytes);
+  EXPECT_EQ(servers_["a:1"].restore_pieces, 4);
+  EXPECT_EQ(fleet.PushCheckpoint(0, dir_ / "none.pt").status().message(),
+            "none.pt is missing");
+}
+
+// At most so many calls at once, every stage once, the first error in
+// stage order.
+TEST_F(FleetControlTest, ForEachRunsEveryStageOnceAtMostSoManyAtOnce) {
+  for (int at_most : {0, 1, 3}) {
+    std::mutex mu;
+    int running = 0, most = 0;
+    std::vector<int> calls(10);
+    absl::Status s = StageFleet::ForEach(
+        10,
+        [&](int j) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            most = std::max(most, ++running);
+            ++calls[j];
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          std::lock_guard<std::mutex> lock(mu);
+          --running;
+          return j == 4 || j == 7 ? absl::InternalError(absl::StrCat(j))
+                                  : absl::OkStatus();
+        },
+        at_most);
+    EXPECT_EQ(s.message(), "4");
+    EXPECT_EQ(calls, std::vector<int>(10, 1));
+    EXPECT_LE(most, at_most == 0 ? 10 : at_most);
+    if (at_most == 1) EXPECT_EQ(most, 1);
+  }
 }
 
 // A stage whose file changes between its checksum and the read: refused.
@@ -199,10 +255,15 @@ TEST_F(FleetControlTest, ACheckpointReadBackDifferentlyIsDataLoss) {
   StageFleet fleet("job-1", {"a:1"}, [this](const std::string& a) {
     return std::make_unique<Torn>(servers_[a]);
   });
-  absl::Status s = fleet.PullCheckpoint(0, {}).status();
+  const std::filesystem::path file = dir_ / "stage-0.pt";
+  absl::Status s =
+      fleet.PullCheckpoint(0, *fleet.WriteCheckpoint(0, {}), file).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("stage 0 (a:1): checkpoint read back with SHA-256"));
+  // Nothing is left where the file would have been.
+  EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_FALSE(std::filesystem::exists(file.string() + ".tmp"));
 }
 
 }  // namespace

@@ -12,6 +12,14 @@
 #include "services/base/timestamp.h"
 
 namespace petra::coordinator {
+namespace {
+
+// Checkpoints moved between the stages and the coordinator's disk at once:
+// each costs the coordinator a thread and a few pieces in memory, so that a
+// fleet of hundreds of stages costs what four do.
+constexpr int kTransfersAtOnce = 4;
+
+}  // namespace
 
 using petra::v1::Job;
 using petra::v1::JobEvent;
@@ -19,18 +27,21 @@ using petra::v1::JobEvent;
 absl::StatusOr<engine::TrainingCursor> FleetRunner::Load(
     const ResumePoint& point) {
   // Replica 0's files are every replica's: each copy of stage j restores
-  // the same file. Every stage at once; then their answers in order.
+  // the same file. A few stages at once; then their answers in order.
   const int stages = this->stages();
   const int servers = stages * replicas_;
   std::vector<petra::v1::RestoreCheckpointResponse> responses(servers);
-  absl::Status pushed = StageFleet::ForEach(servers, [&](int k) {
-    absl::StatusOr<petra::v1::RestoreCheckpointResponse> response =
-        pipelines_[k / stages].fleet->PushCheckpoint(k % stages,
-                                                     point.files[k % stages]);
-    if (!response.ok()) return response.status();
-    responses[k] = std::move(*response);
-    return absl::OkStatus();
-  });
+  absl::Status pushed = StageFleet::ForEach(
+      servers,
+      [&](int k) {
+        absl::StatusOr<petra::v1::RestoreCheckpointResponse> response =
+            pipelines_[k / stages].fleet->PushCheckpoint(
+                k % stages, point.files[k % stages]);
+        if (!response.ok()) return response.status();
+        responses[k] = std::move(*response);
+        return absl::OkStatus();
+      },
+      kTransfersAtOnce);
   if (!pushed.ok()) return pushed;
   std::optional<uint64_t> steps, samples;
   for (int k = 0; k < servers; ++k) {
@@ -137,12 +148,21 @@ absl::StatusOr<engine::TrainingCursor> FleetRunner::Restore() {
 }
 absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
   const uint32_t epoch = cursor.next_epoch - 1;
-  // Every stage writes and sends its file at once (the files are all held
-  // here before the store writes them, in any order). Replica 0's: the
-  // replicas hold the same weights, and BN statistics averaged at the end
-  // of the pass (StageWorker::SettleReplicas).
+  // Every stage writes its file at once; then a few at a time send theirs,
+  // each piece straight to the coordinator's disk: its memory holds
+  // pieces, never a file. Replica 0's: the replicas hold the same weights,
+  // and BN statistics averaged at the end of the pass
+  // (StageWorker::SettleReplicas).
   StageFleet& fleet = *pipelines_[0].fleet;
-  std::vector<std::string> files(fleet.size());
+  CheckpointStore store(layout());
+  std::vector<petra::v1::CheckpointResponse> files(fleet.size());
+  std::vector<std::string> sha256s(fleet.size());
+  auto failed = [&](int j, const absl::Status& s) {
+    PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
+                    {"stage", absl::StrCat(j)},
+                    {"reason", std::string(s.message())});
+    return s;
+  };
   absl::Status pulled = StageFleet::ForEach(fleet.size(), [&](int j) {
     petra::v1::CheckpointRequest request;
     request.set_job_id(id_);
@@ -150,25 +170,35 @@ absl::Status FleetRunner::Checkpoint(const engine::TrainingCursor& cursor) {
     request.set_step(cursor.steps);
     request.set_epoch(epoch);
     request.set_samples_seen(cursor.samples_seen);
-    absl::StatusOr<std::string> bytes = fleet.PullCheckpoint(j, request);
-    if (!bytes.ok()) {
-      PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
-                      {"stage", absl::StrCat(j)},
-                      {"reason", std::string(bytes.status().message())});
-      return bytes.status();
-    }
-    files[j] = std::move(*bytes);
+    absl::StatusOr<petra::v1::CheckpointResponse> file =
+        fleet.WriteCheckpoint(j, request);
+    if (!file.ok()) return failed(j, file.status());
+    files[j] = std::move(*file);
     return absl::OkStatus();
   });
+  if (pulled.ok()) {
+    pulled = StageFleet::ForEach(
+        fleet.size(),
+        [&](int j) {
+          absl::StatusOr<std::string> sha256 =
+              fleet.PullCheckpoint(j, files[j], store.Incoming(epoch, j));
+          if (!sha256.ok()) return failed(j, sha256.status());
+          sha256s[j] = std::move(*sha256);
+          return absl::OkStatus();
+        },
+        kTransfersAtOnce);
+  }
   if (!pulled.ok()) {
+    store.Discard(epoch);
     if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
     return Prefixed("checkpoint: ", pulled);
   }
   const uint32_t keep =
       spec_.checkpoint().has_keep_last() ? spec_.checkpoint().keep_last() : 2;
   absl::StatusOr<std::string> written =
-      CheckpointStore(layout()).Write(epoch, files, keep, preprocessing_);
+      store.Commit(epoch, sha256s, keep, preprocessing_);
   if (!written.ok()) {
+    store.Discard(epoch);
     if (env_.metrics != nullptr) env_.metrics->CheckpointFailed();
     PETRA_LOG_EVENT(kError, "checkpoint_failed", {"job_id", id_},
                     {"reason", std::string(written.status().message())});

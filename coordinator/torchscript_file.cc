@@ -34,12 +34,7 @@ absl::StatusOr<std::string> TorchScriptFile(const JobLayout& layout,
       fs::last_write_time(script, ec) == source_time && !ec) {
     return script.string();
   }
-  std::ifstream in(plain, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in) return absl::DataLossError("the export file cannot be read");
-  absl::StatusOr<engine::NamedTensors> tensors =
-      engine::DecodeStateFile(bytes.str());
+  absl::StatusOr<engine::NamedTensors> tensors = engine::ReadStateFile(plain);
   if (!tensors.ok()) return tensors.status();
 
   // An export of an earlier version has no input.* tensors: its record's,

@@ -14,8 +14,8 @@ namespace petra::stage_server {
 namespace {
 
 constexpr uint32_t kMaxReadBytes = 4 << 20;
-// A restored checkpoint is held in memory until its last piece arrives.
-constexpr uint64_t kMaxRestoreBytes = uint64_t{8} << 30;
+// An uploaded checkpoint goes to disk; a bound on what one may claim.
+constexpr uint64_t kMaxRestoreBytes = uint64_t{64} << 30;
 constexpr uint64_t kMaxRestorePieceBytes = 16 << 20;
 
 absl::Status Released(const StageJob& job) {
@@ -136,19 +136,19 @@ absl::StatusOr<std::filesystem::path> StageCheckpoints::RestoreFile(
 absl::Status StageCheckpoints::RestoreFrom(const std::filesystem::path& file,
                                            const std::string& name,
                                            StageJob& job) {
-  std::ifstream in(file, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  if (!in && bytes.empty()) {
+  absl::StatusOr<engine::StageCheckpointMeta> meta =
+      engine::RestoreStageCheckpointFile(file, *job.worker);
+  if (meta.status().code() == absl::StatusCode::kNotFound) {
     return absl::NotFoundError(
         absl::StrCat("restore_checkpoint \"", name, "\" not found"));
   }
-  return engine::RestoreStageCheckpoint(bytes, *job.worker).status();
+  return meta.status();
 }
 
-absl::StatusOr<std::optional<std::string>> StageCheckpoints::AddPiece(
-    RestoreUpload& upload, const petra::v1::RestoreCheckpointRequest& request,
-    petra::v1::RestoreCheckpointResponse* response) {
+absl::StatusOr<std::optional<std::filesystem::path>> StageCheckpoints::AddPiece(
+    StageJob& job, const petra::v1::RestoreCheckpointRequest& request,
+    petra::v1::RestoreCheckpointResponse* response) const {
+  RestoreUpload& upload = job.upload;
   const uint64_t total = request.total_bytes();
   if (total == 0 || total > kMaxRestoreBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -159,35 +159,57 @@ absl::StatusOr<std::optional<std::string>> StageCheckpoints::AddPiece(
         absl::StrCat("a piece must hold 1 to ", kMaxRestorePieceBytes,
                      " bytes, got ", request.data().size()));
   }
-  if (request.offset() == 0) {
-    upload.bytes.clear();
-    upload.total = total;
-  }
-  if (request.offset() != upload.bytes.size() || total != upload.total) {
-    return absl::OutOfRangeError(
-        absl::StrCat("piece at offset ", request.offset(), " of ", total,
-                     " bytes does not follow the ", upload.bytes.size(),
-                     " bytes received of ", upload.total));
-  }
   if (request.offset() + request.data().size() > total) {
     return absl::OutOfRangeError(
         absl::StrCat("piece ends at ", request.offset() + request.data().size(),
                      ", past total_bytes ", total));
   }
-  upload.bytes += request.data();
-  response->set_received_bytes(upload.bytes.size());
-  if (upload.bytes.size() < total) return std::optional<std::string>();
-  std::string whole = std::move(upload.bytes);
+  if (request.offset() == 0) {
+    // The one before goes first: its temporary file has the same name.
+    upload = RestoreUpload();
+    absl::StatusOr<Target> target = Where(job, "restore");
+    if (!target.ok()) return target.status();
+    absl::StatusOr<std::unique_ptr<base::AtomicFile>> file =
+        base::AtomicFile::Create(target->file);
+    if (!file.ok()) return file.status();
+    upload.file = std::move(*file);
+    upload.total = total;
+  }
+  const uint64_t received = upload.file == nullptr ? 0 : upload.file->size();
+  if (upload.file == nullptr || request.offset() != received ||
+      total != upload.total) {
+    return absl::OutOfRangeError(
+        absl::StrCat("piece at offset ", request.offset(), " of ", total,
+                     " bytes does not follow the ", received,
+                     " bytes received of ", upload.total));
+  }
+  if (absl::Status s =
+          upload.file->Append(request.data().data(), request.data().size());
+      !s.ok()) {
+    upload = RestoreUpload();
+    return s;
+  }
+  response->set_received_bytes(upload.file->size());
+  if (upload.file->size() < total) {
+    return std::optional<std::filesystem::path>();
+  }
+  absl::Status committed = upload.file->Commit();
   upload = RestoreUpload();
-  return std::optional<std::string>(std::move(whole));
+  if (!committed.ok()) return committed;
+  absl::StatusOr<Target> target = Where(job, "restore");
+  if (!target.ok()) return target.status();
+  return std::optional<std::filesystem::path>(target->file);
 }
 
 absl::Status StageCheckpoints::Restore(
-    StageJob& job, const std::string& bytes,
+    StageJob& job, const std::filesystem::path& file,
     petra::v1::RestoreCheckpointResponse* response) {
-  if (absl::Status s = Released(job); !s.ok()) return s;
   absl::StatusOr<engine::StageCheckpointMeta> meta =
-      engine::RestoreStageCheckpoint(bytes, *job.worker);
+      Released(job).ok()
+          ? engine::RestoreStageCheckpointFile(file, *job.worker)
+          : absl::StatusOr<engine::StageCheckpointMeta>(Released(job));
+  std::error_code ec;
+  std::filesystem::remove(file, ec);
   if (!meta.ok()) return meta.status();
   response->set_restored(true);
   response->set_epoch(static_cast<uint64_t>(meta->epoch));

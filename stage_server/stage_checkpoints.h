@@ -48,13 +48,16 @@ class StageCheckpoints {
   static absl::Status RestoreFrom(const std::filesystem::path& file,
                                   const std::string& name, StageJob& job);
 
-  // Adds one uploaded piece (pieces come in order; offset 0 starts again).
-  // The whole checkpoint once its last piece is in, nullopt before.
-  static absl::StatusOr<std::optional<std::string>> AddPiece(
-      RestoreUpload& upload, const petra::v1::RestoreCheckpointRequest& piece,
-      petra::v1::RestoreCheckpointResponse* response);
-  // Restores the worker from a whole uploaded checkpoint.
-  static absl::Status Restore(StageJob& job, const std::string& bytes,
+  // Adds one uploaded piece of job.upload (pieces come in order; offset 0
+  // starts again), written to <job id>/restore/stage-<j>.pt under
+  // --state-dir as it comes. The file once its last piece is in, nullopt
+  // before.
+  absl::StatusOr<std::optional<std::filesystem::path>> AddPiece(
+      StageJob& job, const petra::v1::RestoreCheckpointRequest& piece,
+      petra::v1::RestoreCheckpointResponse* response) const;
+  // Restores the worker from an uploaded file, read tensor by tensor, and
+  // removes the file.
+  static absl::Status Restore(StageJob& job, const std::filesystem::path& file,
                               petra::v1::RestoreCheckpointResponse* response);
 
  private:

@@ -408,20 +408,22 @@ void StageHost::RestoreCheckpoint(
     const petra::v1::RestoreCheckpointRequest& request,
     petra::v1::RestoreCheckpointResponse* response, Done done) {
   std::shared_ptr<StageJob> job;
-  std::string bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
     absl::Status error;
     job = CurrentJob(request.job_id(), &error);
     if (job == nullptr) return done(error);
-    absl::StatusOr<std::optional<std::string>> whole =
-        StageCheckpoints::AddPiece(job->upload, request, response);
-    if (!whole.ok()) return done(whole.status());
-    if (!whole->has_value()) return done(absl::OkStatus());
-    bytes = std::move(**whole);
   }
-  Post([job, bytes = std::move(bytes), response, done = std::move(done)] {
-    done(StageCheckpoints::Restore(*job, bytes, response));
+  // Each piece to disk on the I/O thread (the upload is touched there
+  // only, in the order the pieces came); the restore on the executor.
+  io_->Post([this, job, request, response, done = std::move(done)]() mutable {
+    absl::StatusOr<std::optional<std::filesystem::path>> file =
+        checkpoints_.AddPiece(*job, request, response);
+    if (!file.ok()) return done(file.status());
+    if (!file->has_value()) return done(absl::OkStatus());
+    Post([job, file = **file, response, done = std::move(done)] {
+      done(StageCheckpoints::Restore(*job, file, response));
+    });
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
+#include "services/base/durable_file.h"
 #include "services/engine/device_transfer.h"
 #include "services/engine/replica_group.h"
 #include "services/engine/stage_worker.h"
@@ -25,9 +26,11 @@ inline uint32_t CreditWindow(const petra::v1::AssignRequest& a) {
   return w > 0 ? w : 2 * a.stage_count();
 }
 
-// A checkpoint being uploaded in pieces (RestoreCheckpoint).
+// A checkpoint being uploaded in pieces (RestoreCheckpoint), written to
+// the server's disk as they come: a restore holds no copy of the file.
+// Touched on the host's I/O thread only.
 struct RestoreUpload {
-  std::string bytes;
+  std::unique_ptr<base::AtomicFile> file;
   uint64_t total = 0;
 };
 

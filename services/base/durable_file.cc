@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -29,6 +30,37 @@ std::string Sha256Hex(const std::string& bytes) {
   unsigned int n = 0;
   EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
   return Hex(digest, n);
+}
+
+absl::StatusOr<std::string> Sha256OfFile(const std::filesystem::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat(file.filename().string(), " is missing"));
+    }
+    return absl::InternalError(absl::StrCat("cannot read ", file.string(), ": ",
+                                            std::strerror(errno)));
+  }
+  EVP_MD_CTX* hash = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(hash, EVP_sha256(), nullptr);
+  std::vector<char> buffer(1 << 20);
+  ssize_t n = 0;
+  while ((n = ::read(fd, buffer.data(), buffer.size())) > 0 ||
+         (n < 0 && errno == EINTR)) {
+    if (n > 0) EVP_DigestUpdate(hash, buffer.data(), static_cast<size_t>(n));
+  }
+  const int error = errno;
+  ::close(fd);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_DigestFinal_ex(hash, digest, &size);
+  EVP_MD_CTX_free(hash);
+  if (n < 0) {
+    return absl::DataLossError(absl::StrCat("cannot read ", file.string(), ": ",
+                                            std::strerror(error)));
+  }
+  return Hex(digest, size);
 }
 
 AtomicFile::AtomicFile(std::filesystem::path path, std::string tmp, int fd)

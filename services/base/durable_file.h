@@ -15,6 +15,9 @@ namespace petra::base {
 
 // Lowercase hex SHA-256 of `bytes`.
 std::string Sha256Hex(const std::string& bytes);
+// The same of a file's contents, read a megabyte at a time; NOT_FOUND
+// ("<name> is missing") when there is no such file.
+absl::StatusOr<std::string> Sha256OfFile(const std::filesystem::path& file);
 
 // A file written in pieces that appears whole or not at all: the pieces go
 // to "<path>.tmp" as they come (nothing is held in memory), its size and

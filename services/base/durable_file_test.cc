@@ -82,6 +82,17 @@ TEST(AtomicFile, PiecesLandWholeOnCommitWithTheirChecksum) {
   }
   EXPECT_EQ(std::filesystem::file_size(path), whole.size());
   EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  // Read back a megabyte at a time, the file has the checksum it was
+  // written with.
+  absl::StatusOr<std::string> read_back = Sha256OfFile(path);
+  ASSERT_TRUE(read_back.ok()) << read_back.status();
+  EXPECT_EQ(*read_back, Sha256Hex(whole));
+  const std::string big(3 << 20, 'z');
+  ASSERT_TRUE(WriteFileAtomically(dir / "big", big).ok());
+  EXPECT_EQ(*Sha256OfFile(dir / "big"), Sha256Hex(big));
+  EXPECT_EQ(Sha256OfFile(dir / "none").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Sha256OfFile(dir / "none").status().message(), "none is missing");
   {
     absl::StatusOr<std::unique_ptr<AtomicFile>> abandoned =
         AtomicFile::Create(dir / "b.pt");

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/engine/export_input.h"
+#include "services/engine/state_file_reader.h"
 
 namespace petra::engine {
 namespace {
@@ -42,14 +43,18 @@ absl::StatusOr<std::string> InMemory(
 
 // torch.save's zip layout, as torch::pickle_save writes it, but into a
 // sink: the pickle of the dict refers to each tensor's storage by its index
-// i, whose bytes are the record "data/<i>"; the pickle is "data.pkl".
+// i, whose bytes are the record "data/<i>"; the pickle is "data.pkl". A
+// tensor a StateFileReader described keeps its storage, offset and strides,
+// and its record is copied from its file as it is written.
 absl::Status WriteStateFile(
     const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
     const ByteSink& sink) {
   try {
     c10::Dict<std::string, at::Tensor> dict;
     for (const auto& [name, t] : tensors) {
-      dict.insert(name, t.detach().to(torch::kCPU).contiguous());
+      dict.insert(name, StateFileReader::IsDescribed(t.storage())
+                            ? t
+                            : t.detach().to(torch::kCPU).contiguous());
     }
     std::vector<char> pickle;  // names and shapes: small
     torch::jit::Pickler pickler([&](const char* data, size_t size) {
@@ -58,18 +63,46 @@ absl::Status WriteStateFile(
     pickler.protocol();
     pickler.pushIValue(dict);
     pickler.stop();
+    // The writer is never told a write failed: it would throw, and throw
+    // again from its destructor (which finishes the archive), ending the
+    // process. Once the sink refuses, the rest is dropped and the write
+    // fails here.
+    bool refused = false;
     caffe2::serialize::PyTorchStreamWriter writer(
         [&](const void* data, size_t size) -> size_t {
-          return sink(static_cast<const char*>(data), size) ? size : 0;
+          if (!refused && !sink(static_cast<const char*>(data), size)) {
+            refused = true;
+          }
+          return size;
         });
     const std::vector<at::Tensor>& storages = pickler.tensorData();
     for (size_t i = 0; i < storages.size(); ++i) {
       const c10::Storage& storage = storages[i].storage();
-      writer.writeRecord(absl::StrCat("data/", i), storage.data(),
-                         storage.nbytes());
+      const std::string record = absl::StrCat("data/", i);
+      if (!StateFileReader::IsDescribed(storage)) {
+        writer.writeRecord(record, storage.data(), storage.nbytes());
+        continue;
+      }
+      // One tensor's bytes in memory at a time.
+      absl::StatusOr<std::pair<at::DataPtr, size_t>> bytes =
+          StateFileReader::Record(storage);
+      if (!bytes.ok()) {
+        refused = true;
+        return bytes.status();
+      }
+      if (bytes->second != storage.nbytes()) {
+        refused = true;
+        return absl::DataLossError(
+            absl::StrCat("state file: a record holds ", bytes->second,
+                         " bytes where its tensor needs ", storage.nbytes()));
+      }
+      writer.writeRecord(record, bytes->first.get(), bytes->second);
     }
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());
     writer.writeEndOfFile();
+    if (refused) {
+      return absl::UnavailableError("saving state: the file took no more");
+    }
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("saving state: ", e.what()));
@@ -82,27 +115,33 @@ absl::StatusOr<std::string> EncodeStateFile(
       [&](const ByteSink& sink) { return WriteStateFile(tensors, sink); });
 }
 
+namespace {
+
+absl::StatusOr<NamedTensors> Loaded(
+    absl::StatusOr<std::unique_ptr<StateFileReader>> reader) {
+  if (!reader.ok()) return reader.status();
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> t =
+      (*reader)->Read(StateFileReader::Tensors::kLoaded);
+  if (!t.ok()) return t.status();
+  return NamedTensors(std::make_move_iterator(t->begin()),
+                      std::make_move_iterator(t->end()));
+}
+
+}  // namespace
+
 absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes) {
-  try {
-    c10::IValue v =
-        torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-    if (!v.isGenericDict()) {
-      return absl::InvalidArgumentError(
-          "state file: not a dictionary of tensors");
-    }
-    NamedTensors out;
-    for (const auto& entry : v.toGenericDict()) {
-      if (!entry.key().isString() || !entry.value().isTensor()) {
-        return absl::InvalidArgumentError(
-            "state file: an entry is not a name and a tensor");
-      }
-      out[entry.key().toStringRef()] = entry.value().toTensor();
-    }
-    return out;
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state file: unreadable (", e.what(), ")"));
-  }
+  return Loaded(StateFileReader::OpenBytes(bytes));
+}
+
+absl::StatusOr<NamedTensors> ReadStateFile(const std::filesystem::path& file) {
+  return Loaded(StateFileReader::Open(file));
+}
+
+absl::Status CheckStateFile(const std::filesystem::path& file) {
+  absl::StatusOr<std::unique_ptr<StateFileReader>> reader =
+      StateFileReader::Open(file);
+  if (!reader.ok()) return reader.status();
+  return (*reader)->Read(StateFileReader::Tensors::kDescribed).status();
 }
 
 absl::Status WriteStageCheckpoint(const StageWorker& worker,
@@ -124,9 +163,10 @@ absl::StatusOr<std::string> EncodeStageCheckpoint(
   });
 }
 
-absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
-    const std::string& bytes, StageWorker& worker) {
-  absl::StatusOr<NamedTensors> t = DecodeStateFile(bytes);
+namespace {
+
+absl::StatusOr<StageCheckpointMeta> Restore(absl::StatusOr<NamedTensors> t,
+                                            StageWorker& worker) {
   if (!t.ok()) return t.status();
   StageCheckpointMeta meta;
   for (auto [name, field] : {std::pair{kMetaStage, &meta.stage_index},
@@ -149,12 +189,31 @@ absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
   return meta;
 }
 
-absl::StatusOr<std::string> MergeForExport(
-    const std::vector<std::string>& stage_checkpoints,
-    const petra::v1::Preprocessing& input) {
+}  // namespace
+
+absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
+    const std::string& bytes, StageWorker& worker) {
+  return Restore(DecodeStateFile(bytes), worker);
+}
+
+absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpointFile(
+    const std::filesystem::path& file, StageWorker& worker) {
+  return Restore(ReadStateFile(file), worker);
+}
+
+namespace {
+
+// The export from open stage files: each stage's "blocks.*" tensors
+// described, then copied record by record.
+absl::Status Merge(
+    std::vector<absl::StatusOr<std::unique_ptr<StateFileReader>>> readers,
+    const petra::v1::Preprocessing& input, const ByteSink& sink) {
   std::vector<std::pair<std::string, torch::Tensor>> all;
-  for (size_t j = 0; j < stage_checkpoints.size(); ++j) {
-    absl::StatusOr<NamedTensors> t = DecodeStateFile(stage_checkpoints[j]);
+  for (size_t j = 0; j < readers.size(); ++j) {
+    absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> t =
+        readers[j].ok()
+            ? (*readers[j])->Read(StateFileReader::Tensors::kDescribed)
+            : readers[j].status();
     if (!t.ok()) {
       return absl::Status(
           t.status().code(),
@@ -170,7 +229,31 @@ absl::StatusOr<std::string> MergeForExport(
     return block(x.first) < block(y.first);
   });
   for (auto& named : InputTensors(input)) all.push_back(std::move(named));
-  return EncodeStateFile(all);
+  return WriteStateFile(all, sink);
+}
+
+}  // namespace
+
+absl::Status WriteExport(const std::vector<std::filesystem::path>& stage_files,
+                         const petra::v1::Preprocessing& input,
+                         const ByteSink& sink) {
+  std::vector<absl::StatusOr<std::unique_ptr<StateFileReader>>> readers;
+  for (const auto& file : stage_files) {
+    readers.push_back(StateFileReader::Open(file));
+  }
+  return Merge(std::move(readers), input, sink);
+}
+
+absl::StatusOr<std::string> MergeForExport(
+    const std::vector<std::string>& stage_checkpoints,
+    const petra::v1::Preprocessing& input) {
+  std::vector<absl::StatusOr<std::unique_ptr<StateFileReader>>> readers;
+  for (const std::string& bytes : stage_checkpoints) {
+    readers.push_back(StateFileReader::OpenBytes(bytes));
+  }
+  return InMemory([&](const ByteSink& sink) {
+    return Merge(std::move(readers), input, sink);
+  });
 }
 
 }  // namespace petra::engine

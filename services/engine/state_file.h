@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
@@ -42,6 +43,12 @@ absl::StatusOr<std::string> EncodeStateFile(
 // Reads a file EncodeStateFile wrote (or Python's torch.save of such a
 // dict); INVALID_ARGUMENT when it is not one.
 absl::StatusOr<NamedTensors> DecodeStateFile(const std::string& bytes);
+// The same from a file on disk, read tensor by tensor (no copy of the
+// file is held); NOT_FOUND when it is missing.
+absl::StatusOr<NamedTensors> ReadStateFile(const std::filesystem::path& file);
+// Whether a file on disk is a state file whole (its pickle reads, and every
+// tensor's record is there), reading no tensor's bytes.
+absl::Status CheckStateFile(const std::filesystem::path& file);
 
 // A stage's checkpoint streamed into `sink` (a stage server writes it to
 // disk piece by piece: the checkpoint costs no memory beyond the stage's).
@@ -53,9 +60,17 @@ absl::StatusOr<std::string> EncodeStageCheckpoint(
 // Restores `worker` from a checkpoint and returns its counters.
 absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpoint(
     const std::string& bytes, StageWorker& worker);
+absl::StatusOr<StageCheckpointMeta> RestoreStageCheckpointFile(
+    const std::filesystem::path& file, StageWorker& worker);
 
 // The export: the "blocks.*" tensors of every stage's checkpoint, in order,
-// then `input`'s "input.*" tensors (export_input.h).
+// then `input`'s "input.*" tensors (export_input.h), streamed into `sink`
+// from the stages' files one tensor at a time: memory for one tensor, not
+// for the network.
+absl::Status WriteExport(const std::vector<std::filesystem::path>& stage_files,
+                         const petra::v1::Preprocessing& input,
+                         const ByteSink& sink);
+// The same from checkpoints in memory, into memory.
 absl::StatusOr<std::string> MergeForExport(
     const std::vector<std::string>& stage_checkpoints,
     const petra::v1::Preprocessing& input);

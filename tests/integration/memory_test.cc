@@ -125,9 +125,10 @@ int64_t StatusKb(pid_t pid, const std::string& key) {
 // A network whose parameters do not fit one process's memory limit, while
 // each of its 12 stages, with its gradients, its momentum and its
 // checkpoint, does:
-// every stage server runs under that limit (RLIMIT_DATA: heap and private
-// mappings, what tensors take), and the job trains. The same job in one
-// process, under the same limit, fails.
+// every stage server and the coordinator run under that limit (RLIMIT_DATA:
+// heap and private mappings, what tensors take), and the job trains,
+// writes its checkpoint and export, and a second job resumes from it. The
+// same job in one process, under the same limit, fails.
 TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   // RevViT with 22 blocks of width 768 (12 x 768^2 parameters each) at
   // 28x28: 156M parameters, in 12 stages of at most 14M. (Width 1024, 277M,
@@ -183,11 +184,12 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   EXPECT_THAT(whole.err, HasSubstr("out of memory")) << whole.err;
 
   // Twelve servers under the limit, each told its budget (the estimate
-  // checks each stage against it at Assign). The coordinator, which never
-  // builds the network but holds the stages' files while it writes a
-  // checkpoint and the export, is not limited.
+  // checks each stage against it at Assign). The coordinator too (idle, it
+  // takes what a stage server does): every stage's checkpoint passes
+  // through it to its disk, the export is merged from those files and a
+  // resume sends them back, a piece or a tensor at a time.
   StartStages(12, {"--memory-limit-bytes", std::to_string(budget)}, limited);
-  StartCoordinator(0);
+  StartCoordinator(0, {}, limited);
   // Two micro-batches of two: what is measured is the parameters, their
   // gradients and the checkpoint, not activations (a micro-batch of 2 at
   // 17 tokens of 768 is 100 kB a tensor), and each step of this network
@@ -204,15 +206,37 @@ TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   ASSERT_TRUE(
       WaitForStatus(id, "JOB_STATE_SUCCEEDED", std::chrono::seconds(400)))
       << StatusJson(id);
-  // Its checkpoint was written, every stage's file there.
+  // Its checkpoint was written, every stage's file there: together more
+  // than the coordinator's limit.
   const petra::v1::Job done = GetJob(id);
   ASSERT_FALSE(done.last_checkpoint().empty());
+  int64_t checkpoint_bytes = 0;
   for (int j = 0; j < 12; ++j) {
-    EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/coordinator/" +
-                                        done.last_checkpoint() + "/stage-" +
-                                        std::to_string(j) + ".pt"))
-        << j;
+    const std::string file = dir_.path() + "/coordinator/" +
+                             done.last_checkpoint() + "/stage-" +
+                             std::to_string(j) + ".pt";
+    ASSERT_TRUE(std::filesystem::exists(file)) << j;
+    checkpoint_bytes += std::filesystem::file_size(file);
   }
+  std::cout << "checkpoint: " << (checkpoint_bytes >> 20) << " MiB"
+            << std::endl;
+  EXPECT_GT(checkpoint_bytes, budget);
+  EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/coordinator/jobs/" + id +
+                                      "/model.pt"));
+
+  // A second job resumes from it: each stage's file goes back through the
+  // coordinator to its stage, which restores from it under the limit, and
+  // trains one more epoch, checkpointed again.
+  const std::string resumed = Submit({"--resume-from", id, "--epochs", "2"});
+  ASSERT_TRUE(
+      WaitForStatus(resumed, "JOB_STATE_SUCCEEDED", std::chrono::seconds(400)))
+      << StatusJson(resumed) << coordinator_->err();
+  EXPECT_THAT(coordinator_->WaitForLine("resumed from"),
+              HasSubstr("(epoch 1, 2 optimizer steps)"));
+  EXPECT_THAT(GetJob(resumed).last_checkpoint(), HasSubstr("epoch-2"));
+  std::cout << "coordinator: peak resident "
+            << (StatusKb(coordinator_->pid(), "VmHWM:") >> 10) << " MiB"
+            << std::endl;
   for (int j = 0; j < 12; ++j) {
     const int64_t used = StatusKb(stages_[j]->pid(), "VmData:") * 1024;
     std::cout << "stage " << j << ": " << ((used - idle) >> 20)

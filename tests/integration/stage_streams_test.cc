@@ -273,11 +273,17 @@ TEST_F(StageStreams, RestoreCheckpointRefusesBadPiecesThenRestores) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(out.restored());
   EXPECT_EQ(out.received_bytes(), half);
+  // The pieces go to the server's disk as they come, not to its memory.
+  const std::filesystem::path uploads =
+      dir_.path() + "/stage-0-1/job-7/restore";
+  EXPECT_EQ(std::filesystem::file_size(uploads / "stage-0.pt.tmp"), half);
   s = restore("job-7", half, all.substr(half), all.size(), &out);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(out.restored());
   EXPECT_EQ(out.epoch(), 3u);
   EXPECT_EQ(out.samples_seen(), 96u);
+  // Restored, the file is gone, as is the one that was not a checkpoint.
+  EXPECT_TRUE(std::filesystem::is_empty(uploads));
   // The server goes on: the job is still held and answers.
   grpc::ClientContext c3;
   petra::v1::StageStatus status;
