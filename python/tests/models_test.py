@@ -126,15 +126,45 @@ def job_flags(arch, variant, width=None, num_classes=None, sizes=None):
     return flags
 
 
-def run_reference(flags, batch, seed, directory):
-    """Runs petra_zoo_reference; returns (export dict, reference dict)."""
-    command = [reference_binary()] + flags + [
-        "--seed", str(seed), "--batch", str(batch), "--output-dir", directory]
-    result = subprocess.run(command, capture_output=True, text=True,
-                            timeout=120, check=False)
-    if result.returncode != 0:
-        raise AssertionError(f"{' '.join(command)} exited "
-                             f"{result.returncode}: {result.stderr.strip()}")
+class ReferenceServer:
+    """One `petra_zoo_reference --serve` for many references: libtorch
+    loads once, not once a network (about 40 s of the class's 80)."""
+
+    def __init__(self):
+        self.process = subprocess.Popen(
+            [reference_binary(), "--serve"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run(self, args):
+        """Runs one reference; its error, or None."""
+        if any(" " in a or "\n" in a for a in args):
+            raise ValueError(f"a flag with a space or a newline: {args}")
+        self.process.stdin.write(" ".join(args) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            raise AssertionError(
+                "petra_zoo_reference --serve ended: "
+                f"{self.process.wait(timeout=30)}: "
+                f"{self.process.stderr.read().strip()}")
+        answer = answer.rstrip("\n")
+        return None if answer == "ok" else answer
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+def run_reference(flags, batch, seed, directory, server):
+    """Runs one petra_zoo_reference through `server`; returns (export
+    dict, reference dict)."""
+    args = flags + ["--seed", str(seed), "--batch", str(batch),
+                    "--output-dir", directory]
+    error = server.run(args)
+    if error is not None:
+        raise AssertionError(f"petra_zoo_reference {' '.join(args)}: {error}")
     exported = torch.load(os.path.join(directory, "export.pt"))
     reference = torch.load(os.path.join(directory, "reference.pt"))
     return exported, reference
@@ -148,9 +178,11 @@ class ReferenceTestCase(unittest.TestCase):
         reference_binary()  # skips (or fails) the whole class when missing
         cls.tmp = tempfile.TemporaryDirectory(prefix="petra-models-test-")
         cls.runs = 0
+        cls.server = ReferenceServer()
 
     @classmethod
     def tearDownClass(cls):
+        cls.server.close()
         cls.tmp.cleanup()
 
     def check_against_cpp(self, arch, variant, width=None, num_classes=None,
@@ -160,7 +192,7 @@ class ReferenceTestCase(unittest.TestCase):
         directory = os.path.join(self.tmp.name, str(self.runs))
         flags = job_flags(arch, variant, width, num_classes, sizes)
         exported, reference = run_reference(flags, batch, self.runs,
-                                            directory)
+                                            directory, self.server)
         kwargs = dict(sizes or {})
         if width is not None:
             kwargs["width"] = width
@@ -274,7 +306,7 @@ class ReferenceTestCase(unittest.TestCase):
         directory = os.path.join(self.tmp.name, str(self.runs))
         flags = ["--arch", arch] + job_flags(arch, "cifar", sizes=sizes)[4:]
         exported, reference = run_reference(flags, batch, self.runs,
-                                            directory)
+                                            directory, self.server)
         model = models.build(arch, **sizes)
         self.assertIsInstance(model, models.LanguageModel)
         ours = model.state_dict()
@@ -370,7 +402,8 @@ class ReferenceTestCase(unittest.TestCase):
                 type(self).runs += 1
                 directory = os.path.join(self.tmp.name, str(self.runs))
                 exported, _ = run_reference(flags + ["--dataset", dataset],
-                                            1, self.runs, directory)
+                                            1, self.runs, directory,
+                                            self.server)
                 model.load_state_dict(exported, strict=True)
                 if dataset == "text":
                     self.assertEqual(model.seq_len, 20)

@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "services/base/durable_file.h"
 #include "services/base/flag_set.h"
 #include "services/engine/job_plan.h"
@@ -136,30 +138,70 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
 }  // namespace
 }  // namespace petra
 
-int main(int argc, char** argv) {
+namespace petra {
+namespace {
+
+// One reference: the job's flags, the batch and where to write.
+struct Request {
   petra::v1::JobSpec overrides;
   int64_t batch = 4;
   std::string dir;
-  petra::base::FlagSet flags(
-      "petra_zoo_reference [job flags] --output-dir DIR [--batch N]",
+};
+
+std::unique_ptr<base::FlagSet> Flags(Request* r) {
+  auto flags = std::make_unique<base::FlagSet>(
+      "petra_zoo_reference [job flags] --output-dir DIR [--batch N]\n"
+      "       petra_zoo_reference --serve",
       "Writes DIR/export.pt (a network's weights as `petra export` writes\n"
       "them) and DIR/reference.pt (an input batch and its evaluation-mode\n"
-      "logits), for python/tests/models_test.py.");
-  petra::job::AddJobFlags(flags, &overrides);
-  flags.AddInt("batch", &batch, "samples in the reference batch");
-  flags.AddString("output-dir", &dir, "where to write the two files");
+      "logits), for python/tests/models_test.py. --serve: reads one such\n"
+      "set of flags a line from stdin and answers each with a line, \"ok\"\n"
+      "or \"error: ...\" (libtorch loads once for many references).");
+  job::AddJobFlags(*flags, &r->overrides);
+  flags->AddInt("batch", &r->batch, "samples in the reference batch");
+  flags->AddString("output-dir", &r->dir, "where to write the two files");
+  return flags;
+}
+
+absl::Status RunRequest(const Request& r) {
+  if (r.dir.empty() || r.batch < 1) {
+    return absl::InvalidArgumentError("needs --output-dir and --batch >= 1");
+  }
+  return Run(r.overrides, r.batch, r.dir);
+}
+
+int Serve() {
+  for (std::string line; std::getline(std::cin, line);) {
+    Request r;
+    absl::Status s =
+        Flags(&r)->Parse(absl::StrSplit(line, ' ', absl::SkipWhitespace()));
+    if (s.ok()) s = RunRequest(r);
+    std::cout << (s.ok() ? std::string("ok")
+                         : absl::StrCat("error: ", s.message()))
+              << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace petra
+
+int main(int argc, char** argv) {
+  torch::set_num_threads(1);
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args == std::vector<std::string>{"--serve"}) return petra::Serve();
+  petra::Request r;
+  std::unique_ptr<petra::base::FlagSet> flags = petra::Flags(&r);
   if (int rc =
-          petra::base::ParseCommandOrExit(flags, "petra_zoo_reference", args);
+          petra::base::ParseCommandOrExit(*flags, "petra_zoo_reference", args);
       rc >= 0) {
     return rc;
   }
-  if (dir.empty() || batch < 1) {
+  if (r.dir.empty() || r.batch < 1) {
     std::cerr << "petra_zoo_reference: needs --output-dir and --batch >= 1\n";
     return 2;
   }
-  torch::set_num_threads(1);
-  if (absl::Status s = petra::Run(overrides, batch, dir); !s.ok()) {
+  if (absl::Status s = petra::RunRequest(r); !s.ok()) {
     std::cerr << "petra_zoo_reference: " << s.message() << "\n";
     return 1;
   }
