@@ -1,12 +1,11 @@
-// The coordinator's client commands: submit, watch, status, list, servers,
-// cancel, export. Each maps flags to one CoordinatorService call.
-#include <google/protobuf/util/time_util.h>
+// The coordinator's client commands on jobs: submit, watch, status, list,
+// cancel, export (servers: servers_command.cc). Each maps flags to one
+// CoordinatorService call.
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -15,130 +14,20 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/coordinator_connection.h"
 #include "client/default_job.h"
 #include "client/job_progress.h"
+#include "client/servers_command.h"
 #include "petra/v1/coordinator.grpc.pb.h"
-#include "services/base/byte_text.h"
 #include "services/base/flag_set.h"
 #include "services/base/json_text.h"
 #include "services/base/shutdown_signal.h"
-#include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
-#include "services/wire/bearer_token.h"
-#include "services/wire/grpc_defaults.h"
-#include "services/wire/status_map.h"
-#include "services/wire/tls_flags.h"
 
 namespace petra::client {
 namespace {
 
 using petra::v1::CoordinatorService;
-
-constexpr char kDefaultCoordinator[] = "localhost:50050";
-// Defaults of the connection flags, for scripts (README, "Scripting").
-constexpr char kCoordinatorEnv[] = "PETRA_COORDINATOR";
-constexpr char kTlsCaEnv[] = "PETRA_TLS_CA";
-constexpr char kTlsCertEnv[] = "PETRA_TLS_CERT";
-constexpr char kTlsKeyEnv[] = "PETRA_TLS_KEY";
-constexpr char kAuthTokenFileEnv[] = "PETRA_AUTH_TOKEN_FILE";
-
-// Where the coordinator is and how to talk to it.
-struct Connection {
-  std::string address = kDefaultCoordinator;
-  wire::TlsOptions tls;
-  std::string token_file;
-};
-
-// A flag's default from the environment, so scripts set the connection
-// once; the flag, when given, wins.
-std::string FromEnv(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : fallback;
-}
-
-void AddCoordinatorFlag(base::FlagSet& flags, Connection* c) {
-  c->address = FromEnv(kCoordinatorEnv, kDefaultCoordinator);
-  c->tls.ca_file = FromEnv(kTlsCaEnv, "");
-  c->tls.cert_file = FromEnv(kTlsCertEnv, "");
-  c->tls.key_file = FromEnv(kTlsKeyEnv, "");
-  c->token_file = FromEnv(kAuthTokenFileEnv, "");
-  flags.AddString("coordinator", &c->address,
-                  absl::StrCat("coordinator address, host:port (env ",
-                               kCoordinatorEnv, ")"));
-  wire::AddClientTlsFlags(flags, &c->tls);
-  flags.AddString("auth-token-file", &c->token_file,
-                  absl::StrCat("file holding the coordinator's bearer token "
-                               "(env ",
-                               kAuthTokenFileEnv,
-                               "; without either, the token "
-                               "itself from ",
-                               wire::kAuthTokenEnv, ")"));
-}
-
-// Connects, or explains why the address, the TLS files or the token are
-// not usable.
-std::unique_ptr<CoordinatorService::Stub> Connect(const std::string& command,
-                                                  const Connection& c) {
-  if (absl::Status s = wire::ValidateAddress(c.address, "--coordinator", false);
-      !s.ok()) {
-    std::cerr << command << ": " << s.message() << "\n";
-    return nullptr;
-  }
-  absl::StatusOr<wire::TransportSecurity> security =
-      wire::LoadTransportSecurity(c.tls, wire::TlsRole::kClient);
-  if (!security.ok()) {
-    std::cerr << command << ": " << security.status().message() << "\n";
-    return nullptr;
-  }
-  absl::StatusOr<std::string> token =
-      wire::ClientBearerToken(c.token_file, "--auth-token-file");
-  if (!token.ok()) {
-    std::cerr << command << ": " << token.status().message() << "\n";
-    return nullptr;
-  }
-  return CoordinatorService::NewStub(
-      wire::CreateChannel(c.address, *security, *token));
-}
-
-int Fail(const std::string& command, const grpc::Status& s,
-         const Connection& c) {
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    std::cerr << command << ": cannot reach the coordinator at " << c.address
-              << " (" << s.error_message() << ")"
-              << (c.tls.empty() ? "; if it serves TLS, give --tls-ca"
-                                : "; check that --tls-ca, --tls-cert and "
-                                  "--tls-key match the coordinator's")
-              << "\n";
-  } else {
-    std::cerr << command << ": " << s.error_message() << "\n";
-  }
-  return 1;
-}
-
-// Positional JOB_ID after the flags.
-int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
-              std::string* id) {
-  if (rest.size() != 1) {
-    std::cerr << command << ": expected one JOB_ID argument, got "
-              << rest.size() << "; see --help\n";
-    return 2;
-  }
-  *id = rest[0];
-  return -1;
-}
-
-// What every command on one job starts with: flags parsed, the JOB_ID
-// argument, a stub. Returns an exit code to stop with, or -1 to go on.
-int PrepareJobCommand(base::FlagSet& flags, const std::string& command,
-                      const std::vector<std::string>& args,
-                      const Connection& coordinator, std::string* id,
-                      std::unique_ptr<CoordinatorService::Stub>* stub) {
-  if (int rc = base::ParseCommandOrExit(flags, command, args, true); rc >= 0)
-    return rc;
-  if (int rc = TakeJobId(command, flags.positional(), id); rc >= 0) return rc;
-  *stub = Connect(command, coordinator);
-  return *stub == nullptr ? 2 : -1;
-}
 
 void PrintJobLine(const petra::v1::Job& job) {
   const petra::v1::Progress& p = job.progress();
@@ -368,81 +257,6 @@ int RunList(const std::string& program, const std::vector<std::string>& args) {
   }
   for (const petra::v1::Job& job : all.jobs()) PrintJobLine(job);
   if (all.jobs_size() == 0) std::printf("no jobs\n");
-  return 0;
-}
-
-// "12 s" until a lease runs out; "-" for a --stages server.
-std::string LeaseLeft(const petra::v1::FleetServer& s) {
-  if (!s.has_lease_expire_time()) return "-";
-  const int64_t left =
-      s.lease_expire_time().seconds() -
-      google::protobuf::util::TimeUtil::GetCurrentTime().seconds();
-  return absl::StrCat(std::max<int64_t>(0, left), " s");
-}
-
-int RunServers(const std::string& program,
-               const std::vector<std::string>& args) {
-  Connection coordinator;
-  bool json = false;
-  base::FlagSet flags(
-      absl::StrCat(program, " servers [flags]"),
-      "Lists the fleet's stage servers: those of the coordinator's --stages,\n"
-      "then those that registered (petra-stage-server --coordinator), each\n"
-      "asked for its state: address, host, device, memory, state, job, and\n"
-      "how long a registered server's lease has left.");
-  AddCoordinatorFlag(flags, &coordinator);
-  flags.AddBool("json", &json,
-                "print the ListServersResponse as JSON ({\"servers\": "
-                "[...]})");
-  const std::string command = program + " servers";
-  if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
-    return rc;
-  auto stub = Connect(command, coordinator);
-  if (stub == nullptr) return 2;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(60));
-  petra::v1::ListServersResponse response;
-  grpc::Status s =
-      stub->ListServers(&context, petra::v1::ListServersRequest(), &response);
-  if (!s.ok()) return Fail(command, s, coordinator);
-  if (json) {
-    std::cout << (response.servers_size() == 0 ? "{\n  \"servers\": []\n}"
-                                               : JobJson(response, true))
-              << "\n";
-    return 0;
-  }
-  if (response.servers_size() == 0) {
-    std::printf(
-        "no stage servers: the coordinator has no --stages and none has "
-        "registered\n");
-    return 0;
-  }
-  std::printf("%-28s %-10s %-20s %-8s %-10s %-10s %-12s %s\n", "ADDRESS",
-              "ORIGIN", "HOST", "DEVICE", "MEMORY", "STATE", "JOB", "LEASE");
-  for (const petra::v1::FleetServer& server : response.servers()) {
-    const petra::v1::StageStatus& st = server.status();
-    const bool answered = server.error().empty();
-    std::string state = answered
-                            ? absl::AsciiStrToLower(
-                                  petra::v1::StageStatus::State_Name(st.state())
-                                      .substr(sizeof("STATE_") - 1))
-                            : "unreachable";
-    std::printf(
-        "%-28s %-10s %-20s %-8s %-10s %-10s %-12s %s\n",
-        server.address().c_str(),
-        server.origin() == petra::v1::FleetServer::ORIGIN_STATIC ? "--stages"
-                                                                 : "registered",
-        answered ? st.hostname().c_str() : "-",
-        answered ? st.device().c_str() : "-",
-        answered && st.memory_capacity_bytes() > 0
-            ? base::Bytes(static_cast<int64_t>(st.memory_capacity_bytes()))
-                  .c_str()
-            : "-",
-        state.c_str(), st.job_id().empty() ? "-" : st.job_id().c_str(),
-        LeaseLeft(server).c_str());
-    if (!answered) std::printf("  %s\n", server.error().c_str());
-  }
   return 0;
 }
 
