@@ -25,6 +25,17 @@ std::string LeaseLeft(const petra::v1::FleetServer& s) {
   return absl::StrCat(std::max<int64_t>(0, left), " s");
 }
 
+const char* OriginName(petra::v1::FleetServer::Origin origin) {
+  switch (origin) {
+    case petra::v1::FleetServer::ORIGIN_STATIC:
+      return "--stages";
+    case petra::v1::FleetServer::ORIGIN_DNS:
+      return "dns";
+    default:
+      return "registered";
+  }
+}
+
 }  // namespace
 
 int RunServers(const std::string& program,
@@ -34,7 +45,8 @@ int RunServers(const std::string& program,
   base::FlagSet flags(
       absl::StrCat(program, " servers [flags]"),
       "Lists the fleet's stage servers: those of the coordinator's --stages,\n"
-      "then those that registered (petra-stage-server --coordinator), each\n"
+      "then those that registered (petra-stage-server --coordinator) or that\n"
+      "its --stage-dns found (origin \"dns\"), in the order they joined, each\n"
       "asked for its state: address, host, device, memory, state, job, and\n"
       "how long a registered server's lease has left.");
   AddCoordinatorFlag(flags, &coordinator);
@@ -77,9 +89,7 @@ int RunServers(const std::string& program,
                             : "unreachable";
     std::printf(
         "%-28s %-10s %-20s %-8s %-10s %-10s %-12s %s\n",
-        server.address().c_str(),
-        server.origin() == petra::v1::FleetServer::ORIGIN_STATIC ? "--stages"
-                                                                 : "registered",
+        server.address().c_str(), OriginName(server.origin()),
         answered ? st.hostname().c_str() : "-",
         answered ? st.device().c_str() : "-",
         answered && st.memory_capacity_bytes() > 0

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,10 @@
 #include "coordinator/fleet_service.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/replica_rendezvous.h"
+#include "coordinator/stage_discovery.h"
 #include "coordinator/stage_list.h"
+#include "services/base/event_log.h"
+#include "services/base/host_port.h"
 #include "services/base/paths.h"
 #include "services/data/dataset.h"
 #include "services/link/endpoint.h"
@@ -52,6 +56,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   if (!options.metrics_listen.empty()) {
     if (absl::Status s = wire::ValidateAddress(options.metrics_listen,
                                                "--metrics-listen", true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!options.stage_dns.empty()) {
+    if (absl::Status s =
+            base::SplitHostPort(options.stage_dns, "--stage-dns").status();
         !s.ok()) {
       return s;
     }
@@ -172,6 +183,22 @@ absl::Status CoordinatorServer::Start() {
       metrics_ != nullptr ? &metrics_->registry() : nullptr);
   members_ = std::make_unique<FleetMembers>(
       stages_, std::chrono::seconds(options_.member_lease_seconds));
+  if (!options_.stage_dns.empty()) {
+    absl::StatusOr<std::unique_ptr<StageDiscovery>> discovery =
+        StageDiscovery::Create(options_.stage_dns, members_.get());
+    if (!discovery.ok()) return discovery.status();
+    discovery_ = std::move(*discovery);
+    // A first round before serving, so that the first job finds what it
+    // finds; a name that does not resolve yet (pods still starting) is
+    // tried again every third of the lease.
+    if (absl::StatusOr<std::vector<std::string>> found = discovery_->Round();
+        !found.ok()) {
+      PETRA_LOG_EVENT(kWarning, "stage_dns_failed",
+                      {"reason", std::string(found.status().message())});
+    }
+    discovery_->Start(std::chrono::milliseconds(
+        std::max<int64_t>(1, options_.member_lease_seconds) * 1000 / 3));
+  }
   RunnerEnvironment env;
   env.fleet = members_.get();
   env.data_root = options_.data_root;
@@ -216,6 +243,7 @@ void CoordinatorServer::GracefulStop() {
   service_.reset();
   fleet_service_.reset();
   jobs_.reset();
+  discovery_.reset();
   job_metrics_.reset();
   metrics_.reset();
 }

@@ -30,6 +30,7 @@ class FleetServiceImpl;
 class JobManager;
 class CoordinatorMetrics;
 class ReplicaRendezvous;
+class StageDiscovery;
 
 class CoordinatorServer {
  public:
@@ -49,6 +50,10 @@ class CoordinatorServer {
     // How long a registered stage server stays in the fleet without
     // renewing (they renew every third of it).
     int64_t member_lease_seconds = 15;
+    // NAME:PORT resolved every third of the lease (a Kubernetes headless
+    // service): each address found is a member while the name gives it.
+    // Empty: none.
+    std::string stage_dns;
     // Root every dataset path is resolved under.
     std::string data_root = job::kDefaultDataRoot;
     // Threads decoding a streamed dataset's images (image folders); 0: one
@@ -107,6 +112,7 @@ class CoordinatorServer {
   bool requires_token() const;
   const std::string& fleet_token() const { return fleet_token_; }
   int64_t member_lease_seconds() const { return options_.member_lease_seconds; }
+  const std::string& stage_dns() const { return options_.stage_dns; }
   // Users of --users-file (1 for --auth-token-file, 0 when open).
   int user_count() const;
   const std::string& audit_log_path() const;
@@ -130,6 +136,8 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorMetrics> job_metrics_;
   std::unique_ptr<ReplicaRendezvous> replica_store_;
   std::unique_ptr<FleetMembers> members_;
+  // Registers into members_: stopped and destroyed before it.
+  std::unique_ptr<StageDiscovery> discovery_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;
   std::unique_ptr<FleetServiceImpl> fleet_service_;

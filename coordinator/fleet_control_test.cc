@@ -234,7 +234,9 @@ TEST_F(FleetControlTest, ForEachRunsEveryStageOnceAtMostSoManyAtOnce) {
     EXPECT_EQ(s.message(), "4");
     EXPECT_EQ(calls, std::vector<int>(10, 1));
     EXPECT_LE(most, at_most == 0 ? 10 : at_most);
-    if (at_most == 1) EXPECT_EQ(most, 1);
+    if (at_most == 1) {
+      EXPECT_EQ(most, 1);
+    }
   }
 }
 

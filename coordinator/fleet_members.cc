@@ -17,7 +17,7 @@ FleetMembers::FleetMembers(std::vector<std::string> static_addresses,
       clock_(std::move(clock)) {}
 
 absl::StatusOr<FleetMembers::Registration> FleetMembers::Register(
-    const std::string& address) {
+    const std::string& address, petra::v1::FleetServer::Origin origin) {
   absl::StatusOr<base::HostPort> hp =
       base::SplitHostPort(address, "the registered address");
   if (!hp.ok()) return hp.status();
@@ -35,9 +35,12 @@ absl::StatusOr<FleetMembers::Registration> FleetMembers::Register(
           "the fleet has ", registered_.size(),
           " registered stage servers, the most one coordinator keeps"));
     }
-    it = registered_.emplace(address, Lease{next_order_++, now}).first;
-    PETRA_LOG_EVENT(kInfo, "member_joined", {"address", address},
-                    {"lease_seconds", absl::StrCat(lease_.count())});
+    it = registered_.emplace(address, Lease{next_order_++, now, origin}).first;
+    PETRA_LOG_EVENT(
+        kInfo, "member_joined", {"address", address},
+        {"origin",
+         origin == petra::v1::FleetServer::ORIGIN_DNS ? "dns" : "registered"},
+        {"lease_seconds", absl::StrCat(lease_.count())});
   }
   it->second.expires = now + lease_;
   return Registration{joined, lease_};
@@ -73,9 +76,8 @@ std::vector<FleetMembers::Member> FleetMembers::Members() {
   ExpireLocked(now);
   std::vector<std::pair<uint64_t, Member>> joined;
   for (const auto& [address, lease] : registered_) {
-    joined.push_back({lease.order,
-                      {address, petra::v1::FleetServer::ORIGIN_REGISTERED,
-                       lease.expires - now}});
+    joined.push_back(
+        {lease.order, {address, lease.origin, lease.expires - now}});
   }
   std::sort(joined.begin(), joined.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

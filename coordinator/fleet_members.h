@@ -1,8 +1,9 @@
 // The fleet: the static --stages list, and the stage servers that
-// registered themselves (petra-stage --coordinator) and keep renewing their
-// lease. Placement asks it for the addresses at each job start and each
-// recovery, so a server that joins is used by the next placement and one
-// whose lease lapsed is not. Thread-safe; no gRPC.
+// registered themselves (petra-stage --coordinator) or that --stage-dns
+// found (stage_discovery.h), each keeping a lease by renewing it. Placement
+// asks it for the addresses at each job start and each recovery, so a server
+// that joins is used by the next placement and one whose lease lapsed is not.
+// Thread-safe; no gRPC.
 #pragma once
 
 #include <chrono>
@@ -37,8 +38,12 @@ class FleetMembers {
   };
   // Joins or renews. INVALID_ARGUMENT for an address that is not host:port,
   // RESOURCE_EXHAUSTED past kMaxRegistered. A server the static list names
-  // is a member already: accepted, with no lease to keep.
-  absl::StatusOr<Registration> Register(const std::string& address);
+  // is a member already: accepted, with no lease to keep. `origin`: how it
+  // was found (the first registration's stays).
+  absl::StatusOr<Registration> Register(
+      const std::string& address,
+      petra::v1::FleetServer::Origin origin =
+          petra::v1::FleetServer::ORIGIN_REGISTERED);
   // Leaves at once; false when it was not registered.
   bool Leave(const std::string& address);
 
@@ -68,6 +73,8 @@ class FleetMembers {
   struct Lease {
     uint64_t order = 0;  // join order
     std::chrono::steady_clock::time_point expires;
+    petra::v1::FleetServer::Origin origin =
+        petra::v1::FleetServer::ORIGIN_REGISTERED;
   };
   std::map<std::string, Lease> registered_;
   uint64_t next_order_ = 0;

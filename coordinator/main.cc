@@ -32,6 +32,11 @@ int main(int argc, char** argv) {
                   "stage servers: host:port,... or a pattern such as "
                   "petra-stage-{0..3}.petra-stage:50051; empty = only the "
                   "servers that register");
+  flags.AddString("stage-dns", &options.stage_dns,
+                  "NAME:PORT resolved every third of --member-lease (a "
+                  "Kubernetes headless service, one address per pod): each "
+                  "address found joins the fleet while the name gives it; "
+                  "empty = none");
   flags.AddInt("member-lease", &options.member_lease_seconds,
                "seconds a registered stage server stays in the fleet "
                "without renewing (it renews every third of this); one that "
@@ -121,10 +126,14 @@ int main(int argc, char** argv) {
         }
         petra::base::ServerAnnouncement a;
         a.port = server.port();
-        a.listening = absl::StrCat(stages,
-                                   " stage servers from --stages, more may "
-                                   "register with ",
-                                   server.member_lease_seconds(), " s leases");
+        a.listening =
+            absl::StrCat(stages, " stage servers from --stages, ",
+                         server.stage_dns().empty()
+                             ? ""
+                             : absl::StrCat("those --stage-dns ",
+                                            server.stage_dns(), " gives, "),
+                         "more may register with ",
+                         server.member_lease_seconds(), " s leases");
         a.transport =
             server.security().Describe() +
             (server.requires_token()

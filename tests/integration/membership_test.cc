@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "petra/v1/membership.grpc.pb.h"
@@ -17,6 +18,7 @@ namespace petra::testing {
 namespace {
 
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::Not;
 
 class Membership : public FleetProcesses {
@@ -52,6 +54,46 @@ class Membership : public FleetProcesses {
     return out;
   }
 };
+
+// The coordinator finds stage servers by resolving a name (in Kubernetes a
+// headless service; here "localhost", which gives 127.0.0.1 and, where the
+// machine has IPv6, ::1) with no list and no registration, and probes what
+// it finds: the server on 127.0.0.1 takes a job, an address where nothing
+// listens is listed as unreachable and passed over.
+TEST_F(Membership, ServersThatANameResolvesToJoinAndTakeJobs) {
+  ASSERT_NO_FATAL_FAILURE(StartStages(1));
+  const std::string server = stage_addresses_[0];
+  const std::string port = server.substr(server.rfind(':') + 1);
+  // The coordinator is given no --stages: only the name.
+  std::vector<std::string> listed_nowhere;
+  std::swap(listed_nowhere, stage_addresses_);
+  ASSERT_NO_FATAL_FAILURE(
+      StartCoordinator(60, {"--stage-dns", "localhost:" + port}));
+  std::swap(listed_nowhere, stage_addresses_);
+  EXPECT_THAT(coordinator_->out(),
+              HasSubstr("those --stage-dns localhost:" + port + " gives"));
+  std::map<std::string, petra::v1::FleetServer> found;
+  for (const petra::v1::FleetServer& s : Servers()) found[s.address()] = s;
+  ASSERT_EQ(found.count(server), 1u) << coordinator_->err();
+  EXPECT_EQ(found[server].origin(), petra::v1::FleetServer::ORIGIN_DNS);
+  EXPECT_EQ(found[server].status().state(), petra::v1::StageStatus::STATE_IDLE);
+  EXPECT_TRUE(found[server].has_lease_expire_time());
+  for (const auto& [address, s] : found) {
+    if (address != server) {
+      EXPECT_FALSE(s.error().empty()) << address;
+    }
+  }
+  RunResult listed = Petra({"servers"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_THAT(listed.out, ::testing::ContainsRegex(server + " +dns "));
+
+  std::vector<std::string> one = SmallJob(1);
+  one[7] = "1";
+  const petra::v1::Job done =
+      WaitForTheEnd(Submit(one), std::chrono::seconds(180));
+  ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
+  EXPECT_THAT(Placed(done), ElementsAre(server));
+}
 
 TEST_F(Membership, ServersJoinAndLeaveWithNoChangeToTheCoordinator) {
   ASSERT_NO_FATAL_FAILURE(StartCoordinator(60, {"--member-lease", "2"}));
