@@ -291,9 +291,10 @@ class Client:
 
     def servers(self):
         """The fleet's stage servers (FleetServer messages): the
-        coordinator's --stages first, then those that registered, each with
-        its status as it answered (server.error says why it did not) and,
-        for a registered one, when its lease runs out."""
+        coordinator's --stages first, then those that registered or that
+        its --stage-dns found (server.origin), each with its status as it
+        answered (server.error says why it did not) and, for one with a
+        lease, when the lease runs out."""
         return list(self._call(self._stub.ListServers,
                                coordinator_pb2.ListServersRequest()).servers)
 
