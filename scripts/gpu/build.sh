@@ -12,9 +12,9 @@
 #
 # Under the device tool every result lands in $OUT as it is made: the log
 # (gpu-build.log), the gpu tests' CTest log (ctest-gpu.log), the data
-# channels' conformance suite's (ctest-channels.log), the replica tests'
-# (ctest-replicas.log) and, after each
-# benchmark, BENCHMARKS.md. A failed test or benchmark does not stop what
+# channels' conformance suite's (ctest-channels.log), the state files'
+# (ctest-state-files.log), the replica tests' (ctest-replicas.log) and,
+# after each benchmark, BENCHMARKS.md. A failed test or benchmark does not stop what
 # follows it; the script exits 1 at the end if anything failed.
 #
 # The tree is copied afresh for each command while /tmp lives as long as the
@@ -164,6 +164,19 @@ if ((rc != 0)); then
   echo "gpu-build: how bin/petra-local was linked:"
   (cd "$BUILD" && ninja -t commands petra-local 2>/dev/null | tail -n 1) || true
 fi
+# State files: torch's Pickler, Unpickler and zip reader and writer as the
+# wheel's torch builds them (services/engine/state_file_reader.cc drives
+# them itself), and a checkpoint restored from disk.
+set +e
+ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
+  -R '^(StateFile|CheckpointStoreTest|StageStreams\.RestoreCheckpoint.*)$' \
+  | tee "$BUILD/ctest-state-files.log"
+rc=${PIPESTATUS[0]}
+set -e
+if [[ -n "${OUT:-}" ]]; then
+  cp "$BUILD/ctest-state-files.log" "$OUT/ctest-state-files.log"
+fi
+if ((rc != 0)); then failed+=("state files (ctest exit $rc)"); fi
 # Replicas: c10d's Gloo as the wheel's torch builds it (its headers, its
 # API), in one process and across a fleet's processes.
 set +e
