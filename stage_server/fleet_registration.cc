@@ -95,15 +95,14 @@ absl::StatusOr<std::string> AdvertisedAddress(const std::string& advertise,
 }
 
 FleetRegistration::FleetRegistration(Options options)
-    : options_(std::move(options)), thread_([this] { Run(); }) {}
+    : options_(std::move(options)),
+      stub_(petra::v1::FleetService::NewStub(wire::CreateChannel(
+          options_.coordinator, options_.security, options_.fleet_token))),
+      thread_([this] { Run(); }) {}
 
 FleetRegistration::~FleetRegistration() { Leave(); }
 
 void FleetRegistration::Run() {
-  std::shared_ptr<grpc::Channel> channel = wire::CreateChannel(
-      options_.coordinator, options_.security, options_.fleet_token);
-  std::unique_ptr<petra::v1::FleetService::Stub> stub =
-      petra::v1::FleetService::NewStub(channel);
   std::string address;
   std::string last_error;
   seconds wait = kRegisterRetry;
@@ -128,7 +127,7 @@ void FleetRegistration::Run() {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() +
                            kRegisterDeadline);
-      grpc::Status s = stub->Register(&context, request, &response);
+      grpc::Status s = stub_->Register(&context, request, &response);
       if (!s.ok()) {
         status = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                               s.error_message());
@@ -171,15 +170,12 @@ void FleetRegistration::Leave() {
   cv_.notify_all();
   thread_.join();
   if (address.empty()) return;
-  std::unique_ptr<petra::v1::FleetService::Stub> stub =
-      petra::v1::FleetService::NewStub(wire::CreateChannel(
-          options_.coordinator, options_.security, options_.fleet_token));
   petra::v1::LeaveRequest request;
   request.set_address(address);
   petra::v1::LeaveResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + seconds(2));
-  grpc::Status s = stub->Leave(&context, request, &response);
+  grpc::Status s = stub_->Leave(&context, request, &response);
   PETRA_LOG_EVENT_IF(s.ok() ? base::LogLevel::kInfo : base::LogLevel::kWarning,
                      "fleet_left", {"coordinator", options_.coordinator},
                      {"address", address},

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "petra/v1/membership.grpc.pb.h"
 #include "services/wire/transport_security.h"
 
 namespace petra::stage_server {
@@ -46,6 +47,9 @@ class FleetRegistration {
   void Run();
 
   const Options options_;
+  // One channel for the registrations and the leave (before thread_,
+  // which uses it from its first moment).
+  const std::unique_ptr<petra::v1::FleetService::Stub> stub_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
