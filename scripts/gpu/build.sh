@@ -139,18 +139,22 @@ if [[ "$skipped" != 0 ]]; then
   # should be.
   failed+=("${skipped} gpu test(s) skipped on a GPU host")
 fi
+# Runs the tests whose names match $3 into $BUILD/$1 (copied to $OUT as
+# soon as they end); a failure is noted as $2.
+run_tests() {
+  local log=$1 what=$2 regex=$3 rc
+  set +e
+  ctest --test-dir "$BUILD" --output-on-failure --timeout 300 -R "$regex" \
+    | tee "$BUILD/$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [[ -n "${OUT:-}" ]]; then cp "$BUILD/$log" "$OUT/$log"; fi
+  if ((rc != 0)); then failed+=("$what (ctest exit $rc)"); fi
+}
 # The data channels' conformance suite (cuda_ipc's protocol included) and
 # cuda_ipc's faults, on the GPU host's build.
-set +e
-ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
-  -R 'DataChannel|DeviceSlots|SharedMemoryChannel|SharedRing|TransportChoice' \
-  | tee "$BUILD/ctest-channels.log"
-rc=${PIPESTATUS[0]}
-set -e
-if [[ -n "${OUT:-}" ]]; then
-  cp "$BUILD/ctest-channels.log" "$OUT/ctest-channels.log"
-fi
-if ((rc != 0)); then failed+=("data-channel conformance (ctest exit $rc)"); fi
+run_tests ctest-channels.log "data-channel conformance" \
+  'DataChannel|DeviceSlots|SharedMemoryChannel|SharedRing|TransportChoice'
 # The one build check that a wheel's libtorch can fail: libstdc++ first
 # among the libraries each program needs (cmake/PetraTorch.cmake). Where
 # it fails, the link command says why.
@@ -167,28 +171,12 @@ fi
 # State files: torch's Pickler, Unpickler and zip reader and writer as the
 # wheel's torch builds them (services/engine/state_file_reader.cc drives
 # them itself), and a checkpoint restored from disk.
-set +e
-ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
-  -R '^(StateFile|CheckpointStoreTest|StageStreams\.RestoreCheckpoint.*)$' \
-  | tee "$BUILD/ctest-state-files.log"
-rc=${PIPESTATUS[0]}
-set -e
-if [[ -n "${OUT:-}" ]]; then
-  cp "$BUILD/ctest-state-files.log" "$OUT/ctest-state-files.log"
-fi
-if ((rc != 0)); then failed+=("state files (ctest exit $rc)"); fi
+run_tests ctest-state-files.log "state files" \
+  '^(StateFile|CheckpointStoreTest|StageStreams\.RestoreCheckpoint.*)$'
 # Replicas: c10d's Gloo as the wheel's torch builds it (its headers, its
 # API), in one process and across a fleet's processes.
-set +e
-ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
-  -R 'ReplicaGroup|InProcessReplicas|ReplicaRendezvous|ReplicatedPetra' \
-  | tee "$BUILD/ctest-replicas.log"
-rc=${PIPESTATUS[0]}
-set -e
-if [[ -n "${OUT:-}" ]]; then
-  cp "$BUILD/ctest-replicas.log" "$OUT/ctest-replicas.log"
-fi
-if ((rc != 0)); then failed+=("replicas (ctest exit $rc)"); fi
+run_tests ctest-replicas.log "replicas" \
+  'ReplicaGroup|InProcessReplicas|ReplicaRendezvous|ReplicatedPetra'
 if grep -q "^PETRA_GLOO_INCLUDE_DIR:PATH=.*NOTFOUND" "$BUILD/CMakeCache.txt"; then
   failed+=("no Gloo headers beside the wheel's libtorch: replicas refused")
 fi
