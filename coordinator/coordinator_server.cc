@@ -17,7 +17,6 @@
 #include "coordinator/replica_rendezvous.h"
 #include "coordinator/stage_discovery.h"
 #include "coordinator/stage_list.h"
-#include "services/base/event_log.h"
 #include "services/base/host_port.h"
 #include "services/base/paths.h"
 #include "services/data/dataset.h"
@@ -188,14 +187,7 @@ absl::Status CoordinatorServer::Start() {
         StageDiscovery::Create(options_.stage_dns, members_.get());
     if (!discovery.ok()) return discovery.status();
     discovery_ = std::move(*discovery);
-    // A first round before serving, so that the first job finds what it
-    // finds; a name that does not resolve yet (pods still starting) is
-    // tried again every third of the lease.
-    if (absl::StatusOr<std::vector<std::string>> found = discovery_->Round();
-        !found.ok()) {
-      PETRA_LOG_EVENT(kWarning, "stage_dns_failed",
-                      {"reason", std::string(found.status().message())});
-    }
+    // Before serving: its first round runs now.
     discovery_->Start(std::chrono::milliseconds(
         std::max<int64_t>(1, options_.member_lease_seconds) * 1000 / 3));
   }

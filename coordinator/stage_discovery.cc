@@ -82,19 +82,23 @@ absl::StatusOr<std::vector<std::string>> StageDiscovery::Round() {
   return addresses;
 }
 
+void StageDiscovery::LoggedRound() {
+  absl::StatusOr<std::vector<std::string>> found = Round();
+  const std::string problem =
+      found.ok() ? "" : std::string(found.status().message());
+  if (problem != last_problem_ && !problem.empty()) {
+    PETRA_LOG_EVENT(kWarning, "stage_dns_failed", {"reason", problem});
+  }
+  last_problem_ = problem;
+}
+
 void StageDiscovery::Start(std::chrono::milliseconds interval) {
+  LoggedRound();
   thread_ = std::thread([this, interval] {
-    std::string last_problem;
     std::unique_lock<std::mutex> lock(mu_);
     while (!wake_.wait_for(lock, interval, [this] { return stopping_; })) {
       lock.unlock();
-      absl::StatusOr<std::vector<std::string>> found = Round();
-      const std::string problem =
-          found.ok() ? "" : std::string(found.status().message());
-      if (problem != last_problem && !problem.empty()) {
-        PETRA_LOG_EVENT(kWarning, "stage_dns_failed", {"reason", problem});
-      }
-      last_problem = problem;
+      LoggedRound();
       lock.lock();
     }
   });

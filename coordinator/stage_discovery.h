@@ -39,15 +39,18 @@ class StageDiscovery {
   // "[ipv6]:port"); returns them. An error leaves the fleet as it was
   // (what was found before lapses unless found again).
   absl::StatusOr<std::vector<std::string>> Round();
-  // A round every `interval`, the first after one interval, on a thread of
-  // its own (a failed round is logged when its reason changes) until Stop
-  // or destruction.
+  // A first round now (so that the first job finds what it finds), then
+  // one every `interval` on a thread of its own until Stop or destruction.
+  // A failed round is logged when its reason changes (a name that does not
+  // resolve yet, pods still starting, is tried again).
   void Start(std::chrono::milliseconds interval);
   void Stop();
 
  private:
   StageDiscovery(std::string name, int port, FleetMembers* members,
                  Resolver resolve);
+  // A round, its failure logged unless it is the last one's again.
+  void LoggedRound();
 
   const std::string name_;
   const int port_;
@@ -55,6 +58,7 @@ class StageDiscovery {
   const Resolver resolve_;
   std::mutex mu_;
   std::condition_variable wake_;
+  std::string last_problem_;  // the first round's, then the thread's
   bool stopping_ = false;
   std::thread thread_;
 };

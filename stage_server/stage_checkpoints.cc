@@ -172,6 +172,7 @@ absl::StatusOr<std::optional<std::filesystem::path>> StageCheckpoints::AddPiece(
     absl::StatusOr<std::unique_ptr<base::AtomicFile>> file =
         base::AtomicFile::Create(target->file);
     if (!file.ok()) return file.status();
+    upload.path = target->file;
     upload.file = std::move(*file);
     upload.total = total;
   }
@@ -194,20 +195,19 @@ absl::StatusOr<std::optional<std::filesystem::path>> StageCheckpoints::AddPiece(
     return std::optional<std::filesystem::path>();
   }
   absl::Status committed = upload.file->Commit();
+  const std::filesystem::path whole = std::move(upload.path);
   upload = RestoreUpload();
   if (!committed.ok()) return committed;
-  absl::StatusOr<Target> target = Where(job, "restore");
-  if (!target.ok()) return target.status();
-  return std::optional<std::filesystem::path>(target->file);
+  return std::optional<std::filesystem::path>(whole);
 }
 
 absl::Status StageCheckpoints::Restore(
     StageJob& job, const std::filesystem::path& file,
     petra::v1::RestoreCheckpointResponse* response) {
+  const absl::Status released = Released(job);
   absl::StatusOr<engine::StageCheckpointMeta> meta =
-      Released(job).ok()
-          ? engine::RestoreStageCheckpointFile(file, *job.worker)
-          : absl::StatusOr<engine::StageCheckpointMeta>(Released(job));
+      released.ok() ? engine::RestoreStageCheckpointFile(file, *job.worker)
+                    : absl::StatusOr<engine::StageCheckpointMeta>(released);
   std::error_code ec;
   std::filesystem::remove(file, ec);
   if (!meta.ok()) return meta.status();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,7 @@ inline uint32_t CreditWindow(const petra::v1::AssignRequest& a) {
 // the server's disk as they come: a restore holds no copy of the file.
 // Touched on the host's I/O thread only.
 struct RestoreUpload {
+  std::filesystem::path path;  // where the file appears whole
   std::unique_ptr<base::AtomicFile> file;
   uint64_t total = 0;
 };

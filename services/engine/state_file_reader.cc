@@ -43,18 +43,20 @@ const RecordRef* RefOf(const c10::Storage& storage) {
   return static_cast<const RecordRef*>(ptr.get_context());
 }
 
-template <typename Open>
-absl::StatusOr<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>> Opened(
-    const Open& open) {
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateFileReader>> StateFileReader::Opened(
+    const std::function<
+        std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>&
+        make_archive) {
   try {
-    return open();
+    return std::unique_ptr<StateFileReader>(
+        new StateFileReader(make_archive()));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("state file: not a torch.save archive (", e.what(), ")"));
   }
 }
-
-}  // namespace
 
 StateFileReader::StateFileReader(
     std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive)
@@ -68,24 +70,18 @@ absl::StatusOr<std::unique_ptr<StateFileReader>> StateFileReader::Open(
     return absl::NotFoundError(
         absl::StrCat(file.filename().string(), " is missing"));
   }
-  auto archive = Opened([&] {
+  return Opened([&] {
     return std::make_unique<caffe2::serialize::PyTorchStreamReader>(
         file.string());
   });
-  if (!archive.ok()) return archive.status();
-  return std::unique_ptr<StateFileReader>(
-      new StateFileReader(std::move(*archive)));
 }
 
 absl::StatusOr<std::unique_ptr<StateFileReader>> StateFileReader::OpenBytes(
     const std::string& bytes) {
-  auto archive = Opened([&] {
+  return Opened([&] {
     return std::make_unique<caffe2::serialize::PyTorchStreamReader>(
         std::make_shared<BytesAdapter>(bytes));
   });
-  if (!archive.ok()) return archive.status();
-  return std::unique_ptr<StateFileReader>(
-      new StateFileReader(std::move(*archive)));
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>>

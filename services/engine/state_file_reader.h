@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -51,6 +52,12 @@ class StateFileReader {
  private:
   explicit StateFileReader(
       std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive);
+  // A reader over the archive `make_archive()` makes; INVALID_ARGUMENT
+  // when it throws (not a zip archive).
+  static absl::StatusOr<std::unique_ptr<StateFileReader>> Opened(
+      const std::function<
+          std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>&
+          make_archive);
 
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive_;
 };

@@ -163,11 +163,12 @@ std::unique_ptr<base::FlagSet> Flags(Request* r) {
   return flags;
 }
 
-absl::Status RunRequest(const Request& r) {
+// What the flags cannot check alone.
+absl::Status CheckRequest(const Request& r) {
   if (r.dir.empty() || r.batch < 1) {
     return absl::InvalidArgumentError("needs --output-dir and --batch >= 1");
   }
-  return Run(r.overrides, r.batch, r.dir);
+  return absl::OkStatus();
 }
 
 int Serve() {
@@ -175,7 +176,8 @@ int Serve() {
     Request r;
     absl::Status s =
         Flags(&r)->Parse(absl::StrSplit(line, ' ', absl::SkipWhitespace()));
-    if (s.ok()) s = RunRequest(r);
+    if (s.ok()) s = CheckRequest(r);
+    if (s.ok()) s = Run(r.overrides, r.batch, r.dir);
     std::cout << (s.ok() ? std::string("ok")
                          : absl::StrCat("error: ", s.message()))
               << std::endl;
@@ -197,11 +199,11 @@ int main(int argc, char** argv) {
       rc >= 0) {
     return rc;
   }
-  if (r.dir.empty() || r.batch < 1) {
-    std::cerr << "petra_zoo_reference: needs --output-dir and --batch >= 1\n";
+  if (absl::Status s = petra::CheckRequest(r); !s.ok()) {
+    std::cerr << "petra_zoo_reference: " << s.message() << "\n";
     return 2;
   }
-  if (absl::Status s = petra::RunRequest(r); !s.ok()) {
+  if (absl::Status s = petra::Run(r.overrides, r.batch, r.dir); !s.ok()) {
     std::cerr << "petra_zoo_reference: " << s.message() << "\n";
     return 1;
   }
