@@ -43,7 +43,15 @@ echo "fuzz: configuring ${BUILD_DIR} (clang-14, ASan, UBSan, libFuzzer)"
 # No tests and no precompiled header: only the fuzz targets and the few
 # libraries they link are built.
 mkdir -p "$BUILD_DIR"
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Ninja where the machine has it: make built the libraries one after the
+# other (110 s on 2 cores, 1.3 cores busy).
+generator=()
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
+  generator=(-G Ninja)
+fi
+cmake -S . -B "$BUILD_DIR" ${generator[@]+"${generator[@]}"} \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_COMPILER=clang++-14 -DPETRA_FUZZ=ON -DPETRA_BUILD_TESTS=OFF \
   -DPETRA_USE_PCH=OFF >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log" >&2; exit 1; }
