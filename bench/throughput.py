@@ -33,8 +33,9 @@ class Fleet:
 
     def __init__(self, bin_dir, stages, cores, workdir, prefix=(),
                  extra=()):
-        """`prefix`: a command each stage server runs under (prlimit, say);
-        `extra`: more flags for each."""
+        """`prefix`: a command each stage server runs under (prlimit, say),
+        or a function of the server's index giving it; `extra`: more flags
+        for each."""
         self.procs = []
         self.logs = []
         addresses = []
@@ -44,7 +45,8 @@ class Fleet:
                 threads = max(1, cores // stages)
                 cpus = ",".join(str(core + t) for t in range(threads))
                 port = self._start(
-                    ["taskset", "-c", cpus] + list(prefix) +
+                    ["taskset", "-c", cpus] +
+                    (prefix(j) if callable(prefix) else list(prefix)) +
                     [os.path.join(bin_dir, "petra-stage-server"),
                      "--listen", "127.0.0.1:0", "--metrics-listen", "",
                      "--threads", str(threads), "--insecure",

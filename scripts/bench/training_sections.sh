@@ -459,12 +459,17 @@ section_partition() {
 
 section_concurrent() {
   # The issue's figure is for four cores' worth of servers: one core each
-  # where the machine has four (the GPU host's call runs it too).
+  # where the machine has four (the GPU host's call runs it too); on fewer,
+  # each server held to a fifth of the machine's cores by a cgroup quota
+  # where this machine allows one (root), so that no server takes another's
+  # share, alone or together.
   local args=()
   if ((smoke)); then
     args=(--smoke)
   elif (($(nproc) >= 4)); then
     args=(--cores 4)
+  elif $PY bench/cpu_quota.py; then
+    args=(--cpu-quota "$($PY -c "print($(nproc) / 5)")")
   fi
   echo "## Two jobs at once against each alone (issue 51)"
   echo
