@@ -9,43 +9,36 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/base/event_log.h"
-#include "services/base/host_port.h"
 #include "services/engine/job_plan.h"
-#include "services/engine/memory_estimate.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
 #include "services/engine/training_mode.h"
-#include "services/job/job_spec_validation.h"
 #include "services/link/channel_factory.h"
 #include "services/metrics/process_memory.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_memory.h"
-#include "services/model/device_name.h"
 #include "services/model/network.h"
-#include "services/model/network_summary.h"
 #include "services/version.h"
 #include "services/wire/status_map.h"
 #include "stage_server/neighbor_links.h"
+#include "stage_server/stage_host_internal.h"
 #include "stage_server/stage_job.h"
 
 namespace petra::stage_server {
 
+using host_internal::kDraining;
+using host_internal::MemoryWithRss;
 using petra::v1::StageStatus;
 
-namespace {
-
-// UNAVAILABLE, as gRPC answers a server that is shutting down: the caller
-// may try again elsewhere or once the server has restarted.
-constexpr char kDraining[] =
-    "the stage server is draining: it takes no new work before it stops";
-
-// Memory as the wire carries it, with this process's resident set.
-petra::v1::MemoryBreakdown MemoryWithRss(const engine::MemoryStats& m) {
+petra::v1::MemoryBreakdown host_internal::MemoryWithRss(
+    const engine::MemoryStats& m) {
   petra::v1::MemoryBreakdown p = engine::ToProto(m);
   p.set_process_rss_bytes(metrics::ProcessRssBytes());
   return p;
 }
+
+namespace {
 
 // Starts a received payload's copy to the stage's device now, while the
 // stage computes the micro-batch before it (nothing to copy on the CPU).
@@ -65,24 +58,6 @@ absl::Status RunPhase(StageJob& job, const PassInfo& pass,
   return engine::RunStagePass(
       *job.worker, job.mailbox, outbox, pass.phase, pass.micro_batches,
       engine::PlanMode(job.assign.spec().training()).schedule);
-}
-
-// How long a stage waits for its copies in the other replicas: to join
-// the group at Assign, and at each all-reduce. A replica that stopped (its
-// pass failed, its server was released or died) ends the others' waits
-// sooner: Gloo sees its connections close.
-constexpr std::chrono::milliseconds kReplicaTimeout{60000};
-
-// Joins the stage's replica group that the Assign names (every copy of the
-// stage joins at its own Assign; the coordinator assigns them all at once).
-absl::StatusOr<std::unique_ptr<engine::GradientAverager>> JoinReplicas(
-    const petra::v1::ReplicaAssignment& r) {
-  absl::StatusOr<base::HostPort> store =
-      base::SplitHostPort(r.store_address(), "replica.store_address");
-  if (!store.ok()) return store.status();
-  return engine::JoinReplicaGroup(
-      store->host, store->port, r.group(), static_cast<int>(r.index()),
-      static_cast<int>(r.count()), r.local_host(), kReplicaTimeout);
 }
 
 }  // namespace
@@ -121,138 +96,6 @@ std::shared_ptr<StageJob> StageHost::CurrentJob(const std::string& id,
     return nullptr;
   }
   return job_;
-}
-
-void StageHost::Assign(const petra::v1::AssignRequest& request,
-                       petra::v1::AssignResponse* response, Done done) {
-  absl::Status bad;
-  auto refuse = [&](absl::Status s) { done(std::move(s)); };
-  if (absl::Status s = CheckRelativeName(request.job_id(), "job_id"); !s.ok())
-    return refuse(s);
-  // A job id names one directory under --state-dir, not a path.
-  if (absl::StrContains(request.job_id(), "/") || request.job_id() == ".") {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "job_id \"", request.job_id(), "\" must be one path component")));
-  }
-  absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(request.spec());
-  if (!spec.ok()) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("spec: ", spec.status().message())));
-  }
-  const uint32_t count = request.stage_count();
-  if (count < 1 || request.stage_index() >= count ||
-      request.partition_size() != static_cast<int>(count)) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("stage_index ", request.stage_index(), ", stage_count ",
-                     count, " and a partition of ", request.partition_size(),
-                     " ranges do not fit together")));
-  }
-  if (request.steps_per_epoch() < 1) {
-    return refuse(absl::InvalidArgumentError("steps_per_epoch must be >= 1"));
-  }
-  if (const petra::v1::ReplicaAssignment& r = request.replica();
-      r.count() > 1 &&
-      (r.index() >= r.count() || r.group().empty() || r.local_host().empty())) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("replica: index ", r.index(), " of ", r.count(),
-                     ", group \"", r.group(), "\" and local_host \"",
-                     r.local_host(), "\" do not name a place in a group")));
-  }
-  // A job that names no device runs where the server was started to run.
-  if (!request.device().empty() &&
-      !model::DeviceServes(options_.device, request.device())) {
-    return refuse(absl::FailedPreconditionError(absl::StrCat(
-        "the job places stage ", request.stage_index(), " on \"",
-        request.device(), "\" but this server runs on \"", options_.device,
-        "\" (leave the job's devices unset to use each server's own)")));
-  }
-  std::filesystem::path restore_file;
-  if (!request.restore_checkpoint().empty()) {
-    absl::StatusOr<std::filesystem::path> file =
-        checkpoints_.RestoreFile(request.restore_checkpoint());
-    if (!file.ok()) return refuse(file.status());
-    restore_file = std::move(*file);
-  }
-  auto job = std::make_shared<StageJob>(request, options_.device);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (draining_) {
-      return refuse(absl::UnavailableError(kDraining));
-    }
-    if (job_ != nullptr) {
-      return refuse(absl::FailedPreconditionError(
-          absl::StrCat("this stage already holds job \"", job_->id(),
-                       "\"; release it first")));
-    }
-    job_ = job;
-  }
-  Post([this, job, spec = *spec, restore_file, response,
-        done = std::move(done)] {
-    // Before the stage is built: its weights arrive on the stream that
-    // computes with them.
-    job->transfer.UseComputeStreamOnThisThread();
-    std::vector<model::BlockRange> ranges;
-    for (const auto& r : job->assign.partition()) {
-      ranges.push_back(
-          {static_cast<int>(r.begin()), static_cast<int>(r.end())});
-    }
-    absl::Status status = CheckFits(spec, ranges, job->index());
-    absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> w =
-        status.ok() ? engine::BuildStageWorkers(
-                          spec, ranges,
-                          static_cast<int64_t>(job->assign.steps_per_epoch()),
-                          {job->index()}, options_.device)
-                    : status;
-    status = w.status();
-    if (status.ok() && job->assign.replica().count() > 1) {
-      absl::StatusOr<std::unique_ptr<engine::GradientAverager>> group =
-          JoinReplicas(job->assign.replica());
-      if (group.ok()) {
-        job->replicas = std::move(*group);
-        w->front()->set_gradient_averager(job->replicas.get());
-      }
-      status = group.status();
-    }
-    if (status.ok()) {
-      job->worker = std::move(w->front());
-      job->mailbox.set_wait_observer(
-          [m = metrics_, j = job->index()](bool backward, double seconds) {
-            m->Waited(j, backward, seconds);
-          });
-      if (!restore_file.empty()) {
-        status = StageCheckpoints::RestoreFrom(
-            restore_file, job->assign.restore_checkpoint(), *job);
-      }
-    }
-    if (status.ok()) {
-      PETRA_LOG_EVENT(
-          kInfo, "job_assigned", {"job_id", job->id()},
-          {"stage", absl::StrCat(job->index())},
-          {"stages", absl::StrCat(job->count())},
-          {"blocks", absl::StrCat(job->assign.layers().begin(), "-",
-                                  job->assign.layers().end() - 1)},
-          {"device", options_.device},
-          {"restored_from", job->assign.restore_checkpoint().empty()
-                                ? "-"
-                                : job->assign.restore_checkpoint()});
-    } else {
-      PETRA_LOG_EVENT(kWarning, "job_refused", {"job_id", job->id()},
-                      {"stage", absl::StrCat(job->index())},
-                      {"reason", std::string(status.message())});
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!status.ok()) {
-      if (job_ == job) job_.reset();
-    } else {
-      int64_t params = 0;
-      for (const torch::Tensor& p : job->worker->parameters())
-        params += p.numel();
-      response->set_parameter_count(static_cast<uint64_t>(params));
-      response->set_device(options_.device);
-      *response->mutable_memory() = MemoryWithRss(job->worker->memory());
-    }
-    done(status);
-  });
 }
 
 absl::Status StageHost::Start(const petra::v1::StartRequest& request) {
@@ -344,27 +187,6 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
   std::lock_guard<std::mutex> lock(mu_);
   --pending_passes_;
   if (!status.ok() && !job->released) Fail(*job, status);
-}
-
-absl::Status StageHost::CheckFits(const petra::v1::JobSpec& spec,
-                                  const std::vector<model::BlockRange>& ranges,
-                                  int stage) {
-  const model::MemoryCapacity& capacity = Capacity();
-  if (capacity.bytes <= 0) return absl::OkStatus();  // nothing to go by
-  try {
-    absl::StatusOr<model::NetworkBlueprint> net =
-        model::DescribeNetwork(spec.model());
-    if (!net.ok()) return net.status();
-    const engine::StageMemoryEstimate e = engine::EstimateStageMemory(
-        spec, model::SummarizeBlocks(*net), ranges, stage, net->input_shape);
-    if (e.total() <= capacity.bytes) return absl::OkStatus();
-    return absl::ResourceExhaustedError(
-        engine::DoesNotFit(stage, e, capacity.bytes, capacity.source, spec));
-  } catch (const std::exception&) {
-    // Measuring the network (a block at a time) failed: the build proper
-    // will say why.
-    return absl::OkStatus();
-  }
 }
 
 void StageHost::Fail(StageJob& job, const absl::Status& error) {
