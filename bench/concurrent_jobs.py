@@ -98,28 +98,28 @@ def main(argv):
     if a.cpu_quota is not None:
         quotas = CpuQuotas(a.cpu_quota, 4, "petra-concurrent")
     throttled = []
-    with tempfile.TemporaryDirectory(prefix="petra-concurrent-") as work:
-        try:
+    # The cgroups go once the servers in them have stopped.
+    try:
+        with tempfile.TemporaryDirectory(prefix="petra-concurrent-") as work:
             fleet = Fleet(a.bin_dir, 4, a.cores, work,
                           prefix=quotas.prefix if quotas else ())
-        except BaseException:
-            if quotas:
-                quotas.close()
-            raise
-        try:
-            alone = {}
-            for name, flags in jobs.items():
-                (done,) = wait_all(petra, fleet, [submit(petra, fleet, flags)],
-                                   a.timeout)
-                alone[name] = done
-            ids = [submit(petra, fleet, flags) for flags in jobs.values()]
-            together = dict(zip(jobs, wait_all(petra, fleet, ids, a.timeout)))
-            if quotas:
-                throttled = [quotas.throttled(i) for i in range(4)]
-        finally:
-            fleet.stop()
-            if quotas:
-                quotas.close()
+            try:
+                alone = {}
+                for name, flags in jobs.items():
+                    (done,) = wait_all(petra, fleet,
+                                       [submit(petra, fleet, flags)],
+                                       a.timeout)
+                    alone[name] = done
+                ids = [submit(petra, fleet, flags) for flags in jobs.values()]
+                together = dict(zip(jobs,
+                                    wait_all(petra, fleet, ids, a.timeout)))
+                if quotas:
+                    throttled = [quotas.throttled(i) for i in range(4)]
+            finally:
+                fleet.stop()
+    finally:
+        if quotas:
+            quotas.close()
     servers = [set(s["address"] for s in together[n].get("stages", []))
                for n in jobs]
     if servers[0] & servers[1]:

@@ -36,9 +36,9 @@ class CpuQuotas:
         if not 0 < cores:
             raise BenchError(f"a CPU quota must be positive, not {cores}")
         if _has_v2_cpu():
-            self.version, parent = 2, _V2_ROOT
+            version, parent = 2, _V2_ROOT
         elif os.path.exists(os.path.join(_V1_CPU, "cpu.cfs_quota_us")):
-            self.version, parent = 1, _V1_CPU
+            version, parent = 1, _V1_CPU
         else:
             raise BenchError("no cgroup cpu controller here (neither "
                              f"{_V2_ROOT}/cgroup.controllers listing cpu nor "
@@ -55,7 +55,7 @@ class CpuQuotas:
                     raise BenchError(f"cannot create the cgroup {path}: "
                                      f"{e.strerror} (--cpu-quota needs root)")
                 self.paths.append(path)
-                if self.version == 2:
+                if version == 2:
                     _write(os.path.join(path, "cpu.max"),
                            f"{quota} {_PERIOD_US}")
                 else:
@@ -67,9 +67,11 @@ class CpuQuotas:
             raise
 
     def prefix(self, i):
-        # sh writes its own pid into the slot, then becomes the process.
-        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"',
-                self.paths[i]]
+        # sh writes its own pid into the slot, then becomes the process (its
+        # errors are named "cpu_quota").
+        return ["sh", "-c",
+                'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
+                "cpu_quota", self.paths[i]]
 
     def throttled(self, i):
         """Periods slot i was held at its quota (cpu.stat's nr_throttled)."""
