@@ -328,7 +328,7 @@ void JobManager::StartNext(std::vector<std::shared_ptr<JobRecord>>* cancelled) {
     }
     drop();
     running_[id] = std::thread([this, id, record] {
-      RunJob(*record, env_);
+      RunJobCatching(*record, env_);
       claims_.Release(id);
       std::lock_guard<std::mutex> lock(mu_);
       ended_.push_back(id);

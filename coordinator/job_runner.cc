@@ -85,4 +85,27 @@ StageConnector ConnectorOf(const RunnerEnvironment& env) {
                      : GrpcStageConnector(env.security, env.fleet_token);
 }
 
+void RunJobCatching(JobRecord& record, const RunnerEnvironment& env) {
+  std::string what;
+  try {
+    RunJob(record, env);
+    return;
+  } catch (const std::exception& e) {
+    what = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+  } catch (...) {
+    what = "an exception that is not a std::exception";
+  }
+  const std::string id = record.Snapshot().id();
+  PETRA_LOG_EVENT(kError, "job_end", {"job_id", id}, {"state", "failed"},
+                  {"reason", absl::StrCat("internal error: ", what)});
+  record.Update(JobEvent::KIND_STATE, [&](Job& job) {
+    *job.mutable_end_time() = base::NowTimestamp();
+    job.set_state(petra::v1::JOB_STATE_FAILED);
+    *job.mutable_error() = wire::ToProtoStatus(absl::InternalError(
+        absl::StrCat("the coordinator hit an internal error running this "
+                     "job (a bug; please report it): ",
+                     what)));
+  });
+}
+
 }  // namespace petra::coordinator

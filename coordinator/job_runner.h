@@ -56,6 +56,11 @@ struct RunnerEnvironment {
 // RECOVERING when the coordinator is stopping.
 void RunJob(JobRecord& record, const RunnerEnvironment& env);
 
+// RunJob on the job's own thread: an exception that escapes it (a bug:
+// every path is meant to end in a status) fails that job, saying so,
+// instead of ending the coordinator with every other job.
+void RunJobCatching(JobRecord& record, const RunnerEnvironment& env);
+
 // How `env` reaches a stage: its connector, or gRPC with its TLS and fleet
 // token.
 StageConnector ConnectorOf(const RunnerEnvironment& env);

@@ -1,11 +1,15 @@
 // StageHost's Assign: a job's stage checked, built (and restored from a
 // checkpoint, and joined to its replicas) on the stage's executor.
+#include <algorithm>
+#include <climits>
 #include <filesystem>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/base/event_log.h"
 #include "services/base/host_port.h"
+#include "services/base/secret_key.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/memory_estimate.h"
 #include "services/engine/stage_worker.h"
@@ -65,6 +69,47 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
                      count, " and a partition of ", request.partition_size(),
                      " ranges do not fit together")));
   }
+  // Every range is checked against the network before anything looks a
+  // block up by it (a range past the end once crashed the memory estimate).
+  std::vector<model::BlockRange> ranges;
+  for (const petra::v1::LayerRange& r : request.partition()) {
+    ranges.push_back(
+        {static_cast<int>(std::min<uint32_t>(r.begin(), INT32_MAX)),
+         static_cast<int>(std::min<uint32_t>(r.end(), INT32_MAX))});
+  }
+  absl::StatusOr<model::NetworkBlueprint> net =
+      model::DescribeNetwork(spec->model());
+  if (!net.ok()) return refuse(net.status());
+  if (absl::Status s = model::CheckCovers(ranges, net->size()); !s.ok()) {
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat("partition: ", s.message())));
+  }
+  const petra::v1::LayerRange& own =
+      request.partition(static_cast<int>(request.stage_index()));
+  if (request.layers().begin() != own.begin() ||
+      request.layers().end() != own.end()) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "layers [", request.layers().begin(), ", ", request.layers().end(),
+        ") are not stage ", request.stage_index(),
+        "'s range in the partition [", own.begin(), ", ", own.end(), ")")));
+  }
+  // The keys of the job's data streams: this stage's, and its
+  // neighbours' that it presents to them.
+  const bool has_next = request.stage_index() + 1 < count;
+  const bool has_previous = request.stage_index() > 0;
+  for (const auto& [field, key, needed] :
+       {std::tuple<const char*, const std::string*, bool>{
+            "data_key", &request.data_key(), true},
+        {"next_data_key", &request.next_data_key(), has_next},
+        {"previous_data_key", &request.previous_data_key(), has_previous}}) {
+    if (needed ? !base::IsSecretKey(*key) : !key->empty()) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(
+          field,
+          needed ? " must be 64 lowercase hex digits (the coordinator draws "
+                   "one for each stage at each Assign)"
+                 : " must be empty: the stage has no such neighbour")));
+    }
+  }
   if (request.steps_per_epoch() < 1) {
     return refuse(absl::InvalidArgumentError("steps_per_epoch must be >= 1"));
   }
@@ -104,16 +149,11 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
     }
     job_ = job;
   }
-  Post([this, job, spec = *spec, restore_file, response,
-        done = std::move(done)] {
+  Post([this, job, spec = *spec, ranges = std::move(ranges), restore_file,
+        response, done = std::move(done)] {
     // Before the stage is built: its weights arrive on the stream that
     // computes with them.
     job->transfer.UseComputeStreamOnThisThread();
-    std::vector<model::BlockRange> ranges;
-    for (const auto& r : job->assign.partition()) {
-      ranges.push_back(
-          {static_cast<int>(r.begin()), static_cast<int>(r.end())});
-    }
     absl::Status status = CheckFits(spec, ranges, job->index());
     absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> w =
         status.ok() ? engine::BuildStageWorkers(

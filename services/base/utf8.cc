@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "absl/strings/str_format.h"
+
 namespace petra::base {
 
 size_t Utf8SequenceLength(absl::string_view s, size_t i) {
@@ -58,5 +60,50 @@ std::string ReplaceInvalidUtf8(absl::string_view s, size_t* replaced) {
   if (replaced != nullptr) *replaced = bad;
   return out;
 }
+
+namespace {
+
+bool Hidden(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) return true;
+  switch (cp) {
+    case 0x00AD:
+    case 0x061C:
+    case 0x180E:
+    case 0x200E:
+    case 0x200F:
+    case 0x2028:
+    case 0x2029:
+    case 0xFEFF:
+      return true;
+    default:
+      break;
+  }
+  return (cp >= 0x200B && cp <= 0x200D) || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
+std::optional<uint32_t> FirstHiddenCodePoint(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) {
+      ++i;
+      continue;
+    }
+    uint32_t cp = static_cast<unsigned char>(s[i]);
+    if (n > 1) {
+      cp &= 0x7F >> n;
+      for (size_t k = 1; k < n; ++k) {
+        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      }
+    }
+    if (Hidden(cp)) return cp;
+    i += n;
+  }
+  return std::nullopt;
+}
+
+std::string CodePointName(uint32_t cp) { return absl::StrFormat("U+%04X", cp); }
 
 }  // namespace petra::base

@@ -5,6 +5,8 @@
 #define PETRA_SERVICES_BASE_UTF8_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -21,6 +23,18 @@ bool IsUtf8(absl::string_view s);
 // `s` with each byte that starts no well-formed sequence replaced by
 // U+FFFD; `replaced` (if given) counts them.
 std::string ReplaceInvalidUtf8(absl::string_view s, size_t* replaced = nullptr);
+
+// The first code point of `s` that a name people read must not hold, or
+// none: controls (C0, DEL, C1), bidirectional controls (U+061C, U+200E,
+// U+200F, U+202A to U+202E, U+2066 to U+2069), the line and paragraph
+// separators (U+2028, U+2029) and invisible formatting (U+00AD, U+180E,
+// U+200B to U+200D, U+2060 to U+2064, U+FEFF). Such characters make one
+// name print as another or break a log line in two. Bytes that are not
+// UTF-8 are skipped (IsUtf8 is the check for them).
+std::optional<uint32_t> FirstHiddenCodePoint(absl::string_view s);
+
+// "U+202E" for 0x202E.
+std::string CodePointName(uint32_t cp);
 
 }  // namespace petra::base
 

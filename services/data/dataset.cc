@@ -376,9 +376,19 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
   }
   Splits s;
   if (d.kind() == petra::v1::DATASET_KIND_SYNTHETIC) {
-    s = MakeSynthetic(chw, resolved.model().num_classes(),
-                      d.synthetic_train_size(), d.synthetic_test_size(),
-                      resolved.seed());
+    try {
+      s = MakeSynthetic(chw, resolved.model().num_classes(),
+                        static_cast<int64_t>(d.synthetic_train_size()),
+                        static_cast<int64_t>(d.synthetic_test_size()),
+                        resolved.seed());
+    } catch (const std::exception& e) {
+      // The sizes pass validation, but memory is the machine's to say (a
+      // fuzzed job of a million 224x224 samples once ended the process).
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot make the synthetic set of ", d.synthetic_train_size(),
+          " + ", d.synthetic_test_size(), " samples: ",
+          std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+    }
   } else {
     // The path comes from a client: it may not leave the data root.
     absl::StatusOr<std::filesystem::path> dir =

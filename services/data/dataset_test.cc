@@ -184,6 +184,22 @@ TEST(MakeSynthetic, DeterministicForASeed) {
   EXPECT_EQ(a.train.labels.max().item<int64_t>() < 4, true);
 }
 
+// A synthetic set larger than memory fails the job's data loading, saying
+// so; it once threw out of the job's thread and ended the coordinator.
+TEST(LoadForJob, ASyntheticSetLargerThanMemoryIsResourceExhausted) {
+  petra::v1::JobSpec spec;
+  spec.mutable_model()->set_num_classes(10);
+  spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
+  spec.mutable_dataset()->set_synthetic_train_size(uint64_t{1} << 20);
+  spec.mutable_dataset()->set_synthetic_test_size(8);
+  // A million 3 x 256 x 256 samples: 800 GB of noise to draw.
+  absl::StatusOr<Splits> s = LoadForJob(spec, "/nonexistent", {3, 256, 256});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("cannot make the synthetic set of 1048576 + 8"));
+}
+
 // An image folder's class count comes from its train/ folder when the spec
 // leaves it out, and only then.
 TEST(FillFromData, CountsAnImageFoldersClasses) {

@@ -88,21 +88,10 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
   absl::StatusOr<model::NetworkBlueprint> net =
       model::DescribeNetwork(s.model());
   if (!net.ok()) return net.status();
+  if (absl::Status s = model::CheckCovers(ranges, net->size()); !s.ok()) {
+    return s;
+  }
   const int stages = static_cast<int>(ranges.size());
-  if (stages < 1 || ranges.front().begin != 0 ||
-      ranges.back().end != net->size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the stage ranges do not cover the network's ",
-                     net->size(), " blocks"));
-  }
-  for (int j = 1; j < stages; ++j) {
-    if (ranges[j].begin != ranges[j - 1].end ||
-        ranges[j].begin >= ranges[j].end) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stage ", j, ": block range [", ranges[j].begin, ", ",
-                       ranges[j].end, ") does not follow stage ", j - 1, "'s"));
-    }
-  }
   std::vector<int> order = which;
   if (order.empty()) {
     for (int j = 0; j < stages; ++j) order.push_back(j);

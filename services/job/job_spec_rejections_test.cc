@@ -588,11 +588,27 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"NameWithControlCharacters",
                    [](JobSpec* s) { s->set_name("a\nb"); }, "name = \"a\\nb\"",
                    "control characters"},
+        RejectCase{"NameWithARightToLeftOverride",
+                   [](JobSpec* s) { s->set_name("gpu\u202Etxt.exe"); },
+                   "name = \"gpu\\xe2\\x80\\xaetxt.exe\"", "(it holds U+202E)"},
+        RejectCase{"NameWithALineSeparator",
+                   [](JobSpec* s) { s->set_name("a\u2028b"); },
+                   "name = ", "(it holds U+2028)"},
+        RejectCase{"NameWithAZeroWidthSpace",
+                   [](JobSpec* s) { s->set_name("a\u200Bb"); }, "name = ",
+                   "invisible formatting, or line separators (it holds U+200B)"},
         RejectCase{
             "SyntheticSizeZero",
             [](JobSpec*
                    s) { s->mutable_dataset()->set_synthetic_train_size(0); },
-            "dataset.synthetic_train_size = 0", "at least 1"}),
+            "dataset.synthetic_train_size = 0", "must be 1 to 1048576"},
+        RejectCase{
+            "SyntheticSizeBeyondMemory",
+            [](JobSpec* s) {
+              s->mutable_dataset()->set_synthetic_test_size(uint64_t{1} << 40);
+            },
+            "dataset.synthetic_test_size = 1099511627776",
+            "a synthetic set is made in memory"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

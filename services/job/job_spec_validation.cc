@@ -40,12 +40,12 @@ void CheckRest(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("name", absl::StrCat("<", s.name().size(), " characters>"),
           absl::StrCat("at most ", kMaxNameLength, " characters"));
   }
-  for (unsigned char c : s.name()) {
-    if (c < 0x20 || c == 0x7f) {
-      p.Add("name", absl::StrCat("\"", absl::CHexEscape(s.name()), "\""),
-            "may not contain control characters");
-      break;
-    }
+  if (const std::optional<uint32_t> hidden =
+          base::FirstHiddenCodePoint(s.name())) {
+    p.Add("name", absl::StrCat("\"", absl::CHexEscape(s.name()), "\""),
+          absl::StrCat("may not contain control characters, bidirectional or "
+                       "invisible formatting, or line separators (it holds ",
+                       base::CodePointName(*hidden), ")"));
   }
   if (s.replicas() < 1 || s.replicas() > kMaxReplicas) {
     p.Add("replicas", s.replicas(),

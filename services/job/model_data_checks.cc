@@ -279,11 +279,15 @@ void CheckModelAndData(const petra::v1::JobSpec& s, Problems& p) {
       break;
     }
   }
-  if (d.synthetic_train_size() == 0) {
-    p.Add("dataset.synthetic_train_size", 0, "must be at least 1");
-  }
-  if (d.synthetic_test_size() == 0) {
-    p.Add("dataset.synthetic_test_size", 0, "must be at least 1");
+  for (const auto& [field, size] :
+       {std::pair<const char*, uint64_t>{"dataset.synthetic_train_size",
+                                         d.synthetic_train_size()},
+        {"dataset.synthetic_test_size", d.synthetic_test_size()}}) {
+    if (size < 1 || size > kMaxSyntheticSamples) {
+      p.Add(field, size,
+            absl::StrCat("must be 1 to ", kMaxSyntheticSamples,
+                         " (a synthetic set is made in memory)"));
+    }
   }
   if (d.augmentation().random_crop_padding() > kMaxCropPadding) {
     p.Add("dataset.augmentation.random_crop_padding",

@@ -31,6 +31,8 @@ inline constexpr uint32_t kMaxDepth = 256;
 inline constexpr double kMaxMlpRatio = 16.0;
 inline constexpr int64_t kMaxTokens = 4096;
 inline constexpr uint32_t kMaxCropPadding = 64;
+// Samples of a synthetic split (made in memory, 1 to 4 bytes a pixel).
+inline constexpr uint64_t kMaxSyntheticSamples = uint64_t{1} << 20;
 inline constexpr size_t kMaxNameLength = 128;
 
 class Problems {

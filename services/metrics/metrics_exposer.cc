@@ -71,6 +71,14 @@ void Knock(const std::string& host, int port) {
   freeaddrinfo(found);
 }
 
+// civetweb gives each connection a thread of its own until the request has
+// been read: with 2 threads, two idle connections kept every scrape waiting
+// 30 s (its default timeout). 128 threads hold 100 idle connections with
+// room for scrapes, and an idle connection is dropped after 2 s. Each
+// thread reserves address space only (a 1 MiB stack, see above).
+constexpr int kServingThreads = 128;
+constexpr int kRequestTimeoutMs = 2000;
+
 }  // namespace
 
 // GET /metrics: the registry in the Prometheus text format (0.0.4).
@@ -122,7 +130,9 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
   try {
     // civetweb reports a failed bind by exception; it stops here.
     m->server_ = std::make_unique<CivetServer>(std::vector<std::string>{
-        "listening_ports", address, "num_threads", "2"});
+        "listening_ports", address, "num_threads",
+        std::to_string(kServingThreads), "request_timeout_ms",
+        std::to_string(kRequestTimeoutMs)});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "--metrics-listen: cannot serve metrics on ", address, ": ", e.what()));

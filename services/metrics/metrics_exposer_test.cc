@@ -9,8 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 
@@ -72,6 +74,52 @@ TEST(MetricsExposer, ServesTheRegistryWithNaNSpeltAsTheFormatSays) {
   EXPECT_THAT(response, Not(HasSubstr("Nan")));
   EXPECT_THAT(response, Not(HasSubstr("exposer_")));
   EXPECT_THAT(Get((*m)->port(), "/other"), HasSubstr("404"));
+}
+
+// A connection on loopback that sends nothing; -1 when it cannot connect.
+int IdleConnection(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Two idle connections once held both of civetweb's threads, and every
+// scrape waited 30 s, credentials or not.
+TEST(MetricsExposer, AHundredIdleConnectionsLeaveAScrapeAnswered) {
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> m =
+      MetricsExposer::Start("127.0.0.1:0", "test");
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = IdleConnection((*m)->port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string response = Get((*m)->port(), "/metrics");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_LT(seconds, 1.0);
+  // The server drops a connection that sends no request (2 s), so the
+  // idle ones cannot keep its threads for long.
+  timeval wait{10, 0};
+  setsockopt(idle.front(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  char buffer[256];
+  const auto before_close = std::chrono::steady_clock::now();
+  // Closed (0), perhaps after a 408 reply; -1 would be our 10 s timeout.
+  EXPECT_GE(read(idle.front(), buffer, sizeof(buffer)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - before_close,
+            std::chrono::seconds(5));
+  for (int fd : idle) close(fd);
 }
 
 TEST(MetricsExposer, ABusyAddressIsUnavailableNamingIt) {

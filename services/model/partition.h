@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace petra::model {
 
@@ -16,19 +17,37 @@ struct BlockRange {
   }
 };
 
-// Whether `ranges` are non-empty, consecutive and cover [0, blocks) exactly.
-inline bool CoversInOrder(const std::vector<BlockRange>& ranges, int blocks) {
-  if (ranges.empty() || ranges.front().begin != 0 ||
-      ranges.back().end != blocks) {
-    return false;
+// OK when `ranges` are non-empty, consecutive and cover [0, blocks) exactly;
+// INVALID_ARGUMENT naming the first range that does not. What every range a
+// request brings is checked with before a block is looked up by it. Inline:
+// the simulator uses it without the model library.
+inline absl::Status CheckCovers(const std::vector<BlockRange>& ranges,
+                                int blocks) {
+  if (ranges.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no stage ranges for the network's ", blocks, " blocks"));
   }
   for (size_t j = 0; j < ranges.size(); ++j) {
-    if (ranges[j].begin >= ranges[j].end ||
-        (j > 0 && ranges[j].begin != ranges[j - 1].end)) {
-      return false;
+    const BlockRange& r = ranges[j];
+    const int begin = j == 0 ? 0 : ranges[j - 1].end;
+    if (r.begin != begin || r.end <= r.begin || r.end > blocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", j, "'s block range [", r.begin, ", ", r.end,
+          ") must start at ", begin, ", hold at least one block and end by ",
+          blocks, " (the network's blocks)"));
     }
   }
-  return true;
+  if (ranges.back().end != blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the stage ranges end at block ", ranges.back().end,
+                     " but the network has ", blocks));
+  }
+  return absl::OkStatus();
+}
+
+// Whether CheckCovers(ranges, blocks) is OK.
+inline bool CoversInOrder(const std::vector<BlockRange>& ranges, int blocks) {
+  return CheckCovers(ranges, blocks).ok();
 }
 
 // One stage per block.

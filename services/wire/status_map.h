@@ -9,6 +9,12 @@
 
 namespace petra::wire {
 
+// Messages longer than this are cut (saying how much): a message that
+// repeats what a client sent (a job id, a path) could otherwise pass the
+// 8 KiB of headers a gRPC client accepts, and the reply would be lost with
+// its connection.
+inline constexpr size_t kMaxStatusMessageBytes = 2048;
+
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 

@@ -31,5 +31,30 @@ TEST(StatusMap, UnknownCodesBecomeUnknown) {
   EXPECT_EQ(s.message(), "odd");
 }
 
+// A message that repeats a 1 MiB job id once broke the client's
+// connection (its headers passed the client's 8 KiB): it is cut, at a
+// character's start, saying how much.
+TEST(StatusMap, LongMessagesAreCutSayingHowMuch) {
+  const std::string id(1 << 20, 'x');
+  const grpc::Status s =
+      ToGrpcStatus(absl::NotFoundError("no job \"" + id + "\""));
+  EXPECT_LT(s.error_message().size(), kMaxStatusMessageBytes + 64);
+  EXPECT_NE(s.error_message().find(" more bytes)"), std::string::npos);
+  EXPECT_EQ(s.error_message().rfind("no job \"xxx", 0), 0u);
+  EXPECT_LT(ToProtoStatus(absl::InternalError(id)).message().size(),
+            kMaxStatusMessageBytes + 64);
+  // Two-byte characters are not cut in half.
+  std::string accents;
+  while (accents.size() < 3000) accents += "\xc3\xa9";
+  const std::string cut =
+      ToGrpcStatus(absl::UnknownError("x" + accents)).error_message();
+  const size_t end = cut.find(" ... (");
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_EQ(end % 2, 1u);  // "x" and whole two-byte characters
+  // Short messages are untouched.
+  EXPECT_EQ(ToGrpcStatus(absl::NotFoundError("no job")).error_message(),
+            "no job");
+}
+
 }  // namespace
 }  // namespace petra::wire

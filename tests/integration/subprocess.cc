@@ -162,6 +162,13 @@ int Subprocess::SignalAndWait(int sig, std::chrono::seconds timeout) {
   return code;
 }
 
+bool Subprocess::Running() {
+  if (pid_ <= 0) return false;
+  if (waitpid(pid_, nullptr, WNOHANG) != pid_) return true;
+  pid_ = -1;
+  return false;
+}
+
 std::string Subprocess::err() const { return ReadFile(err_path_); }
 
 int NumberAfter(const std::string& line, const std::string& prefix) {

@@ -41,6 +41,8 @@ class Subprocess {
   int SignalAndWait(int sig, std::chrono::seconds timeout);
   // Everything read from stdout so far, and all of stderr once exited.
   const std::string& out() const { return out_; }
+  // Whether the child is still running (one that exited is reaped here).
+  bool Running();
   std::string err() const;
   pid_t pid() const { return pid_; }
 
