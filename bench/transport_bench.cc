@@ -22,6 +22,7 @@
 #include "services/base/crash_report.h"
 #include "services/base/flag_set.h"
 #include "services/base/large_allocations.h"
+#include "services/base/secret_key.h"
 #include "services/engine/device_transfer.h"
 #include "services/link/bulk_service.h"
 #include "services/link/channel_factory.h"
@@ -166,7 +167,8 @@ int Run(const std::string& device_name, double megabytes, int repeats,
   // Two stages' transport on loopback: device to device, through each
   // data channel beside the stream.
   Receiver receiver(receiver_side, window);
-  link::BulkReceiver bulk;
+  const std::string key = base::NewSecretKey();
+  link::BulkReceiver bulk(link::BulkReceiver::KeyIs(key));
   int port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       wire::StartServer("127.0.0.1:0", "--listen", {&receiver, &bulk}, &port);
@@ -197,7 +199,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
               ? std::make_unique<link::GrpcBulkPlacer>(
                     [&](int i) {
                       return wire::CreateBulkChannel(
-                          address, wire::TransportSecurity(), i);
+                          address, wire::TransportSecurity(), i, key);
                     },
                     [&] { return sender.health(); }, connections)
               : link::MakePlacer(transport, [&] { return sender.health(); });

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/base/durable_file.h"
+#include "services/base/secret_key.h"
 #include "services/base/timestamp.h"
 #include "services/wire/status_map.h"
 
@@ -132,7 +133,10 @@ StageFleet::StageFleet(std::string job_id, std::vector<std::string> addresses,
     : job_id_(std::move(job_id)),
       addresses_(std::move(addresses)),
       endpoints_(std::move(endpoints)) {
-  for (const std::string& a : addresses_) clients_.push_back(connect(a));
+  for (const std::string& a : addresses_) {
+    clients_.push_back(connect(a));
+    data_keys_.push_back(base::NewSecretKey());
+  }
 }
 
 std::string StageFleet::Name(int j) const {

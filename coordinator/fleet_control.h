@@ -81,6 +81,10 @@ class StageFleet {
   // "stage j (address)".
   std::string Name(int j) const;
   StageClient& client(int j) { return *clients_[j]; }
+  // The key stage j's data streams must present (AssignRequest.data_key):
+  // drawn for each stage when the fleet is made, which is once an attempt,
+  // so a recovered job's keys are new.
+  const std::string& data_key(int j) const { return data_keys_[j]; }
 
   // Releases jobs the servers still hold from before (`held`, "" for none).
   absl::Status ReleaseStale(const std::vector<std::string>& held);
@@ -131,6 +135,7 @@ class StageFleet {
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<StageClient>> clients_;
   std::vector<petra::v1::LinkEndpoint> endpoints_;
+  std::vector<std::string> data_keys_;
 };
 
 }  // namespace petra::coordinator

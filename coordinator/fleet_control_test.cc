@@ -79,7 +79,8 @@ class FakeClient : public StageClient {
     s_.status.clear_job_id();
     return absl::OkStatus();
   }
-  std::unique_ptr<FeedStream> OpenFeed(const std::string&, OnDone) override {
+  std::unique_ptr<FeedStream> OpenFeed(const std::string&, const std::string&,
+                                       OnDone) override {
     return nullptr;
   }
 

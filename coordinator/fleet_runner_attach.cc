@@ -185,13 +185,16 @@ absl::StatusOr<petra::v1::AssignRequest> FleetRunner::AssignRequestOf(int r,
     l->set_begin(range.begin);
     l->set_end(range.end);
   }
+  request.set_data_key(p.fleet->data_key(j));
   if (j > 0) {
     request.set_previous_address(p.fleet->address(j - 1));
     request.set_previous_transport(p.links[j - 1]);
+    request.set_previous_data_key(p.fleet->data_key(j - 1));
   }
   if (j + 1 < stages) {
     request.set_next_address(p.fleet->address(j + 1));
     request.set_next_transport(p.links[j]);
+    request.set_next_data_key(p.fleet->data_key(j + 1));
   }
   request.set_device(job::RequestedDevice(spec_, j));
   request.set_steps_per_epoch(static_cast<uint64_t>(steps_per_epoch_));

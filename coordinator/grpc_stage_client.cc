@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "petra/v1/stage.grpc.pb.h"
+#include "services/wire/data_key.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/status_map.h"
 #include "services/wire/stream_sender.h"
@@ -24,9 +25,13 @@ constexpr milliseconds kReleaseTimeout{10000};
 class GrpcFeedStream : public FeedStream {
  public:
   GrpcFeedStream(const std::string& peer, StageService::Stub& stub,
-                 StageClient::OnDone on_done)
+                 const std::string& data_key, StageClient::OnDone on_done)
       : sender_(
-            peer, [&stub](grpc::ClientContext* c) { return stub.Forward(c); },
+            peer,
+            [&stub, data_key](grpc::ClientContext* c) {
+              wire::PresentDataKey(c, data_key);
+              return stub.Forward(c);
+            },
             std::move(on_done)) {}
   absl::Status Send(
       const std::vector<petra::v1::ForwardMessage>& parts) override {
@@ -90,8 +95,10 @@ class GrpcStageClient : public StageClient {
                 best_effort ? kReleaseTimeout : kControlTimeout);
   }
   std::unique_ptr<FeedStream> OpenFeed(const std::string& peer,
+                                       const std::string& data_key,
                                        OnDone on_done) override {
-    return std::make_unique<GrpcFeedStream>(peer, *stub_, std::move(on_done));
+    return std::make_unique<GrpcFeedStream>(peer, *stub_, data_key,
+                                            std::move(on_done));
   }
 
  private:

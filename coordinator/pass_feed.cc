@@ -70,11 +70,12 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
     c.cv.notify_all();
   };
   std::unique_ptr<FeedStream> data =
-      fleet.client(0).OpenFeed(fleet.Name(0), on_done);
+      fleet.client(0).OpenFeed(fleet.Name(0), fleet.data_key(0), on_done);
   std::unique_ptr<FeedStream> labels =
-      stages > 1
-          ? fleet.client(stages - 1).OpenFeed(fleet.Name(stages - 1), on_done)
-          : nullptr;
+      stages > 1 ? fleet.client(stages - 1)
+                       .OpenFeed(fleet.Name(stages - 1),
+                                 fleet.data_key(stages - 1), on_done)
+                 : nullptr;
   // What the feed hands its micro-batches to: each stream with its data
   // channel (none for gRPC). The feed's routes name no address: it opens
   // no connections of its own.

@@ -55,9 +55,11 @@ class StageClient {
   // (releasing a stale job before the stage can be assigned).
   virtual absl::Status Release(const petra::v1::ReleaseRequest& request,
                                bool best_effort) = 0;
-  // Opens the stage's Forward stream; `peer` names the stage in errors and
-  // `on_done` hears every completion the stage reports on it.
+  // Opens the stage's Forward stream, presenting the stage's `data_key`;
+  // `peer` names the stage in errors and `on_done` hears every completion
+  // the stage reports on it.
   virtual std::unique_ptr<FeedStream> OpenFeed(const std::string& peer,
+                                               const std::string& data_key,
                                                OnDone on_done) = 0;
 };
 

@@ -35,6 +35,13 @@ int main(int argc, char** argv) {
                "is refused when assigned (0: the device's own, the machine's "
                "or its cgroup's limit on cpu)");
   flags.AddInt("threads", &options.threads, "threads for the stage's compute");
+  flags.AddInt("max-stream-bytes", &options.max_stream_bytes,
+               "most bytes one data stream may hold of a micro-batch that is "
+               "not whole yet; past it the stream ends RESOURCE_EXHAUSTED");
+  flags.AddInt("max-receive-bytes", &options.max_receive_bytes,
+               "most bytes all data streams together may hold of "
+               "micro-batches not whole yet, and the bulk channel of payloads "
+               "waiting for their message");
   flags.AddString("state-dir", &options.state_dir,
                   "directory for checkpoints (created when missing)");
   flags.AddInt("drain-seconds", &options.drain_seconds,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "petra/v1/stage.grpc.pb.h"
 #include "services/link/open_link.h"
+#include "services/wire/data_key.h"
 #include "services/wire/grpc_defaults.h"
 #include "services/wire/stream_sender.h"
 #include "stage_server/send_queue.h"
@@ -146,15 +147,19 @@ using outbox_internal::NeighborOutbox;
 
 namespace {
 
+// A stream to stage `stage`, presenting its data key.
 template <typename Message, typename Open>
 std::unique_ptr<Sender<Message>> Connect(
-    int stage, const std::string& address,
+    int stage, const std::string& address, const std::string& data_key,
     const wire::TransportSecurity& security, Open open) {
   std::shared_ptr<petra::v1::StageService::Stub> stub =
       petra::v1::StageService::NewStub(wire::CreateChannel(address, security));
   return std::make_unique<Sender<Message>>(
       absl::StrCat("stage ", stage, " (", address, ")"),
-      [stub, open](grpc::ClientContext* c) { return open(*stub, c); });
+      [stub, open, data_key](grpc::ClientContext* c) {
+        wire::PresentDataKey(c, data_key);
+        return open(*stub, c);
+      });
 }
 
 }  // namespace
@@ -181,14 +186,14 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
                       : -1;
   if (job.index() + 1 < job.count()) {
     impl_->next = Connect<petra::v1::ForwardMessage>(
-        job.index() + 1, job.assign.next_address(), security,
-        [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {
+        job.index() + 1, job.assign.next_address(), job.assign.next_data_key(),
+        security, [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {
           return s.Forward(c);
         });
     absl::StatusOr<std::unique_ptr<link::ForwardLink>> up =
         link::OpenForwardLink(
             {job.assign.next_transport(), wanted, job.assign.next_address(),
-             security, gpu},
+             security, gpu, job.assign.next_data_key()},
             [s = impl_->next.get()](const auto& parts) {
               return s->Send(parts);
             },
@@ -199,14 +204,16 @@ NeighborLinks::NeighborLinks(StageJob& job, const PassInfo& pass,
   // Every pass but an evaluation sends gradients down.
   if (pass.phase != petra::v1::PHASE_EVAL && job.index() > 0) {
     impl_->previous = Connect<petra::v1::BackwardMessage>(
-        job.index() - 1, job.assign.previous_address(), security,
+        job.index() - 1, job.assign.previous_address(),
+        job.assign.previous_data_key(), security,
         [](petra::v1::StageService::Stub& s, grpc::ClientContext* c) {
           return s.Backward(c);
         });
     absl::StatusOr<std::unique_ptr<link::BackwardLink>> down =
         link::OpenBackwardLink(
             {job.assign.previous_transport(), wanted,
-             job.assign.previous_address(), security, gpu},
+             job.assign.previous_address(), security, gpu,
+             job.assign.previous_data_key()},
             [s = impl_->previous.get()](const auto& parts) {
               return s->Send(parts);
             },

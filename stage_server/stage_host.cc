@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "services/base/constant_time.h"
 #include "services/base/event_log.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
@@ -20,6 +21,7 @@
 #include "services/model/device_memory.h"
 #include "services/model/network.h"
 #include "services/version.h"
+#include "services/wire/data_key.h"
 #include "services/wire/status_map.h"
 #include "stage_server/neighbor_links.h"
 #include "stage_server/stage_host_internal.h"
@@ -342,6 +344,24 @@ absl::Status StageHost::DeliverBatch(Batch payload,
   if (!arrival.ok()) return arrival.status();
   return (*job)->mailbox.Deliver(std::move(payload), std::move(from),
                                  std::move(*arrival));
+}
+
+absl::Status StageHost::AdmitData(const std::string& data_key) {
+  if (data_key.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "a data stream must present its job's data key (header ",
+        wire::kDataKeyHeader, "); only the job's feed and stages have it"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_ == nullptr) {
+    return absl::UnauthenticatedError(
+        "this stage server holds no job, so no data key is valid");
+  }
+  if (!base::ConstantTimeEquals(data_key, job_->assign.data_key())) {
+    return absl::UnauthenticatedError(
+        "the data key is not that of the job this stage server holds");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StageHost::Deliver(model::ForwardBatch payload,

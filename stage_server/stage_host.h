@@ -68,6 +68,11 @@ class StageHost {
   // What a stage may use here: --memory-limit-bytes, else the device's.
   const model::MemoryCapacity& Capacity();
 
+  // Whether a data stream presenting `data_key` may bring micro-batches:
+  // OK for the held job's key (compared in constant time), else
+  // UNAUTHENTICATED saying why. Asked when a stream opens and again for
+  // each message, before anything of it is kept.
+  absl::Status AdmitData(const std::string& data_key);
   // Data plane, from the stream reactors: NOT_FOUND for another job.
   absl::Status Deliver(model::ForwardBatch payload,
                        std::shared_ptr<ReplySink> from);

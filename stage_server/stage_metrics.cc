@@ -139,6 +139,14 @@ struct StageMetrics::Families {
                 .Help("Training passes of a stage's job after which its "
                       "replicas held different weights (each fails the job)")
                 .Register(r)),
+        refused(prometheus::BuildCounter()
+                    .Name("petra_stage_data_refused_total")
+                    .Help("Data streams and messages a stage server refused "
+                          "before keeping any of their bytes, by stream "
+                          "(forward, backward, bulk) and reason "
+                          "(unauthenticated: no or a wrong data key; "
+                          "over_limit: past a bytes-in-flight limit)")
+                    .Register(r)),
         errors(prometheus::BuildCounter()
                    .Name("petra_stage_rpc_errors_total")
                    .Help("Errors a stage server returned for RPCs and stream "
@@ -166,6 +174,7 @@ struct StageMetrics::Families {
   Family<Gauge>& allreduce_seconds;
   Family<Gauge>& allreduce_bytes;
   Family<Gauge>& replica_mismatches;
+  Family<Counter>& refused;
   Family<Counter>& errors;
   // The replica label of the stage's job (Idle zeroes its gauges).
   int replica = 0;
@@ -295,6 +304,11 @@ void StageMetrics::Received(bool backward, int64_t bytes) {
 void StageMetrics::Error(absl::StatusCode code) {
   if (!f_) return;
   f_->errors.Add(metrics::ErrorCodeLabel(code)).Increment();
+}
+
+void StageMetrics::DataRefused(const char* stream, const char* reason) {
+  if (!f_) return;
+  f_->refused.Add({{"stream", stream}, {"reason", reason}}).Increment();
 }
 
 void StageMetrics::StalenessBound(int stage, int64_t steps) {

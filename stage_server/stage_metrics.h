@@ -57,6 +57,10 @@ class StageMetrics {
   void Received(bool backward, int64_t bytes);
   // An error sent back for a message or returned by an RPC.
   void Error(absl::StatusCode code);
+  // A data stream or message refused before any of it was kept: `stream`
+  // "forward", "backward" or "bulk"; `reason` "unauthenticated" (its data
+  // key) or "over_limit" (bytes in flight).
+  void DataRefused(const char* stream, const char* reason);
   // The stage no longer holds a job: its per-stage gauges go to zero.
   void Idle(int stage);
 

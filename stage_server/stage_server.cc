@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/base/event_log.h"
 #include "services/base/paths.h"
+#include "services/link/bulk_inbox.h"
 #include "services/link/channel_factory.h"
 #include "services/link/endpoint.h"
 #include "services/link/shared_ring.h"
@@ -14,6 +15,7 @@
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
 #include "stage_server/fleet_registration.h"
+#include "stage_server/receive_budget.h"
 #include "stage_server/stage_host.h"
 #include "stage_server/stage_metrics.h"
 #include "stage_server/stage_service.h"
@@ -44,6 +46,17 @@ absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Create(
   if (options.threads < 1 || options.threads > kMaxThreads) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--threads: ", options.threads, " is not in [1, ", kMaxThreads, "]"));
+  }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"--max-stream-bytes",
+                                        options.max_stream_bytes},
+        {"--max-receive-bytes", options.max_receive_bytes}}) {
+    if (value < (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": ", value,
+          " is less than 1 MiB (1048576): no micro-batch of a real job "
+          "would pass"));
+    }
   }
   if (options.memory_limit_bytes < 0) {
     return absl::InvalidArgumentError(
@@ -124,9 +137,23 @@ absl::Status StageServer::Start() {
   host_ = std::make_unique<StageHost>(StageHost::Options{
       options_.device, static_cast<int>(options_.threads), options_.state_dir,
       stage_metrics_.get(), security_, options_.memory_limit_bytes});
+  budget_ = std::make_unique<ReceiveBudget>(
+      static_cast<uint64_t>(options_.max_receive_bytes),
+      static_cast<uint64_t>(options_.max_stream_bytes));
   service_ = std::make_unique<StageServiceImpl>(
-      host_.get(), options_.coordinator_identity, fleet_token_);
-  channels_ = std::make_unique<link::ChannelServices>();
+      host_.get(), options_.coordinator_identity, fleet_token_, budget_.get());
+  link::BulkInbox::Global().SetMaxHeldBytes(
+      static_cast<uint64_t>(options_.max_receive_bytes));
+  channels_ = std::make_unique<link::ChannelServices>(
+      [host = host_.get(),
+       metrics = stage_metrics_.get()](const std::string& data_key) {
+        absl::Status s = host->AdmitData(data_key);
+        if (!s.ok()) {
+          metrics->DataRefused("bulk", "unauthenticated");
+          metrics->Error(s.code());
+        }
+        return s;
+      });
   std::vector<grpc::Service*> services = channels_->services();
   services.insert(services.begin(), service_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(

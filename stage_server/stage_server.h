@@ -27,6 +27,7 @@ class FleetRegistration;
 class StageServiceImpl;
 class StageHost;
 class StageMetrics;
+class ReceiveBudget;
 
 class StageServer {
  public:
@@ -45,6 +46,11 @@ class StageServer {
     // machine's or its cgroup's, a GPU's). A job whose estimated need
     // exceeds it is refused at Assign.
     int64_t memory_limit_bytes = 0;
+    // What the data streams may hold of micro-batches not yet whole: one
+    // stream, and all of them (and the bulk channel's inbox) together
+    // (receive_budget.h).
+    int64_t max_stream_bytes = 4LL << 30;
+    int64_t max_receive_bytes = 16LL << 30;
     // Where checkpoints are written; created when missing.
     std::string state_dir = "/var/lib/petra/stage";
     // On SIGTERM, how long passes already started may take to finish.
@@ -99,6 +105,7 @@ class StageServer {
   // has nothing to stop and leaves the order to the destructor).
   std::unique_ptr<metrics::MetricsExposer> metrics_;
   std::unique_ptr<StageMetrics> stage_metrics_;
+  std::unique_ptr<ReceiveBudget> budget_;
   std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
   // What the data channels into this server need served.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/link/channel_factory.h"
 #include "services/wire/bearer_token.h"
+#include "services/wire/data_key.h"
 #include "services/wire/stage_messages.h"
 #include "services/wire/status_map.h"
 #include "services/wire/transport_security.h"
@@ -36,7 +37,9 @@ StageHost::Done FinishLater(grpc::ServerUnaryReactor* reactor,
 // One incoming stream. Reads one message at a time; replies queue and are
 // written one at a time. The reply queue outlives the reactor (the mailbox
 // holds it to send credits later); once the stream is over, replies are
-// dropped.
+// dropped. A stream whose data key the host does not admit ends
+// UNAUTHENTICATED: at once when it opens, or at the message where its key
+// stopped being the job's (a release); nothing of such a message is kept.
 template <typename In, typename Assembler, typename Deliver>
 class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
  public:
@@ -74,18 +77,21 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
         }
       }
       if (next != nullptr) reactor_->StartWrite(next);
-      if (finish) reactor_->Finish(grpc::Status::OK);
+      if (finish) reactor_->Finish(final_);
     }
-    void ReadingOver() {
+    // No more reads: the stream finishes with `final` once the replies
+    // already queued are written.
+    void ReadingOver(grpc::Status final = grpc::Status::OK) {
       bool finish = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
         reading_over_ = true;
+        final_ = std::move(final);
         finish = !writing_ && !finished_;
         finished_ |= finish;
         over_ |= finish;
       }
-      if (finish) reactor_->Finish(grpc::Status::OK);
+      if (finish) reactor_->Finish(final_);
     }
     void Detach() {
       std::lock_guard<std::mutex> lock(mu_);
@@ -97,20 +103,29 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
     std::mutex mu_;
     StreamReactor* reactor_;
     std::deque<StreamReply> queue_;
+    grpc::Status final_;
     bool writing_ = false, reading_over_ = false, finished_ = false,
          over_ = false;
   };
 
   // `cuda_device`: the stage's GPU, where cuda_ipc's tensors arrive (-1:
-  // the CPU).
-  StreamReactor(uint32_t window, Deliver deliver, StageMetrics& metrics,
-                bool backward, int cuda_device)
-      : fetcher_(link::MakeFetcher(cuda_device)),
+  // the CPU). `admit` checks the stream's data key (`key`), when it opens
+  // and at every message.
+  StreamReactor(StageHost& host, std::string key, Deliver deliver,
+                ReceiveBudget& budget, bool backward)
+      : host_(host),
+        key_(std::move(key)),
+        fetcher_(link::MakeFetcher(host.cuda_device())),
         deliver_(std::move(deliver)),
-        metrics_(metrics),
+        budget_(budget),
+        metrics_(host.metrics()),
         backward_(backward),
         replies_(std::make_shared<Replies>(this)) {
-    replies_->Send(CreditReply(window));
+    if (absl::Status s = host_.AdmitData(key_); !s.ok()) {
+      Refuse(s, "unauthenticated");
+      return;
+    }
+    replies_->Send(CreditReply(host_.window()));
     this->StartRead(&in_);
   }
 
@@ -120,18 +135,37 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
       return;
     }
     const uint64_t id = in_.micro_batch_id();
-    const int64_t message_bytes = static_cast<int64_t>(in_.ByteSizeLong());
+    const uint64_t message_bytes = in_.ByteSizeLong();
+    absl::Status status = host_.AdmitData(key_);
+    if (!status.ok()) {
+      in_.Clear();
+      Refuse(status, "unauthenticated");
+      return;
+    }
+    status = budget_.Take(held_, message_bytes);
+    if (!status.ok()) {
+      // Past a limit: the stream ends (its sender is broken or hostile),
+      // and what it held goes.
+      in_.Clear();
+      Refuse(status, "over_limit");
+      return;
+    }
+    held_ += message_bytes;
     const uint64_t fetched = fetcher_->fetched_bytes();
-    absl::Status status;
     auto whole = assembler_.Add(std::move(in_));  // takes its payload
+    const uint64_t fetched_now = fetcher_->fetched_bytes() - fetched;
+    budget_.Add(fetched_now);
+    held_ += fetched_now;
     metrics_.Received(backward_,
-                      message_bytes + static_cast<int64_t>(
-                                          fetcher_->fetched_bytes() - fetched));
+                      static_cast<int64_t>(message_bytes + fetched_now));
     if (!whole.ok()) {
       status = whole.status();
     } else if (whole->has_value()) {
       status = deliver_(std::move(**whole), replies_);
     }
+    // A whole micro-batch (delivered or refused) or a refused part: the
+    // assembler holds nothing of it now.
+    if (!whole.ok() || whole->has_value()) GiveBack();
     if (!status.ok()) {
       // The refused micro-batch holds no slot: its credit comes back.
       metrics_.Error(status.code());
@@ -144,6 +178,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
   void OnWriteDone(bool ok) override { replies_->WriteDone(ok); }
 
   void OnDone() override {
+    GiveBack();
     replies_->Detach();
     delete this;
   }
@@ -151,12 +186,28 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
   void OnCancel() override {}
 
  private:
+  void GiveBack() {
+    budget_.Give(held_);
+    held_ = 0;
+  }
+  void Refuse(const absl::Status& why, const char* reason) {
+    metrics_.DataRefused(backward_ ? "backward" : "forward", reason);
+    metrics_.Error(why.code());
+    GiveBack();
+    replies_->ReadingOver(wire::ToGrpcStatus(why));
+  }
+
+  StageHost& host_;
+  const std::string key_;
   In in_;
   // Reads the data channel the sender's messages name, if any (before the
   // assembler, which uses it).
   std::unique_ptr<link::PayloadFetcher> fetcher_;
   Assembler assembler_{wire::TensorLimits{}, fetcher_.get()};
   Deliver deliver_;
+  ReceiveBudget& budget_;
+  // Bytes of the micro-batch being assembled, taken from budget_.
+  uint64_t held_ = 0;
   StageMetrics& metrics_;
   const bool backward_;
   std::shared_ptr<Replies> replies_;
@@ -166,10 +217,12 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
 
 StageServiceImpl::StageServiceImpl(StageHost* host,
                                    std::string coordinator_identity,
-                                   std::string fleet_token)
+                                   std::string fleet_token,
+                                   ReceiveBudget* budget)
     : host_(host),
       coordinator_identity_(std::move(coordinator_identity)),
-      fleet_token_(std::move(fleet_token)) {}
+      fleet_token_(std::move(fleet_token)),
+      budget_(*budget) {}
 
 absl::Status StageServiceImpl::CheckController(
     grpc::CallbackServerContext* context, const char* call) const {
@@ -262,23 +315,24 @@ grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
 
 template <typename Message, typename Assembler>
 grpc::ServerBidiReactor<Message, StreamReply>* StageServiceImpl::Stream(
-    bool backward) {
+    grpc::CallbackServerContext* context, bool backward) {
   auto deliver = [host = host_](auto p, std::shared_ptr<ReplySink> from) {
     return host->Deliver(std::move(p), std::move(from));
   };
   return new StreamReactor<Message, Assembler, decltype(deliver)>(
-      host_->window(), deliver, host_->metrics(), backward,
-      host_->cuda_device());
+      *host_, wire::PresentedDataKey(*context), deliver, budget_, backward);
 }
 
 grpc::ServerBidiReactor<petra::v1::ForwardMessage, StreamReply>*
-StageServiceImpl::Forward(grpc::CallbackServerContext* /*context*/) {
-  return Stream<petra::v1::ForwardMessage, wire::ForwardAssembler>(false);
+StageServiceImpl::Forward(grpc::CallbackServerContext* context) {
+  return Stream<petra::v1::ForwardMessage, wire::ForwardAssembler>(context,
+                                                                   false);
 }
 
 grpc::ServerBidiReactor<petra::v1::BackwardMessage, StreamReply>*
-StageServiceImpl::Backward(grpc::CallbackServerContext* /*context*/) {
-  return Stream<petra::v1::BackwardMessage, wire::BackwardAssembler>(true);
+StageServiceImpl::Backward(grpc::CallbackServerContext* context) {
+  return Stream<petra::v1::BackwardMessage, wire::BackwardAssembler>(context,
+                                                                     true);
 }
 
 }  // namespace petra::stage_server

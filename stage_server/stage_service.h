@@ -8,6 +8,7 @@
 #include <string>
 
 #include "petra/v1/stage.grpc.pb.h"
+#include "stage_server/receive_budget.h"
 #include "stage_server/stage_host.h"
 
 namespace petra::stage_server {
@@ -17,10 +18,12 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
   // With a `coordinator_identity`, control calls from a peer whose verified
   // certificate does not name it are PERMISSION_DENIED; with a
   // `fleet_token`, control calls without it as their bearer token are
-  // UNAUTHENTICATED. GetStatus and the Forward/Backward streams are open to
-  // every peer the TLS layer admits.
+  // UNAUTHENTICATED. GetStatus is open to every peer the TLS layer admits;
+  // the Forward/Backward streams to those that present the held job's data
+  // key (StageHost::AdmitData), whatever the rest, and hold what `budget`
+  // allows of micro-batches not yet whole.
   StageServiceImpl(StageHost* host, std::string coordinator_identity,
-                   std::string fleet_token = "");
+                   std::string fleet_token, ReceiveBudget* budget);
 
   grpc::ServerUnaryReactor* Assign(
       grpc::CallbackServerContext* context,
@@ -61,11 +64,12 @@ class StageServiceImpl final : public petra::v1::StageService::CallbackService {
   // A data stream's reactor: whole micro-batches go to the host.
   template <typename Message, typename Assembler>
   grpc::ServerBidiReactor<Message, petra::v1::StreamReply>* Stream(
-      bool backward);
+      grpc::CallbackServerContext* context, bool backward);
 
   StageHost* host_;
   const std::string coordinator_identity_;
   const std::string fleet_token_;
+  ReceiveBudget& budget_;
 };
 
 }  // namespace petra::stage_server

@@ -20,6 +20,8 @@
 namespace petra::link {
 namespace {
 
+constexpr char kKey[] = "the-link-data-key";
+
 using ::testing::HasSubstr;
 
 // A server on loopback with the given services.
@@ -34,7 +36,7 @@ struct Server {
   }
   BulkConnector connector() const {
     return [a = address](int i) {
-      return wire::CreateBulkChannel(a, wire::TransportSecurity(), i);
+      return wire::CreateBulkChannel(a, wire::TransportSecurity(), i, kKey);
     };
   }
   std::unique_ptr<grpc::Server> server;
@@ -105,7 +107,7 @@ TEST(BulkChannel, AStreamHealthThatFailsEndsTheWait) {
 }
 
 TEST(BulkChannel, AReceiverThatIsGoneOrLacksTheServiceIsNamed) {
-  BulkReceiver receiver;
+  BulkReceiver receiver(BulkReceiver::KeyIs(kKey));
   auto server =
       std::make_unique<Server>(std::vector<grpc::Service*>{&receiver});
   const std::string address = server->address;
@@ -133,38 +135,44 @@ TEST(BulkChannel, AReceiverThatIsGoneOrLacksTheServiceIsNamed) {
 
 void Keep(void*) {}  // the test's frames are on its stack
 
+// One frame on a Push stream of its own, presenting `key`; the stream's
+// final status.
+grpc::Status SendOneFrame(const std::string& address, const std::string& key,
+                          grpc::ByteBuffer frame) {
+  grpc::GenericStub stub(
+      wire::CreateBulkChannel(address, wire::TransportSecurity(), 0, key));
+  class Call final
+      : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    Call(grpc::GenericStub& stub, grpc::ByteBuffer frame)
+        : frame_(std::move(frame)) {
+      stub.PrepareBidiStreamingCall(&context_, "/petra.v1.BulkService/Push",
+                                    grpc::StubOptions(), this);
+      StartRead(&in_);
+      StartWriteLast(&frame_, grpc::WriteOptions());
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (ok) StartRead(&in_);
+    }
+    void OnDone(const grpc::Status& s) override { done_.set_value(s); }
+    grpc::Status Wait() { return done_.get_future().get(); }
+
+   private:
+    grpc::ClientContext context_;
+    grpc::ByteBuffer frame_, in_;
+    std::promise<grpc::Status> done_;
+  };
+  Call call(stub, std::move(frame));
+  return call.Wait();
+}
+
 TEST(BulkChannel, FramesThatLieEndTheirStreamAndKeepNothing) {
   BulkInbox inbox;
-  BulkReceiver receiver(inbox);
+  BulkReceiver receiver(BulkReceiver::KeyIs(kKey), inbox);
   Server server({&receiver});
-  grpc::GenericStub stub(
-      wire::CreateBulkChannel(server.address, wire::TransportSecurity(), 0));
-  // One frame on a stream of its own; the stream's final status.
   auto send = [&](grpc::ByteBuffer frame) {
-    class Call final
-        : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
-     public:
-      Call(grpc::GenericStub& stub, grpc::ByteBuffer frame)
-          : frame_(std::move(frame)) {
-        stub.PrepareBidiStreamingCall(&context_, "/petra.v1.BulkService/Push",
-                                      grpc::StubOptions(), this);
-        StartRead(&in_);
-        StartWriteLast(&frame_, grpc::WriteOptions());
-        StartCall();
-      }
-      void OnReadDone(bool ok) override {
-        if (ok) StartRead(&in_);
-      }
-      void OnDone(const grpc::Status& s) override { done_.set_value(s); }
-      grpc::Status Wait() { return done_.get_future().get(); }
-
-     private:
-      grpc::ClientContext context_;
-      grpc::ByteBuffer frame_, in_;
-      std::promise<grpc::Status> done_;
-    };
-    Call call(stub, std::move(frame));
-    return call.Wait();
+    return SendOneFrame(server.address, kKey, std::move(frame));
   };
   grpc::Slice junk(std::string("not a frame"));
   grpc::Status s = send(grpc::ByteBuffer(&junk, 1));
@@ -186,6 +194,40 @@ TEST(BulkChannel, FramesThatLieEndTheirStreamAndKeepNothing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(inbox.held_micro_batches(), 0);
+  EXPECT_EQ(inbox.held_bytes(), 0u);
+}
+
+// A stream without the link's data key, or with another, is refused before
+// a frame is read: a stranger fills no receive buffer.
+TEST(BulkChannel, AStreamWithoutTheDataKeyIsRefusedAndKeepsNothing) {
+  BulkInbox inbox;
+  BulkReceiver receiver(BulkReceiver::KeyIs(kKey), inbox);
+  Server server({&receiver});
+  char bytes[16] = {};
+  for (const std::string key : {std::string(), std::string("other-key")}) {
+    grpc::Status s = SendOneFrame(
+        server.address, key,
+        EncodeBulkFrame({7, 3, 0, 32, 32}, bytes, 16, Keep, nullptr));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << key;
+    EXPECT_THAT(s.error_message(), HasSubstr("not the data key")) << key;
+    EXPECT_EQ(inbox.held_bytes(), 0u);
+  }
+  EXPECT_TRUE(
+      SendOneFrame(server.address, kKey,
+                   EncodeBulkFrame({7, 4, 0, 16, 16}, bytes, 16, Keep, nullptr))
+          .ok());
+}
+
+TEST(BulkInbox, PayloadsPastTheLimitAreRefusedNamingIt) {
+  BulkInbox inbox;
+  inbox.SetMaxHeldBytes(100);
+  inbox.Opened(1);
+  ASSERT_TRUE(inbox.Reserve(1, 1, 64, 64, 0, 8).ok());
+  auto over = inbox.Reserve(1, 2, 64, 64, 0, 8);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(), HasSubstr("--max-receive-bytes"));
+  EXPECT_THAT(over.status().message(), HasSubstr("limit of 100 bytes"));
+  inbox.Closed(1);
   EXPECT_EQ(inbox.held_bytes(), 0u);
 }
 

@@ -32,6 +32,12 @@ absl::StatusOr<std::shared_ptr<uint8_t>> BulkInbox::Reserve(
           " micro-batches whose messages never came: the sender runs ahead "
           "of its credits"));
     }
+    if (const uint64_t held = HeldBytesLocked(); held + total > max_held_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the bulk channel would hold ", held + total,
+          " bytes of payloads waiting for their messages, past its limit of ",
+          max_held_, " bytes (the stage server's --max-receive-bytes)"));
+    }
     std::shared_ptr<void> buffer = pool_->Take(total);
     if (buffer == nullptr) {
       return absl::ResourceExhaustedError(
@@ -99,8 +105,17 @@ void BulkInbox::Closed(uint64_t link) {
   links_.erase(l);
 }
 
+void BulkInbox::SetMaxHeldBytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_held_ = bytes;
+}
+
 uint64_t BulkInbox::held_bytes() {
   std::lock_guard<std::mutex> lock(mu_);
+  return HeldBytesLocked();
+}
+
+uint64_t BulkInbox::HeldBytesLocked() const {
   uint64_t bytes = 0;
   for (const auto& [id, l] : links_) {
     for (const auto& [seq, p] : l.payloads) bytes += p.total;

@@ -53,6 +53,9 @@ class BulkInbox {
   void Opened(uint64_t link);
   void Closed(uint64_t link);
 
+  // Payload bytes all links may hold at once (the stage server's
+  // --max-receive-bytes); a micro-batch past it is RESOURCE_EXHAUSTED.
+  void SetMaxHeldBytes(uint64_t bytes);
   // Payload bytes and micro-batches held now (leak checks).
   uint64_t held_bytes();
   int held_micro_batches();
@@ -70,7 +73,10 @@ class BulkInbox {
     std::map<uint64_t, Payload> payloads;
   };
 
+  uint64_t HeldBytesLocked() const;
+
   std::mutex mu_;
+  uint64_t max_held_ = kMaxPayloadBytes;
   std::map<uint64_t, Link> links_;
   std::shared_ptr<BufferPool> pool_;
 };

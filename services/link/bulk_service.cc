@@ -6,7 +6,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "services/base/constant_time.h"
 #include "services/link/bulk_frame.h"
+#include "services/wire/data_key.h"
 
 namespace petra::link {
 namespace {
@@ -26,11 +28,25 @@ grpc::ByteBuffer AckBuffer(const DecodedBulkFrame& f) {
 class PushReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit PushReactor(BulkInbox& inbox) : inbox_(inbox) { StartRead(&in_); }
+  PushReactor(BulkInbox& inbox, const BulkReceiver::Admission& admit,
+              std::string key)
+      : inbox_(inbox), admit_(admit), key_(std::move(key)) {
+    if (absl::Status s = admit_(key_); !s.ok()) {
+      Refuse(s);
+      return;
+    }
+    StartRead(&in_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       End(grpc::Status::OK);
+      return;
+    }
+    // Each frame: the job may have been released since the stream opened.
+    if (absl::Status s = admit_(key_); !s.ok()) {
+      in_.Clear();
+      Refuse(s);
       return;
     }
     absl::StatusOr<DecodedBulkFrame> frame = DecodeBulkFrame(
@@ -86,6 +102,11 @@ class PushReactor final
   }
 
  private:
+  void Refuse(const absl::Status& why) {
+    End(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                     std::string(why.message())));
+  }
+
   void Queue(grpc::ByteBuffer ack) {
     grpc::ByteBuffer* first = nullptr;
     {
@@ -118,6 +139,8 @@ class PushReactor final
   }
 
   BulkInbox& inbox_;
+  const BulkReceiver::Admission& admit_;
+  const std::string key_;
   grpc::ByteBuffer in_;
   std::optional<uint64_t> link_;
   std::mutex mu_;
@@ -129,9 +152,17 @@ class PushReactor final
 
 }  // namespace
 
+BulkReceiver::Admission BulkReceiver::KeyIs(std::string key) {
+  return [key = std::move(key)](const std::string& presented) {
+    return base::ConstantTimeEquals(presented, key)
+               ? absl::OkStatus()
+               : absl::UnauthenticatedError("not the data key of this link");
+  };
+}
+
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* BulkReceiver::Push(
-    grpc::CallbackServerContext* /*context*/) {
-  return new PushReactor(inbox_);
+    grpc::CallbackServerContext* context) {
+  return new PushReactor(inbox_, admit_, wire::PresentedDataKey(*context));
 }
 
 }  // namespace petra::link

@@ -86,7 +86,9 @@ std::unique_ptr<PayloadFetcher> MakeFetcher(int cuda_device) {
   return std::make_unique<AnyChannelFetcher>(cuda_device);
 }
 
-ChannelServices::ChannelServices() : bulk_(std::make_unique<BulkReceiver>()) {}
+ChannelServices::ChannelServices(
+    std::function<absl::Status(const std::string&)> admit)
+    : bulk_(std::make_unique<BulkReceiver>(std::move(admit))) {}
 
 ChannelServices::~ChannelServices() = default;
 

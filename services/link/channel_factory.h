@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
@@ -34,10 +35,12 @@ absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
 std::unique_ptr<PayloadFetcher> MakeFetcher(int cuda_device = -1);
 
 // What a process that receives links serves beside its own services (the
-// bulk channel's receiving end), for as long as its server runs.
+// bulk channel's receiving end), for as long as its server runs. `admit`
+// says whether a stream presenting a data key may bring its job data.
 class ChannelServices {
  public:
-  ChannelServices();
+  explicit ChannelServices(
+      std::function<absl::Status(const std::string& data_key)> admit);
   ~ChannelServices();
   std::vector<grpc::Service*> services() const;
 

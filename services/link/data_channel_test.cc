@@ -38,7 +38,8 @@ class BulkServer {
   }
   BulkConnector connector() const {
     return [address = address_](int i) {
-      return wire::CreateBulkChannel(address, wire::TransportSecurity(), i);
+      return wire::CreateBulkChannel(address, wire::TransportSecurity(), i,
+                                     "test-data-key");
     };
   }
 
@@ -51,7 +52,7 @@ class BulkServer {
     server_ = std::move(*server);
     address_ = absl::StrCat("127.0.0.1:", port);
   }
-  BulkReceiver receiver_;
+  BulkReceiver receiver_{BulkReceiver::KeyIs("test-data-key")};
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

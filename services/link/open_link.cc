@@ -14,8 +14,9 @@ absl::StatusOr<std::unique_ptr<PayloadLink<Payload, Message>>> OpenLink(
     std::function<absl::Status()> health) {
   BulkConnector connect;
   if (!route.address.empty()) {
-    connect = [address = route.address, security = route.security](int i) {
-      return wire::CreateBulkChannel(address, security, i);
+    connect = [address = route.address, security = route.security,
+               key = route.data_key](int i) {
+      return wire::CreateBulkChannel(address, security, i, key);
     };
   }
   absl::StatusOr<std::unique_ptr<PayloadPlacer>> channel =

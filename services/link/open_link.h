@@ -30,6 +30,9 @@ struct LinkRoute {
   wire::TransportSecurity security;
   // The sending stage's GPU (-1: the CPU), where cuda_ipc's ring lives.
   int cuda_device = -1;
+  // The receiving stage's data key, which the link's own connections
+  // present (grpc_bulk's; the stream presents it itself).
+  std::string data_key;
 };
 
 // A link over the stream `send` writes to; `health` is asked while the

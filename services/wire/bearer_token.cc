@@ -21,36 +21,40 @@ constexpr char kBearerPrefix[] = "Bearer ";
 // A token is a secret of some dozens of bytes; a big file is a wrong path.
 constexpr int64_t kMaxTokenFileBytes = 4096;
 
-class BearerInterceptor : public grpc::experimental::Interceptor {
+// Adds one header to every call of its channel.
+class HeaderAdder : public grpc::experimental::Interceptor {
  public:
-  explicit BearerInterceptor(const std::string* header) : header_(header) {}
+  HeaderAdder(const std::string* name, const std::string* value)
+      : name_(name), value_(value) {}
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace(kAuthorization, *header_);
+      methods->GetSendInitialMetadata()->emplace(*name_, *value_);
     }
     methods->Proceed();
   }
 
  private:
-  const std::string* header_;
+  const std::string* name_;
+  const std::string* value_;
 };
 
-class BearerInterceptorFactory
+class HeaderInterceptorFactory
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit BearerInterceptorFactory(const std::string& token)
-      : header_(absl::StrCat(kBearerPrefix, token)) {}
+  HeaderInterceptorFactory(std::string name, std::string value)
+      : name_(std::move(name)), value_(std::move(value)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
-    return new BearerInterceptor(&header_);
+    return new HeaderAdder(&name_, &value_);
   }
 
  private:
-  // Outlives every interceptor: the channel owns the factory.
-  const std::string header_;
+  // Outlive every interceptor: the channel owns the factory.
+  const std::string name_;
+  const std::string value_;
 };
 
 }  // namespace
@@ -113,7 +117,12 @@ bool CallCarriesToken(const grpc::ServerContextBase& context,
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 BearerTokenInterceptor(const std::string& token) {
-  return std::make_unique<BearerInterceptorFactory>(token);
+  return HeaderInterceptor(kAuthorization, absl::StrCat(kBearerPrefix, token));
+}
+
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+HeaderInterceptor(const std::string& name, const std::string& value) {
+  return std::make_unique<HeaderInterceptorFactory>(name, value);
 }
 
 }  // namespace petra::wire

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/wire/bearer_token.h"
+#include "services/wire/data_key.h"
 
 namespace petra::wire {
 namespace {
@@ -50,6 +51,9 @@ void ApplyServerDefaults(grpc::ServerBuilder& builder) {
   for (const auto& [name, value] : CommonArguments()) {
     builder.AddChannelArgument(name, value);
   }
+  // A request's headers (the bearer token, the data key) are well under
+  // 1 KiB: a caller's larger ones are refused before they cost memory.
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   // Accept the clients' pings at the keepalive rate above.
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
@@ -95,15 +99,20 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
 }
 
 std::shared_ptr<grpc::Channel> CreateBulkChannel(
-    const std::string& address, const TransportSecurity& security, int index) {
+    const std::string& address, const TransportSecurity& security, int index,
+    const std::string& data_key) {
   grpc::ChannelArguments args = ClientChannelArguments();
   // Subchannels (connections) are shared between channels whose arguments
   // are equal: a distinct argument per index and a pool of the channel's
   // own keep them apart.
   args.SetInt("petra.bulk_connection", index);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, MakeChannelCredentials(security),
-                                   args);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(HeaderInterceptor(kDataKeyHeader, data_key));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, MakeChannelCredentials(security), args, std::move(interceptors));
 }
 
 namespace {

@@ -29,6 +29,9 @@ inline constexpr int kTensorChunkBytes = 16 << 20;
 // Largest HTTP/2 frame either end accepts (the protocol allows 16 MiB - 1).
 inline constexpr int kHttp2FrameBytes = 4 << 20;
 
+// Largest header block (metadata) a server accepts on a call.
+inline constexpr int kMaxMetadataBytes = 16 << 10;
+
 // Keepalive: ping an idle connection every 20 s and drop it when a ping is
 // not answered within 10 s, so a dead neighbour is noticed in seconds.
 inline constexpr int kKeepaliveTimeMs = 20'000;
@@ -52,9 +55,11 @@ std::shared_ptr<grpc::Channel> CreateChannel(
     const std::string& bearer_token = "");
 // Connection `index` of a bulk data channel to `address`: channels with
 // different indexes never share a connection (one HTTP/2 connection is the
-// limit a bulk channel stripes past).
+// limit a bulk channel stripes past). Every call presents `data_key`, the
+// receiving stage's (wire/data_key.h).
 std::shared_ptr<grpc::Channel> CreateBulkChannel(
-    const std::string& address, const TransportSecurity& security, int index);
+    const std::string& address, const TransportSecurity& security, int index,
+    const std::string& data_key);
 
 // Builds and starts a server on `listen` (host:port, port 0 = ephemeral)
 // with the defaults above and the given services, over `security`.

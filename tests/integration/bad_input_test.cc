@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -74,6 +75,7 @@ class BadInput : public ::testing::Test {
     }
     *a.mutable_layers() = a.partition(index);
     a.set_steps_per_epoch(100);
+    SetTestDataKeys(a);
     // A neighbour nobody listens on: the pass never gets that far.
     if (index + 1 < count) {
       a.set_next_address(Loopback(UnusedLoopbackPort()));
@@ -245,13 +247,59 @@ TEST_F(BadInput, StagePathsStayInsideTheStateDir) {
   EXPECT_EQ(Status().state(), petra::v1::StageStatus::STATE_IDLE);
 }
 
+// Ranges past the network's 10 blocks once crashed the server (the memory
+// estimate read blocks past the end before anything checked the range).
+TEST_F(BadInput, AssignRangesOutsideTheNetworkAreRefusedAndTheServerStaysUp) {
+  struct Case {
+    const char* name;
+    std::function<void(petra::v1::AssignRequest*)> bend;
+    const char* says;
+  };
+  auto range = [](uint32_t begin, uint32_t end) {
+    return [begin, end](petra::v1::AssignRequest* a) {
+      a->mutable_partition(0)->set_begin(begin);
+      a->mutable_partition(0)->set_end(end);
+      *a->mutable_layers() = a->partition(0);
+    };
+  };
+  const std::vector<Case> cases = {
+      {"far past the end", range(0, 1000), "end by 10"},
+      {"one past the end", range(0, 11), "end by 10"},
+      {"short of the end", range(0, 9), "the network has 10"},
+      {"backwards", range(5, 3), "must start at 0"},
+      {"empty", range(0, 0), "at least one block"},
+      {"at the top of uint32", range(0xFFFFFFFFu, 0xFFFFFFFFu),
+       "must start at 0"},
+      {"layers other than the partition's",
+       [](petra::v1::AssignRequest* a) { a->mutable_layers()->set_end(1000); },
+       "are not stage 0's range"},
+      {"no partition",
+       [](petra::v1::AssignRequest* a) { a->clear_partition(); },
+       "do not fit together"},
+  };
+  for (const Case& c : cases) {
+    petra::v1::AssignRequest a = Assignment("job-7", 0, 1);
+    c.bend(&a);
+    grpc::Status s = Assign(a);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name;
+    EXPECT_THAT(s.error_message(), HasSubstr(c.says)) << c.name;
+    EXPECT_EQ(Status().state(), petra::v1::StageStatus::STATE_IDLE) << c.name;
+  }
+  // The second stage of two, with a first range past the end.
+  petra::v1::AssignRequest a = Assignment("job-7", 1, 2);
+  a.mutable_partition(0)->set_end(40);
+  EXPECT_EQ(Assign(a).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(stage_->Running()) << stage_->err();
+  ASSERT_TRUE(Assign(Assignment("job-7", 0, 1)).ok());
+}
+
 TEST_F(BadInput, OutOfOrderWrongSenderAndFloodingMessagesAreRefused) {
   // Stage 0 of 2, training 100 micro-batches: gradients come from stage 1;
   // 2 x 2 = 4 credits per stream.
   ASSERT_TRUE(Assign(Assignment("job-7", 0, 2)).ok());
   Start("job-7", petra::v1::PHASE_TRAIN, 100);
   grpc::ClientContext context;
-  std::unique_ptr<BackwardStream> down = stub_->Backward(&context);
+  std::unique_ptr<BackwardStream> down = stub_->Backward(Keyed(&context));
 
   auto [code, text] = Refusal(*down, Gradient(0, 0));
   EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED);
@@ -285,7 +333,7 @@ TEST_F(BadInput, OutOfOrderWrongSenderAndFloodingMessagesAreRefused) {
   // Forward: activations only from the coordinator (-1) on stage 0, in
   // order, and no labels on a stage that is not the last.
   grpc::ClientContext up_context;
-  std::unique_ptr<ForwardStream> up = stub_->Forward(&up_context);
+  std::unique_ptr<ForwardStream> up = stub_->Forward(Keyed(&up_context));
   petra::v1::ForwardMessage from_stage = Images(0, petra::v1::PHASE_TRAIN);
   from_stage.set_sender_stage(1);
   from_stage.clear_labels();
@@ -323,7 +371,8 @@ TEST_F(BadInput, OutOfOrderWrongSenderAndFloodingMessagesAreRefused) {
   ASSERT_TRUE(Assign(Assignment("job-7", 1, 2)).ok());
   Start("job-7", petra::v1::PHASE_TRAIN, 4);
   grpc::ClientContext last_context;
-  std::unique_ptr<BackwardStream> to_last = stub_->Backward(&last_context);
+  std::unique_ptr<BackwardStream> to_last =
+      stub_->Backward(Keyed(&last_context));
   std::tie(code, text) = Refusal(*to_last, Gradient(0, 2));
   EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(text, HasSubstr("is the last stage"));
@@ -349,14 +398,14 @@ TEST_F(BadInput, APeerVanishingMidMicroBatchDoesNotWedgeTheStage) {
 
   {  // Cancelled after the first chunk (a peer that crashed).
     grpc::ClientContext c;
-    std::unique_ptr<ForwardStream> s = stub_->Forward(&c);
+    std::unique_ptr<ForwardStream> s = stub_->Forward(Keyed(&c));
     ASSERT_TRUE(s->Write(first_half));
     c.TryCancel();
     EXPECT_FALSE(s->Finish().ok());
   }
   {  // Half-closed after the first chunk, the rest never sent.
     grpc::ClientContext c;
-    std::unique_ptr<ForwardStream> s = stub_->Forward(&c);
+    std::unique_ptr<ForwardStream> s = stub_->Forward(Keyed(&c));
     ASSERT_TRUE(s->Write(first_half));
     grpc::Status finished = Close(*s);
     EXPECT_TRUE(finished.ok()) << finished.error_message();
@@ -365,7 +414,7 @@ TEST_F(BadInput, APeerVanishingMidMicroBatchDoesNotWedgeTheStage) {
   EXPECT_EQ(Status().state(), petra::v1::StageStatus::STATE_RUNNING);
   {
     grpc::ClientContext c;
-    std::unique_ptr<ForwardStream> s = stub_->Forward(&c);
+    std::unique_ptr<ForwardStream> s = stub_->Forward(Keyed(&c));
     for (uint64_t id : {0, 1}) {
       petra::v1::StreamReply r =
           Exchange(*s, Images(id, petra::v1::PHASE_EVAL));
@@ -380,7 +429,7 @@ TEST_F(BadInput, APeerVanishingMidMicroBatchDoesNotWedgeTheStage) {
   Start("job-7", petra::v1::PHASE_EVAL, 2);
   {
     grpc::ClientContext c;
-    std::unique_ptr<ForwardStream> s = stub_->Forward(&c);
+    std::unique_ptr<ForwardStream> s = stub_->Forward(Keyed(&c));
     ASSERT_TRUE(s->Write(Images(0, petra::v1::PHASE_EVAL)));
     // The window granted at the start, then the credit for taking it.
     petra::v1::StreamReply r;
@@ -393,7 +442,7 @@ TEST_F(BadInput, APeerVanishingMidMicroBatchDoesNotWedgeTheStage) {
   }
   {
     grpc::ClientContext c;
-    std::unique_ptr<ForwardStream> s = stub_->Forward(&c);
+    std::unique_ptr<ForwardStream> s = stub_->Forward(Keyed(&c));
     // Micro-batch 0 arrived before the drop: sent again, it is a duplicate.
     petra::v1::StreamReply r = Exchange(*s, Images(0, petra::v1::PHASE_EVAL));
     ASSERT_TRUE(r.has_error()) << r.DebugString();
@@ -414,7 +463,7 @@ TEST_F(BadInput, APeerVanishingMidMicroBatchDoesNotWedgeTheStage) {
   Start("job-7", petra::v1::PHASE_EVAL, 2);
   {
     grpc::ClientContext c;
-    std::unique_ptr<ForwardStream> s = stub_->Forward(&c);
+    std::unique_ptr<ForwardStream> s = stub_->Forward(Keyed(&c));
     ASSERT_TRUE(s->Write(first_half));
     c.TryCancel();
     s->Finish().IgnoreError();

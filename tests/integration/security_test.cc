@@ -326,18 +326,16 @@ TEST_F(SecureFleet, StageControlCallsOnlyFromTheCoordinatorIdentity) {
     petra::v1::StageStatus status;
     EXPECT_TRUE(stub->GetStatus(&status_context, {}, &status).ok());
   }
-  // A neighbour's stream is accepted from any certificate of the CA: it
-  // opens and grants credits.
+  // A certificate of the CA is not enough for a data stream: without its
+  // job's data key it ends before a credit is granted.
   auto stub = petra::v1::StageService::NewStub(
       ChannelAs(stage_addresses_[0], "petra-stage"));
   grpc::ClientContext stream_context;
   Deadline(stream_context);
   auto stream = stub->Forward(&stream_context);
   petra::v1::StreamReply reply;
-  ASSERT_TRUE(stream->Read(&reply));
-  EXPECT_TRUE(reply.has_credit());
-  stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   // The coordinator's identity passes the check (NOT_FOUND: no such job).
   auto as_coordinator = petra::v1::StageService::NewStub(
       ChannelAs(stage_addresses_[0], "petra-coordinator"));

@@ -53,6 +53,7 @@ class StageStreams : public FleetProcesses {
     assign.mutable_layers()->set_end(10);
     assign.add_partition()->set_end(10);
     assign.set_steps_per_epoch(100);
+    SetTestDataKeys(assign);
     grpc::ClientContext c1;
     petra::v1::AssignResponse assigned;
     grpc::Status s = stub_->Assign(&c1, assign, &assigned);
@@ -82,16 +83,19 @@ class StageStreams : public FleetProcesses {
 };
 
 TEST_F(StageStreams, MalformedMessagesGetPerMessageErrorsAndTheServerGoesOn) {
-  grpc::ClientContext context;
-  auto stream = stub_->Forward(&context);
-
-  // No job assigned yet: unknown job.
-  petra::v1::StreamReply r = Exchange(*stream, Good(0));
-  ASSERT_TRUE(r.has_error());
-  EXPECT_EQ(r.error().status().code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_THAT(r.error().status().message(), HasSubstr("unknown job \"job-7\""));
-
+  {  // No job assigned yet: no data key is valid, the stream ends at once.
+    grpc::ClientContext early;
+    auto stream = stub_->Forward(Keyed(&early));
+    petra::v1::StreamReply reply;
+    EXPECT_FALSE(stream->Read(&reply)) << reply.DebugString();
+    grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(s.error_message(), HasSubstr("holds no job"));
+  }
   AssignAndStartEval(3);
+  grpc::ClientContext context;
+  auto stream = stub_->Forward(Keyed(&context));
+  petra::v1::StreamReply r;
 
   petra::v1::ForwardMessage bad = Good(0);
   bad.mutable_activation()->mutable_first()->set_data("short");
@@ -175,7 +179,7 @@ TEST_F(StageStreams, SharedMemorySlotsAreReadCheckedAndFreed) {
     return m;
   };
   grpc::ClientContext context;
-  auto stream = stub_->Forward(&context);
+  auto stream = stub_->Forward(Keyed(&context));
   // Four micro-batches through a ring of two slots: each was read and its
   // slot freed before the next needed it.
   for (uint64_t id = 0; id < 4; ++id) {
@@ -330,7 +334,9 @@ TEST_F(StageStreams, ControlCallsRefuseBadRequests) {
   *elsewhere.mutable_spec() = JobSevenSpec();
   elsewhere.set_stage_count(1);
   elsewhere.add_partition()->set_end(10);
+  *elsewhere.mutable_layers() = elsewhere.partition(0);
   elsewhere.set_steps_per_epoch(1);
+  SetTestDataKeys(elsewhere);
   elsewhere.set_device("cuda:0");
   petra::v1::AssignResponse r6;
   s = stub_->Assign(&c6, elsewhere, &r6);

@@ -1,14 +1,35 @@
 // Stage stream messages the integration tests send by hand.
 #pragma once
 
+#include <grpcpp/client_context.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 
 #include "petra/v1/stage.pb.h"
+#include "services/wire/data_key.h"
 
 namespace petra::testing {
+
+// The data key the tests' hand-made assignments give every stage
+// (AssignRequest.data_key and its neighbours'), and that their streams
+// present.
+inline const std::string kTestDataKey =
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+// Gives `a` the test key for itself and for the neighbours it has.
+inline void SetTestDataKeys(petra::v1::AssignRequest& a) {
+  a.set_data_key(kTestDataKey);
+  if (a.stage_index() + 1 < a.stage_count()) a.set_next_data_key(kTestDataKey);
+  if (a.stage_index() > 0) a.set_previous_data_key(kTestDataKey);
+}
+
+// Presents the test key on the call of `context` (a data stream).
+inline grpc::ClientContext* Keyed(grpc::ClientContext* context) {
+  wire::PresentDataKey(context, kTestDataKey);
+  return context;
+}
 
 // Four zero 28x28 images with their labels for job-7, as the coordinator
 // feeds a one-stage job.
