@@ -1,6 +1,7 @@
 // The coordinator's client commands on jobs: submit, watch, status, list,
 // cancel, export (servers: servers_command.cc). Each maps flags to one
 // CoordinatorService call.
+#include <google/protobuf/util/time_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -43,22 +44,75 @@ void PrintJobLine(const petra::v1::Job& job) {
       job.owner().empty() ? "" : absl::StrCat("  owner ", job.owner()).c_str());
 }
 
+// A line per recovery: when, why, from which checkpoint, how long.
+void PrintRecoveries(const petra::v1::Job& job) {
+  for (int i = 0; i < job.recoveries_size(); ++i) {
+    const petra::v1::Recovery& r = job.recoveries(i);
+    const std::string from =
+        r.restored_epoch() > 0
+            ? absl::StrCat("from epoch ", r.restored_epoch(), "'s checkpoint")
+            : "from its initial weights";
+    const bool pending = r.seconds() == 0 && i + 1 == job.recoveries_size() &&
+                         job.state() == petra::v1::JOB_STATE_RECOVERING;
+    std::printf("recovery %d at %s: %s; %s\n", i + 1,
+                google::protobuf::util::TimeUtil::ToString(r.time()).c_str(),
+                r.reason().c_str(),
+                pending
+                    ? "under way"
+                    : absl::StrCat("training again ", from, " after ",
+                                   absl::StrFormat("%.1f", r.seconds()), " s")
+                          .c_str());
+  }
+}
+
+// What `watch` and `submit --watch` exit with; said in their --help.
+constexpr int kExitJobFailed = 1;
+constexpr int64_t kDefaultReconnectSeconds = 300;
+constexpr int kExitCoordinatorGone = 3;
+constexpr char kWatchExitCodes[] =
+    "Exits 0 when the job succeeded, 1 when it failed or was cancelled (or "
+    "the\ncoordinator refused the call), 3 when the coordinator stayed "
+    "unreachable\npast --reconnect-timeout, 130 on Ctrl-C (the job runs on).";
+
+// The flag that says how long a watch rides through a lost coordinator.
+void AddReconnectFlag(base::FlagSet& flags, int64_t* seconds) {
+  flags.AddInt("reconnect-timeout", seconds,
+               "seconds to keep trying to reach a coordinator that went "
+               "away mid-job (it restarts: its jobs resume) before exiting "
+               "3; 0 exits at once");
+}
+
+// Whether --reconnect-timeout is in range; says why not.
+bool ReconnectFlagOk(const std::string& command, int64_t seconds) {
+  if (seconds >= 0 && seconds <= 7 * 24 * 3600) return true;
+  std::cerr << command << ": flag --reconnect-timeout: " << seconds
+            << " is not in [0, 604800]\n";
+  return false;
+}
+
 // `submit --watch` and `watch`: follows job `id` to its end, with the
-// per-stage table at the end (not with --json). Ctrl-C stops the following,
-// not the job, and says so and how to stop it. Exits 0 when the job
-// succeeded, 1 otherwise, 130 on Ctrl-C.
+// per-stage table at the end (not with --json), through restarts of the
+// coordinator for up to `reconnect_seconds`. Ctrl-C stops the following,
+// not the job, and says so and how to stop it. kWatchExitCodes.
 int FollowToEnd(CoordinatorService::Stub& stub, const std::string& id,
-                bool json, const std::string& command) {
+                bool json, const std::string& command,
+                int64_t reconnect_seconds) {
   ProgressPrinter printer(false, json);
-  grpc::ClientContext context;
+  FollowCancel cancel;
   std::atomic<bool> interrupted{false};
   base::InstallShutdownHandlers();
   std::thread on_signal([&] {
     if (base::WaitForShutdownSignal() == 0) return;
     interrupted = true;
-    context.TryCancel();
+    cancel.Cancel();
   });
-  absl::StatusOr<petra::v1::Job> end = FollowJob(stub, id, printer, &context);
+  FollowOptions options;
+  options.reconnect_timeout = std::chrono::seconds(reconnect_seconds);
+  options.cancel = &cancel;
+  options.say = [&command](const std::string& line) {
+    std::cerr << "\n" << command << ": " << line << "\n";
+  };
+  absl::StatusOr<petra::v1::Job> end = FollowJob(stub, id, printer, options);
   base::WakeShutdownWaiter();
   on_signal.join();
   if (interrupted) {
@@ -70,10 +124,11 @@ int FollowToEnd(CoordinatorService::Stub& stub, const std::string& id,
   }
   if (!end.ok()) {
     std::cerr << command << ": " << end.status().message() << "\n";
-    return 1;
+    return absl::IsUnavailable(end.status()) ? kExitCoordinatorGone
+                                             : kExitJobFailed;
   }
   if (!json && end->progress().stages_size() > 0) PrintStageTable(*end);
-  return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+  return end->state() == petra::v1::JOB_STATE_SUCCEEDED ? 0 : kExitJobFailed;
 }
 
 int RunSubmit(const std::string& program,
@@ -92,14 +147,19 @@ int RunSubmit(const std::string& program,
       "`submit --epochs 1` trains it for one epoch.");
   AddCoordinatorFlag(flags, &coordinator);
   flags.AddString("from", &from, "job spec file (JSON or text proto)");
-  flags.AddBool("watch", &watch, "follow the job until it ends");
+  flags.AddBool("watch", &watch,
+                "follow the job until it ends; then exit as `watch` does "
+                "(0 succeeded, 1 failed, 3 coordinator gone)");
   flags.AddBool("json", &json,
                 "print the submitted Job as one line of JSON (with --watch, "
                 "then each event as a line, as watch --json)");
+  int64_t reconnect_seconds = kDefaultReconnectSeconds;
+  AddReconnectFlag(flags, &reconnect_seconds);
   job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   const std::string command = program + " submit";
   if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
+  if (!ReconnectFlagOk(command, reconnect_seconds)) return 2;
   auto stub = Connect(command, coordinator);
   if (stub == nullptr) return 2;
   // --resume-from without --from: the resumed job's own spec is the base,
@@ -136,23 +196,28 @@ int RunSubmit(const std::string& program,
     std::cout << job.id() << std::endl;
   }
   if (!watch) return 0;
-  return FollowToEnd(*stub, job.id(), json, command);
+  return FollowToEnd(*stub, job.id(), json, command, reconnect_seconds);
 }
 
 int RunWatch(const std::string& program, const std::vector<std::string>& args) {
   Connection coordinator;
   base::FlagSet flags(
       absl::StrCat(program, " watch [flags] JOB_ID"),
-      "Follows a job until it ends: a progress bar with ETA, "
-      "loss, accuracy and\nsamples/s, a line per epoch, and the "
-      "per-stage table at the end (--json: every event as a "
-      "line of JSON\ninstead). Exits 0 when the job "
-      "succeeded, 1 otherwise.");
+      absl::StrCat(
+          "Follows a job until it ends: a progress bar with ETA, "
+          "loss, accuracy and\nsamples/s, a line per epoch, and the "
+          "per-stage table at the end (--json: every event as a "
+          "line of JSON\ninstead). A coordinator that restarts mid-job is "
+          "asked again until it is back\n(--reconnect-timeout) and the job "
+          "followed on. ",
+          kWatchExitCodes));
   AddCoordinatorFlag(flags, &coordinator);
   bool json = false;
   flags.AddBool("json", &json,
                 "print each JobEvent as one line of JSON (JSON lines), the "
                 "last one the final Job");
+  int64_t reconnect_seconds = kDefaultReconnectSeconds;
+  AddReconnectFlag(flags, &reconnect_seconds);
   const std::string command = program + " watch";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
@@ -160,7 +225,8 @@ int RunWatch(const std::string& program, const std::vector<std::string>& args) {
       rc >= 0) {
     return rc;
   }
-  return FollowToEnd(*stub, id, json, command);
+  if (!ReconnectFlagOk(command, reconnect_seconds)) return 2;
+  return FollowToEnd(*stub, id, json, command, reconnect_seconds);
 }
 
 int RunStatus(const std::string& program,
@@ -195,6 +261,7 @@ int RunStatus(const std::string& program,
   if (!job.last_checkpoint().empty()) {
     std::printf("last checkpoint: %s\n", job.last_checkpoint().c_str());
   }
+  PrintRecoveries(job);
   if (job.progress().stages_size() > 0) PrintStageTable(job);
   return 0;
 }

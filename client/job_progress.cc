@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -130,22 +132,101 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
   std::fflush(stdout);
 }
 
+void FollowCancel::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+bool FollowCancel::cancelled() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+void FollowCancel::Attach(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  context_ = context;
+  if (cancelled_ && context != nullptr) context->TryCancel();
+}
+
 absl::StatusOr<petra::v1::Job> FollowJob(
     petra::v1::CoordinatorService::Stub& stub, const std::string& id,
-    ProgressPrinter& printer, grpc::ClientContext* context) {
-  grpc::ClientContext own;
-  petra::v1::WatchJobRequest request;
-  request.set_job_id(id);
-  auto reader = stub.WatchJob(context != nullptr ? context : &own, request);
-  JobEvent event;
+    ProgressPrinter& printer, const FollowOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  FollowCancel own_cancel;
+  FollowCancel& cancel =
+      options.cancel != nullptr ? *options.cancel : own_cancel;
+  auto say = [&](const std::string& line) {
+    if (options.say) options.say(line);
+  };
   petra::v1::Job last;
-  while (reader->Read(&event)) {
-    printer.OnEvent(event);
-    last = event.job();
+  // Set while the coordinator is away: since when, and the next wait.
+  std::optional<Clock::time_point> lost_since;
+  std::chrono::milliseconds backoff(500);
+  bool ever_heard = false;  // a wrong address fails at once, never retried
+  while (true) {
+    grpc::ClientContext context;
+    cancel.Attach(&context);
+    petra::v1::WatchJobRequest request;
+    request.set_job_id(id);
+    auto reader = stub.WatchJob(&context, request);
+    JobEvent event;
+    bool heard = false;
+    while (reader->Read(&event)) {
+      if (!heard && lost_since) {
+        say(absl::StrCat(
+            "coordinator reachable again after ",
+            Duration(std::chrono::duration<double>(Clock::now() - *lost_since)
+                         .count()),
+            "; following ", id, " on"));
+        lost_since.reset();
+        backoff = std::chrono::milliseconds(500);
+      }
+      heard = ever_heard = true;
+      printer.OnEvent(event);
+      last = event.job();
+    }
+    const grpc::Status s = reader->Finish();
+    cancel.Attach(nullptr);
+    if (cancel.cancelled()) return absl::CancelledError("stopped following");
+    // A stream that ended well on a job that has not: the coordinator let
+    // go of it (it stops), as UNAVAILABLE says too.
+    const bool ended = last.state() >= petra::v1::JOB_STATE_SUCCEEDED;
+    if (s.ok() && ended) return last;
+    if ((!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE) ||
+        !ever_heard) {
+      return wire::FromGrpcStatus(s);
+    }
+    const std::string why =
+        s.ok() ? "the coordinator ended the stream" : s.error_message();
+    if (!lost_since) {
+      lost_since = Clock::now();
+      if (options.reconnect_timeout.count() > 0) {
+        say(absl::StrCat("coordinator unreachable (", why,
+                         "), retrying for up to ",
+                         Duration(options.reconnect_timeout.count()),
+                         " (--reconnect-timeout)"));
+      }
+    }
+    if (Clock::now() - *lost_since >= options.reconnect_timeout) {
+      return absl::UnavailableError(absl::StrCat(
+          "the coordinator stayed unreachable",
+          options.reconnect_timeout.count() > 0
+              ? absl::StrCat(" for ",
+                             Duration(options.reconnect_timeout.count()),
+                             " (--reconnect-timeout)")
+              : "",
+          ": ", why));
+    }
+    // Waits in small steps: Ctrl-C ends the wait at once.
+    const auto until = Clock::now() + backoff;
+    while (Clock::now() < until && !cancel.cancelled()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (cancel.cancelled()) return absl::CancelledError("stopped following");
+    backoff = std::min<std::chrono::milliseconds>(2 * backoff,
+                                                  std::chrono::seconds(5));
   }
-  grpc::Status s = reader->Finish();
-  if (!s.ok()) return wire::FromGrpcStatus(s);
-  return last;
 }
 
 void PrintStageTable(const petra::v1::Job& job) {

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,12 +34,40 @@ class ProgressPrinter {
   std::vector<petra::v1::Progress> epochs_;
 };
 
+// Ends a FollowJob from another thread (Ctrl-C): its call is cancelled and
+// it returns CANCELLED, also while it waits to reconnect.
+class FollowCancel {
+ public:
+  void Cancel();
+  bool cancelled();
+  // The call in progress (null: none), cancelled at once if Cancel came.
+  void Attach(grpc::ClientContext* context);
+
+ private:
+  std::mutex mu_;
+  bool cancelled_ = false;
+  grpc::ClientContext* context_ = nullptr;
+};
+
+struct FollowOptions {
+  // How long to keep trying to reach a coordinator that went away (it
+  // restarts, or the network broke) before giving up; 0 gives up at once.
+  std::chrono::seconds reconnect_timeout{0};
+  FollowCancel* cancel = nullptr;
+  // Hears "coordinator unreachable, retrying ..." and "reconnected" lines
+  // (stderr in the commands); none: silent.
+  std::function<void(const std::string&)> say;
+};
+
 // Follows job `id` until it ends, printing through `printer`; returns the
-// final Job. `context`, when given, is the stream's (TryCancel on it ends
-// the following early, with CANCELLED).
+// final Job. A coordinator that goes away mid-job (UNAVAILABLE) is asked
+// again with backoff (0.5 s doubling to 5 s) for up to
+// options.reconnect_timeout, and the job followed on from its state then;
+// past that, UNAVAILABLE saying for how long it was tried. Any other
+// error of the coordinator (an unknown job, a refused token) at once.
 absl::StatusOr<petra::v1::Job> FollowJob(
     petra::v1::CoordinatorService::Stub& stub, const std::string& id,
-    ProgressPrinter& printer, grpc::ClientContext* context = nullptr);
+    ProgressPrinter& printer, const FollowOptions& options = {});
 
 // `m` as one line of JSON (protobuf's JSON mapping, field names as in
 // the proto), or pretty-printed over several lines.

@@ -94,7 +94,11 @@ absl::Status FleetRunner::Prepare() {
   replicas_ = static_cast<int>(std::max<uint32_t>(1, spec_.replicas()));
   const int servers = stages() * replicas_;
   const int fleet = static_cast<int>(env_.fleet->Addresses().size());
-  if (servers > fleet) {
+  // A job resuming after a restart of this coordinator finds a fleet of
+  // registered servers empty until they register again (in seconds): it
+  // waits for them in Attach, up to --recovery-timeout, trying the servers
+  // it ran on first.
+  if (servers > fleet && !recovering_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job needs ", servers, " stage servers",
         replicas_ > 1 ? absl::StrCat(" (", replicas_, " replicas x ", stages(),

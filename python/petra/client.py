@@ -22,6 +22,7 @@ the gRPC status code and the coordinator's message) for a refused call.
 
 import json
 import os
+import time
 
 import grpc
 from google.protobuf import json_format
@@ -247,17 +248,58 @@ class Client:
         return self._call(self._stub.GetJob,
                           coordinator_pb2.GetJobRequest(job_id=job_id))
 
-    def watch(self, job_id):
+    def watch(self, job_id, reconnect_timeout=300, on_reconnect=None):
         """Yields the job's JobEvents until it ends (the last one holds the
-        final Job)."""
-        events = self._call(self._stub.WatchJob,
-                            coordinator_pb2.WatchJobRequest(job_id=job_id),
-                            stream=True)
-        try:
-            for event in events:
-                yield event
-        except grpc.RpcError as e:
-            raise self._error(e) from None
+        final Job). A coordinator that goes away mid-job (it restarts: its
+        jobs resume) is asked again with backoff for up to
+        `reconnect_timeout` seconds, and the job followed on from its state
+        then; `on_reconnect(message)` hears "coordinator unreachable,
+        retrying ..." and "reachable again" (as `petra watch` prints them).
+        Past the timeout, ClientError with code UNAVAILABLE; any other
+        refusal at once, as a coordinator that was never reached."""
+        say = on_reconnect or (lambda message: None)
+        lost_since = None
+        backoff = 0.5
+        heard_ever = False
+        while True:
+            events = self._call(self._stub.WatchJob,
+                                coordinator_pb2.WatchJobRequest(job_id=job_id),
+                                stream=True)
+            last = None
+            error = None
+            try:
+                for event in events:
+                    if lost_since is not None:
+                        say("coordinator reachable again after %.1f s; "
+                            "following %s on" % (time.monotonic() - lost_since,
+                                                 job_id))
+                        lost_since, backoff = None, 0.5
+                    heard_ever = True
+                    last = event.job
+                    yield event
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or not heard_ever:
+                    raise self._error(e) from None
+                error = e
+            if error is None and last is not None and \
+                    last.state >= coordinator_pb2.JOB_STATE_SUCCEEDED:
+                return
+            if error is None and not heard_ever:
+                return
+            why = error.details() if error is not None else \
+                "the coordinator ended the stream"
+            if lost_since is None:
+                lost_since = time.monotonic()
+                if reconnect_timeout > 0:
+                    say("coordinator unreachable (%s), retrying for up to "
+                        "%s s" % (why, reconnect_timeout))
+            if time.monotonic() - lost_since >= reconnect_timeout:
+                raise ClientError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    "the coordinator at %s stayed unreachable for %s s: %s" %
+                    (self.address, reconnect_timeout, why))
+            time.sleep(backoff)
+            backoff = min(2 * backoff, 5.0)
 
     def wait(self, job_id):
         """Follows the job to its end and returns the final Job."""

@@ -421,6 +421,81 @@ class ClientTest(unittest.TestCase):
             os.environ.update(saved)
 
 
+class _Unavailable(grpc.RpcError):
+    """What a stream raises when its coordinator goes away."""
+
+    def __init__(self, details="Socket closed"):
+        super().__init__(details)
+        self._details = details
+
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return self._details
+
+
+class WatchReconnectTest(unittest.TestCase):
+    """Client.watch through a coordinator that goes away mid-job: a stub
+    whose WatchJob streams are scripted (no processes)."""
+
+    def client_with(self, streams):
+        """A client whose WatchJob answers each call with the next of
+        `streams`: a list of JobStates to stream, then an exception or None
+        (the stream ends well)."""
+        client = petra.Client("127.0.0.1:1")
+        calls = []
+
+        def watch_job(request, metadata=None):
+            calls.append(request.job_id)
+            states, end = streams.pop(0)
+
+            def events():
+                for state in states:
+                    yield pb.JobEvent(job=pb.Job(id=request.job_id,
+                                                 state=state))
+                if end is not None:
+                    raise end
+            return events()
+
+        client._stub = type("Stub", (), {"WatchJob": staticmethod(watch_job)})
+        return client, calls
+
+    def test_a_restart_mid_job_is_ridden_through(self):
+        running, done = pb.JOB_STATE_RUNNING, pb.JOB_STATE_SUCCEEDED
+        client, calls = self.client_with([
+            ([running], _Unavailable()),             # the coordinator dies
+            ([], _Unavailable("connection refused")),  # still away
+            ([pb.JOB_STATE_RECOVERING, running, done], None)])
+        said = []
+        states = [e.job.state for e in client.watch(
+            "job-1", reconnect_timeout=30, on_reconnect=said.append)]
+        self.assertEqual(states, [running, pb.JOB_STATE_RECOVERING, running,
+                                  done])
+        self.assertEqual(calls, ["job-1"] * 3)
+        self.assertIn("coordinator unreachable (Socket closed)", said[0])
+        self.assertIn("coordinator reachable again after", said[1])
+        client.close()
+
+    def test_a_coordinator_that_stays_away_is_unavailable(self):
+        client, _ = self.client_with(
+            [([pb.JOB_STATE_RUNNING], _Unavailable())] +
+            [([], _Unavailable("connection refused"))] * 10)
+        with self.assertRaises(petra.ClientError) as e:
+            for _ in client.watch("job-1", reconnect_timeout=1):
+                pass
+        self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("stayed unreachable for 1 s", str(e.exception))
+        client.close()
+
+    def test_a_coordinator_never_reached_fails_at_once(self):
+        client, calls = self.client_with([([], _Unavailable("refused"))])
+        with self.assertRaises(petra.ClientError):
+            list(client.watch("job-1", reconnect_timeout=30))
+        self.assertEqual(len(calls), 1)
+        client.close()
+
+
 class InstallTest(unittest.TestCase):
 
     def test_pip_installs_offline_into_a_venv(self):

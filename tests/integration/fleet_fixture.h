@@ -93,6 +93,9 @@ class FleetProcesses : public ::testing::Test {
   }
 
   // A job that loses a stage waits `recovery_timeout` seconds for it.
+  // `extra` may name --listen (a restart on the port the servers know) and
+  // --stages (none: a fleet of registered servers); the fixture's own are
+  // left out then.
   void StartCoordinator(int recovery_timeout = 5,
                         const std::vector<std::string>& extra = {},
                         const std::vector<std::string>& prefix = {}) {
@@ -100,13 +103,17 @@ class FleetProcesses : public ::testing::Test {
     for (const std::string& a : stage_addresses_) {
       list += (list.empty() ? "" : ",") + a;
     }
+    auto given = [&](const char* flag) {
+      return std::find(extra.begin(), extra.end(), flag) != extra.end();
+    };
     std::vector<std::string> args = {
-        "--listen",           "127.0.0.1:0",
         "--metrics-listen",   "",
-        "--stages",           list,
         "--data-root",        "/usr/share/datasets",
         "--state-dir",        dir_.path() + "/coordinator",
         "--recovery-timeout", std::to_string(recovery_timeout)};
+    if (!given("--listen"))
+      args.insert(args.end(), {"--listen", "127.0.0.1:0"});
+    if (!given("--stages")) args.insert(args.end(), {"--stages", list});
     args.insert(args.end(), extra.begin(), extra.end());
     std::string program = kCoordinator;
     if (!prefix.empty()) {

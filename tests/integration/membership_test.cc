@@ -59,7 +59,8 @@ class Membership : public FleetProcesses {
 // headless service; here "localhost", which gives 127.0.0.1 and, where the
 // machine has IPv6, ::1) with no list and no registration, and probes what
 // it finds: the server on 127.0.0.1 takes a job, an address where nothing
-// listens is listed as unreachable and passed over.
+// listens is listed as unreachable and passed over, and a restarted
+// coordinator resumes the job on what the name gives it again.
 TEST_F(Membership, ServersThatANameResolvesToJoinAndTakeJobs) {
   ASSERT_NO_FATAL_FAILURE(StartStages(1));
   const std::string server = stage_addresses_[0];
@@ -87,12 +88,22 @@ TEST_F(Membership, ServersThatANameResolvesToJoinAndTakeJobs) {
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_THAT(listed.out, ::testing::ContainsRegex(server + " +dns "));
 
-  std::vector<std::string> one = SmallJob(1);
+  std::vector<std::string> one = SmallJob(4);
   one[7] = "1";
-  const petra::v1::Job done =
-      WaitForTheEnd(Submit(one), std::chrono::seconds(180));
+  const std::string id = Submit(one);
+  // A graceful stop of the coordinator mid-job: the next one resolves the
+  // name again and resumes the job on what it finds.
+  WaitUntilTrainingAfter(id, 1);
+  ASSERT_EQ(coordinator_->SignalAndWait(SIGTERM, std::chrono::seconds(30)), 0);
+  std::swap(listed_nowhere, stage_addresses_);
+  ASSERT_NO_FATAL_FAILURE(
+      StartCoordinator(60, {"--stage-dns", "localhost:" + port}));
+  std::swap(listed_nowhere, stage_addresses_);
+  const petra::v1::Job done = WaitForTheEnd(id, std::chrono::seconds(180));
   ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED) << done.DebugString();
   EXPECT_THAT(Placed(done), ElementsAre(server));
+  ASSERT_EQ(done.recoveries_size(), 1);
+  EXPECT_THAT(done.recoveries(0).reason(), HasSubstr("coordinator stopped"));
 }
 
 TEST_F(Membership, ServersJoinAndLeaveWithNoChangeToTheCoordinator) {
@@ -169,6 +180,64 @@ TEST_F(Membership, ServersJoinAndLeaveWithNoChangeToTheCoordinator) {
             "");
   left.erase(going);
   EXPECT_TRUE(WaitForFleet(left));
+}
+
+// The shape compose and Kubernetes ship: servers that register, and a
+// coordinator that dies mid-job and comes back on its --state-dir and port.
+// Its fleet is empty until the servers register again; the two running jobs
+// wait for them (--recovery-timeout), resume from their checkpoints, and the
+// queued one runs after. It once failed both jobs 0.7 s after the restart.
+TEST_F(Membership, ACoordinatorKilledMidJobResumesEveryJobOnRegisteredServers) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(60, {"--member-lease", "2"}));
+  const std::string coordinator = address_;
+  ASSERT_NO_FATAL_FAILURE(StartStages(4, {"--coordinator", coordinator}));
+  ASSERT_TRUE(WaitForFleet({stage_addresses_.begin(), stage_addresses_.end()}))
+      << coordinator_->err();
+  const std::vector<std::string> running = {Submit(SmallJob(5)),
+                                            Submit(SmallJob(5))};
+  const std::string queued = Submit(SmallJob(1));
+  for (const std::string& id : running) WaitUntilTrainingAfter(id, 1);
+  EXPECT_EQ(GetJob(queued).state(), petra::v1::JOB_STATE_QUEUED);
+  // Two watchers: one rides through the restart, one gives up first.
+  Subprocess patient(kPetra,
+                     {"watch", "--coordinator", coordinator, running[0]});
+  Subprocess hasty(kPetra, {"watch", "--coordinator", coordinator,
+                            "--reconnect-timeout", "1", running[1]});
+  ASSERT_NE(patient.WaitForLine("epoch"), "") << patient.err();
+  ASSERT_NE(hasty.WaitForLine("epoch"), "") << hasty.err();
+  ASSERT_EQ(coordinator_->SignalAndWait(SIGKILL, std::chrono::seconds(10)), -1);
+  // Exit 3: the coordinator did not come back within a second.
+  EXPECT_EQ(hasty.SignalAndWait(0, std::chrono::seconds(30)), 3);
+  EXPECT_THAT(hasty.err(), HasSubstr("coordinator unreachable"));
+  EXPECT_THAT(hasty.err(), HasSubstr("stayed unreachable for 1s"));
+
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(
+      60, {"--member-lease", "2", "--listen", coordinator, "--stages", ""}));
+  for (const std::string& id : running) {
+    const petra::v1::Job done = WaitForTheEnd(id, std::chrono::seconds(300));
+    ASSERT_EQ(done.state(), petra::v1::JOB_STATE_SUCCEEDED)
+        << done.DebugString() << coordinator_->err();
+    ASSERT_EQ(done.recoveries_size(), 1);
+    EXPECT_THAT(done.recoveries(0).reason(),
+                HasSubstr("the coordinator stopped while the job was running"));
+    EXPECT_EQ(done.recoveries(0).restored_epoch(), 1u);
+  }
+  EXPECT_EQ(WaitForTheEnd(queued, std::chrono::seconds(120)).state(),
+            petra::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(ServerAddresses().size(), 4u);
+  // The patient watcher followed its job to the end through the restart.
+  EXPECT_EQ(patient.SignalAndWait(0, std::chrono::seconds(30)), 0)
+      << patient.err();
+  EXPECT_THAT(patient.err(), HasSubstr("coordinator unreachable"));
+  EXPECT_THAT(patient.err(), HasSubstr("coordinator reachable again after"));
+  // And the status says when, why and how long, in text.
+  RunResult status = Petra({"status", running[0]});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, ::testing::ContainsRegex(
+                              "recovery 1 at 20[0-9-]+T[0-9:.]+Z: the "
+                              "coordinator stopped while the job was "
+                              "running.*; training again from epoch 1's "
+                              "checkpoint after [0-9.]+ s"));
 }
 
 TEST_F(Membership, OnlyServersWithTheFleetTokenJoin) {
