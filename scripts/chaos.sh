@@ -9,16 +9,21 @@
 # Builds first (PETRA_SKIP_BUILD=1 reuses build/), then passes every flag to
 # chaos.py: --runs, --seed, --bound SECONDS (a run that takes longer is a
 # hang), --fault-window SECONDS, --replicas 2 (a replicated job), --jobs 2
-# (two jobs at once on disjoint servers, faults in both), --json
-# FILE, --keep (keep each run's logs
-# and state). Run as root to put the state directories on small tmpfs mounts
-# (the full-disk faults need them; without, they are skipped and said so).
+# (two jobs at once on disjoint servers, faults in both), --stranger (a
+# stranger sends micro-batches without the jobs' data keys to every stage
+# server throughout; each must be refused), --json FILE, --keep (keep each
+# run's logs and state).
+#
+#   bash scripts/chaos.sh --runs 20 --jobs 2 --stranger   # hostile + faults
+#
+# Run as root to put the state directories on small tmpfs mounts (the
+# full-disk faults need them; without, they are skipped and said so).
 # Exits 1 when any run hung, left a checkpoint that verifies but is wrong,
 # or ended otherwise than the rules allow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == --help || "${1:-}" == -h ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 if [[ "${PETRA_SKIP_BUILD:-0}" != 1 ]]; then bash scripts/build.sh >&2; fi

@@ -6,19 +6,26 @@
 # leaks, trips a sanitizer, breaks an invariant or exceeds the memory
 # limits. A crashing input is kept in build-fuzz/fuzz-artifacts/; replay it
 # with build-fuzz/bin/petra_fuzz_<target> <file>.
+# --services adds the service request fuzzer (tests/fuzz/service_requests_
+# fuzz.cc: every RPC's requests, mutated, through a stage server and a
+# coordinator in process). It builds the whole stage server and coordinator
+# under the sanitizers (about 15 minutes on 2 cores the first time), so CI
+# runs only its plain build briefly (the ctest fuzz.ServiceRequestsBriefly).
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), JOBS (default 2).
 # Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh, test group).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '2,10s/^# \{0,1\}//p' "$0"
-  echo "Usage: scripts/fuzz.sh [--seconds N]"
+  sed -n '2,15s/^# \{0,1\}//p' "$0"
+  echo "Usage: scripts/fuzz.sh [--seconds N] [--services]"
 }
 
 seconds=60
+services=OFF
 while (($#)); do
   case "$1" in
+    --services) services=ON ;;
     --seconds)
       [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] ||
         { echo "fuzz.sh: --seconds needs a positive whole number" >&2; exit 2; }
@@ -53,10 +60,13 @@ cmake -S . -B "$BUILD_DIR" ${generator[@]+"${generator[@]}"} \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_COMPILER=clang++-14 -DPETRA_FUZZ=ON -DPETRA_BUILD_TESTS=OFF \
-  -DPETRA_USE_PCH=OFF >"$BUILD_DIR/configure.log" 2>&1 ||
+  -DPETRA_USE_PCH=OFF -DPETRA_FUZZ_SERVICES="$services" \
+  >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log" >&2; exit 1; }
 # name : largest input in bytes (a few messages; a job spec of a few KB)
 targets=(tensor_codec:8192 job_spec:4096)
+# The service fuzzer's input steers mutations; 1 KiB is plenty of choices.
+[[ "$services" == ON ]] && targets+=(services:1024)
 echo "fuzz: building with ${JOBS} jobs"
 # shellcheck disable=SC2046
 cmake --build "$BUILD_DIR" -j "$JOBS" \
@@ -78,8 +88,12 @@ for t in "${targets[@]}"; do
   # The first directory collects new inputs; the committed seeds stay as
   # they are. Limits: one input may not take 30 s, a single allocation may
   # not exceed 512 MB (no header alone may allocate), the process 2 GB.
+  # The service fuzzer's servers build models (a stage of a job the spec
+  # allows): more room, and its state directories are its own to clear.
+  rss=2048 malloc=512 timeout=30
+  [[ "$name" == services ]] && rss=6144 malloc=4096 timeout=120
   "$BUILD_DIR/bin/petra_fuzz_${name}" -max_total_time="$seconds" \
-    -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=30 \
+    -max_len="$max_len" -rss_limit_mb="$rss" -malloc_limit_mb="$malloc" -timeout="$timeout" \
     -print_final_stats=1 -artifact_prefix="$BUILD_DIR/fuzz-artifacts/${name}-" \
     "$BUILD_DIR/fuzz-corpus/$name" "tests/fuzz/corpus/$name" \
     >"$BUILD_DIR/fuzz-${name}.log" 2>&1 &
@@ -101,5 +115,6 @@ for t in "${targets[@]}"; do
   fi
   i=$((i + 1))
 done
+rm -rf /tmp/petra-service-fuzz-* 2>/dev/null || true
 echo "fuzz: build $((built - start)) s, runs ${seconds} s, total $(( $(date +%s) - start )) s"
 exit "$failed"

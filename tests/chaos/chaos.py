@@ -22,7 +22,11 @@ replicas of a one-stage pipeline on the two stage servers (the spare
 stays), so every stage fault hits a replica and its all-reduce partner
 sees it. With --jobs 2 two such jobs run at once on disjoint servers (four
 stage servers and a spare), the faults landing on either, and each job is
-held to the rules. The campaign prints every run and a
+held to the rules. With --stranger a stranger sends micro-batches without
+the jobs' data keys (none, and a made-up one) to every stage server's
+Forward and Backward throughout each run: every such stream must end
+UNAUTHENTICATED (or find its server away, killed or stopped by a fault),
+and the jobs are held to the same rules. The campaign prints every run and a
 summary table (runs, faults by kind, outcomes, worst recovery), and exits 1
 when any run broke a rule.
 """
@@ -38,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -387,6 +392,49 @@ def judge(end, job, faults, fleet, baseline):
     return v
 
 
+# A ForwardMessage of job-1, its last part, by hand (field 1 job_id, field 8
+# last_part): the stranger needs no generated code.
+STRANGER_MESSAGE = b"\x0a\x05job-1" + b"\x40\x01"
+STRANGER_KEYS = [None, "0" * 64]
+
+
+def stranger(fleet, stop, record):
+    """Sends micro-batches without a data key to every stage server until
+    `stop`; counts how each stream ended in `record`."""
+    import grpc  # Debian's python3-grpcio; only --stranger needs it
+    n = 0
+    while not stop.is_set():
+        for name in fleet.servers:
+            port = fleet.ports.get(name)
+            if port is None:
+                continue
+            for method in ("Forward", "Backward"):
+                key = STRANGER_KEYS[n % len(STRANGER_KEYS)]
+                n += 1
+                channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+                call = channel.stream_stream(
+                    f"/petra.v1.StageService/{method}")
+                try:
+                    list(call(iter([STRANGER_MESSAGE]), timeout=5,
+                              metadata=[("petra-data-key", key)] if key else None))
+                    record["answered"] += 1
+                    record.setdefault("why", f"{name} {method}: a stream "
+                                      "without the data key was answered")
+                except grpc.RpcError as e:
+                    if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                        record["refused"] += 1
+                    elif e.code() in (grpc.StatusCode.UNAVAILABLE,
+                                      grpc.StatusCode.DEADLINE_EXCEEDED):
+                        record["away"] += 1
+                    else:
+                        record["answered"] += 1
+                        record.setdefault("why", f"{name} {method}: "
+                                          f"{e.code().name} {e.details()}")
+                finally:
+                    channel.close()
+        stop.wait(0.2)
+
+
 def one_run(args, run, seed, baseline, use_tmpfs):
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix=f"petra-chaos-{run}-")
@@ -405,6 +453,13 @@ def one_run(args, run, seed, baseline, use_tmpfs):
             os.path.join(args.bin_dir, "petra"), "watch", "--coordinator",
             f"127.0.0.1:{fleet.ports['coordinator']}", jobs[0]]
         fleet.start("watch")
+        if args.stranger:
+            result["stranger"] = {"refused": 0, "away": 0, "answered": 0}
+            stop_stranger = threading.Event()
+            stranger_thread = threading.Thread(
+                target=stranger, args=(fleet, stop_stranger,
+                                       result["stranger"]), daemon=True)
+            stranger_thread.start()
         start = time.time()
         plan = []
         for _ in range(rng.randint(1, 3)):
@@ -452,6 +507,9 @@ def one_run(args, run, seed, baseline, use_tmpfs):
                     break
             time.sleep(0.5)
         result["seconds"] = round(time.time() - start, 1)
+        if args.stranger:
+            stop_stranger.set()
+            stranger_thread.join()
         if ends is None:
             result["outcome"] = "hang"
             result["ok"] = False
@@ -472,6 +530,11 @@ def one_run(args, run, seed, baseline, use_tmpfs):
         result["ok"] = all(v["ok"] for v in verdicts)
         whys = [f"{v['job']}: {v['why']}" if len(jobs) > 1 else v["why"]
                 for v in verdicts if not v["ok"]]
+        if args.stranger:
+            s = result["stranger"]
+            if s["answered"] or not s["refused"]:
+                result["ok"] = False
+                whys.append(s.get("why", "the stranger was never refused"))
         if whys:
             result["why"] = "; ".join(whys)
         return result
@@ -533,6 +596,10 @@ def main(argv):
     p.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                    help="2: two jobs at once on disjoint servers (four "
                         "stage servers and a spare), faults in both")
+    p.add_argument("--stranger", action="store_true",
+                   help="a stranger sends micro-batches without the jobs' "
+                        "data keys to every stage server throughout each "
+                        "run; each must be refused")
     p.add_argument("--json", help="write every run's record here")
     p.add_argument("--keep", action="store_true",
                    help="keep each run's directory (logs, state)")
@@ -558,7 +625,8 @@ def main(argv):
         subprocess.run(["umount", probe], capture_output=True)
     os.rmdir(probe)
     print(f"chaos: seed {a.seed}, {a.runs} runs, bound {a.bound:.0f} s, "
-          f"{a.jobs} job(s) at once, {a.replicas} replica(s); "
+          f"{a.jobs} job(s) at once, {a.replicas} replica(s)"
+          f"{', a stranger at every stage' if a.stranger else ''}; "
           f"state on tmpfs: {'yes' if use_tmpfs else 'no (disk_full faults are skipped)'}",
           file=sys.stderr, flush=True)
     baseline = uninterrupted(a, use_tmpfs)
@@ -576,6 +644,9 @@ def main(argv):
         results.append(r)
         print(f"chaos: run {run}: {', '.join(r['faults'])} -> "
               f"{r.get('outcome')} in {r.get('seconds')} s"
+              + (f" (stranger: {r['stranger']['refused']} refused, "
+                 f"{r['stranger']['away']} found its server away)"
+                 if "stranger" in r else "") +
               f"{'' if r.get('ok') else ' BROKE A RULE: ' + r.get('why', r.get('outcome', ''))}",
               file=sys.stderr, flush=True)
     if a.json:
