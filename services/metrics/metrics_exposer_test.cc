@@ -25,9 +25,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// One plain HTTP/1.0 GET on loopback; the whole response.
-std::string Get(int port, const std::string& path,
-                const std::string& headers = "") {
+// A connection to loopback `port`; -1 when it cannot connect.
+int Connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -35,8 +34,16 @@ std::string Get(int port, const std::string& path,
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+// One plain HTTP/1.0 GET on loopback; the whole response.
+std::string Get(int port, const std::string& path,
+                const std::string& headers = "") {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
   const std::string request =
       "GET " + path + " HTTP/1.0\r\n" + headers + "\r\n";
   if (write(fd, request.data(), request.size()) < 0) {
@@ -76,20 +83,6 @@ TEST(MetricsExposer, ServesTheRegistryWithNaNSpeltAsTheFormatSays) {
   EXPECT_THAT(Get((*m)->port(), "/other"), HasSubstr("404"));
 }
 
-// A connection on loopback that sends nothing; -1 when it cannot connect.
-int IdleConnection(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Two idle connections once held both of civetweb's threads, and every
 // scrape waited 30 s, credentials or not.
 TEST(MetricsExposer, AHundredIdleConnectionsLeaveAScrapeAnswered) {
@@ -98,7 +91,7 @@ TEST(MetricsExposer, AHundredIdleConnectionsLeaveAScrapeAnswered) {
   ASSERT_TRUE(m.ok()) << m.status();
   std::vector<int> idle;
   for (int i = 0; i < 100; ++i) {
-    const int fd = IdleConnection((*m)->port());
+    const int fd = Connect((*m)->port());  // and sends nothing
     ASSERT_GE(fd, 0);
     idle.push_back(fd);
   }

@@ -38,12 +38,13 @@
 #include "services/wire/data_key.h"
 #include "stage_server/stage_server.h"
 #include "tests/fuzz/proto_mutator.h"
+#include "tests/support/raw_call.h"
 
 namespace petra::fuzz {
 namespace {
 
 using google::protobuf::Message;
-using Headers = std::vector<std::pair<std::string, std::string>>;
+using Headers = testing::RawCall::Headers;
 
 constexpr char kJob[] = "fuzz-job";
 // Long enough for a stage that builds a model the spec allows; a call that
@@ -61,63 +62,12 @@ void Expect(bool condition, const std::string& what) {
   }
 }
 
-grpc::ByteBuffer Buffer(const std::string& s) {
-  grpc::Slice slice(s);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-// One call of any kind as raw bytes: `messages` written, then the writes
-// closed, every reply read; its status.
-class Call final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// Calls of any RPC with a deadline: a call that takes longer is a hang.
+class Call : public testing::RawCall {
  public:
   Call(grpc::GenericStub& stub, const std::string& method,
-       const std::vector<std::string>& messages, const Headers& headers) {
-    for (const std::string& m : messages) out_.push_back(Buffer(m));
-    for (const auto& [k, v] : headers) context_.AddMetadata(k, v);
-    context_.set_deadline(std::chrono::system_clock::now() + kDeadline);
-    stub.PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
-    StartRead(&in_);
-    Next();
-    StartCall();
-  }
-  void OnWriteDone(bool ok) override {
-    if (ok) Next();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;
-    if (first_reply_.empty()) {
-      std::vector<grpc::Slice> slices;
-      if (in_.Dump(&slices).ok()) {
-        for (const grpc::Slice& s : slices) {
-          first_reply_.append(reinterpret_cast<const char*>(s.begin()),
-                              s.size());
-        }
-      }
-    }
-    StartRead(&in_);
-  }
-  void OnDone(const grpc::Status& s) override { done_.set_value(s); }
-  grpc::Status Wait() { return done_.get_future().get(); }
-  // The first message the server sent (after Wait).
-  const std::string& first_reply() const { return first_reply_; }
-
- private:
-  void Next() {
-    if (next_ < out_.size()) {
-      StartWrite(&out_[next_++]);
-    } else if (!closed_) {
-      closed_ = true;
-      StartWritesDone();
-    }
-  }
-  grpc::ClientContext context_;
-  std::vector<grpc::ByteBuffer> out_;
-  size_t next_ = 0;
-  bool closed_ = false;
-  grpc::ByteBuffer in_;
-  std::string first_reply_;
-  std::promise<grpc::Status> done_;
+       const std::vector<std::string>& messages, const Headers& headers)
+      : RawCall(stub, method, messages, headers, kDeadline) {}
 };
 
 // A valid request of each RPC, and where it goes.

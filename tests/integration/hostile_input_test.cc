@@ -22,6 +22,7 @@
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/probes.h"
 #include "tests/integration/test_messages.h"
+#include "tests/support/raw_call.h"
 
 namespace petra::testing {
 namespace {
@@ -57,65 +58,13 @@ const std::vector<std::string>& StageMethods() {
   return m;
 }
 
-grpc::ByteBuffer Bytes(const std::string& s) {
-  grpc::Slice slice(s);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-// One call of `method` as raw bytes (any kind of RPC: the wire does not
-// tell them apart): `messages` written, the writes closed, every reply
-// read; its final status. `quiet`: nothing is written and the writes stay
-// open (a caller that opens a call and goes silent) until Cancel.
-class RawCall final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  RawCall(grpc::GenericStub& stub, const std::string& method,
-          std::vector<grpc::ByteBuffer> messages,
-          const std::vector<std::pair<std::string, std::string>>& headers,
-          std::chrono::seconds deadline, bool quiet = false)
-      : messages_(std::move(messages)) {
-    for (const auto& [k, v] : headers) context_.AddMetadata(k, v);
-    context_.set_deadline(std::chrono::system_clock::now() + deadline);
-    stub.PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
-    StartRead(&in_);
-    if (!quiet) WriteNext();
-    StartCall();
-  }
-  void OnWriteDone(bool ok) override {
-    if (ok) WriteNext();
-  }
-  void OnReadDone(bool ok) override {
-    if (ok) StartRead(&in_);
-  }
-  void OnDone(const grpc::Status& s) override { done_.set_value(s); }
-  grpc::Status Wait() { return done_.get_future().get(); }
-  void Cancel() { context_.TryCancel(); }
-
- private:
-  void WriteNext() {
-    if (next_ < messages_.size()) {
-      StartWrite(&messages_[next_++]);
-    } else if (!closed_) {
-      closed_ = true;
-      StartWritesDone();
-    }
-  }
-  grpc::ClientContext context_;
-  std::vector<grpc::ByteBuffer> messages_;
-  size_t next_ = 0;
-  bool closed_ = false;
-  grpc::ByteBuffer in_;
-  std::promise<grpc::Status> done_;
-};
-
 grpc::Status Call(
     const std::string& address, const std::string& method,
     const std::string& request,
     const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   grpc::GenericStub stub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  RawCall call(stub, method, {Bytes(request)}, headers,
-               std::chrono::seconds(30));
+  RawCall call(stub, method, {request}, headers, std::chrono::seconds(30));
   return call.Wait();
 }
 
@@ -262,8 +211,8 @@ TEST_F(HostileInput, EveryRpcRefusesStrangersAndGarbageAndTheServersStayUp) {
   const std::string token_file = dir_.path() + "/fleet-token";
   std::ofstream(token_file) << "fleet-token-0123456789\n";
   const std::string users = dir_.path() + "/users.txtpb";
-  std::ofstream(users)
-      << "users { name: \"ada\" role: ROLE_ADMIN token: \"ada-token-0123456789\" }\n";
+  std::ofstream(users) << "users { name: \"ada\" role: ROLE_ADMIN token: "
+                          "\"ada-token-0123456789\" }\n";
   ASSERT_NO_FATAL_FAILURE(StartStages(1, {"--fleet-token-file", token_file}));
   ASSERT_NO_FATAL_FAILURE(StartCoordinator(
       5, {"--fleet-token-file", token_file, "--users-file", users}));
@@ -336,9 +285,8 @@ TEST_F(HostileInput, EveryRpcRefusesStrangersAndGarbageAndTheServersStayUp) {
       if (!streams) continue;
       for (int i = 0; i < 20; ++i) {
         quiet.push_back(std::make_unique<RawCall>(
-            *stubs.back(), method, std::vector<grpc::ByteBuffer>{},
-            std::vector<std::pair<std::string, std::string>>{},
-            std::chrono::seconds(60), /*quiet=*/true));
+            *stubs.back(), method, std::vector<std::string>{},
+            RawCall::Headers{}, std::chrono::seconds(60), /*quiet=*/true));
       }
     }
   }
@@ -370,18 +318,7 @@ TEST_F(HostileInput, AStreamPastItsByteLimitEndsNamingTheLimit) {
       stages_[0]->WaitForLine("metrics on port"), "metrics on port ");
   auto stub = petra::v1::StageService::NewStub(grpc::CreateChannel(
       stage_addresses_[0], grpc::InsecureChannelCredentials()));
-  petra::v1::AssignRequest assign;
-  assign.set_job_id("job-7");
-  petra::v1::JobSpec* spec = assign.mutable_spec();
-  spec->mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
-  spec->mutable_model()->set_width(0.125);
-  spec->mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
-  spec->mutable_partition()->set_stage_count(1);
-  assign.set_stage_count(1);
-  assign.mutable_layers()->set_end(10);
-  assign.add_partition()->set_end(10);
-  assign.set_steps_per_epoch(100);
-  SetTestDataKeys(assign);
+  const petra::v1::AssignRequest assign = JobSevenOnOneStage();
   {
     grpc::ClientContext c;
     petra::v1::AssignResponse r;

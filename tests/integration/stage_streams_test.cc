@@ -36,24 +36,11 @@ class StageStreams : public FleetProcesses {
   }
 
   static petra::v1::JobSpec JobSevenSpec() {
-    petra::v1::JobSpec spec;
-    spec.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
-    spec.mutable_model()->set_width(0.125);
-    spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
-    spec.mutable_partition()->set_stage_count(1);
-    return spec;
+    return JobSevenOnOneStage().spec();
   }
 
   void AssignJobSeven() {
-    petra::v1::AssignRequest assign;
-    assign.set_job_id("job-7");
-    *assign.mutable_spec() = JobSevenSpec();
-    assign.set_stage_index(0);
-    assign.set_stage_count(1);
-    assign.mutable_layers()->set_end(10);
-    assign.add_partition()->set_end(10);
-    assign.set_steps_per_epoch(100);
-    SetTestDataKeys(assign);
+    const petra::v1::AssignRequest assign = JobSevenOnOneStage();
     grpc::ClientContext c1;
     petra::v1::AssignResponse assigned;
     grpc::Status s = stub_->Assign(&c1, assign, &assigned);

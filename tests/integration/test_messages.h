@@ -25,6 +25,24 @@ inline void SetTestDataKeys(petra::v1::AssignRequest& a) {
   if (a.stage_index() > 0) a.set_previous_data_key(kTestDataKey);
 }
 
+// Job-7 whole on one stage (RevNet18 at width 0.125, Fashion-MNIST's
+// shape: ImagesWithLabels feeds it), with the test keys.
+inline petra::v1::AssignRequest JobSevenOnOneStage() {
+  petra::v1::AssignRequest a;
+  a.set_job_id("job-7");
+  petra::v1::JobSpec* spec = a.mutable_spec();
+  spec->mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  spec->mutable_model()->set_width(0.125);
+  spec->mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+  spec->mutable_partition()->set_stage_count(1);
+  a.set_stage_count(1);
+  a.mutable_layers()->set_end(10);
+  a.add_partition()->set_end(10);
+  a.set_steps_per_epoch(100);
+  SetTestDataKeys(a);
+  return a;
+}
+
 // Presents the test key on the call of `context` (a data stream).
 inline grpc::ClientContext* Keyed(grpc::ClientContext* context) {
   wire::PresentDataKey(context, kTestDataKey);
