@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <random>
@@ -81,6 +82,24 @@ int64_t Rss(pid_t pid) {
 
 class HostileInput : public FleetProcesses {
  protected:
+  // Every file under the test's directory but its servers' state
+  // directories (the servers are given absolute paths only).
+  std::set<std::string> FilesOutsideStateDirs() {
+    namespace fs = std::filesystem;
+    std::set<std::string> out;
+    for (auto it = fs::recursive_directory_iterator(dir_.path());
+         it != fs::recursive_directory_iterator(); ++it) {
+      const std::string name = it->path().filename().string();
+      if (it->is_directory() &&
+          (name == "coordinator" || name.rfind("stage-", 0) == 0)) {
+        it.disable_recursion_pending();
+        continue;
+      }
+      out.insert(it->path().string());
+    }
+    return out;
+  }
+
   // The value of the sample of `metric` (the whole series name, labels
   // included) on /metrics at `port`; -1 when absent.
   static double Sample(int port, const std::string& series) {
@@ -205,8 +224,9 @@ TEST_F(HostileInput,
 // Every RPC of every service, from a stranger: no credentials, garbage for
 // a request, a header past the servers' limit, and calls opened and left
 // quiet. Each is refused (or, for the calls open to all, answered), the
-// servers stay up and healthy throughout, their memory stays bounded, and
-// the coordinator's audit log has a line for each refusal its code saw.
+// servers stay up and healthy throughout, their memory stays bounded, they
+// write nothing outside their state directories, and the coordinator's
+// audit log has a line for each refusal its code saw.
 TEST_F(HostileInput, EveryRpcRefusesStrangersAndGarbageAndTheServersStayUp) {
   const std::string token_file = dir_.path() + "/fleet-token";
   std::ofstream(token_file) << "fleet-token-0123456789\n";
@@ -222,6 +242,8 @@ TEST_F(HostileInput, EveryRpcRefusesStrangersAndGarbageAndTheServersStayUp) {
   const std::vector<pid_t> pids = {coordinator_->pid(), stages_[0]->pid()};
   std::vector<int64_t> rss_before;
   for (pid_t p : pids) rss_before.push_back(Rss(p));
+  // What is outside the state directories now: the test's own files.
+  const std::set<std::string> outside_before = FilesOutsideStateDirs();
 
   std::mt19937 random(11);
   std::string garbage(4096, '\0');
@@ -306,6 +328,7 @@ TEST_F(HostileInput, EveryRpcRefusesStrangersAndGarbageAndTheServersStayUp) {
   }
   EXPECT_TRUE(coordinator_->Running());
   EXPECT_TRUE(stages_[0]->Running());
+  EXPECT_EQ(FilesOutsideStateDirs(), outside_before);
 }
 
 // A key holder's stream past --max-stream-bytes: the micro-batch's parts
