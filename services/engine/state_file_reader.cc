@@ -87,8 +87,10 @@ absl::StatusOr<std::unique_ptr<StateFileReader>> StateFileReader::OpenBytes(
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>>
 StateFileReader::Read(Tensors what) {
   try {
-    auto [pickle, pickle_size] = archive_->getRecord("data.pkl");
-    const char* data = static_cast<const char*>(pickle.get());
+    // Not a structured binding: C++17 lambdas cannot capture one (clang).
+    auto pickle = archive_->getRecord("data.pkl");
+    const size_t pickle_size = std::get<1>(pickle);
+    const char* data = static_cast<const char*>(std::get<0>(pickle).get());
     size_t at = 0;
     auto reader = [&](char* buf, size_t n) {
       n = std::min(n, pickle_size - at);
