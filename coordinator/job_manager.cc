@@ -303,7 +303,9 @@ void JobManager::StartNext(std::vector<std::shared_ptr<JobRecord>>* cancelled) {
   std::stable_sort(
       order.begin(), order.end(),
       [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [rank, id] : order) {
+  for (const auto& ranked : order) {
+    // A name, not a structured binding: the lambdas below capture it.
+    const std::string& id = ranked.second;
     std::shared_ptr<JobRecord> record = jobs_[id];
     auto drop = [&] {
       queue_.erase(std::find(queue_.begin(), queue_.end(), id));

@@ -58,7 +58,7 @@ const char* const kStrings[] = {"",
                                 "[::1]:0",
                                 "host:99999",
                                 "\xff\xfe not utf-8",
-                                "name\xe2\x80\xaeevil",
+                                "name\xe2\x80\xae" "evil",
                                 "%s%n%x",
                                 "\0\0\0"};
 
