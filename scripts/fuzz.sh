@@ -9,8 +9,8 @@
 # --services adds the service request fuzzer (tests/fuzz/service_requests_
 # fuzz.cc: every RPC's requests, mutated, through a stage server and a
 # coordinator in process). It builds the whole stage server and coordinator
-# under the sanitizers (about 15 minutes on 2 cores the first time), so CI
-# runs only its plain build briefly (the ctest fuzz.ServiceRequestsBriefly).
+# under the sanitizers (the engine and the models too), so CI runs only its
+# plain build briefly (the ctest fuzz.ServiceRequestsBriefly).
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), JOBS (default 2).
 # Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh, test group).
 set -euo pipefail
