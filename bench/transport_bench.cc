@@ -199,9 +199,9 @@ int Run(const std::string& device_name, double megabytes, int repeats,
               ? std::make_unique<link::GrpcBulkPlacer>(
                     [&](int i) {
                       return wire::CreateBulkChannel(
-                          address, wire::TransportSecurity(), i, key);
+                          address, wire::TransportSecurity(), i);
                     },
-                    [&] { return sender.health(); }, connections)
+                    [&] { return sender.health(); }, key, connections)
               : link::MakePlacer(transport, [&] { return sender.health(); });
       check(placer.status());
       const link::ForwardLink link(

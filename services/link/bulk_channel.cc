@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/link/bulk_frame.h"
 #include "services/link/payload_layout.h"
+#include "services/wire/data_key.h"
 #include "services/wire/tensor_validation.h"
 
 namespace petra::link {
@@ -71,8 +72,10 @@ absl::Status StreamEnded(const grpc::Status& status) {
 class GrpcBulkPlacer::Stream final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Stream(State& state, const std::shared_ptr<grpc::Channel>& channel)
+  Stream(State& state, const std::shared_ptr<grpc::Channel>& channel,
+         const std::string& data_key)
       : state_(state), stub_(channel) {
+    wire::PresentDataKey(&context_, data_key);
     stub_.PrepareBidiStreamingCall(&context_, kPushMethod, grpc::StubOptions(),
                                    this);
     AddHold();
@@ -161,9 +164,11 @@ class GrpcBulkPlacer::Stream final
 
 GrpcBulkPlacer::GrpcBulkPlacer(BulkConnector connect,
                                std::function<absl::Status()> keep_going,
-                               int connections, uint64_t frame_bytes)
+                               std::string data_key, int connections,
+                               uint64_t frame_bytes)
     : connect_(std::move(connect)),
       keep_going_(std::move(keep_going)),
+      data_key_(std::move(data_key)),
       connections_(std::max(connections, 1)),
       frame_bytes_(std::max<uint64_t>(frame_bytes, 1)),
       link_(RandomLink()),
@@ -188,20 +193,37 @@ absl::Status GrpcBulkPlacer::Open() {
     if (channel == nullptr) {
       return absl::InternalError("no channel to the receiver's BulkService");
     }
-    streams_.push_back(std::make_unique<Stream>(*state_, channel));
+    streams_.push_back(std::make_unique<Stream>(*state_, channel, data_key_));
   }
   return absl::OkStatus();
 }
 
 void GrpcBulkPlacer::Abort(absl::Status why) {
+  if (streams_.empty()) {  // never opened, or aborted before
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->error.ok()) state_->error = why;
+    return;
+  }
   for (const std::unique_ptr<Stream>& s : streams_) s->Release();
   std::unique_lock<std::mutex> lock(state_->mu);
   const int streams = static_cast<int>(streams_.size());
   // gRPC lets go of cancelled calls' memory promptly; a minute means it
   // never will, and the memory is leaked rather than freed under it.
-  const bool clean = state_->cv.wait_for(lock, std::chrono::minutes(1), [&] {
-    return state_->streams_done == streams && state_->held == 0;
-  });
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  bool clean = state_->cv.wait_until(
+      lock, deadline, [&] { return state_->streams_done == streams; });
+  if (clean && state_->held > 0) {
+    // Every call is over, yet a frame is still held: in a connection's
+    // write buffer, which goes with the connection (seen once in 50 runs
+    // after the receiver shut down mid-link). The streams and their
+    // channels go now, and their connections with them.
+    lock.unlock();
+    streams_.clear();
+    lock.lock();
+    clean = state_->cv.wait_until(lock, deadline,
+                                  [&] { return state_->held == 0; });
+  }
   // The receiver's reason, when a stream ended on its own, says more than
   // ours.
   if (state_->error.ok()) state_->error = state_->end.ok() ? why : state_->end;
@@ -211,6 +233,9 @@ void GrpcBulkPlacer::Abort(absl::Status why) {
     new std::shared_ptr<State>(state_);
     lock.unlock();
     for (std::unique_ptr<Stream>& s : streams_) s.release();
+    // A second Abort (the destructor's after Place's) finds nothing to
+    // cancel: it once called Release on the released pointers.
+    streams_.clear();
   }
 }
 

@@ -36,9 +36,10 @@ using BulkConnector = std::function<std::shared_ptr<grpc::Channel>(int index)>;
 class GrpcBulkPlacer : public PayloadPlacer {
  public:
   // `keep_going` is asked while Place waits for acknowledgements (the
-  // control stream's health).
+  // control stream's health); every stream presents `data_key`, the
+  // receiving stage's (wire/data_key.h).
   GrpcBulkPlacer(BulkConnector connect,
-                 std::function<absl::Status()> keep_going,
+                 std::function<absl::Status()> keep_going, std::string data_key,
                  int connections = kBulkConnections,
                  uint64_t frame_bytes = kBulkFrameBytes);
   ~GrpcBulkPlacer() override;
@@ -57,6 +58,7 @@ class GrpcBulkPlacer : public PayloadPlacer {
 
   const BulkConnector connect_;
   const std::function<absl::Status()> keep_going_;
+  const std::string data_key_;
   const int connections_;
   const uint64_t frame_bytes_;
   const uint64_t link_;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/link/bulk_frame.h"
 #include "services/link/bulk_service.h"
+#include "services/wire/data_key.h"
 #include "services/wire/grpc_defaults.h"
 
 namespace petra::link {
@@ -36,7 +37,7 @@ struct Server {
   }
   BulkConnector connector() const {
     return [a = address](int i) {
-      return wire::CreateBulkChannel(a, wire::TransportSecurity(), i, kKey);
+      return wire::CreateBulkChannel(a, wire::TransportSecurity(), i);
     };
   }
   std::unique_ptr<grpc::Server> server;
@@ -74,7 +75,7 @@ class SilentReceiver final
 TEST(BulkChannel, ASilentReceiverIsLeftOnCancelAndTheMemoryIsOursAgain) {
   SilentReceiver silent;
   Server server({&silent});
-  GrpcBulkPlacer placer(server.connector(), {}, /*connections=*/2,
+  GrpcBulkPlacer placer(server.connector(), {}, kKey, /*connections=*/2,
                         /*frame_bytes=*/1 << 16);
   std::vector<float> data(1 << 18, 1.5f);
   std::thread canceller([&] {
@@ -96,10 +97,13 @@ TEST(BulkChannel, AStreamHealthThatFailsEndsTheWait) {
   SilentReceiver silent;
   Server server({&silent});
   std::atomic<int> asked{0};
-  GrpcBulkPlacer placer(server.connector(), [&]() -> absl::Status {
-    if (++asked < 3) return absl::OkStatus();
-    return absl::UnavailableError("the Forward stream broke");
-  });
+  GrpcBulkPlacer placer(
+      server.connector(),
+      [&]() -> absl::Status {
+        if (++asked < 3) return absl::OkStatus();
+        return absl::UnavailableError("the Forward stream broke");
+      },
+      kKey);
   const float x = 1;
   auto placed = placer.Place({{&x, sizeof(x)}});
   EXPECT_EQ(placed.status().code(), absl::StatusCode::kUnavailable);
@@ -112,7 +116,7 @@ TEST(BulkChannel, AReceiverThatIsGoneOrLacksTheServiceIsNamed) {
       std::make_unique<Server>(std::vector<grpc::Service*>{&receiver});
   const std::string address = server->address;
   {
-    GrpcBulkPlacer placer(server->connector(), {});
+    GrpcBulkPlacer placer(server->connector(), {}, kKey);
     const float x = 2;
     ASSERT_TRUE(placer.Place({{&x, sizeof(x)}}).ok());
     // The receiver goes away: the next micro-batch fails, it does not hang.
@@ -125,7 +129,7 @@ TEST(BulkChannel, AReceiverThatIsGoneOrLacksTheServiceIsNamed) {
   server.reset();
   // A server with no BulkService (an older stage server).
   Server plain(std::vector<grpc::Service*>{});
-  GrpcBulkPlacer placer(plain.connector(), {});
+  GrpcBulkPlacer placer(plain.connector(), {}, kKey);
   const float x = 3;
   auto placed = placer.Place({{&x, sizeof(x)}});
   EXPECT_EQ(placed.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -140,12 +144,14 @@ void Keep(void*) {}  // the test's frames are on its stack
 grpc::Status SendOneFrame(const std::string& address, const std::string& key,
                           grpc::ByteBuffer frame) {
   grpc::GenericStub stub(
-      wire::CreateBulkChannel(address, wire::TransportSecurity(), 0, key));
+      wire::CreateBulkChannel(address, wire::TransportSecurity(), 0));
   class Call final
       : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
    public:
-    Call(grpc::GenericStub& stub, grpc::ByteBuffer frame)
+    Call(grpc::GenericStub& stub, const std::string& key,
+         grpc::ByteBuffer frame)
         : frame_(std::move(frame)) {
+      wire::PresentDataKey(&context_, key);
       stub.PrepareBidiStreamingCall(&context_, "/petra.v1.BulkService/Push",
                                     grpc::StubOptions(), this);
       StartRead(&in_);
@@ -163,7 +169,7 @@ grpc::Status SendOneFrame(const std::string& address, const std::string& key,
     grpc::ByteBuffer frame_, in_;
     std::promise<grpc::Status> done_;
   };
-  Call call(stub, std::move(frame));
+  Call call(stub, key, std::move(frame));
   return call.Wait();
 }
 

@@ -12,7 +12,8 @@ namespace petra::link {
 
 absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
-    petra::v1::Transport wanted, BulkConnector connect, int cuda_device) {
+    petra::v1::Transport wanted, BulkConnector connect, int cuda_device,
+    std::string data_key) {
   switch (transport) {
     case petra::v1::TRANSPORT_UNSPECIFIED:
     case petra::v1::TRANSPORT_GRPC:
@@ -39,8 +40,8 @@ absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
             "transport grpc_bulk: this link has no way to reach its "
             "receiver's BulkService (it is for links between stages)");
       }
-      return std::make_unique<GrpcBulkPlacer>(std::move(connect),
-                                              std::move(keep_going));
+      return std::make_unique<GrpcBulkPlacer>(
+          std::move(connect), std::move(keep_going), std::move(data_key));
     default:
       return absl::UnimplementedError(absl::StrCat(
           "transport ", TransportName(transport), " has no data channel here"));

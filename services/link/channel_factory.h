@@ -22,12 +22,14 @@ class BulkReceiver;
 // the channel waits for room (the stream's health). `wanted` is what the
 // job asked for: with auto, a micro-batch the channel has no room for
 // (a small /dev/shm) travels in the message instead of failing the job.
-// `connect` reaches the receiver's BulkService (grpc_bulk only);
-// `cuda_device` is the sending stage's GPU (cuda_ipc's ring goes there).
+// `connect` reaches the receiver's BulkService and `data_key` is the
+// receiving stage's (grpc_bulk only); `cuda_device` is the sending stage's
+// GPU (cuda_ipc's ring goes there).
 absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
     petra::v1::Transport wanted = petra::v1::TRANSPORT_AUTO,
-    BulkConnector connect = nullptr, int cuda_device = -1);
+    BulkConnector connect = nullptr, int cuda_device = -1,
+    std::string data_key = "");
 
 // The receiving end of one incoming stream: reads whatever channel the
 // sender's messages name. `cuda_device`: the receiving stage's GPU, where

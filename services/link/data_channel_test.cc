@@ -38,8 +38,7 @@ class BulkServer {
   }
   BulkConnector connector() const {
     return [address = address_](int i) {
-      return wire::CreateBulkChannel(address, wire::TransportSecurity(), i,
-                                     "test-data-key");
+      return wire::CreateBulkChannel(address, wire::TransportSecurity(), i);
     };
   }
 
@@ -71,7 +70,8 @@ class DataChannel : public ::testing::TestWithParam<petra::v1::Transport> {
     } else {
       auto placer = MakePlacer(
           GetParam(), [] { return absl::OkStatus(); },
-          petra::v1::TRANSPORT_AUTO, BulkServer::Get().connector());
+          petra::v1::TRANSPORT_AUTO, BulkServer::Get().connector(),
+          /*cuda_device=*/-1, "test-data-key");
       ASSERT_TRUE(placer.ok()) << placer.status();
       placer_ = std::move(*placer);
     }

@@ -14,14 +14,13 @@ absl::StatusOr<std::unique_ptr<PayloadLink<Payload, Message>>> OpenLink(
     std::function<absl::Status()> health) {
   BulkConnector connect;
   if (!route.address.empty()) {
-    connect = [address = route.address, security = route.security,
-               key = route.data_key](int i) {
-      return wire::CreateBulkChannel(address, security, i, key);
+    connect = [address = route.address, security = route.security](int i) {
+      return wire::CreateBulkChannel(address, security, i);
     };
   }
   absl::StatusOr<std::unique_ptr<PayloadPlacer>> channel =
       MakePlacer(route.transport, std::move(health), route.wanted,
-                 std::move(connect), route.cuda_device);
+                 std::move(connect), route.cuda_device, route.data_key);
   if (!channel.ok()) return channel.status();
   return std::make_unique<PayloadLink<Payload, Message>>(
       std::move(send), std::move(*channel), wire::kTensorChunkBytes);

@@ -117,12 +117,8 @@ bool CallCarriesToken(const grpc::ServerContextBase& context,
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 BearerTokenInterceptor(const std::string& token) {
-  return HeaderInterceptor(kAuthorization, absl::StrCat(kBearerPrefix, token));
-}
-
-std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
-HeaderInterceptor(const std::string& name, const std::string& value) {
-  return std::make_unique<HeaderInterceptorFactory>(name, value);
+  return std::make_unique<HeaderInterceptorFactory>(
+      kAuthorization, absl::StrCat(kBearerPrefix, token));
 }
 
 }  // namespace petra::wire

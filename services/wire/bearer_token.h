@@ -52,9 +52,4 @@ bool CallCarriesToken(const grpc::ServerContextBase& context,
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 BearerTokenInterceptor(const std::string& token);
 
-// Adds the header `name: value` to every call of a channel. An interceptor
-// rather than call credentials: gRPC sends call credentials over TLS only.
-std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
-HeaderInterceptor(const std::string& name, const std::string& value);
-
 }  // namespace petra::wire

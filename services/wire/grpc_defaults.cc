@@ -15,7 +15,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/wire/bearer_token.h"
-#include "services/wire/data_key.h"
 
 namespace petra::wire {
 namespace {
@@ -99,20 +98,17 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
 }
 
 std::shared_ptr<grpc::Channel> CreateBulkChannel(
-    const std::string& address, const TransportSecurity& security, int index,
-    const std::string& data_key) {
+    const std::string& address, const TransportSecurity& security, int index) {
   grpc::ChannelArguments args = ClientChannelArguments();
   // Subchannels (connections) are shared between channels whose arguments
   // are equal: a distinct argument per index and a pool of the channel's
   // own keep them apart.
   args.SetInt("petra.bulk_connection", index);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  std::vector<
-      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
-      interceptors;
-  interceptors.push_back(HeaderInterceptor(kDataKeyHeader, data_key));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, MakeChannelCredentials(security), args, std::move(interceptors));
+  // The data key goes on each call's context, not through an interceptor:
+  // with one, a frame of a cancelled call was now and then never released.
+  return grpc::CreateCustomChannel(address, MakeChannelCredentials(security),
+                                   args);
 }
 
 namespace {

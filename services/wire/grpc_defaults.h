@@ -55,11 +55,9 @@ std::shared_ptr<grpc::Channel> CreateChannel(
     const std::string& bearer_token = "");
 // Connection `index` of a bulk data channel to `address`: channels with
 // different indexes never share a connection (one HTTP/2 connection is the
-// limit a bulk channel stripes past). Every call presents `data_key`, the
-// receiving stage's (wire/data_key.h).
+// limit a bulk channel stripes past).
 std::shared_ptr<grpc::Channel> CreateBulkChannel(
-    const std::string& address, const TransportSecurity& security, int index,
-    const std::string& data_key);
+    const std::string& address, const TransportSecurity& security, int index);
 
 // Builds and starts a server on `listen` (host:port, port 0 = ephemeral)
 // with the defaults above and the given services, over `security`.
