@@ -24,7 +24,6 @@
 #include <future>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -34,6 +33,7 @@
 #include "petra/v1/membership.pb.h"
 #include "petra/v1/stage.pb.h"
 #include "services/base/event_log.h"
+#include "services/base/paths.h"
 #include "services/base/secret_key.h"
 #include "services/wire/data_key.h"
 #include "stage_server/stage_server.h"
@@ -212,8 +212,7 @@ class Servers {
   void Stop() {
     coordinator_server_->GracefulStop();
     stage_server_->GracefulStop();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
+    base::RemoveTree(dir_).IgnoreError();
   }
 
   // Both answer; the stage server is let go of any job the input gave it.
