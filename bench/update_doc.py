@@ -20,7 +20,7 @@ SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "transformer_recipe", "staleness",
             "threads", "partition", "probe", "transport", "precision",
             "replicas", "replicas_accuracy", "replicas_plan", "language_model",
-            "concurrent",
+            "concurrent", "micro_batch_cost",
             "compare",
             "main_job", "gpu"]
 

@@ -509,3 +509,16 @@ section_language_model() {
   run $PY bench/language_model.py --petra "$BIN/petra" "${args[@]}" \
     --json "$RESULTS/language_model.json"
 }
+
+section_micro_batch_cost() {
+  # Issue 67: the fixed cost of a micro-batch, in process and on the fleet,
+  # from the same optimizer steps fed as micro-batches of 1 to 32.
+  local args=()
+  if ((smoke)); then args=(--smoke); fi
+  echo "## The fixed cost of a micro-batch: micro-batches of 1 to 32 at the same steps"
+  echo
+  machine
+  echo
+  run $PY bench/micro_batch_cost.py --petra "$BIN/petra" "${args[@]}" \
+    --json "$RESULTS/micro_batch_cost.json"
+}

@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""What a micro-batch costs beyond its arithmetic (issue 67): the same
+optimizer steps of 32 samples, fed as micro-batches of 1, 2, 4, 8, 16 and
+32 (k = 32 / micro-batch accumulated), on 2 stages, in process and on the
+fleet (stage servers on loopback, shared memory between them), for the
+small RevLM of the language-model section and RevNet18 on Fashion-MNIST.
+
+Each run is `petra train --report`; its training rate gives the time one
+micro-batch takes a stage, t(b) = b / (samples per second). A least-squares
+line t(b) = c0 + c1 b through the six points splits it into the fixed cost
+of a micro-batch, c0 (messages, encoding, allocations, queue hand-offs,
+optimizer bookkeeping, per-op dispatch: everything that does not grow with
+its samples), and the cost of a sample, c1. Prints one Markdown table per
+network: each row's rate, its ratio to micro-batch 32's (issue 67's goals:
+0.8 at 1, 0.9 at 2) and its final metric, then c0 and c1 per runner.
+"""
+
+import argparse
+import json
+import sys
+
+from bench_common import add_petra_arg, check_petra, main_guard, train_report
+
+MICRO_BATCHES = [1, 2, 4, 8, 16, 32]
+SAMPLES_PER_STEP = 32
+RUNNERS = ["in-process", "fleet"]
+# (name, flags, samples a "sample" counts: tokens per sequence for a
+# language model, whose rate petra reports in tokens).
+NETWORKS = {
+    "revlm": (["--arch", "revlm", "--embed-dim", "64", "--depth", "4",
+               "--heads", "4", "--seq-len", "64"], 64),
+    "revnet18": (["--arch", "revnet18", "--width", "0.25", "--dataset",
+                  "fashion_mnist"], 1),
+}
+SMOKE = {
+    "revlm": (["--arch", "revlm", "--embed-dim", "16", "--depth", "2",
+               "--heads", "2", "--seq-len", "16"], 16),
+    "revnet18": (["--arch", "revnet18", "--width", "0.125", "--dataset",
+                  "synthetic"], 1),
+}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_petra_arg(p)
+    p.add_argument("--networks", default="revlm,revnet18",
+                   help="comma-separated: revlm, revnet18 (default both)")
+    p.add_argument("--runners", default=",".join(RUNNERS),
+                   help="comma-separated: in-process, fleet (default both)")
+    p.add_argument("--train-limit", type=int, default=5120,
+                   help="training samples (sequences for revlm) of the one "
+                        "epoch each run trains (default 5120: 160 steps)")
+    p.add_argument("--seed", default="1")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds-long: tiny models, 256 samples, micro-"
+                        "batches 1, 4 and 32")
+    p.add_argument("--timeout", type=int, default=3600)
+    p.add_argument("--json", help="write every run's report to this file")
+    a = p.parse_args(argv)
+    check_petra(p, a.petra)
+    a.networks = [n for n in a.networks.split(",") if n]
+    a.runners = [r for r in a.runners.split(",") if r]
+    for n in a.networks:
+        if n not in NETWORKS:
+            p.error(f"--networks: unknown network {n!r} (revlm, revnet18)")
+    for r in a.runners:
+        if r not in RUNNERS:
+            p.error(f"--runners: unknown runner {r!r} (in-process, fleet)")
+    if a.train_limit < SAMPLES_PER_STEP:
+        p.error(f"--train-limit must be at least {SAMPLES_PER_STEP}")
+    return a
+
+
+def fit(points):
+    """Least squares t = c0 + c1 b through (b, t); (c0, c1)."""
+    n = len(points)
+    if n < 2:
+        return float("nan"), float("nan")
+    mb = sum(b for b, _ in points) / n
+    mt = sum(t for _, t in points) / n
+    var = sum((b - mb) ** 2 for b, _ in points)
+    c1 = sum((b - mb) * (t - mt) for b, t in points) / var if var else 0.0
+    return mt - c1 * mb, c1
+
+
+def main(argv):
+    a = parse_args(argv)
+    networks = SMOKE if a.smoke else NETWORKS
+    micro_batches = [1, 4, 32] if a.smoke else MICRO_BATCHES
+    limit = 256 if a.smoke else a.train_limit
+    reports = {}
+    print("Command of each row: `petra train --quiet --stages 2 --epochs 1 "
+          f"--train-limit {limit} --test-limit 256 --seed {a.seed} "
+          "--threads-per-stage 1 --runner RUNNER --micro-batch B "
+          f"--accumulation {SAMPLES_PER_STEP}/B MODEL` (MODEL per network "
+          "below): the same optimizer steps of "
+          f"{SAMPLES_PER_STEP} samples in every row.\n")
+    for name in a.networks:
+        model, per_sample = networks[name]
+        unit = "tokens/s" if per_sample > 1 else "samples/s"
+        metric = "bits/byte" if per_sample > 1 else "test accuracy"
+        print(f"### {name}\n\nMODEL: `{' '.join(model)}`\n")
+        print(f"| runner | micro-batch | k | {unit} | of micro-batch "
+              f"{max(micro_batches)}'s | ms a micro-batch | {metric} |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        fits = []
+        for runner in a.runners:
+            points, rates = [], {}
+            for b in micro_batches:
+                print(f"micro_batch_cost: {name}, {runner}, micro-batch {b}"
+                      " ...", file=sys.stderr, flush=True)
+                flags = model + [
+                    "--stages", "2", "--epochs", "1", "--train-limit",
+                    str(limit), "--test-limit", "256", "--seed", a.seed,
+                    "--threads-per-stage", "1", "--runner", runner,
+                    "--micro-batch", str(b), "--accumulation",
+                    str(SAMPLES_PER_STEP // b)]
+                r = train_report(a.petra, flags, a.timeout)
+                reports[f"{name} {runner} {b}"] = r
+                rate = r["samples_per_second"]
+                rates[b] = rate
+                # Seconds a micro-batch of b samples takes (a stage's tick).
+                t = b * per_sample / rate if rate > 0 else float("nan")
+                points.append((b, t))
+            top = rates[max(micro_batches)]
+            for (b, t) in points:
+                r = reports[f"{name} {runner} {b}"]
+                value = (r.get("bits_per_byte") if per_sample > 1
+                         else r.get("test_accuracy"))
+                shown = (f"{value:.3f}" if per_sample > 1
+                         else f"{100 * value:.2f}%")
+                print(f"| {runner} | {b} | {SAMPLES_PER_STEP // b} | "
+                      f"{rates[b]:,.0f} | {rates[b] / top:.2f} | "
+                      f"{1000 * t:.3f} | {shown} |")
+            fits.append((runner, fit(points)))
+        print("\nThe line t(b) = c0 + c1 b through each runner's points: "
+              "c0 the fixed cost of a micro-batch, c1 a sample's.\n")
+        print("| runner | fixed cost a micro-batch (c0) | a sample (c1) | "
+              "c0 against micro-batch 1's whole time |")
+        print("|---|---:|---:|---:|")
+        for runner, (c0, c1) in fits:
+            print(f"| {runner} | {1000 * c0:.3f} ms | {1000 * c1:.4f} ms | "
+                  f"{c0 / (c0 + c1):.0%} |")
+        print()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(reports, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    main_guard("micro_batch_cost", main)
