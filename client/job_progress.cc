@@ -171,9 +171,8 @@ absl::StatusOr<petra::v1::Job> FollowJob(
     request.set_job_id(id);
     auto reader = stub.WatchJob(&context, request);
     JobEvent event;
-    bool heard = false;
     while (reader->Read(&event)) {
-      if (!heard && lost_since) {
+      if (lost_since) {
         say(absl::StrCat(
             "coordinator reachable again after ",
             Duration(std::chrono::duration<double>(Clock::now() - *lost_since)
@@ -182,7 +181,7 @@ absl::StatusOr<petra::v1::Job> FollowJob(
         lost_since.reset();
         backoff = std::chrono::milliseconds(500);
       }
-      heard = ever_heard = true;
+      ever_heard = true;
       printer.OnEvent(event);
       last = event.job();
     }

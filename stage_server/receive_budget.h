@@ -15,8 +15,9 @@
 
 namespace petra::stage_server {
 
-inline constexpr uint64_t kDefaultMaxStreamBytes = uint64_t{4} << 30;
-inline constexpr uint64_t kDefaultMaxReceiveBytes = uint64_t{16} << 30;
+// The stage server's --max-stream-bytes and --max-receive-bytes defaults.
+inline constexpr int64_t kDefaultMaxStreamBytes = int64_t{4} << 30;
+inline constexpr int64_t kDefaultMaxReceiveBytes = int64_t{16} << 30;
 
 class ReceiveBudget {
  public:

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "services/metrics/web_config.h"
 #include "services/wire/transport_security.h"
+#include "stage_server/receive_budget.h"
 
 namespace grpc {
 class Server;
@@ -27,7 +28,6 @@ class FleetRegistration;
 class StageServiceImpl;
 class StageHost;
 class StageMetrics;
-class ReceiveBudget;
 
 class StageServer {
  public:
@@ -49,8 +49,8 @@ class StageServer {
     // What the data streams may hold of micro-batches not yet whole: one
     // stream, and all of them (and the bulk channel's inbox) together
     // (receive_budget.h).
-    int64_t max_stream_bytes = 4LL << 30;
-    int64_t max_receive_bytes = 16LL << 30;
+    int64_t max_stream_bytes = kDefaultMaxStreamBytes;
+    int64_t max_receive_bytes = kDefaultMaxReceiveBytes;
     // Where checkpoints are written; created when missing.
     std::string state_dir = "/var/lib/petra/stage";
     // On SIGTERM, how long passes already started may take to finish.

@@ -40,7 +40,7 @@ StageHost::Done FinishLater(grpc::ServerUnaryReactor* reactor,
 // dropped. A stream whose data key the host does not admit ends
 // UNAUTHENTICATED: at once when it opens, or at the message where its key
 // stopped being the job's (a release); nothing of such a message is kept.
-template <typename In, typename Assembler, typename Deliver>
+template <typename In, typename Assembler>
 class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
  public:
   class Replies : public ReplySink {
@@ -108,15 +108,14 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
          over_ = false;
   };
 
-  // `cuda_device`: the stage's GPU, where cuda_ipc's tensors arrive (-1:
-  // the CPU). `admit` checks the stream's data key (`key`), when it opens
-  // and at every message.
-  StreamReactor(StageHost& host, std::string key, Deliver deliver,
-                ReceiveBudget& budget, bool backward)
+  // `key`: the data key the stream presented, which the host admits when
+  // the stream opens and at every message. cuda_ipc's tensors arrive on the
+  // stage's GPU.
+  StreamReactor(StageHost& host, std::string key, ReceiveBudget& budget,
+                bool backward)
       : host_(host),
         key_(std::move(key)),
         fetcher_(link::MakeFetcher(host.cuda_device())),
-        deliver_(std::move(deliver)),
         budget_(budget),
         metrics_(host.metrics()),
         backward_(backward),
@@ -161,7 +160,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
     if (!whole.ok()) {
       status = whole.status();
     } else if (whole->has_value()) {
-      status = deliver_(std::move(**whole), replies_);
+      status = host_.Deliver(std::move(**whole), replies_);
     }
     // A whole micro-batch (delivered or refused) or a refused part: the
     // assembler holds nothing of it now.
@@ -204,7 +203,6 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
   // assembler, which uses it).
   std::unique_ptr<link::PayloadFetcher> fetcher_;
   Assembler assembler_{wire::TensorLimits{}, fetcher_.get()};
-  Deliver deliver_;
   ReceiveBudget& budget_;
   // Bytes of the micro-batch being assembled, taken from budget_.
   uint64_t held_ = 0;
@@ -316,11 +314,8 @@ grpc::ServerUnaryReactor* StageServiceImpl::GetStatus(
 template <typename Message, typename Assembler>
 grpc::ServerBidiReactor<Message, StreamReply>* StageServiceImpl::Stream(
     grpc::CallbackServerContext* context, bool backward) {
-  auto deliver = [host = host_](auto p, std::shared_ptr<ReplySink> from) {
-    return host->Deliver(std::move(p), std::move(from));
-  };
-  return new StreamReactor<Message, Assembler, decltype(deliver)>(
-      *host_, wire::PresentedDataKey(*context), deliver, budget_, backward);
+  return new StreamReactor<Message, Assembler>(
+      *host_, wire::PresentedDataKey(*context), budget_, backward);
 }
 
 grpc::ServerBidiReactor<petra::v1::ForwardMessage, StreamReply>*

@@ -21,40 +21,36 @@ constexpr char kBearerPrefix[] = "Bearer ";
 // A token is a secret of some dozens of bytes; a big file is a wrong path.
 constexpr int64_t kMaxTokenFileBytes = 4096;
 
-// Adds one header to every call of its channel.
-class HeaderAdder : public grpc::experimental::Interceptor {
+class BearerInterceptor : public grpc::experimental::Interceptor {
  public:
-  HeaderAdder(const std::string* name, const std::string* value)
-      : name_(name), value_(value) {}
+  explicit BearerInterceptor(const std::string* header) : header_(header) {}
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace(*name_, *value_);
+      methods->GetSendInitialMetadata()->emplace(kAuthorization, *header_);
     }
     methods->Proceed();
   }
 
  private:
-  const std::string* name_;
-  const std::string* value_;
+  const std::string* header_;
 };
 
-class HeaderInterceptorFactory
+class BearerInterceptorFactory
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  HeaderInterceptorFactory(std::string name, std::string value)
-      : name_(std::move(name)), value_(std::move(value)) {}
+  explicit BearerInterceptorFactory(const std::string& token)
+      : header_(absl::StrCat(kBearerPrefix, token)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
-    return new HeaderAdder(&name_, &value_);
+    return new BearerInterceptor(&header_);
   }
 
  private:
-  // Outlive every interceptor: the channel owns the factory.
-  const std::string name_;
-  const std::string value_;
+  // Outlives every interceptor: the channel owns the factory.
+  const std::string header_;
 };
 
 }  // namespace
@@ -117,8 +113,7 @@ bool CallCarriesToken(const grpc::ServerContextBase& context,
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 BearerTokenInterceptor(const std::string& token) {
-  return std::make_unique<HeaderInterceptorFactory>(
-      kAuthorization, absl::StrCat(kBearerPrefix, token));
+  return std::make_unique<BearerInterceptorFactory>(token);
 }
 
 }  // namespace petra::wire

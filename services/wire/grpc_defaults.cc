@@ -51,7 +51,8 @@ void ApplyServerDefaults(grpc::ServerBuilder& builder) {
     builder.AddChannelArgument(name, value);
   }
   // A request's headers (the bearer token, the data key) are well under
-  // 1 KiB: a caller's larger ones are refused before they cost memory.
+  // 1 KiB: a caller's larger ones are refused (gRPC 1.51 still reads them
+  // whole first; docs/RELIABILITY.md, "Hostile input", has what that costs).
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   // Accept the clients' pings at the keepalive rate above.
   builder.AddChannelArgument(
@@ -105,8 +106,6 @@ std::shared_ptr<grpc::Channel> CreateBulkChannel(
   // own keep them apart.
   args.SetInt("petra.bulk_connection", index);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  // The data key goes on each call's context, not through an interceptor:
-  // with one, a frame of a cancelled call was now and then never released.
   return grpc::CreateCustomChannel(address, MakeChannelCredentials(security),
                                    args);
 }

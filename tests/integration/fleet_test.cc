@@ -416,6 +416,17 @@ TEST_F(FleetProcesses, ClientCommandsRefuseBadInputClearly) {
   r = Petra({"submit", "--epochs", "0"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("training.epochs = 0"));
+  // Refused before anything is submitted or followed.
+  for (const char* command : {"watch", "submit"}) {
+    std::vector<std::string> args = {command, "--reconnect-timeout", "-1"};
+    if (std::string(command) == "watch") args.push_back("job-1");
+    r = Petra(args);
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_THAT(r.err, HasSubstr("flag --reconnect-timeout: -1 is not in "
+                                 "[0, 604800]"))
+        << command;
+  }
+  EXPECT_EQ(Petra({"list"}).out.find("job-"), std::string::npos);
   r = RunToExit(kPetra, {"status", "--coordinator", "nohost", "job-1"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--coordinator"));
