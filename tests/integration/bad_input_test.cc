@@ -293,6 +293,37 @@ TEST_F(BadInput, AssignRangesOutsideTheNetworkAreRefusedAndTheServerStaysUp) {
   ASSERT_TRUE(Assign(Assignment("job-7", 0, 1)).ok());
 }
 
+// The data keys an Assign brings: the stage's own and its neighbours',
+// each in the form the coordinator draws, none for a neighbour it lacks.
+TEST_F(BadInput, AssignDataKeysOfTheWrongFormAreRefused) {
+  struct Case {
+    const char* name;
+    petra::v1::AssignRequest request;
+    const char* says;
+  };
+  std::vector<Case> cases;
+  petra::v1::AssignRequest a = Assignment("job-7", 0, 2);
+  a.clear_data_key();
+  cases.push_back({"no key", a, "data_key must be 64 lowercase hex digits"});
+  a = Assignment("job-7", 0, 2);
+  a.set_data_key(std::string(64, 'Z'));
+  cases.push_back({"not hex", a, "data_key must be 64 lowercase hex digits"});
+  a = Assignment("job-7", 0, 2);
+  a.clear_next_data_key();
+  cases.push_back({"no key for the next stage", a,
+                   "next_data_key must be 64 lowercase hex digits"});
+  a = Assignment("job-7", 0, 2);
+  a.set_previous_data_key(kTestDataKey);
+  cases.push_back({"a key for a neighbour stage 0 lacks", a,
+                   "previous_data_key must be empty"});
+  for (const Case& c : cases) {
+    grpc::Status s = Assign(c.request);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name;
+    EXPECT_THAT(s.error_message(), HasSubstr(c.says)) << c.name;
+  }
+  EXPECT_EQ(Status().state(), petra::v1::StageStatus::STATE_IDLE);
+}
+
 TEST_F(BadInput, OutOfOrderWrongSenderAndFloodingMessagesAreRefused) {
   // Stage 0 of 2, training 100 micro-batches: gradients come from stage 1;
   // 2 x 2 = 4 credits per stream.
