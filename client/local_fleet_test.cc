@@ -362,6 +362,19 @@ TEST(LocalFleet, PredictedWeightsAndSpikeCompensationMatchTheInProcessRunner) {
   ExpectSameRun(s);
 }
 
+// The delay corrections of issue 67 travel in the spec too: NAdamW's
+// look-ahead (Ajanthan et al. 2025), DC-ASGD's gradient correction and
+// PipeMare's discrepancy correction, with their state (the weights' drift,
+// the mean square) kept per stage server as in process.
+TEST(LocalFleet, DelayCorrectionsMatchTheInProcessRunner) {
+  petra::v1::JobSpec s = SmallJob(petra::v1::TRAINING_MODE_PETRA);
+  UseRevLM(s);
+  s.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_NADAMW);
+  s.mutable_training()->set_delay_compensation(0.5);
+  s.mutable_training()->set_discrepancy_correction(true);
+  ExpectSameRun(s);
+}
+
 // A transformer through the same fleet, streams, export and all: nothing in
 // them knows the blocks are RevViT's (16 tokens of 16, 4 blocks). It trains
 // with AdamW (the transformer recipe), whose state each stage server keeps

@@ -27,19 +27,27 @@ std::pair<double, double> SpikeCoefficients(double m, bool nesterov, double d) {
 
 GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
                                          const petra::v1::JobSpec& resolved,
-                                         LrSchedule schedule,
-                                         double compensated_delay,
+                                         LrSchedule schedule, double delay,
                                          std::vector<bool> decays)
     : params_(std::move(params)),
       schedule_(std::move(schedule)),
       accumulation_(static_cast<int>(resolved.training().accumulation_steps())),
-      compensated_(compensated_delay > 0),
+      kind_(resolved.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
+                    resolved.optimizer().kind() ==
+                        petra::v1::OptimizerSpec::KIND_NADAMW
+                ? resolved.optimizer().kind()
+                : petra::v1::OptimizerSpec::KIND_SGD),
+      delay_(delay),
+      compensated_(delay > 0 && resolved.training().spike_compensation()),
       spike_(SpikeCoefficients(resolved.optimizer().momentum(),
                                resolved.optimizer().nesterov(),
-                               compensated_delay)),
-      adamw_(resolved.optimizer().kind() ==
-             petra::v1::OptimizerSpec::KIND_ADAMW),
-      clip_norm_(resolved.optimizer().clip_grad_norm()) {
+                               compensated_ ? delay : 0.0)),
+      clip_norm_(resolved.optimizer().clip_grad_norm()),
+      momentum_decay_(resolved.optimizer().momentum_decay()),
+      dc_lambda_(delay > 0 ? resolved.training().delay_compensation() : 0.0),
+      discrepancy_(delay > 0 && resolved.training().discrepancy_correction()),
+      drift_decay_(resolved.training().weight_drift_decay()),
+      tracks_drift_(dc_lambda_ > 0 || discrepancy_) {
   // Weight decay only where the caller says (or, without a say, on the
   // tensors of more than one dimension: convolution and linear weights).
   std::vector<torch::Tensor> decay, no_decay;
@@ -54,7 +62,7 @@ GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
   std::vector<torch::optim::OptimizerParamGroup> groups;
   auto add_group = [&](const std::vector<torch::Tensor>& ps, double wd) {
     if (ps.empty()) return;
-    if (adamw_) {
+    if (adam_moments()) {
       groups.emplace_back(ps, std::make_unique<torch::optim::AdamWOptions>(
                                   torch::optim::AdamWOptions(o.learning_rate())
                                       .betas({o.beta1(), o.beta2()})
@@ -71,7 +79,7 @@ GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
   add_group(decay, o.weight_decay());
   add_group(no_decay, 0.0);
   if (groups.empty()) return;
-  if (adamw_) {
+  if (adam_moments()) {
     optimizer_ = std::make_unique<torch::optim::AdamW>(
         groups, torch::optim::AdamWOptions(o.learning_rate()));
   } else {
@@ -137,6 +145,7 @@ void GradientAccumulator::FinishBackward(
     }
     const double lr = schedule_.At(steps_);
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    if (dc_lambda_ > 0) CompensateDelay();
     if (clip_norm_ > 0) {
       std::vector<torch::Tensor> with_grad;
       for (const torch::Tensor& p : params_) {
@@ -149,12 +158,27 @@ void GradientAccumulator::FinishBackward(
       }
     }
     if (before_step) before_step();
+    // The weights before the step, for delta (WeightDrift).
+    std::vector<torch::Tensor> old;
+    if (tracks_drift_) {
+      for (const torch::Tensor& p : params_) old.push_back(p.detach().clone());
+    }
     if (compensated_) {
       CompensatedStep(lr);
+    } else if (kind_ == petra::v1::OptimizerSpec::KIND_NADAMW) {
+      NAdamStep(lr);
     } else {
       optimizer_->step();
     }
     optimizer_->zero_grad();
+    if (tracks_drift_) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        torch::Tensor& d = drift_[params_[i].unsafeGetTensorImpl()];
+        if (!d.defined()) d = torch::zeros_like(params_[i]);
+        d.mul_(drift_decay_).add_(params_[i] - old[i], 1 - drift_decay_);
+      }
+    }
   }
   ++steps_;
 }
@@ -182,11 +206,94 @@ void GradientAccumulator::CompensatedStep(double lr) {
   }
 }
 
+void GradientAccumulator::NAdamStep(double lr) {
+  torch::NoGradGuard no_grad;
+  for (auto& group : optimizer_->param_groups()) {
+    const auto& o =
+        static_cast<const torch::optim::AdamWOptions&>(group.options());
+    const auto [beta1, beta2] = o.betas();
+    for (torch::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const torch::Tensor& g = p.grad();
+      auto& slot = optimizer_->state()[OptimizerStateKey(*optimizer_, p)];
+      if (slot == nullptr) {
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(0);
+        s->exp_avg(torch::zeros_like(p));
+        s->exp_avg_sq(torch::zeros_like(p));
+        slot = std::move(s);
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+      const int64_t t = s.step() + 1;
+      s.step(t);
+      if (o.weight_decay() != 0) p.mul_(1 - lr * o.weight_decay());
+      const double bias2 = 1 - std::pow(beta2, static_cast<double>(t));
+      const double mu =
+          beta1 * (1 - 0.5 * std::pow(0.96, static_cast<double>(t) *
+                                                momentum_decay_));
+      const double mu_next =
+          beta1 * (1 - 0.5 * std::pow(0.96, static_cast<double>(t + 1) *
+                                                momentum_decay_));
+      const double mu_product = MuProduct(t);
+      s.exp_avg().lerp_(g, 1 - beta1);
+      s.exp_avg_sq().mul_(beta2).addcmul_(g, g, 1 - beta2);
+      const torch::Tensor denom = (s.exp_avg_sq() / bias2).sqrt().add_(o.eps());
+      p.addcdiv_(g, denom, -lr * (1 - mu) / (1 - mu_product));
+      p.addcdiv_(s.exp_avg(), denom,
+                 -lr * mu_next / (1 - mu_product * mu_next));
+    }
+  }
+}
+
+double GradientAccumulator::MuProduct(int64_t t) {
+  const auto& o = static_cast<const torch::optim::AdamWOptions&>(
+      optimizer_->param_groups().front().options());
+  const double beta1 = std::get<0>(o.betas());
+  while (static_cast<int64_t>(mu_products_.size()) <= t) {
+    const double i = static_cast<double>(mu_products_.size());
+    mu_products_.push_back(mu_products_.back() * beta1 *
+                           (1 - 0.5 * std::pow(0.96, i * momentum_decay_)));
+  }
+  return mu_products_[t];
+}
+
+void GradientAccumulator::CompensateDelay() {
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& p : params_) {
+    if (!p.grad().defined()) continue;
+    torch::Tensor g = p.grad();
+    torch::Tensor& ms = mean_square_[p.unsafeGetTensorImpl()];
+    if (!ms.defined()) ms = torch::zeros_like(p);
+    ms.mul_(kMeanSquareDecay).addcmul_(g, g, 1 - kMeanSquareDecay);
+    const torch::Tensor drift = WeightDrift(p, delay_);
+    if (!drift.defined()) continue;
+    // lambda_t = lambda_0 / sqrt(MeanSquare); the 1e-12 keeps a parameter
+    // whose gradients were all 0 so far at 0.
+    g.add_(g * g * drift / (ms.sqrt() + 1e-12), dc_lambda_);
+  }
+}
+
+torch::Tensor GradientAccumulator::WeightDrift(const torch::Tensor& param,
+                                               double steps) const {
+  auto it = drift_.find(param.unsafeGetTensorImpl());
+  if (it == drift_.end()) return {};
+  return it->second * steps;
+}
+
 const std::vector<std::string>& GradientAccumulator::StateFields() const {
   static const auto* sgd = new std::vector<std::string>{"momentum_buffer"};
   static const auto* adamw =
       new std::vector<std::string>{"exp_avg", "exp_avg_sq", "step"};
-  return adamw_ ? *adamw : *sgd;
+  static const auto* nadamw = new std::vector<std::string>{
+      "exp_avg", "exp_avg_sq", "step", "mu_product"};
+  switch (kind_) {
+    case petra::v1::OptimizerSpec::KIND_ADAMW:
+      return *adamw;
+    case petra::v1::OptimizerSpec::KIND_NADAMW:
+      return *nadamw;
+    default:
+      return *sgd;
+  }
 }
 
 const torch::optim::OptimizerParamState* GradientAccumulator::FindState(
@@ -205,11 +312,14 @@ int64_t GradientAccumulator::state_bytes() const {
       n += t.numel() * t.element_size();
     }
   }
+  for (const auto* m : {&drift_, &mean_square_}) {
+    for (const auto& [key, t] : *m) n += t.numel() * t.element_size();
+  }
   return n;
 }
 
 torch::Tensor GradientAccumulator::Momentum(const torch::Tensor& p) const {
-  if (adamw_) return {};
+  if (adam_moments()) return {};
   const auto* s = FindState(p);
   if (s == nullptr) return {};
   return static_cast<const torch::optim::SGDParamState&>(*s).momentum_buffer();
@@ -217,7 +327,7 @@ torch::Tensor GradientAccumulator::Momentum(const torch::Tensor& p) const {
 
 void GradientAccumulator::SetMomentum(const torch::Tensor& p,
                                       const torch::Tensor& buffer) {
-  if (optimizer_ == nullptr || adamw_) return;
+  if (optimizer_ == nullptr || adam_moments()) return;
   auto s = std::make_unique<torch::optim::SGDParamState>();
   s->momentum_buffer(buffer);
   optimizer_->state()[OptimizerStateKey(*optimizer_, p)] = std::move(s);
@@ -230,6 +340,15 @@ void GradientAccumulator::AppendState(const std::string& name,
   if (pending_ > 0 && p.grad().defined()) {
     out.emplace_back("grad." + name, p.grad());
   }
+  for (const auto& [field, m] :
+       {std::pair<const char*, const std::map<const void*, torch::Tensor>*>{
+            "drift", &drift_},
+        {"mean_square", &mean_square_}}) {
+    auto it = m->find(p.unsafeGetTensorImpl());
+    if (it != m->end()) {
+      out.emplace_back("delay." + name + "." + field, it->second);
+    }
+  }
   const std::vector<torch::Tensor> tensors = StateTensors(p);
   if (tensors.empty()) return;
   const std::string prefix = "optimizer." + name + ".";
@@ -237,12 +356,19 @@ void GradientAccumulator::AppendState(const std::string& name,
   for (size_t i = 0; i < tensors.size(); ++i) {
     out.emplace_back(prefix + fields[i], tensors[i]);
   }
-  if (adamw_) {
+  if (adam_moments()) {
     const auto& s =
         static_cast<const torch::optim::AdamWParamState&>(*FindState(p));
     out.emplace_back(
         prefix + "step",
         torch::tensor(static_cast<int64_t>(s.step()), torch::kInt64));
+    if (kind_ == petra::v1::OptimizerSpec::KIND_NADAMW) {
+      // torch.optim.NAdam's own field; here it follows from the step count.
+      out.emplace_back(prefix + "mu_product",
+                       torch::tensor(const_cast<GradientAccumulator*>(this)
+                                         ->MuProduct(s.step()),
+                                     torch::kFloat64));
+    }
   }
 }
 
@@ -250,7 +376,7 @@ std::vector<torch::Tensor> GradientAccumulator::StateTensors(
     const torch::Tensor& p) const {
   const auto* state = FindState(p);
   if (state == nullptr) return {};
-  if (adamw_) {
+  if (adam_moments()) {
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
     return {s.exp_avg(), s.exp_avg_sq()};
   }
@@ -271,6 +397,21 @@ absl::Status GradientAccumulator::LoadState(
     torch::Tensor q = p;
     q.mutable_grad() = copy(it->second);
   }
+  for (const auto& [field, m] :
+       {std::pair<const char*, std::map<const void*, torch::Tensor>*>{
+            "drift", &drift_},
+        {"mean_square", &mean_square_}}) {
+    auto it = state.find("delay." + name + "." + field);
+    if (it == state.end()) continue;
+    if (it->second.sizes() != p.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint: tensor \"delay.", name, ".", field, "\" has shape ",
+          c10::str(it->second.sizes()), ", the parameter ",
+          c10::str(p.sizes())));
+    }
+    // Kept only where this job's corrections read it.
+    if (tracks_drift_) (*m)[p.unsafeGetTensorImpl()] = copy(it->second);
+  }
   const std::string prefix = "optimizer." + name + ".";
   std::map<std::string, torch::Tensor> fields;
   std::vector<std::string> missing;
@@ -280,7 +421,7 @@ absl::Status GradientAccumulator::LoadState(
       missing.push_back(field);
       continue;
     }
-    const bool scalar = field == "step";
+    const bool scalar = field == "step" || field == "mu_product";
     if (scalar ? it->second.numel() != 1 : it->second.sizes() != p.sizes()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint: tensor \"", prefix, field, "\" has shape ",
@@ -298,10 +439,20 @@ absl::Status GradientAccumulator::LoadState(
             absl::StrCat("checkpoint: \"", prefix, other,
                          "\" is another optimizer's "
                          "state; this job's optimizer is ",
-                         adamw_ ? "adamw" : "sgd"));
+                         kind_ == petra::v1::OptimizerSpec::KIND_SGD ? "sgd"
+                         : kind_ == petra::v1::OptimizerSpec::KIND_ADAMW
+                             ? "adamw"
+                             : "nadamw"));
       }
     }
     return absl::OkStatus();
+  }
+  if (kind_ == petra::v1::OptimizerSpec::KIND_ADAMW &&
+      state.count(prefix + "mu_product") > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint: \"", prefix,
+        "mu_product\" is another optimizer's state (nadamw); this job's "
+        "optimizer is adamw"));
   }
   if (!missing.empty()) {
     return absl::InvalidArgumentError(
@@ -309,7 +460,7 @@ absl::Status GradientAccumulator::LoadState(
                      "\" is missing beside the rest of the optimizer state"));
   }
   if (optimizer_ == nullptr) return absl::OkStatus();
-  if (adamw_) {
+  if (adam_moments()) {
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     s->exp_avg(copy(fields["exp_avg"]));
     s->exp_avg_sq(copy(fields["exp_avg_sq"]));
@@ -324,7 +475,7 @@ absl::Status GradientAccumulator::LoadState(
 torch::Tensor GradientAccumulator::PredictedChange(const torch::Tensor& param,
                                                    double steps) const {
   const double lr = schedule_.At(steps_);
-  if (!adamw_) {
+  if (!adam_moments()) {
     const torch::Tensor v = Momentum(param);
     if (!v.defined()) return {};
     return v * (-steps * lr);

@@ -1,8 +1,9 @@
 // A stage's parameter update: gradients of k micro-batches averaged,
-// optionally clipped to a norm, then one optimizer step (SGD with Nesterov
-// momentum, or AdamW; weight decay on convolution and linear weights only)
-// at the schedule's learning rate. Every backward program adds its gradients
-// here, whatever way it computed them.
+// optionally corrected for their delay and clipped to a norm, then one
+// optimizer step (SGD with Nesterov momentum, AdamW or NAdamW; weight decay
+// on convolution and linear weights only) at the schedule's learning rate.
+// Every backward program adds its gradients here, whatever way it computed
+// them.
 #pragma once
 
 #include <torch/torch.h>
@@ -26,15 +27,17 @@ class GradientAccumulator {
  public:
   using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 
-  // `params`: the stage's parameters, in block order. `compensated_delay`:
-  // the delay D, in optimizer steps, whose missed momentum steps each step
-  // applies at once (training.spike_compensation; SGD only); 0 = plain
-  // steps. `decays`: which parameters take weight decay, one flag each
-  // (model::TakesWeightDecay); empty: those of more than one dimension.
+  // `params`: the stage's parameters, in block order. `delay`: D, how many
+  // optimizer steps late the stage's gradients arrive (0: none, or not
+  // delayed), which the spec's corrections act across: spike_compensation
+  // (the missed momentum steps applied at once; SGD only),
+  // delay_compensation and discrepancy_correction (through the weights'
+  // drift, WeightDrift). `decays`: which parameters take weight decay, one
+  // flag each (model::TakesWeightDecay); empty: those of more than one
+  // dimension.
   GradientAccumulator(std::vector<torch::Tensor> params,
                       const petra::v1::JobSpec& resolved, LrSchedule schedule,
-                      double compensated_delay = 0.0,
-                      std::vector<bool> decays = {});
+                      double delay = 0.0, std::vector<bool> decays = {});
   ~GradientAccumulator();
 
   // Adds (1/k) x `grads` to `params`' .grad (undefined grads are skipped).
@@ -83,7 +86,9 @@ class GradientAccumulator {
   // part-way through a k-step accumulation, and "optimizer.<name>.<field>"
   // for each field of its optimizer state, named as torch.optim names them
   // (SGD: momentum_buffer; AdamW: exp_avg, exp_avg_sq and step, an int64
-  // scalar). Nothing before the first step.
+  // scalar; NAdamW: AdamW's and mu_product, a scalar), and
+  // "delay.<name>.drift" and "delay.<name>.mean_square" for the delay
+  // corrections' state. Nothing before the first step.
   void AppendState(const std::string& name, const torch::Tensor& param,
                    NamedTensorList& out) const;
   // Restores what AppendState kept. A state with some of the optimizer's
@@ -102,16 +107,39 @@ class GradientAccumulator {
   // After a restore: `steps` taken, nothing pending.
   void ResetCounters(int64_t steps);
 
+  // The stage's delay D in optimizer steps, as constructed.
+  double delay() const { return delay_; }
+  // How far `param` is estimated to have moved over the last `steps`
+  // optimizer steps: steps x delta, delta the average of its recent steps
+  // (training.weight_drift_decay). Undefined when no correction tracks it
+  // (delay_compensation and discrepancy_correction off, or no delay), or
+  // before the first step.
+  torch::Tensor WeightDrift(const torch::Tensor& param, double steps) const;
+  // Whether the backward runs at the weights the forward is estimated to
+  // have had (training.discrepancy_correction, with a delay).
+  bool corrects_discrepancy() const { return discrepancy_; }
+
  private:
   void AddNow(const std::vector<torch::Tensor>& params,
               const std::vector<torch::Tensor>& grads);
   // torch's SGD step with the coefficients of spike_ (same momentum buffers,
   // so checkpoints and weight prediction see no difference).
   void CompensatedStep(double lr);
+  // torch.optim.NAdam's step with decoupled weight decay, on AdamW's state
+  // (the same moments and step count; mu_product follows from the count).
+  void NAdamStep(double lr);
+  // prod_{i <= t} mu_i, mu_i = beta1 (1 - 0.5 x 0.96^(i psi)).
+  double MuProduct(int64_t t);
+  // DC-ASGD-a's correction of every parameter's gradient by its drift over
+  // the delay (training.delay_compensation).
+  void CompensateDelay();
+  bool adam_moments() const { return kind_ != petra::v1::OptimizerSpec::KIND_SGD; }
 
   std::vector<torch::Tensor> params_;
   LrSchedule schedule_;
   const int accumulation_;
+  const petra::v1::OptimizerSpec::Kind kind_;
+  const double delay_;
   const bool compensated_;
   // (a, b) of gradient_coefficient() and momentum_coefficient().
   std::pair<double, double> spike_;
@@ -125,9 +153,22 @@ class GradientAccumulator {
   const torch::optim::OptimizerParamState* FindState(
       const torch::Tensor& param) const;
 
-  const bool adamw_;
   const double clip_norm_;
-  // torch::optim::SGD or torch::optim::AdamW.
+  const double momentum_decay_;
+  std::vector<double> mu_products_{1.0};
+  // DC-ASGD's lambda_0 (0: off) and the decay of its mean square.
+  const double dc_lambda_;
+  static constexpr double kMeanSquareDecay = 0.95;
+  const bool discrepancy_;
+  // gamma of delta's average; delta tracked only when a correction reads
+  // it.
+  const double drift_decay_;
+  const bool tracks_drift_;
+  // Per parameter: delta, and DC-ASGD's MeanSquare(g).
+  std::map<const void*, torch::Tensor> drift_;
+  std::map<const void*, torch::Tensor> mean_square_;
+  // torch::optim::SGD, or torch::optim::AdamW (which holds NAdamW's state
+  // too: NAdamStep steps it).
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   // The parameters that take weight decay (AdamW's PredictedChange).
   std::map<const void*, double> weight_decay_;

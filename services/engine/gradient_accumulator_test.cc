@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ petra::v1::JobSpec Spec(double momentum, bool nesterov, double weight_decay) {
   s.mutable_optimizer()->set_momentum(momentum);
   s.mutable_optimizer()->set_nesterov(nesterov);
   s.mutable_optimizer()->set_weight_decay(weight_decay);
+  // Acts only where a test gives the accumulator a delay.
+  s.mutable_training()->set_spike_compensation(true);
   s.mutable_schedule()->set_warmup_epochs(0);
   s.mutable_schedule()->set_decay(petra::v1::ScheduleSpec::DECAY_CONSTANT);
   return s;
@@ -148,6 +151,190 @@ TEST(GradientAccumulator, AdamWStateRoundTripsThroughACheckpoint) {
   Feed(fresh, c, 7, 8);
   Feed(first, a, 7, 8);
   EXPECT_FALSE(torch::allclose(a[0], c[0]));
+}
+
+petra::v1::JobSpec NAdamWSpec() {
+  petra::v1::JobSpec s = AdamWSpec();
+  s.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_NADAMW);
+  s.mutable_optimizer()->set_beta1(0.99);
+  s.mutable_optimizer()->set_weight_decay(0.1);
+  // Larger than torch's 0.004, so that mu_t moves within a few steps.
+  s.mutable_optimizer()->set_momentum_decay(0.5);
+  return s;
+}
+
+// torch.optim.NAdam(decoupled_weight_decay=True), as its documentation
+// writes the algorithm, for one scalar weight, in double precision:
+// theta -= lr wd theta; mu_t = beta1 (1 - 0.5 x 0.96^(t psi)); m, v Adam's
+// moments; theta -= lr (mu_{t+1} m / (1 - prod_{i<=t+1} mu_i) +
+// (1 - mu_t) g / (1 - prod_{i<=t} mu_i)) / (sqrt(v / (1 - beta2^t)) + eps).
+struct NAdamReference {
+  double lr, beta1, beta2, eps, wd, psi;
+  double theta, m = 0, v = 0, product = 1;
+  int t = 0;
+  double Mu(int i) const { return beta1 * (1 - 0.5 * std::pow(0.96, i * psi)); }
+  void Step(double g) {
+    ++t;
+    theta -= lr * wd * theta;
+    const double mu = Mu(t), mu_next = Mu(t + 1);
+    product *= mu;
+    m = beta1 * m + (1 - beta1) * g;
+    v = beta2 * v + (1 - beta2) * g * g;
+    const double denom = std::sqrt(v / (1 - std::pow(beta2, t))) + eps;
+    theta -= lr * (mu_next * m / (1 - product * mu_next) +
+                   (1 - mu) * g / (1 - product)) /
+             denom;
+  }
+};
+
+// KIND_NADAMW steps exactly as torch's NAdam with decoupled weight decay
+// (the optimizer of Ajanthan et al.'s official code), weight decay on the
+// matrix only, and keeps torch's mu_product in its checkpoint.
+TEST(GradientAccumulator, NAdamWStepsAsTorchsNAdamWithDecoupledWeightDecay) {
+  const petra::v1::JobSpec spec = NAdamWSpec();
+  const petra::v1::OptimizerSpec& o = spec.optimizer();
+  torch::manual_seed(5);
+  const torch::Tensor w0 = torch::randn({3, 2});
+  const torch::Tensor b0 = torch::randn({3});
+  std::vector<torch::Tensor> params = {w0.clone(), b0.clone()};
+  GradientAccumulator acc(params, spec, LrSchedule(spec, 1000));
+  std::vector<NAdamReference> want;
+  for (int i = 0; i < 9; ++i) {
+    const bool matrix = i < 6;
+    want.push_back({o.learning_rate(), o.beta1(), o.beta2(), o.eps(),
+                    matrix ? o.weight_decay() : 0.0, o.momentum_decay(),
+                    matrix ? w0.view(-1)[i].item<double>()
+                           : b0[i - 6].item<double>()});
+  }
+  for (int t = 0; t < 6; ++t) {
+    const torch::Tensor gw = torch::randn({3, 2});
+    const torch::Tensor gb = torch::randn({3});
+    acc.Add(params, {gw, gb});
+    acc.FinishBackward({});
+    for (int i = 0; i < 9; ++i) {
+      want[i].Step(i < 6 ? gw.view(-1)[i].item<double>()
+                         : gb[i - 6].item<double>());
+      const double got = i < 6 ? params[0].view(-1)[i].item<double>()
+                               : params[1][i - 6].item<double>();
+      ASSERT_NEAR(got, want[i].theta, 1e-5 * (1 + std::abs(want[i].theta)))
+          << "step " << t + 1 << ", element " << i;
+    }
+  }
+  // Not AdamW's steps (the test can fail): the same gradients from the same
+  // start end elsewhere.
+  petra::v1::JobSpec adamw = spec;
+  adamw.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_ADAMW);
+  adamw.mutable_optimizer()->clear_momentum_decay();
+  GradientAccumulator::NamedTensorList state;
+  acc.AppendState("w", params[0], state);
+  std::map<std::string, torch::Tensor> saved(state.begin(), state.end());
+  ASSERT_EQ(saved.count("optimizer.w.mu_product"), 1u);
+  EXPECT_NEAR(saved.at("optimizer.w.mu_product").item<double>(),
+              want[0].product, 1e-12);
+  EXPECT_EQ(saved.at("optimizer.w.step").item<int64_t>(), 6);
+  // An AdamW job refuses NAdamW's state, and the other way round.
+  torch::Tensor q = torch::zeros({3, 2});
+  GradientAccumulator other(std::vector<torch::Tensor>{q}, adamw,
+                            LrSchedule(adamw, 1000));
+  absl::Status refused = other.LoadState(saved, "w", q);
+  EXPECT_NE(refused.message().find("mu_product"), std::string::npos)
+      << refused;
+  saved.erase("optimizer.w.mu_product");
+  GradientAccumulator nadamw(std::vector<torch::Tensor>{q}, spec,
+                             LrSchedule(spec, 1000));
+  refused = nadamw.LoadState(saved, "w", q);
+  EXPECT_NE(refused.message().find("mu_product\" is missing"),
+            std::string::npos)
+      << refused;
+}
+
+// A stage with a delay D and training.delay_compensation lambda_0 steps on
+// DC-ASGD-a's corrected gradient, g + lambda_0 g g (D delta) /
+// sqrt(MeanSquare), MeanSquare = 0.95 MeanSquare + 0.05 g^2, where delta =
+// gamma delta + (1 - gamma) (w_new - w_old) after each step; checked against
+// those recurrences written out in double precision, on plain SGD so that
+// nothing else moves the weights. The checkpoint carries delta and
+// MeanSquare: a restored accumulator takes the same next steps.
+TEST(GradientAccumulator, DelayCompensationCorrectsByTheDriftOverTheDelay) {
+  petra::v1::JobSpec spec = Spec(0, false, 0);
+  spec.mutable_training()->set_spike_compensation(false);
+  spec.mutable_training()->set_delay_compensation(0.5);
+  spec.mutable_training()->set_weight_drift_decay(0.6);
+  const double lr = 0.1, lambda = 0.5, gamma = 0.6, delay = 2;
+  torch::manual_seed(7);
+  const torch::Tensor start = torch::randn({4});
+  torch::Tensor p = start.clone();
+  GradientAccumulator acc({p}, spec, LrSchedule(spec, 1000), delay);
+  std::vector<double> w(4), ms(4, 0.0), delta(4, 0.0);
+  for (int i = 0; i < 4; ++i) w[i] = start[i].item<double>();
+  bool corrected = false;
+  std::map<std::string, torch::Tensor> saved;
+  torch::Tensor restored;
+  std::unique_ptr<GradientAccumulator> resumed;
+  for (int t = 0; t < 6; ++t) {
+    const torch::Tensor g = torch::randn({4});
+    if (t == 3) {
+      GradientAccumulator::NamedTensorList state;
+      acc.AppendState("p", p, state);
+      for (const auto& [name, tensor] : state) saved[name] = tensor.clone();
+      restored = p.clone();
+      resumed = std::make_unique<GradientAccumulator>(
+          std::vector<torch::Tensor>{restored}, spec, LrSchedule(spec, 1000),
+          delay);
+      ASSERT_TRUE(resumed->LoadState(saved, "p", restored).ok());
+      resumed->ResetCounters(3);
+    }
+    acc.Add({p}, {g});
+    acc.FinishBackward({});
+    if (resumed != nullptr) {
+      resumed->Add({restored}, {g});
+      resumed->FinishBackward({});
+    }
+    for (int i = 0; i < 4; ++i) {
+      double gi = g[i].item<double>();
+      ms[i] = 0.95 * ms[i] + 0.05 * gi * gi;
+      // No drift before the first step has been taken.
+      if (t > 0) {
+        const double c = lambda * gi * gi * delay * delta[i] /
+                         (std::sqrt(ms[i]) + 1e-12);
+        corrected = corrected || std::abs(c) > 1e-4;
+        gi += c;
+      }
+      const double old = w[i];
+      w[i] -= lr * gi;
+      delta[i] = gamma * delta[i] + (1 - gamma) * (w[i] - old);
+      ASSERT_NEAR(p[i].item<double>(), w[i], 1e-5) << "step " << t << ", " << i;
+    }
+  }
+  EXPECT_TRUE(corrected);  // the correction was large enough to show
+  ASSERT_EQ(saved.count("delay.p.drift"), 1u);
+  ASSERT_EQ(saved.count("delay.p.mean_square"), 1u);
+  EXPECT_TRUE(torch::equal(p, restored));
+  // The drift the accumulator reports is D steps of delta.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(acc.WeightDrift(p, delay)[i].item<double>(), delay * delta[i],
+                1e-6);
+  }
+}
+
+// The last stage (no delay) and a stage without a correction track nothing.
+TEST(GradientAccumulator, WithoutDelayOrCorrectionNoDriftIsKept) {
+  petra::v1::JobSpec spec = Spec(0.9, true, 0);
+  spec.mutable_training()->set_discrepancy_correction(true);
+  torch::Tensor p = torch::zeros({2});
+  GradientAccumulator last({p}, spec, LrSchedule(spec, 1000), 0.0);
+  spec.mutable_training()->set_discrepancy_correction(false);
+  torch::Tensor q = torch::zeros({2});
+  GradientAccumulator plain({q}, spec, LrSchedule(spec, 1000), 2.0);
+  for (int t = 0; t < 2; ++t) {
+    last.Add({p}, {torch::ones({2})});
+    last.FinishBackward({});
+    plain.Add({q}, {torch::ones({2})});
+    plain.FinishBackward({});
+  }
+  EXPECT_FALSE(last.corrects_discrepancy());
+  EXPECT_FALSE(last.WeightDrift(p, 1).defined());
+  EXPECT_FALSE(plain.WeightDrift(q, 1).defined());
 }
 
 // Another optimizer's checkpoint, or a state with a field missing, is

@@ -45,8 +45,14 @@ StageMemoryEstimate EstimateStageMemory(
                                      : OutputElements(blocks[r.begin - 1]);
   const int64_t output = OutputElements(blocks[r.end - 1]);
   // Weights and gradients, and SGD's momentum or AdamW's two moments.
-  e.adamw = s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW;
-  e.parameters_bytes = (e.adamw ? 4 : 3) * kFloat * params;
+  e.adamw = s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
+            s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_NADAMW;
+  // Delay corrections: the drift's average, and DC-ASGD's mean square.
+  const int drift_copies =
+      (s.training().delay_compensation() > 0 ? 2
+       : s.training().discrepancy_correction() ? 1
+                                               : 0);
+  e.parameters_bytes = ((e.adamw ? 4 : 3) + drift_copies) * kFloat * params;
   const bool keeps_input =
       !mode.traffic.derivatives_down && (!reversible || mode.stash_inputs);
   if (keeps_input) {

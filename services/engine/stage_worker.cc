@@ -57,14 +57,14 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
       blocks_(
           PlaceBlocks(std::move(blocks), config.device, config.channels_last),
           config.index == 0),
-      // Delay-scaled rates (schedule.delay_lr_power) where gradients are
-      // late.
+      // Delay-scaled rates (schedule.delay_lr_power) and the delay
+      // corrections where gradients are late.
       optimizer_(blocks_.parameters(), resolved,
                  schedule.ForDelay(DelaySteps(
                      config, resolved,
                      PlanMode(resolved.training()).delayed_gradients)),
                  DelaySteps(config, resolved,
-                            resolved.training().spike_compensation()),
+                            PlanMode(resolved.training()).delayed_gradients),
                  blocks_.weight_decay_mask()),
       program_(ChooseBackwardProgram(
           blocks_, {config.stash_inputs, config.stash_weights,
@@ -110,8 +110,10 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
     ForwardRecord& r = *begun;
     // Until the record is kept: the weight stash and the diagnostic's
     // sample take the weights the forward used.
-    std::optional<PredictedWeights> ahead;
-    if (predict_steps_ > 0) ahead.emplace(optimizer_, predict_steps_);
+    std::optional<MovedWeights> ahead;
+    if (predict_steps_ > 0) {
+      ahead.emplace(MovedWeights::Predicted(optimizer_, predict_steps_));
+    }
     TensorPair y;
     {
       torch::NoGradGuard no_grad;
@@ -222,7 +224,16 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
     std::vector<torch::Tensor> before;
     if (!r->diagnostic_weights.empty() || sampled)
       before = probe_.GradientsBefore(blocks_);
-    BackwardOutput out = program_->Run(*r, output, output_grad, optimizer_);
+    BackwardOutput out;
+    {
+      // PipeMare's discrepancy correction: the backward at the weights the
+      // forward is estimated to have had; the step below at the true ones.
+      std::optional<MovedWeights> back;
+      if (optimizer_.corrects_discrepancy()) {
+        back.emplace(MovedWeights::AtTheForward(optimizer_));
+      }
+      out = program_->Run(*r, output, output_grad, optimizer_);
+    }
     absl::StatusOr<bool> bad = update.Finish(id, &out.input_grad);
     if (!bad.ok()) return bad.status();
     if (!*bad && !r->diagnostic_weights.empty()) {

@@ -464,6 +464,66 @@ TEST(StageWorker, PredictedWeightsAreTheForwardsAndArePutBack) {
   EXPECT_TRUE(Same(before, w.parameters()));
 }
 
+// training.discrepancy_correction (PipeMare): a delayed stage runs its
+// backward at w - D delta, where its forward's weights are estimated to have
+// been, and steps from w: its rebuilt input, input gradient and step are
+// those of an uncorrected stage whose weights are w - D delta, and not
+// those of one at w.
+TEST(StageWorker, DiscrepancyCorrectionRunsTheBackwardAtTheForwardsWeights) {
+  petra::v1::JobSpec plain = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  // The step then depends on the gradient alone, not on where it is taken.
+  plain.mutable_optimizer()->set_weight_decay(0);
+  petra::v1::JobSpec spec = plain;
+  spec.mutable_training()->set_discrepancy_correction(true);
+  const std::vector<model::BlockRange> ranges = {{0, 1}, {1, 2}, {2, 10}};
+  auto workers = Workers(spec, ranges);
+  std::vector<data::Batch> batches = Batches(9, 8);
+  RunPetraSchedule(workers, {batches.begin(), batches.begin() + 8});
+  StageWorker& w = *workers[1];  // D = 2 (3 - 1 - 1) / 1 = 2 steps
+  ASSERT_GT(w.optimizer_steps(), 1);
+  std::map<std::string, torch::Tensor> state;
+  for (auto& [name, t] : w.NamedState(true)) state[name] = t.clone();
+  std::map<std::string, torch::Tensor> moved = state;
+  int corrected = 0;
+  for (const auto& [name, t] : state) {
+    auto drift = state.find("delay." + name + ".drift");
+    if (drift == state.end()) continue;
+    moved[name] = t - drift->second * 2.0;
+    ++corrected;
+  }
+  ASSERT_EQ(corrected, static_cast<int>(w.parameters().size()));
+  auto at_moved = Workers(plain, ranges);
+  auto at_current = Workers(plain, ranges);
+  ASSERT_TRUE(at_moved[1]->LoadNamedState(moved, w.optimizer_steps()).ok());
+  ASSERT_TRUE(at_current[1]->LoadNamedState(state, w.optimizer_steps()).ok());
+  std::vector<torch::Tensor> before, moved_before;
+  for (const torch::Tensor& p : w.parameters()) before.push_back(p.clone());
+  for (const torch::Tensor& p : at_moved[1]->parameters()) {
+    moved_before.push_back(p.clone());
+  }
+
+  const TensorPair x = *workers[0]->Forward(100, {batches[8].images, {}}, 0);
+  const TensorPair y = *w.Forward(100, x, 0);
+  ASSERT_TRUE(at_moved[1]->Forward(100, x, 0).ok());
+  ASSERT_TRUE(at_current[1]->Forward(100, x, 0).ok());
+  torch::manual_seed(3);
+  const TensorPair g{torch::randn_like(y.a), torch::randn_like(y.b)};
+  const BackwardOutput got = *w.Backward(100, y, g, 4);
+  const BackwardOutput want = *at_moved[1]->Backward(100, y, g, 4);
+  const BackwardOutput uncorrected = *at_current[1]->Backward(100, y, g, 4);
+  EXPECT_TRUE(torch::allclose(got.input.a, want.input.a, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(got.input_grad.a, want.input_grad.a, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(got.input_grad.b, want.input_grad.b, 1e-5, 1e-6));
+  EXPECT_FALSE(
+      torch::allclose(got.input_grad.a, uncorrected.input_grad.a, 1e-3, 1e-4));
+  for (size_t i = 0; i < before.size(); ++i) {
+    const torch::Tensor step = w.parameters()[i] - before[i];
+    const torch::Tensor want_step =
+        at_moved[1]->parameters()[i] - moved_before[i];
+    EXPECT_TRUE(torch::allclose(step, want_step, 1e-4, 1e-6)) << "param " << i;
+  }
+}
+
 // training.spike_compensation: each stage's step applies at once the
 // momentum steps its delay D = 2 (J - 1 - j) / k made it miss. One
 // micro-batch brings every stage the same gradient with or without it (no

@@ -2,19 +2,33 @@
 
 namespace petra::engine {
 
-PredictedWeights::PredictedWeights(const GradientAccumulator& optimizer,
-                                   double steps) {
-  torch::NoGradGuard no_grad;
+MovedWeights MovedWeights::Predicted(const GradientAccumulator& optimizer,
+                                     double steps) {
+  MovedWeights moved;
   for (const torch::Tensor& p : optimizer.parameters()) {
-    torch::Tensor change = optimizer.PredictedChange(p, steps);
-    if (!change.defined()) continue;
-    saved_.push_back(p.clone());
-    params_.push_back(p);
-    params_.back().add_(change);
+    moved.Move(p, optimizer.PredictedChange(p, steps));
   }
+  return moved;
 }
 
-PredictedWeights::~PredictedWeights() {
+MovedWeights MovedWeights::AtTheForward(const GradientAccumulator& optimizer) {
+  MovedWeights moved;
+  for (const torch::Tensor& p : optimizer.parameters()) {
+    moved.Move(p, optimizer.WeightDrift(p, -optimizer.delay()));
+  }
+  return moved;
+}
+
+void MovedWeights::Move(const torch::Tensor& param,
+                        const torch::Tensor& change) {
+  if (!change.defined()) return;
+  torch::NoGradGuard no_grad;
+  saved_.push_back(param.clone());
+  params_.push_back(param);
+  params_.back().add_(change);
+}
+
+MovedWeights::~MovedWeights() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(saved_[i]);
 }

@@ -353,6 +353,28 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       "petra and delayed: a delayed stage applies at once the momentum steps "
       "its gradient missed (Kosson et al. 2021; not in the paper)",
       Bool([s](bool v) { s->mutable_training()->set_spike_compensation(v); }));
+  f.AddCustom(
+      "delay-compensation", "LAMBDA", "0 (off)",
+      "petra and delayed: correct each delayed gradient g by its weights' "
+      "drift d, g + LAMBDA g*g*d / sqrt(mean g^2) (DC-ASGD, Zheng et al. "
+      "2017; not in the paper)",
+      Double([s](double v) {
+        s->mutable_training()->set_delay_compensation(v);
+      }));
+  f.AddCustom(
+      "discrepancy-correction", "", "false",
+      "petra and delayed: a delayed stage's backward at the weights its "
+      "forward is estimated to have had (PipeMare, Yang et al. 2021; not in "
+      "the paper)",
+      Bool([s](bool v) {
+        s->mutable_training()->set_discrepancy_correction(v);
+      }));
+  f.AddCustom("weight-drift-decay", "G", "0.9",
+              "the decay of the average step --delay-compensation and "
+              "--discrepancy-correction extrapolate the drift with, in [0, 1)",
+              Double([s](double v) {
+                s->mutable_training()->set_weight_drift_decay(v);
+              }));
   f.AddCustom("accumulation", "K", Shown(dt.accumulation_steps()),
               "micro-batches averaged per optimizer step",
               Uint32([s](uint32_t v) {
@@ -400,8 +422,10 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       GetEnumDescriptor<petra::v1::OptimizerSpec::Kind>();
   f.AddCustom("optimizer", Choices(kind),
               "the recipe's: adamw for transformer, else sgd",
-              "SGD with (Nesterov) momentum, or AdamW (weight decay "
-              "decoupled, as torch.optim.AdamW)",
+              "SGD with (Nesterov) momentum, AdamW (weight decay "
+              "decoupled, as torch.optim.AdamW), or NAdamW (torch.optim.NAdam "
+              "with decoupled weight decay; with beta1 0.99, Ajanthan et "
+              "al. 2025's optimizer for asynchronous pipelines)",
               Enum(kind, [s](int v) {
                 s->mutable_optimizer()->set_kind(
                     static_cast<petra::v1::OptimizerSpec::Kind>(v));
@@ -418,10 +442,17 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
   f.AddCustom("nesterov", "", "true when momentum > 0",
               "SGD: Nesterov momentum",
               Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));
-  f.AddCustom("beta1", "B1", "0.9", "AdamW: first moment's decay, in [0, 1)",
+  f.AddCustom("beta1", "B1", "0.9 (nadamw: 0.99)",
+              "AdamW and NAdamW: first moment's decay, in [0, 1)",
               Double([s](double v) { s->mutable_optimizer()->set_beta1(v); }));
-  f.AddCustom("beta2", "B2", "0.999", "AdamW: second moment's decay, in [0, 1)",
+  f.AddCustom("beta2", "B2", "0.999 (recipe language_model: 0.95)",
+              "AdamW and NAdamW: second moment's decay, in [0, 1)",
               Double([s](double v) { s->mutable_optimizer()->set_beta2(v); }));
+  f.AddCustom(
+      "momentum-decay", "PSI", "0.004",
+      "NAdamW: the decay of beta1's warm-up, mu_t = beta1 (1 - 0.5 * "
+      "0.96^(t PSI)), >= 0",
+      Double([s](double v) { s->mutable_optimizer()->set_momentum_decay(v); }));
   f.AddCustom("eps", "E", "1e-8",
               "AdamW: added to the second moment's root, > 0",
               Double([s](double v) { s->mutable_optimizer()->set_eps(v); }));
@@ -594,7 +625,21 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
         mode != petra::v1::TRAINING_MODE_DELAYED) {
       t->clear_predict_weights();
       t->clear_spike_compensation();
+      t->clear_delay_compensation();
+      t->clear_discrepancy_correction();
     }
+  }
+  // Another optimizer starts from its own momentum settings: the old
+  // one's, filled in, would be refused or wrong with it.
+  if (overrides.optimizer().kind() != 0 &&
+      overrides.optimizer().kind() != base->optimizer().kind()) {
+    petra::v1::OptimizerSpec* o = base->mutable_optimizer();
+    o->clear_momentum();
+    o->clear_nesterov();
+    o->clear_beta1();
+    o->clear_beta2();
+    o->clear_eps();
+    o->clear_momentum_decay();
   }
   base->MergeFrom(overrides);
 }

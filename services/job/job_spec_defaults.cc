@@ -187,6 +187,7 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     train->set_precision(petra::v1::TrainingSpec::PRECISION_FP32);
   }
   if (!train->has_rebuild_error_every()) train->set_rebuild_error_every(64);
+  if (!train->has_weight_drift_decay()) train->set_weight_drift_decay(0.9);
   if (train->memory_format() ==
       petra::v1::TrainingSpec::MEMORY_FORMAT_UNSPECIFIED) {
     train->set_memory_format(petra::v1::TrainingSpec::MEMORY_FORMAT_AUTO);
@@ -216,7 +217,9 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     opt->set_kind(adamw_recipe ? petra::v1::OptimizerSpec::KIND_ADAMW
                                : petra::v1::OptimizerSpec::KIND_SGD);
   }
-  const bool adamw = opt->kind() == petra::v1::OptimizerSpec::KIND_ADAMW;
+  // AdamW and NAdamW: Adam's moments, fields and defaults.
+  const bool adamw = opt->kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
+                     opt->kind() == petra::v1::OptimizerSpec::KIND_NADAMW;
   if (spec->recipe() == petra::v1::RECIPE_PAPER && !adamw) {
     ApplyPaperRecipe(spec);
   }
@@ -235,7 +238,16 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
                                  : kAdamWLearningRatePer64 * batch / 64.0);
     }
     if (!opt->has_weight_decay()) opt->set_weight_decay(lm_recipe ? 0.1 : 0.05);
-    if (!opt->has_beta1()) opt->set_beta1(0.9);
+    // NAdamW: the slow momentum of Ajanthan et al.'s asynchronous runs.
+    if (!opt->has_beta1()) {
+      opt->set_beta1(opt->kind() == petra::v1::OptimizerSpec::KIND_NADAMW
+                         ? 0.99
+                         : 0.9);
+    }
+    if (opt->kind() == petra::v1::OptimizerSpec::KIND_NADAMW &&
+        !opt->has_momentum_decay()) {
+      opt->set_momentum_decay(0.004);
+    }
     if (!opt->has_beta2()) opt->set_beta2(lm_recipe ? 0.95 : 0.999);
     if (!opt->has_eps()) opt->set_eps(1e-8);
     if (lm_recipe && !opt->has_clip_grad_norm()) opt->set_clip_grad_norm(1.0);

@@ -109,12 +109,76 @@ INSTANTIATE_TEST_SUITE_P(
                      s->mutable_optimizer()->set_momentum(0.9);
                    },
                    "optimizer.momentum = 0.9",
-                   "only valid with optimizer kind sgd (AdamW's momentum is "
-                   "beta1)"},
+                   "only valid with optimizer kind sgd (AdamW's and NAdamW's "
+                   "momentum is beta1)"},
         RejectCase{"BetaWithSgd",
                    [](JobSpec* s) { s->mutable_optimizer()->set_beta2(0.99); },
                    "optimizer.beta2 = 0.99",
-                   "only valid with optimizer kind adamw"},
+                   "only valid with optimizer kinds adamw and nadamw"},
+        RejectCase{"MomentumDecayWithAdamW",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_ADAMW);
+                     s->mutable_optimizer()->set_momentum_decay(0.004);
+                   },
+                   "optimizer.momentum_decay = 0.004",
+                   "only valid with optimizer kind nadamw"},
+        RejectCase{"NegativeMomentumDecay",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_NADAMW);
+                     s->mutable_optimizer()->set_momentum_decay(-1);
+                   },
+                   "optimizer.momentum_decay = -1", "must be finite and >= 0"},
+        RejectCase{"NAdamWUnderThePaperRecipe",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_NADAMW);
+                     s->set_recipe(petra::v1::RECIPE_PAPER);
+                   },
+                   "optimizer.kind = nadamw", "not with recipe paper"},
+        RejectCase{"NegativeDelayCompensation",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_delay_compensation(-0.5);
+                   },
+                   "training.delay_compensation = -0.5",
+                   "must be finite and >= 0 (0: off)"},
+        RejectCase{"InfiniteDelayCompensation",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_delay_compensation(INFINITY);
+                   },
+                   "training.delay_compensation = inf", "must be finite"},
+        RejectCase{"DelayCompensationUnderBackprop",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_BACKPROP);
+                     s->mutable_training()->set_delay_compensation(1);
+                   },
+                   "training.delay_compensation = 1",
+                   "only valid with modes petra and delayed, not backprop"},
+        RejectCase{"DiscrepancyCorrectionUnderForwardGradient",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
+                     s->mutable_training()->set_discrepancy_correction(true);
+                   },
+                   "training.discrepancy_correction = true",
+                   "only valid with modes petra and delayed, not "
+                   "forward_gradient"},
+        RejectCase{"DiscrepancyCorrectionWithStashedWeights",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_DELAYED);
+                     s->mutable_training()->set_stash_weights(true);
+                     s->mutable_training()->set_discrepancy_correction(true);
+                   },
+                   "training.discrepancy_correction = true",
+                   "not with stash_weights"},
+        RejectCase{"WeightDriftDecayOne",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_weight_drift_decay(1);
+                   },
+                   "training.weight_drift_decay = 1", "must be in [0, 1)"},
         RejectCase{"BetaOne",
                    [](JobSpec* s) {
                      s->mutable_optimizer()->set_kind(

@@ -97,9 +97,9 @@ void CheckMomentumCorrection(const petra::v1::JobSpec& s, bool on,
           absl::StrCat("only valid with modes petra and delayed, not ",
                        EnumShortName(mode),
                        " (no delayed gradient to correct for)"));
-  } else if (s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW) {
-    // Weight prediction reads AdamW's step direction; spike compensation's
-    // coefficients are momentum SGD's alone.
+  } else if (s.optimizer().kind() != petra::v1::OptimizerSpec::KIND_SGD) {
+    // Weight prediction reads AdamW's (or NAdamW's) step direction; spike
+    // compensation's coefficients are momentum SGD's alone.
     if (field == "training.spike_compensation") {
       p.Add(field, "true",
             "needs optimizer kind sgd: its catch-up is momentum SGD's "
@@ -108,6 +108,40 @@ void CheckMomentumCorrection(const petra::v1::JobSpec& s, bool on,
   } else if (s.optimizer().momentum() == 0) {
     p.Add(field, "true",
           "needs optimizer.momentum > 0: it acts through the momentum buffer");
+  }
+}
+
+// DC-ASGD and PipeMare's discrepancy correction extrapolate the weights'
+// drift across a delay.
+void CheckDriftCorrections(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::TrainingSpec& t = s.training();
+  const bool delayed = t.mode() == petra::v1::TRAINING_MODE_PETRA ||
+                       t.mode() == petra::v1::TRAINING_MODE_DELAYED;
+  if (!std::isfinite(t.delay_compensation()) || t.delay_compensation() < 0) {
+    p.Add("training.delay_compensation", Num(t.delay_compensation()),
+          "must be finite and >= 0 (0: off)");
+  } else if (t.delay_compensation() > 0 && !delayed) {
+    p.Add("training.delay_compensation", Num(t.delay_compensation()),
+          absl::StrCat("only valid with modes petra and delayed, not ",
+                       EnumShortName(t.mode()),
+                       " (no delayed gradient to correct)"));
+  }
+  if (t.discrepancy_correction()) {
+    if (!delayed) {
+      p.Add("training.discrepancy_correction", "true",
+            absl::StrCat("only valid with modes petra and delayed, not ",
+                         EnumShortName(t.mode()),
+                         " (no delayed gradient to correct)"));
+    } else if (t.stash_weights()) {
+      p.Add("training.discrepancy_correction", "true",
+            "not with stash_weights: the backward has the forward's "
+            "weights already");
+    }
+  }
+  if (!std::isfinite(t.weight_drift_decay()) || t.weight_drift_decay() < 0 ||
+      t.weight_drift_decay() >= 1) {
+    p.Add("training.weight_drift_decay", Num(t.weight_drift_decay()),
+          "must be in [0, 1)");
   }
 }
 
@@ -138,6 +172,7 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
                             p);
     CheckMomentumCorrection(s, t.spike_compensation(),
                             "training.spike_compensation", p);
+    CheckDriftCorrections(s, p);
     if (t.mode() == petra::v1::TRAINING_MODE_FORWARD_GRADIENT &&
         t.end_to_end_every() > 0) {
       p.Add("training.end_to_end_every", t.end_to_end_every(),
@@ -203,9 +238,19 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("optimizer.learning_rate", Num(o.learning_rate()),
           "must be finite and >= 0");
   }
-  if (o.kind() == petra::v1::OptimizerSpec::KIND_ADAMW) {
+  const bool adam = o.kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
+                    o.kind() == petra::v1::OptimizerSpec::KIND_NADAMW;
+  if (o.kind() != petra::v1::OptimizerSpec::KIND_NADAMW &&
+      o.has_momentum_decay()) {
+    p.Add("optimizer.momentum_decay", Num(o.momentum_decay()),
+          "only valid with optimizer kind nadamw");
+  } else if (!std::isfinite(o.momentum_decay()) || o.momentum_decay() < 0) {
+    p.Add("optimizer.momentum_decay", Num(o.momentum_decay()),
+          "must be finite and >= 0");
+  }
+  if (adam) {
     if (s.recipe() == petra::v1::RECIPE_PAPER) {
-      p.Add("optimizer.kind", "adamw",
+      p.Add("optimizer.kind", EnumShortName(o.kind()),
             "not with recipe paper, whose schedule is fitted to SGD with "
             "momentum (the paper's optimizer); use recipe transformer or "
             "default");
@@ -214,7 +259,8 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
       p.Add(o.has_momentum() ? "optimizer.momentum" : "optimizer.nesterov",
             o.has_momentum() ? Num(o.momentum())
                              : (o.nesterov() ? "true" : "false"),
-            "only valid with optimizer kind sgd (AdamW's momentum is beta1)");
+            "only valid with optimizer kind sgd (AdamW's and NAdamW's "
+            "momentum is beta1)");
     }
     for (const auto& [field, v] :
          {std::pair<const char*, double>{"optimizer.beta1", o.beta1()},
@@ -232,7 +278,9 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
                                                 o.has_beta1(), o.beta1()},
           {"optimizer.beta2", o.has_beta2(), o.beta2()},
           {"optimizer.eps", o.has_eps(), o.eps()}}) {
-      if (has) p.Add(field, Num(v), "only valid with optimizer kind adamw");
+      if (has) {
+        p.Add(field, Num(v), "only valid with optimizer kinds adamw and nadamw");
+      }
     }
     if (!std::isfinite(o.momentum()) || o.momentum() < 0 || o.momentum() >= 1) {
       p.Add("optimizer.momentum", Num(o.momentum()), "must be in [0, 1)");
