@@ -522,3 +522,16 @@ section_micro_batch_cost() {
   run $PY bench/micro_batch_cost.py --petra "$BIN/petra" "${args[@]}" \
     --json "$RESULTS/micro_batch_cost.json"
 }
+
+section_fidelity_at_speed() {
+  # Issue 67: each delay correction at the default micro-batch and smaller
+  # ones (same samples a step), against backprop; final rows over 3 seeds.
+  local args=()
+  if ((smoke)); then args=(--smoke); fi
+  echo "## Fast and faithful: delay corrections and smaller micro-batches against backprop"
+  echo
+  machine
+  echo
+  run $PY bench/fidelity_at_speed.py --petra "$BIN/petra" "${args[@]}" \
+    --json "$RESULTS/fidelity_at_speed.json"
+}
