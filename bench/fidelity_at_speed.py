@@ -24,6 +24,8 @@ Methods, with their sources:
                       under AdamW, 1 under SGD)
   NAdamW              --optimizer nadamw (Ajanthan et al., ICML 2025: NAdam,
                       beta1 0.99, as their official code runs it)
+  Muon                --optimizer muon (Jordan et al. 2024, scaled as Liu
+                      et al. 2025: orthogonalised momentum on the matrices)
   spike compensation  --spike-compensation (Kosson et al. 2021; SGD only)
   delay-scaled rate   --delay-lr-power 1 (PipeMare; for the SGD recipe,
                       where it is off by default)
@@ -86,6 +88,8 @@ METHODS = {
                  "sgd": ["--delay-compensation", "1"]}, "Zheng et al. 2017",
                 ("adam", "sgd")),
     "NAdamW": (["--optimizer", "nadamw"], "Ajanthan et al. 2025", ("adam",)),
+    "Muon": (["--optimizer", "muon"], "Jordan et al. 2024; Liu et al. 2025",
+             ("adam", "sgd")),
     "spike compensation": (["--spike-compensation"], "Kosson et al. 2021",
                            ("sgd",)),
     "delay-scaled rate": (["--delay-lr-power", "1"], "PipeMare, Yang et al. "

@@ -375,6 +375,15 @@ TEST(LocalFleet, DelayCorrectionsMatchTheInProcessRunner) {
   ExpectSameRun(s);
 }
 
+// Muon on a convolutional network: every convolution's weight stepped as
+// the matrix of its output channels by the rest, on each stage server as in
+// process.
+TEST(LocalFleet, MuonMatchesTheInProcessRunner) {
+  petra::v1::JobSpec s = SmallJob(petra::v1::TRAINING_MODE_PETRA);
+  s.mutable_optimizer()->set_kind(petra::v1::OptimizerSpec::KIND_MUON);
+  ExpectSameRun(s);
+}
+
 // A transformer through the same fleet, streams, export and all: nothing in
 // them knows the blocks are RevViT's (16 tokens of 16, 4 blocks). It trains
 // with AdamW (the transformer recipe), whose state each stage server keeps

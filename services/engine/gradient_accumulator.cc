@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "services/engine/muon.h"
 #include "services/engine/replica_group.h"
 #include "services/torch_compat.h"
 
@@ -32,9 +33,12 @@ GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
     : params_(std::move(params)),
       schedule_(std::move(schedule)),
       accumulation_(static_cast<int>(resolved.training().accumulation_steps())),
-      kind_(resolved.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
+      kind_(resolved.optimizer().kind() ==
+                        petra::v1::OptimizerSpec::KIND_ADAMW ||
                     resolved.optimizer().kind() ==
-                        petra::v1::OptimizerSpec::KIND_NADAMW
+                        petra::v1::OptimizerSpec::KIND_NADAMW ||
+                    resolved.optimizer().kind() ==
+                        petra::v1::OptimizerSpec::KIND_MUON
                 ? resolved.optimizer().kind()
                 : petra::v1::OptimizerSpec::KIND_SGD),
       delay_(delay),
@@ -43,6 +47,8 @@ GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
                                resolved.optimizer().nesterov(),
                                compensated_ ? delay : 0.0)),
       clip_norm_(resolved.optimizer().clip_grad_norm()),
+      momentum_(resolved.optimizer().momentum()),
+      nesterov_(resolved.optimizer().nesterov()),
       momentum_decay_(resolved.optimizer().momentum_decay()),
       dc_lambda_(delay > 0 ? resolved.training().delay_compensation() : 0.0),
       discrepancy_(delay > 0 && resolved.training().discrepancy_correction()),
@@ -50,12 +56,19 @@ GradientAccumulator::GradientAccumulator(std::vector<torch::Tensor> params,
       tracks_drift_(dc_lambda_ > 0 || discrepancy_) {
   // Weight decay only where the caller says (or, without a say, on the
   // tensors of more than one dimension: convolution and linear weights).
+  // Muon: the matrices among them go to Muon, the rest to AdamW.
+  const petra::v1::OptimizerSpec& o = resolved.optimizer();
+  const bool muon = kind_ == petra::v1::OptimizerSpec::KIND_MUON;
+  muon_weight_decay_ = o.weight_decay();
   std::vector<torch::Tensor> decay, no_decay;
   for (size_t i = 0; i < params_.size(); ++i) {
     const bool decays_i = decays.empty() ? params_[i].dim() > 1 : decays[i];
+    if (muon && decays_i && params_[i].dim() >= 2) {
+      muon_[params_[i].unsafeGetTensorImpl()] = true;
+      continue;
+    }
     (decays_i ? decay : no_decay).push_back(params_[i]);
   }
-  const petra::v1::OptimizerSpec& o = resolved.optimizer();
   for (const torch::Tensor& p : decay) {
     weight_decay_[p.unsafeGetTensorImpl()] = o.weight_decay();
   }
@@ -134,7 +147,7 @@ void GradientAccumulator::FinishBackward(
     const std::function<void()>& before_step) {
   if (++pending_ < accumulation_) return;
   pending_ = 0;
-  if (optimizer_ != nullptr) {
+  if (optimizer_ != nullptr || !muon_.empty()) {
     if (averager_ != nullptr) {
       std::vector<torch::Tensor> grads;
       for (torch::Tensor& p : params_) {
@@ -144,7 +157,11 @@ void GradientAccumulator::FinishBackward(
       averager_->Average(grads);
     }
     const double lr = schedule_.At(steps_);
-    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    if (optimizer_ != nullptr) {
+      for (auto& group : optimizer_->param_groups()) {
+        group.options().set_lr(lr);
+      }
+    }
     if (dc_lambda_ > 0) CompensateDelay();
     if (clip_norm_ > 0) {
       std::vector<torch::Tensor> with_grad;
@@ -163,14 +180,16 @@ void GradientAccumulator::FinishBackward(
     if (tracks_drift_) {
       for (const torch::Tensor& p : params_) old.push_back(p.detach().clone());
     }
-    if (compensated_) {
+    if (!muon_.empty()) MuonSteps(lr);
+    if (optimizer_ == nullptr) {
+    } else if (compensated_) {
       CompensatedStep(lr);
     } else if (kind_ == petra::v1::OptimizerSpec::KIND_NADAMW) {
       NAdamStep(lr);
     } else {
       optimizer_->step();
     }
-    optimizer_->zero_grad();
+    if (optimizer_ != nullptr) optimizer_->zero_grad();
     if (tracks_drift_) {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < params_.size(); ++i) {
@@ -245,6 +264,19 @@ void GradientAccumulator::NAdamStep(double lr) {
   }
 }
 
+void GradientAccumulator::MuonSteps(double lr) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : params_) {
+    if (!IsMuon(p) || !p.grad().defined()) continue;
+    torch::Tensor& buffer = muon_momentum_[p.unsafeGetTensorImpl()];
+    if (!buffer.defined()) buffer = torch::zeros_like(p);
+    MuonStep(p, p.grad(), buffer, lr, momentum_, nesterov_,
+             muon_weight_decay_);
+    // As zero_grad does for the others.
+    p.mutable_grad() = torch::Tensor();
+  }
+}
+
 double GradientAccumulator::MuProduct(int64_t t) {
   const auto& o = static_cast<const torch::optim::AdamWOptions&>(
       optimizer_->param_groups().front().options());
@@ -280,14 +312,17 @@ torch::Tensor GradientAccumulator::WeightDrift(const torch::Tensor& param,
   return it->second * steps;
 }
 
-const std::vector<std::string>& GradientAccumulator::StateFields() const {
+const std::vector<std::string>& GradientAccumulator::StateFields(
+    const torch::Tensor& param) const {
   static const auto* sgd = new std::vector<std::string>{"momentum_buffer"};
+  if (IsMuon(param)) return *sgd;
   static const auto* adamw =
       new std::vector<std::string>{"exp_avg", "exp_avg_sq", "step"};
   static const auto* nadamw = new std::vector<std::string>{
       "exp_avg", "exp_avg_sq", "step", "mu_product"};
   switch (kind_) {
     case petra::v1::OptimizerSpec::KIND_ADAMW:
+    case petra::v1::OptimizerSpec::KIND_MUON:
       return *adamw;
     case petra::v1::OptimizerSpec::KIND_NADAMW:
       return *nadamw;
@@ -312,13 +347,17 @@ int64_t GradientAccumulator::state_bytes() const {
       n += t.numel() * t.element_size();
     }
   }
-  for (const auto* m : {&drift_, &mean_square_}) {
+  for (const auto* m : {&drift_, &mean_square_, &muon_momentum_}) {
     for (const auto& [key, t] : *m) n += t.numel() * t.element_size();
   }
   return n;
 }
 
 torch::Tensor GradientAccumulator::Momentum(const torch::Tensor& p) const {
+  if (IsMuon(p)) {
+    auto it = muon_momentum_.find(p.unsafeGetTensorImpl());
+    return it == muon_momentum_.end() ? torch::Tensor() : it->second;
+  }
   if (adam_moments()) return {};
   const auto* s = FindState(p);
   if (s == nullptr) return {};
@@ -327,6 +366,10 @@ torch::Tensor GradientAccumulator::Momentum(const torch::Tensor& p) const {
 
 void GradientAccumulator::SetMomentum(const torch::Tensor& p,
                                       const torch::Tensor& buffer) {
+  if (IsMuon(p)) {
+    muon_momentum_[p.unsafeGetTensorImpl()] = buffer;
+    return;
+  }
   if (optimizer_ == nullptr || adam_moments()) return;
   auto s = std::make_unique<torch::optim::SGDParamState>();
   s->momentum_buffer(buffer);
@@ -352,11 +395,11 @@ void GradientAccumulator::AppendState(const std::string& name,
   const std::vector<torch::Tensor> tensors = StateTensors(p);
   if (tensors.empty()) return;
   const std::string prefix = "optimizer." + name + ".";
-  const std::vector<std::string>& fields = StateFields();
+  const std::vector<std::string>& fields = StateFields(p);
   for (size_t i = 0; i < tensors.size(); ++i) {
     out.emplace_back(prefix + fields[i], tensors[i]);
   }
-  if (adam_moments()) {
+  if (adam_moments() && !IsMuon(p)) {
     const auto& s =
         static_cast<const torch::optim::AdamWParamState&>(*FindState(p));
     out.emplace_back(
@@ -374,6 +417,11 @@ void GradientAccumulator::AppendState(const std::string& name,
 
 std::vector<torch::Tensor> GradientAccumulator::StateTensors(
     const torch::Tensor& p) const {
+  if (IsMuon(p)) {
+    const torch::Tensor buffer = Momentum(p);
+    if (!buffer.defined()) return {};
+    return {buffer};
+  }
   const auto* state = FindState(p);
   if (state == nullptr) return {};
   if (adam_moments()) {
@@ -415,7 +463,7 @@ absl::Status GradientAccumulator::LoadState(
   const std::string prefix = "optimizer." + name + ".";
   std::map<std::string, torch::Tensor> fields;
   std::vector<std::string> missing;
-  for (const std::string& field : StateFields()) {
+  for (const std::string& field : StateFields(p)) {
     auto it = state.find(prefix + field);
     if (it == state.end()) {
       missing.push_back(field);
@@ -439,10 +487,11 @@ absl::Status GradientAccumulator::LoadState(
             absl::StrCat("checkpoint: \"", prefix, other,
                          "\" is another optimizer's "
                          "state; this job's optimizer is ",
-                         kind_ == petra::v1::OptimizerSpec::KIND_SGD ? "sgd"
-                         : kind_ == petra::v1::OptimizerSpec::KIND_ADAMW
-                             ? "adamw"
-                             : "nadamw"));
+                         IsMuon(p) ? "muon"
+                         : kind_ == petra::v1::OptimizerSpec::KIND_SGD ? "sgd"
+                         : kind_ == petra::v1::OptimizerSpec::KIND_NADAMW
+                             ? "nadamw"
+                             : "adamw (muon: on its non-matrix parameters)"));
       }
     }
     return absl::OkStatus();
@@ -458,6 +507,10 @@ absl::Status GradientAccumulator::LoadState(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint: \"", prefix, missing.front(),
                      "\" is missing beside the rest of the optimizer state"));
+  }
+  if (IsMuon(p)) {
+    SetMomentum(p, copy(fields["momentum_buffer"]));
+    return absl::OkStatus();
   }
   if (optimizer_ == nullptr) return absl::OkStatus();
   if (adam_moments()) {

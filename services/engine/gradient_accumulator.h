@@ -1,7 +1,8 @@
 // A stage's parameter update: gradients of k micro-batches averaged,
 // optionally corrected for their delay and clipped to a norm, then one
-// optimizer step (SGD with Nesterov momentum, AdamW or NAdamW; weight decay
-// on convolution and linear weights only) at the schedule's learning rate.
+// optimizer step (SGD with Nesterov momentum, AdamW, NAdamW or Muon; weight
+// decay on convolution and linear weights only) at the schedule's learning
+// rate.
 // Every backward program adds its gradients here, whatever way it computed
 // them.
 #pragma once
@@ -128,12 +129,23 @@ class GradientAccumulator {
   // torch.optim.NAdam's step with decoupled weight decay, on AdamW's state
   // (the same moments and step count; mu_product follows from the count).
   void NAdamStep(double lr);
+  // Muon's step of every matrix with a gradient (muon.h).
+  void MuonSteps(double lr);
   // prod_{i <= t} mu_i, mu_i = beta1 (1 - 0.5 x 0.96^(i psi)).
   double MuProduct(int64_t t);
   // DC-ASGD-a's correction of every parameter's gradient by its drift over
   // the delay (training.delay_compensation).
   void CompensateDelay();
-  bool adam_moments() const { return kind_ != petra::v1::OptimizerSpec::KIND_SGD; }
+  // AdamW's state for (some of) the parameters: AdamW, NAdamW, and Muon's
+  // parameters that are not matrices.
+  bool adam_moments() const {
+    return kind_ != petra::v1::OptimizerSpec::KIND_SGD;
+  }
+  // Whether Muon steps `param` (optimizer kind muon, a weight matrix).
+  bool IsMuon(const torch::Tensor& param) const {
+    return muon_.count(param.unsafeGetTensorImpl()) > 0;
+  }
+  const std::vector<std::string>& StateFields(const torch::Tensor& param) const;
 
   std::vector<torch::Tensor> params_;
   LrSchedule schedule_;
@@ -143,9 +155,8 @@ class GradientAccumulator {
   const bool compensated_;
   // (a, b) of gradient_coefficient() and momentum_coefficient().
   std::pair<double, double> spike_;
-  // The state's fields, in AppendState's order: StateTensors' names, then
-  // AdamW's step count.
-  const std::vector<std::string>& StateFields() const;
+  // The state's fields of `param`, in AppendState's order: StateTensors'
+  // names, then AdamW's step count (and NAdamW's mu_product).
   // The optimizer's tensors for `param` (momentum, or AdamW's two moments);
   // empty before its first step. What state_bytes counts, without building
   // names or the step's scalar (it runs on every micro-batch).
@@ -154,6 +165,9 @@ class GradientAccumulator {
       const torch::Tensor& param) const;
 
   const double clip_norm_;
+  // SGD's and Muon's.
+  const double momentum_;
+  const bool nesterov_;
   const double momentum_decay_;
   std::vector<double> mu_products_{1.0};
   // DC-ASGD's lambda_0 (0: off) and the decay of its mean square.
@@ -164,6 +178,11 @@ class GradientAccumulator {
   // it.
   const double drift_decay_;
   const bool tracks_drift_;
+  // Muon's matrices, its decoupled weight decay and momentum buffers (the
+  // rest are in optimizer_).
+  std::map<const void*, bool> muon_;
+  double muon_weight_decay_ = 0;
+  std::map<const void*, torch::Tensor> muon_momentum_;
   // Per parameter: delta, and DC-ASGD's MeanSquare(g).
   std::map<const void*, torch::Tensor> drift_;
   std::map<const void*, torch::Tensor> mean_square_;

@@ -425,7 +425,9 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
               "SGD with (Nesterov) momentum, AdamW (weight decay "
               "decoupled, as torch.optim.AdamW), or NAdamW (torch.optim.NAdam "
               "with decoupled weight decay; with beta1 0.99, Ajanthan et "
-              "al. 2025's optimizer for asynchronous pipelines)",
+              "al. 2025's optimizer for asynchronous pipelines), or Muon "
+              "(orthogonalised momentum on weight matrices, AdamW on the "
+              "rest; Jordan et al. 2024, scaled as Liu et al. 2025)",
               Enum(kind, [s](int v) {
                 s->mutable_optimizer()->set_kind(
                     static_cast<petra::v1::OptimizerSpec::Kind>(v));
@@ -437,16 +439,18 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
   f.AddCustom(
-      "momentum", "M", "0.9", "SGD momentum, in [0, 1)",
+      "momentum", "M", "0.9 (muon: 0.95)", "SGD's and Muon's momentum, in [0, 1)",
       Double([s](double v) { s->mutable_optimizer()->set_momentum(v); }));
   f.AddCustom("nesterov", "", "true when momentum > 0",
-              "SGD: Nesterov momentum",
+              "SGD and Muon: Nesterov momentum",
               Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));
   f.AddCustom("beta1", "B1", "0.9 (nadamw: 0.99)",
-              "AdamW and NAdamW: first moment's decay, in [0, 1)",
+              "AdamW, NAdamW (and Muon's AdamW): first moment's decay, in "
+              "[0, 1)",
               Double([s](double v) { s->mutable_optimizer()->set_beta1(v); }));
   f.AddCustom("beta2", "B2", "0.999 (recipe language_model: 0.95)",
-              "AdamW and NAdamW: second moment's decay, in [0, 1)",
+              "AdamW, NAdamW (and Muon's AdamW): second moment's decay, in "
+              "[0, 1)",
               Double([s](double v) { s->mutable_optimizer()->set_beta2(v); }));
   f.AddCustom(
       "momentum-decay", "PSI", "0.004",

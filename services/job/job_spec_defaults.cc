@@ -217,9 +217,12 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     opt->set_kind(adamw_recipe ? petra::v1::OptimizerSpec::KIND_ADAMW
                                : petra::v1::OptimizerSpec::KIND_SGD);
   }
-  // AdamW and NAdamW: Adam's moments, fields and defaults.
+  // AdamW, NAdamW and Muon (on what is not a matrix): Adam's moments,
+  // fields and defaults.
+  const bool muon = opt->kind() == petra::v1::OptimizerSpec::KIND_MUON;
   const bool adamw = opt->kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
-                     opt->kind() == petra::v1::OptimizerSpec::KIND_NADAMW;
+                     opt->kind() == petra::v1::OptimizerSpec::KIND_NADAMW ||
+                     muon;
   if (spec->recipe() == petra::v1::RECIPE_PAPER && !adamw) {
     ApplyPaperRecipe(spec);
   }
@@ -251,6 +254,11 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     if (!opt->has_beta2()) opt->set_beta2(lm_recipe ? 0.95 : 0.999);
     if (!opt->has_eps()) opt->set_eps(1e-8);
     if (lm_recipe && !opt->has_clip_grad_norm()) opt->set_clip_grad_norm(1.0);
+    if (muon) {
+      // Jordan et al.'s and Liu et al.'s momentum for the matrices.
+      if (!opt->has_momentum()) opt->set_momentum(0.95);
+      if (!opt->has_nesterov()) opt->set_nesterov(opt->momentum() > 0);
+    }
   } else {
     // The paper's scaling rule: 0.1 per 256 samples of effective batch.
     if (!opt->has_learning_rate()) opt->set_learning_rate(0.1 * batch / 256.0);

@@ -109,12 +109,27 @@ INSTANTIATE_TEST_SUITE_P(
                      s->mutable_optimizer()->set_momentum(0.9);
                    },
                    "optimizer.momentum = 0.9",
-                   "only valid with optimizer kind sgd (AdamW's and NAdamW's "
-                   "momentum is beta1)"},
+                   "only valid with optimizer kinds sgd and muon (AdamW's "
+                   "and NAdamW's momentum is beta1)"},
         RejectCase{"BetaWithSgd",
                    [](JobSpec* s) { s->mutable_optimizer()->set_beta2(0.99); },
                    "optimizer.beta2 = 0.99",
-                   "only valid with optimizer kinds adamw and nadamw"},
+                   "only valid with optimizer kinds adamw, nadamw and muon"},
+        RejectCase{"PredictWeightsWithMuon",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_MUON);
+                     s->mutable_training()->set_predict_weights(true);
+                   },
+                   "training.predict_weights = true",
+                   "not with optimizer kind muon"},
+        RejectCase{"MuonMomentumOne",
+                   [](JobSpec* s) {
+                     s->mutable_optimizer()->set_kind(
+                         petra::v1::OptimizerSpec::KIND_MUON);
+                     s->mutable_optimizer()->set_momentum(1);
+                   },
+                   "optimizer.momentum = 1", "must be in [0, 1)"},
         RejectCase{"MomentumDecayWithAdamW",
                    [](JobSpec* s) {
                      s->mutable_optimizer()->set_kind(

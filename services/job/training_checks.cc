@@ -104,6 +104,10 @@ void CheckMomentumCorrection(const petra::v1::JobSpec& s, bool on,
       p.Add(field, "true",
             "needs optimizer kind sgd: its catch-up is momentum SGD's "
             "(use --predict-weights with adamw)");
+    } else if (s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_MUON) {
+      p.Add(field, "true",
+            "not with optimizer kind muon, whose orthogonalised step no "
+            "direction kept predicts (use discrepancy_correction)");
     }
   } else if (s.optimizer().momentum() == 0) {
     p.Add(field, "true",
@@ -238,8 +242,9 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("optimizer.learning_rate", Num(o.learning_rate()),
           "must be finite and >= 0");
   }
+  const bool muon = o.kind() == petra::v1::OptimizerSpec::KIND_MUON;
   const bool adam = o.kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
-                    o.kind() == petra::v1::OptimizerSpec::KIND_NADAMW;
+                    o.kind() == petra::v1::OptimizerSpec::KIND_NADAMW || muon;
   if (o.kind() != petra::v1::OptimizerSpec::KIND_NADAMW &&
       o.has_momentum_decay()) {
     p.Add("optimizer.momentum_decay", Num(o.momentum_decay()),
@@ -255,12 +260,12 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
             "momentum (the paper's optimizer); use recipe transformer or "
             "default");
     }
-    if (o.has_momentum() || o.has_nesterov()) {
+    if (!muon && (o.has_momentum() || o.has_nesterov())) {
       p.Add(o.has_momentum() ? "optimizer.momentum" : "optimizer.nesterov",
             o.has_momentum() ? Num(o.momentum())
                              : (o.nesterov() ? "true" : "false"),
-            "only valid with optimizer kind sgd (AdamW's and NAdamW's "
-            "momentum is beta1)");
+            "only valid with optimizer kinds sgd and muon (AdamW's and "
+            "NAdamW's momentum is beta1)");
     }
     for (const auto& [field, v] :
          {std::pair<const char*, double>{"optimizer.beta1", o.beta1()},
@@ -279,9 +284,12 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
           {"optimizer.beta2", o.has_beta2(), o.beta2()},
           {"optimizer.eps", o.has_eps(), o.eps()}}) {
       if (has) {
-        p.Add(field, Num(v), "only valid with optimizer kinds adamw and nadamw");
+        p.Add(field, Num(v),
+              "only valid with optimizer kinds adamw, nadamw and muon");
       }
     }
+  }
+  if (!adam || muon) {
     if (!std::isfinite(o.momentum()) || o.momentum() < 0 || o.momentum() >= 1) {
       p.Add("optimizer.momentum", Num(o.momentum()), "must be in [0, 1)");
     }
