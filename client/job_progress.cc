@@ -451,6 +451,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"device_reserved\": %llu, "
         "\"device_peak\": %llu}, \"staleness_mean\": %.4f, "
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
+        "\"forward_count\": %llu, \"backward_count\": %llu, "
+        "\"forward_seconds\": %.3f, \"backward_seconds\": %.3f, "
         "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu, "
         "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
         "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
@@ -468,7 +470,10 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(m.device_reserved_bytes()),
         static_cast<unsigned long long>(m.device_peak_bytes()),
         s.staleness_mean(), s.delay_ticks_mean(),
-        static_cast<unsigned long long>(s.optimizer_steps()), s.wait_seconds(),
+        static_cast<unsigned long long>(s.optimizer_steps()),
+        static_cast<unsigned long long>(s.forward_count()),
+        static_cast<unsigned long long>(s.backward_count()),
+        s.forward_seconds(), s.backward_seconds(), s.wait_seconds(),
         static_cast<unsigned long long>(s.skipped_micro_batches()),
         s.end_to_end_samples(), s.end_to_end_cosine_similarity(),
         s.end_to_end_norm_ratio(), s.rebuild_error_samples(),

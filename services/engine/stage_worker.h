@@ -183,6 +183,11 @@ class StageWorker {
   double gradient_norm() const { return optimizer_.last_gradient_norm(); }
   int64_t forward_count() const { return forwards_; }
   int64_t backward_count() const { return backwards_; }
+  // Wall seconds spent in training's forwards and backwards (the loss step
+  // and a forward-gradient update count as backward), on this stage's
+  // thread, device work included as far as the host waited for it.
+  double forward_seconds() const { return forward_seconds_; }
+  double backward_seconds() const { return backward_seconds_; }
   // Micro-batches this stage skipped for NaN or Inf (skip policy).
   int64_t skipped_count() const { return skipped_; }
   double delay_ticks_mean() const;
@@ -262,6 +267,8 @@ class StageWorker {
   MemoryLedger ledger_;
   std::map<uint64_t, ForwardRecord> records_;
   int64_t forwards_ = 0;
+  double forward_seconds_ = 0;
+  double backward_seconds_ = 0;
   int64_t backwards_ = 0;
   int64_t skipped_ = 0;
   int64_t replica_mismatches_ = 0;
