@@ -10,9 +10,16 @@ micro-batch takes a stage, t(b) = b / (samples per second). A least-squares
 line t(b) = c0 + c1 b through the six points splits it into the fixed cost
 of a micro-batch, c0 (messages, encoding, allocations, queue hand-offs,
 optimizer bookkeeping, per-op dispatch: everything that does not grow with
-its samples), and the cost of a sample, c1. Prints one Markdown table per
-network: each row's rate, its ratio to micro-batch 32's (issue 67's goals:
-0.8 at 1, 0.9 at 2) and its final metric, then c0 and c1 per runner.
+its samples), and the cost of a sample, c1. The stage timers split t(b)
+further: each stage's forward and backward wall seconds (the report's
+forward_seconds + backward_seconds, over its micro-batches) are its
+compute, per-op dispatch and optimizer included; the slowest stage's is
+the compute column, and t(b) less it is what the micro-batch spends
+outside any computation (messages, hand-offs, waiting for the other
+stage). The same line through the compute times splits c0 into its compute
+and its outside part. Prints one Markdown table per network: each row's
+rate, its ratio to micro-batch 32's (issue 67's goals: 0.8 at 1, 0.9 at 2),
+the split and its final metric, then the lines per runner.
 """
 
 import argparse
@@ -83,6 +90,18 @@ def fit(points):
     return mt - c1 * mb, c1
 
 
+def slowest_compute(report):
+    """Seconds a micro-batch spends computing on the busiest stage: its
+    forward and backward seconds over the micro-batches it forwarded."""
+    worst = 0.0
+    for s in report.get("stages", []):
+        n = s.get("forward_count", 0)
+        if n > 0:
+            worst = max(worst, (s.get("forward_seconds", 0.0) +
+                                s.get("backward_seconds", 0.0)) / n)
+    return worst
+
+
 def main(argv):
     a = parse_args(argv)
     networks = SMOKE if a.smoke else NETWORKS
@@ -101,11 +120,12 @@ def main(argv):
         metric = "bits/byte" if per_sample > 1 else "test accuracy"
         print(f"### {name}\n\nMODEL: `{' '.join(model)}`\n")
         print(f"| runner | micro-batch | k | {unit} | of micro-batch "
-              f"{max(micro_batches)}'s | ms a micro-batch | {metric} |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+              f"{max(micro_batches)}'s | ms a micro-batch | of it computing "
+              f"(slowest stage), ms | outside computation, ms | {metric} |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         fits = []
         for runner in a.runners:
-            points, rates = [], {}
+            points, rates, computes = [], {}, []
             for b in micro_batches:
                 print(f"micro_batch_cost: {name}, {runner}, micro-batch {b}"
                       " ...", file=sys.stderr, flush=True)
@@ -122,8 +142,9 @@ def main(argv):
                 # Seconds a micro-batch of b samples takes (a stage's tick).
                 t = b * per_sample / rate if rate > 0 else float("nan")
                 points.append((b, t))
+                computes.append((b, slowest_compute(r)))
             top = rates[max(micro_batches)]
-            for (b, t) in points:
+            for (b, t), (_, c) in zip(points, computes):
                 r = reports[f"{name} {runner} {b}"]
                 value = (r.get("bits_per_byte") if per_sample > 1
                          else r.get("test_accuracy"))
@@ -131,16 +152,20 @@ def main(argv):
                          else f"{100 * value:.2f}%")
                 print(f"| {runner} | {b} | {SAMPLES_PER_STEP // b} | "
                       f"{rates[b]:,.0f} | {rates[b] / top:.2f} | "
-                      f"{1000 * t:.3f} | {shown} |")
-            fits.append((runner, fit(points)))
+                      f"{1000 * t:.3f} | {1000 * c:.3f} | "
+                      f"{1000 * (t - c):.3f} | {shown} |")
+            fits.append((runner, fit(points), fit(computes)))
         print("\nThe line t(b) = c0 + c1 b through each runner's points: "
-              "c0 the fixed cost of a micro-batch, c1 a sample's.\n")
+              "c0 the fixed cost of a micro-batch, c1 a sample's; the same "
+              "line through the compute times splits c0.\n")
         print("| runner | fixed cost a micro-batch (c0) | a sample (c1) | "
-              "c0 against micro-batch 1's whole time |")
-        print("|---|---:|---:|---:|")
-        for runner, (c0, c1) in fits:
+              "c0 against micro-batch 1's whole time | c0 computing | "
+              "c0 outside computation |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for runner, (c0, c1), (k0, _) in fits:
             print(f"| {runner} | {1000 * c0:.3f} ms | {1000 * c1:.4f} ms | "
-                  f"{c0 / (c0 + c1):.0%} |")
+                  f"{c0 / (c0 + c1):.0%} | {1000 * k0:.3f} ms | "
+                  f"{1000 * (c0 - k0):.3f} ms |")
         print()
     if a.json:
         with open(a.json, "w") as f:

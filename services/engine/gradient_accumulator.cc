@@ -181,15 +181,16 @@ void GradientAccumulator::FinishBackward(
       for (const torch::Tensor& p : params_) old.push_back(p.detach().clone());
     }
     if (!muon_.empty()) MuonSteps(lr);
-    if (optimizer_ == nullptr) {
-    } else if (compensated_) {
-      CompensatedStep(lr);
-    } else if (kind_ == petra::v1::OptimizerSpec::KIND_NADAMW) {
-      NAdamStep(lr);
-    } else {
-      optimizer_->step();
+    if (optimizer_ != nullptr) {
+      if (compensated_) {
+        CompensatedStep(lr);
+      } else if (kind_ == petra::v1::OptimizerSpec::KIND_NADAMW) {
+        NAdamStep(lr);
+      } else {
+        optimizer_->step();
+      }
+      optimizer_->zero_grad();
     }
-    if (optimizer_ != nullptr) optimizer_->zero_grad();
     if (tracks_drift_) {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < params_.size(); ++i) {
@@ -277,7 +278,7 @@ void GradientAccumulator::MuonSteps(double lr) {
   }
 }
 
-double GradientAccumulator::MuProduct(int64_t t) {
+double GradientAccumulator::MuProduct(int64_t t) const {
   const auto& o = static_cast<const torch::optim::AdamWOptions&>(
       optimizer_->param_groups().front().options());
   const double beta1 = std::get<0>(o.betas());
@@ -408,9 +409,7 @@ void GradientAccumulator::AppendState(const std::string& name,
     if (kind_ == petra::v1::OptimizerSpec::KIND_NADAMW) {
       // torch.optim.NAdam's own field; here it follows from the step count.
       out.emplace_back(prefix + "mu_product",
-                       torch::tensor(const_cast<GradientAccumulator*>(this)
-                                         ->MuProduct(s.step()),
-                                     torch::kFloat64));
+                       torch::tensor(MuProduct(s.step()), torch::kFloat64));
     }
   }
 }

@@ -132,7 +132,7 @@ class GradientAccumulator {
   // Muon's step of every matrix with a gradient (muon.h).
   void MuonSteps(double lr);
   // prod_{i <= t} mu_i, mu_i = beta1 (1 - 0.5 x 0.96^(i psi)).
-  double MuProduct(int64_t t);
+  double MuProduct(int64_t t) const;
   // DC-ASGD-a's correction of every parameter's gradient by its drift over
   // the delay (training.delay_compensation).
   void CompensateDelay();
@@ -169,7 +169,8 @@ class GradientAccumulator {
   const double momentum_;
   const bool nesterov_;
   const double momentum_decay_;
-  std::vector<double> mu_products_{1.0};
+  // MuProduct's, cached by t (a cache: mutable).
+  mutable std::vector<double> mu_products_{1.0};
   // DC-ASGD's lambda_0 (0: off) and the decay of its mean square.
   const double dc_lambda_;
   static constexpr double kMeanSquareDecay = 0.95;

@@ -344,7 +344,8 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       "(PaReprop; a second thread per stage)",
       Bool([s](bool v) { s->mutable_training()->set_overlap_rebuild(v); }));
   f.AddCustom(
-      "predict-weights", "", "false",
+      "predict-weights", "",
+      "false (recipe language_model, modes petra and delayed: true)",
       "petra and delayed: forward at the weights predicted for when the "
       "gradient comes back (SpecTrain; not in the paper)",
       Bool([s](bool v) { s->mutable_training()->set_predict_weights(v); }));
@@ -376,12 +377,15 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                 s->mutable_training()->set_weight_drift_decay(v);
               }));
   f.AddCustom("accumulation", "K", Shown(dt.accumulation_steps()),
-              "micro-batches averaged per optimizer step",
+              "micro-batches averaged per optimizer step (recipe "
+              "language_model, modes petra and delayed, --micro-batch unset: "
+              "8)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_accumulation_steps(v);
               }));
   f.AddCustom("micro-batch", "B", Shown(dt.micro_batch_size()),
-              "samples per micro-batch", Uint32([s](uint32_t v) {
+              "samples per micro-batch (recipe language_model, modes petra "
+              "and delayed, --accumulation unset: 8)", Uint32([s](uint32_t v) {
                 s->mutable_training()->set_micro_batch_size(v);
               }));
   f.AddCustom(
@@ -644,6 +648,8 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
     o->clear_beta2();
     o->clear_eps();
     o->clear_momentum_decay();
+    // Its default follows the optimizer (none to predict with under muon).
+    base->mutable_training()->clear_predict_weights();
   }
   base->MergeFrom(overrides);
 }

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_join.h"
+
 #include "absl/strings/str_cat.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
@@ -298,6 +300,39 @@ TEST(AssembleJobSpec, TheBasesNameGoesWithItsNetworkOrData) {
   EXPECT_EQ(name({"--arch", "revvit", "--name", "mine"}), "mine");
 }
 
+// The language model's small micro-batches and weight prediction are
+// defaults for delayed gradients only, give way to what the flags set, and
+// are left out where the optimizer gives nothing to predict with.
+TEST(AssembleJobSpec, ALanguageModelsDelayDefaultsYieldToTheFlags) {
+  petra::v1::JobSpec base;
+  base.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
+  base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
+  struct Case {
+    std::vector<std::string> args;
+    uint32_t micro_batch, k;
+    bool predict;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--arch", "revlm", "--mode", "backprop"}, 64, 1, false},
+           {{"--arch", "revlm", "--micro-batch", "32"}, 32, 1, true},
+           {{"--arch", "revlm", "--accumulation", "2"}, 64, 2, true},
+           {{"--arch", "gpt", "--mode", "delayed", "--stash-weights"},
+            8, 8, true},
+           {{"--arch", "revlm", "--optimizer", "muon"}, 8, 8, false},
+           {{"--arch", "revlm", "--predict-weights=false"}, 8, 8, false},
+           {{"--arch", "revnet18"}, 64, 1, false}}) {
+    petra::v1::JobSpec overrides;
+    ASSERT_TRUE(ParseInto(c.args, &overrides).ok());
+    absl::StatusOr<petra::v1::JobSpec> s =
+        AssembleJobSpec(base, "", overrides);
+    const std::string what = absl::StrJoin(c.args, " ");
+    ASSERT_TRUE(s.ok()) << what << ": " << s.status();
+    EXPECT_EQ(s->training().micro_batch_size(), c.micro_batch) << what;
+    EXPECT_EQ(s->training().accumulation_steps(), c.k) << what;
+    EXPECT_EQ(s->training().predict_weights(), c.predict) << what;
+  }
+}
+
 // `petra train --arch revlm` with nothing else: the language model's sizes
 // and recipe, on the embedded text corpus with the bytes tokenizer.
 TEST(AssembleJobSpec, ALanguageModelGetsTextAndItsOwnSizes) {
@@ -325,7 +360,11 @@ TEST(AssembleJobSpec, ALanguageModelGetsTextAndItsOwnSizes) {
   EXPECT_EQ(s->optimizer().beta2(), 0.95);
   EXPECT_EQ(s->optimizer().weight_decay(), 0.1);
   EXPECT_EQ(s->optimizer().clip_grad_norm(), 1.0);
-  EXPECT_EQ(s->training().micro_batch_size(), 64u);
+  // Its delayed gradients: 64 sequences a step in micro-batches of 8, and
+  // the forward at the weights predicted for the gradient's return.
+  EXPECT_EQ(s->training().micro_batch_size(), 8u);
+  EXPECT_EQ(s->training().accumulation_steps(), 8u);
+  EXPECT_TRUE(s->training().predict_weights());
   EXPECT_DOUBLE_EQ(s->optimizer().learning_rate(), 1e-3);
   EXPECT_DOUBLE_EQ(s->schedule().warmup_epochs(),
                    s->training().epochs() / 20.0);
