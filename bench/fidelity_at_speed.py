@@ -213,6 +213,10 @@ def main(argv):
                 continue
             if isinstance(flags, dict):
                 flags = flags[family]
+            # Each method alone: weight prediction is a language model's
+            # default (recipe language_model), so the others turn it off.
+            if "--predict-weights" not in flags:
+                flags = flags + ["--predict-weights=false"]
             for d in a.divisors:
                 if batch % d:
                     continue

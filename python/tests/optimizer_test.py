@@ -111,6 +111,17 @@ class OptimizerReference(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def assert_adam_state(self, ours, params, optimizer):
+        """The moments and step count a checkpoint keeps are torch's."""
+        for n in SHAPES:
+            state = optimizer.state[params[n]]
+            for field in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(
+                    ours[f"state.optimizer.{n}.{field}"], state[field],
+                    rtol=RTOL, atol=ATOL)
+            self.assertEqual(int(ours[f"state.optimizer.{n}.step"]),
+                             int(state["step"]))
+
     def compare(self, flags, make_optimizer, k, clip, seed=3):
         tensors_path = os.path.join(self.tmp.name, f"in-{seed}.pt")
         out_path = os.path.join(self.tmp.name, f"out-{seed}.pt")
@@ -151,14 +162,9 @@ class OptimizerReference(unittest.TestCase):
 
         ours, params, optimizer = self.compare(flags, make, k=2, clip=0)
         # What a checkpoint keeps is torch's state, under torch's names.
+        self.assert_adam_state(ours, params, optimizer)
         for n in SHAPES:
             state = optimizer.state[params[n]]
-            for field in ("exp_avg", "exp_avg_sq"):
-                torch.testing.assert_close(
-                    ours[f"state.optimizer.{n}.{field}"], state[field],
-                    rtol=RTOL, atol=ATOL)
-            self.assertEqual(int(ours[f"state.optimizer.{n}.step"]),
-                             int(state["step"]))
             # Weight prediction's next step: AdamW's direction with the
             # next step's bias corrections, and the decoupled decay.
             t = int(state["step"]) + 1
@@ -191,14 +197,9 @@ class OptimizerReference(unittest.TestCase):
                                      momentum_decay=0.004, foreach=True)
 
         ours, params, optimizer = self.compare(flags, make, k=2, clip=0)
+        self.assert_adam_state(ours, params, optimizer)
         for n in SHAPES:
             state = optimizer.state[params[n]]
-            for field in ("exp_avg", "exp_avg_sq"):
-                torch.testing.assert_close(
-                    ours[f"state.optimizer.{n}.{field}"], state[field],
-                    rtol=RTOL, atol=ATOL)
-            self.assertEqual(int(ours[f"state.optimizer.{n}.step"]),
-                             int(state["step"]))
             self.assertAlmostEqual(
                 float(ours[f"state.optimizer.{n}.mu_product"]),
                 float(state["mu_product"]), places=6)

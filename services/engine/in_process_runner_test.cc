@@ -146,6 +146,13 @@ TEST(InProcessRunner, DelayIsTwiceTheDistanceToTheLastStage) {
     EXPECT_EQ(st.forward_count(), n);
     EXPECT_EQ(st.backward_count(), n);
     EXPECT_EQ(st.optimizer_steps(), n);
+    // The stage timers: every stage computed something each way (the
+    // last one's loss steps count as backward, and it forwards nothing
+    // else).
+    if (static_cast<int>(st.stage_index()) < J - 1) {
+      EXPECT_GT(st.forward_seconds(), 0) << "stage " << st.stage_index();
+    }
+    EXPECT_GT(st.backward_seconds(), 0) << "stage " << st.stage_index();
   }
 }
 
