@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -181,7 +182,7 @@ class GradientAccumulator {
   const bool tracks_drift_;
   // Muon's matrices, its decoupled weight decay and momentum buffers (the
   // rest are in optimizer_).
-  std::map<const void*, bool> muon_;
+  std::set<const void*> muon_;
   double muon_weight_decay_ = 0;
   std::map<const void*, torch::Tensor> muon_momentum_;
   // Per parameter: delta, and DC-ASGD's MeanSquare(g).
