@@ -20,10 +20,19 @@ stage). The same line through the compute times splits c0 into its compute
 and its outside part. Prints one Markdown table per network: each row's
 rate, its ratio to micro-batch 32's (issue 67's goals: 0.8 at 1, 0.9 at 2),
 the split and its final metric, then the lines per runner.
+
+CPU a micro-batch: the process's CPU time (every thread: on the fleet the
+stage servers' messaging threads too, `petra train --runner fleet` runs
+its fleet in one process) of each row's run less that of the same run on
+an eighth of the samples, over the micro-batches between them: start-up,
+data loading and the evaluation cancel out. In process it is the
+computation's; on the fleet the excess over it is the messages' CPU,
+which on 2 cores slows the computation it shares them with.
 """
 
 import argparse
 import json
+import resource
 import sys
 
 from bench_common import add_petra_arg, check_petra, main_guard, train_report
@@ -90,6 +99,19 @@ def fit(points):
     return mt - c1 * mb, c1
 
 
+def children_cpu():
+    """CPU seconds (user + system) of every child waited for so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_report(petra, flags, timeout):
+    """The run's report, and the CPU seconds it took."""
+    before = children_cpu()
+    r = train_report(petra, flags, timeout)
+    return r, children_cpu() - before
+
+
 def slowest_compute(report):
     """Seconds a micro-batch spends computing on the busiest stage: its
     forward and backward seconds over the micro-batches it forwarded."""
@@ -121,22 +143,30 @@ def main(argv):
         print(f"### {name}\n\nMODEL: `{' '.join(model)}`\n")
         print(f"| runner | micro-batch | k | {unit} | of micro-batch "
               f"{max(micro_batches)}'s | ms a micro-batch | of it computing "
-              f"(slowest stage), ms | outside computation, ms | {metric} |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+              f"(slowest stage), ms | outside computation, ms | CPU a "
+              f"micro-batch, ms | {metric} |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         fits = []
         for runner in a.runners:
-            points, rates, computes = [], {}, []
+            points, rates, computes, cpus = [], {}, [], {}
+            short = max(SAMPLES_PER_STEP, limit // 8 // SAMPLES_PER_STEP *
+                        SAMPLES_PER_STEP)
             for b in micro_batches:
                 print(f"micro_batch_cost: {name}, {runner}, micro-batch {b}"
                       " ...", file=sys.stderr, flush=True)
-                flags = model + [
-                    "--stages", "2", "--epochs", "1", "--train-limit",
-                    str(limit), "--test-limit", "256", "--seed", a.seed,
-                    "--threads-per-stage", "1", "--runner", runner,
-                    "--micro-batch", str(b), "--accumulation",
-                    str(SAMPLES_PER_STEP // b)]
-                r = train_report(a.petra, flags, a.timeout)
+
+                def flags(samples):
+                    return model + [
+                        "--stages", "2", "--epochs", "1", "--train-limit",
+                        str(samples), "--test-limit", "256", "--seed", a.seed,
+                        "--threads-per-stage", "1", "--runner", runner,
+                        "--micro-batch", str(b), "--accumulation",
+                        str(SAMPLES_PER_STEP // b)]
+                r, cpu = timed_report(a.petra, flags(limit), a.timeout)
+                _, cpu_short = timed_report(a.petra, flags(short), a.timeout)
                 reports[f"{name} {runner} {b}"] = r
+                cpus[b] = ((cpu - cpu_short) / ((limit - short) // b)
+                           if limit > short else float("nan"))
                 rate = r["samples_per_second"]
                 rates[b] = rate
                 # Seconds a micro-batch of b samples takes (a stage's tick).
@@ -153,7 +183,8 @@ def main(argv):
                 print(f"| {runner} | {b} | {SAMPLES_PER_STEP // b} | "
                       f"{rates[b]:,.0f} | {rates[b] / top:.2f} | "
                       f"{1000 * t:.3f} | {1000 * c:.3f} | "
-                      f"{1000 * (t - c):.3f} | {shown} |")
+                      f"{1000 * (t - c):.3f} | {1000 * cpus[b]:.3f} | "
+                      f"{shown} |")
             fits.append((runner, fit(points), fit(computes)))
         print("\nThe line t(b) = c0 + c1 b through each runner's points: "
               "c0 the fixed cost of a micro-batch, c1 a sample's; the same "

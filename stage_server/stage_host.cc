@@ -42,6 +42,9 @@ petra::v1::MemoryBreakdown host_internal::MemoryWithRss(
 
 namespace {
 
+// How often a pass refreshes the stage's statistics and metrics mid-pass.
+constexpr std::chrono::milliseconds kSnapshotInterval{100};
+
 // Starts a received payload's copy to the stage's device now, while the
 // stage computes the micro-batch before it (nothing to copy on the CPU).
 template <typename Payload>
@@ -164,10 +167,21 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
     std::lock_guard<std::mutex> lock(mu_);
     job->stats = std::move(s);
   };
+  // After each micro-batch the outbox hands on, at most every
+  // kSnapshotInterval: a snapshot reads /proc, sums the optimizer's state
+  // and sets a dozen labelled metrics, a cost a micro-batch of one sample
+  // should not pay (issue 67); scrapes and status polls come seconds apart.
+  auto last_snapshot = std::chrono::steady_clock::time_point();
+  auto every_so_often = [&snapshot, &last_snapshot] {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_snapshot < kSnapshotInterval) return;
+    last_snapshot = now;
+    snapshot();
+  };
   std::unique_ptr<NeighborLinks> links;
   if (status.ok()) {
     links = std::make_unique<NeighborLinks>(*job, pass, options_.security,
-                                            *metrics_, snapshot);
+                                            *metrics_, every_so_often);
     {
       std::lock_guard<std::mutex> lock(job->streams_mu);
       job->cancel_streams = [&links] { links->Cancel(); };
