@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -319,13 +320,23 @@ absl::Status StageFleet::ForEach(int stages,
   std::vector<absl::Status> results(stages);
   std::atomic<int> next{0};
   const int threads_wanted = at_most > 0 ? std::min(at_most, stages) : stages;
+  auto work = [&] {
+    for (int j = next++; j < stages; j = next++) results[j] = call(j);
+  };
+  // This thread is one of the workers.
   std::vector<std::thread> threads;
   threads.reserve(threads_wanted);
-  for (int t = 0; t < threads_wanted; ++t) {
-    threads.emplace_back([&] {
-      for (int j = next++; j < stages; j = next++) results[j] = call(j);
-    });
+  for (int t = 1; t < threads_wanted; ++t) {
+    // A process at its memory or thread limit cannot start another thread:
+    // the calls run on the threads it has (this one too), slower, never
+    // aborting the coordinator.
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;
+    }
   }
+  work();
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "services/engine/torch_guard.h"
 
 namespace petra::engine {
 namespace {
@@ -131,8 +132,8 @@ StateFileReader::Read(Tensors what) {
     }
     return out;
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state file: unreadable (", e.what(), ")"));
+    return TorchError(
+        e, "state file: unreadable: ", absl::StatusCode::kInvalidArgument);
   }
 }
 
@@ -150,8 +151,8 @@ absl::StatusOr<std::pair<at::DataPtr, size_t>> StateFileReader::Record(
     auto [data, size] = ref->archive->getRecord(ref->record);
     return std::make_pair(std::move(data), size);
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("state file: record ", ref->record,
-                                            " unreadable (", e.what(), ")"));
+    return TorchError(e, absl::StrCat("state file: record ", ref->record, ": "),
+                      absl::StatusCode::kDataLoss);
   }
 }
 

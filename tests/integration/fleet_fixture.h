@@ -181,15 +181,24 @@ class FleetProcesses : public ::testing::Test {
 
   // Polls the job until its JSON (what `petra status --json` prints, asked
   // over gRPC: a `petra` process a poll cost 0.8 CPU-seconds, a minute of
-  // CPU in a long wait) contains `text` or `timeout` passes.
+  // CPU in a long wait) contains `text` or `timeout` passes. Waiting for
+  // a state, a job that ended in another one ends the wait at once (a job
+  // that failed is not left to time out).
   bool WaitForStatus(const std::string& id, const std::string& text,
                      std::chrono::seconds timeout) {
     const auto end = Clock::now() + timeout;
+    const bool awaits_state = text.rfind("JOB_STATE_", 0) == 0;
     while (Clock::now() < end) {
       petra::v1::Job job;
-      if (AskJob(id, &job).ok() &&
-          base::ProtoToJson(job).find(text) != std::string::npos) {
-        return true;
+      if (AskJob(id, &job).ok()) {
+        if (base::ProtoToJson(job).find(text) != std::string::npos) {
+          return true;
+        }
+        if (awaits_state && (job.state() == petra::v1::JOB_STATE_SUCCEEDED ||
+                             job.state() == petra::v1::JOB_STATE_FAILED ||
+                             job.state() == petra::v1::JOB_STATE_CANCELLED)) {
+          return false;
+        }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
