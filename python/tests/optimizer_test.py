@@ -205,7 +205,7 @@ class OptimizerReference(unittest.TestCase):
                 float(state["mu_product"]), places=6)
 
     def test_adamw_with_clipping_equals_torch(self):
-        flags = ["--optimizer", "adamw", "--lr", "0.005",
+        flags = ["--optimizer", "adamw", "--lr", "0.005", "--accumulation", "1",
                  "--clip-grad-norm", "0.5", "--warmup-epochs", "0.3",
                  "--decay", "cosine"]
 

@@ -24,6 +24,8 @@ petra::v1::JobSpec Spec() {
   s.mutable_model()->set_variant(petra::v1::VARIANT_MNIST);
   s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_SYNTHETIC);
   s.set_seed(5);
+  // One micro-batch a step: the gradient is the micro-batch's own.
+  s.mutable_training()->set_accumulation_steps(1);
   return *job::ResolveJobSpec(s);
 }
 

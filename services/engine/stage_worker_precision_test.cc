@@ -78,6 +78,9 @@ TEST(StageWorker, ABf16WireRoundsWhatStagesHandOnAndTheyComputeInFp32) {
 // AUTO means channels_last on a GPU only.
 TEST(StageWorker, ChannelsLastIsKeptEndToEnd) {
   petra::v1::JobSpec spec = Job(petra::v1::ARCHITECTURE_REVNET18, 1);
+  // The rebuild is checked against the forward's input: both at the
+  // current weights, none predicted.
+  spec.mutable_training()->set_predict_weights(false);
   EXPECT_FALSE(ChannelsLast(spec, torch::kCPU)) << "auto, on the CPU";
   EXPECT_TRUE(ChannelsLast(spec, torch::Device(torch::kCUDA)));
   EXPECT_FALSE(ChannelsLast(Job(petra::v1::ARCHITECTURE_REVVIT, 1),

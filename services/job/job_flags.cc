@@ -345,7 +345,8 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       Bool([s](bool v) { s->mutable_training()->set_overlap_rebuild(v); }));
   f.AddCustom(
       "predict-weights", "",
-      "false (recipe language_model, modes petra and delayed: true)",
+      "false (modes petra and delayed, recipes default and language_model, "
+      "an optimizer with momentum: true)",
       "petra and delayed: forward at the weights predicted for when the "
       "gradient comes back (SpecTrain; not in the paper)",
       Bool([s](bool v) { s->mutable_training()->set_predict_weights(v); }));
@@ -359,9 +360,8 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       "petra and delayed: correct each delayed gradient g by its weights' "
       "drift d, g + LAMBDA g*g*d / sqrt(mean g^2) (DC-ASGD, Zheng et al. "
       "2017; not in the paper)",
-      Double([s](double v) {
-        s->mutable_training()->set_delay_compensation(v);
-      }));
+      Double(
+          [s](double v) { s->mutable_training()->set_delay_compensation(v); }));
   f.AddCustom(
       "discrepancy-correction", "", "false",
       "petra and delayed: a delayed stage's backward at the weights its "
@@ -377,15 +377,17 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                 s->mutable_training()->set_weight_drift_decay(v);
               }));
   f.AddCustom("accumulation", "K", Shown(dt.accumulation_steps()),
-              "micro-batches averaged per optimizer step (recipe "
-              "language_model, modes petra and delayed, --micro-batch unset: "
-              "8)",
+              "micro-batches averaged per optimizer step (modes petra and "
+              "delayed, --micro-batch unset: 4 under recipe default, 8 under "
+              "language_model; else 1)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_accumulation_steps(v);
               }));
   f.AddCustom("micro-batch", "B", Shown(dt.micro_batch_size()),
-              "samples per micro-batch (recipe language_model, modes petra "
-              "and delayed, --accumulation unset: 8)", Uint32([s](uint32_t v) {
+              "samples per micro-batch (modes petra and delayed, "
+              "--accumulation unset: 16 under recipe default, 8 under "
+              "language_model; else 64)",
+              Uint32([s](uint32_t v) {
                 s->mutable_training()->set_micro_batch_size(v);
               }));
   f.AddCustom(
@@ -442,9 +444,10 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                    " * B * K / 64"),
       "peak learning rate",
       Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
-  f.AddCustom(
-      "momentum", "M", "0.9 (muon: 0.95)", "SGD's and Muon's momentum, in [0, 1)",
-      Double([s](double v) { s->mutable_optimizer()->set_momentum(v); }));
+  f.AddCustom("momentum", "M", "0.9 (muon: 0.95)",
+              "SGD's and Muon's momentum, in [0, 1)", Double([s](double v) {
+                s->mutable_optimizer()->set_momentum(v);
+              }));
   f.AddCustom("nesterov", "", "true when momentum > 0",
               "SGD and Muon: Nesterov momentum",
               Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));

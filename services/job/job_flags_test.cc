@@ -3,9 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_join.h"
-
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
@@ -300,10 +299,11 @@ TEST(AssembleJobSpec, TheBasesNameGoesWithItsNetworkOrData) {
   EXPECT_EQ(name({"--arch", "revvit", "--name", "mine"}), "mine");
 }
 
-// The language model's small micro-batches and weight prediction are
-// defaults for delayed gradients only, give way to what the flags set, and
-// are left out where the optimizer gives nothing to predict with.
-TEST(AssembleJobSpec, ALanguageModelsDelayDefaultsYieldToTheFlags) {
+// The small micro-batches and weight prediction of the language model's
+// and the default recipe are defaults for delayed gradients only, give way
+// to what the flags set, and are left out where the optimizer gives nothing
+// to predict with; the transformer recipe keeps micro-batches of 64.
+TEST(AssembleJobSpec, TheDelayDefaultsYieldToTheFlags) {
   petra::v1::JobSpec base;
   base.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVNET18);
   base.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_FASHION_MNIST);
@@ -317,14 +317,24 @@ TEST(AssembleJobSpec, ALanguageModelsDelayDefaultsYieldToTheFlags) {
            {{"--arch", "revlm", "--micro-batch", "32"}, 32, 1, true},
            {{"--arch", "revlm", "--accumulation", "2"}, 64, 2, true},
            {{"--arch", "gpt", "--mode", "delayed", "--stash-weights"},
-            8, 8, true},
+            8,
+            8,
+            true},
            {{"--arch", "revlm", "--optimizer", "muon"}, 8, 8, false},
            {{"--arch", "revlm", "--predict-weights=false"}, 8, 8, false},
-           {{"--arch", "revnet18"}, 64, 1, false}}) {
+           {{"--arch", "revnet18"}, 16, 4, true},
+           {{"--arch", "resnet18", "--mode", "delayed", "--stash-inputs"},
+            16,
+            4,
+            true},
+           {{"--arch", "revnet18", "--mode", "backprop"}, 64, 1, false},
+           {{"--arch", "revnet18", "--micro-batch", "64"}, 64, 1, true},
+           {{"--arch", "revnet18", "--momentum", "0"}, 16, 4, false},
+           {{"--arch", "revnet18", "--recipe", "paper"}, 64, 1, false},
+           {{"--arch", "revvit"}, 64, 1, false}}) {
     petra::v1::JobSpec overrides;
     ASSERT_TRUE(ParseInto(c.args, &overrides).ok());
-    absl::StatusOr<petra::v1::JobSpec> s =
-        AssembleJobSpec(base, "", overrides);
+    absl::StatusOr<petra::v1::JobSpec> s = AssembleJobSpec(base, "", overrides);
     const std::string what = absl::StrJoin(c.args, " ");
     ASSERT_TRUE(s.ok()) << what << ": " << s.status();
     EXPECT_EQ(s->training().micro_batch_size(), c.micro_batch) << what;

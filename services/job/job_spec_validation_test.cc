@@ -43,8 +43,11 @@ TEST(ResolveJobSpec, MinimalSpecGetsTheDocumentedDefaults) {
   EXPECT_FALSE(r->dataset().augmentation().horizontal_flip());
   EXPECT_TRUE(r->partition().per_block());
   EXPECT_EQ(r->training().mode(), petra::v1::TRAINING_MODE_PETRA);
-  EXPECT_EQ(r->training().accumulation_steps(), 1u);
-  EXPECT_EQ(r->training().micro_batch_size(), 64u);
+  // The same 64 samples a step as micro-batches of 64 (the rate's batch),
+  // each stage's delay in steps a quarter (RECIPE_DEFAULT).
+  EXPECT_EQ(r->training().accumulation_steps(), 4u);
+  EXPECT_EQ(r->training().micro_batch_size(), 16u);
+  EXPECT_TRUE(r->training().predict_weights());
   EXPECT_EQ(r->training().epochs(), 1u);
   EXPECT_DOUBLE_EQ(r->optimizer().learning_rate(), 0.1 * 64 / 256);
   EXPECT_DOUBLE_EQ(r->optimizer().momentum(), 0.9);

@@ -438,7 +438,9 @@ TEST(PetraSpec, PrintsTheResolvedSpec) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"stage_count\": 2"));
   EXPECT_THAT(r.out, HasSubstr("\"variant\": \"VARIANT_MNIST\""));
-  EXPECT_THAT(r.out, HasSubstr("\"micro_batch_size\": 64"));
+  EXPECT_THAT(r.out, HasSubstr("\"micro_batch_size\": 16"));
+  EXPECT_THAT(r.out, HasSubstr("\"accumulation_steps\": 4"));
+  EXPECT_THAT(r.out, HasSubstr("\"predict_weights\": true"));
 }
 
 // Without --from, the default job that `petra submit` sends (the deploy
