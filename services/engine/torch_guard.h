@@ -85,23 +85,17 @@ auto Guard(int stage, absl::string_view what, F&& f) -> decltype(f()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "stage ", stage, ": ", what, ": out of device memory: ",
         FirstLine(e.what_without_backtrace()), "; ", kOutOfMemoryAdvice));
-  } catch (const c10::Error& e) {
-    const std::string message = FirstLine(e.what_without_backtrace());
-    if (std::optional<std::string> asked =
-            torch_guard_internal::HostOutOfMemory(message)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("stage ", stage, ": ", what, ": out of memory", *asked,
-                       "; ", kOutOfMemoryAdvice));
-    }
-    return absl::InternalError(
-        absl::StrCat("stage ", stage, ": ", what, ": ", message));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "stage ", stage, ": ", what, ": out of memory (an allocation failed); ",
-        kOutOfMemoryAdvice));
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("stage ", stage, ": ", what, ": ", FirstLine(e.what())));
+    // The host's memory, torch's or the C++ allocator's, as TorchError says
+    // it, with what to change.
+    const absl::Status s =
+        TorchError(e, absl::StrCat("stage ", stage, ": ", what, ": "),
+                   absl::StatusCode::kInternal);
+    if (absl::IsResourceExhausted(s)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(s.message(), "; ", kOutOfMemoryAdvice));
+    }
+    return s;
   }
 }
 
