@@ -50,6 +50,15 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (reactor_ == nullptr || over_) return;
+        // A credit behind one still waiting to be written joins it: one
+        // message instead of two (the front is the write in flight).
+        if (reply.has_credit() && queue_.size() > 1 &&
+            queue_.back().has_credit()) {
+          auto* waiting = queue_.back().mutable_credit();
+          waiting->set_micro_batches(waiting->micro_batches() +
+                                     reply.credit().micro_batches());
+          return;
+        }
         queue_.push_back(std::move(reply));
         if (writing_) return;
         writing_ = true;
