@@ -3,6 +3,7 @@
 // the checkpoint I/O.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -21,10 +22,22 @@
 
 namespace petra::stage_server {
 
-// Credits each incoming stream of the job is granted.
+// Micro-batches of under 32 samples whose credits the mailbox gathers
+// before it sends them, when max_in_flight is unset: up to 8, so that a
+// stream's credit replies cost about what they cost at 32 samples.
+inline uint32_t CreditBatch(const petra::v1::AssignRequest& a) {
+  if (a.spec().training().max_in_flight() > 0) return 1;
+  const uint32_t b = std::max<uint32_t>(1, a.spec().training().micro_batch_size());
+  return std::min<uint32_t>(8, (32 + b - 1) / b);
+}
+
+// Credits each incoming stream of the job is granted: max_in_flight, or
+// the pipeline's natural depth, 2 * stage_count micro-batches, times the
+// credit batch (the stream keeps 2 * stage_count in flight between two
+// credit replies; at most 2 * stage_count * 32 samples, as at 32).
 inline uint32_t CreditWindow(const petra::v1::AssignRequest& a) {
   const uint32_t w = a.spec().training().max_in_flight();
-  return w > 0 ? w : 2 * a.stage_count();
+  return w > 0 ? w : 2 * a.stage_count() * CreditBatch(a);
 }
 
 // A checkpoint being uploaded in pieces (RestoreCheckpoint), written to
@@ -42,7 +55,8 @@ struct StageJob {
       : assign(a),
         transfer(c10::Device(device), static_cast<int>(a.stage_index())),
         mailbox(a.stage_index(), a.stage_count(), CreditWindow(a),
-                engine::PlanMode(a.spec().training()).traffic) {}
+                engine::PlanMode(a.spec().training()).traffic,
+                CreditBatch(a)) {}
   const petra::v1::AssignRequest assign;
   // Payloads between the host and the stage's device (a no-op on the CPU).
   const engine::DeviceTransfer transfer;

@@ -1,5 +1,6 @@
 #include "stage_server/stage_mailbox.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -21,13 +22,40 @@ petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status) {
 }
 
 StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window,
-                           engine::ModeTraffic traffic)
+                           engine::ModeTraffic traffic, uint32_t credit_batch)
     : index_(stage_index),
       count_(stage_count),
       window_(window),
-      traffic_(traffic) {}
+      traffic_(traffic),
+      credit_batch_(window < 2 ? 1
+                               : std::clamp<uint32_t>(credit_batch, 1,
+                                                      window / 2)) {}
+
+void StageMailbox::Owe(const std::shared_ptr<ReplySink>& to, bool last,
+                       DueCredits& due) {
+  auto it = std::find_if(owed_.begin(), owed_.end(),
+                         [&](const auto& o) { return o.first == to; });
+  if (it == owed_.end()) it = owed_.insert(owed_.end(), {to, 0});
+  if (++it->second < credit_batch_ && !last) return;
+  due.push_back(std::move(*it));
+  owed_.erase(it);
+}
+
+StageMailbox::DueCredits StageMailbox::TakeOwed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  DueCredits due;
+  due.swap(owed_);
+  return due;
+}
+
+void StageMailbox::SendCredits(const DueCredits& due) {
+  for (const auto& [to, n] : due) to->Send(CreditReply(n));
+}
 
 uint64_t StageMailbox::BeginPass(const PassInfo& pass) {
+  // What the last pass still owes goes to its streams (dropped if they
+  // ended), so a stream that lives on keeps its whole window.
+  SendCredits(TakeOwed());
   std::lock_guard<std::mutex> lock(mu_);
   pass_ = pass;
   pass_.generation = ++generation_;
@@ -40,17 +68,23 @@ uint64_t StageMailbox::BeginPass(const PassInfo& pass) {
 }
 
 void StageMailbox::EndPass(uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (generation != generation_) return;
-  open_pass_ = false;
-  forward_.clear();
-  backward_.clear();
+  DueCredits due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation != generation_) return;
+    open_pass_ = false;
+    forward_.clear();
+    backward_.clear();
+    due.swap(owed_);
+  }
+  SendCredits(due);
 }
 
 void StageMailbox::Close(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   closed_why_ = why;
+  owed_.clear();
   cv_.notify_all();
 }
 
@@ -258,7 +292,13 @@ absl::StatusOr<model::ForwardBatch> StageMailbox::NextForward(int64_t id) {
       forward_, id, next_forward_,
       [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
   if (!slot.ok()) return slot.status();
-  for (auto& sender : slot->senders) sender->Send(CreditReply(1));
+  DueCredits due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool last = id + 1 >= pass_.micro_batches;
+    for (auto& sender : slot->senders) Owe(sender, last, due);
+  }
+  SendCredits(due);
   for (const engine::Transfer& a : slot->arrivals) a.Adopt();
   slot->batch.header.micro_batch_id = static_cast<uint64_t>(id);
   return std::move(slot->batch);
@@ -269,7 +309,12 @@ absl::StatusOr<model::BackwardBatch> StageMailbox::NextBackward(int64_t id) {
       backward_, id, next_backward_, [](const BackwardSlot&) { return true; },
       true);
   if (!slot.ok()) return slot.status();
-  slot->sender->Send(CreditReply(1));
+  DueCredits due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Owe(slot->sender, id + 1 >= pass_.micro_batches, due);
+  }
+  SendCredits(due);
   slot->arrival.Adopt();
   return std::move(slot->batch);
 }

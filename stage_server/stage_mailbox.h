@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "petra/v1/stage.pb.h"
@@ -45,8 +47,13 @@ class StageMailbox : public engine::StageInbox {
   // ignoring its credits cannot fill the stage's memory.
   // `traffic`: what the job's mode sends beside the activations and
   // gradients (training_mode.h); anything else is refused.
+  // `credit_batch`: credits a stream is owed before they are sent, in one
+  // reply (at most window / 2; the pass's last micro-batch and its end send
+  // what is owed). Each credit reply is a message whose cost a small
+  // micro-batch does not amortise; a sender owed fewer than that still has
+  // credits for the micro-batch the stage takes next.
   StageMailbox(int stage_index, int stage_count, uint32_t window = 0,
-               engine::ModeTraffic traffic = {});
+               engine::ModeTraffic traffic = {}, uint32_t credit_batch = 1);
 
   // Resets the expectations for a new pass. Items of an earlier pass that
   // were never taken are dropped. Returns the pass's generation.
@@ -102,6 +109,14 @@ class StageMailbox : public engine::StageInbox {
   };
 
   absl::Status CheckId(uint64_t id, int64_t next, const char* direction) const;
+  // Counts a credit owed to `to` for a micro-batch taken (the pass's last
+  // when `last`); returns the replies due now, sent by the caller outside
+  // the lock.
+  using DueCredits = std::vector<std::pair<std::shared_ptr<ReplySink>, uint32_t>>;
+  void Owe(const std::shared_ptr<ReplySink>& to, bool last, DueCredits& due);
+  // Everything owed, for sending (the pass ends).
+  DueCredits TakeOwed();
+  static void SendCredits(const DueCredits& due);
   // Ids on a stream increase: `id` must be above `last`, the highest id of
   // that kind accepted in this pass (-1 for none).
   static absl::Status CheckOrder(uint64_t id, int64_t last, const char* what);
@@ -114,6 +129,9 @@ class StageMailbox : public engine::StageInbox {
   const int index_, count_;
   const uint32_t window_;
   const engine::ModeTraffic traffic_;
+  const uint32_t credit_batch_;
+  // Credits owed to each stream not yet sent (a handful of streams).
+  DueCredits owed_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_pass_ = false;

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace petra::stage_server {
 namespace {
 
@@ -12,7 +14,10 @@ using ::testing::HasSubstr;
 
 class Replies : public ReplySink {
  public:
-  void Send(petra::v1::StreamReply) override {}
+  void Send(petra::v1::StreamReply r) override {
+    if (r.has_credit()) credits.push_back(r.credit().micro_batches());
+  }
+  std::vector<uint32_t> credits;  // each credit reply's grant
 };
 
 model::ForwardBatch Data(uint64_t id) {
@@ -53,6 +58,42 @@ TEST(StageMailbox, EndPassRefusesLateMessagesOfItsOwnPassOnly) {
   EXPECT_TRUE(box.Deliver(Data(1), from).ok());
   box.EndPass(second);
   EXPECT_FALSE(box.Deliver(Data(2), from).ok());
+}
+
+// Credits gathered c at a time: one reply per c micro-batches taken, the
+// pass's last micro-batch sends what is owed, and the end of a pass sends
+// the rest (a stream living on keeps its whole window).
+TEST(StageMailbox, CreditsGoOutInBatchesAndNoneIsLost) {
+  StageMailbox box(0, 2, /*window=*/8, {}, /*credit_batch=*/3);
+  auto from = std::make_shared<Replies>();
+  box.BeginPass({petra::v1::PHASE_TRAIN, 1, 7});
+  for (uint64_t id = 0; id < 7; ++id) {
+    ASSERT_TRUE(box.Deliver(Data(id), from).ok()) << id;
+    ASSERT_TRUE(box.NextForward(static_cast<int64_t>(id)).ok()) << id;
+  }
+  // 3 + 3, then the last micro-batch's 1.
+  EXPECT_EQ(from->credits, (std::vector<uint32_t>{3, 3, 1}));
+
+  from->credits.clear();
+  const uint64_t pass = box.BeginPass({petra::v1::PHASE_TRAIN, 2, 7});
+  for (uint64_t id = 0; id < 2; ++id) {
+    ASSERT_TRUE(box.Deliver(Data(id), from).ok());
+    ASSERT_TRUE(box.NextForward(static_cast<int64_t>(id)).ok());
+  }
+  EXPECT_TRUE(from->credits.empty());
+  box.EndPass(pass);
+  EXPECT_EQ(from->credits, (std::vector<uint32_t>{2}));
+
+  // A batch over half the window is cut to half: the sender always keeps
+  // credits for the micro-batch the stage takes next.
+  StageMailbox narrow(0, 2, /*window=*/4, {}, /*credit_batch=*/8);
+  auto other = std::make_shared<Replies>();
+  narrow.BeginPass({petra::v1::PHASE_TRAIN, 1, 9});
+  for (uint64_t id = 0; id < 4; ++id) {
+    ASSERT_TRUE(narrow.Deliver(Data(id), other).ok());
+    ASSERT_TRUE(narrow.NextForward(static_cast<int64_t>(id)).ok());
+  }
+  EXPECT_EQ(other->credits, (std::vector<uint32_t>{2, 2}));
 }
 
 // Mode forward_gradient: labels and tangents come up with the activation
