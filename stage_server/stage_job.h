@@ -27,7 +27,8 @@ namespace petra::stage_server {
 // stream's credit replies cost about what they cost at 32 samples.
 inline uint32_t CreditBatch(const petra::v1::AssignRequest& a) {
   if (a.spec().training().max_in_flight() > 0) return 1;
-  const uint32_t b = std::max<uint32_t>(1, a.spec().training().micro_batch_size());
+  const uint32_t b =
+      std::max<uint32_t>(1, a.spec().training().micro_batch_size());
   return std::min<uint32_t>(8, (32 + b - 1) / b);
 }
 
@@ -55,8 +56,8 @@ struct StageJob {
       : assign(a),
         transfer(c10::Device(device), static_cast<int>(a.stage_index())),
         mailbox(a.stage_index(), a.stage_count(), CreditWindow(a),
-                engine::PlanMode(a.spec().training()).traffic,
-                CreditBatch(a)) {}
+                engine::PlanMode(a.spec().training()).traffic, CreditBatch(a)) {
+  }
   const petra::v1::AssignRequest assign;
   // Payloads between the host and the stage's device (a no-op on the CPU).
   const engine::DeviceTransfer transfer;

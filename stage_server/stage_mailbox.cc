@@ -27,9 +27,8 @@ StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window,
       count_(stage_count),
       window_(window),
       traffic_(traffic),
-      credit_batch_(window < 2 ? 1
-                               : std::clamp<uint32_t>(credit_batch, 1,
-                                                      window / 2)) {}
+      credit_batch_(
+          window < 2 ? 1 : std::clamp<uint32_t>(credit_batch, 1, window / 2)) {}
 
 void StageMailbox::Owe(const std::shared_ptr<ReplySink>& to, bool last,
                        DueCredits& due) {

@@ -112,7 +112,8 @@ class StageMailbox : public engine::StageInbox {
   // Counts a credit owed to `to` for a micro-batch taken (the pass's last
   // when `last`); returns the replies due now, sent by the caller outside
   // the lock.
-  using DueCredits = std::vector<std::pair<std::shared_ptr<ReplySink>, uint32_t>>;
+  using DueCredits =
+      std::vector<std::pair<std::shared_ptr<ReplySink>, uint32_t>>;
   void Owe(const std::shared_ptr<ReplySink>& to, bool last, DueCredits& due);
   // Everything owed, for sending (the pass ends).
   DueCredits TakeOwed();

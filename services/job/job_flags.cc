@@ -379,14 +379,14 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
   f.AddCustom("accumulation", "K", Shown(dt.accumulation_steps()),
               "micro-batches averaged per optimizer step (modes petra and "
               "delayed, --micro-batch unset: 4 under recipe default, 8 under "
-              "language_model; else 1)",
+              "language_model, 2 under transformer; else 1)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_accumulation_steps(v);
               }));
   f.AddCustom("micro-batch", "B", Shown(dt.micro_batch_size()),
               "samples per micro-batch (modes petra and delayed, "
               "--accumulation unset: 16 under recipe default, 8 under "
-              "language_model; else 64)",
+              "language_model, 32 under transformer; else 64)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_micro_batch_size(v);
               }));
