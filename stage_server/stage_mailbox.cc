@@ -40,30 +40,39 @@ void StageMailbox::Owe(const std::shared_ptr<ReplySink>& to, bool last,
   owed_.erase(it);
 }
 
-StageMailbox::DueCredits StageMailbox::TakeOwed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  DueCredits due;
-  due.swap(owed_);
-  return due;
-}
-
 void StageMailbox::SendCredits(const DueCredits& due) {
   for (const auto& [to, n] : due) to->Send(CreditReply(n));
+}
+
+void StageMailbox::Repay(const std::vector<std::shared_ptr<ReplySink>>& senders,
+                         int64_t id) {
+  DueCredits due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool last = id + 1 >= pass_.micro_batches;
+    for (const auto& sender : senders) Owe(sender, last, due);
+  }
+  SendCredits(due);
 }
 
 uint64_t StageMailbox::BeginPass(const PassInfo& pass) {
   // What the last pass still owes goes to its streams (dropped if they
   // ended), so a stream that lives on keeps its whole window.
-  SendCredits(TakeOwed());
-  std::lock_guard<std::mutex> lock(mu_);
-  pass_ = pass;
-  pass_.generation = ++generation_;
-  open_pass_ = true;
-  next_forward_ = next_backward_ = 0;
-  last_x_ = last_labels_ = last_backward_ = -1;
-  forward_.clear();
-  backward_.clear();
-  return generation_;
+  DueCredits due;
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pass_ = pass;
+    pass_.generation = generation = ++generation_;
+    open_pass_ = true;
+    next_forward_ = next_backward_ = 0;
+    last_x_ = last_labels_ = last_backward_ = -1;
+    forward_.clear();
+    backward_.clear();
+    due.swap(owed_);
+  }
+  SendCredits(due);
+  return generation;
 }
 
 void StageMailbox::EndPass(uint64_t generation) {
@@ -291,13 +300,7 @@ absl::StatusOr<model::ForwardBatch> StageMailbox::NextForward(int64_t id) {
       forward_, id, next_forward_,
       [this](const ForwardSlot& s) { return ForwardReady(s); }, false);
   if (!slot.ok()) return slot.status();
-  DueCredits due;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const bool last = id + 1 >= pass_.micro_batches;
-    for (auto& sender : slot->senders) Owe(sender, last, due);
-  }
-  SendCredits(due);
+  Repay(slot->senders, id);
   for (const engine::Transfer& a : slot->arrivals) a.Adopt();
   slot->batch.header.micro_batch_id = static_cast<uint64_t>(id);
   return std::move(slot->batch);
@@ -308,12 +311,7 @@ absl::StatusOr<model::BackwardBatch> StageMailbox::NextBackward(int64_t id) {
       backward_, id, next_backward_, [](const BackwardSlot&) { return true; },
       true);
   if (!slot.ok()) return slot.status();
-  DueCredits due;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Owe(slot->sender, id + 1 >= pass_.micro_batches, due);
-  }
-  SendCredits(due);
+  Repay({slot->sender}, id);
   slot->arrival.Adopt();
   return std::move(slot->batch);
 }

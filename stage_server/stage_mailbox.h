@@ -115,9 +115,11 @@ class StageMailbox : public engine::StageInbox {
   using DueCredits =
       std::vector<std::pair<std::shared_ptr<ReplySink>, uint32_t>>;
   void Owe(const std::shared_ptr<ReplySink>& to, bool last, DueCredits& due);
-  // Everything owed, for sending (the pass ends).
-  DueCredits TakeOwed();
   static void SendCredits(const DueCredits& due);
+  // The credits of micro-batch `id`, just taken, owed to its senders; sends
+  // those that are due.
+  void Repay(const std::vector<std::shared_ptr<ReplySink>>& senders,
+             int64_t id);
   // Ids on a stream increase: `id` must be above `last`, the highest id of
   // that kind accepted in this pass (-1 for none).
   static absl::Status CheckOrder(uint64_t id, int64_t last, const char* what);
