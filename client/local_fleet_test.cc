@@ -146,8 +146,9 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const uint64_t steps = spec->training().max_steps();
-  // Micro-batches: a step is one of every replica's (k = 1 here).
-  const uint64_t micro_batches = steps * spec->replicas();
+  // Micro-batches: a step is k of every replica's.
+  const uint64_t micro_batches =
+      steps * spec->training().accumulation_steps() * spec->replicas();
   const uint32_t stage_count = spec->partition().stage_count();
 
   // In-process, one intra-op thread per stage like the fleet below.
@@ -186,7 +187,7 @@ void ExpectSameRun(petra::v1::JobSpec raw, const std::string& device = "cpu",
           ? petra::v1::TRANSPORT_SHM
           : spec->transport();
   ASSERT_EQ(end.stages_size(),
-            static_cast<int>(micro_batches / steps * stage_count));
+            static_cast<int>(spec->replicas() * stage_count));
   for (const petra::v1::StagePlacement& p : end.stages()) {
     if (p.stage_index() + 1 < stage_count) {
       EXPECT_EQ(p.transport_to_next(), used) << p.stage_index();
@@ -412,6 +413,29 @@ TEST(LocalFleet, RevLMMatchesTheInProcessRunner) {
 
 TEST(LocalFleet, BackpropMatchesTheInProcessRunner) {
   ExpectSameRun(SmallJob(petra::v1::TRAINING_MODE_BACKPROP));
+}
+
+// The synchronous pipelines (issue 68): GPipe with its activations stored
+// (every forward of a flush of 32 before the first backward, so the credit
+// window, 2J = 6 at micro-batches of 32, must widen to the flush for the
+// last stage's backwards), and 1F1B with them rebuilt, over gRPC, with
+// max_in_flight 1: the flush's order and the steps at its end are the same
+// on the fleet as in process.
+TEST(LocalFleet, GpipeMatchesTheInProcessRunner) {
+  petra::v1::JobSpec s = SmallJob(petra::v1::TRAINING_MODE_PIPELINE, 2, 32);
+  s.mutable_training()->set_pipeline_schedule(
+      petra::v1::TrainingSpec::PIPELINE_SCHEDULE_GPIPE);
+  s.mutable_training()->set_accumulation_steps(32);
+  ExpectSameRun(s);
+}
+
+TEST(LocalFleet, OneFOneBWithRecomputeMatchesTheInProcessRunner) {
+  petra::v1::JobSpec s = SmallJob(petra::v1::TRAINING_MODE_PIPELINE, 6, 8);
+  s.mutable_training()->set_recompute(true);
+  s.mutable_training()->set_accumulation_steps(4);
+  s.mutable_training()->set_max_in_flight(1);
+  s.set_transport(petra::v1::TRANSPORT_GRPC);
+  ExpectSameRun(s);
 }
 
 // Forward gradients: tangents and labels up, directional derivatives down,

@@ -62,7 +62,7 @@ absl::Status RunPhase(StageJob& job, const PassInfo& pass,
                       engine::StageOutbox& outbox) {
   return engine::RunStagePass(
       *job.worker, job.mailbox, outbox, pass.phase, pass.micro_batches,
-      engine::PlanMode(job.assign.spec().training()).schedule);
+      engine::PlanMode(job.assign.spec().training()));
 }
 
 }  // namespace

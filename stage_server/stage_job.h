@@ -35,10 +35,16 @@ inline uint32_t CreditBatch(const petra::v1::AssignRequest& a) {
 // Credits each incoming stream of the job is granted: max_in_flight, or
 // the pipeline's natural depth, 2 * stage_count micro-batches, times the
 // credit batch (the stream keeps 2 * stage_count in flight between two
-// credit replies; at most 2 * stage_count * 32 samples, as at 32).
+// credit replies; at most 2 * stage_count * 32 samples, as at 32), and at
+// least a flush's micro-batches (GPipe's last stage sends every backward
+// of a flush before the stage below takes the first).
 inline uint32_t CreditWindow(const petra::v1::AssignRequest& a) {
   const uint32_t w = a.spec().training().max_in_flight();
-  return w > 0 ? w : 2 * a.stage_count() * CreditBatch(a);
+  if (w > 0) return w;
+  return std::max<uint32_t>(
+      2 * a.stage_count() * CreditBatch(a),
+      static_cast<uint32_t>(std::min<int64_t>(
+          engine::PlanMode(a.spec().training()).group, UINT32_MAX)));
 }
 
 // A checkpoint being uploaded in pieces (RestoreCheckpoint), written to

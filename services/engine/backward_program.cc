@@ -191,6 +191,46 @@ class RecomputeProgram : public BackwardProgram {
   StageBlocks& blocks_;
 };
 
+// The forward's graph kept until its backward: no recompute, and every
+// activation the blocks' autograd saves held in between.
+class StoredProgram : public BackwardProgram {
+ public:
+  explicit StoredProgram(StageBlocks& blocks) : blocks_(blocks) {}
+  bool rebuilds_input() const override { return false; }
+  TensorPair Forward(StageBlocks&, const TensorPair& x,
+                     ForwardRecord& record) override {
+    StageBlocks::Graph g = blocks_.ForwardWithGraph(x);
+    record.input = g.input;
+    record.graph_output = g.output;
+    return g.output.detach();
+  }
+  void Keep(const TensorPair&, ForwardRecord&) override {}
+
+  BackwardOutput Run(const ForwardRecord& record, const TensorPair&,
+                     const TensorPair& output_grad,
+                     GradientAccumulator& grads) override {
+    const TensorPair& y = record.graph_output;
+    std::vector<torch::Tensor> outputs{y.a}, grad_outputs{output_grad.a};
+    if (y.b.defined()) {
+      outputs.push_back(y.b);
+      grad_outputs.push_back(output_grad.b);
+    }
+    BackwardOutput out;
+    out.input = record.input.detach();
+    out.input_grad = blocks_.Differentiate({record.input, y}, outputs,
+                                           grad_outputs, grads);
+    return out;
+  }
+
+  TensorPair SkippedInput(const ForwardRecord& record,
+                          const TensorPair&) override {
+    return record.input.detach();
+  }
+
+ private:
+  StageBlocks& blocks_;
+};
+
 // The weights the forward used, kept and put back for the backward; the
 // update then applies to the current ones.
 class StashedWeightsProgram : public BackwardProgram {
@@ -260,8 +300,16 @@ class ApproximateInputProgram : public BackwardProgram {
 
 }  // namespace
 
+TensorPair BackwardProgram::Forward(StageBlocks& blocks, const TensorPair& x,
+                                    ForwardRecord&) {
+  torch::NoGradGuard no_grad;
+  ScopedBnMode mode(BnMode::kBatchStats);
+  return blocks.Forward(x);
+}
+
 std::unique_ptr<BackwardProgram> ChooseBackwardProgram(StageBlocks& blocks,
                                                        ProgramChoice choice) {
+  if (choice.store_activations) return std::make_unique<StoredProgram>(blocks);
   std::unique_ptr<BackwardProgram> p;
   const bool rebuilds = blocks.all_reversible() && !choice.stash_inputs;
   if (rebuilds && choice.stash_weights && choice.rebuild_with_current) {

@@ -13,6 +13,9 @@
 //             the weights are stashed but the input is rebuilt with the
 //             current ones; the gradient is taken at it with the stashed
 //             weights (--stash-weights --rebuild-with current)
+//   stored    the forward runs with a graph, kept until the backward
+//             differentiates it (mode pipeline without --recompute: the
+//             activations GPipe and 1F1B store)
 // A new mode or option is a new program here, or one new field.
 #pragma once
 
@@ -33,6 +36,9 @@ struct ForwardRecord {
   int64_t tick = 0;
   int64_t step = 0;
   model::TensorPair input;             // when the program keeps it
+  // The stored program's: the forward's output, with its graph (whose
+  // input is `input`).
+  model::TensorPair graph_output;
   std::vector<torch::Tensor> weights;  // when the program stashes them
   // Mode forward_gradient: the guess v (or the local gradient), until the
   // directional derivative comes back.
@@ -58,6 +64,12 @@ class BackwardProgram {
   virtual ~BackwardProgram() = default;
   // Nothing is kept between forward and backward but what the weights are.
   virtual bool rebuilds_input() const = 0;
+  // The training forward of `x`: without a graph, batch statistics, the
+  // running ones untouched (the backward recomputes); the stored program
+  // keeps its graph in `record`.
+  virtual model::TensorPair Forward(StageBlocks& blocks,
+                                    const model::TensorPair& x,
+                                    ForwardRecord& record);
   // Keeps in `record` what the backward of input `x` will need.
   virtual void Keep(const model::TensorPair& x, ForwardRecord& record) = 0;
   // The backward: x~_{j-1} and delta_j, parameter gradients into `grads`.
@@ -81,11 +93,13 @@ struct ProgramChoice {
   // With stash_weights, on a stage that rebuilds: rebuild with the current
   // weights instead of the stashed ones.
   bool rebuild_with_current = false;
+  // Keep each forward's graph (the stored program); excludes the others.
+  bool store_activations = false;
 };
 
-// Rebuild when every block is reversible and inputs are not stashed, else
-// recompute; wrapped in stashed weights when asked (the rebuild with the
-// current weights first, when asked).
+// Stored when asked; else rebuild when every block is reversible and inputs
+// are not stashed, else recompute; wrapped in stashed weights when asked
+// (the rebuild with the current weights first, when asked).
 std::unique_ptr<BackwardProgram> ChooseBackwardProgram(StageBlocks& blocks,
                                                        ProgramChoice choice);
 

@@ -75,11 +75,14 @@ namespace {
 
 // The queues joining the stages of one epoch. up[j] carries stage j's
 // output to stage j + 1; down[j] carries into stage j from stage j + 1;
-// `labels` carries the data's labels from the feed to the last stage.
+// `labels` carries the data's labels from the feed to the last stage. Each
+// holds the pipeline's depth, and a flush (GPipe's last stage sends every
+// backward of one before the stage below takes the first).
 struct Channels {
-  Channels(int stages, int64_t micro_batches)
+  Channels(int stages, int64_t micro_batches, int64_t flush)
       : labels(static_cast<size_t>(micro_batches) + 1) {
-    const size_t capacity = static_cast<size_t>(2 * stages + 2);
+    const size_t capacity =
+        static_cast<size_t>(std::max<int64_t>(2 * stages, flush) + 2);
     for (int j = 0; j < stages; ++j) {
       up.push_back(std::make_unique<BlockingQueue<ForwardBatch>>(capacity));
       down.push_back(std::make_unique<BlockingQueue<BackwardBatch>>(capacity));
@@ -191,13 +194,13 @@ absl::StatusOr<PassResult> InProcessRunner::RunPass(
   // Evaluation and the gradient check run on replica 0 alone.
   const int replicas = train ? this->replicas() : 1;
   const int stages = stage_count();
-  const ScheduleKind schedule = PlanMode(spec_.training()).schedule;
+  const ModePlan mode = PlanMode(spec_.training());
   std::vector<PassBatches> shares;
   std::vector<std::unique_ptr<Channels>> channels;
   for (int r = 0; r < replicas; ++r) {
     shares.push_back(replicas == 1 ? batches : batches.Dealt(r, replicas));
     channels.push_back(
-        std::make_unique<Channels>(stages, shares.back().size()));
+        std::make_unique<Channels>(stages, shares.back().size(), mode.group));
   }
   std::mutex mu;
   absl::Status failure;
@@ -231,7 +234,7 @@ absl::StatusOr<PassResult> InProcessRunner::RunPass(
         j, *channels[r],
         [&, r](int64_t id, const LossOutput& out) { on_loss(r, id, out); });
     absl::Status s = RunStagePass(worker(r, j), inbox, outbox, phase,
-                                  shares[r].size(), schedule);
+                                  shares[r].size(), mode);
     if (!s.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu);

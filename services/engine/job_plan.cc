@@ -109,6 +109,7 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
     config.first_block = ranges[j].begin;
     config.stash_inputs = mode.stash_inputs;
     config.stash_weights = mode.stash_weights;
+    config.store_activations = mode.store_activations;
     config.rebuild_with_current = mode.rebuild_with_current;
     config.overlap_rebuild = s.training().overlap_rebuild();
     const std::string name =

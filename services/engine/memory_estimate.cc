@@ -58,6 +58,9 @@ StageMemoryEstimate EstimateStageMemory(
   if (keeps_input) {
     e.input_buffer_bytes = e.in_flight * e.micro_batch * input * kFloat;
   }
+  if (mode.store_activations) {
+    e.activation_bytes = e.in_flight * e.micro_batch * graph * kFloat;
+  }
   if (mode.stash_weights || mode.keeps_directions) {
     e.weight_stash_bytes = e.in_flight * params * kFloat;
   }
@@ -82,6 +85,11 @@ std::string Breakdown(const StageMemoryEstimate& e) {
     absl::StrAppend(&parts, "; weights kept for the backward ",
                     Bytes(e.weight_stash_bytes));
   }
+  if (e.activation_bytes > 0) {
+    absl::StrAppend(&parts, "; activations kept for the backward ",
+                    Bytes(e.activation_bytes), " (", e.in_flight,
+                    " micro-batches in flight)");
+  }
   absl::StrAppend(&parts, "; working memory ", Bytes(e.working_bytes),
                   " for a micro-batch of ", e.micro_batch);
   return parts;
@@ -92,8 +100,12 @@ std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
                        const petra::v1::JobSpec& s) {
   const std::string parts = Breakdown(e);
   std::string advice = "lower --micro-batch";
-  if (e.input_buffer_bytes > 0 || e.weight_stash_bytes > 0) {
+  if (e.input_buffer_bytes > 0 || e.weight_stash_bytes > 0 ||
+      e.activation_bytes > 0) {
     absl::StrAppend(&advice, ", cut the network into more stages (--stages)");
+  }
+  if (e.activation_bytes > 0) {
+    absl::StrAppend(&advice, ", add --recompute");
   }
   if (PlanMode(s.training()).schedule == ScheduleKind::kDelayed) {
     absl::StrAppend(&advice,

@@ -23,10 +23,12 @@ struct StageMemoryEstimate {
   bool adamw = false;              // two moments per weight, not momentum
   int64_t input_buffer_bytes = 0;  // inputs kept until their backward
   int64_t weight_stash_bytes = 0;  // weights (or guesses) kept likewise
-  int64_t working_bytes = 0;       // one micro-batch's graph, gradients, queues
+  // Mode pipeline without recompute: the forwards' graphs kept likewise.
+  int64_t activation_bytes = 0;
+  int64_t working_bytes = 0;  // one micro-batch's graph, gradients, queues
   int64_t total() const {
     return parameters_bytes + input_buffer_bytes + weight_stash_bytes +
-           working_bytes;
+           activation_bytes + working_bytes;
   }
 };
 

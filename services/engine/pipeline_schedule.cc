@@ -72,11 +72,18 @@ bool StageSchedule::Refill() {
       const int64_t n = std::min(group_, micro_batches_ - first);
       unit_ += n;
       if (kind_ == ScheduleKind::kGpipe) {
+        // Backwards oldest first, as torch's ScheduleGPipe runs them; the
+        // last stage has each loss at once, so it backwards each
+        // micro-batch right after its forward (one loss step).
+        const bool last = stage_ == stages_ - 1;
         for (int64_t m = first; m < first + n; ++m) {
           Add(m, OpKind::kForward, position_);
+          if (last) Add(m, OpKind::kBackward, position_);
         }
-        for (int64_t m = first + n - 1; m >= first; --m) {
-          Add(m, OpKind::kBackward, position_);
+        if (!last) {
+          for (int64_t m = first; m < first + n; ++m) {
+            Add(m, OpKind::kBackward, position_);
+          }
         }
         return true;
       }

@@ -19,7 +19,8 @@ enum class ScheduleKind {
   // Model-parallel backprop, no overlap: micro-batch m+1 enters stage 0
   // after stage 0's backward of m.
   kBackprop,
-  // GPipe: per group, every forward, then every backward (newest first).
+  // GPipe: per group, every forward, then every backward (oldest first; the
+  // last stage backwards each right after its forward).
   kGpipe,
   // PipeDream-flush: per group, warm-up forwards, one forward one backward,
   // cool-down backwards.

@@ -86,21 +86,21 @@ TEST(StageSchedule, OneFOneBWarmsUpThenAlternates) {
                 {0, kF}, {1, kF}, {0, kB}, {1, kB}, {2, kF}, {2, kB}}));
 }
 
-TEST(StageSchedule, GpipeBackwardsNewestFirst) {
+TEST(StageSchedule, GpipeBackwardsOldestFirst) {
   EXPECT_EQ(Kinds(Order(ScheduleKind::kGpipe, 0, 2, 5, 3)),
             (std::vector<std::pair<int, OpKind>>{{0, kF},
                                                  {1, kF},
                                                  {2, kF},
-                                                 {2, kB},
-                                                 {1, kB},
                                                  {0, kB},
+                                                 {1, kB},
+                                                 {2, kB},
                                                  {3, kF},
                                                  {4, kF},
-                                                 {4, kB},
-                                                 {3, kB}}));
-  // The last stage runs only the newest forward and backward as one step.
-  EXPECT_EQ(Kinds(Order(ScheduleKind::kGpipe, 1, 2, 2, 2)),
-            (std::vector<std::pair<int, OpKind>>{{0, kF}, {1, kFB}, {0, kB}}));
+                                                 {3, kB},
+                                                 {4, kB}}));
+  // The last stage has each loss at once: one step per micro-batch.
+  EXPECT_EQ(Kinds(Order(ScheduleKind::kGpipe, 1, 2, 3, 2)),
+            (std::vector<std::pair<int, OpKind>>{{0, kFB}, {1, kFB}, {2, kFB}}));
 }
 
 // Every schedule forwards each micro-batch once and backwards it once,

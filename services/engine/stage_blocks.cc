@@ -52,19 +52,24 @@ TensorPair StageBlocks::Inverse(const TensorPair& output) {
   return y;
 }
 
-TensorPair StageBlocks::Recompute(const TensorPair& input, const Head& head,
-                                  GradientAccumulator& grads) {
+StageBlocks::Graph StageBlocks::ForwardWithGraph(const TensorPair& input) {
   const bool want_input_grad = !first_;
-  TensorPair x{input.a.detach().requires_grad_(want_input_grad),
-               input.b.defined()
-                   ? input.b.detach().requires_grad_(want_input_grad)
-                   : torch::Tensor()};
-  TensorPair y;
-  {
-    model::ScopedBnMode mode(model::BnMode::kBatchStatsUpdateRunning);
-    y = Forward(x);
-  }
-  auto [outputs, grad_outputs] = head(y);
+  Graph g;
+  g.input = {input.a.detach().requires_grad_(want_input_grad),
+             input.b.defined()
+                 ? input.b.detach().requires_grad_(want_input_grad)
+                 : torch::Tensor()};
+  model::ScopedBnMode mode(model::BnMode::kBatchStatsUpdateRunning);
+  g.output = Forward(g.input);
+  return g;
+}
+
+TensorPair StageBlocks::Differentiate(
+    const Graph& graph, const std::vector<torch::Tensor>& outputs,
+    const std::vector<torch::Tensor>& grad_outputs,
+    GradientAccumulator& grads) {
+  const TensorPair& x = graph.input;
+  const bool want_input_grad = !first_;
   if (outputs.empty()) {
     if (!want_input_grad) return {};
     return {torch::zeros_like(x.a),
@@ -83,6 +88,13 @@ TensorPair StageBlocks::Recompute(const TensorPair& input, const Head& head,
             std::vector<torch::Tensor>(g.begin() + first_param, g.end()));
   if (!want_input_grad) return {};
   return {g[0], x.b.defined() ? g[1] : torch::Tensor()};
+}
+
+TensorPair StageBlocks::Recompute(const TensorPair& input, const Head& head,
+                                  GradientAccumulator& grads) {
+  const Graph graph = ForwardWithGraph(input);
+  auto [outputs, grad_outputs] = head(graph.output);
+  return Differentiate(graph, outputs, grad_outputs, grads);
 }
 
 void StageBlocks::SetWeights(const std::vector<torch::Tensor>& weights) {

@@ -1,6 +1,7 @@
 // The blocks a stage runs and the two ways it runs them: a forward without
-// a graph, and a recompute with one, ending in a vector-Jacobian product
-// (the backward from a kept input, and the last stage's loss step).
+// a graph, and one with a graph, ending in a vector-Jacobian product (the
+// backward from a kept input or a kept graph, and the last stage's loss
+// step).
 #pragma once
 
 #include <torch/torch.h>
@@ -51,6 +52,23 @@ class StageBlocks {
   // the first stage).
   model::TensorPair Recompute(const model::TensorPair& input, const Head& head,
                               GradientAccumulator& grads);
+
+  // Recompute's two halves, for a graph kept between them (mode pipeline
+  // without recompute): the forward with a graph, updating the BN running
+  // statistics, from `input` made a leaf that wants its gradient (not on
+  // the first stage)...
+  struct Graph {
+    model::TensorPair input;
+    model::TensorPair output;
+  };
+  Graph ForwardWithGraph(const model::TensorPair& input);
+  // ...and the vector-Jacobian product of `outputs` (made from
+  // graph.output) with `grad_outputs`; the graph is freed. Nothing to
+  // differentiate gives zero gradients.
+  model::TensorPair Differentiate(const Graph& graph,
+                                  const std::vector<torch::Tensor>& outputs,
+                                  const std::vector<torch::Tensor>& grad_outputs,
+                                  GradientAccumulator& grads);
 
   // Copies of the parameters' current values, and putting such values back
   // (weight stashing, diagnostics).

@@ -12,6 +12,7 @@
 #include "petra/v1/stage.pb.h"  // Phase
 #include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_worker.h"
+#include "services/engine/training_mode.h"
 #include "services/model/micro_batch.h"
 #include "services/model/tensor_pair.h"
 
@@ -62,7 +63,8 @@ class StageOutbox {
 // The one executor of a stage's pass, for the stage server and the
 // in-process runner alike: the ops of `phase` (stage_mode_ops.h) in its
 // schedule's order (pipeline_schedule.h). Training runs the stage's mode
-// in `training`'s order; the gradient check (end_to_end_check.h) runs the
+// in `mode`'s order (its schedule, flushed every mode.group micro-batches
+// where it flushes); the gradient check (end_to_end_check.h) runs the
 // training pass's sampled micro-batches at each stage's kept weights in
 // backprop's order; an evaluation forwards each micro-batch with BN running
 // statistics, and the last stage reports its loss. A training pass with
@@ -70,6 +72,6 @@ class StageOutbox {
 // of the worker or the transport.
 absl::Status RunStagePass(StageWorker& worker, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
-                          int64_t micro_batches, ScheduleKind training);
+                          int64_t micro_batches, const ModePlan& mode);
 
 }  // namespace petra::engine

@@ -90,12 +90,16 @@ absl::Status Backward(StageWorker& w, StageOps& ops, StageInbox& inbox,
 }
 
 // The stage's ops for `phase` and the order they run in.
-std::pair<StageOps*, ScheduleKind> PhaseOps(StageWorker& w,
-                                            petra::v1::Phase phase,
-                                            ScheduleKind training) {
+struct PhasePlan {
+  StageOps* ops;
+  ScheduleKind schedule;
+  int64_t group = 1;
+};
+PhasePlan PlanPhase(StageWorker& w, petra::v1::Phase phase,
+                    const ModePlan& mode) {
   switch (phase) {
     case petra::v1::PHASE_TRAIN:
-      return {&w.mode_ops(), training};
+      return {&w.mode_ops(), mode.schedule, mode.group};
     case petra::v1::PHASE_GRADIENT_CHECK:
       return {&GradientCheckOps(), ScheduleKind::kGradientCheck};
     default:
@@ -107,20 +111,12 @@ std::pair<StageOps*, ScheduleKind> PhaseOps(StageWorker& w,
 
 absl::Status RunStagePass(StageWorker& w, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
-                          int64_t micro_batches, ScheduleKind training) {
-  // The stages exchange what PETRA's tick order and backprop's need: the
-  // last stage's forward is always its loss step. The flushing schedules
-  // are the simulator's alone.
-  if (training != ScheduleKind::kBackprop &&
-      training != ScheduleKind::kDelayed && training != ScheduleKind::kPetra &&
-      training != ScheduleKind::kForwardGradient) {
-    return absl::InvalidArgumentError(
-        "the stage runtime runs the backprop, delayed, petra and "
-        "forward_gradient schedules");
-  }
-  const auto [ops, schedule] = PhaseOps(w, phase, training);
+                          int64_t micro_batches, const ModePlan& mode) {
+  const PhasePlan plan = PlanPhase(w, phase, mode);
+  StageOps* ops = plan.ops;
   ops->Begin(w);
-  StageSchedule order(schedule, w.index(), w.count(), micro_batches);
+  StageSchedule order(plan.schedule, w.index(), w.count(), micro_batches,
+                      plan.group);
   while (std::optional<ScheduledOp> op = order.Next()) {
     absl::Status s;
     switch (op->kind) {

@@ -67,8 +67,9 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
                             PlanMode(resolved.training()).delayed_gradients),
                  blocks_.weight_decay_mask()),
       program_(ChooseBackwardProgram(
-          blocks_, {config.stash_inputs, config.stash_weights,
-                    config.overlap_rebuild, config.rebuild_with_current})),
+          blocks_,
+          {config.stash_inputs, config.stash_weights, config.overlap_rebuild,
+           config.rebuild_with_current, config.store_activations})),
       mode_ops_(MakeModeOps(resolved, config, std::move(schedule))),
       finite_(config.index, resolved.training().non_finite()),
       // Sampled wherever the backward may use other weights than the
@@ -114,12 +115,7 @@ absl::StatusOr<TensorPair> StageWorker::Forward(uint64_t id,
     if (predict_steps_ > 0) {
       ahead.emplace(MovedWeights::Predicted(optimizer_, predict_steps_));
     }
-    TensorPair y;
-    {
-      torch::NoGradGuard no_grad;
-      ScopedBnMode mode(BnMode::kBatchStats);
-      y = blocks_.Forward(x);
-    }
+    TensorPair y = program_->Forward(blocks_, x, r);
     // A skipped forward still goes up, NaN and all: the stages above skip
     // it as well, and the ids stay in step.
     if (!r.skipped) {

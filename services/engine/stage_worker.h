@@ -46,6 +46,9 @@ struct StageConfig {
   // With stash_weights: rebuild the input with the current weights, the
   // gradient still at the stashed ones (training.rebuild_with current).
   bool rebuild_with_current = false;
+  // Keep each forward's graph until its backward (mode pipeline without
+  // recompute).
+  bool store_activations = false;
   // Rebuild the next block down on a second thread (training.overlap_rebuild).
   bool overlap_rebuild = false;
   // Index of the stage's first block in the whole network (state names).

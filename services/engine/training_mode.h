@@ -6,6 +6,9 @@
 // coordinator's feed) read this, never training.mode itself.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 #include "petra/v1/job.pb.h"
 #include "services/engine/pipeline_schedule.h"
 
@@ -25,12 +28,18 @@ struct ModeTraffic {
 
 struct ModePlan {
   ScheduleKind schedule = ScheduleKind::kPetra;
+  // Micro-batches a flushing schedule (gpipe, 1f1b) runs between steps: the
+  // accumulation, so that every flush is one optimizer step; 1 otherwise.
+  int64_t group = 1;
   ModeTraffic traffic;
   // Gradients apply after later forwards (every mode but backprop): the
   // staleness bound and the in-flight depth follow.
   bool delayed_gradients = true;
   // Delayed mode's buffers: every stage keeps its inputs, its weights.
   bool stash_inputs = false;
+  // Pipeline mode without recompute: each forward's graph (its
+  // activations) is kept until the backward.
+  bool store_activations = false;
   bool stash_weights = false;
   // With stash_weights: rebuild with the current weights (Table 4 row 4).
   bool rebuild_with_current = false;
@@ -39,9 +48,17 @@ struct ModePlan {
   bool keeps_directions = false;
 
   // Micro-batches stage `stage` of `stages` holds between a forward and its
-  // backward at most, its own included: 1 in backprop.
-  int in_flight(int stage, int stages) const {
-    return delayed_gradients ? 2 * (stages - 1 - stage) + 1 : 1;
+  // backward at most, its own included: 1 in backprop; the flush's M in
+  // gpipe (1 on the last stage), min(J - j, M) in 1f1b.
+  int64_t in_flight(int stage, int stages) const {
+    switch (schedule) {
+      case ScheduleKind::kGpipe:
+        return stage == stages - 1 ? 1 : group;
+      case ScheduleKind::kOneFOneB:
+        return std::min<int64_t>(stages - stage, group);
+      default:
+        return delayed_gradients ? 2 * (stages - 1 - stage) + 1 : 1;
+    }
   }
 };
 

@@ -47,6 +47,30 @@ TEST(PlanMode, SaysWhatEachModeMeansForTheStages) {
   EXPECT_TRUE(fg.traffic.tangents);
   EXPECT_TRUE(fg.traffic.derivatives_down);
   EXPECT_TRUE(fg.keeps_directions);
+
+  // A synchronous pipeline: exact gradients, flushed every k micro-batches,
+  // its activations stored unless recomputed.
+  t = Mode(petra::v1::TRAINING_MODE_PIPELINE);
+  t.set_accumulation_steps(6);
+  const ModePlan one_f_one_b = PlanMode(t);
+  EXPECT_EQ(one_f_one_b.schedule, ScheduleKind::kOneFOneB);
+  EXPECT_EQ(one_f_one_b.group, 6);
+  EXPECT_FALSE(one_f_one_b.delayed_gradients);
+  EXPECT_TRUE(one_f_one_b.store_activations);
+  EXPECT_EQ(one_f_one_b.in_flight(0, 4), 4);
+  EXPECT_EQ(one_f_one_b.in_flight(2, 4), 2);
+  EXPECT_EQ(one_f_one_b.in_flight(3, 4), 1);
+  t.set_pipeline_schedule(petra::v1::TrainingSpec::PIPELINE_SCHEDULE_GPIPE);
+  t.set_recompute(true);
+  const ModePlan gpipe = PlanMode(t);
+  EXPECT_EQ(gpipe.schedule, ScheduleKind::kGpipe);
+  EXPECT_FALSE(gpipe.store_activations);
+  EXPECT_EQ(gpipe.in_flight(0, 4), 6);
+  EXPECT_EQ(gpipe.in_flight(3, 4), 1);
+  // A flush smaller than 1F1B's warm-up holds the flush.
+  t.set_pipeline_schedule(petra::v1::TrainingSpec::PIPELINE_SCHEDULE_1F1B);
+  t.set_accumulation_steps(2);
+  EXPECT_EQ(PlanMode(t).in_flight(0, 4), 2);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ TEST(EnumNames, ShortNamesDropThePrefix) {
 TEST(EnumNames, ListSkipsUnspecified) {
   EXPECT_THAT(EnumShortNames(GetEnumDescriptor<petra::v1::TrainingMode>()),
               ::testing::ElementsAre("backprop", "petra", "delayed",
-                                     "forward_gradient"));
+                                     "forward_gradient", "pipeline"));
 }
 
 TEST(EnumNames, ParseIsCaseAndDashInsensitive) {

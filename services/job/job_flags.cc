@@ -309,6 +309,22 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                 s->mutable_training()->set_mode(
                     static_cast<petra::v1::TrainingMode>(v));
               }));
+  const EnumDescriptor* pipeline_schedule =
+      GetEnumDescriptor<petra::v1::TrainingSpec::PipelineSchedule>();
+  f.AddCustom("schedule", Choices(pipeline_schedule), "1f1b",
+              "pipeline mode: the order of each flush's micro-batches, "
+              "1F1B's (J - j activations held on stage j) or GPipe's (all "
+              "of the flush's); --accumulation is the flush's M",
+              Enum(pipeline_schedule, [s](int v) {
+                s->mutable_training()->set_pipeline_schedule(
+                    static_cast<petra::v1::TrainingSpec::PipelineSchedule>(v));
+              }));
+  f.AddCustom(
+      "recompute", "", "false",
+      "pipeline mode: store no activations between a forward and its "
+      "backward; rebuild the input (reversible stages) or keep it, and "
+      "recompute",
+      Bool([s](bool v) { s->mutable_training()->set_recompute(v); }));
   const EnumDescriptor* guess =
       GetEnumDescriptor<petra::v1::ForwardGradientSpec::Guess>();
   f.AddCustom("guess", Choices(guess), "local",
@@ -379,14 +395,17 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
   f.AddCustom("accumulation", "K", Shown(dt.accumulation_steps()),
               "micro-batches averaged per optimizer step (modes petra and "
               "delayed, --micro-batch unset: 4 under recipe default, 8 under "
-              "language_model, 2 under transformer; else 1)",
+              "language_model, 2 under transformer; else 1); in pipeline "
+              "mode the micro-batches of a flush, M (default 64 / "
+              "--micro-batch, at least 2)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_accumulation_steps(v);
               }));
   f.AddCustom("micro-batch", "B", Shown(dt.micro_batch_size()),
               "samples per micro-batch (modes petra and delayed, "
               "--accumulation unset: 16 under recipe default, 8 under "
-              "language_model, 32 under transformer; else 64)",
+              "language_model, 32 under transformer; pipeline mode: 8 under "
+              "language_model, else 16, or 64 / --accumulation; else 64)",
               Uint32([s](uint32_t v) {
                 s->mutable_training()->set_micro_batch_size(v);
               }));
@@ -631,6 +650,10 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
     if (mode != petra::v1::TRAINING_MODE_DELAYED) {
       t->clear_stash_inputs();
       t->clear_stash_weights();
+    }
+    if (mode != petra::v1::TRAINING_MODE_PIPELINE) {
+      t->clear_pipeline_schedule();
+      t->clear_recompute();
     }
     if (mode != petra::v1::TRAINING_MODE_PETRA &&
         mode != petra::v1::TRAINING_MODE_DELAYED) {

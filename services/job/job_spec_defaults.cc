@@ -204,6 +204,30 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   const uint32_t small_micro_batch = lm_recipe            ? 8
                                      : transformer_recipe ? 32
                                                           : 16;
+  // A synchronous pipeline flushes every k micro-batches: by default the
+  // recipe's 64 samples a step cut into enough micro-batches to fill it
+  // (8 of 8 sequences, else 4 of 16 samples; the bubble of J stages is
+  // (J - 1) / (M + J - 1)), and never a flush of one, which is backprop.
+  const bool pipeline = train->mode() == petra::v1::TRAINING_MODE_PIPELINE;
+  if (pipeline) {
+    if (train->pipeline_schedule() ==
+        petra::v1::TrainingSpec::PIPELINE_SCHEDULE_UNSPECIFIED) {
+      train->set_pipeline_schedule(
+          petra::v1::TrainingSpec::PIPELINE_SCHEDULE_1F1B);
+    }
+    if (!train->has_micro_batch_size()) {
+      train->set_micro_batch_size(
+          train->has_accumulation_steps()
+              ? std::max<uint32_t>(
+                    1, 64 / std::max<uint32_t>(1, train->accumulation_steps()))
+              : (lm_recipe ? 8 : 16));
+    }
+    if (!train->has_accumulation_steps()) {
+      train->set_accumulation_steps(
+          std::max<uint32_t>(
+              2, 64 / std::max<uint32_t>(1, train->micro_batch_size())));
+    }
+  }
   if (!train->has_accumulation_steps()) {
     train->set_accumulation_steps(small_micro_batches ? 64 / small_micro_batch
                                                       : 1);

@@ -342,6 +342,55 @@ INSTANTIATE_TEST_SUITE_P(
             [](JobSpec* s) { s->mutable_training()->set_stash_inputs(true); },
             "training.stash_inputs = true",
             "only valid with mode delayed, not petra"},
+        RejectCase{"PipelineScheduleOutsidePipelineMode",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_pipeline_schedule(
+                         petra::v1::TrainingSpec::PIPELINE_SCHEDULE_GPIPE);
+                   },
+                   "training.pipeline_schedule = gpipe",
+                   "only valid with mode pipeline, not petra"},
+        RejectCase{"RecomputeOutsidePipelineMode",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_recompute(true);
+                   },
+                   "training.recompute = true",
+                   "only valid with mode pipeline, not petra"},
+        RejectCase{"PipelineScheduleUnknown",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_PIPELINE);
+                     s->mutable_training()->set_pipeline_schedule(
+                         static_cast<petra::v1::TrainingSpec::PipelineSchedule>(
+                             7));
+                   },
+                   "training.pipeline_schedule = 7", "gpipe"},
+        RejectCase{"GpipeWindowBelowItsFlush",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_PIPELINE);
+                     s->mutable_training()->set_pipeline_schedule(
+                         petra::v1::TrainingSpec::PIPELINE_SCHEDULE_GPIPE);
+                     s->mutable_training()->set_accumulation_steps(8);
+                     s->mutable_training()->set_max_in_flight(4);
+                   },
+                   "training.max_in_flight = 4",
+                   "GPipe holds a flush's 8 micro-batches"},
+        RejectCase{"PipelineOverlapWithoutRecompute",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_PIPELINE);
+                     s->mutable_training()->set_overlap_rebuild(true);
+                   },
+                   "training.overlap_rebuild = true",
+                   "rebuilds only with recompute"},
+        RejectCase{"PipelineWithWeightPrediction",
+                   [](JobSpec* s) {
+                     s->mutable_training()->set_mode(
+                         petra::v1::TRAINING_MODE_PIPELINE);
+                     s->mutable_training()->set_predict_weights(true);
+                   },
+                   "training.predict_weights = true",
+                   "only valid with modes petra and delayed, not pipeline"},
         RejectCase{"DelayedWithoutBuffers",
                    [](JobSpec* s) {
                      s->mutable_training()->set_mode(

@@ -97,6 +97,49 @@ TEST(ResolveJobSpec, TextFieldsMayBeAnyUtf8) {
   EXPECT_EQ(r->name(), s.name());
 }
 
+// A synchronous pipeline: 1F1B, the recipe's 64 samples a step cut into a
+// flush of micro-batches (never one, which is backprop), no weight
+// prediction (nothing is late).
+TEST(ResolveJobSpec, PipelineModeFlushesTheRecipesStep) {
+  JobSpec s = MinimalSpec();
+  s.mutable_training()->set_mode(petra::v1::TRAINING_MODE_PIPELINE);
+  absl::StatusOr<JobSpec> r = ResolveJobSpec(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->training().pipeline_schedule(),
+            petra::v1::TrainingSpec::PIPELINE_SCHEDULE_1F1B);
+  EXPECT_EQ(r->training().micro_batch_size(), 16u);
+  EXPECT_EQ(r->training().accumulation_steps(), 4u);
+  EXPECT_FALSE(r->training().predict_weights());
+  EXPECT_FALSE(r->training().recompute());
+  struct Case {
+    uint32_t micro_batch, accumulation;  // 0: unset
+    uint32_t want_micro_batch, want_accumulation;
+  } cases[] = {{32, 0, 32, 2}, {64, 0, 64, 2}, {100, 0, 100, 2},
+               {0, 8, 8, 8},   {0, 128, 1, 128}, {4, 3, 4, 3}};
+  for (const Case& c : cases) {
+    JobSpec t = s;
+    if (c.micro_batch > 0) t.mutable_training()->set_micro_batch_size(c.micro_batch);
+    if (c.accumulation > 0) {
+      t.mutable_training()->set_accumulation_steps(c.accumulation);
+    }
+    absl::StatusOr<JobSpec> got = ResolveJobSpec(t);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->training().micro_batch_size(), c.want_micro_batch)
+        << c.micro_batch << " x " << c.accumulation;
+    EXPECT_EQ(got->training().accumulation_steps(), c.want_accumulation)
+        << c.micro_batch << " x " << c.accumulation;
+  }
+  // A language model's flush: 8 sequences of 8.
+  s.mutable_model()->set_architecture(petra::v1::ARCHITECTURE_REVLM);
+  s.mutable_model()->clear_width();
+  s.mutable_dataset()->Clear();
+  s.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
+  r = ResolveJobSpec(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->training().micro_batch_size(), 8u);
+  EXPECT_EQ(r->training().accumulation_steps(), 8u);
+}
+
 TEST(ResolveJobSpec, DelayedModeWithBuffersIsValid) {
   JobSpec s = MinimalSpec();
   s.mutable_training()->set_mode(petra::v1::TRAINING_MODE_DELAYED);

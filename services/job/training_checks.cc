@@ -149,6 +149,40 @@ void CheckDriftCorrections(const petra::v1::JobSpec& s, Problems& p) {
   }
 }
 
+// Mode pipeline and its own fields, each only with the other.
+void CheckPipeline(const petra::v1::TrainingSpec& t, Problems& p) {
+  using petra::v1::TrainingSpec;
+  if (t.mode() != petra::v1::TRAINING_MODE_PIPELINE) {
+    if (t.pipeline_schedule() != TrainingSpec::PIPELINE_SCHEDULE_UNSPECIFIED) {
+      p.Add("training.pipeline_schedule",
+            EnumShortName(t.pipeline_schedule()),
+            absl::StrCat("only valid with mode pipeline, not ",
+                         EnumShortName(t.mode())));
+    }
+    if (t.recompute()) {
+      p.Add("training.recompute", "true",
+            absl::StrCat("only valid with mode pipeline, not ",
+                         EnumShortName(t.mode()),
+                         " (modes backprop and petra rebuild already)"));
+    }
+    return;
+  }
+  CheckEnum<TrainingSpec::PipelineSchedule>(p, "training.pipeline_schedule",
+                                            t.pipeline_schedule(), false);
+  if (t.pipeline_schedule() == TrainingSpec::PIPELINE_SCHEDULE_GPIPE &&
+      t.max_in_flight() > 0 && t.max_in_flight() < t.accumulation_steps()) {
+    p.Add("training.max_in_flight", t.max_in_flight(),
+          absl::StrCat("GPipe holds a flush's ", t.accumulation_steps(),
+                       " micro-batches (accumulation_steps) in flight: give "
+                       "at least that many, or 0 for the default"));
+  }
+  if (t.overlap_rebuild() && !t.recompute()) {
+    p.Add("training.overlap_rebuild", "true",
+          "mode pipeline rebuilds only with recompute (without it the "
+          "forwards' activations are stored)");
+  }
+}
+
 }  // namespace
 
 void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
@@ -171,6 +205,7 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
             "mode petra)");
     }
     CheckForwardGradient(s, p);
+    CheckPipeline(t, p);
     CheckRebuildWith(t, p);
     CheckMomentumCorrection(s, t.predict_weights(), "training.predict_weights",
                             p);

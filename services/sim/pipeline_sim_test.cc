@@ -162,7 +162,11 @@ TEST(PipelineSim, PetraPeakInFlightIsTwiceTheDistanceToTheTop) {
 TEST(PipelineSim, FlushingSchedulesKeepWholeGroupsOrWarmUps) {
   SimConfig c = Uniform(5, 0.01, 0.02, 40, Schedule::kGpipe);
   c.group = 7;
-  for (const StageResult& s : Sim(c).stages) EXPECT_EQ(s.peak_in_flight, 7);
+  // GPipe's last stage backwards each micro-batch with its forward.
+  const SimResult g = Sim(c);
+  for (int j = 0; j < 5; ++j) {
+    EXPECT_EQ(g.stages[j].peak_in_flight, j == 4 ? 1 : 7) << j;
+  }
   c.schedule = Schedule::kOneFOneB;
   const SimResult r = Sim(c);
   for (int j = 0; j < 5; ++j) EXPECT_EQ(r.stages[j].peak_in_flight, 5 - j);
