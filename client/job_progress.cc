@@ -228,6 +228,30 @@ absl::StatusOr<petra::v1::Job> FollowJob(
   }
 }
 
+namespace {
+
+double TrainingSeconds(const petra::v1::StageStats& s) {
+  return s.forward_seconds() + s.backward_seconds() + s.idle_seconds() +
+         s.send_seconds();
+}
+
+}  // namespace
+
+double BubbleFraction(const petra::v1::StageStats& stage) {
+  const double total = TrainingSeconds(stage);
+  return total > 0 ? stage.idle_seconds() / total : 0.0;
+}
+
+double BubbleFraction(
+    const google::protobuf::RepeatedPtrField<petra::v1::StageStats>& stages) {
+  double idle = 0, total = 0;
+  for (const petra::v1::StageStats& s : stages) {
+    idle += s.idle_seconds();
+    total += TrainingSeconds(s);
+  }
+  return total > 0 ? idle / total : 0.0;
+}
+
 void PrintStageTable(const petra::v1::Job& job) {
   bool on_device = false;  // a GPU's allocator figures get their columns
   bool checked = false;    // so does the end-to-end gradient check
@@ -249,9 +273,10 @@ void PrintStageTable(const petra::v1::Job& job) {
   const int stage_count = job.stages_size() % replicas == 0
                               ? job.stages_size() / replicas
                               : job.stages_size();
-  std::printf("\n%-6s %-7s %6s %10s %12s %14s %12s %10s %10s",
+  std::printf("\n%-6s %-7s %6s %10s %7s %12s %14s %12s %10s %10s",
               replicas > 1 ? "copy/j" : "stage", "blocks", "delay", "staleness",
-              "params+opt", "input buffer", "weight stash", "peak", "rss");
+              "bubble", "params+opt", "input buffer", "weight stash", "peak",
+              "rss");
   if (linked) std::printf(" %8s", "to next");
   if (on_device) {
     std::printf(" %12s %12s %12s", "device", "dev reserved", "dev peak");
@@ -272,9 +297,10 @@ void PrintStageTable(const petra::v1::Job& job) {
     const std::string label =
         replicas > 1 ? absl::StrCat(s.replica(), "/", j) : absl::StrCat(j);
     std::printf(
-        "%-6s %-7s %6.1f %10.2f %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
+        "%-6s %-7s %6.1f %10.2f %6.1f%% %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
         "%8.0fMB",
         label.c_str(), blocks.c_str(), s.delay_ticks_mean(), s.staleness_mean(),
+        100 * BubbleFraction(s),
         (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
         m.activation_buffer_bytes() / 1e6, m.weight_stash_bytes() / 1e6,
         m.peak_bytes() / 1e6, m.process_rss_bytes() / 1e6);
@@ -306,8 +332,12 @@ void PrintStageTable(const petra::v1::Job& job) {
   std::printf(
       "(delay in ticks and staleness in optimizer steps between a "
       "micro-batch's\n"
-      " forward and its backward; buffer and stash now, peak the highest "
-      "sum)\n");
+      " forward and its backward; bubble the share of the stage's training "
+      "time it\n"
+      " waited for its next input, %.1f%% over the job's stages; buffer and "
+      "stash\n"
+      " now, peak the highest sum)\n",
+      100 * BubbleFraction(job.progress().stages()));
   if (linked) {
     std::printf(
         "(to next: the data channel to the next stage, grpc, grpc_bulk or "
@@ -387,13 +417,14 @@ std::string ReportJson(const petra::v1::Job& job,
       "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n"
       "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n"
       "  \"samples_per_second\": %.2f,\n  \"train_seconds\": %.2f,\n"
-      "  \"wall_seconds\": %.2f,\n"
+      "  \"wall_seconds\": %.2f,\n  \"bubble_fraction\": %.4f,\n"
       "  \"optimizer_steps\": %llu,\n  \"corrupt_images_skipped\": %llu,\n"
       "  \"model\": %s,\n%s  \"epochs\": [",
       base::JsonString(job.id()), base::JsonString(job.spec().name()),
       base::JsonString(runner), base::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
       last.train_accuracy(), rate, seconds, wall,
+      BubbleFraction(last.stages()),
       static_cast<unsigned long long>(last.step()),
       static_cast<unsigned long long>(last.corrupt_images_skipped()),
       base::JsonString(model_file),
@@ -453,7 +484,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
         "\"forward_count\": %llu, \"backward_count\": %llu, "
         "\"forward_seconds\": %.3f, \"backward_seconds\": %.3f, "
-        "\"wait_seconds\": %.2f, \"skipped_micro_batches\": %llu, "
+        "\"idle_seconds\": %.3f, \"send_seconds\": %.3f, "
+        "\"bubble_fraction\": %.4f, \"skipped_micro_batches\": %llu, "
         "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
         "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
         "\"mean\": %.3e, \"max\": %.3e}, \"allreduce_seconds\": %.3f, "
@@ -473,7 +505,8 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(s.optimizer_steps()),
         static_cast<unsigned long long>(s.forward_count()),
         static_cast<unsigned long long>(s.backward_count()),
-        s.forward_seconds(), s.backward_seconds(), s.wait_seconds(),
+        s.forward_seconds(), s.backward_seconds(), s.idle_seconds(),
+        s.send_seconds(), BubbleFraction(s),
         static_cast<unsigned long long>(s.skipped_micro_batches()),
         s.end_to_end_samples(), s.end_to_end_cosine_similarity(),
         s.end_to_end_norm_ratio(), s.rebuild_error_samples(),

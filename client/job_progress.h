@@ -77,7 +77,15 @@ std::string JobJson(const google::protobuf::Message& m, bool pretty);
 std::string StateName(petra::v1::JobState state);
 std::string Duration(double seconds);
 
-// Where each stage's memory went and how stale its gradients were.
+// The share of a stage's training time it was idle, waiting for its next
+// operation's input: idle / (forward + backward + idle + send); 0 before
+// any. Of several stages (a job): their idle seconds over their time.
+double BubbleFraction(const petra::v1::StageStats& stage);
+double BubbleFraction(
+    const google::protobuf::RepeatedPtrField<petra::v1::StageStats>& stages);
+
+// Where each stage's memory went, how stale its gradients were and how
+// much of its time it was idle.
 void PrintStageTable(const petra::v1::Job& job);
 
 // The `--report` JSON: test_accuracy, train_loss, samples_per_second,

@@ -54,6 +54,10 @@ class NeighborOutbox : public engine::StageOutbox {
       metrics_.Staleness(job_.index(), w.delay_ticks, w.staleness_steps);
     }
   }
+  void Idle(double seconds) override { metrics_.Idle(job_.index(), seconds); }
+  void Sending(double seconds) override {
+    metrics_.Sending(job_.index(), seconds);
+  }
 
   absl::Status SendForward(model::ForwardBatch item) override {
     item.header = Header(item.id());

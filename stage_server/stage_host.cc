@@ -144,7 +144,6 @@ void StageHost::RunPass(std::shared_ptr<StageJob> job, PassInfo pass) {
                              static_cast<int>(job->assign.layers().end())});
     petra::v1::StageStats s = engine::ToProto(r);
     *s.mutable_memory() = MemoryWithRss(r.memory);
-    s.set_wait_seconds(job->mailbox.wait_seconds());
     metrics_->State(job->index(), r.in_flight, r.optimizer_steps, s.memory());
     metrics_->StalenessBound(job->index(), w.staleness_bound());
     metrics_->Replicas(
@@ -284,7 +283,7 @@ void StageHost::Release(const petra::v1::ReleaseRequest& request, Done done) {
       std::lock_guard<std::mutex> lock(mu_);
       if (job_ == job) job_.reset();
     }
-    metrics_->Idle(job->index());
+    metrics_->Released(job->index());
     PETRA_LOG_EVENT(kInfo, "job_released", {"job_id", job->id()},
                     {"stage", absl::StrCat(job->index())});
     done(absl::OkStatus());

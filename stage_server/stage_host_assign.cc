@@ -173,10 +173,6 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
     }
     if (status.ok()) {
       job->worker = std::move(w->front());
-      job->mailbox.set_wait_observer(
-          [m = metrics_, j = job->index()](bool backward, double seconds) {
-            m->Waited(j, backward, seconds);
-          });
       if (!restore_file.empty()) {
         status = StageCheckpoints::RestoreFrom(
             restore_file, job->assign.restore_checkpoint(), *job);

@@ -276,17 +276,11 @@ template <typename Map, typename Ready>
 absl::StatusOr<typename Map::mapped_type> StageMailbox::Take(
     Map& map, int64_t id, int64_t& next, Ready ready, bool backward) {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto start = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] {
     if (closed_) return true;
     auto it = map.find(id);
     return it != map.end() && ready(it->second);
   });
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  wait_seconds_ += waited;
-  if (on_wait_) on_wait_(backward, waited);
   if (closed_) return absl::CancelledError(closed_why_);
   auto it = map.find(id);
   typename Map::mapped_type slot = std::move(it->second);
@@ -324,11 +318,6 @@ std::shared_ptr<ReplySink> StageMailbox::labels_sink() {
 std::shared_ptr<ReplySink> StageMailbox::data_sink() {
   std::lock_guard<std::mutex> lock(mu_);
   return data_sink_;
-}
-
-double StageMailbox::wait_seconds() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return wait_seconds_;
 }
 
 }  // namespace petra::stage_server

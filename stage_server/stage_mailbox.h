@@ -85,12 +85,6 @@ class StageMailbox : public engine::StageInbox {
   // (last stage) and the one that brought the data (first stage).
   std::shared_ptr<ReplySink> labels_sink();
   std::shared_ptr<ReplySink> data_sink();
-  // Seconds the executor spent waiting in Next* since construction.
-  double wait_seconds();
-  // Called (on the executor) with each wait: direction and seconds.
-  void set_wait_observer(std::function<void(bool backward, double)> f) {
-    on_wait_ = std::move(f);
-  }
 
  private:
   // A micro-batch waiting for the executor, and whom to credit for it. A
@@ -148,8 +142,6 @@ class StageMailbox : public engine::StageInbox {
   std::map<int64_t, ForwardSlot> forward_;
   std::map<int64_t, BackwardSlot> backward_;
   std::shared_ptr<ReplySink> labels_sink_, data_sink_;
-  double wait_seconds_ = 0;
-  std::function<void(bool, double)> on_wait_;
 };
 
 // A reply granting `n` credits.

@@ -32,10 +32,16 @@ struct StageMetrics::Families {
                     .Help("Time a stage's worker spent on one micro-batch, by "
                           "direction")
                     .Register(r)),
-        wait(prometheus::BuildCounter()
-                 .Name("petra_stage_input_wait_seconds_total")
-                 .Help("Time a stage waited for its next input (the pipeline "
-                       "bubble), by direction")
+        idle(prometheus::BuildCounter()
+                 .Name("petra_stage_idle_seconds_total")
+                 .Help("Time a stage's training passes waited for the input "
+                       "of the next operation with nothing else to run (the "
+                       "pipeline's bubble)")
+                 .Register(r)),
+        send(prometheus::BuildCounter()
+                 .Name("petra_stage_send_seconds_total")
+                 .Help("Time a stage's training passes spent handing their "
+                       "outputs on (queueing them for the links)")
                  .Register(r)),
         staleness(prometheus::BuildHistogram()
                       .Name("petra_stage_staleness_steps")
@@ -156,7 +162,8 @@ struct StageMetrics::Families {
   Family<Counter>& samples;
   Family<Counter>& micro_batches;
   Family<Histogram>& compute;
-  Family<Counter>& wait;
+  Family<Counter>& idle;
+  Family<Counter>& send;
   Family<Histogram>& staleness;
   Family<Histogram>& delay;
   Family<Gauge>& in_flight;
@@ -226,11 +233,14 @@ void StageMetrics::Staleness(int stage, int64_t delay_ticks,
   f_->delay.Add(l, CountBuckets()).Observe(static_cast<double>(delay_ticks));
 }
 
-void StageMetrics::Waited(int stage, bool backward, double seconds) {
+void StageMetrics::Idle(int stage, double seconds) {
   if (!f_) return;
-  f_->wait
-      .Add({{"stage", absl::StrCat(stage)}, {"direction", Direction(backward)}})
-      .Increment(seconds);
+  f_->idle.Add({{"stage", absl::StrCat(stage)}}).Increment(seconds);
+}
+
+void StageMetrics::Sending(int stage, double seconds) {
+  if (!f_) return;
+  f_->send.Add({{"stage", absl::StrCat(stage)}}).Increment(seconds);
 }
 
 void StageMetrics::State(int stage, int64_t in_flight, int64_t optimizer_steps,
@@ -317,7 +327,7 @@ void StageMetrics::StalenessBound(int stage, int64_t steps) {
       .Set(static_cast<double>(steps));
 }
 
-void StageMetrics::Idle(int stage) {
+void StageMetrics::Released(int stage) {
   if (!f_) return;
   State(stage, 0, 0, petra::v1::MemoryBreakdown());
   StalenessBound(stage, 0);

@@ -27,8 +27,11 @@ class StageMetrics {
   void Computed(int stage, bool backward, int64_t samples, double seconds);
   // Delay (ticks) and staleness (optimizer steps) of one backward.
   void Staleness(int stage, int64_t delay_ticks, int64_t staleness_steps);
-  // Seconds the executor waited for the input of a micro-batch.
-  void Waited(int stage, bool backward, double seconds);
+  // Seconds of a training pass the executor waited for its next
+  // operation's input (the pipeline's bubble), or spent handing an output
+  // on.
+  void Idle(int stage, double seconds);
+  void Sending(int stage, double seconds);
   void State(int stage, int64_t in_flight, int64_t optimizer_steps,
              const petra::v1::MemoryBreakdown& memory);
   // The optimizer: the rate of the stage's next step (the job's schedule
@@ -62,7 +65,7 @@ class StageMetrics {
   // key) or "over_limit" (bytes in flight).
   void DataRefused(const char* stream, const char* reason);
   // The stage no longer holds a job: its per-stage gauges go to zero.
-  void Idle(int stage);
+  void Released(int stage);
 
  private:
   struct Families;

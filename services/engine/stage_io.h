@@ -58,6 +58,10 @@ class StageOutbox {
     int64_t staleness_steps = 0;  // backward only
   };
   virtual void Observe(const Work& /*work*/) {}
+  // Seconds of a training pass the stage was idle (waiting for its next
+  // operation's input) or handing an output on, for monitoring.
+  virtual void Idle(double /*seconds*/) {}
+  virtual void Sending(double /*seconds*/) {}
 };
 
 // The one executor of a stage's pass, for the stage server and the
@@ -73,5 +77,15 @@ class StageOutbox {
 absl::Status RunStagePass(StageWorker& worker, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
                           int64_t micro_batches, const ModePlan& mode);
+
+class StageOps;
+// The executor under RunStagePass, for any ops: `ops` in `schedule`'s order
+// (flushed every `group` micro-batches where it flushes), each operation's
+// wait for its input counted as the stage's idle time and each send as its
+// hand-over time where the ops are monitored.
+absl::Status RunStageOps(StageWorker& worker, StageOps& ops,
+                         ScheduleKind schedule, int64_t group,
+                         StageInbox& inbox, StageOutbox& outbox,
+                         int64_t micro_batches);
 
 }  // namespace petra::engine

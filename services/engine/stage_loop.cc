@@ -20,74 +20,115 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-absl::StatusOr<ForwardBatch> Take(StageInbox& inbox, int64_t m) {
-  absl::StatusOr<ForwardBatch> in = inbox.NextForward(m);
-  if (in.ok() && in->id() != m) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected micro-batch ", m, " to forward, received ", in->id()));
-  }
-  return in;
-}
+// One pass's operations on a stage, each timed where a training pass is
+// monitored: the inputs' waits are the stage's idle time (the schedule
+// names the next operation, so waiting means nothing else may run), the
+// sends its hand-over time, the ops their compute.
+class PassOps {
+ public:
+  PassOps(StageWorker& w, StageOps& ops, StageInbox& inbox, StageOutbox& outbox)
+      : w_(w), ops_(ops), inbox_(inbox), outbox_(outbox) {}
 
-// A forward going up (not on the last stage).
-absl::Status Forward(StageWorker& w, StageOps& ops, StageInbox& inbox,
-                     StageOutbox& outbox, int64_t m, int64_t tick) {
-  absl::StatusOr<ForwardBatch> in = Take(inbox, m);
-  if (!in.ok()) return in.status();
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<ForwardBatch> up = ops.Forward(w, *in, tick);
-  if (!up.ok()) return up.status();
-  up->home = Home(w);
-  if (ops.monitored()) {
-    outbox.Observe({false, in->x.a.size(0), SecondsSince(start)});
+  // A forward going up (not on the last stage).
+  absl::Status Forward(int64_t m, int64_t tick) {
+    absl::StatusOr<ForwardBatch> in = TakeForward(m);
+    if (!in.ok()) return in.status();
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<ForwardBatch> up = ops_.Forward(w_, *in, tick);
+    if (!up.ok()) return up.status();
+    up->home = Home(w_);
+    if (ops_.monitored()) {
+      outbox_.Observe({false, in->x.a.size(0), SecondsSince(start)});
+    }
+    return Send([&] { return outbox_.SendForward(std::move(*up)); });
   }
-  return outbox.SendForward(std::move(*up));
-}
 
-// The last stage's loss step.
-absl::Status ForwardLoss(StageWorker& w, StageOps& ops, StageInbox& inbox,
-                         StageOutbox& outbox, int64_t m, int64_t tick) {
-  absl::StatusOr<ForwardBatch> in = Take(inbox, m);
-  if (!in.ok()) return in.status();
-  const int64_t samples = in->x.a.size(0);
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<LossOutput> out = ops.Loss(w, *in, tick);
-  if (!out.ok()) return out.status();
-  if (ops.monitored()) {
-    outbox.Observe({false, samples, SecondsSince(start)});
-    outbox.Observe({true, samples, 0.0});
+  // The last stage's loss step.
+  absl::Status ForwardLoss(int64_t m, int64_t tick) {
+    absl::StatusOr<ForwardBatch> in = TakeForward(m);
+    if (!in.ok()) return in.status();
+    const int64_t samples = in->x.a.size(0);
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<LossOutput> out = ops_.Loss(w_, *in, tick);
+    if (!out.ok()) return out.status();
+    if (ops_.monitored()) {
+      outbox_.Observe({false, samples, SecondsSince(start)});
+      outbox_.Observe({true, samples, 0.0});
+    }
+    outbox_.ReportLoss(m, *out);
+    if (w_.index() == 0) return absl::OkStatus();
+    std::optional<BackwardBatch> down = ops_.LossDown(w_, m, *out);
+    if (!down) return absl::OkStatus();
+    down->home = Home(w_);
+    return Send([&] { return outbox_.SendBackward(std::move(*down)); });
   }
-  outbox.ReportLoss(m, *out);
-  if (w.index() == 0) return absl::OkStatus();
-  std::optional<BackwardBatch> down = ops.LossDown(w, m, *out);
-  if (!down) return absl::OkStatus();
-  down->home = Home(w);
-  return outbox.SendBackward(std::move(*down));
-}
 
-absl::Status Backward(StageWorker& w, StageOps& ops, StageInbox& inbox,
-                      StageOutbox& outbox, int64_t m, int64_t tick) {
-  absl::StatusOr<BackwardBatch> in = inbox.NextBackward(m);
-  if (!in.ok()) return in.status();
-  if (in->id() != m) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected micro-batch ", m, " to backward, received ", in->id()));
+  absl::Status Backward(int64_t m, int64_t tick) {
+    absl::StatusOr<BackwardBatch> in =
+        Idle([&] { return inbox_.NextBackward(m); });
+    if (!in.ok()) return in.status();
+    if (in->id() != m) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expected micro-batch ", m, " to backward, received ", in->id()));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<BackwardOutput> out = ops_.Backward(w_, *in, tick);
+    if (!out.ok()) return out.status();
+    if (ops_.monitored()) {
+      outbox_.Observe({true, ops_.Samples(*in, *out), SecondsSince(start),
+                       out->delay_ticks, out->staleness_steps});
+    }
+    if (w_.index() == 0) {
+      outbox_.Finished(m);
+      return absl::OkStatus();
+    }
+    model::BackwardBatch down = ops_.Down(m, *in, *out);
+    down.home = Home(w_);
+    return Send([&] { return outbox_.SendBackward(std::move(down)); });
   }
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<BackwardOutput> out = ops.Backward(w, *in, tick);
-  if (!out.ok()) return out.status();
-  if (ops.monitored()) {
-    outbox.Observe({true, ops.Samples(*in, *out), SecondsSince(start),
-                    out->delay_ticks, out->staleness_steps});
+
+ private:
+  absl::StatusOr<ForwardBatch> TakeForward(int64_t m) {
+    absl::StatusOr<ForwardBatch> in =
+        Idle([&] { return inbox_.NextForward(m); });
+    if (in.ok() && in->id() != m) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expected micro-batch ", m, " to forward, received ", in->id()));
+    }
+    return in;
   }
-  if (w.index() == 0) {
-    outbox.Finished(m);
-    return absl::OkStatus();
+
+  // `take`, its wait counted as idle time.
+  template <typename F>
+  auto Idle(F&& take) -> decltype(take()) {
+    const auto start = std::chrono::steady_clock::now();
+    auto got = take();
+    if (ops_.monitored()) {
+      const double seconds = SecondsSince(start);
+      w_.CountIdle(seconds);
+      outbox_.Idle(seconds);
+    }
+    return got;
   }
-  model::BackwardBatch down = ops.Down(m, *in, *out);
-  down.home = Home(w);
-  return outbox.SendBackward(std::move(down));
-}
+
+  // `send`, its time counted as hand-over time.
+  template <typename F>
+  absl::Status Send(F&& send) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = send();
+    if (ops_.monitored()) {
+      const double seconds = SecondsSince(start);
+      w_.CountSend(seconds);
+      outbox_.Sending(seconds);
+    }
+    return s;
+  }
+
+  StageWorker& w_;
+  StageOps& ops_;
+  StageInbox& inbox_;
+  StageOutbox& outbox_;
+};
 
 // The stage's ops for `phase` and the order they run in.
 struct PhasePlan {
@@ -113,29 +154,38 @@ absl::Status RunStagePass(StageWorker& w, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
                           int64_t micro_batches, const ModePlan& mode) {
   const PhasePlan plan = PlanPhase(w, phase, mode);
-  StageOps* ops = plan.ops;
-  ops->Begin(w);
-  StageSchedule order(plan.schedule, w.index(), w.count(), micro_batches,
-                      plan.group);
+  if (absl::Status s = RunStageOps(w, *plan.ops, plan.schedule, plan.group,
+                                   inbox, outbox, micro_batches);
+      !s.ok()) {
+    return s;
+  }
+  // Replicas meet once a training pass, each stage in its own group.
+  return phase == petra::v1::PHASE_TRAIN ? w.SettleReplicas()
+                                         : absl::OkStatus();
+}
+
+absl::Status RunStageOps(StageWorker& w, StageOps& ops, ScheduleKind schedule,
+                         int64_t group, StageInbox& inbox, StageOutbox& outbox,
+                         int64_t micro_batches) {
+  ops.Begin(w);
+  PassOps pass(w, ops, inbox, outbox);
+  StageSchedule order(schedule, w.index(), w.count(), micro_batches, group);
   while (std::optional<ScheduledOp> op = order.Next()) {
     absl::Status s;
     switch (op->kind) {
       case OpKind::kForward:
-        s = Forward(w, *ops, inbox, outbox, op->micro_batch, op->tick);
+        s = pass.Forward(op->micro_batch, op->tick);
         break;
       case OpKind::kForwardBackward:
-        s = ForwardLoss(w, *ops, inbox, outbox, op->micro_batch, op->tick);
+        s = pass.ForwardLoss(op->micro_batch, op->tick);
         break;
       case OpKind::kBackward:
-        s = Backward(w, *ops, inbox, outbox, op->micro_batch, op->tick);
+        s = pass.Backward(op->micro_batch, op->tick);
         break;
     }
     if (!s.ok()) return s;
   }
-  if (absl::Status s = ops->End(w); !s.ok()) return s;
-  // Replicas meet once a training pass, each stage in its own group.
-  return phase == petra::v1::PHASE_TRAIN ? w.SettleReplicas()
-                                         : absl::OkStatus();
+  return ops.End(w);
 }
 
 }  // namespace petra::engine

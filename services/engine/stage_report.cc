@@ -14,6 +14,8 @@ StageReport ReportOf(const StageWorker& w, const model::BlockRange& blocks) {
   s.backward_count = w.backward_count();
   s.forward_seconds = w.forward_seconds();
   s.backward_seconds = w.backward_seconds();
+  s.idle_seconds = w.idle_seconds();
+  s.send_seconds = w.send_seconds();
   s.optimizer_steps = w.optimizer_steps();
   s.in_flight = w.in_flight();
   s.skipped = w.skipped_count();
@@ -45,6 +47,8 @@ petra::v1::StageStats ToProto(const StageReport& r) {
   s.set_backward_count(r.backward_count);
   s.set_forward_seconds(r.forward_seconds);
   s.set_backward_seconds(r.backward_seconds);
+  s.set_idle_seconds(r.idle_seconds);
+  s.set_send_seconds(r.send_seconds);
   s.set_optimizer_steps(r.optimizer_steps);
   s.set_in_flight(static_cast<uint32_t>(r.in_flight));
   s.set_delay_ticks_mean(r.delay_ticks_mean);

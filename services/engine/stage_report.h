@@ -22,6 +22,8 @@ struct StageReport {
   int64_t backward_count = 0;
   double forward_seconds = 0;
   double backward_seconds = 0;
+  double idle_seconds = 0;
+  double send_seconds = 0;
   int64_t optimizer_steps = 0;
   int64_t in_flight = 0;
   int64_t skipped = 0;  // micro-batches skipped for NaN or Inf

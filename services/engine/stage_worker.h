@@ -191,6 +191,13 @@ class StageWorker {
   // thread, device work included as far as the host waited for it.
   double forward_seconds() const { return forward_seconds_; }
   double backward_seconds() const { return backward_seconds_; }
+  // Wall seconds of training passes outside the stage's computations, as
+  // the executor that runs them counts them (stage_loop.cc): idle, waiting
+  // for an operation's input, and handing outputs on.
+  void CountIdle(double seconds) { idle_seconds_ += seconds; }
+  void CountSend(double seconds) { send_seconds_ += seconds; }
+  double idle_seconds() const { return idle_seconds_; }
+  double send_seconds() const { return send_seconds_; }
   // Micro-batches this stage skipped for NaN or Inf (skip policy).
   int64_t skipped_count() const { return skipped_; }
   double delay_ticks_mean() const;
@@ -272,6 +279,8 @@ class StageWorker {
   int64_t forwards_ = 0;
   double forward_seconds_ = 0;
   double backward_seconds_ = 0;
+  double idle_seconds_ = 0;
+  double send_seconds_ = 0;
   int64_t backwards_ = 0;
   int64_t skipped_ = 0;
   int64_t replica_mismatches_ = 0;

@@ -133,7 +133,9 @@ TEST(Metrics, EveryProcessOfARunningJobExportsMovingTrainingMetrics) {
                : "petra_stage_stream_received_bytes_total{stream=\"forward\"}";
     EXPECT_GT(Sum(a, sent), Sum(b, sent)) << sent << " stage " << j;
     EXPECT_GT(Sum(a, received), Sum(b, received)) << received << " stage " << j;
-    EXPECT_GT(Sum(a, "petra_stage_input_wait_seconds_total{"), 0);
+    // Both stages wait for their neighbour, and both hand outputs on.
+    EXPECT_GT(Sum(a, "petra_stage_idle_seconds_total{" + stage), 0);
+    EXPECT_GT(Sum(a, "petra_stage_send_seconds_total{" + stage), 0);
     for (const char* kind : {"parameters", "optimizer_state", "process_rss"}) {
       EXPECT_GT(Sum(a, "petra_stage_memory_bytes{kind=\"" + std::string(kind) +
                            "\"," + stage),

@@ -550,6 +550,10 @@ void ExpectAFullReport(const std::string& json) {
   EXPECT_THAT(json, HasSubstr("\"model\": \""));
   EXPECT_GT(JsonNumber(json, "wall_seconds"), 0);
   EXPECT_THAT(json, HasSubstr("\"staleness_mean\": "));
+  // The stages waited for each other some of the time, and not all of it.
+  EXPECT_GT(JsonNumber(json, "bubble_fraction"), 0);
+  EXPECT_LT(JsonNumber(json, "bubble_fraction"), 1);
+  EXPECT_GT(JsonNumber(json, "idle_seconds"), 0);
   EXPECT_THAT(json, HasSubstr("\"memory_bytes\": {\"parameters\": "));
   // The main job's one link: shared memory on this one machine.
   EXPECT_THAT(json, HasSubstr("\"transport_to_next\": \"shm\""));
