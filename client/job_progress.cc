@@ -273,10 +273,10 @@ void PrintStageTable(const petra::v1::Job& job) {
   const int stage_count = job.stages_size() % replicas == 0
                               ? job.stages_size() / replicas
                               : job.stages_size();
-  std::printf("\n%-6s %-7s %6s %10s %7s %12s %14s %12s %10s %10s",
+  std::printf("\n%-6s %-7s %6s %10s %7s %12s %14s %12s %10s %12s %10s",
               replicas > 1 ? "copy/j" : "stage", "blocks", "delay", "staleness",
               "bubble", "params+opt", "input buffer", "weight stash", "peak",
-              "rss");
+              "tensors peak", "rss");
   if (linked) std::printf(" %8s", "to next");
   if (on_device) {
     std::printf(" %12s %12s %12s", "device", "dev reserved", "dev peak");
@@ -298,12 +298,13 @@ void PrintStageTable(const petra::v1::Job& job) {
         replicas > 1 ? absl::StrCat(s.replica(), "/", j) : absl::StrCat(j);
     std::printf(
         "%-6s %-7s %6.1f %10.2f %6.1f%% %10.2fMB %12.2fMB %10.2fMB %8.2fMB "
-        "%8.0fMB",
+        "%10.2fMB %8.0fMB",
         label.c_str(), blocks.c_str(), s.delay_ticks_mean(), s.staleness_mean(),
         100 * BubbleFraction(s),
         (m.parameters_bytes() + m.optimizer_state_bytes()) / 1e6,
         m.activation_buffer_bytes() / 1e6, m.weight_stash_bytes() / 1e6,
-        m.peak_bytes() / 1e6, m.process_rss_bytes() / 1e6);
+        m.peak_bytes() / 1e6, m.host_tensor_peak_bytes() / 1e6,
+        m.process_rss_bytes() / 1e6);
     if (linked) {
       const bool last = j + 1 >= stage_count || k >= job.stages_size();
       std::printf(
@@ -336,7 +337,9 @@ void PrintStageTable(const petra::v1::Job& job) {
       "time it\n"
       " waited for its next input, %.1f%% over the job's stages; buffer and "
       "stash\n"
-      " now, peak the highest sum)\n",
+      " now, peak the highest sum; tensors peak the most the stage's "
+      "threads held in\n"
+      " CPU tensors, as the allocator counted them)\n",
       100 * BubbleFraction(job.progress().stages()));
   if (linked) {
     std::printf(
@@ -480,7 +483,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
         "\"process_rss\": %llu, \"device_allocated\": %llu, "
         "\"device_reserved\": %llu, "
-        "\"device_peak\": %llu}, \"staleness_mean\": %.4f, "
+        "\"device_peak\": %llu, \"host_tensors\": %llu, "
+        "\"host_tensors_peak\": %llu}, \"staleness_mean\": %.4f, "
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
         "\"forward_count\": %llu, \"backward_count\": %llu, "
         "\"forward_seconds\": %.3f, \"backward_seconds\": %.3f, "
@@ -501,6 +505,8 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(m.device_bytes()),
         static_cast<unsigned long long>(m.device_reserved_bytes()),
         static_cast<unsigned long long>(m.device_peak_bytes()),
+        static_cast<unsigned long long>(m.host_tensor_bytes()),
+        static_cast<unsigned long long>(m.host_tensor_peak_bytes()),
         s.staleness_mean(), s.delay_ticks_mean(),
         static_cast<unsigned long long>(s.optimizer_steps()),
         static_cast<unsigned long long>(s.forward_count()),

@@ -37,8 +37,9 @@ struct ForwardRecord {
   int64_t step = 0;
   model::TensorPair input;             // when the program keeps it
   // The stored program's: the forward's output, with its graph (whose
-  // input is `input`).
+  // input is `input`), and the bytes the forward left allocated for it.
   model::TensorPair graph_output;
+  int64_t graph_bytes = 0;
   std::vector<torch::Tensor> weights;  // when the program stashes them
   // Mode forward_gradient: the guess v (or the local gradient), until the
   // directional derivative comes back.

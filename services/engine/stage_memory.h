@@ -22,6 +22,10 @@ struct MemoryStats {
   int64_t device_bytes = 0;
   int64_t device_reserved_bytes = 0;
   int64_t device_peak_bytes = 0;
+  // The CPU tensors the stage's threads allocated (model/host_memory.h):
+  // live now, and the highest since the stage was built.
+  int64_t host_tensor_bytes = 0;
+  int64_t host_tensor_peak_bytes = 0;
 };
 
 // Bytes of the defined tensors.

@@ -29,6 +29,7 @@
 #include "services/engine/stage_memory.h"
 #include "services/engine/stage_state.h"
 #include "services/model/blocks.h"
+#include "services/model/host_memory.h"
 
 namespace petra::engine {
 
@@ -256,6 +257,9 @@ class StageWorker {
   void Measure(const ForwardRecord& r, int64_t tick, BackwardOutput& out);
   void FinishBackward();
   void UpdatePeak();
+  // Bytes of the tensors the stage has made and not freed: its own on the
+  // CPU, its device's on a GPU.
+  int64_t LiveBytes() const;
   // The optimizer's state and the mode's own (stage_mode_ops.h).
   int64_t OptimizerBytes() const;
   const StageConfig config_;
@@ -270,6 +274,8 @@ class StageWorker {
   std::unique_ptr<BackwardProgram> program_;
   // The mode as the stage loop runs it, chosen here, once.
   std::unique_ptr<ModeOps> mode_ops_;
+  // The CPU tensors this stage's threads allocate (Computing runs under it).
+  model::HostMemoryAccount* const host_;
   NonFiniteCheck finite_;
   GradientProbe probe_;
   EndToEndCheck check_;

@@ -19,6 +19,7 @@ auto StageWorker::Computing(absl::string_view what, F&& f) -> decltype(f()) {
   const auto start = std::chrono::steady_clock::now();
   auto result = Guard(config_.index, what, [&]() -> decltype(f()) {
     model::ScopedAutocast cast(config_.device.type(), bf16_);
+    model::ScopedHostAccount host(host_);
     return f();
   });
   // Training's compute time (the stage timers): the last stage's loss step,
