@@ -20,7 +20,7 @@ SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "transformer_recipe", "staleness",
             "threads", "partition", "probe", "transport", "precision",
             "replicas", "replicas_accuracy", "replicas_plan", "language_model",
-            "concurrent", "micro_batch_cost", "fidelity_at_speed",
+            "concurrent", "micro_batch_cost", "fidelity_at_speed", "race",
             "compare",
             "main_job", "gpu"]
 

@@ -535,3 +535,16 @@ section_fidelity_at_speed() {
   run $PY bench/fidelity_at_speed.py --petra "$BIN/petra" "${args[@]}" \
     --json "$RESULTS/fidelity_at_speed.json"
 }
+
+section_race() {
+  # Issue 68: PETRA against backprop, GPipe, 1F1B and 1F1B with recompute,
+  # at J = 2 and 4, each beside the simulator's prediction.
+  local args=()
+  if ((smoke)); then args=(--smoke --networks revnet18); fi
+  echo "## The race: PETRA against GPipe, 1F1B and backprop"
+  echo
+  machine
+  echo
+  run $PY bench/race.py --petra "$BIN/petra" "${args[@]}" \
+    --json "$RESULTS/race.json"
+}

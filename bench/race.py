@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""PETRA raced against the pipelines users run (issue 68): backprop on one
+stage with every core, GPipe, 1F1B, 1F1B with --recompute and PETRA, on
+RevNet18 (the main job's Fashion-MNIST) and the small RevLM, at J = 2
+stages (one thread each, a core each on 2 cores) and J = 4 (time-shared:
+four threads on the same cores, so each stage's rate is a share).
+
+Every row trains the same samples a step, in the same micro-batches
+(RevNet18 16 x 4, RevLM 8 x 8: the recipes' defaults for PETRA and for the
+synchronous pipelines), for the same epochs, evaluating after each; the
+target is backprop's final metric (test accuracy, or test loss for the
+language model), and "time to target" the elapsed seconds of the first
+evaluation that reached it (the evaluation's granularity is an epoch).
+Each row's rate, bubble fraction (idle over training time, as the stages
+count it) and most tensor memory any one stage held (the allocator's
+count, `host_tensors_peak`) come from its `petra train --report`.
+
+Beside each measured rate, the simulator's prediction for it: `petra
+profile` of the same job measures each stage's forward and backward on
+this machine, and `petra simulate --profile` runs the row's schedule over
+the same micro-batches with free links (one process). The simulator
+charges every backward a rebuild or recompute: the stored graphs of GPipe
+and 1F1B without --recompute skip that recompute, so it under-predicts
+their rate by about a forward a micro-batch.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from bench_common import (BenchError, add_petra_arg, check_petra, main_guard,
+                          run, train_report)
+
+# (name, flags, the schedule `petra simulate` runs for it).
+METHODS = [
+    ("backprop, 1 stage, all cores",
+     ["--mode", "backprop", "--stages", "1"], "backprop"),
+    ("GPipe", ["--mode", "pipeline", "--schedule", "gpipe"], "gpipe"),
+    ("1F1B", ["--mode", "pipeline", "--schedule", "1f1b"], "1f1b"),
+    ("1F1B, recompute",
+     ["--mode", "pipeline", "--schedule", "1f1b", "--recompute"], "1f1b"),
+    ("PETRA", ["--mode", "petra"], "petra"),
+]
+# (flags, micro-batch, k, whether the metric is a loss).
+NETWORKS = {
+    "revnet18": (["--arch", "revnet18", "--width", "0.25", "--dataset",
+                  "fashion_mnist"], 16, 4, False),
+    "revlm": (["--arch", "revlm", "--embed-dim", "64", "--depth", "4",
+               "--heads", "4", "--seq-len", "64"], 8, 8, True),
+}
+SMOKE = {
+    "revnet18": (["--arch", "revnet18", "--width", "0.125", "--dataset",
+                  "synthetic"], 16, 4, False),
+    "revlm": (["--arch", "revlm", "--embed-dim", "16", "--depth", "2",
+               "--heads", "2", "--seq-len", "16"], 8, 8, True),
+}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_petra_arg(p)
+    p.add_argument("--networks", default="revnet18,revlm",
+                   help="comma-separated: revnet18, revlm (default both)")
+    p.add_argument("--stages", default="2,4",
+                   help="comma-separated stage counts J (default 2,4)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--train-limit", type=int, default=10240,
+                   help="training samples (sequences) an epoch (default "
+                        "10240)")
+    p.add_argument("--test-limit", type=int, default=1000)
+    p.add_argument("--seed", default="1")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds-long: tiny models, one epoch of 512 "
+                        "samples, J = 2")
+    p.add_argument("--timeout", type=int, default=7200)
+    p.add_argument("--json", help="write every row to this file")
+    a = p.parse_args(argv)
+    check_petra(p, a.petra)
+    a.networks = [n for n in a.networks.split(",") if n]
+    for n in a.networks:
+        if n not in NETWORKS:
+            p.error(f"--networks: unknown network {n!r} (revnet18, revlm)")
+    try:
+        a.stages = [int(j) for j in a.stages.split(",") if j]
+    except ValueError:
+        p.error(f"--stages: not a list of numbers: {a.stages!r}")
+    if not a.stages or any(j < 2 or j > 10 for j in a.stages):
+        p.error("--stages: each J must be in [2, 10]")
+    if a.epochs < 1 or a.train_limit < 1 or a.test_limit < 1:
+        p.error("--epochs, --train-limit and --test-limit must be >= 1")
+    if a.smoke:
+        a.stages, a.epochs, a.train_limit, a.test_limit = [2], 1, 512, 128
+    return a
+
+
+def metric(epoch, loss):
+    return epoch["test_loss"] if loss else epoch["test_accuracy"]
+
+
+def reached(value, target, loss):
+    return value <= target if loss else value >= target
+
+
+def simulate(petra, profile, schedule, micro_batches, group):
+    """The simulator's samples/s for `schedule` over the profiled stages
+    (free links: one process)."""
+    out = run([petra, "simulate", "--profile", profile, "--schedule",
+               schedule, "--micro-batches", str(micro_batches), "--group",
+               str(group), "--link-bandwidth", "1e15", "--link-latency", "0",
+               "--json"], 600)
+    try:
+        return json.loads(out)["schedules"][0]["steady_samples_per_second"]
+    except (ValueError, KeyError, IndexError) as e:
+        raise BenchError(f"petra simulate gave no rate: {e}")
+
+
+def profile(petra, flags, stages, threads, micro_batch, folder):
+    path = os.path.join(folder, f"profile-{stages}-{threads}.json")
+    run([petra, "profile"] + flags +
+        ["--stages", str(stages), "--threads", str(threads), "--micro-batch",
+         str(micro_batch), "--output", path], 1800)
+    return path
+
+
+def race(a, name, stages, folder):
+    flags, mb, k, loss = (SMOKE if a.smoke else NETWORKS)[name]
+    common = flags + ["--micro-batch", str(mb), "--accumulation", str(k),
+                      "--epochs", str(a.epochs), "--eval-every", "1",
+                      "--train-limit", str(a.train_limit), "--test-limit",
+                      str(a.test_limit), "--seed", a.seed, "--runner",
+                      "in-process"]
+    cores = os.cpu_count() or 1
+    micro_batches = a.train_limit // mb
+    rows = []
+    for method, extra, schedule in METHODS:
+        one = schedule == "backprop"
+        threads = cores if one else 1
+        job = common + extra + (["--threads-per-stage", str(threads)] +
+                                ([] if one else ["--stages", str(stages)]))
+        print(f"race: {name}, J = {stages}: {method}", file=sys.stderr)
+        r = train_report(a.petra, job, a.timeout)
+        epochs = r["epochs"]
+        prof = profile(a.petra, flags, 1 if one else stages, threads, mb,
+                       folder)
+        predicted = simulate(a.petra, prof, schedule, micro_batches,
+                             k) * (r.get("tokens_per_second", 0) /
+                                   max(r["samples_per_second"], 1e-9)
+                                   if loss else 1)
+        rows.append({
+            "method": method, "schedule": schedule, "stages": 1 if one
+            else stages, "threads_per_stage": threads,
+            "rate": r.get("tokens_per_second") if loss else
+            r["samples_per_second"],
+            "predicted_rate": predicted,
+            "bubble": r.get("bubble_fraction", 0.0),
+            "peak_bytes": max(s["memory_bytes"]["host_tensors_peak"]
+                              for s in r["stages"]),
+            "activation_bytes": max(s["memory_bytes"]["activation_buffer"]
+                                    for s in r["stages"]),
+            "metric": metric(epochs[-1], loss),
+            "timeline": [(e["elapsed_seconds"], metric(e, loss))
+                         for e in epochs],
+        })
+    target = rows[0]["metric"]
+    for row in rows:
+        row["time_to_target"] = next(
+            (t for t, m in row["timeline"] if reached(m, target, loss)), None)
+    return rows, loss
+
+
+def table(name, stages, rows, loss):
+    unit = "tokens/s" if loss else "samples/s"
+    what = "test loss" if loss else "test accuracy"
+    shared = "one thread each" if stages <= (os.cpu_count() or 1) else \
+        "time-shared: more stage threads than cores"
+    lines = [f"### {name}, J = {stages} ({shared})", "",
+             f"| method | stages | {unit} | simulator's | bubble | most tensor "
+             f"memory on a stage, MB | {what} | time to backprop's, s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        m = f"{r['metric']:.4f}" if loss else f"{100 * r['metric']:.2f}%"
+        t = "not reached" if r["time_to_target"] is None else \
+            f"{r['time_to_target']:.1f}"
+        lines.append(
+            f"| {r['method']} | {r['stages']} | {r['rate']:,.0f} | "
+            f"{r['predicted_rate']:,.0f} | {100 * r['bubble']:.1f}% | "
+            f"{r['peak_bytes'] / 1e6:.1f} | {m} | {t} |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    a = parse_args(argv)
+    out, everything = [], []
+    with tempfile.TemporaryDirectory(prefix="petra-race-") as folder:
+        for name in a.networks:
+            for stages in a.stages:
+                rows, loss = race(a, name, stages, folder)
+                everything.append({"network": name, "stages": stages,
+                                   "rows": rows})
+                out.append(table(name, stages, rows, loss))
+    print("\n\n".join(out))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(everything, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    main_guard("race", main)
