@@ -116,16 +116,17 @@ def simulate(petra, profile, schedule, micro_batches, group):
         raise BenchError(f"petra simulate gave no rate: {e}")
 
 
-def profile(petra, flags, stages, threads, micro_batch, folder):
-    path = os.path.join(folder, f"profile-{stages}-{threads}.json")
+def profile(petra, name, flags, stages, threads, micro_batch, folder):
+    path = os.path.join(folder, f"profile-{name}-{stages}-{threads}.json")
     run([petra, "profile"] + flags +
         ["--stages", str(stages), "--threads", str(threads), "--micro-batch",
-         str(micro_batch), "--output", path], 1800)
+         str(micro_batch), "--repeats", "20", "--output", path], 1800)
     return path
 
 
 def race(a, name, stages, folder):
     flags, mb, k, loss = (SMOKE if a.smoke else NETWORKS)[name]
+    tokens = int(flags[flags.index("--seq-len") + 1]) if loss else 1
     common = flags + ["--micro-batch", str(mb), "--accumulation", str(k),
                       "--epochs", str(a.epochs), "--eval-every", "1",
                       "--train-limit", str(a.train_limit), "--test-limit",
@@ -133,7 +134,7 @@ def race(a, name, stages, folder):
                       "in-process"]
     cores = os.cpu_count() or 1
     micro_batches = a.train_limit // mb
-    rows = []
+    rows, profiles = [], {}
     for method, extra, schedule in METHODS:
         one = schedule == "backprop"
         threads = cores if one else 1
@@ -142,12 +143,16 @@ def race(a, name, stages, folder):
         print(f"race: {name}, J = {stages}: {method}", file=sys.stderr)
         r = train_report(a.petra, job, a.timeout)
         epochs = r["epochs"]
-        prof = profile(a.petra, flags, 1 if one else stages, threads, mb,
-                       folder)
+        # One profile a partition, measured once: every schedule on it is
+        # predicted from the same costs.
+        key = (1 if one else stages, threads)
+        if key not in profiles:
+            profiles[key] = profile(a.petra, name, flags, key[0], threads,
+                                    mb, folder)
+        prof = profiles[key]
+        # The simulator counts sequences; the report, a model's tokens.
         predicted = simulate(a.petra, prof, schedule, micro_batches,
-                             k) * (r.get("tokens_per_second", 0) /
-                                   max(r["samples_per_second"], 1e-9)
-                                   if loss else 1)
+                             k) * tokens
         rows.append({
             "method": method, "schedule": schedule, "stages": 1 if one
             else stages, "threads_per_stage": threads,

@@ -25,6 +25,7 @@
 #include "services/job/job_spec_validation.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_check.h"
+#include "services/model/architecture_catalog.h"
 #include "services/model/device_memory.h"
 #include "services/model/network.h"
 #include "services/model/partition.h"
@@ -86,19 +87,31 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
   if (!workers.ok()) return workers.status();
   const int stages = static_cast<int>(workers->size());
   const int64_t batch = spec.training().micro_batch_size();
-  std::vector<int64_t> shape = {batch};
-  for (int64_t d : model::InputShape(spec.model().variant())) {
-    shape.push_back(d);
-  }
   torch::manual_seed(spec.seed());
   // Already on the device: the stages' times leave out the host's copies.
   const torch::Device device = (*workers)[0]->device();
-  const model::TensorPair data =
-      model::TensorPair{torch::randn(shape), {}}.to(device);
-  const torch::Tensor labels =
-      torch::randint(0, static_cast<int64_t>(spec.model().num_classes()),
-                     {batch}, torch::kLong)
-          .to(device);
+  model::TensorPair data;
+  torch::Tensor labels;
+  if (model::IsLanguageModel(spec.model().architecture())) {
+    // Token ids in, and the next token of each as its label.
+    const petra::v1::TransformerSpec& t = spec.model().transformer();
+    const int64_t vocab = std::max<int64_t>(1, t.vocab());
+    data = model::TensorPair{
+        torch::randint(0, vocab, {batch, t.seq_len()}, torch::kLong), {}}
+               .to(device);
+    labels = torch::randint(0, vocab, {batch, t.seq_len()}, torch::kLong)
+                 .to(device);
+  } else {
+    std::vector<int64_t> shape = {batch};
+    for (int64_t d : model::InputShape(spec.model().variant())) {
+      shape.push_back(d);
+    }
+    data = model::TensorPair{torch::randn(shape), {}}.to(device);
+    labels =
+        torch::randint(0, static_cast<int64_t>(spec.model().num_classes()),
+                       {batch}, torch::kLong)
+            .to(device);
+  }
 
   std::vector<std::vector<double>> fwd(stages), bwd(stages);
   std::vector<int64_t> in_bytes(stages), out_bytes(stages), working(stages);
