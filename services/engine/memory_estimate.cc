@@ -53,13 +53,16 @@ StageMemoryEstimate EstimateStageMemory(
        : s.training().discrepancy_correction() ? 1
                                                : 0);
   e.parameters_bytes = ((e.adamw ? 4 : 3) + drift_copies) * kFloat * params;
-  const bool keeps_input =
-      !mode.traffic.derivatives_down && (!reversible || mode.stash_inputs);
+  // A kept graph holds its input with its activations.
+  const bool keeps_input = !mode.traffic.derivatives_down &&
+                           !mode.store_activations &&
+                           (!reversible || mode.stash_inputs);
   if (keeps_input) {
     e.input_buffer_bytes = e.in_flight * e.micro_batch * input * kFloat;
   }
   if (mode.store_activations) {
-    e.activation_bytes = e.in_flight * e.micro_batch * graph * kFloat;
+    e.activation_bytes =
+        e.in_flight * e.micro_batch * (graph + input) * kFloat;
   }
   if (mode.stash_weights || mode.keeps_directions) {
     e.weight_stash_bytes = e.in_flight * params * kFloat;

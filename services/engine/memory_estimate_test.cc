@@ -79,6 +79,49 @@ TEST(EstimateStageMemory, TheMainJobFitsAndBuffersFollowTheMode) {
             1);
 }
 
+// Mode pipeline: GPipe keeps the flush's graphs on every stage but the
+// last, 1F1B J - j of them; with recompute only the inputs a stage cannot
+// rebuild.
+TEST(EstimateStageMemory, PipelineModesKeepTheirFlushesGraphs) {
+  petra::v1::JobSpec raw = RevNet18(0.25, 16);
+  raw.mutable_partition()->set_stage_count(4);
+  raw.mutable_training()->set_mode(petra::v1::TRAINING_MODE_PIPELINE);
+  raw.mutable_training()->set_accumulation_steps(8);
+  raw.mutable_training()->set_pipeline_schedule(
+      petra::v1::TrainingSpec::PIPELINE_SCHEDULE_GPIPE);
+  Planned gpipe = Plan(raw);
+  raw.mutable_training()->set_pipeline_schedule(
+      petra::v1::TrainingSpec::PIPELINE_SCHEDULE_1F1B);
+  Planned one_f_one_b = Plan(raw);
+  raw.mutable_training()->set_recompute(true);
+  Planned recompute = Plan(raw);
+  for (int j = 0; j < 3; ++j) {
+    const StageMemoryEstimate g =
+        EstimateStageMemory(gpipe.spec, gpipe.blocks, gpipe.ranges, j,
+                            gpipe.input);
+    const StageMemoryEstimate o = EstimateStageMemory(
+        one_f_one_b.spec, one_f_one_b.blocks, one_f_one_b.ranges, j,
+        one_f_one_b.input);
+    const StageMemoryEstimate r = EstimateStageMemory(
+        recompute.spec, recompute.blocks, recompute.ranges, j,
+        recompute.input);
+    EXPECT_EQ(g.in_flight, 8) << j;
+    EXPECT_EQ(o.in_flight, 4 - j) << j;
+    // The same graph a micro-batch.
+    EXPECT_EQ(g.activation_bytes * o.in_flight, o.activation_bytes * 8) << j;
+    EXPECT_GT(o.activation_bytes, 0) << j;
+    EXPECT_EQ(g.input_buffer_bytes + o.input_buffer_bytes, 0) << j;
+    EXPECT_EQ(r.activation_bytes, 0) << j;
+    EXPECT_GT(g.total(), o.total()) << j;
+    EXPECT_THAT(Breakdown(g), HasSubstr("activations kept for the backward"));
+  }
+  EXPECT_THAT(DoesNotFit(0,
+                         EstimateStageMemory(gpipe.spec, gpipe.blocks,
+                                             gpipe.ranges, 0, gpipe.input),
+                         1, "test", gpipe.spec),
+              HasSubstr("add --recompute"));
+}
+
 // The job of the issue that found the stack traces: RevNet50 at width 2,
 // micro-batches of 2048 ImageNet images, on stage servers of 5 GB.
 TEST(EstimateStageMemory, AJobFarTooBigIsSaidSoWithWhatToChange) {
