@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "services/engine/stage_boundary.h"
 #include "services/engine/stage_worker.h"
-#include "services/engine/stage_worker_computing.h"
 
 namespace petra::engine {
 
@@ -40,7 +39,7 @@ absl::StatusOr<ForwardBatch> ForwardGradientOps::Forward(StageWorker& w,
 absl::StatusOr<LossOutput> ForwardGradientOps::Loss(StageWorker& w,
                                                     ForwardBatch& in,
                                                     int64_t tick) {
-  return w.ForwardLoss(in.id(), in.x, in.labels, tick, in.tangents);
+  return LossAlong(w, in.id(), in.x, in.labels, tick, in.tangents);
 }
 
 std::optional<BackwardBatch> ForwardGradientOps::LossDown(const StageWorker& w,
@@ -70,7 +69,7 @@ BackwardBatch ForwardGradientOps::Down(int64_t m, BackwardBatch& in,
 }
 
 bool ForwardGradientOps::Diagnoses(const StageWorker& w, uint64_t id) {
-  return w.probe_.SamplesId(id);
+  return w.diagnoses(id);
 }
 
 int64_t ForwardGradientOps::state_bytes() const {
@@ -93,78 +92,88 @@ absl::StatusOr<TangentForward> ForwardGradientOps::ForwardTangents(
     StageWorker& w, uint64_t id, const TensorPair& input,
     const std::vector<TensorPair>& received_tangents,
     const torch::Tensor& received_labels, int64_t tick) {
-  return w.Computing("forward", [&]() -> absl::StatusOr<TangentForward> {
-    if (stage_ == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stage ", w.index(),
-          " takes no tangents: it is the last stage, or the job's mode "
-          "is not forward_gradient"));
-    }
-    const TensorPair x = w.Arrive(input);
-    absl::StatusOr<ForwardRecord> begun = w.BeginRecord(id, x, tick, "updated");
-    if (!begun.ok()) return begun.status();
-    ForwardRecord& r = *begun;
-    std::vector<TensorPair> tangents;
-    for (const TensorPair& t : received_tangents) {
-      tangents.push_back(w.Arrive(t));
-    }
-    if (absl::Status s = stage_->CheckArrived(id, x, tangents, received_labels);
-        !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<TangentForward> forward =
-        stage_->Forward(w.blocks_, x, tangents, received_labels, id, r.step);
-    if (!forward.ok()) return forward.status();
-    TangentForward& out = *forward;
-    if (absl::Status s = w.finite_.Check(out.output, id,
-                                         "the output activation", &r.skipped);
-        !s.ok()) {
-      return s;
-    }
-    r.guess = out.guess;
-    r.samples = x.a.size(0);
-    // Kept apart from the memory accounting.
-    if (w.probe_.SamplesId(id)) w.probe_.Keep(x, w.blocks_, r);
-    w.ledger_.Keep(0, TensorBytes(r.guess));
-    w.records_.emplace(id, std::move(r));
-    ++w.forwards_;
-    w.UpdatePeak();
-    return std::move(out);
-  });
+  if (stage_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", w.index(),
+        " takes no tangents: it is the last stage, or the job's mode "
+        "is not forward_gradient"));
+  }
+  TangentForward out;
+  absl::Status s = w.ForwardOwn(
+      id, input, tick,
+      [&](const TensorPair& x, ForwardRecord& r,
+          const StageWorker::Parts& parts) -> absl::StatusOr<TensorPair> {
+        std::vector<TensorPair> tangents;
+        for (const TensorPair& t : received_tangents) {
+          tangents.push_back(w.Arrive(t));
+        }
+        if (absl::Status s =
+                stage_->CheckArrived(id, x, tangents, received_labels);
+            !s.ok()) {
+          return s;
+        }
+        absl::StatusOr<TangentForward> forward = stage_->Forward(
+            parts.blocks, x, tangents, received_labels, id, r.step);
+        if (!forward.ok()) return forward.status();
+        out = std::move(*forward);
+        r.guess = out.guess;
+        r.samples = x.a.size(0);
+        // Kept apart from the memory accounting.
+        if (parts.probe.SamplesId(id)) parts.probe.Keep(x, parts.blocks, r);
+        return out.output;
+      });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<BackwardOutput> ForwardGradientOps::ApplyDirectional(
     StageWorker& w, uint64_t id, const std::vector<double>& directional,
     const TensorPair& output_grad, int64_t tick) {
-  return w.Computing("update", [&]() -> absl::StatusOr<BackwardOutput> {
-    if (stage_ == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stage ", w.index(), " takes no directional derivatives"));
+  if (stage_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", w.index(), " takes no directional derivatives"));
+  }
+  for (double d : directional) {
+    if (!std::isfinite(d)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the directional derivative of micro-batch ", id, " is ",
+                       d, " (training diverged; lower the learning rate)"));
     }
-    for (double d : directional) {
-      if (!std::isfinite(d)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the directional derivative of micro-batch ", id, " is ", d,
-            " (training diverged; lower the learning rate)"));
-      }
-    }
-    absl::StatusOr<ForwardRecord> r = w.TakeRecord(id);
-    if (!r.ok()) return r.status();
-    absl::StatusOr<std::vector<torch::Tensor>> estimate =
-        stage_->Estimate(r->guess, directional);
-    if (!estimate.ok()) return estimate.status();
-    w.optimizer_.Add(w.blocks_.parameters(), *estimate);
-    BackwardOutput out;
-    out.samples = r->samples;
-    if (!r->diagnostic_weights.empty() && output_grad.a.defined()) {
-      out.input_grad = w.probe_.CompareEstimate(
-          *r, w.Arrive(output_grad), *estimate, w.optimizer_.steps(),
-          /*with_input=*/w.index() > 0, w.blocks_);
-    }
-    w.Measure(*r, tick, out);
-    w.FinishBackward();
-    return out;
-  });
+  }
+  return w.UpdateOwn(
+      id, tick,
+      [&](ForwardRecord& r,
+          const StageWorker::Parts& parts) -> absl::StatusOr<BackwardOutput> {
+        absl::StatusOr<std::vector<torch::Tensor>> estimate =
+            stage_->Estimate(r.guess, directional);
+        if (!estimate.ok()) return estimate.status();
+        parts.optimizer.Add(parts.blocks.parameters(), *estimate);
+        BackwardOutput out;
+        out.samples = r.samples;
+        if (!r.diagnostic_weights.empty() && output_grad.a.defined()) {
+          out.input_grad = parts.probe.CompareEstimate(
+              r, w.Arrive(output_grad), *estimate, parts.optimizer.steps(),
+              /*with_input=*/w.index() > 0, parts.blocks);
+        }
+        return out;
+      });
+}
+
+absl::StatusOr<LossOutput> ForwardGradientOps::LossAlong(
+    StageWorker& w, uint64_t id, const TensorPair& x,
+    const torch::Tensor& labels, int64_t tick,
+    const std::vector<TensorPair>& tangents) {
+  absl::StatusOr<LossOutput> out = w.ForwardLoss(id, x, labels, tick);
+  if (!out.ok() || tangents.empty()) return out;
+  // delta_0 . v for each tangent v of x; the gradient as it goes down the
+  // wire (bf16 when training.wire_dtype says so), and zero for a skipped
+  // micro-batch.
+  const TensorPair delta = w.Arrive(out->backward.input_grad);
+  std::vector<TensorPair> arrived;
+  for (const TensorPair& t : tangents) arrived.push_back(w.Arrive(t));
+  out->directional =
+      DirectionalDerivatives(delta, arrived, static_cast<int>(arrived.size()));
+  return out;
 }
 
 }  // namespace petra::engine

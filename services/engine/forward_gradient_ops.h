@@ -60,6 +60,12 @@ class ForwardGradientOps : public ModeOps {
   absl::StatusOr<BackwardOutput> ApplyDirectional(
       StageWorker& w, uint64_t id, const std::vector<double>& directional,
       const model::TensorPair& output_grad, int64_t tick);
+  // The last stage's loss step, and the loss's directional derivative
+  // along each of `tangents` (tangents of x, one per earlier stage).
+  absl::StatusOr<LossOutput> LossAlong(
+      StageWorker& w, uint64_t id, const model::TensorPair& x,
+      const torch::Tensor& labels, int64_t tick,
+      const std::vector<model::TensorPair>& tangents);
   // Micro-batch `id`'s true gradient comes down beside its derivatives
   // (training.grad_diagnostics_every).
   static bool Diagnoses(const StageWorker& w, uint64_t id);

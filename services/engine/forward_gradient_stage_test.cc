@@ -106,7 +106,8 @@ TEST_P(DirectionalDerivative, IsTheExactGradientAlongEachStagesGuess) {
   ASSERT_TRUE(f1.ok()) << f1.status();
   ASSERT_EQ(f1->tangents.size(), 2u);
   auto loss =
-      p.workers[2]->ForwardLoss(0, f1->output, b.labels, 2, f1->tangents);
+      dynamic_cast<ForwardGradientOps&>(p.workers[2]->mode_ops())
+          .LossAlong(*p.workers[2], 0, f1->output, b.labels, 2, f1->tangents);
   ASSERT_TRUE(loss.ok()) << loss.status();
   ASSERT_EQ(loss->directional.size(), 2u);
 
@@ -179,7 +180,8 @@ TEST(ForwardGradientStage,
       ForwardTangents(*p.workers[1], 0, f0->output, f0->tangents, b.labels, 1);
   ASSERT_TRUE(f1.ok());
   auto loss =
-      p.workers[2]->ForwardLoss(0, f1->output, b.labels, 2, f1->tangents);
+      dynamic_cast<ForwardGradientOps&>(p.workers[2]->mode_ops())
+          .LossAlong(*p.workers[2], 0, f1->output, b.labels, 2, f1->tangents);
   ASSERT_TRUE(loss.ok());
 
   model::ScopedBnMode mode(model::BnMode::kBatchStats);

@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "services/engine/blocking_queue.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_mode_ops.h"
+#include "services/engine/stage_pipe_test_support.h"
 #include "services/engine/stage_worker_test_support.h"
 
 namespace petra::engine {
@@ -65,65 +65,26 @@ struct TimedOp {
   double compute = 0;
 };
 
-// The queues between J stages, and each stage's ends of them.
-class Pipe {
- public:
-  explicit Pipe(int stages) : ops_(stages) {
-    for (int j = 0; j < stages; ++j) {
-      up_.push_back(std::make_unique<BlockingQueue<ForwardBatch>>(4096));
-      down_.push_back(std::make_unique<BlockingQueue<BackwardBatch>>(4096));
-    }
-  }
-
-  class Ends : public StageInbox, public StageOutbox {
-   public:
-    Ends(Pipe& p, int j) : p_(p), j_(j) {}
-    absl::StatusOr<ForwardBatch> NextForward(int64_t id) override {
-      if (j_ == 0) return model::ForwardOf(id, {torch::zeros({1}), {}});
-      return *p_.up_[j_ - 1]->Pop();
-    }
-    absl::StatusOr<BackwardBatch> NextBackward(int64_t) override {
-      return *p_.down_[j_]->Pop();
-    }
-    absl::Status SendForward(ForwardBatch item) override {
-      p_.up_[j_]->Push(std::move(item));
-      return absl::OkStatus();
-    }
-    absl::Status SendBackward(BackwardBatch item) override {
-      p_.down_[j_ - 1]->Push(std::move(item));
-      return absl::OkStatus();
-    }
-    void ReportLoss(int64_t, const LossOutput&) override {}
-    void Idle(double seconds) override { p_.ops_[j_].push_back({seconds, 0}); }
-    void Observe(const Work& w) override {
-      // The loss step's backward is reported apart, with no time.
-      if (w.seconds > 0) p_.ops_[j_].back().compute += w.seconds;
-    }
-
-   private:
-    Pipe& p_;
-    const int j_;
-  };
-
-  // The ops of stage j, their waits and computes.
-  const std::vector<TimedOp>& ops(int j) const { return ops_[j]; }
-
- private:
-  std::vector<std::unique_ptr<BlockingQueue<ForwardBatch>>> up_;
-  std::vector<std::unique_ptr<BlockingQueue<BackwardBatch>>> down_;
-  std::vector<std::vector<TimedOp>> ops_;
-};
-
 // Runs `micro_batches` through J = 4 sleeping stages in `schedule`'s order;
 // each stage's operations.
-std::vector<std::vector<TimedOp>> RunSleeping(ScheduleKind schedule, int64_t group,
-                                 int64_t micro_batches,
-                                 std::vector<double>* idle_counted) {
+std::vector<std::vector<TimedOp>> RunSleeping(
+    ScheduleKind schedule, int64_t group, int64_t micro_batches,
+    std::vector<double>* idle_counted) {
   const int stages = 4;
   std::vector<std::unique_ptr<StageWorker>> workers = stage_testing::Workers(
       stage_testing::Job(petra::v1::ARCHITECTURE_REVNET18, 1),
       {{0, 1}, {1, 2}, {2, 3}, {3, 10}});
-  Pipe pipe(stages);
+  stage_testing::StagePipe pipe(stages, [](int64_t id) {
+    return model::ForwardOf(id, {torch::zeros({1}), {}});
+  });
+  std::vector<std::vector<TimedOp>> timed(stages);
+  pipe.on_idle = [&](int j, double seconds) {
+    timed[j].push_back({seconds, 0});
+  };
+  // The loss step's backward is reported apart, with no time.
+  pipe.on_observe = [&](int j, const StageOutbox::Work& w) {
+    if (w.seconds > 0) timed[j].back().compute += w.seconds;
+  };
   // Long enough that a late wake-up on a loaded machine is a small share.
   SleepOps ops(milliseconds(8));
   std::vector<std::thread> threads;
@@ -131,7 +92,7 @@ std::vector<std::vector<TimedOp>> RunSleeping(ScheduleKind schedule, int64_t gro
   absl::Status failed;
   for (int j = 0; j < stages; ++j) {
     threads.emplace_back([&, j] {
-      Pipe::Ends ends(pipe, j);
+      stage_testing::StagePipe::Ends ends(pipe, j);
       absl::Status s = RunStageOps(*workers[j], ops, schedule, group, ends,
                                    ends, micro_batches);
       std::lock_guard<std::mutex> lock(mu);
@@ -140,12 +101,10 @@ std::vector<std::vector<TimedOp>> RunSleeping(ScheduleKind schedule, int64_t gro
   }
   for (std::thread& t : threads) t.join();
   EXPECT_TRUE(failed.ok()) << failed;
-  std::vector<std::vector<TimedOp>> out;
   for (int j = 0; j < stages; ++j) {
-    out.push_back(pipe.ops(j));
     idle_counted->push_back(workers[j]->idle_seconds());
   }
-  return out;
+  return timed;
 }
 
 double Bubble(const std::vector<TimedOp>& ops, size_t begin, size_t end) {

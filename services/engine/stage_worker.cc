@@ -261,7 +261,7 @@ absl::StatusOr<BackwardOutput> StageWorker::Backward(
 
 absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     uint64_t id, const TensorPair& input, const torch::Tensor& received_labels,
-    int64_t tick, const std::vector<TensorPair>& directions) {
+    int64_t tick) {
   auto result = Computing("forward-loss", [&]() -> absl::StatusOr<LossOutput> {
     const TensorPair x = Arrive(input);
     const torch::Tensor labels =
@@ -285,7 +285,6 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
       out.samples = labels.numel();  // a language model's: its tokens
       out.backward.input = x.detach();
       if (config_.index > 0) out.backward.input_grad = ZerosLike(x);
-      out.directional.assign(directions.size(), 0.0);
       ++forwards_;
       ++measured_;
       ++skipped_;
@@ -337,12 +336,6 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     out.correct = model::CorrectCount(logits, labels);
     out.backward.input = x.detach();
     out.backward.input_grad = input_grad;
-    if (!directions.empty()) {
-      std::vector<TensorPair> arrived;
-      for (const TensorPair& t : directions) arrived.push_back(Arrive(t));
-      out.directional = DirectionalDerivatives(
-          input_grad, arrived, static_cast<int>(arrived.size()));
-    }
     (void)tick;  // the loss step's delay and staleness are 0
     ++forwards_;
     ++measured_;
@@ -354,6 +347,44 @@ absl::StatusOr<LossOutput> StageWorker::ForwardLoss(
     result->backward.input_grad = Depart(result->backward.input_grad);
   }
   return result;
+}
+
+absl::Status StageWorker::ForwardOwn(uint64_t id, const TensorPair& input,
+                                     int64_t tick, const OwnForward& forward) {
+  return Computing("forward", [&]() -> absl::Status {
+    const TensorPair x = Arrive(input);
+    absl::StatusOr<ForwardRecord> begun = BeginRecord(id, x, tick, "updated");
+    if (!begun.ok()) return begun.status();
+    ForwardRecord& r = *begun;
+    absl::StatusOr<TensorPair> y = forward(x, r, {blocks_, optimizer_, probe_});
+    if (!y.ok()) return y.status();
+    if (absl::Status s =
+            finite_.Check(*y, id, "the output activation", &r.skipped);
+        !s.ok()) {
+      return s;
+    }
+    // What TakeRecord frees.
+    ledger_.Keep(r.input.nbytes() + r.graph_bytes,
+                 TensorBytes(r.weights) + TensorBytes(r.guess));
+    records_.emplace(id, std::move(r));
+    ++forwards_;
+    UpdatePeak();
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<BackwardOutput> StageWorker::UpdateOwn(uint64_t id, int64_t tick,
+                                                      const OwnUpdate& update) {
+  return Computing("update", [&]() -> absl::StatusOr<BackwardOutput> {
+    absl::StatusOr<ForwardRecord> r = TakeRecord(id);
+    if (!r.ok()) return r.status();
+    absl::StatusOr<BackwardOutput> out =
+        update(*r, {blocks_, optimizer_, probe_});
+    if (!out.ok()) return out.status();
+    Measure(*r, tick, *out);
+    FinishBackward();
+    return out;
+  });
 }
 
 BackwardOutput StageWorker::SkippedBackward(const ForwardRecord& r,

@@ -34,7 +34,6 @@
 namespace petra::engine {
 
 class ModeOps;
-class ForwardGradientOps;
 
 struct StageConfig {
   int index = 0;  // 0-based position in the chain
@@ -71,8 +70,8 @@ struct LossOutput {
   int64_t correct = 0;
   int64_t samples = 0;
   BackwardOutput backward;
-  // The loss's directional derivative along each of the loss step's
-  // `directions` (zeros when the micro-batch was skipped).
+  // Forward gradients: the loss's directional derivative along each
+  // tangent that came up (forward_gradient_ops.h).
   std::vector<double> directional;
 };
 
@@ -116,6 +115,37 @@ class StageWorker {
                                           const model::TensorPair& output,
                                           const model::TensorPair& output_grad,
                                           int64_t tick);
+  // A mode that runs a forward and an update of its own in place of the
+  // backward program (forward gradients: forward_gradient_ops.h) runs them
+  // on the worker's record, checks, memory ledger and counters through
+  // these. Each step gets the stage's parts.
+  struct Parts {
+    StageBlocks& blocks;
+    GradientAccumulator& optimizer;
+    GradientProbe& probe;
+  };
+  // `forward` computes the output of the arrived input `x` and fills the
+  // record `r` with what its update needs; the worker refuses a
+  // micro-batch still kept, checks the input and output for NaN and Inf
+  // (training.non_finite), and keeps the record.
+  using OwnForward = std::function<absl::StatusOr<model::TensorPair>(
+      const model::TensorPair& x, ForwardRecord& r, const Parts& parts)>;
+  absl::Status ForwardOwn(uint64_t id, const model::TensorPair& input,
+                          int64_t tick, const OwnForward& forward);
+  // `update` takes micro-batch `id`'s record and adds the stage's gradient
+  // to the optimizer (which steps every k); the worker measures the delay
+  // and staleness and counts the backward.
+  using OwnUpdate = std::function<absl::StatusOr<BackwardOutput>(
+      ForwardRecord& r, const Parts& parts)>;
+  absl::StatusOr<BackwardOutput> UpdateOwn(uint64_t id, int64_t tick,
+                                           const OwnUpdate& update);
+  // Micro-batch `id` is one the gradient diagnostic compares
+  // (training.grad_diagnostics_every), by id.
+  bool diagnoses(uint64_t id) const { return probe_.SamplesId(id); }
+  // A tensor that arrives (an input, an output to rebuild from, a
+  // gradient): on the stage's device, in its layout, in full precision.
+  model::TensorPair Arrive(const model::TensorPair& t) const;
+
   // Reads the checks still queued (the fail policy's) but the newest
   // `keep`: all of them at the end of a pass.
   absl::Status SettleChecks(size_t keep = 0);
@@ -128,11 +158,10 @@ class StageWorker {
   // NaN or infinite loss (or input, or gradient going down) fails
   // (FAILED_PRECONDITION) or, when the spec says so, skips the micro-batch:
   // nothing accumulated, zero gradients down.
-  // `directions` are tangents of x (forward gradients: one per earlier
-  // stage); the output's `directional` is the loss's derivative along each.
-  absl::StatusOr<LossOutput> ForwardLoss(
-      uint64_t id, const model::TensorPair& x, const torch::Tensor& labels,
-      int64_t tick, const std::vector<model::TensorPair>& directions = {});
+  absl::StatusOr<LossOutput> ForwardLoss(uint64_t id,
+                                         const model::TensorPair& x,
+                                         const torch::Tensor& labels,
+                                         int64_t tick);
   // Evaluation forward: no gradients, running statistics.
   absl::StatusOr<model::TensorPair> Evaluate(const model::TensorPair& x);
 
@@ -227,17 +256,11 @@ class StageWorker {
                               int64_t steps);
 
  private:
-  // A mode's program over the stage's record, checks and optimizer.
-  friend class ForwardGradientOps;
-
   // Guard (torch_guard.h) in the stage's precision: every public call that
   // computes runs its work through this, on whatever thread calls it.
   template <typename F>
   auto Computing(absl::string_view what, F&& f) -> decltype(f());
 
-  // A tensor that arrives (an input, an output to rebuild from, a
-  // gradient): on the stage's device, and in its layout.
-  model::TensorPair Arrive(const model::TensorPair& t) const;
   // A tensor the stage hands on: in the wire's dtype.
   model::TensorPair Depart(model::TensorPair t) const;
 

@@ -1,7 +1,6 @@
 // StageWorker::Computing, shared by the files StageWorker's members are
-// split across (stage_worker.cc, stage_worker_eval.cc) and the mode
-// programs that run on its record (forward_gradient_ops.cc). Internal to
-// services/engine.
+// split across (stage_worker.cc, stage_worker_eval.cc). Internal to
+// StageWorker.
 #pragma once
 
 #include <chrono>

@@ -26,11 +26,6 @@ using engine::ScheduledOp;
 
 bool Forwards(OpKind k) { return k != OpKind::kBackward; }
 
-// A forward-gradient forward of stage j (not the last), in plain forwards:
-// the local loss's forward and backward (about 3) and the tangents'
-// pushes (forward_gradient_stage.h: about 3 for the first, 2 for each of
-// the j further ones). The local guess's cost, the default.
-double ForwardGradientForwards(int j) { return 3.0 + 3.0 + 2.0 * j; }
 bool Backwards(OpKind k) { return k != OpKind::kForward; }
 
 struct Event {
@@ -95,6 +90,8 @@ std::vector<int> DeviceMapping(const SimConfig& c, int* device_count) {
 }
 
 }  // namespace
+
+double ForwardGradientForwards(int j) { return 3.0 + 3.0 + 2.0 * j; }
 
 std::string ScheduleName(Schedule schedule) {
   switch (schedule) {

@@ -81,6 +81,13 @@ struct SimConfig {
   double allreduce_bandwidth = 0;
 };
 
+// A forward-gradient forward of stage j (not the last), in plain forwards:
+// the local loss's forward and backward (about 3) and the tangents'
+// pushes (forward_gradient_stage.h: about 3 for the first, 2 for each of
+// the j further ones). The local guess's cost, the default; its update
+// costs next to nothing.
+double ForwardGradientForwards(int j);
+
 // Micro-batches per flush when none is asked for: 4 per stage (GPipe's
 // advice for a small bubble), at most the micro-batch count.
 int64_t DefaultGroup(int64_t stages, int64_t micro_batches);
