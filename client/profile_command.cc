@@ -23,9 +23,9 @@
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
+#include "services/model/architecture_catalog.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_check.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/device_memory.h"
 #include "services/model/network.h"
 #include "services/model/partition.h"
@@ -73,55 +73,42 @@ struct ProfileOptions {
   int64_t warmup = 2;
 };
 
-// Runs warm-up + repeats micro-batches through every stage in order
-// (forwards up, then backwards down, as backprop would) and keeps the median
-// time of each stage's forward and backward.
-absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
-                                           const ProfileOptions& o) {
-  absl::StatusOr<std::vector<model::BlockRange>> ranges =
-      engine::PlanStages(spec);
-  if (!ranges.ok()) return ranges.status();
-  // Steps per epoch only shapes the learning-rate schedule: any value works.
-  absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> workers =
-      engine::BuildStageWorkers(spec, *ranges, /*steps_per_epoch=*/1000);
-  if (!workers.ok()) return workers.status();
-  const int stages = static_cast<int>(workers->size());
-  const int64_t batch = spec.training().micro_batch_size();
-  torch::manual_seed(spec.seed());
-  // Already on the device: the stages' times leave out the host's copies.
-  const torch::Device device = (*workers)[0]->device();
-  model::TensorPair data;
-  torch::Tensor labels;
-  if (model::IsLanguageModel(spec.model().architecture())) {
-    // Token ids in, and the next token of each as its label.
-    const petra::v1::TransformerSpec& t = spec.model().transformer();
-    const int64_t vocab = std::max<int64_t>(1, t.vocab());
-    data = model::TensorPair{
-        torch::randint(0, vocab, {batch, t.seq_len()}, torch::kLong), {}}
-               .to(device);
-    labels = torch::randint(0, vocab, {batch, t.seq_len()}, torch::kLong)
-                 .to(device);
-  } else {
-    std::vector<int64_t> shape = {batch};
-    for (int64_t d : model::InputShape(spec.model().variant())) {
-      shape.push_back(d);
-    }
-    data = model::TensorPair{torch::randn(shape), {}}.to(device);
-    labels =
-        torch::randint(0, static_cast<int64_t>(spec.model().num_classes()),
-                       {batch}, torch::kLong)
-            .to(device);
-  }
+// Each stage's measured times and bytes, over the repeats.
+struct Timings {
+  std::vector<std::vector<double>> forward, backward;
+  std::vector<int64_t> input_bytes, output_bytes, working;
+  // The most a stage kept between a micro-batch's forward and its
+  // backward (its activation buffer: inputs, or stored graphs).
+  std::vector<int64_t> kept;
+};
 
-  std::vector<std::vector<double>> fwd(stages), bwd(stages);
-  std::vector<int64_t> in_bytes(stages), out_bytes(stages), working(stages);
+// Runs warm-up + repeats micro-batches through `workers` in order (forwards
+// up, then backwards down, as backprop would).
+absl::StatusOr<Timings> TimePasses(
+    std::vector<std::unique_ptr<engine::StageWorker>>& workers,
+    const model::TensorPair& data, const torch::Tensor& labels,
+    const petra::v1::JobSpec& spec, const ProfileOptions& o) {
+  const int stages = static_cast<int>(workers.size());
+  const int64_t batch = spec.training().micro_batch_size();
+  Timings t;
+  t.forward.resize(stages);
+  t.backward.resize(stages);
+  t.input_bytes.assign(stages, 0);
+  t.output_bytes.assign(stages, 0);
+  t.working.assign(stages, 0);
+  t.kept.assign(stages, 0);
+  std::vector<std::vector<double>>& fwd = t.forward;
+  std::vector<std::vector<double>>& bwd = t.backward;
+  std::vector<int64_t>& in_bytes = t.input_bytes;
+  std::vector<int64_t>& out_bytes = t.output_bytes;
+  std::vector<int64_t>& working = t.working;
   for (int64_t r = 0; r < o.warmup + o.repeats; ++r) {
     const bool keep = r >= o.warmup;
     std::vector<model::TensorPair> outputs(stages);
     model::TensorPair x = data;
     engine::BackwardOutput down;
     for (int j = 0; j < stages; ++j) {
-      engine::StageWorker& w = *(*workers)[j];
+      engine::StageWorker& w = *workers[j];
       in_bytes[j] = x.nbytes();
       if (!w.last()) {
         WorkingSet set(w.device());
@@ -131,6 +118,8 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
         if (keep) fwd[j].push_back(Since(start, w.device()));
         working[j] = std::max(working[j], set.bytes());
         outputs[j] = *y;
+        t.kept[j] =
+            std::max<int64_t>(t.kept[j], w.memory().activation_buffer_bytes);
         out_bytes[j] = y->nbytes();
         x = *y;
         continue;
@@ -155,7 +144,7 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
       down = std::move(loss->backward);
     }
     for (int j = stages - 2; j >= 0; --j) {
-      engine::StageWorker& w = *(*workers)[j];
+      engine::StageWorker& w = *workers[j];
       WorkingSet set(w.device());
       auto start = Clock::now();
       absl::StatusOr<engine::BackwardOutput> b =
@@ -166,6 +155,77 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
       down = std::move(*b);
     }
   }
+
+  return t;
+}
+
+// Each stage's median forward and backward over the repeats, as the job's
+// mode runs them (rebuild or recompute) and with the graphs stored.
+absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
+                                           const ProfileOptions& o) {
+  absl::StatusOr<std::vector<model::BlockRange>> ranges =
+      engine::PlanStages(spec);
+  if (!ranges.ok()) return ranges.status();
+  // Steps per epoch only shapes the learning-rate schedule: any value works.
+  absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> workers =
+      engine::BuildStageWorkers(spec, *ranges, /*steps_per_epoch=*/1000);
+  if (!workers.ok()) return workers.status();
+  const int stages = static_cast<int>(workers->size());
+  const int64_t batch = spec.training().micro_batch_size();
+  torch::manual_seed(spec.seed());
+  // Already on the device: the stages' times leave out the host's copies.
+  const torch::Device device = (*workers)[0]->device();
+  model::TensorPair data;
+  torch::Tensor labels;
+  if (model::IsLanguageModel(spec.model().architecture())) {
+    // Token ids in, and the next token of each as its label.
+    const petra::v1::TransformerSpec& t = spec.model().transformer();
+    const int64_t vocab = std::max<int64_t>(1, t.vocab());
+    data = model::TensorPair{
+        torch::randint(0, vocab, {batch, t.seq_len()}, torch::kLong),
+        {}}.to(device);
+    labels =
+        torch::randint(0, vocab, {batch, t.seq_len()}, torch::kLong).to(device);
+  } else {
+    std::vector<int64_t> shape = {batch};
+    for (int64_t d : model::InputShape(spec.model().variant())) {
+      shape.push_back(d);
+    }
+    data = model::TensorPair{torch::randn(shape), {}}.to(device);
+    labels = torch::randint(0, static_cast<int64_t>(spec.model().num_classes()),
+                            {batch}, torch::kLong)
+                 .to(device);
+  }
+
+  absl::StatusOr<Timings> t = TimePasses(*workers, data, labels, spec, o);
+  if (!t.ok()) return t.status();
+  // The same stages with each forward's graph kept, as mode pipeline keeps
+  // it without --recompute: the stored backward's time and what a
+  // micro-batch's graph holds (the simulator's --store-activations).
+  petra::v1::JobSpec stored_spec = spec;
+  petra::v1::TrainingSpec* tr = stored_spec.mutable_training();
+  tr->set_mode(petra::v1::TRAINING_MODE_PIPELINE);
+  tr->set_pipeline_schedule(petra::v1::TrainingSpec::PIPELINE_SCHEDULE_1F1B);
+  tr->set_recompute(false);
+  // Its weights are current: nothing of the delayed modes' corrections.
+  tr->set_stash_inputs(false);
+  tr->set_stash_weights(false);
+  tr->set_overlap_rebuild(false);
+  tr->set_predict_weights(false);
+  tr->set_spike_compensation(false);
+  tr->set_delay_compensation(0);
+  tr->set_discrepancy_correction(false);
+  absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> stored =
+      engine::BuildStageWorkers(stored_spec, *ranges, /*steps_per_epoch=*/1000);
+  if (!stored.ok()) return stored.status();
+  absl::StatusOr<Timings> st =
+      TimePasses(*stored, data, labels, stored_spec, o);
+  if (!st.ok()) return st.status();
+  const std::vector<std::vector<double>>& fwd = t->forward;
+  const std::vector<std::vector<double>>& bwd = t->backward;
+  const std::vector<int64_t>& in_bytes = t->input_bytes;
+  const std::vector<int64_t>& out_bytes = t->output_bytes;
+  const std::vector<int64_t>& working = t->working;
 
   petra::v1::Profile p;
   p.set_architecture(job::EnumShortName(spec.model().architecture()));
@@ -191,6 +251,10 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
     s->set_forward_seconds(Median(fwd[j]));
     s->set_backward_seconds(Median(bwd[j]));
     s->set_device_working_bytes(static_cast<uint64_t>(working[j]));
+    // The loss step stores nothing: the last stage's backward is the same.
+    s->set_backward_stored_seconds(j + 1 < stages ? Median(st->backward[j])
+                                                  : Median(bwd[j]));
+    s->set_activation_bytes(static_cast<uint64_t>(st->kept[j]));
     if (!(*workers)[j]->device().is_cpu()) {
       const engine::MemoryStats m = (*workers)[j]->memory();
       s->set_device_state_bytes(

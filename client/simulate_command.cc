@@ -52,6 +52,7 @@ struct SimulateOptions {
   uint64_t replicas = 1;
   uint64_t accumulation = 1;
   double allreduce_bandwidth = 0;
+  bool store_activations = false;
   bool json = false;
   std::string per_stage = "auto";
 };
@@ -139,6 +140,12 @@ void AddFlags(base::FlagSet& flags, SimulateOptions* o) {
   flags.AddCustom("group", "N", "4 x stages, at most --micro-batches",
                   "micro-batches per flush for gpipe and 1f1b",
                   StorePositive(&o->group));
+  flags.AddBool("store-activations", &o->store_activations,
+                "gpipe and 1f1b keep each forward's graph until its backward "
+                "(its activations in memory, the backward without a "
+                "recompute), as `petra train --mode pipeline` does without "
+                "--recompute; costs from a measured profile. Without it they "
+                "recompute, as with --recompute");
   flags.AddCustom("devices", "N", "one per stage (of every replica)",
                   "devices in all; each replica's stage j runs on its device "
                   "floor(j * N / (R stages)). More devices than stages, "
@@ -314,6 +321,7 @@ absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
   c.micro_batch_size = in.profile.micro_batch_size();
   c.group =
       static_cast<int64_t>(std::min<uint64_t>(o.group, uint64_t{1} << 40));
+  c.store_activations = o.store_activations;
   const uint64_t stages = c.stages.size();
   uint64_t replicas = o.replicas;
   uint64_t per_replica = o.devices;

@@ -12,10 +12,11 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// The backward time the schedule runs (delayed keeps the graph when known).
-double BackwardSeconds(const petra::v1::StageProfile& s,
-                       sim::Schedule schedule) {
-  return schedule == sim::Schedule::kDelayed && s.backward_stored_seconds() > 0
+// The backward time the schedule runs (on a stored graph when known).
+double BackwardSeconds(const petra::v1::StageProfile& s, sim::Schedule schedule,
+                       bool store_activations) {
+  return sim::BackwardsOnStoredGraphs(schedule, store_activations) &&
+                 s.backward_stored_seconds() > 0
              ? s.backward_stored_seconds()
              : s.backward_seconds();
 }
@@ -103,10 +104,11 @@ std::string SimulationText(const SimulationInputs& in,
       &out,
       "\nspeed-up: samples/s over backprop's (with as many replicas); steady: "
       "the same over\nthe middle half of the run; util: mean device busy time "
-      "/ makespan; memory: input\nbuffers, weight stashes, parameters and "
-      "momentum, summed over one replica's stages\n(activations inside a "
-      "stage not counted); bound by: the busiest device (its larger\npart, "
-      "compute or all-reduce) or link direction, which sets the rate.\n");
+      "/ makespan; memory: input\nbuffers (stored graphs with "
+      "--store-activations), weight stashes, parameters\nand momentum, summed "
+      "over one replica's stages (activations inside a stage not\ncounted); "
+      "bound by: the busiest device (its larger part, compute or all-reduce)"
+      "\nor link direction, which sets the rate.\n");
   for (const sim::SimResult& r : runs.runs) {
     if (!per_stage) break;
     absl::StrAppendFormat(&out, "\n%s, per stage (makespan %.4g s)\n",
@@ -123,8 +125,8 @@ std::string SimulationText(const SimulationInputs& in,
           "%5d %6d %9.3f %9.3f %5.1f%% %9d %10.2f %10.2f %11.2f %10.2f "
           "%12.4g\n",
           j, s.device, 1e3 * p.forward_seconds(),
-          1e3 * BackwardSeconds(p, r.schedule), 100 * s.utilization,
-          s.peak_in_flight, s.input_buffer_bytes / kMiB,
+          1e3 * BackwardSeconds(p, r.schedule, in.config.store_activations),
+          100 * s.utilization, s.peak_in_flight, s.input_buffer_bytes / kMiB,
           s.weight_stash_bytes / kMiB, s.parameter_bytes / kMiB,
           s.total_bytes / kMiB, s.allreduce_seconds);
     }
@@ -184,9 +186,10 @@ std::string SimulationJson(const SimulationInputs& in,
           "\"weight_stash_bytes\": %d, \"parameter_bytes\": %d, "
           "\"total_bytes\": %d, \"allreduce_seconds\": %.9g}",
           j == 0 ? "" : ",", j, s.device, p.forward_seconds(),
-          BackwardSeconds(p, r.schedule), s.busy_seconds, s.utilization,
-          s.peak_in_flight, s.input_buffer_bytes, s.weight_stash_bytes,
-          s.parameter_bytes, s.total_bytes, s.allreduce_seconds);
+          BackwardSeconds(p, r.schedule, c.store_activations), s.busy_seconds,
+          s.utilization, s.peak_in_flight, s.input_buffer_bytes,
+          s.weight_stash_bytes, s.parameter_bytes, s.total_bytes,
+          s.allreduce_seconds);
     }
     absl::StrAppend(&out, "]}");
   }

@@ -93,6 +93,11 @@ std::vector<int> DeviceMapping(const SimConfig& c, int* device_count) {
 
 double ForwardGradientForwards(int j) { return 3.0 + 3.0 + 2.0 * j; }
 
+bool BackwardsOnStoredGraphs(Schedule schedule, bool store_activations) {
+  return schedule == Schedule::kDelayed ||
+         (store_activations && SchedulesInGroups(schedule));
+}
+
 std::string ScheduleName(Schedule schedule) {
   switch (schedule) {
     case Schedule::kBackprop:
@@ -159,7 +164,9 @@ absl::Status ValidateSimConfig(const SimConfig& c) {
       }
     }
     const std::pair<const char*, int64_t> bytes[] = {
-        {"input_bytes", s.input_bytes}, {"output_bytes", s.output_bytes}};
+        {"input_bytes", s.input_bytes},
+        {"output_bytes", s.output_bytes},
+        {"activation_bytes", s.activation_bytes}};
     for (const auto& [name, value] : bytes) {
       if (value < 0 || value > kMaxMessageBytes) {
         return absl::InvalidArgumentError(
@@ -276,16 +283,17 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
   int devices = 0;
   const std::vector<int> device_of = DeviceMapping(config, &devices);
 
-  // Our engine rebuilds or recomputes; only delayed keeps the graph.
+  // Our engine rebuilds or recomputes but where the graph is kept.
+  const bool stored =
+      BackwardsOnStoredGraphs(schedule, config.store_activations);
   std::vector<double> forward_cost(stages), backward_cost(stages);
   const bool fg = schedule == Schedule::kForwardGradient;
   for (int j = 0; j < stages; ++j) {
     const StageCost& s = config.stages[j];
     forward_cost[j] = s.forward_seconds;
-    backward_cost[j] =
-        schedule == Schedule::kDelayed && s.backward_stored_seconds > 0
-            ? s.backward_stored_seconds
-            : s.backward_seconds;
+    backward_cost[j] = stored && s.backward_stored_seconds > 0
+                           ? s.backward_stored_seconds
+                           : s.backward_seconds;
     if (fg && j + 1 < stages) {
       forward_cost[j] *= ForwardGradientForwards(j);
       backward_cost[j] = 0;  // the update: a scaled add, next to nothing
@@ -491,7 +499,10 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
   r.mean_device_utilization = utilization / devices;
 
   const bool keeps_nothing_reversible =
-      schedule == Schedule::kPetra || schedule == Schedule::kBackprop;
+      schedule == Schedule::kPetra || schedule == Schedule::kBackprop ||
+      (SchedulesInGroups(schedule) && !config.store_activations);
+  const bool keeps_graphs =
+      config.store_activations && SchedulesInGroups(schedule);
   for (int j = 0; j < stages; ++j) {
     const StageCost& c = config.stages[j];
     StageResult s;
@@ -499,7 +510,9 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
     s.busy_seconds = st[j].busy;
     s.utilization = st[j].busy / makespan;
     s.peak_in_flight = st[j].peak_in_flight;
-    if (!(c.reversible && keeps_nothing_reversible) && !fg) {
+    if (keeps_graphs && c.activation_bytes > 0) {
+      s.input_buffer_bytes = s.peak_in_flight * c.activation_bytes;
+    } else if (!(c.reversible && keeps_nothing_reversible) && !fg) {
       s.input_buffer_bytes = s.peak_in_flight * c.input_bytes;
     }
     // Forward gradients keep each micro-batch's guess, parameter-sized,

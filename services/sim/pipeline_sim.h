@@ -28,6 +28,11 @@ const std::vector<Schedule>& AllSchedules();  // in the order above
 // Whether the schedule flushes the pipeline every `group` micro-batches.
 bool SchedulesInGroups(Schedule schedule);
 
+// Whether a backward of `schedule` runs on a stored graph (delayed always,
+// gpipe and 1f1b with store_activations): then it costs
+// backward_stored_seconds where that is known.
+bool BackwardsOnStoredGraphs(Schedule schedule, bool store_activations);
+
 // What one micro-batch costs on one stage.
 struct StageCost {
   double forward_seconds = 0;          // last stage: forward and loss
@@ -37,6 +42,9 @@ struct StageCost {
   int64_t output_bytes = 0;            // one micro-batch's output message
   int64_t parameters = 0;
   bool reversible = false;
+  // What one micro-batch's stored graph keeps (its activations and input);
+  // 0 = unknown (then its input alone is counted).
+  int64_t activation_bytes = 0;
 };
 
 struct SimConfig {
@@ -46,6 +54,12 @@ struct SimConfig {
   int64_t micro_batch_size = 64;  // samples, for samples/s only
   // Micro-batches per flush for gpipe and 1f1b; 0 = DefaultGroup.
   int64_t group = 0;
+  // gpipe and 1f1b as `petra train --mode pipeline` runs them without
+  // --recompute: each forward's graph kept until its backward
+  // (activation_bytes each), the backward at backward_stored_seconds when
+  // known. Otherwise they recompute, and a reversible stage rebuilds its
+  // input (keeps nothing), as --recompute does.
+  bool store_activations = false;
   // Number of devices; 0 = one per stage. Stage j runs on device
   // floor(j * devices / stages) unless stage_devices is given.
   int devices = 0;
@@ -98,8 +112,10 @@ struct StageResult {
   double utilization = 0;  // busy / makespan
   // Most micro-batches forwarded and not yet backwarded at once.
   int64_t peak_in_flight = 0;
-  // Peak buffered inputs x input_bytes; 0 for a reversible stage under
-  // petra and backprop.
+  // What the micro-batches in flight keep, at their most: their inputs
+  // (input_bytes each), or their stored graphs (activation_bytes each,
+  // store_activations); 0 for a reversible stage that rebuilds (petra,
+  // backprop, and gpipe and 1f1b recomputing).
   int64_t input_buffer_bytes = 0;
   // delayed, and forward_gradient's guesses (all stages but the last): peak
   // in flight x 4 bytes x parameters.

@@ -239,6 +239,37 @@ TEST(PipelineSim, DelayedUsesTheStoredGraphBackward) {
   EXPECT_NEAR(Sim(c).steady_samples_per_second, 1 / 0.04, 1e-6);
 }
 
+// GPipe and 1F1B as mode pipeline runs them: stored graphs (their bytes
+// and the stored backward), or recompute, where a reversible stage rebuilds
+// and keeps nothing.
+TEST(PipelineSim, PipelineModeStoresGraphsOrRecomputes) {
+  SimConfig c = Uniform(3, 0.01, 0.03, 48, Schedule::kOneFOneB);
+  c.group = 6;
+  for (StageCost& s : c.stages) {
+    s.input_bytes = 1000;
+    s.activation_bytes = 7000;
+    s.backward_stored_seconds = 0.02;
+    s.reversible = true;
+  }
+  c.stages[0].reversible = false;  // the stem keeps its input
+  SimResult r = Sim(c);
+  // Peaks 3, 2, 1; recomputing: the stem's inputs, nothing above it.
+  EXPECT_EQ(r.stages[0].input_buffer_bytes, 3000);
+  EXPECT_EQ(r.stages[1].input_buffer_bytes, 0);
+  EXPECT_NEAR(r.stages[1].busy_seconds, 48 * 0.04, 1e-9);
+  c.store_activations = true;
+  r = Sim(c);
+  EXPECT_EQ(r.stages[0].input_buffer_bytes, 3 * 7000);
+  EXPECT_EQ(r.stages[1].input_buffer_bytes, 2 * 7000);
+  EXPECT_NEAR(r.stages[1].busy_seconds, 48 * 0.03, 1e-9);
+  // Unknown graph bytes: the inputs, at least.
+  c.stages[1].activation_bytes = 0;
+  EXPECT_EQ(Sim(c).stages[1].input_buffer_bytes, 2 * 1000);
+  // PETRA ignores it: it rebuilds.
+  c.schedule = Schedule::kPetra;
+  EXPECT_EQ(Sim(c).stages[1].input_buffer_bytes, 0);
+}
+
 TEST(PipelineSim, ASlowLinkBoundsThePipeline) {
   SimConfig c = Uniform(2, 1, 1, 200, Schedule::kPetra);
   c.link_bandwidth = 1e6;

@@ -90,7 +90,8 @@ absl::Status ValidateProfile(const petra::v1::Profile& p) {
     const std::pair<const char*, uint64_t> counts[] = {
         {"parameters", s.parameters()},
         {"input_bytes", s.input_bytes()},
-        {"output_bytes", s.output_bytes()}};
+        {"output_bytes", s.output_bytes()},
+        {"activation_bytes", s.activation_bytes()}};
     for (const auto& [name, value] : counts) {
       if (value > kMaxCount) {
         return FieldError(i, name, absl::StrCat(value),
@@ -127,6 +128,7 @@ absl::StatusOr<std::vector<StageCost>> StageCostsFromProfile(
     c.backward_stored_seconds = s.backward_stored_seconds();
     c.input_bytes = static_cast<int64_t>(s.input_bytes());
     c.output_bytes = static_cast<int64_t>(s.output_bytes());
+    c.activation_bytes = static_cast<int64_t>(s.activation_bytes());
     c.parameters = static_cast<int64_t>(s.parameters());
     c.reversible = s.reversible();
     costs.push_back(c);

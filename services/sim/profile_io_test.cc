@@ -24,7 +24,8 @@ constexpr char kCamel[] = R"({
      "backwardStoredSeconds": 0.02},
     {"index": 1, "firstBlock": 1, "endBlock": 3, "reversible": true,
      "parameters": 5000, "inputBytes": 2097152, "outputBytes": 40,
-     "forwardSeconds": 0.02, "backwardSeconds": 0.06}
+     "forwardSeconds": 0.02, "backwardSeconds": 0.06,
+     "activationBytes": 123456}
   ]
 })";
 
@@ -50,6 +51,8 @@ TEST(ProfileIo, ParsesLowerCamelCaseAndProtoNames) {
   EXPECT_TRUE((*costs)[1].reversible);
   EXPECT_DOUBLE_EQ((*costs)[1].forward_seconds, 0.02);
   EXPECT_DOUBLE_EQ((*costs)[1].backward_stored_seconds, 0);
+  EXPECT_EQ((*costs)[0].activation_bytes, 0);
+  EXPECT_EQ((*costs)[1].activation_bytes, 123456);
 
   absl::StatusOr<petra::v1::Profile> snake = ParseProfileJson(kSnake);
   ASSERT_TRUE(snake.ok()) << snake.status();
