@@ -17,14 +17,24 @@ count, `host_tensors_peak`) come from its `petra train --report`.
 
 Beside each measured rate, the simulator's prediction for it: `petra
 profile` of the same job measures each stage's forward and backward on
-this machine, and `petra simulate --profile` runs the row's schedule over
-the same micro-batches with free links (one process). The simulator
-charges every backward a rebuild or recompute: the stored graphs of GPipe
-and 1F1B without --recompute skip that recompute, so it under-predicts
-their rate by about a forward a micro-batch.
+this machine (the stored graph's backward and bytes too), and `petra
+simulate --profile` runs the row's schedule over the same micro-batches
+with free links (one process), `--store-activations` for the rows that
+keep their graphs. "Activations" is the most a stage held of everything but
+its weights, gradients and optimizer state (the allocator's peak less
+those), beside the simulator's kept activations for the same stage.
+
+Then the simulator alone at J = 8, 16 and 64 on GPUs (`--at-scale`): a
+64-block language model estimated from its FLOPs at a GPU's rate, one GPU a
+stage, 8 a host, what each schedule's rate would be and what binds it.
+
+With --plots DIR, each race's curves (the metric against wall-clock time,
+one line per method, the target dashed) are written there as PNGs
+(petra.plot, python3-matplotlib).
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -33,16 +43,26 @@ import tempfile
 from bench_common import (BenchError, add_petra_arg, check_petra, main_guard,
                           run, train_report)
 
-# (name, flags, the schedule `petra simulate` runs for it).
+# (name, flags, the schedule `petra simulate` runs for it, its flags).
+STORED = ["--store-activations"]
 METHODS = [
     ("backprop, 1 stage, all cores",
-     ["--mode", "backprop", "--stages", "1"], "backprop"),
-    ("GPipe", ["--mode", "pipeline", "--schedule", "gpipe"], "gpipe"),
-    ("1F1B", ["--mode", "pipeline", "--schedule", "1f1b"], "1f1b"),
+     ["--mode", "backprop", "--stages", "1"], "backprop", []),
+    ("GPipe", ["--mode", "pipeline", "--schedule", "gpipe"], "gpipe", STORED),
+    ("1F1B", ["--mode", "pipeline", "--schedule", "1f1b"], "1f1b", STORED),
     ("1F1B, recompute",
-     ["--mode", "pipeline", "--schedule", "1f1b", "--recompute"], "1f1b"),
-    ("PETRA", ["--mode", "petra"], "petra"),
+     ["--mode", "pipeline", "--schedule", "1f1b", "--recompute"], "1f1b", []),
+    ("PETRA", ["--mode", "petra"], "petra", []),
 ]
+# The simulator at scale: a 64-block language model (GPT-2-large-like
+# width) from its FLOPs, on GPUs of a sustained bf16 rate, 8 a host with
+# NVLink-class links inside and InfiniBand-class links across.
+AT_SCALE_MODEL = ["--arch", "revlm", "--embed-dim", "1024", "--depth", "64",
+                  "--heads", "16", "--seq-len", "1024", "--micro-batch", "8"]
+AT_SCALE_FLEET = ["--device-flops-per-second", "4e14", "--devices-per-host",
+                  "8", "--link-bandwidth", "4.5e11", "--cross-host-bandwidth",
+                  "5e10", "--link-latency", "5e-6"]
+AT_SCALE_STAGES = [8, 16, 64]
 # (flags, micro-batch, k, whether the metric is a loss).
 NETWORKS = {
     "revnet18": (["--arch", "revnet18", "--width", "0.25", "--dataset",
@@ -76,6 +96,10 @@ def parse_args(argv):
                         "samples, J = 2")
     p.add_argument("--timeout", type=int, default=7200)
     p.add_argument("--json", help="write every row to this file")
+    p.add_argument("--plots", help="write each race's curves as PNGs into "
+                                   "this folder")
+    p.add_argument("--at-scale", action="store_true",
+                   help="also the simulator's rows at J = 8, 16, 64 on GPUs")
     a = p.parse_args(argv)
     check_petra(p, a.petra)
     a.networks = [n for n in a.networks.split(",") if n]
@@ -103,17 +127,28 @@ def reached(value, target, loss):
     return value <= target if loss else value >= target
 
 
-def simulate(petra, profile, schedule, micro_batches, group):
+def simulate(petra, profile, schedule, micro_batches, group, extra):
     """The simulator's samples/s for `schedule` over the profiled stages
-    (free links: one process)."""
+    (free links: one process), and the most activations it has a stage
+    keep."""
     out = run([petra, "simulate", "--profile", profile, "--schedule",
                schedule, "--micro-batches", str(micro_batches), "--group",
                str(group), "--link-bandwidth", "1e15", "--link-latency", "0",
-               "--json"], 600)
+               "--json"] + extra, 600)
     try:
-        return json.loads(out)["schedules"][0]["steady_samples_per_second"]
+        s = json.loads(out)["schedules"][0]
+        return (s["steady_samples_per_second"],
+                max(x["input_buffer_bytes"] for x in s["stages"]))
     except (ValueError, KeyError, IndexError) as e:
         raise BenchError(f"petra simulate gave no rate: {e}")
+
+
+def activations(stage):
+    """What a stage held at its most of everything but its weights,
+    gradients and optimizer state (the allocator's count)."""
+    m = stage["memory_bytes"]
+    return max(0, m["host_tensors_peak"] - m["parameters"] -
+               m["optimizer_state"])
 
 
 def profile(petra, name, flags, stages, threads, micro_batch, folder):
@@ -135,7 +170,7 @@ def race(a, name, stages, folder):
     cores = os.cpu_count() or 1
     micro_batches = a.train_limit // mb
     rows, profiles = [], {}
-    for method, extra, schedule in METHODS:
+    for method, extra, schedule, sim_flags in METHODS:
         one = schedule == "backprop"
         threads = cores if one else 1
         job = common + extra + (["--threads-per-stage", str(threads)] +
@@ -151,8 +186,9 @@ def race(a, name, stages, folder):
                                     mb, folder)
         prof = profiles[key]
         # The simulator counts sequences; the report, a model's tokens.
-        predicted = simulate(a.petra, prof, schedule, micro_batches,
-                             k) * tokens
+        predicted, kept = simulate(a.petra, prof, schedule, micro_batches, k,
+                                   sim_flags)
+        predicted *= tokens
         rows.append({
             "method": method, "schedule": schedule, "stages": 1 if one
             else stages, "threads_per_stage": threads,
@@ -162,8 +198,8 @@ def race(a, name, stages, folder):
             "bubble": r.get("bubble_fraction", 0.0),
             "peak_bytes": max(s["memory_bytes"]["host_tensors_peak"]
                               for s in r["stages"]),
-            "activation_bytes": max(s["memory_bytes"]["activation_buffer"]
-                                    for s in r["stages"]),
+            "activation_bytes": max(activations(s) for s in r["stages"]),
+            "predicted_activation_bytes": kept,
             "metric": metric(epochs[-1], loss),
             "timeline": [(e["elapsed_seconds"], metric(e, loss))
                          for e in epochs],
@@ -182,8 +218,9 @@ def table(name, stages, rows, loss):
         "time-shared: more stage threads than cores"
     lines = [f"### {name}, J = {stages} ({shared})", "",
              f"| method | stages | {unit} | simulator's | bubble | most tensor "
-             f"memory on a stage, MB | {what} | time to backprop's, s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"memory on a stage, MB | activations, MB | simulator's kept, MB "
+             f"| {what} | time to backprop's, s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m = f"{r['metric']:.4f}" if loss else f"{100 * r['metric']:.2f}%"
         t = "not reached" if r["time_to_target"] is None else \
@@ -191,7 +228,67 @@ def table(name, stages, rows, loss):
         lines.append(
             f"| {r['method']} | {r['stages']} | {r['rate']:,.0f} | "
             f"{r['predicted_rate']:,.0f} | {100 * r['bubble']:.1f}% | "
-            f"{r['peak_bytes'] / 1e6:.1f} | {m} | {t} |")
+            f"{r['peak_bytes'] / 1e6:.1f} | "
+            f"{r['activation_bytes'] / 1e6:.1f} | "
+            f"{r['predicted_activation_bytes'] / 1e6:.1f} | {m} | {t} |")
+    return "\n".join(lines)
+
+
+def load_plot():
+    """python/petra/plot.py, without the package (whose models need
+    torch)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                        "python", "petra", "plot.py")
+    spec = importlib.util.spec_from_file_location("petra_plot", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def curves(folder, name, stages, rows, loss):
+    """The race's PNG, in `folder`; its file name."""
+    target = rows[0]["metric"]
+    lines = {r["method"]: r["timeline"] for r in rows}
+    file = f"race-{name}-J{stages}.png"
+    load_plot().race_figure(lines, target, os.path.join(folder, file),
+                            f"{name}, J = {stages}: the metric against time",
+                            loss)
+    return file
+
+
+def at_scale(petra):
+    """The simulator's rows at J = 8, 16 and 64 (one GPU a stage): each
+    schedule's steady rate, the most a stage keeps, and what binds it."""
+    lines = ["### The simulator at scale: J = 8, 16, 64 GPUs", "",
+             "Command of each row: `petra simulate " +
+             " ".join(AT_SCALE_MODEL + AT_SCALE_FLEET) +
+             " --stages J --micro-batches 1024 --group 4J --schedule S --json`"
+             " (`--store-activations` for GPipe and 1F1B; backprop: "
+             "model-parallel without overlap). Flushes of 4J micro-batches; "
+             "memory: the most a stage keeps (stored graphs or inputs, "
+             "weight stashes, weights and momentum) as the estimate counts "
+             "it, which knows no graph's bytes: stored graphs count their "
+             "inputs only.", "",
+             "| J | method | sequences/s | x backprop | most kept on a stage, "
+             "MiB | bound by |", "|---:|---|---:|---:|---:|---|"]
+    for stages in AT_SCALE_STAGES:
+        base = None
+        for method, _, schedule, sim_flags in [
+                ("backprop", [], "backprop", [])] + METHODS[1:]:
+            out = run([petra, "simulate"] + AT_SCALE_MODEL + AT_SCALE_FLEET +
+                      ["--stages", str(stages), "--micro-batches", "1024",
+                       "--group", str(4 * stages), "--schedule", schedule,
+                       "--json"] + sim_flags, 600)
+            try:
+                s = json.loads(out)["schedules"][0]
+            except (ValueError, KeyError, IndexError) as e:
+                raise BenchError(f"petra simulate gave no result: {e}")
+            rate = s["steady_samples_per_second"]
+            base = base or rate
+            kept = max(x["total_bytes"] for x in s["stages"])
+            lines.append(f"| {stages} | {method} | {rate:,.1f} | "
+                         f"{rate / base:.2f} | {kept / 2**20:,.0f} | "
+                         f"{s['bound']} |")
     return "\n".join(lines)
 
 
@@ -205,6 +302,12 @@ def main(argv):
                 everything.append({"network": name, "stages": stages,
                                    "rows": rows})
                 out.append(table(name, stages, rows, loss))
+                if a.plots:
+                    file = curves(a.plots, name, stages, rows, loss)
+                    out.append(f"![{name}, J = {stages}: the metric against "
+                               f"wall-clock time](images/{file})")
+        if a.at_scale:
+            out.append(at_scale(a.petra))
     print("\n\n".join(out))
     if a.json:
         with open(a.json, "w") as f:

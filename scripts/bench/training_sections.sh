@@ -539,8 +539,12 @@ section_fidelity_at_speed() {
 section_race() {
   # Issue 68: PETRA against backprop, GPipe, 1F1B and 1F1B with recompute,
   # at J = 2 and 4, each beside the simulator's prediction.
-  local args=()
-  if ((smoke)); then args=(--smoke --networks revnet18); fi
+  # Its curves go beside the doc (docs/images), a smoke run's to scratch;
+  # the simulator at scale (a minute a row: the estimate builds the
+  # 64-block model) only in the full run.
+  local args=(--at-scale --plots "$(dirname "$DOC")/images")
+  if ((smoke)); then args=(--smoke --networks revnet18 --plots "$RESULTS"); fi
+  mkdir -p "${args[-1]}"
   echo "## The race: PETRA against GPipe, 1F1B and backprop"
   echo
   machine
