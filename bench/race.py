@@ -86,9 +86,10 @@ def parse_args(argv):
     p.add_argument("--stages", default="2,4",
                    help="comma-separated stage counts J (default 2,4)")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--train-limit", type=int, default=10240,
+    p.add_argument("--train-limit", type=int, default=5120,
                    help="training samples (sequences) an epoch (default "
-                        "10240)")
+                        "5120: both networks at J = 2 and 4 in half an hour "
+                        "on 2 cores)")
     p.add_argument("--test-limit", type=int, default=1000)
     p.add_argument("--seed", default="1")
     p.add_argument("--smoke", action="store_true",
