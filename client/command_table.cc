@@ -20,7 +20,7 @@ int Fleet(const std::string& program, const std::vector<std::string>& args) {
 }
 constexpr char kSubmit[] = "submit", kWatch[] = "watch", kStatus[] = "status",
                kList[] = "list", kCancel[] = "cancel", kExport[] = "export",
-               kServers[] = "servers";
+               kServers[] = "servers", kPlot[] = "plot";
 
 }  // namespace
 
@@ -38,6 +38,10 @@ const std::vector<Command>& Commands() {
       {"servers", "the fleet's stage servers: state, job, lease", false},
       {"cancel", "cancel a queued or running job", false},
       {"export", "download a job's weights for Python's torch.load", false},
+      {"plot",
+       "draw a job's loss, accuracy, throughput and bubble as a PNG (python3 "
+       "and matplotlib)",
+       false},
       {"generate",
        "continue a prompt with a trained language model (its export)", true},
       {"spec", "resolve and validate a job spec from a file and/or job flags",
@@ -66,10 +70,15 @@ const Command* FindCommand(std::string_view name) {
 
 CommandFn FleetCommand(std::string_view name) {
   static const std::vector<std::pair<std::string_view, CommandFn>> fleet = {
-      {"submit", &Fleet<kSubmit>},   {"watch", &Fleet<kWatch>},
-      {"status", &Fleet<kStatus>},   {"list", &Fleet<kList>},
-      {"servers", &Fleet<kServers>}, {"cancel", &Fleet<kCancel>},
-      {"export", &Fleet<kExport>},   {"spec", &RunSpec},
+      {"submit", &Fleet<kSubmit>},
+      {"watch", &Fleet<kWatch>},
+      {"status", &Fleet<kStatus>},
+      {"list", &Fleet<kList>},
+      {"servers", &Fleet<kServers>},
+      {"cancel", &Fleet<kCancel>},
+      {"export", &Fleet<kExport>},
+      {"plot", &Fleet<kPlot>},
+      {"spec", &RunSpec},
       {"health", &RunHealth}};
   for (const auto& [n, run] : fleet) {
     if (n == name) return run;

@@ -27,7 +27,8 @@ std::string FromEnv(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-// Positional JOB_ID after the flags.
+}  // namespace
+
 int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
               std::string* id) {
   if (rest.size() != 1) {
@@ -38,8 +39,6 @@ int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
   *id = rest[0];
   return -1;
 }
-
-}  // namespace
 
 void AddCoordinatorFlag(base::FlagSet& flags, Connection* c) {
   c->address = FromEnv(kCoordinatorEnv, kDefaultCoordinator);

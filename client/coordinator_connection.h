@@ -36,6 +36,11 @@ std::unique_ptr<petra::v1::CoordinatorService::Stub> Connect(
 int Fail(const std::string& command, const grpc::Status& s,
          const Connection& c);
 
+// The one JOB_ID argument after the flags, or the exit code to stop with
+// (-1: go on).
+int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
+              std::string* id);
+
 // What every command on one job starts with: flags parsed, the one JOB_ID
 // argument after them, a stub. Returns an exit code to stop with, or -1 to
 // go on.

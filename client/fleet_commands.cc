@@ -18,6 +18,7 @@
 #include "client/coordinator_connection.h"
 #include "client/default_job.h"
 #include "client/job_progress.h"
+#include "client/plot_command.h"
 #include "client/servers_command.h"
 #include "petra/v1/coordinator.grpc.pb.h"
 #include "services/base/flag_set.h"
@@ -233,11 +234,16 @@ int RunStatus(const std::string& program,
               const std::vector<std::string>& args) {
   Connection coordinator;
   bool json = false;
+  std::string report;
   base::FlagSet flags(absl::StrCat(program, " status [flags] JOB_ID"),
                       "Prints a job's state and progress (or the whole Job as "
                       "JSON).");
   AddCoordinatorFlag(flags, &coordinator);
   flags.AddBool("json", &json, "print the Job message as JSON");
+  flags.AddString("report", &report,
+                  "also write the job's report to this file: the JSON "
+                  "`petra train --report` writes, its epochs from the "
+                  "job's history (`petra plot --report` draws it)");
   const std::string command = program + " status";
   std::string id;
   std::unique_ptr<CoordinatorService::Stub> stub;
@@ -251,6 +257,16 @@ int RunStatus(const std::string& program,
   petra::v1::Job job;
   grpc::Status s = stub->GetJob(&context, request, &job);
   if (!s.ok()) return Fail(command, s, coordinator);
+  if (!report.empty()) {
+    std::ofstream out(report, std::ios::binary | std::ios::trunc);
+    out << FleetReportJson(job);
+    out.close();
+    if (!out) {
+      std::cerr << command << ": cannot write the report to " << report << ": "
+                << std::strerror(errno) << "\n";
+      return 1;
+    }
+  }
   if (json) {
     std::cout << JobJson(job, true) << "\n";
     return 0;
@@ -462,6 +478,7 @@ int RunFleetCommand(const std::string& name, const std::string& program,
   if (name == "list") return RunList(program, args);
   if (name == "cancel") return RunCancel(program, args);
   if (name == "servers") return RunServers(program, args);
+  if (name == "plot") return RunPlot(program, args);
   return RunExport(program, args);
 }
 

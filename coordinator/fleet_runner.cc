@@ -341,7 +341,19 @@ void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
     p.set_corrupt_images_skipped(corrupt);
   }
   if (env_.metrics != nullptr) env_.metrics->Progress(id_, p);
-  record_.Update(kind, [&](Job& job) { *job.mutable_progress() = p; });
+  record_.Update(kind, [&](Job& job) {
+    *job.mutable_progress() = p;
+    if (kind != JobEvent::KIND_EPOCH_END) return;
+    // An epoch again after a recovery: its first run, and any after it,
+    // make way.
+    auto* epochs = job.mutable_epochs();
+    while (!epochs->empty() && epochs->rbegin()->epoch() >= p.epoch()) {
+      epochs->RemoveLast();
+    }
+    petra::v1::Progress* kept = epochs->Add();
+    *kept = p;
+    kept->clear_stages();
+  });
 }
 
 absl::Status FleetRunner::Run() {

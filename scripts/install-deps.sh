@@ -37,11 +37,13 @@ fi
 # (scripts/fuzz.sh); the Python package (python/) runs on Debian's gRPC
 # and protobuf, and its tests install it into a venv with pip; the image
 # folder tests write their JPEGs and PNGs with Pillow; petra.models
-# encodes with a language model's SentencePiece tokenizer.
+# encodes with a language model's SentencePiece tokenizer; petra plot and
+# petra.plot draw with matplotlib.
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev python3-yaml prometheus docker-compose openssl
   clang-14 libclang-rt-14-dev python3-grpcio python3-protobuf python3-pip
   python3-venv python3-setuptools python3-pil python3-sentencepiece
+  python3-matplotlib
 )
 if [[ "${PETRA_TORCH:-debian}" == debian ]]; then
   TEST_PACKAGES+=(python3-torch)

@@ -69,6 +69,50 @@ TEST_F(FleetProcesses, JobsQueueReuseTheStagesAndExport) {
   EXPECT_TRUE(
       std::filesystem::exists(jobs + "/checkpoints/epoch-2/stage-1.pt"));
 
+  // The record keeps each epoch's end, without the stage table; status
+  // writes the report `petra train --report` would, and plot draws it.
+  const petra::v1::Job done = GetJob(first);
+  ASSERT_EQ(done.epochs_size(), 2) << done.DebugString();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(done.epochs(i).epoch(), static_cast<uint32_t>(i + 1));
+    EXPECT_EQ(done.epochs(i).stages_size(), 0);
+    EXPECT_TRUE(done.epochs(i).has_test_accuracy());
+  }
+  EXPECT_LT(done.epochs(0).step(), done.epochs(1).step());
+  const std::string report = dir_.path() + "/report.json";
+  ASSERT_EQ(Petra({"status", "--report", report, first}).exit_code, 0);
+  std::string report_text;
+  {
+    std::ifstream in(report);
+    report_text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_THAT(report_text, HasSubstr("\"epoch\": 2, \"step\": "));
+  EXPECT_THAT(report_text, HasSubstr("\"bubble_fraction\""));
+  const std::string png = dir_.path() + "/job.png";
+  // Debian's Python, whatever python3 comes first on this PATH.
+  RunResult plot =
+      Petra({"plot", "--python", "/usr/bin/python3", "--output", png, first});
+  ASSERT_EQ(plot.exit_code, 0) << plot.out << plot.err;
+  EXPECT_THAT(plot.out, HasSubstr("wrote " + png));
+  // A PNG, and a drawing: not one colour (PIL counts them).
+  RunResult colours =
+      RunToExit("/usr/bin/python3",
+                {"-c",
+                 "import sys\n"
+                 "from PIL import Image\n"
+                 "im = Image.open(sys.argv[1])\n"
+                 "assert im.format == 'PNG', im.format\n"
+                 "assert im.size[0] >= 800 and im.size[1] >= 600, im.size\n"
+                 "n = len(im.convert('RGB').getcolors(1 << 24))\n"
+                 "assert n > 20, n\n"
+                 "print(n, 'colours')\n",
+                 png});
+  EXPECT_EQ(colours.exit_code, 0) << colours.out << colours.err;
+  RunResult missing = Petra({"plot", "--python", "/usr/bin/python3", "--report",
+                             dir_.path() + "/none.json"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("none.json: No such file"));
+
   RunResult list = Petra({"list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;
   EXPECT_THAT(list.out, HasSubstr(first));
