@@ -29,6 +29,16 @@ std::string FromEnv(const char* name, const std::string& fallback) {
 
 }  // namespace
 
+int FetchJob(CoordinatorService::Stub& stub, const std::string& id,
+             const std::string& command, const Connection& coordinator,
+             petra::v1::Job* job) {
+  grpc::ClientContext context;
+  petra::v1::GetJobRequest request;
+  request.set_job_id(id);
+  grpc::Status s = stub.GetJob(&context, request, job);
+  return s.ok() ? -1 : Fail(command, s, coordinator);
+}
+
 int TakeJobId(const std::string& command, const std::vector<std::string>& rest,
               std::string* id) {
   if (rest.size() != 1) {

@@ -36,6 +36,12 @@ std::unique_ptr<petra::v1::CoordinatorService::Stub> Connect(
 int Fail(const std::string& command, const grpc::Status& s,
          const Connection& c);
 
+// GetJob of `id`: -1 with `job` filled, or the exit code after saying why
+// it failed.
+int FetchJob(petra::v1::CoordinatorService::Stub& stub, const std::string& id,
+             const std::string& command, const Connection& coordinator,
+             petra::v1::Job* job);
+
 // The one JOB_ID argument after the flags, or the exit code to stop with
 // (-1: go on).
 int TakeJobId(const std::string& command, const std::vector<std::string>& rest,

@@ -251,21 +251,14 @@ int RunStatus(const std::string& program,
       rc >= 0) {
     return rc;
   }
-  grpc::ClientContext context;
-  petra::v1::GetJobRequest request;
-  request.set_job_id(id);
   petra::v1::Job job;
-  grpc::Status s = stub->GetJob(&context, request, &job);
-  if (!s.ok()) return Fail(command, s, coordinator);
-  if (!report.empty()) {
-    std::ofstream out(report, std::ios::binary | std::ios::trunc);
-    out << FleetReportJson(job);
-    out.close();
-    if (!out) {
-      std::cerr << command << ": cannot write the report to " << report << ": "
-                << std::strerror(errno) << "\n";
-      return 1;
-    }
+  if (int rc = FetchJob(*stub, id, command, coordinator, &job); rc >= 0) {
+    return rc;
+  }
+  if (!report.empty() && !WriteFleetReport(job, report)) {
+    std::cerr << command << ": cannot write the report to " << report << ": "
+              << std::strerror(errno) << "\n";
+    return 1;
   }
   if (json) {
     std::cout << JobJson(job, true) << "\n";

@@ -33,14 +33,14 @@ class TempFile {
   std::string path_;
 };
 
-bool WriteText(const std::string& path, const std::string& text) {
+}  // namespace
+
+bool WriteFleetReport(const petra::v1::Job& job, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
+  out << FleetReportJson(job);
   out.close();
   return static_cast<bool>(out);
 }
-
-}  // namespace
 
 std::string FleetReportJson(const petra::v1::Job& job) {
   const std::vector<petra::v1::Progress> epochs(job.epochs().begin(),
@@ -83,12 +83,10 @@ int RunPlot(const std::string& program, const std::vector<std::string>& args) {
     std::unique_ptr<petra::v1::CoordinatorService::Stub> stub =
         Connect(command, coordinator);
     if (stub == nullptr) return 2;
-    grpc::ClientContext context;
-    petra::v1::GetJobRequest request;
-    request.set_job_id(id);
     petra::v1::Job job;
-    grpc::Status s = stub->GetJob(&context, request, &job);
-    if (!s.ok()) return Fail(command, s, coordinator);
+    if (int rc = FetchJob(*stub, id, command, coordinator, &job); rc >= 0) {
+      return rc;
+    }
     if (job.epochs_size() == 0) {
       std::cerr << command << ": job " << id
                 << " has finished no epoch yet: nothing to draw\n";
@@ -97,7 +95,7 @@ int RunPlot(const std::string& program, const std::vector<std::string>& args) {
     fetched.emplace((std::filesystem::temp_directory_path() /
                      absl::StrCat("petra-plot-", id, "-", getpid(), ".json"))
                         .string());
-    if (!WriteText(fetched->path(), FleetReportJson(job))) {
+    if (!WriteFleetReport(job, fetched->path())) {
       std::cerr << command << ": cannot write " << fetched->path() << "\n";
       return 1;
     }

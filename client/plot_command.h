@@ -16,6 +16,9 @@ int RunPlot(const std::string& program, const std::vector<std::string>& args);
 // record: its epochs' history and its stages' newest figures.
 std::string FleetReportJson(const petra::v1::Job& job);
 
+// FleetReportJson(job) into `path`; false (errno set) when it cannot.
+bool WriteFleetReport(const petra::v1::Job& job, const std::string& path);
+
 // python/petra/plot.py's text (generated into the build).
 const char* PlotScript();
 
