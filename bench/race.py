@@ -10,10 +10,13 @@ Every row trains the same samples a step, in the same micro-batches
 synchronous pipelines), for the same epochs, evaluating after each; the
 target is backprop's final metric (test accuracy, or test loss for the
 language model), and "time to target" the elapsed seconds of the first
-evaluation that reached it (the evaluation's granularity is an epoch).
-Each row's rate, bubble fraction (idle over training time, as the stages
-count it) and most tensor memory any one stage held (the allocator's
-count, `host_tensors_peak`) come from its `petra train --report`.
+evaluation that reached it: every --eval-every-steps optimizer steps
+(`petra train --eval-every-steps`, default 20: four times an epoch) and at
+each epoch's end. Each row's rate, bubble fraction (idle over training
+time, as the stages count it) and most tensor memory any one stage held
+inside training passes (the allocator's count,
+`host_tensors_train_peak`: the evaluations' own peak left out) come from
+its `petra train --report`.
 
 Beside each measured rate, the simulator's prediction for it: `petra
 profile` of the same job measures each stage's forward and backward on
@@ -91,6 +94,9 @@ def parse_args(argv):
                         "5120: both networks at J = 2 and 4 in half an hour "
                         "on 2 cores)")
     p.add_argument("--test-limit", type=int, default=1000)
+    p.add_argument("--eval-every-steps", type=int, default=20,
+                   help="evaluate every N optimizer steps inside epochs too "
+                        "(default 20; 0: at epochs' ends only)")
     p.add_argument("--seed", default="1")
     p.add_argument("--smoke", action="store_true",
                    help="seconds-long: tiny models, one epoch of 512 "
@@ -115,8 +121,11 @@ def parse_args(argv):
         p.error("--stages: each J must be in [2, 10]")
     if a.epochs < 1 or a.train_limit < 1 or a.test_limit < 1:
         p.error("--epochs, --train-limit and --test-limit must be >= 1")
+    if a.eval_every_steps < 0:
+        p.error("--eval-every-steps must be >= 0")
     if a.smoke:
         a.stages, a.epochs, a.train_limit, a.test_limit = [2], 1, 512, 128
+        a.eval_every_steps = 4
     return a
 
 
@@ -145,10 +154,11 @@ def simulate(petra, profile, schedule, micro_batches, group, extra):
 
 
 def activations(stage):
-    """What a stage held at its most of everything but its weights,
-    gradients and optimizer state (the allocator's count)."""
+    """What a stage held at its most inside training passes of everything
+    but its weights, gradients and optimizer state (the allocator's
+    count)."""
     m = stage["memory_bytes"]
-    return max(0, m["host_tensors_peak"] - m["parameters"] -
+    return max(0, m["host_tensors_train_peak"] - m["parameters"] -
                m["optimizer_state"])
 
 
@@ -165,6 +175,7 @@ def race(a, name, stages, folder):
     tokens = int(flags[flags.index("--seq-len") + 1]) if loss else 1
     common = flags + ["--micro-batch", str(mb), "--accumulation", str(k),
                       "--epochs", str(a.epochs), "--eval-every", "1",
+                      "--eval-every-steps", str(a.eval_every_steps),
                       "--train-limit", str(a.train_limit), "--test-limit",
                       str(a.test_limit), "--seed", a.seed, "--runner",
                       "in-process"]
@@ -197,7 +208,7 @@ def race(a, name, stages, folder):
             r["samples_per_second"],
             "predicted_rate": predicted,
             "bubble": r.get("bubble_fraction", 0.0),
-            "peak_bytes": max(s["memory_bytes"]["host_tensors_peak"]
+            "peak_bytes": max(s["memory_bytes"]["host_tensors_train_peak"]
                               for s in r["stages"]),
             "activation_bytes": max(activations(s) for s in r["stages"]),
             "predicted_activation_bytes": kept,
@@ -219,7 +230,8 @@ def table(name, stages, rows, loss):
         "time-shared: more stage threads than cores"
     lines = [f"### {name}, J = {stages} ({shared})", "",
              f"| method | stages | {unit} | simulator's | bubble | most tensor "
-             f"memory on a stage, MB | activations, MB | simulator's kept, MB "
+             f"memory on a stage in training, MB | activations, MB | "
+             f"simulator's kept, MB "
              f"| {what} | time to backprop's, s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

@@ -21,6 +21,7 @@ SECTIONS = ["throughput", "fleets", "hosts", "memory", "capped", "zoo",
             "threads", "partition", "probe", "transport", "precision",
             "replicas", "replicas_accuracy", "replicas_plan", "language_model",
             "concurrent", "micro_batch_cost", "fidelity_at_speed", "race",
+            "exact_schedules",
             "compare",
             "main_job", "gpu"]
 

@@ -55,7 +55,10 @@ void ProgressPrinter::EndLine() {
 void ProgressPrinter::OnEvent(const JobEvent& event) {
   const petra::v1::Job& job = event.job();
   const petra::v1::Progress& p = job.progress();
-  if (event.kind() == JobEvent::KIND_EPOCH_END) epochs_.push_back(p);
+  if (event.kind() == JobEvent::KIND_EPOCH_END ||
+      event.kind() == JobEvent::KIND_EVALUATION) {
+    epochs_.push_back(p);
+  }
   if (quiet_) return;
   if (json_lines_) {
     std::printf("%s\n", JobJson(event, false).c_str());
@@ -117,8 +120,9 @@ void ProgressPrinter::OnEvent(const JobEvent& event) {
       break;
     }
     case JobEvent::KIND_EPOCH_END:
+    case JobEvent::KIND_EVALUATION:
       EndLine();
-      std::printf("epoch %u/%u: %s, elapsed %s\n", p.epoch(), p.total_epochs(),
+      std::printf("%s: %s, elapsed %s\n", PointName(p).c_str(),
                   EpochFigures(p, IsLanguageModelJob(job.spec())).c_str(),
                   Duration(p.elapsed_seconds()).c_str());
       break;
@@ -406,6 +410,8 @@ std::string ReportJson(const petra::v1::Job& job,
   double samples = 0, seconds = 0;
   uint64_t previous_step = 0;
   for (const auto& e : epochs) {
+    // An epoch's rate covers the whole epoch: its end's step says how far.
+    if (e.mid_epoch()) continue;
     const double n = (e.step() - previous_step) * per_step;
     previous_step = e.step();
     if (e.samples_per_second() > 0) {
@@ -443,11 +449,13 @@ std::string ReportJson(const petra::v1::Job& job,
         "%s\n    {\"epoch\": %u, \"step\": %llu, \"learning_rate\": %.9g, "
         "\"train_loss\": %.6f, \"train_accuracy\": "
         "%.6f, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
-        "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f%s}",
+        "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f, "
+        "\"mid_epoch\": %s%s}",
         i ? "," : "", e.epoch(), static_cast<unsigned long long>(e.step()),
         e.learning_rate(), e.train_loss(), e.train_accuracy(),
         e.test_accuracy(), e.test_loss(), e.samples_per_second(),
-        e.elapsed_seconds(), EndToEndByStage(e));
+        e.elapsed_seconds(), e.mid_epoch() ? "true" : "false",
+        EndToEndByStage(e));
   }
   absl::StrAppend(&out, "\n  ],\n  \"stages\": [");
   // Replica r's stage j is placement r J + j (in-process: replica 0's only).
@@ -484,7 +492,8 @@ std::string ReportJson(const petra::v1::Job& job,
         "\"process_rss\": %llu, \"device_allocated\": %llu, "
         "\"device_reserved\": %llu, "
         "\"device_peak\": %llu, \"host_tensors\": %llu, "
-        "\"host_tensors_peak\": %llu}, \"staleness_mean\": %.4f, "
+        "\"host_tensors_peak\": %llu, \"host_tensors_train_peak\": %llu}, "
+        "\"staleness_mean\": %.4f, "
         "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
         "\"forward_count\": %llu, \"backward_count\": %llu, "
         "\"forward_seconds\": %.3f, \"backward_seconds\": %.3f, "
@@ -507,6 +516,7 @@ std::string ReportJson(const petra::v1::Job& job,
         static_cast<unsigned long long>(m.device_peak_bytes()),
         static_cast<unsigned long long>(m.host_tensor_bytes()),
         static_cast<unsigned long long>(m.host_tensor_peak_bytes()),
+        static_cast<unsigned long long>(m.host_tensor_train_peak_bytes()),
         s.staleness_mean(), s.delay_ticks_mean(),
         static_cast<unsigned long long>(s.optimizer_steps()),
         static_cast<unsigned long long>(s.forward_count()),

@@ -540,6 +540,11 @@ std::vector<engine::EpochReport> ExpectSameEpochs(
   }
   engine::RunnerOptions o;
   o.threads_per_stage = 1;
+  // Every point the observer hears: epochs' ends and evaluations inside.
+  std::vector<engine::EpochReport> points;
+  o.on_epoch = [&points](const engine::EpochReport& r) {
+    points.push_back(r);
+  };
   auto runner = engine::InProcessRunner::Create(*spec, std::move(*data), o);
   if (!runner.ok()) {
     ADD_FAILURE() << runner.status();
@@ -556,14 +561,23 @@ std::vector<engine::EpochReport> ExpectSameEpochs(
   if (!fleet.job.ok() || !local.ok()) return {};
   EXPECT_EQ(fleet.job->state(), petra::v1::JOB_STATE_SUCCEEDED)
       << fleet.job->error().message();
-  EXPECT_EQ(fleet.epochs.size(), local->size());
-  for (size_t e = 0; e < local->size() && e < fleet.epochs.size(); ++e) {
-    const engine::EpochReport& l = (*local)[e];
+  EXPECT_EQ(fleet.epochs.size(), points.size());
+  // The coordinator's record keeps the same points.
+  EXPECT_EQ(static_cast<size_t>(fleet.job->epochs_size()), points.size());
+  for (int i = 0; i < fleet.job->epochs_size() &&
+                  i < static_cast<int>(points.size());
+       ++i) {
+    EXPECT_EQ(fleet.job->epochs(i).step(), points[i].steps) << i;
+    EXPECT_EQ(fleet.job->epochs(i).mid_epoch(), points[i].mid_epoch) << i;
+  }
+  for (size_t e = 0; e < points.size() && e < fleet.epochs.size(); ++e) {
+    const engine::EpochReport& l = points[e];
     const petra::v1::Progress& f = fleet.epochs[e];
-    SCOPED_TRACE(testing::Message() << "epoch " << e + 1);
+    SCOPED_TRACE(testing::Message() << "point " << e + 1);
     EXPECT_TRUE(std::isfinite(l.train_loss));
     EXPECT_EQ(f.epoch(), l.epoch);
     EXPECT_EQ(f.step(), l.steps);
+    EXPECT_EQ(f.mid_epoch(), l.mid_epoch);
     EXPECT_NEAR(f.train_loss(), l.train_loss, 1e-6 * std::abs(l.train_loss));
     EXPECT_DOUBLE_EQ(f.train_accuracy(), l.train_accuracy);
     EXPECT_DOUBLE_EQ(f.learning_rate(), l.learning_rate);
@@ -618,6 +632,25 @@ TEST(LocalFleet, BothRunnersReportTheSameEpochsUpToMaxStepsWithAFullPass) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_DOUBLE_EQ(local[1].train_accuracy, whole->second);
   EXPECT_GT(whole->second, 0);
+}
+
+// evaluation.every_steps: both runners stop at the same steps inside the
+// epochs, evaluate the same weights, and go on to the same epochs' ends;
+// the coordinator's record keeps every point.
+TEST(LocalFleet, BothRunnersEvaluateInsideEpochsAtTheSameSteps) {
+  petra::v1::JobSpec raw = EpochPolicyJob();
+  raw.mutable_training()->set_max_steps(0);
+  raw.mutable_training()->set_epochs(2);
+  raw.mutable_evaluation()->set_every_epochs(1);
+  raw.mutable_evaluation()->set_every_steps(2);
+  engine::InProcessRunner* runner = nullptr;
+  std::unique_ptr<engine::InProcessRunner> keep;
+  std::vector<engine::EpochReport> local =
+      ExpectSameEpochs(raw, &runner, &keep);
+  ASSERT_EQ(local.size(), 2u);
+  EXPECT_EQ(local[0].steps, 5u);
+  EXPECT_EQ(local[1].steps, 10u);
+  EXPECT_FALSE(local[1].mid_epoch);
 }
 
 // Under the skip policy a non-finite loss stays out of the epoch's mean

@@ -40,6 +40,15 @@ std::string EpochFigures(const petra::v1::Progress& p, bool language_model) {
       p.samples_per_second());
 }
 
+std::string PointName(const petra::v1::Progress& p) {
+  std::string out = absl::StrFormat("epoch %u/%u", p.epoch(), p.total_epochs());
+  if (p.mid_epoch()) {
+    absl::StrAppendFormat(&out, ", step %llu",
+                          static_cast<unsigned long long>(p.step()));
+  }
+  return out;
+}
+
 std::string ResultFigures(const petra::v1::Progress& p, bool language_model) {
   if (language_model) {
     return absl::StrFormat(

@@ -26,6 +26,10 @@ const char* RateUnit(bool language_model);
 // loss 1.3001 (perplexity 3.67, 1.876 bits/byte), 14000 tokens/s".
 std::string EpochFigures(const petra::v1::Progress& p, bool language_model);
 
+// Where a point of the run is: "epoch 2/3", or for an evaluation inside
+// the epoch "epoch 2/3, step 130".
+std::string PointName(const petra::v1::Progress& p);
+
 // The run's result: "test accuracy 80.10%", or "validation 1.876 bits per
 // byte (loss 1.3001, perplexity 3.67)".
 std::string ResultFigures(const petra::v1::Progress& p, bool language_model);

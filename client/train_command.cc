@@ -180,8 +180,7 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
     result.epochs.push_back(p);
     *result.job.mutable_progress() = p;
     if (options.quiet) return;
-    std::printf("%sepoch %d/%lld: %s, %s\n", tty ? "\r" : "", e.epoch,
-                static_cast<long long>(epochs),
+    std::printf("%s%s: %s, %s\n", tty ? "\r" : "", PointName(p).c_str(),
                 EpochFigures(p, IsLanguageModelJob(spec)).c_str(),
                 Duration(e.train_seconds).c_str());
     std::fflush(stdout);

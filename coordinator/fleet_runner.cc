@@ -294,7 +294,7 @@ absl::Status FleetRunner::OnTrainPass(uint32_t epoch, uint64_t steps_before,
 
 void FleetRunner::OnEpoch(const engine::EpochReport& report) {
   PETRA_LOG_EVENT(
-      kInfo, "epoch_end", {"job_id", id_},
+      kInfo, report.mid_epoch ? "evaluation" : "epoch_end", {"job_id", id_},
       {"epoch", absl::StrCat(report.epoch)},
       {"steps", absl::StrCat(report.steps)},
       {"train_loss", absl::StrFormat("%.4f", report.train_loss)},
@@ -305,6 +305,11 @@ void FleetRunner::OnEpoch(const engine::EpochReport& report) {
   steps_done_ = report.steps;
   if (report.evaluated) {
     last_test_ = std::make_pair(report.test_loss, report.test_accuracy);
+  }
+  if (report.mid_epoch) {
+    Publish(JobEvent::KIND_EVALUATION,
+            progress_->AfterEpoch(report, ElapsedSeconds()));
+    return;
   }
   Publish(JobEvent::KIND_EPOCH_END,
           progress_->AfterEpoch(report, ElapsedSeconds()));
@@ -331,7 +336,10 @@ void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
     // The replicas' feeds poll while this publishes: under the lock.
     for (const auto& s : StageStats()) *p.add_stages() = s;
   }
-  if (kind != JobEvent::KIND_EPOCH_END) {
+  // Epoch ends and evaluations inside epochs are kept in the record.
+  const bool point = kind == JobEvent::KIND_EPOCH_END ||
+                     kind == JobEvent::KIND_EVALUATION;
+  if (!point) {
     uint64_t corrupt = 0;
     for (const data::Dataset* split : {&data_.train, &data_.test}) {
       if (split->source != nullptr) {
@@ -343,11 +351,12 @@ void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
   if (env_.metrics != nullptr) env_.metrics->Progress(id_, p);
   record_.Update(kind, [&](Job& job) {
     *job.mutable_progress() = p;
-    if (kind != JobEvent::KIND_EPOCH_END) return;
-    // An epoch again after a recovery: its first run, and any after it,
-    // make way.
+    if (!point) return;
+    // Training again after a recovery: the points of the first run at or
+    // past this one make way (the same step, or a later epoch).
     auto* epochs = job.mutable_epochs();
-    while (!epochs->empty() && epochs->rbegin()->epoch() >= p.epoch()) {
+    while (!epochs->empty() && (epochs->rbegin()->epoch() > p.epoch() ||
+                                epochs->rbegin()->step() >= p.step())) {
       epochs->RemoveLast();
     }
     petra::v1::Progress* kept = epochs->Add();

@@ -17,7 +17,7 @@
 # forward_gradient feed peer transformer transformer_recipe staleness
 # threads partition probe transport precision replicas replicas_accuracy
 # replicas_plan language_model concurrent micro_batch_cost fidelity_at_speed
-# race (the default), compare, main_job and gpu (only when named; gpu needs a CUDA
+# race exact_schedules (the default), compare, main_job and gpu (only when named; gpu needs a CUDA
 # build and a GPU, and scripts/gpu/build.sh --bench runs it on a GPU host;
 # gpu --smoke runs its commands on the CPU at toy sizes).
 # Environment: BENCH_DEVICE (precision: the device, default cpu; cuda on a
@@ -43,7 +43,7 @@ ALL=(throughput fleets hosts memory capped zoo accuracy long_run
      forward_gradient feed peer transformer transformer_recipe staleness
      threads partition probe transport precision replicas replicas_accuracy
      replicas_plan language_model concurrent micro_batch_cost
-     fidelity_at_speed race)
+     fidelity_at_speed race exact_schedules)
 
 smoke=0
 sections=()

@@ -259,7 +259,9 @@ void StageMetrics::State(int stage, int64_t in_flight, int64_t optimizer_steps,
         std::pair{"device_reserved", m.device_reserved_bytes()},
         std::pair{"device_peak", m.device_peak_bytes()},
         std::pair{"host_tensors", m.host_tensor_bytes()},
-        std::pair{"host_tensors_peak", m.host_tensor_peak_bytes()}}) {
+        std::pair{"host_tensors_peak", m.host_tensor_peak_bytes()},
+        std::pair{"host_tensors_train_peak",
+                  m.host_tensor_train_peak_bytes()}}) {
     f_->memory.Add({{"stage", s}, {"kind", kind}})
         .Set(static_cast<double>(bytes));
   }

@@ -552,3 +552,15 @@ section_race() {
   run $PY bench/race.py --petra "$BIN/petra" "${args[@]}" \
     --json "$RESULTS/race.json"
 }
+
+section_exact_schedules() {
+  # Issue 68's done-when: the main job under backprop, GPipe and 1F1B, the
+  # same gradients in the same micro-batches, to the same accuracy.
+  local args=()
+  if ((smoke)); then args=(--smoke); fi
+  echo "## The main job under the exact schedules: backprop, GPipe, 1F1B"
+  echo
+  machine
+  echo
+  run $PY bench/exact_schedules.py --petra "$BIN/petra" "${args[@]}"
+}

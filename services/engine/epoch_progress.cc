@@ -25,6 +25,7 @@ petra::v1::Progress ProgressBuilder::AfterEpoch(const EpochReport& report,
   petra::v1::Progress p;
   p.set_epoch(report.epoch);
   p.set_step(report.steps);
+  p.set_mid_epoch(report.mid_epoch);
   p.set_train_loss(report.train_loss);
   p.set_train_accuracy(report.train_accuracy);
   p.set_samples_per_second(report.samples_per_second);

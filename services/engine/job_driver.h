@@ -33,6 +33,9 @@ struct TrainingCursor {
 struct EpochReport {
   uint32_t epoch = 0;  // 1-based
   uint64_t steps = 0;  // optimizer steps after the epoch
+  // An evaluation inside the epoch (evaluation.every_steps), `steps` in:
+  // the training figures are the epoch's so far.
+  bool mid_epoch = false;
   double train_loss = 0;
   // Running accuracy during the epoch, or with evaluation.full_train_pass
   // the accuracy of the epoch's final weights on the whole training split.
@@ -83,6 +86,7 @@ class JobObserver {
     return absl::OkStatus();
   }
   // The epoch is over: trained, evaluated if due; before its checkpoint.
+  // Also each evaluation inside an epoch (report.mid_epoch).
   virtual void OnEpoch(const EpochReport& /*report*/) {}
 };
 
@@ -98,7 +102,8 @@ class JobDriver {
   // and checkpointing as the spec says. The pipeline stays full across the
   // epochs between two that evaluate or checkpoint (one pass for them all),
   // and drains only where an evaluation or checkpoint needs consistent
-  // weights, or training ends.
+  // weights, or training ends. Returns the epochs' ends (the observer
+  // hears of the evaluations inside epochs too).
   absl::StatusOr<std::vector<EpochReport>> Run();
   // One epoch from the current cursor, drained at its end (tests and
   // benchmarks); FAILED_PRECONDITION when it has no whole optimizer step.
@@ -108,21 +113,36 @@ class JobDriver {
                                       uint32_t epoch);
 
   const TrainingCursor& cursor() const { return cursor_; }
-  void set_cursor(const TrainingCursor& cursor) { cursor_ = cursor; }
+  // Starts the epoch next_epoch from its beginning.
+  void set_cursor(const TrainingCursor& cursor);
   // Whether training is over: every epoch trained, or max_steps reached.
   bool done() const;
 
  private:
   // Whether the pipeline drains after `epoch`, `steps` steps in.
   bool DrainsAfter(uint32_t epoch, uint64_t steps) const;
+  // Whether evaluation.every_steps asks for an evaluation `steps` in.
+  bool StepEvaluationDue(uint64_t steps) const;
   // Trains up to `max_epochs` epochs from the cursor in one pass (fewer
-  // where one must drain); their reports, none when nothing was left.
+  // where one must drain, or part of one up to an evaluation inside it);
+  // their reports, none when nothing was left.
   absl::StatusOr<std::vector<EpochReport>> RunSegment(uint32_t max_epochs);
   // One epoch's bookkeeping after its pass; `drained`: the pass ended with
   // it, so it may evaluate and checkpoint.
   absl::StatusOr<EpochReport> FinishEpoch(const PassBatches::Part& part,
                                           const PassResult& train,
                                           bool drained);
+  // The pass stopped inside `part`'s epoch for an evaluation.
+  absl::StatusOr<EpochReport> FinishMidEpoch(const PassBatches::Part& part,
+                                             const PassResult& train);
+  // The figures and learning rate every report has, from the epoch's
+  // training so far.
+  EpochReport ReportOf(uint32_t epoch, const PassResult& train) const;
+  // Evaluates on the test split into `report` (and the last figures).
+  absl::Status EvaluateInto(uint32_t epoch, EpochReport& report);
+  // Completes `report` (the last test figures, the stages) and tells the
+  // observer.
+  void Publish(EpochReport& report);
 
   const petra::v1::JobSpec spec_;
   const data::Splits& data_;
@@ -130,6 +150,10 @@ class JobDriver {
   PassExecutor& executor_;
   JobObserver* observer_;
   TrainingCursor cursor_;
+  // Where an evaluation inside epoch cursor_.next_epoch stopped its
+  // training: its micro-batches trained so far, and what they did.
+  int64_t epoch_offset_ = 0;
+  PassResult epoch_so_far_;
   std::optional<std::pair<double, double>> last_test_;  // loss, accuracy
 };
 

@@ -4,10 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "services/data/dataset.h"
+#include "services/engine/job_plan.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 
@@ -23,7 +26,8 @@ class ScriptedExecutor : public PassExecutor {
                                      const PassBatches& batches) override {
     const int64_t n = batches.size();
     const uint32_t epoch = batches.parts().front().epoch;
-    Pass pass{phase, epoch, n, batches.parts().front().batches->size(), {}};
+    Pass pass{phase, epoch, n, batches.parts().front().batches->size(), {},
+              n > 0 ? batches.Locate(0).second : 0};
     for (const PassBatches::Part& p : batches.parts()) {
       pass.epochs.push_back(p.epoch);
     }
@@ -51,6 +55,7 @@ class ScriptedExecutor : public PassExecutor {
     uint32_t epoch;  // the first
     int64_t n, available;
     std::vector<uint32_t> epochs;  // every epoch the pass trains
+    int64_t first_index;           // its first micro-batch's in its epoch
   };
   TrainingCursor start;
   uint32_t nan_eval_from = 1000;  // evaluations of this epoch on: all NaN
@@ -224,6 +229,115 @@ TEST_F(JobDriverTest, ResumesFromTheRestoredCursor) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->empty());
   EXPECT_TRUE(exec_.passes.empty());
+}
+
+// Hears what the driver tells an observer.
+struct RecordingObserver : JobObserver {
+  absl::Status OnTrainPass(uint32_t epoch, uint64_t steps_before,
+                           const PassResult& train) override {
+    trained.push_back({epoch, steps_before, train.losses()});
+    return absl::OkStatus();
+  }
+  void OnEpoch(const EpochReport& report) override {
+    reports.push_back(report);
+  }
+  struct Trained {
+    uint32_t epoch;
+    uint64_t steps_before;
+    std::vector<std::pair<int64_t, double>> losses;
+  };
+  std::vector<Trained> trained;
+  std::vector<EpochReport> reports;
+};
+
+// evaluation.every_steps: the pass stops at steps 2, 4, 6, 8 inside the
+// epochs, evaluates, and the epoch goes on where it stopped; each epoch is
+// still reported whole, and its loss log is the whole epoch's.
+TEST_F(JobDriverTest, EvaluationsInsideEpochsStopThePassAndResumeTheEpoch) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(2);
+  raw.mutable_training()->set_accumulation_steps(2);  // 5 steps an epoch
+  raw.mutable_evaluation()->set_every_steps(2);
+  raw.mutable_checkpoint()->set_every_epochs(0);
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  RecordingObserver seen;
+  JobDriver driver(spec_, data_, 5, exec_, &seen);
+  absl::StatusOr<std::vector<EpochReport>> r = driver.Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Training passes (epoch, first micro-batch, count), each then evaluated:
+  // epoch 2's end is step 10, an evaluation step and its end at once.
+  const std::vector<std::tuple<uint32_t, int64_t, int64_t>> want = {
+      {1, 0, 4}, {1, 4, 4}, {1, 8, 2}, {2, 0, 2}, {2, 2, 4}, {2, 6, 4}};
+  ASSERT_EQ(exec_.passes.size(), 2 * want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& p = exec_.passes[2 * i];
+    EXPECT_EQ(p.phase, petra::v1::PHASE_TRAIN) << i;
+    EXPECT_EQ(std::make_tuple(p.epoch, p.first_index, p.n), want[i]) << i;
+    EXPECT_EQ(exec_.passes[2 * i + 1].phase, petra::v1::PHASE_EVAL) << i;
+  }
+  ASSERT_EQ(seen.reports.size(), 6u);
+  const std::vector<uint64_t> steps = {2, 4, 5, 6, 8, 10};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(seen.reports[i].steps, steps[i]) << i;
+    EXPECT_EQ(seen.reports[i].mid_epoch, i != 2 && i != 5) << i;
+    EXPECT_TRUE(seen.reports[i].evaluated) << i;
+  }
+  // The epoch so far: 4 micro-batches, one of them NaN, 2 s.
+  EXPECT_EQ(seen.reports[0].samples_per_second, 3 * 8 / 2.0);
+  // Run returns the epochs' ends, each over the whole epoch: three passes
+  // of 2 s, each with its NaN micro-batch.
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].epoch, 1u);
+  EXPECT_EQ((*r)[0].steps, 5u);
+  EXPECT_EQ((*r)[0].skipped_micro_batches, 3);
+  EXPECT_EQ((*r)[0].train_seconds, 6.0);
+  EXPECT_EQ((*r)[0].samples_per_second, 7 * 8 / 6.0);
+  EXPECT_EQ((*r)[1].steps, 10u);
+  // The loss log: once an epoch, every micro-batch under its index in the
+  // epoch, from the epoch's first step.
+  ASSERT_EQ(seen.trained.size(), 2u);
+  EXPECT_EQ(seen.trained[1].epoch, 2u);
+  EXPECT_EQ(seen.trained[1].steps_before, 5u);
+  std::vector<int64_t> ids;
+  for (const auto& [id, loss] : seen.trained[1].losses) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_THAT(ids, ::testing::ElementsAre(0, 1, 2, 3, 4, 5, 6, 7, 8, 9));
+  EXPECT_EQ(driver.cursor().samples_seen, 2u * 80);
+  ASSERT_EQ(exec_.checkpoints.size(), 1u);
+  EXPECT_EQ(exec_.checkpoints[0].steps, 10u);
+}
+
+// RunEpoch goes through the evaluations inside the epoch to its end.
+TEST_F(JobDriverTest, RunEpochEndsAtTheEpochsEndPastItsEvaluations) {
+  petra::v1::JobSpec raw;
+  raw.mutable_training()->set_epochs(2);
+  raw.mutable_evaluation()->set_every_steps(3);  // 10 steps an epoch
+  ASSERT_NO_FATAL_FAILURE(Make(raw));
+  JobDriver driver(spec_, data_, 10, exec_, nullptr);
+  absl::StatusOr<EpochReport> e = driver.RunEpoch();
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_FALSE(e->mid_epoch);
+  EXPECT_EQ(e->epoch, 1u);
+  EXPECT_EQ(e->steps, 10u);
+  EXPECT_EQ(driver.cursor().next_epoch, 2u);
+}
+
+// The number of evaluations inside epochs is bounded, with the value that
+// fits in the message.
+TEST(StepsPerEpochTest, RefusesMoreEvaluationsInsideEpochsThanItKeeps) {
+  petra::v1::JobSpec spec;
+  spec.mutable_training()->set_micro_batch_size(1);
+  spec.mutable_training()->set_accumulation_steps(1);
+  spec.mutable_training()->set_epochs(3);
+  spec.mutable_evaluation()->set_every_steps(1);
+  EXPECT_TRUE(StepsPerEpoch(spec, 100).ok());
+  absl::StatusOr<int64_t> r = StepsPerEpoch(spec, 10000);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("raise it to at least 3"));
+  spec.mutable_evaluation()->set_every_steps(3);
+  EXPECT_TRUE(StepsPerEpoch(spec, 10000).ok());
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "services/engine/job_plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "services/engine/torch_guard.h"
 #include "services/engine/training_mode.h"
@@ -48,6 +50,21 @@ absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& s,
         "one epoch holds ", micro_batches,
         " micro-batches, fewer than k = ", s.training().accumulation_steps(),
         replicas > 1 ? absl::StrCat(" times ", replicas, " replicas") : ""));
+  }
+  // Each evaluation inside an epoch stays in the job's record: bounded.
+  if (const uint64_t every = s.evaluation().every_steps(); every > 0) {
+    uint64_t total = static_cast<uint64_t>(steps) * s.training().epochs();
+    if (s.training().max_steps() > 0) {
+      total = std::min<uint64_t>(total, s.training().max_steps());
+    }
+    if (total / every > job::kMaxEvaluationsInsideEpochs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "evaluation.every_steps ", every, " evaluates ", total / every,
+          " times in the job's ", total, " steps, more than ",
+          job::kMaxEvaluationsInsideEpochs, ": raise it to at least ",
+          (total + job::kMaxEvaluationsInsideEpochs - 1) /
+              job::kMaxEvaluationsInsideEpochs));
+    }
   }
   return steps;
 }

@@ -26,7 +26,8 @@ int64_t MicroBatchesPerStep(const petra::v1::JobSpec& resolved);
 
 // Optimizer steps in one epoch of `train_examples` (each replica's: every
 // replica steps at once); INVALID_ARGUMENT when the split holds less than
-// one step.
+// one step, or when evaluation.every_steps asks for more evaluations than
+// job::kMaxEvaluationsInsideEpochs.
 absl::StatusOr<int64_t> StepsPerEpoch(const petra::v1::JobSpec& resolved,
                                       int64_t train_examples);
 

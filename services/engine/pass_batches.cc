@@ -40,7 +40,7 @@ std::pair<int, int64_t> PassBatches::Locate(int64_t i) const {
   // The last part starting at or before id.
   const auto it = std::upper_bound(starts_.begin(), starts_.end(), id);
   const int part = std::max(0, static_cast<int>(it - starts_.begin()) - 1);
-  return {part, id - starts_[part]};
+  return {part, parts_[part].first + id - starts_[part]};
 }
 
 absl::StatusOr<data::Batch> PassBatches::Get(int64_t id) const {

@@ -20,7 +20,8 @@ class PassBatches {
   struct Part {
     uint32_t epoch = 0;                           // 1-based (0: evaluation)
     const data::EpochBatches* batches = nullptr;  // outlives the pass
-    int64_t n = 0;                                // its first n micro-batches
+    int64_t n = 0;      // n of its micro-batches,
+    int64_t first = 0;  // from this one (an epoch resumed part-way)
   };
   explicit PassBatches(std::vector<Part> parts);
   // One epoch's first n micro-batches.
@@ -42,7 +43,8 @@ class PassBatches {
     return limit_ >= 0 && limit_ < n ? limit_ : n;
   }
   const std::vector<Part>& parts() const { return parts_; }
-  // The part `id` falls in and its index within that epoch; id in [0, size).
+  // The part `id` falls in and its index within that epoch (counting from
+  // the epoch's first micro-batch, not the part's); id in [0, size).
   std::pair<int, int64_t> Locate(int64_t id) const;
   uint32_t EpochOf(int64_t id) const { return parts_[Locate(id).first].epoch; }
   // The batch of pass micro-batch `id` (EpochBatches::Get's errors).

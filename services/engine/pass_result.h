@@ -71,6 +71,22 @@ struct PassResult : PassTotals {
     for (const MicroBatchOutcome& m : kept) out.emplace_back(m.id, m.loss);
     return out;
   }
+  // The same epoch trained on in a later pass (after an evaluation inside
+  // it): `later`'s totals added, its micro-batches kept after these, its
+  // seconds counted after these.
+  void Continue(const PassResult& later) {
+    micro_batches += later.micro_batches;
+    fed_samples += later.fed_samples;
+    samples += later.samples;
+    correct += later.correct;
+    loss_sum += later.loss_sum;
+    skipped += later.skipped;
+    for (MicroBatchOutcome m : later.kept) {
+      m.at += seconds;
+      kept.push_back(m);
+    }
+    seconds += later.seconds;
+  }
   // The totals alone (progress reports during a pass).
   PassTotals totals() const { return *this; }
   // Adds what replica `replica` of `replicas` did with its dealt share of

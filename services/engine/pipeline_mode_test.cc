@@ -150,6 +150,17 @@ TEST(PipelineMode, GpipeStoresTheFlush1F1BTheDepthRecomputeOnlyInputs) {
             one_f_one_b[0].host_tensor_peak_bytes);
   EXPECT_GT(one_f_one_b[0].host_tensor_peak_bytes,
             rebuilt[0].host_tensor_peak_bytes);
+  // So do the peaks inside training passes alone, each within the whole.
+  EXPECT_GT(gpipe[0].host_tensor_train_peak_bytes,
+            one_f_one_b[0].host_tensor_train_peak_bytes);
+  EXPECT_GT(one_f_one_b[0].host_tensor_train_peak_bytes,
+            rebuilt[0].host_tensor_train_peak_bytes);
+  for (const auto* m : {&gpipe, &one_f_one_b, &rebuilt}) {
+    for (const MemoryStats& s : *m) {
+      EXPECT_GT(s.host_tensor_train_peak_bytes, 0);
+      EXPECT_LE(s.host_tensor_train_peak_bytes, s.host_tensor_peak_bytes);
+    }
+  }
 }
 
 }  // namespace

@@ -154,11 +154,12 @@ absl::Status RunStagePass(StageWorker& w, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
                           int64_t micro_batches, const ModePlan& mode) {
   const PhasePlan plan = PlanPhase(w, phase, mode);
-  if (absl::Status s = RunStageOps(w, *plan.ops, plan.schedule, plan.group,
-                                   inbox, outbox, micro_batches);
-      !s.ok()) {
-    return s;
-  }
+  const bool train = phase == petra::v1::PHASE_TRAIN;
+  if (train) w.OpenTrainingPeak();
+  absl::Status s = RunStageOps(w, *plan.ops, plan.schedule, plan.group, inbox,
+                               outbox, micro_batches);
+  if (train) w.CloseTrainingPeak();
+  if (!s.ok()) return s;
   // Replicas meet once a training pass, each stage in its own group.
   return phase == petra::v1::PHASE_TRAIN ? w.SettleReplicas()
                                          : absl::OkStatus();

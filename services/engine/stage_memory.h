@@ -26,6 +26,8 @@ struct MemoryStats {
   // live now, and the highest since the stage was built.
   int64_t host_tensor_bytes = 0;
   int64_t host_tensor_peak_bytes = 0;
+  // The highest host_tensor_bytes inside training passes only.
+  int64_t host_tensor_train_peak_bytes = 0;
 };
 
 // Bytes of the defined tensors.

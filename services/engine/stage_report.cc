@@ -39,6 +39,7 @@ petra::v1::MemoryBreakdown ToProto(const MemoryStats& m) {
   p.set_device_peak_bytes(m.device_peak_bytes);
   p.set_host_tensor_bytes(m.host_tensor_bytes);
   p.set_host_tensor_peak_bytes(m.host_tensor_peak_bytes);
+  p.set_host_tensor_train_peak_bytes(m.host_tensor_train_peak_bytes);
   return p;
 }
 

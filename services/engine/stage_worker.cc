@@ -1,5 +1,6 @@
 #include "services/engine/stage_worker.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -72,6 +73,7 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
            config.rebuild_with_current, config.store_activations})),
       mode_ops_(MakeModeOps(resolved, config, std::move(schedule))),
       host_(model::HostMemoryAccount::Create()),
+      training_peak_(host_),
       finite_(config.index, resolved.training().non_finite()),
       // Sampled wherever the backward may use other weights than the
       // forward did (no weight stash).
@@ -408,7 +410,8 @@ MemoryStats StageWorker::memory() const {
   m.device_reserved_bytes = d.reserved_bytes;
   m.device_peak_bytes = d.peak_allocated_bytes;
   m.host_tensor_bytes = host_->bytes();
-  m.host_tensor_peak_bytes = host_->peak();
+  m.host_tensor_peak_bytes = training_peak_.peak();
+  m.host_tensor_train_peak_bytes = training_peak_.window_peak();
   return m;
 }
 

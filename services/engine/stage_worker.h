@@ -190,6 +190,10 @@ class StageWorker {
                                           const torch::Tensor& labels);
 
   MemoryStats memory() const;
+  // Around a training pass (RunStagePass): the host peak inside it counts
+  // to the training peak, apart from evaluations' and exports'.
+  void OpenTrainingPeak() { training_peak_.Open(); }
+  void CloseTrainingPeak() { training_peak_.Close(); }
   // With replicas: the group this stage averages its gradients in before
   // each optimizer step (replica_group.h); not owned, outlives the worker's
   // passes.
@@ -299,6 +303,8 @@ class StageWorker {
   std::unique_ptr<ModeOps> mode_ops_;
   // The CPU tensors this stage's threads allocate (Computing runs under it).
   model::HostMemoryAccount* const host_;
+  // host_'s peak inside training passes, apart.
+  model::WindowedPeak training_peak_;
   NonFiniteCheck finite_;
   GradientProbe probe_;
   EndToEndCheck check_;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <map>
 
@@ -30,18 +32,15 @@ struct GradCase {
   bool cuda = false;  // every stage on the GPU (the exact reference on CPU)
   bool bf16 = false;  // training.precision bf16, against bf16 backprop
   bool channels_last = false;  // training.memory_format channels_last
-  // fp32's bounds: the worst parameter's error relative to its largest
-  // entry, and the whole gradient's (every parameter at once) relative to
-  // its norm. i-RevNet18 per block rebuilds down a chain of 8 blocks: its
-  // whole error is 7.7e-5 (1e-7 for the others), and one parameter's, whose
-  // entries are small sums of large terms, moves with the order of fp32 sums
-  // alone: 5.3e-3 in channels_last on one CPU, 2.7e-2 in NCHW on another
-  // (AMD EPYC; 1e-4 on an Intel Xeon), 5.5e-3 on a GPU, and the NCHW and
-  // channels_last references differ by 4.8e-2 on it: 1e-1 in NCHW on the
-  // CPU, 1e-2 where measured below 6e-3. A wrong rebuild or a misread
-  // layout is off by orders more on both.
-  double tolerance = 1e-4;
-  double whole_tolerance = 1e-5;
+  // fp32's bounds against the float64 gradient: PETRA's error may be twice
+  // fp32 backprop's own and this much more, for the worst parameter
+  // (relative to its largest entry) and for the whole gradient (relative to
+  // its norm). On the CPU, PETRA's is within 1.2 times backprop's (1.8 for
+  // i-RevNet per block, whose 8 chained rebuilds add 1.3e-6) wherever
+  // backprop's is above 1e-6. A wrong rebuild or a misread layout is off by
+  // orders more.
+  double tolerance = 1e-5;
+  double whole_tolerance = 1e-6;
 };
 
 // Largest error over parameters, relative to each one's largest entry.
@@ -108,12 +107,27 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
   std::vector<torch::Tensor> exact =
       ExactGradients(spec, batches, bf16, GetParam().channels_last);
   ASSERT_EQ(petra.size(), exact.size());
-  const double worst = WorstRelativeError(petra, exact);
   if (!bf16) {
-    EXPECT_LE(worst, GetParam().tolerance)
-        << "max relative error over parameters";
-    EXPECT_LE(WholeRelativeError(petra, exact), GetParam().whole_tolerance)
-        << "relative error of the whole gradient";
+    // Against the float64 gradient, PETRA in fp32 is as near as fp32
+    // backprop is: some parameters' gradients are sums of large terms that
+    // cancel, where fp32 backprop itself is off by 5e-2 of the largest
+    // entry (i-RevNet per block in channels_last, ResNet18), and any other
+    // order of the same sums (PETRA's rebuilt inputs) is off as much,
+    // differently. Comparing the two fp32 results measured that noise.
+    const std::vector<torch::Tensor> f64 = ExactGradients(
+        spec, batches, false, GetParam().channels_last, torch::kDouble);
+    const double own = WorstRelativeError(exact, f64);
+    const double own_whole = WholeRelativeError(exact, f64);
+    const double got = WorstRelativeError(petra, f64);
+    const double got_whole = WholeRelativeError(petra, f64);
+    EXPECT_LE(got, 2 * own + GetParam().tolerance)
+        << "max relative error over parameters against float64, fp32 "
+           "backprop's "
+        << own;
+    EXPECT_LE(got_whole, 2 * own_whole + GetParam().whole_tolerance)
+        << "relative error of the whole gradient against float64, fp32 "
+           "backprop's "
+        << own_whole;
   } else {
     // The same operations in the same precision, but a rebuilt input is the
     // forward's only to fp32 rounding, and where an element sits on a bf16
@@ -125,6 +139,7 @@ TEST_P(FrozenWeights, PetraGradientEqualsBackprop) {
     // 8 chained blocks, is off by 0.13 per block and 0.021 on 3 stages. bf16
     // against fp32 differs everywhere, so the bf16 reference must be the
     // nearer.
+    const double worst = WorstRelativeError(petra, exact);
     EXPECT_LE(worst, 2e-2) << "max relative error over parameters";
     const double to_fp32 = WorstRelativeError(
         petra, ExactGradients(spec, batches, false, GetParam().channels_last));
@@ -154,8 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet18_J2", petra::v1::ARCHITECTURE_REVNET18, 2},
         GradCase{"RevNet18_PerBlock", petra::v1::ARCHITECTURE_REVNET18, 0},
         GradCase{"RevNet34_PerBlock", petra::v1::ARCHITECTURE_REVNET34, 0},
-        GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0,
-                 false, false, false, 1e-1, 1e-3},
+        GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0},
         GradCase{"IRevNet18_J3", petra::v1::ARCHITECTURE_IREVNET18, 3},
         GradCase{"ResNet18_PerBlock", petra::v1::ARCHITECTURE_RESNET18, 0},
         GradCase{"RevViT_J1", petra::v1::ARCHITECTURE_REVVIT, 1},
@@ -173,8 +187,7 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"RevNet18_PerBlock_Bf16_ChannelsLast",
                  petra::v1::ARCHITECTURE_REVNET18, 0, false, true, true},
         GradCase{"IRevNet18_PerBlock_ChannelsLast",
-                 petra::v1::ARCHITECTURE_IREVNET18, 0, false, false, true, 1e-2,
-                 1e-3}),
+                 petra::v1::ARCHITECTURE_IREVNET18, 0, false, false, true}),
     [](const auto& info) { return info.param.name; });
 
 // Every row of the paper's Table 4 (which buffers, which weights rebuild)
@@ -206,17 +219,24 @@ TEST(FrozenWeights, EveryTableFourRowEqualsBackprop) {
   }
 }
 
-// The same on a GPU (label gpu; skipped without one).
+// The same on a GPU (label gpu; skipped without one). Its kernels sum in
+// other orders than the CPU backprop whose error sets the bound: the
+// margins are the last GPU run's (2026-11-26, against the fp32 CPU
+// reference: 1e-4 of the worst parameter for RevNet18, 5.5e-3 for
+// i-RevNet18 per block), not yet measured against float64.
 INSTANTIATE_TEST_SUITE_P(
     Gpu, FrozenWeights,
     ::testing::Values(
-        GradCase{"RevNet18_J1", petra::v1::ARCHITECTURE_REVNET18, 1, true},
-        GradCase{"RevNet18_J2", petra::v1::ARCHITECTURE_REVNET18, 2, true},
+        GradCase{"RevNet18_J1", petra::v1::ARCHITECTURE_REVNET18, 1, true,
+                 false, false, 1e-4, 1e-5},
+        GradCase{"RevNet18_J2", petra::v1::ARCHITECTURE_REVNET18, 2, true,
+                 false, false, 1e-4, 1e-5},
         GradCase{"RevNet18_PerBlock", petra::v1::ARCHITECTURE_REVNET18, 0,
-                 true},
-        // channels_last: the GPU's default layout for a CNN.
+                 true, false, false, 1e-4, 1e-5},
+        // channels_last: the GPU's default layout for a CNN, and the
+        // layout whose fp32 backprop sets the bound.
         GradCase{"IRevNet18_PerBlock", petra::v1::ARCHITECTURE_IREVNET18, 0,
-                 true, false, false, 1e-2, 1e-3}),
+                 true, false, true, 1e-2, 1e-3}),
     [](const auto& info) { return info.param.name; });
 
 // RevViT per block in PETRA mode: every stage but the stem's (and the

@@ -147,8 +147,9 @@ void RunPetraSchedule(std::vector<std::unique_ptr<StageWorker>>& w,
 // operations make a fair reference.
 std::vector<torch::Tensor> ExactGradients(
     const petra::v1::JobSpec& spec, const std::vector<data::Batch>& batches,
-    bool bf16, bool channels_last) {
+    bool bf16, bool channels_last, torch::ScalarType dtype) {
   model::Network net = *model::BuildNetwork(spec.model(), spec.seed());
+  for (auto& b : net.blocks) b->to(dtype);
   auto layout = [channels_last](const torch::Tensor& t) {
     return channels_last && t.defined() && t.dim() == 4
                ? t.contiguous(at::MemoryFormat::ChannelsLast)
@@ -163,7 +164,7 @@ std::vector<torch::Tensor> ExactGradients(
     }
   }
   for (const data::Batch& batch : batches) {
-    TensorPair x{batch.images, {}};
+    TensorPair x{batch.images.to(dtype), {}};
     {
       model::ScopedAutocast cast(torch::kCPU, bf16);
       for (auto& b : net.blocks) {

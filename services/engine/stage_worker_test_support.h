@@ -50,9 +50,12 @@ void RunPetraSchedule(std::vector<std::unique_ptr<StageWorker>>& w,
 // enough to the order of sums (i-RevNet's, per block: 4e-3 between NCHW
 // and channels_last backprop on one draw of the data) that only the same
 // operations make a fair reference.
+// With `dtype` kDouble, the whole of it in float64: the reference against
+// which fp32's own rounding shows.
 std::vector<torch::Tensor> ExactGradients(
     const petra::v1::JobSpec& spec, const std::vector<data::Batch>& batches,
-    bool bf16 = false, bool channels_last = false);
+    bool bf16 = false, bool channels_last = false,
+    torch::ScalarType dtype = torch::kFloat);
 
 // Every tensor of `a` equals its counterpart in `b` (lists of one length).
 bool Same(const std::vector<torch::Tensor>& a,

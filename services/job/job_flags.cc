@@ -543,6 +543,15 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
               Uint32([s](uint32_t v) {
                 s->mutable_evaluation()->set_every_epochs(v);
               }));
+  f.AddCustom("eval-every-steps", "N", "0",
+              absl::StrCat("also evaluate every N optimizer steps inside "
+                           "epochs (each drains the pipeline; at most ",
+                           kMaxEvaluationsInsideEpochs,
+                           " in a job): a finer accuracy-against-time "
+                           "curve; 0: only at --eval-every"),
+              Uint64([s](uint64_t v) {
+                s->mutable_evaluation()->set_every_steps(v);
+              }));
   f.AddCustom(
       "eval-train", "", "false",
       "also evaluate on the whole training split after each evaluation",

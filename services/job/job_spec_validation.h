@@ -6,7 +6,14 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 
+#include <cstdint>
+
 namespace petra::job {
+
+// The most evaluations inside epochs (EvaluationSpec.every_steps) a job may
+// ask for: each is kept in the job's record. Checked once the data is
+// loaded (engine::StepsPerEpoch): only then are the job's steps known.
+inline constexpr uint64_t kMaxEvaluationsInsideEpochs = 10000;
 
 // Applies the defaults (job_spec_defaults.h) to a copy of `spec` and checks
 // the result. On failure: INVALID_ARGUMENT listing every problem as

@@ -3,6 +3,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -93,11 +94,35 @@ HostMemoryAccount* HostMemoryAccount::Create() {
 }
 
 void HostMemoryAccount::Add(int64_t n) {
-  const int64_t now = bytes_.fetch_add(n, std::memory_order_relaxed) + n;
+  RaisePeak(bytes_.fetch_add(n, std::memory_order_relaxed) + n);
+}
+
+void HostMemoryAccount::RaisePeak(int64_t bytes) {
   int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak &&
-         !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  while (bytes > peak &&
+         !peak_.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
   }
+}
+
+void WindowedPeak::Open() {
+  outside_ = std::max(outside_.load(), account_->peak());
+  account_->ResetPeak();
+  open_.store(true, std::memory_order_release);
+}
+
+void WindowedPeak::Close() {
+  inside_ = std::max(inside_.load(), account_->peak());
+  open_.store(false, std::memory_order_release);
+  account_->RaisePeak(outside_.load());
+}
+
+int64_t WindowedPeak::peak() const {
+  return std::max(account_->peak(), outside_.load());
+}
+
+int64_t WindowedPeak::window_peak() const {
+  const bool open = open_.load(std::memory_order_acquire);
+  return std::max(inside_.load(), open ? account_->peak() : int64_t{0});
 }
 
 HostMemoryAccount& ProcessHostMemory() {

@@ -23,6 +23,8 @@ class HostMemoryAccount {
   int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
   // The peak starts over from what is live now.
   void ResetPeak() { peak_.store(bytes(), std::memory_order_relaxed); }
+  // The peak is at least `bytes` (a peak set aside by ResetPeak, back).
+  void RaisePeak(int64_t bytes);
 
   void Add(int64_t n);
   void Remove(int64_t n) { bytes_.fetch_sub(n, std::memory_order_relaxed); }
@@ -31,6 +33,26 @@ class HostMemoryAccount {
   HostMemoryAccount() = default;
   std::atomic<int64_t> bytes_{0};
   std::atomic<int64_t> peak_{0};
+};
+
+// An account's peak inside windows (a stage's training passes) apart from
+// its peak overall, which it keeps. While a window is open the account's
+// own peak is the window's; the peak before it waits here. Open and Close
+// from one thread; the readers from any.
+class WindowedPeak {
+ public:
+  explicit WindowedPeak(HostMemoryAccount* account) : account_(account) {}
+  void Open();
+  void Close();
+  // The highest bytes ever, and the highest inside any window.
+  int64_t peak() const;
+  int64_t window_peak() const;
+
+ private:
+  HostMemoryAccount* const account_;
+  std::atomic<bool> open_{false};
+  std::atomic<int64_t> outside_{0};
+  std::atomic<int64_t> inside_{0};
 };
 
 // Lays the counting allocator over libtorch's CPU allocator, once per

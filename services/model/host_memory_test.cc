@@ -59,5 +59,46 @@ TEST(HostMemory, ATensorCountsToTheThreadThatMadeItUntilItIsFreedAnywhere) {
   EXPECT_EQ(mine->bytes(), 0);
 }
 
+// A stage's training peak: what happened inside the windows only, while the
+// overall peak stays what it was.
+TEST(HostMemory, AWindowedPeakKeepsTheWindowsApartFromTheWhole) {
+  CountHostMemory();
+  HostMemoryAccount* account = HostMemoryAccount::Create();
+  WindowedPeak peak(account);
+  ScopedHostAccount scope(account);
+  torch::Tensor outside = torch::zeros({1000}, torch::kFloat32);  // 4000
+  outside = torch::Tensor();
+  EXPECT_EQ(peak.peak(), 4000);
+  EXPECT_EQ(peak.window_peak(), 0);
+  peak.Open();
+  torch::Tensor kept = torch::zeros({100}, torch::kFloat32);  // 400
+  {
+    torch::Tensor inside = torch::zeros({500}, torch::kFloat32);  // 2000
+    // Read while the window is open: its peak so far, and the whole's.
+    EXPECT_EQ(peak.window_peak(), 2400);
+    EXPECT_EQ(peak.peak(), 4000);
+  }
+  peak.Close();
+  EXPECT_EQ(peak.window_peak(), 2400);
+  EXPECT_EQ(peak.peak(), 4000);
+  EXPECT_EQ(account->peak(), 4000);  // the account's own, given back
+  // A bigger allocation outside no window moves the whole only.
+  torch::Tensor big = torch::zeros({2000}, torch::kFloat32);  // 8000
+  EXPECT_EQ(peak.peak(), 8400);
+  EXPECT_EQ(peak.window_peak(), 2400);
+  big = torch::Tensor();
+  // A second window starts from what is live (400), and its peak counts
+  // only where it passes the first's.
+  peak.Open();
+  { torch::Tensor a = torch::zeros({250}, torch::kFloat32); }  // 1000
+  peak.Close();
+  EXPECT_EQ(peak.window_peak(), 2400);
+  peak.Open();
+  { torch::Tensor a = torch::zeros({1000}, torch::kFloat32); }  // 4000
+  peak.Close();
+  EXPECT_EQ(peak.window_peak(), 4400);
+  EXPECT_EQ(peak.peak(), 8400);
+}
+
 }  // namespace
 }  // namespace petra::model
