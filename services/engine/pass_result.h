@@ -75,12 +75,7 @@ struct PassResult : PassTotals {
   // it): `later`'s totals added, its micro-batches kept after these, its
   // seconds counted after these.
   void Continue(const PassResult& later) {
-    micro_batches += later.micro_batches;
-    fed_samples += later.fed_samples;
-    samples += later.samples;
-    correct += later.correct;
-    loss_sum += later.loss_sum;
-    skipped += later.skipped;
+    AddCounts(later);
     for (MicroBatchOutcome m : later.kept) {
       m.at += seconds;
       kept.push_back(m);
@@ -94,12 +89,7 @@ struct PassResult : PassTotals {
   // replica + i replicas. The pass lasts as long as its slowest share; the
   // kept micro-batches stay in the order they finished.
   void Absorb(const PassResult& share, int replica, int replicas) {
-    micro_batches += share.micro_batches;
-    fed_samples += share.fed_samples;
-    samples += share.samples;
-    correct += share.correct;
-    loss_sum += share.loss_sum;
-    skipped += share.skipped;
+    AddCounts(share);
     seconds = std::max(seconds, share.seconds);
     for (MicroBatchOutcome m : share.kept) {
       m.id = replica + m.id * replicas;
@@ -112,6 +102,16 @@ struct PassResult : PassTotals {
   }
 
  private:
+  // Every total but the seconds.
+  void AddCounts(const PassTotals& other) {
+    micro_batches += other.micro_batches;
+    fed_samples += other.fed_samples;
+    samples += other.samples;
+    correct += other.correct;
+    loss_sum += other.loss_sum;
+    skipped += other.skipped;
+  }
+
   std::chrono::steady_clock::time_point began_ =
       std::chrono::steady_clock::now();
 };
