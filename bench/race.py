@@ -18,12 +18,17 @@ inside training passes (the allocator's count,
 `host_tensors_train_peak`: the evaluations' own peak left out) come from
 its `petra train --report`.
 
-Beside each measured rate, the simulator's prediction for it: `petra
-profile` of the same job measures each stage's forward and backward on
-this machine (the stored graph's backward and bytes too), and `petra
-simulate --profile` runs the row's schedule over the same micro-batches
-with free links (one process), `--store-activations` for the rows that
-keep their graphs. "Activations" is the most a stage held of everything but
+Beside each measured rate, the simulator's predictions for it. From a
+profile: `petra profile` of the same partition, just before the row's run,
+measures each stage's forward and backward on this machine (with the
+graph kept too, and its bytes), and `petra simulate --profile` runs the
+row's schedule over the same micro-batches with free links (one process),
+`--store-activations` for the rows that keep their graphs. From the run's
+stage times: the same simulation with each stage's forward and backward
+as the run itself measured them (its report's seconds over counts): the
+schedule model alone, apart from how the machine's speed drifted between
+the profile's second and the run's minutes (the profiled slowest stage of
+one partition, row to row, shows that drift). "Activations" is the most a stage held of everything but
 its weights, gradients and optimizer state (the allocator's peak less
 those), beside the simulator's kept activations for the same stage.
 
@@ -162,11 +167,35 @@ def activations(stage):
                m["optimizer_state"])
 
 
-def profile(petra, name, flags, stages, threads, micro_batch, folder):
-    path = os.path.join(folder, f"profile-{name}-{stages}-{threads}.json")
+def profile(petra, flags, stages, threads, micro_batch, path):
     run([petra, "profile"] + flags +
         ["--stages", str(stages), "--threads", str(threads), "--micro-batch",
          str(micro_batch), "--repeats", "20", "--output", path], 1800)
+    with open(path) as f:
+        return json.load(f)
+
+
+def slowest_ms(prof):
+    """The profile's slowest stage, forward and backward, in ms."""
+    return 1e3 * max(s.get("forward_seconds", 0) + s.get("backward_seconds", 0)
+                     for s in prof["stages"])
+
+
+def run_costs(prof, report, path):
+    """`prof` with each stage's times replaced by what the run itself
+    measured a micro-batch (its report's forward and backward seconds over
+    their counts), written to `path`: the simulator's schedule model fed
+    the run's own costs, apart from how the machine's speed drifted
+    between the profile and the run."""
+    p = json.loads(json.dumps(prof))
+    for s, measured in zip(p["stages"], report["stages"]):
+        f = measured["forward_seconds"] / max(1, measured["forward_count"])
+        b = measured["backward_seconds"] / max(1, measured["backward_count"])
+        # Which of them the row's schedule uses, the simulator picks.
+        s.update(forward_seconds=f, forward_stored_seconds=f,
+                 backward_seconds=b, backward_stored_seconds=b)
+    with open(path, "w") as out:
+        json.dump(p, out)
     return path
 
 
@@ -181,32 +210,33 @@ def race(a, name, stages, folder):
                       "in-process"]
     cores = os.cpu_count() or 1
     micro_batches = a.train_limit // mb
-    rows, profiles = [], {}
-    for method, extra, schedule, sim_flags in METHODS:
+    rows = []
+    for i, (method, extra, schedule, sim_flags) in enumerate(METHODS):
         one = schedule == "backprop"
         threads = cores if one else 1
         job = common + extra + (["--threads-per-stage", str(threads)] +
                                 ([] if one else ["--stages", str(stages)]))
         print(f"race: {name}, J = {stages}: {method}", file=sys.stderr)
+        # Each row's partition profiled just before its run: this machine's
+        # speed drifts from minute to minute (see slowest_ms in the table).
+        path = os.path.join(folder, f"profile-{name}-{stages}-{i}.json")
+        prof = profile(a.petra, flags, 1 if one else stages, threads, mb,
+                       path)
         r = train_report(a.petra, job, a.timeout)
         epochs = r["epochs"]
-        # One profile a partition, measured once: every schedule on it is
-        # predicted from the same costs.
-        key = (1 if one else stages, threads)
-        if key not in profiles:
-            profiles[key] = profile(a.petra, name, flags, key[0], threads,
-                                    mb, folder)
-        prof = profiles[key]
         # The simulator counts sequences; the report, a model's tokens.
-        predicted, kept = simulate(a.petra, prof, schedule, micro_batches, k,
+        predicted, kept = simulate(a.petra, path, schedule, micro_batches, k,
                                    sim_flags)
-        predicted *= tokens
+        own, _ = simulate(a.petra, run_costs(prof, r, path + ".run.json"),
+                          schedule, micro_batches, k, sim_flags)
         rows.append({
             "method": method, "schedule": schedule, "stages": 1 if one
             else stages, "threads_per_stage": threads,
             "rate": r.get("tokens_per_second") if loss else
             r["samples_per_second"],
-            "predicted_rate": predicted,
+            "predicted_rate": predicted * tokens,
+            "predicted_from_run": own * tokens,
+            "profiled_slowest_ms": slowest_ms(prof),
             "bubble": r.get("bubble_fraction", 0.0),
             "peak_bytes": max(s["memory_bytes"]["host_tensors_train_peak"]
                               for s in r["stages"]),
@@ -229,21 +259,30 @@ def table(name, stages, rows, loss):
     shared = "one thread each" if stages <= (os.cpu_count() or 1) else \
         "time-shared: more stage threads than cores"
     lines = [f"### {name}, J = {stages} ({shared})", "",
-             f"| method | stages | {unit} | simulator's | bubble | most tensor "
+             f"| method | stages | {unit} | simulator's, from a profile | "
+             f"simulator's, from the run's stage times | profiled slowest "
+             f"stage, ms | bubble | most tensor "
              f"memory on a stage in training, MB | activations, MB | "
              f"simulator's kept, MB "
              f"| {what} | time to backprop's, s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m = f"{r['metric']:.4f}" if loss else f"{100 * r['metric']:.2f}%"
         t = "not reached" if r["time_to_target"] is None else \
             f"{r['time_to_target']:.1f}"
         lines.append(
             f"| {r['method']} | {r['stages']} | {r['rate']:,.0f} | "
-            f"{r['predicted_rate']:,.0f} | {100 * r['bubble']:.1f}% | "
+            f"{r['predicted_rate']:,.0f} | {r['predicted_from_run']:,.0f} | "
+            f"{r['profiled_slowest_ms']:.1f} | {100 * r['bubble']:.1f}% | "
             f"{r['peak_bytes'] / 1e6:.1f} | "
             f"{r['activation_bytes'] / 1e6:.1f} | "
             f"{r['predicted_activation_bytes'] / 1e6:.1f} | {m} | {t} |")
+    pipelined = [r["profiled_slowest_ms"] for r in rows if r["stages"] > 1]
+    if len(pipelined) > 1:
+        lines += ["", f"The same {stages}-stage partition, profiled before "
+                  f"each of its {len(pipelined)} runs: slowest stage "
+                  f"{min(pipelined):.1f} to {max(pipelined):.1f} ms a "
+                  f"micro-batch."]
     return "\n".join(lines)
 
 

@@ -82,14 +82,8 @@ struct Timings {
   std::vector<int64_t> kept;
 };
 
-// Runs warm-up + repeats micro-batches through `workers` in order (forwards
-// up, then backwards down, as backprop would).
-absl::StatusOr<Timings> TimePasses(
-    std::vector<std::unique_ptr<engine::StageWorker>>& workers,
-    const model::TensorPair& data, const torch::Tensor& labels,
-    const petra::v1::JobSpec& spec, const ProfileOptions& o) {
-  const int stages = static_cast<int>(workers.size());
-  const int64_t batch = spec.training().micro_batch_size();
+// Timings sized for `stages`.
+Timings EmptyTimings(int stages) {
   Timings t;
   t.forward.resize(stages);
   t.backward.resize(stages);
@@ -97,66 +91,69 @@ absl::StatusOr<Timings> TimePasses(
   t.output_bytes.assign(stages, 0);
   t.working.assign(stages, 0);
   t.kept.assign(stages, 0);
-  std::vector<std::vector<double>>& fwd = t.forward;
-  std::vector<std::vector<double>>& bwd = t.backward;
-  std::vector<int64_t>& in_bytes = t.input_bytes;
-  std::vector<int64_t>& out_bytes = t.output_bytes;
-  std::vector<int64_t>& working = t.working;
-  for (int64_t r = 0; r < o.warmup + o.repeats; ++r) {
-    const bool keep = r >= o.warmup;
-    std::vector<model::TensorPair> outputs(stages);
-    model::TensorPair x = data;
-    engine::BackwardOutput down;
-    for (int j = 0; j < stages; ++j) {
-      engine::StageWorker& w = *workers[j];
-      in_bytes[j] = x.nbytes();
-      if (!w.last()) {
-        WorkingSet set(w.device());
-        auto start = Clock::now();
-        absl::StatusOr<model::TensorPair> y = w.Forward(r, x, r);
-        if (!y.ok()) return y.status();
-        if (keep) fwd[j].push_back(Since(start, w.device()));
-        working[j] = std::max(working[j], set.bytes());
-        outputs[j] = *y;
-        t.kept[j] =
-            std::max<int64_t>(t.kept[j], w.memory().activation_buffer_bytes);
-        out_bytes[j] = y->nbytes();
-        x = *y;
-        continue;
-      }
-      // The last stage's forward, loss and backward are one step: time an
-      // evaluation forward alone and call the rest its backward.
-      auto start = Clock::now();
-      absl::StatusOr<engine::LossOutput> eval = w.EvaluateLoss(x, labels);
-      if (!eval.ok()) return eval.status();
-      const double forward = Since(start, w.device());
-      WorkingSet set(w.device());
-      start = Clock::now();
-      absl::StatusOr<engine::LossOutput> loss = w.ForwardLoss(r, x, labels, r);
-      if (!loss.ok()) return loss.status();
-      const double step = Since(start, w.device());
-      working[j] = std::max(working[j], set.bytes());
-      if (keep) {
-        fwd[j].push_back(std::min(forward, step));
-        bwd[j].push_back(std::max(0.0, step - forward));
-      }
-      out_bytes[j] = batch * spec.model().num_classes() * 4;
-      down = std::move(loss->backward);
-    }
-    for (int j = stages - 2; j >= 0; --j) {
-      engine::StageWorker& w = *workers[j];
-      WorkingSet set(w.device());
-      auto start = Clock::now();
-      absl::StatusOr<engine::BackwardOutput> b =
-          w.Backward(r, outputs[j], down.input_grad, r);
-      if (!b.ok()) return b.status();
-      if (keep) bwd[j].push_back(Since(start, w.device()));
-      working[j] = std::max(working[j], set.bytes());
-      down = std::move(*b);
-    }
-  }
-
   return t;
+}
+
+// Runs micro-batch `r` through `workers` in order (forwards up, then
+// backwards down, as backprop would), adding its times to `t` when `keep`
+// (past the warm-up).
+absl::Status TimePass(
+    std::vector<std::unique_ptr<engine::StageWorker>>& workers,
+    const model::TensorPair& data, const torch::Tensor& labels,
+    const petra::v1::JobSpec& spec, int64_t r, bool keep, Timings& t) {
+  const int stages = static_cast<int>(workers.size());
+  const int64_t batch = spec.training().micro_batch_size();
+  std::vector<model::TensorPair> outputs(stages);
+  model::TensorPair x = data;
+  engine::BackwardOutput down;
+  for (int j = 0; j < stages; ++j) {
+    engine::StageWorker& w = *workers[j];
+    t.input_bytes[j] = x.nbytes();
+    if (!w.last()) {
+      WorkingSet set(w.device());
+      auto start = Clock::now();
+      absl::StatusOr<model::TensorPair> y = w.Forward(r, x, r);
+      if (!y.ok()) return y.status();
+      if (keep) t.forward[j].push_back(Since(start, w.device()));
+      t.working[j] = std::max(t.working[j], set.bytes());
+      outputs[j] = *y;
+      t.kept[j] =
+          std::max<int64_t>(t.kept[j], w.memory().activation_buffer_bytes);
+      t.output_bytes[j] = y->nbytes();
+      x = *y;
+      continue;
+    }
+    // The last stage's forward, loss and backward are one step: time an
+    // evaluation forward alone and call the rest its backward.
+    auto start = Clock::now();
+    absl::StatusOr<engine::LossOutput> eval = w.EvaluateLoss(x, labels);
+    if (!eval.ok()) return eval.status();
+    const double forward = Since(start, w.device());
+    WorkingSet set(w.device());
+    start = Clock::now();
+    absl::StatusOr<engine::LossOutput> loss = w.ForwardLoss(r, x, labels, r);
+    if (!loss.ok()) return loss.status();
+    const double step = Since(start, w.device());
+    t.working[j] = std::max(t.working[j], set.bytes());
+    if (keep) {
+      t.forward[j].push_back(std::min(forward, step));
+      t.backward[j].push_back(std::max(0.0, step - forward));
+    }
+    t.output_bytes[j] = batch * spec.model().num_classes() * 4;
+    down = std::move(loss->backward);
+  }
+  for (int j = stages - 2; j >= 0; --j) {
+    engine::StageWorker& w = *workers[j];
+    WorkingSet set(w.device());
+    auto start = Clock::now();
+    absl::StatusOr<engine::BackwardOutput> b =
+        w.Backward(r, outputs[j], down.input_grad, r);
+    if (!b.ok()) return b.status();
+    if (keep) t.backward[j].push_back(Since(start, w.device()));
+    t.working[j] = std::max(t.working[j], set.bytes());
+    down = std::move(*b);
+  }
+  return absl::OkStatus();
 }
 
 // Each stage's median forward and backward over the repeats, as the job's
@@ -197,8 +194,6 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
                  .to(device);
   }
 
-  absl::StatusOr<Timings> t = TimePasses(*workers, data, labels, spec, o);
-  if (!t.ok()) return t.status();
   // The same stages with each forward's graph kept, as mode pipeline keeps
   // it without --recompute: the stored backward's time and what a
   // micro-batch's graph holds (the simulator's --store-activations).
@@ -218,14 +213,27 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
   absl::StatusOr<std::vector<std::unique_ptr<engine::StageWorker>>> stored =
       engine::BuildStageWorkers(stored_spec, *ranges, /*steps_per_epoch=*/1000);
   if (!stored.ok()) return stored.status();
-  absl::StatusOr<Timings> st =
-      TimePasses(*stored, data, labels, stored_spec, o);
-  if (!st.ok()) return st.status();
-  const std::vector<std::vector<double>>& fwd = t->forward;
-  const std::vector<std::vector<double>>& bwd = t->backward;
-  const std::vector<int64_t>& in_bytes = t->input_bytes;
-  const std::vector<int64_t>& out_bytes = t->output_bytes;
-  const std::vector<int64_t>& working = t->working;
+  // The two sets of stages take turns, a micro-batch each: a machine
+  // whose speed drifts (a shared host's CPUs did by 1.7x between runs a
+  // minute apart, 2026-12-03) then drifts under both alike.
+  Timings t = EmptyTimings(stages), st = EmptyTimings(stages);
+  for (int64_t r = 0; r < o.warmup + o.repeats; ++r) {
+    const bool keep = r >= o.warmup;
+    if (absl::Status s = TimePass(*workers, data, labels, spec, r, keep, t);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            TimePass(*stored, data, labels, stored_spec, r, keep, st);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const std::vector<std::vector<double>>& fwd = t.forward;
+  const std::vector<std::vector<double>>& bwd = t.backward;
+  const std::vector<int64_t>& in_bytes = t.input_bytes;
+  const std::vector<int64_t>& out_bytes = t.output_bytes;
+  const std::vector<int64_t>& working = t.working;
 
   petra::v1::Profile p;
   p.set_architecture(job::EnumShortName(spec.model().architecture()));
@@ -252,9 +260,10 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
     s->set_backward_seconds(Median(bwd[j]));
     s->set_device_working_bytes(static_cast<uint64_t>(working[j]));
     // The loss step stores nothing: the last stage's backward is the same.
-    s->set_backward_stored_seconds(j + 1 < stages ? Median(st->backward[j])
+    s->set_backward_stored_seconds(j + 1 < stages ? Median(st.backward[j])
                                                   : Median(bwd[j]));
-    s->set_activation_bytes(static_cast<uint64_t>(st->kept[j]));
+    s->set_forward_stored_seconds(Median(st.forward[j]));
+    s->set_activation_bytes(static_cast<uint64_t>(st.kept[j]));
     if (!(*workers)[j]->device().is_cpu()) {
       const engine::MemoryStats m = (*workers)[j]->memory();
       s->set_device_state_bytes(

@@ -26,6 +26,7 @@ constexpr const char* kModelFlags[] = {"arch", "variant", "width", "stages",
                                        "device-flops-per-second"};
 constexpr const char* kUniformFlags[] = {
     "forward-seconds", "backward-seconds", "backward-stored-seconds",
+    "forward-stored-seconds",
     "message-bytes",   "stage-parameters", "reversible"};
 
 struct SimulateOptions {
@@ -36,6 +37,7 @@ struct SimulateOptions {
   double forward_seconds = 0;
   double backward_seconds = 0;
   double backward_stored_seconds = 0;
+  double forward_stored_seconds = 0;
   uint64_t message_bytes = 0;
   uint64_t stage_parameters = 0;
   bool reversible = true;
@@ -121,6 +123,10 @@ void AddFlags(base::FlagSet& flags, SimulateOptions* o) {
                   "with --uniform-stages: backward with the graph kept "
                   "(delayed uses it)",
                   StoreNumber(&o->backward_stored_seconds, 0, false));
+  flags.AddCustom("forward-stored-seconds", "NUMBER", "0 = unknown",
+                  "with --uniform-stages: forward that keeps its graph "
+                  "(gpipe and 1f1b with --store-activations use it)",
+                  StoreNumber(&o->forward_stored_seconds, 0, false));
   flags.AddUint("message-bytes", &o->message_bytes,
                 "with --uniform-stages: bytes of each stage's input and "
                 "output message");
@@ -305,6 +311,7 @@ absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
       s->set_forward_seconds(o.forward_seconds);
       s->set_backward_seconds(o.backward_seconds);
       s->set_backward_stored_seconds(o.backward_stored_seconds);
+      s->set_forward_stored_seconds(o.forward_stored_seconds);
     }
     in.source = absl::StrFormat(
         "uniform stages: forward %g s, backward %g s, messages %d bytes",

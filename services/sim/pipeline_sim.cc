@@ -155,7 +155,8 @@ absl::Status ValidateSimConfig(const SimConfig& c) {
     const std::pair<const char*, double> times[] = {
         {"forward_seconds", s.forward_seconds},
         {"backward_seconds", s.backward_seconds},
-        {"backward_stored_seconds", s.backward_stored_seconds}};
+        {"backward_stored_seconds", s.backward_stored_seconds},
+        {"forward_stored_seconds", s.forward_stored_seconds}};
     for (const auto& [name, value] : times) {
       if (!FiniteNonNegative(value)) {
         return absl::InvalidArgumentError(
@@ -290,7 +291,9 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
   const bool fg = schedule == Schedule::kForwardGradient;
   for (int j = 0; j < stages; ++j) {
     const StageCost& s = config.stages[j];
-    forward_cost[j] = s.forward_seconds;
+    forward_cost[j] = stored && s.forward_stored_seconds > 0
+                          ? s.forward_stored_seconds
+                          : s.forward_seconds;
     backward_cost[j] = stored && s.backward_stored_seconds > 0
                            ? s.backward_stored_seconds
                            : s.backward_seconds;

@@ -30,7 +30,8 @@ bool SchedulesInGroups(Schedule schedule);
 
 // Whether a backward of `schedule` runs on a stored graph (delayed always,
 // gpipe and 1f1b with store_activations): then it costs
-// backward_stored_seconds where that is known.
+// backward_stored_seconds (and its forward forward_stored_seconds) where
+// that is known.
 bool BackwardsOnStoredGraphs(Schedule schedule, bool store_activations);
 
 // What one micro-batch costs on one stage.
@@ -38,6 +39,7 @@ struct StageCost {
   double forward_seconds = 0;          // last stage: forward and loss
   double backward_seconds = 0;         // with rebuild (reversible) or recompute
   double backward_stored_seconds = 0;  // graph kept; 0 = unknown
+  double forward_stored_seconds = 0;   // keeping its graph; 0 = unknown
   int64_t input_bytes = 0;             // one micro-batch's input message
   int64_t output_bytes = 0;            // one micro-batch's output message
   int64_t parameters = 0;

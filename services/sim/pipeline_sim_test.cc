@@ -262,6 +262,14 @@ TEST(PipelineSim, PipelineModeStoresGraphsOrRecomputes) {
   EXPECT_EQ(r.stages[0].input_buffer_bytes, 3 * 7000);
   EXPECT_EQ(r.stages[1].input_buffer_bytes, 2 * 7000);
   EXPECT_NEAR(r.stages[1].busy_seconds, 48 * 0.03, 1e-9);
+  // A forward that records its graph costs its own time where measured,
+  // in the stored schedules only.
+  for (StageCost& s : c.stages) s.forward_stored_seconds = 0.015;
+  EXPECT_NEAR(Sim(c).stages[1].busy_seconds, 48 * 0.035, 1e-9);
+  c.store_activations = false;
+  EXPECT_NEAR(Sim(c).stages[1].busy_seconds, 48 * 0.04, 1e-9);
+  c.store_activations = true;
+  for (StageCost& s : c.stages) s.forward_stored_seconds = 0;
   // Unknown graph bytes: the inputs, at least.
   c.stages[1].activation_bytes = 0;
   EXPECT_EQ(Sim(c).stages[1].input_buffer_bytes, 2 * 1000);
@@ -395,6 +403,9 @@ TEST(PipelineSim, RejectsInvalidInputs) {
   c = ok;
   c.stages[0].backward_stored_seconds = kInf;
   EXPECT_THAT(error(c), HasSubstr("backward_stored_seconds"));
+  c = ok;
+  c.stages[1].forward_stored_seconds = -1;
+  EXPECT_THAT(error(c), HasSubstr("stage 1: forward_stored_seconds"));
   c = ok;
   c.stages[0].input_bytes = -5;
   EXPECT_THAT(error(c), HasSubstr("input_bytes"));

@@ -80,7 +80,8 @@ absl::Status ValidateProfile(const petra::v1::Profile& p) {
     const std::pair<const char*, double> times[] = {
         {"forward_seconds", s.forward_seconds()},
         {"backward_seconds", s.backward_seconds()},
-        {"backward_stored_seconds", s.backward_stored_seconds()}};
+        {"backward_stored_seconds", s.backward_stored_seconds()},
+        {"forward_stored_seconds", s.forward_stored_seconds()}};
     for (const auto& [name, value] : times) {
       if (!std::isfinite(value) || value < 0) {
         return FieldError(i, name, absl::StrCat(value),
@@ -126,6 +127,7 @@ absl::StatusOr<std::vector<StageCost>> StageCostsFromProfile(
     c.forward_seconds = s.forward_seconds();
     c.backward_seconds = s.backward_seconds();
     c.backward_stored_seconds = s.backward_stored_seconds();
+    c.forward_stored_seconds = s.forward_stored_seconds();
     c.input_bytes = static_cast<int64_t>(s.input_bytes());
     c.output_bytes = static_cast<int64_t>(s.output_bytes());
     c.activation_bytes = static_cast<int64_t>(s.activation_bytes());

@@ -34,7 +34,7 @@ constexpr char kSnake[] = R"({
   "stages": [{"index": 0, "first_block": 0, "end_block": 2,
               "forward_seconds": 1.5, "backward_seconds": 2,
               "input_bytes": 12, "output_bytes": 34,
-              "backward_stored_seconds": 1}]
+              "backward_stored_seconds": 1, "forward_stored_seconds": 1.75}]
 })";
 
 TEST(ProfileIo, ParsesLowerCamelCaseAndProtoNames) {
@@ -61,6 +61,7 @@ TEST(ProfileIo, ParsesLowerCamelCaseAndProtoNames) {
   EXPECT_EQ((*costs)[0].input_bytes, 12);
   EXPECT_EQ((*costs)[0].output_bytes, 34);
   EXPECT_DOUBLE_EQ((*costs)[0].backward_seconds, 2);
+  EXPECT_DOUBLE_EQ((*costs)[0].forward_stored_seconds, 1.75);
 }
 
 TEST(ProfileIo, PrintedJsonReadsBack) {
@@ -107,6 +108,9 @@ TEST(ProfileIo, ValidationNamesTheField) {
   EXPECT_THAT(Invalid(R"({"microBatchSize": 4,
                           "stages": [{"backwardStoredSeconds": "Infinity"}]})"),
               HasSubstr("stages[0].backward_stored_seconds"));
+  EXPECT_THAT(Invalid(R"({"microBatchSize": 4,
+                          "stages": [{"forwardStoredSeconds": -1}]})"),
+              HasSubstr("stages[0].forward_stored_seconds = -1"));
   EXPECT_THAT(Invalid(R"({"microBatchSize": 4,
                           "stages": [{"firstBlock": 3, "endBlock": 3}]})"),
               HasSubstr("stages[0].end_block = 3"));

@@ -15,6 +15,9 @@ namespace petra::testing {
 namespace {
 
 class Memory : public FleetProcesses {};
+// Two minutes of CI's 2 cores (twelve stage servers, 1.2 GB of checkpoint
+// written twice): `scripts/test.sh --long` runs it.
+class LongMemory : public FleetProcesses {};
 
 // A stage server that may use 100 MB is given RevNet18 at width 1 with
 // micro-batches of 1024 28x28 images: far beyond it.
@@ -129,7 +132,7 @@ int64_t StatusKb(pid_t pid, const std::string& key) {
 // heap and private mappings, what tensors take), and the job trains,
 // writes its checkpoint and export, and a second job resumes from it. The
 // same job in one process, under the same limit, fails.
-TEST_F(Memory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
+TEST_F(LongMemory, AStageHoldsOnlyItsBlocksOfANetworkLargerThanItsLimit) {
   // RevViT with 22 blocks of width 768 (12 x 768^2 parameters each) at
   // 28x28: 156M parameters, in 12 stages of at most 14M. (Width 1024, 277M,
   // showed the same and took twice as long: the cost is in allocating,
