@@ -312,11 +312,12 @@ def at_scale(petra):
     """The simulator's rows at J = 8, 16 and 64 (one GPU a stage): each
     schedule's steady rate, the most a stage keeps, and what binds it."""
     lines = ["### The simulator at scale: J = 8, 16, 64 GPUs", "",
-             "Command of each row: `petra simulate " +
+             "Commands, for each J: `petra simulate " +
              " ".join(AT_SCALE_MODEL + AT_SCALE_FLEET) +
-             " --stages J --micro-batches 1024 --group 4J --schedule S --json`"
-             " (`--store-activations` for GPipe and 1F1B; backprop: "
-             "model-parallel without overlap). Flushes of 4J micro-batches; "
+             " --stages J --micro-batches 1024 --group 4J --schedule all "
+             "--json`, and the same with `--store-activations` for the GPipe "
+             "and 1F1B rows (backprop: model-parallel without overlap). "
+             "Flushes of 4J micro-batches; "
              "memory: the most a stage keeps (stored graphs or inputs, "
              "weight stashes, weights and momentum) as the estimate counts "
              "it, which knows no graph's bytes: stored graphs count their "
@@ -324,17 +325,27 @@ def at_scale(petra):
              "| J | method | sequences/s | x backprop | most kept on a stage, "
              "MiB | bound by |", "|---:|---|---:|---:|---:|---|"]
     for stages in AT_SCALE_STAGES:
+        # Every schedule of one estimate at once (the estimate builds the
+        # 64-block model, a minute or two a call): with the graphs stored,
+        # and not.
+        runs = {}
+        for store in ([], STORED):
+            out = run([petra, "simulate"] + AT_SCALE_MODEL + AT_SCALE_FLEET +
+                      ["--stages", str(stages), "--micro-batches", "1024",
+                       "--group", str(4 * stages), "--schedule", "all",
+                       "--json"] + store, 900)
+            try:
+                runs[bool(store)] = {s["schedule"]: s
+                                     for s in json.loads(out)["schedules"]}
+            except (ValueError, KeyError, TypeError) as e:
+                raise BenchError(f"petra simulate gave no result: {e}")
         base = None
         for method, _, schedule, sim_flags in [
                 ("backprop", [], "backprop", [])] + METHODS[1:]:
-            out = run([petra, "simulate"] + AT_SCALE_MODEL + AT_SCALE_FLEET +
-                      ["--stages", str(stages), "--micro-batches", "1024",
-                       "--group", str(4 * stages), "--schedule", schedule,
-                       "--json"] + sim_flags, 600)
             try:
-                s = json.loads(out)["schedules"][0]
-            except (ValueError, KeyError, IndexError) as e:
-                raise BenchError(f"petra simulate gave no result: {e}")
+                s = runs[bool(sim_flags)][schedule]
+            except KeyError:
+                raise BenchError(f"petra simulate gave no {schedule} row")
             rate = s["steady_samples_per_second"]
             base = base or rate
             kept = max(x["total_bytes"] for x in s["stages"])

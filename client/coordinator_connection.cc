@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
@@ -13,7 +15,8 @@ namespace {
 using petra::v1::CoordinatorService;
 
 constexpr char kDefaultCoordinator[] = "localhost:50050";
-// Defaults of the connection flags, for scripts (README, "Scripting").
+// Defaults of the connection flags, for scripts (docs/USING.md, "From
+// scripts").
 constexpr char kCoordinatorEnv[] = "PETRA_COORDINATOR";
 constexpr char kTlsCaEnv[] = "PETRA_TLS_CA";
 constexpr char kTlsCertEnv[] = "PETRA_TLS_CERT";
@@ -92,15 +95,27 @@ std::unique_ptr<CoordinatorService::Stub> Connect(const std::string& command,
       wire::CreateChannel(c.address, *security, *token));
 }
 
+std::string UnreachableHint(const std::string& grpc_message, bool with_tls) {
+  const std::string m = absl::AsciiStrToLower(grpc_message);
+  // Refused or unresolved: no TLS setting would help, so none is offered.
+  if (absl::StrContains(m, "connection refused")) {
+    return "; nothing listens there: is the coordinator running, on that "
+           "--listen address?";
+  }
+  if (absl::StrContains(m, "dns") || absl::StrContains(m, "resolve")) {
+    return "; the name does not resolve";
+  }
+  return with_tls ? "; check that --tls-ca, --tls-cert and --tls-key match "
+                    "the coordinator's"
+                  : "; if it serves TLS, give --tls-ca";
+}
+
 int Fail(const std::string& command, const grpc::Status& s,
          const Connection& c) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     std::cerr << command << ": cannot reach the coordinator at " << c.address
               << " (" << s.error_message() << ")"
-              << (c.tls.empty() ? "; if it serves TLS, give --tls-ca"
-                                : "; check that --tls-ca, --tls-cert and "
-                                  "--tls-key match the coordinator's")
-              << "\n";
+              << UnreachableHint(s.error_message(), !c.tls.empty()) << "\n";
   } else {
     std::cerr << command << ": " << s.error_message() << "\n";
   }

@@ -23,13 +23,18 @@ struct Connection {
 };
 
 // --coordinator, the TLS flags and --auth-token-file, each defaulting to
-// its environment variable (README, "Scripting").
+// its environment variable (docs/USING.md, "From scripts").
 void AddCoordinatorFlag(base::FlagSet& flags, Connection* c);
 
 // Connects, or explains on stderr why the address, the TLS files or the
 // token are not usable (nullptr).
 std::unique_ptr<petra::v1::CoordinatorService::Stub> Connect(
     const std::string& command, const Connection& c);
+
+// What to check when the coordinator at an address is unreachable, from
+// gRPC's message: "; ..." (a refused connection, a name that does not
+// resolve, else the TLS files).
+std::string UnreachableHint(const std::string& grpc_message, bool with_tls);
 
 // Says why a call failed (an unreachable coordinator with what to check);
 // returns the exit code, 1.

@@ -25,6 +25,7 @@
 #include "services/base/json_text.h"
 #include "services/base/shutdown_signal.h"
 #include "services/job/job_flags.h"
+#include "services/job/job_spec_io.h"
 
 namespace petra::client {
 namespace {
@@ -147,7 +148,7 @@ int RunSubmit(const std::string& program,
       "job, whose values the flags below show as their defaults, so\n"
       "`submit --epochs 1` trains it for one epoch.");
   AddCoordinatorFlag(flags, &coordinator);
-  flags.AddString("from", &from, "job spec file (JSON or text proto)");
+  flags.AddString("from", &from, job::kJobSpecFileHelp);
   flags.AddBool("watch", &watch,
                 "follow the job until it ends; then exit as `watch` does "
                 "(0 succeeded, 1 failed, 3 coordinator gone)");
@@ -379,7 +380,8 @@ int RunExport(const std::string& program,
       "Downloads a job's trained weights (its newest checkpoint) as a file\n"
       "that Python reads with torch.load(path): a dict from names to\n"
       "tensors, \"blocks.<i>.<parameter or buffer>\" with i the block's index\n"
-      "in the network (README, \"Exported weights\"); petra.models loads it.\n"
+      "in the network (docs/USING.md, \"Exported weights\"); petra.models\n"
+      "loads it.\n"
       "--format torchscript: a TorchScript module instead, for torch.jit.load\n"
       "with no petra code: forward(images in [0, 1]) -> logits, the input\n"
       "normalisation folded in.");

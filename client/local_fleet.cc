@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Start(
   o.data_root = options.data_root;
   o.data_workers = options.data_workers;
   o.state_dir = options.state_dir + "/coordinator";
+  o.cache_tokenizers = options.keep_cache;
   fleet->coordinator_state_dir_ = o.state_dir;
   absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> c =
       coordinator::CoordinatorServer::Create(o);

@@ -27,6 +27,9 @@ class LocalFleet {
     // Stage servers write under <state_dir>/stage-<j>, the coordinator under
     // <state_dir>/coordinator.
     std::string state_dir;
+    // state_dir outlives the fleet: the coordinator keeps trained
+    // tokenizers there for later jobs.
+    bool keep_cache = true;
     // Serve every process's /metrics on an ephemeral loopback port.
     bool metrics = true;
     // The device each stage server runs on (--device), one per stage; "cpu"

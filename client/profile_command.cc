@@ -22,6 +22,7 @@
 #include "services/engine/job_plan.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
+#include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/compute_threads.h"
@@ -389,7 +390,7 @@ int RunProfile(const std::string& program,
       "would; --devices cuda measures them on a GPU. Starts from the same\n"
       "default job as `petra train`. The JSON\n"
       "(--output, --json) is what `petra simulate --profile` reads.");
-  flags.AddString("from", &from, "job spec file (JSON or text proto)");
+  flags.AddString("from", &from, job::kJobSpecFileHelp);
   flags.AddInt("threads", &threads, "torch threads (one stage's share)");
   flags.AddInt("repeats", &o.repeats, "micro-batches measured per stage");
   flags.AddInt("warmup", &o.warmup, "micro-batches run first, not measured");

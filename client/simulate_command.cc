@@ -322,6 +322,7 @@ absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
       sim::StageCostsFromProfile(in.profile);
   if (!costs.ok()) return costs.status();
   sim::SimConfig& c = in.config;
+  in.default_links = !flags.WasSet("link-bandwidth");
   c.stages = *std::move(costs);
   c.micro_batches = static_cast<int64_t>(
       std::min<uint64_t>(o.micro_batches, uint64_t{1} << 40));

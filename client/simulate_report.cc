@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -19,6 +20,14 @@ double BackwardSeconds(const petra::v1::StageProfile& s, sim::Schedule schedule,
                  s.backward_stored_seconds() > 0
              ? s.backward_stored_seconds()
              : s.backward_seconds();
+}
+
+double ForwardSeconds(const petra::v1::StageProfile& s, sim::Schedule schedule,
+                      bool store_activations) {
+  return sim::BackwardsOnStoredGraphs(schedule, store_activations) &&
+                 s.forward_stored_seconds() > 0
+             ? s.forward_stored_seconds()
+             : s.forward_seconds();
 }
 
 std::string BandwidthText(double bytes_per_second) {
@@ -109,6 +118,17 @@ std::string SimulationText(const SimulationInputs& in,
       "over one replica's stages (activations inside a stage not\ncounted); "
       "bound by: the busiest device (its larger part, compute or all-reduce)"
       "\nor link direction, which sets the rate.\n");
+  if (in.default_links &&
+      std::any_of(runs.runs.begin(), runs.runs.end(),
+                  [](const sim::SimResult& r) {
+                    return absl::StartsWith(r.bound, "link");
+                  })) {
+    absl::StrAppend(
+        &out, "\nA link binds at --link-bandwidth's default, ",
+        BandwidthText(in.config.link_bandwidth),
+        ", not a rate you gave: give your links' (e.g. 4.5e11 for NVLink, "
+        "5e10 for 400 Gb/s InfiniBand with --cross-host-bandwidth).\n");
+  }
   for (const sim::SimResult& r : runs.runs) {
     if (!per_stage) break;
     absl::StrAppendFormat(&out, "\n%s, per stage (makespan %.4g s)\n",
@@ -124,7 +144,8 @@ std::string SimulationText(const SimulationInputs& in,
           &out,
           "%5d %6d %9.3f %9.3f %5.1f%% %9d %10.2f %10.2f %11.2f %10.2f "
           "%12.4g\n",
-          j, s.device, 1e3 * p.forward_seconds(),
+          j, s.device,
+          1e3 * ForwardSeconds(p, r.schedule, in.config.store_activations),
           1e3 * BackwardSeconds(p, r.schedule, in.config.store_activations),
           100 * s.utilization, s.peak_in_flight, s.input_buffer_bytes / kMiB,
           s.weight_stash_bytes / kMiB, s.parameter_bytes / kMiB,

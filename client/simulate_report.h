@@ -19,6 +19,9 @@ struct SimulationInputs {
   std::string note;
   petra::v1::Profile profile;  // the stages simulated
   sim::SimConfig config;       // everything but the schedule
+  // The links' rate is --link-bandwidth's default, not the user's: the
+  // report says so where a link binds.
+  bool default_links = false;
 };
 
 struct SimulationRuns {

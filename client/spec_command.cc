@@ -25,7 +25,8 @@ int RunSpec(const std::string& program, const std::vector<std::string>& args) {
       "--from the base is the default job of `petra train` and `petra\n"
       "submit` (the flags below show its values as their defaults), so\n"
       "`spec [flags]` shows what `submit [flags]` sends.");
-  flags.AddString("from", &from, "job spec file to start from");
+  flags.AddString("from", &from,
+                  absl::StrCat(job::kJobSpecFileHelp, ", to start from"));
   job::AddJobFlags(flags, &overrides, DefaultTrainJob());
   if (int rc = base::ParseCommandOrExit(flags, program + " spec", args);
       rc >= 0) {

@@ -41,6 +41,7 @@
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_defaults.h"
+#include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/architecture_catalog.h"
 #include "services/model/device_check.h"
@@ -247,6 +248,7 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
   }
   fo.data_workers = options.data_workers;
   fo.state_dir = options.state_dir;
+  fo.keep_cache = temp.path.empty();
   absl::StatusOr<std::unique_ptr<LocalFleet>> fleet = LocalFleet::Start(fo);
   if (!fleet.ok()) return fleet.status();
   auto stub = petra::v1::CoordinatorService::NewStub(
@@ -334,7 +336,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
       "job and stops every server. --runner in-process trains the same job\n"
       "on threads joined by queues instead.");
   flags.AddString("from", &from,
-                  "job spec file (JSON or text proto) to start from");
+                  absl::StrCat(job::kJobSpecFileHelp, ", to start from"));
   flags.AddString("data-root", &data_root,
                   "directory dataset paths are resolved under");
   flags.AddString("report", &report_path,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/access_control.h"
@@ -196,6 +197,10 @@ absl::Status CoordinatorServer::Start() {
   env.data_root = options_.data_root;
   env.data_workers = static_cast<int>(options_.data_workers);
   env.state_dir = options_.state_dir;
+  env.cache_dir = options_.cache_tokenizers
+                      ? (std::filesystem::path(options_.state_dir) / "cache")
+                            .string()
+                      : "";
   env.metrics = job_metrics_.get();
   env.security = security_;
   env.fleet_token = fleet_token_;

@@ -61,6 +61,10 @@ class CoordinatorServer {
     int64_t data_workers = 0;
     // Job records and checkpoints; created when missing.
     std::string state_dir = "/var/lib/petra/coordinator";
+    // A tokenizer a job trains is kept under <state_dir>/cache for the next
+    // job on the same text; false (a state_dir removed after the run):
+    // nothing is kept, and nothing says it would be.
+    bool cache_tokenizers = true;
     // TLS for clients and for the calls to the stages (the certificate is
     // the identity the stages' --coordinator-identity names); empty =
     // plaintext. With a CA, clients must present a certificate it signed.

@@ -1,7 +1,6 @@
 #include "coordinator/fleet_runner.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -43,7 +42,7 @@ absl::Status FleetRunner::Interrupted() const {
 absl::Status FleetRunner::Prepare() {
   data::LoadOptions load;
   load.data_workers = env_.data_workers;
-  load.cache_dir = (std::filesystem::path(env_.state_dir) / "cache").string();
+  load.cache_dir = env_.cache_dir;
   // A job that trained its tokenizer keeps it, through any recovery.
   load.tokenizer_model = record_.Snapshot().preprocessing().tokenizer_model();
   load.on_activity = [this](const std::string& activity) {

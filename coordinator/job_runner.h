@@ -29,6 +29,7 @@ struct RunnerEnvironment {
   std::string data_root;
   int data_workers = 0;   // image-folder decode threads; 0: one per core
   std::string state_dir;  // the coordinator's
+  std::string cache_dir;  // trained tokenizers kept for later jobs; "": none
   CoordinatorMetrics* metrics = nullptr;  // none when null
   // TLS of the calls to the stages: the coordinator's own certificate.
   wire::TransportSecurity security;

@@ -7,6 +7,7 @@
 #include "services/base/event_log.h"
 #include "services/base/flag_set.h"
 #include "services/base/server_main.h"
+#include "services/metrics/web_config.h"
 #include "services/wire/tls_flags.h"
 
 int main(int argc, char** argv) {
@@ -17,17 +18,14 @@ int main(int argc, char** argv) {
       "PETRA coordinator: accepts training jobs from clients (petra submit),\n"
       "plans each job's partition over the stage servers, feeds the data and\n"
       "reports progress. The fleet is the --stages list and the stage\n"
-      "servers that register (petra-stage --coordinator ADDRESS); either\n"
+      "servers that register (petra-stage-server --coordinator ADDRESS); either\n"
       "may be empty. Stops cleanly on SIGINT or SIGTERM.");
   flags.AddString("listen", &options.listen,
                   "gRPC address for clients, host:port (port 0 picks one)");
   flags.AddString("metrics-listen", &options.metrics_listen,
                   "Prometheus /metrics address, host:port; empty disables");
   flags.AddString("metrics-web-config", &options.metrics_web_config,
-                  "Prometheus web configuration (YAML: tls_server_config "
-                  "cert_file/key_file, basic_auth_users with bcrypt hashes) "
-                  "for /metrics; empty = plain HTTP, no credentials "
-                  "(docs/DEPLOY.md)");
+                  petra::metrics::kWebConfigHelp);
   flags.AddString("stages", &options.stages,
                   "stage servers: host:port,... or a pattern such as "
                   "petra-stage-{0..3}.petra-stage:50051; empty = only the "

@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "services/base/timestamp.h"
+
 namespace petra::coordinator {
 namespace {
 
@@ -57,15 +61,25 @@ TEST(RecoveryPolicy, RecordsWhyWhenAndHowLong) {
   job.set_state(petra::v1::JOB_STATE_RUNNING);
   JobRecord record(job, "");
   RecoveryPolicy p(seconds(10), 2);
+  // (protobuf's own TimeUtil::GetCurrentTime keeps whole seconds.)
+  const google::protobuf::Timestamp before = base::NowTimestamp();
   p.Begin(record, nullptr, "job-1", kLost);
+  const google::protobuf::Timestamp after = base::NowTimestamp();
   petra::v1::Job now = record.Snapshot();
   EXPECT_EQ(now.state(), petra::v1::JOB_STATE_RECOVERING);
   ASSERT_EQ(now.recoveries_size(), 1);
   EXPECT_EQ(now.recoveries(0).reason(), "stage 1 is unreachable");
+  // When: the moment it was noticed, on the wall clock.
+  EXPECT_GE(now.recoveries(0).time(), before);
+  EXPECT_LE(now.recoveries(0).time(), after);
+  EXPECT_EQ(now.recoveries(0).seconds(), 0);  // still recovering
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   p.End(record, "job-1", 4);
   now = record.Snapshot();
   EXPECT_EQ(now.recoveries(0).restored_epoch(), 4u);
-  EXPECT_GE(now.recoveries(0).seconds(), 0);
+  // How long: from Begin to End.
+  EXPECT_GE(now.recoveries(0).seconds(), 0.05);
+  EXPECT_LT(now.recoveries(0).seconds(), 30);
 }
 
 }  // namespace

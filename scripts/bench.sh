@@ -92,6 +92,9 @@ run() {
   # Quoted as a shell would need it, so that the line can be pasted.
   local line rc=0 limit=()
   line=$($PY -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@")
+  # Paths inside the repository as relative ones: the document names no
+  # machine's folders (a BUILD_DIR given absolute printed one).
+  line=${line//"$PWD/"/}
   echo "Command: \`$line\`"
   echo
   echo "bench: $line" >&2

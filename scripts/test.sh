@@ -4,7 +4,7 @@
 # short while (scripts/fuzz.sh). Exits non-zero when any test or fuzz run
 # fails. At its end it prints the wall time of each phase and the ten
 # slowest tests: CI's budget is 30 minutes on a fresh clone with the
-# packages installed, 40 with the install (README, "Test time").
+# packages installed, 40 with the install (docs/TESTS.md, "Test time").
 #
 #   bash scripts/test.sh           # what CI runs (.ci/run)
 #   bash scripts/test.sh --long    # the long campaigns instead: the tests

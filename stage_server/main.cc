@@ -6,6 +6,7 @@
 #include "services/base/event_log.h"
 #include "services/base/flag_set.h"
 #include "services/base/server_main.h"
+#include "services/metrics/web_config.h"
 #include "services/wire/tls_flags.h"
 #include "stage_server/stage_server.h"
 
@@ -24,10 +25,7 @@ int main(int argc, char** argv) {
   flags.AddString("metrics-listen", &options.metrics_listen,
                   "Prometheus /metrics address, host:port; empty disables");
   flags.AddString("metrics-web-config", &options.metrics_web_config,
-                  "Prometheus web configuration (YAML: tls_server_config "
-                  "cert_file/key_file, basic_auth_users with bcrypt hashes) "
-                  "for /metrics; empty = plain HTTP, no credentials "
-                  "(docs/DEPLOY.md)");
+                  petra::metrics::kWebConfigHelp);
   flags.AddString("device", &options.device,
                   "device the stage runs on: cpu, cuda or cuda:N");
   flags.AddInt("memory-limit-bytes", &options.memory_limit_bytes,

@@ -1,7 +1,7 @@
 """A client of the PETRA coordinator: submit, watch, list, cancel, export.
 
 The same calls as the `petra` command line, with the same connection
-settings and environment defaults (README, "From scripts"):
+settings and environment defaults (docs/USING.md, "From scripts"):
 
     import petra
     c = petra.Client()                      # PETRA_COORDINATOR or localhost

@@ -7,9 +7,9 @@ variants, with the width multiplier of the CNNs and the sizes of the
 transformers.
 
 Why: `petra export JOB` writes a job's trained weights as a file that
-``torch.load`` reads, a dict from ``blocks.<i>.<name>`` to tensors (README,
-"Exported weights"). This module gives those weights a network to live in
-outside the fleet:
+``torch.load`` reads, a dict from ``blocks.<i>.<name>`` to tensors
+(docs/USING.md, "Exported weights"). This module gives those weights a
+network to live in outside the fleet:
 
     import torch, petra.models
     model = petra.models.build("revnet18", variant="mnist", width=0.25,

@@ -3,7 +3,8 @@
 Starts two stage servers and a coordinator that requires a bearer token
 (the binaries of PETRA_BIN_DIR, ephemeral ports, a temporary state dir),
 drives them only through petra.Client, and stops them all at the end. Also
-installs the package with pip into a venv, offline, as the README says.
+installs the package with pip into a venv, offline, as docs/USING.md
+("Python: load an export, drive the fleet") says.
 """
 
 import gzip

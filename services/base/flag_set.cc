@@ -1,9 +1,11 @@
 #include "services/base/flag_set.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -15,6 +17,24 @@ namespace petra::base {
 namespace {
 
 std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+
+// Edits (insert, delete, replace, swap two neighbours) from a to b.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1,
+                                     std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
 
 }  // namespace
 
@@ -156,7 +176,8 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
       }
     }
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, Suggestion(name)));
     }
     if (!has_value) {
       if (flag->is_bool) {
@@ -176,6 +197,23 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string FlagSet::Suggestion(const std::string& name) const {
+  // A typo, not another word: at most 2 edits, and fewer than a third of
+  // the name.
+  const size_t most = std::min<size_t>(2, name.size() / 3);
+  const Flag* best = nullptr;
+  size_t best_distance = most + 1;
+  for (const Flag& f : flags_) {
+    const size_t d = EditDistance(name, f.name);
+    if (d < best_distance) {
+      best = &f;
+      best_distance = d;
+    }
+  }
+  return best == nullptr ? ""
+                         : absl::StrCat(" (did you mean --", best->name, "?)");
 }
 
 std::string FlagSet::Help() const {

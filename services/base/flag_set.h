@@ -70,6 +70,9 @@ class FlagSet {
   std::string Help() const;
 
  private:
+  // " (did you mean --NAME?)" for the flag a typo of `name` most likely
+  // meant, or "".
+  std::string Suggestion(const std::string& name) const;
   struct Flag {
     std::string name;
     std::string value_name;  // empty for bool flags

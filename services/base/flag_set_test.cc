@@ -58,7 +58,14 @@ TEST(FlagSet, ErrorsNameTheFlag) {
   Options o;
   FlagSet f = MakeFlags(&o);
   absl::Status s = f.Parse({"--thread", "3"});
-  EXPECT_THAT(std::string(s.message()), HasSubstr("unknown flag --thread"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("unknown flag --thread (did you mean --threads?)"));
+  // A swap of two letters is one edit; a different word gets no guess.
+  s = MakeFlags(&o).Parse({"--lsiten", "x"});
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("unknown flag --lsiten (did you mean --listen?)"));
+  s = MakeFlags(&o).Parse({"--colour"});
+  EXPECT_EQ(std::string(s.message()), "unknown flag --colour");
   s = MakeFlags(&o).Parse({"--threads", "many"});
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("flag --threads: bad value \"many\""));

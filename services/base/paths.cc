@@ -91,7 +91,8 @@ absl::Status CheckReadableDirectory(const std::string& path,
 absl::StatusOr<std::filesystem::path> ConfinedPath(const std::string& root,
                                                    const std::string& relative,
                                                    const std::string& field,
-                                                   AbsolutePath absolute) {
+                                                   AbsolutePath absolute,
+                                                   const std::string& root_name) {
   namespace fs = std::filesystem;
   auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
@@ -123,9 +124,9 @@ absl::StatusOr<std::filesystem::path> ConfinedPath(const std::string& root,
   const fs::path inside = resolved.lexically_relative(base);
   if (inside.empty() || *inside.begin() == "..") {
     return refuse(given.is_absolute()
-                      ? "is outside the server's root directory"
-                      : "resolves outside the server's root directory "
-                        "(through a symbolic link)");
+                      ? absl::StrCat("is outside the server's ", root_name)
+                      : absl::StrCat("resolves outside the server's ",
+                                     root_name, " (through a symbolic link)"));
   }
   return resolved;
 }

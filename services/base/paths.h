@@ -36,10 +36,12 @@ enum class AbsolutePath { kRefuse, kAllowInsideRoot };
 // INVALID_ARGUMENT naming `field` when it is empty, holds a NUL, has a ".."
 // component, is absolute (unless `absolute` allows it inside the root), or
 // resolves outside `root`, e.g. through a symbolic link. The error does not
-// print the server's directories. FAILED_PRECONDITION when `root` itself
-// cannot be resolved.
+// print the server's directories, only `root_name` (the flag that set it,
+// e.g. "--data-root", so that its owner knows what to change).
+// FAILED_PRECONDITION when `root` itself cannot be resolved.
 absl::StatusOr<std::filesystem::path> ConfinedPath(
     const std::string& root, const std::string& relative,
-    const std::string& field, AbsolutePath absolute = AbsolutePath::kRefuse);
+    const std::string& field, AbsolutePath absolute = AbsolutePath::kRefuse,
+    const std::string& root_name = "root directory");
 
 }  // namespace petra::base

@@ -98,7 +98,14 @@ TEST_F(ConfinedPathTest, AbsolutePathsInsideTheRootWhenAllowed) {
   absl::Status s =
       Refusal((top_ / "outside").string(), AbsolutePath::kAllowInsideRoot);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("outside"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("is outside the server's root directory"));
+  // Named by the flag that set the root, where the caller knows it.
+  s = ConfinedPath(root_, (top_ / "outside").string(), "f",
+                   AbsolutePath::kAllowInsideRoot, "--data-root")
+          .status();
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("is outside the server's --data-root"));
   // A sibling whose name starts with the root's is still outside.
   fs::create_directories(top_ / "root2");
   EXPECT_FALSE(

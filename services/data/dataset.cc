@@ -40,6 +40,9 @@ absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path) {
 
 namespace {
 
+// How a refused dataset path names the data root: its flag.
+constexpr char kDataRoot[] = "--data-root";
+
 uint32_t BigEndian32(const std::string& s, size_t at) {
   return (uint32_t(uint8_t(s[at])) << 24) |
          (uint32_t(uint8_t(s[at + 1])) << 16) |
@@ -393,7 +396,7 @@ absl::StatusOr<Splits> LoadForJob(const petra::v1::JobSpec& resolved,
     // The path comes from a client: it may not leave the data root.
     absl::StatusOr<std::filesystem::path> dir =
         base::ConfinedPath(data_root, d.path(), "dataset.path",
-                           base::AbsolutePath::kAllowInsideRoot);
+                           base::AbsolutePath::kAllowInsideRoot, kDataRoot);
     if (!dir.ok()) return dir.status();
     if (d.kind() == petra::v1::DATASET_KIND_IMAGE_FOLDER) {
       absl::StatusOr<Splits> folder =
@@ -472,7 +475,7 @@ absl::Status FillFromData(petra::v1::JobSpec* spec,
   }
   absl::StatusOr<std::filesystem::path> dir =
       base::ConfinedPath(data_root, d.path(), "dataset.path",
-                         base::AbsolutePath::kAllowInsideRoot);
+                         base::AbsolutePath::kAllowInsideRoot, kDataRoot);
   if (!dir.ok()) return dir.status();
   absl::StatusOr<std::vector<std::string>> classes =
       ImageFolderClasses(*dir / "train");
@@ -497,12 +500,12 @@ absl::Status CheckDatasetFolder(const petra::v1::JobSpec& resolved,
     // starts (ReadTextSplits says what is wrong then).
     if (d.path().empty()) return absl::OkStatus();
     return base::ConfinedPath(data_root, d.path(), "dataset.path",
-                              base::AbsolutePath::kAllowInsideRoot)
+                              base::AbsolutePath::kAllowInsideRoot, kDataRoot)
         .status();
   }
   absl::StatusOr<std::filesystem::path> dir =
       base::ConfinedPath(data_root, d.path(), "dataset.path",
-                         base::AbsolutePath::kAllowInsideRoot);
+                         base::AbsolutePath::kAllowInsideRoot, kDataRoot);
   if (!dir.ok()) return dir.status();
   std::error_code ec;
   if (!std::filesystem::is_directory(*dir, ec)) {

@@ -110,7 +110,8 @@ absl::StatusOr<TextSplits> ReadTextSplits(const std::string& path,
   fs::path where = kDefaultTextCorpus;
   if (!path.empty()) {
     absl::StatusOr<fs::path> confined = base::ConfinedPath(
-        data_root, path, "dataset.path", base::AbsolutePath::kAllowInsideRoot);
+        data_root, path, "dataset.path", base::AbsolutePath::kAllowInsideRoot,
+        "--data-root");
     if (!confined.ok()) return confined.status();
     where = *confined;
   }

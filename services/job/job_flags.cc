@@ -433,7 +433,7 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
       "decay 1e-4 on imagenet), vision transformers' (AdamW, "
       "warm-up, cosine; after DeiT) or language models' (AdamW with "
       "beta2 0.95, weight decay 0.1, clipping at norm 1, warm-up, "
-      "cosine; after GPT-2 and nanoGPT); see the README",
+      "cosine; after GPT-2 and nanoGPT); see docs/USING.md, \"Job specs\"",
       Enum(recipe,
            [s](int v) { s->set_recipe(static_cast<petra::v1::Recipe>(v)); }));
   f.AddCustom("e2e-diagnostics", "N", "0 (off)",

@@ -24,6 +24,11 @@ absl::StatusOr<petra::v1::JobSpec> ParseJobSpec(const std::string& text,
 // PERMISSION_DENIED name the path.
 absl::StatusOr<petra::v1::JobSpec> ReadJobSpecFile(const std::string& path);
 
+// The --from flags' help: the formats ReadJobSpecFile takes.
+inline constexpr char kJobSpecFileHelp[] =
+    "job spec file: JSON (.json, or any other name), YAML (.yaml, .yml) or "
+    "text proto (.txtpb, .textproto, .pbtxt)";
+
 // Pretty JSON with field names as in the proto (snake_case).
 std::string JobSpecToJson(const petra::v1::JobSpec& spec);
 

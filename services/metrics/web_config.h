@@ -34,4 +34,10 @@ absl::StatusOr<WebConfig> ReadWebConfig(const std::string& path,
 // of `config` with the right password. True when the config has no users.
 bool BasicAuthAllows(const WebConfig& config, const char* authorization);
 
+// The servers' --metrics-web-config help: what ReadWebConfig takes.
+inline constexpr char kWebConfigHelp[] =
+    "Prometheus web configuration for /metrics (YAML: basic_auth_users with "
+    "bcrypt hashes; tls_server_config is refused: keep /metrics on the "
+    "fleet's network); empty = plain HTTP, no credentials (docs/DEPLOY.md)";
+
 }  // namespace petra::metrics

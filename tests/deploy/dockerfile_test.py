@@ -29,7 +29,12 @@ class DockerfileTest(unittest.TestCase):
     def test_builds_with_the_readme_scripts(self):
         steps = self.instructions()
         stages = [rest for word, rest in steps if word == "FROM"]
-        self.assertEqual(len(stages), 2, "a build and a runtime stage")
+        # A build stage or the binaries of a build on the host (BINARIES),
+        # then the one runtime stage.
+        self.assertEqual([s.split()[-1] for s in stages],
+                         ["build", "prebuilt", "binaries", "runtime"])
+        self.assertIn("ARG BINARIES=build", "\n".join(
+            "%s %s" % step for step in steps))
         self.assertIn("debian:bookworm", "".join(
             rest for word, rest in steps if word == "ARG"))
         runs = [rest for word, rest in steps if word == "RUN"]

@@ -52,11 +52,14 @@ def free_ports(n):
 
 def code_lines(path):
     """The lines of a Markdown file's indented code blocks, continuations
-    joined."""
-    lines, pending = [], ""
+    joined (a fenced block, such as a picture, is not a command)."""
+    lines, pending, fenced = [], "", False
     with open(path) as f:
         for line in f:
-            if not line.startswith("    "):
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced or not line.startswith("    "):
                 pending = ""
                 continue
             text = line[4:].rstrip("\n")
@@ -140,6 +143,68 @@ class DocsTest(unittest.TestCase):
                                  % (os.path.basename(path), line, err))
                 checked += 1
         self.assertGreaterEqual(checked, 4)
+
+    def test_every_readme_command_parses(self):
+        """Every command the README shows, beyond the block run above: a
+        petra program's command exists and takes every flag the line
+        gives, a script or file it names is in the repository, the Python
+        parses. A command of a kind this test does not know fails it, so a
+        new one cannot slip by unchecked."""
+        helps = {}
+
+        def help_of(program, command):
+            key = (program, command)
+            if key not in helps:
+                args = [os.path.join(BIN, program)] + (
+                    [command] if command else []) + ["--help"]
+                code, out, err = run(args, check=False)
+                self.assertEqual(code, 0, "%s: %s" % (" ".join(args), err))
+                helps[key] = out
+            return helps[key]
+
+        def exists(path, where=SOURCE):
+            self.assertTrue(os.path.exists(os.path.join(where, path)),
+                            "README names %s, which is not in the "
+                            "repository" % path)
+
+        python, checked = [], 0
+        for line in code_lines(README):
+            if re.match(r"(import |\w+ = |\w+\.\w+\()", line.strip()):
+                python.append(line.split("  #")[0].strip())
+                continue
+            words = shlex.split(line, comments=True)
+            if not words:
+                continue
+            if words[-1] == "&":
+                words = words[:-1]
+            program = os.path.basename(words[0])
+            checked += 1
+            if program == "bash":
+                exists(words[1])
+            elif program.startswith("petra"):
+                command = "" if program != "petra" else words[1]
+                text = help_of(program, command)
+                for w in words[1:]:
+                    if w.startswith("--"):
+                        self.assertIn(w.split("=")[0], text,
+                                      "README: `%s`" % line)
+            elif program == "docker":
+                exists(words[words.index("-f") + 1])
+            elif program == "cd":
+                # The compose line: the folder and, after it, its file.
+                exists(os.path.join(words[1], "docker-compose.yml"))
+            elif program == "kubectl":
+                exists(words[words.index("-k") + 1])
+            elif program == "python3" and words[1:3] == ["-m", "venv"]:
+                pass
+            elif program == "pip":
+                exists(words[-1])
+            else:
+                self.fail("README shows `%s`, a command this test does not "
+                          "know: teach it" % line)
+        compile("\n".join(python), "README.md", "exec")
+        self.assertGreaterEqual(len(python), 4)
+        self.assertGreaterEqual(checked, 15)
 
 
 if __name__ == "__main__":

@@ -478,6 +478,9 @@ TEST_F(FleetProcesses, ClientCommandsRefuseBadInputClearly) {
                          Loopback(UnusedLoopbackPort()), "job-1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("cannot reach the coordinator"));
+  // Nothing listens there: no TLS hint, which could not help.
+  EXPECT_THAT(r.err, HasSubstr("nothing listens there"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("TLS")));
   // petra health: the probe the container image and compose use.
   r = RunToExit(kPetra, {"health", "--address", stage_addresses_[0]});
   EXPECT_EQ(r.exit_code, 0) << r.err;

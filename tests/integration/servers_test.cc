@@ -42,6 +42,12 @@ TEST(Help, EveryBinaryDescribesItsFlags) {
     for (const std::string& f : c.flags) {
       EXPECT_THAT(r.out, HasSubstr(f)) << c.binary;
     }
+    // The servers' help offers nothing they refuse, and names the others
+    // by their binaries' names.
+    if (c.binary == kStage || c.binary == kCoordinator) {
+      EXPECT_THAT(r.out, HasSubstr("tls_server_config is refused"));
+      EXPECT_EQ(r.out.find("petra-stage "), std::string::npos) << r.out;
+    }
   }
   RunResult spec = RunToExit(kPetra, {"spec", "--help"});
   EXPECT_EQ(spec.exit_code, 0);
@@ -50,6 +56,14 @@ TEST(Help, EveryBinaryDescribesItsFlags) {
         "--micro-batch", "--epochs", "--lr", "--devices", "--seed"}) {
     EXPECT_THAT(spec.out, HasSubstr(f));
   }
+  // --from names every format it reads, YAML too, in each command.
+  for (const char* command : {"spec", "submit"}) {
+    EXPECT_THAT(RunToExit(kPetra, {command, "--help"}).out,
+                HasSubstr("YAML (.yaml, .yml)"))
+        << command;
+  }
+  EXPECT_THAT(RunToExit(kPetraLocal, {"train", "--help"}).out,
+              HasSubstr("YAML (.yaml, .yml)"));
 }
 
 // The "(default: X)" --help shows for --flag.
@@ -588,6 +602,55 @@ TEST(PetraTrain, FashionMnistLearnsInSixtyFourSteps) {
   ASSERT_TRUE(std::filesystem::exists(dir.path() + "/" + model));
   EXPECT_GT(std::filesystem::file_size(dir.path() + "/" + model), 10000u);
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/" + model + ".partial"));
+}
+
+// A tokenizer trained for a job is kept for the next job on the same text
+// where the coordinator's state folder lasts (--state-dir), and the
+// progress says so; in a temporary one nothing is kept and nothing says it.
+TEST(PetraTrain, ATrainedTokenizerIsKeptOnlyWhereTheStateLasts) {
+  TempDir dir;
+  // A small text of made-up words (the embedded corpus, 36 MB, takes
+  // SentencePiece minutes to learn).
+  std::filesystem::create_directories(dir.path() + "/data");
+  {
+    std::ofstream text(dir.path() + "/data/corpus.txt");
+    const char* syllables[] = {"ka", "to", "ri",  "mu",  "sen", "lo", "va",
+                               "pi", "dre", "qua", "zo", "ne",  "fi", "gu"};
+    uint32_t x = 1;
+    for (int line = 0; line < 2000; ++line) {
+      for (int word = 0; word < 12; ++word) {
+        for (int s = 0; s <= word % 3; ++s) {
+          x = x * 1103515245u + 12345u;
+          text << syllables[(x >> 16) % 14];
+        }
+        text << (word == 11 ? ".\n" : " ");
+      }
+    }
+  }
+  const std::vector<std::string> job = {
+      "train",        "--arch",      "revlm",       "--embed-dim",
+      "16",           "--depth",     "2",           "--heads",
+      "2",            "--seq-len",   "16",          "--dataset",
+      "text",         "--data-path", "corpus.txt",  "--data-root",
+      dir.path() + "/data", "--tokenizer", "sentencepiece", "--vocab",
+      "400",          "--epochs",    "1",           "--train-limit",
+      "64",           "--test-limit", "8",          "--output",
+      dir.path() + "/m.pt"};
+  RunResult r = RunToExit(kPetra, job, std::chrono::seconds(300));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("training the SentencePiece tokenizer"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("for the next job")));
+  std::vector<std::string> kept = job;
+  kept.insert(kept.end(), {"--state-dir", dir.path() + "/state"});
+  r = RunToExit(kPetra, kept, std::chrono::seconds(300));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("for the next job on this text"));
+  int models = 0;
+  for (const auto& f : std::filesystem::directory_iterator(
+           dir.path() + "/state/coordinator/cache")) {
+    models += f.path().extension() == ".model";
+  }
+  EXPECT_EQ(models, 1);
 }
 
 // A small RevNet trained with PETRA on all of Fashion-MNIST: two epochs,
