@@ -13,21 +13,14 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// The backward time the schedule runs (on a stored graph when known).
-double BackwardSeconds(const petra::v1::StageProfile& s, sim::Schedule schedule,
-                       bool store_activations) {
+// A stage's time as the schedule runs it: the graph-kept one where the
+// schedule keeps its graphs and the profile knows it (0 = unknown).
+double AsRun(double graph_kept, double rebuilt, sim::Schedule schedule,
+             bool store_activations) {
   return sim::BackwardsOnStoredGraphs(schedule, store_activations) &&
-                 s.backward_stored_seconds() > 0
-             ? s.backward_stored_seconds()
-             : s.backward_seconds();
-}
-
-double ForwardSeconds(const petra::v1::StageProfile& s, sim::Schedule schedule,
-                      bool store_activations) {
-  return sim::BackwardsOnStoredGraphs(schedule, store_activations) &&
-                 s.forward_stored_seconds() > 0
-             ? s.forward_stored_seconds()
-             : s.forward_seconds();
+                 graph_kept > 0
+             ? graph_kept
+             : rebuilt;
 }
 
 std::string BandwidthText(double bytes_per_second) {
@@ -145,8 +138,10 @@ std::string SimulationText(const SimulationInputs& in,
           "%5d %6d %9.3f %9.3f %5.1f%% %9d %10.2f %10.2f %11.2f %10.2f "
           "%12.4g\n",
           j, s.device,
-          1e3 * ForwardSeconds(p, r.schedule, in.config.store_activations),
-          1e3 * BackwardSeconds(p, r.schedule, in.config.store_activations),
+          1e3 * AsRun(p.forward_stored_seconds(), p.forward_seconds(),
+                      r.schedule, in.config.store_activations),
+          1e3 * AsRun(p.backward_stored_seconds(), p.backward_seconds(),
+                      r.schedule, in.config.store_activations),
           100 * s.utilization, s.peak_in_flight, s.input_buffer_bytes / kMiB,
           s.weight_stash_bytes / kMiB, s.parameter_bytes / kMiB,
           s.total_bytes / kMiB, s.allreduce_seconds);
@@ -206,9 +201,12 @@ std::string SimulationJson(const SimulationInputs& in,
           "\"peak_in_flight\": %d, \"input_buffer_bytes\": %d, "
           "\"weight_stash_bytes\": %d, \"parameter_bytes\": %d, "
           "\"total_bytes\": %d, \"allreduce_seconds\": %.9g}",
-          j == 0 ? "" : ",", j, s.device, p.forward_seconds(),
-          BackwardSeconds(p, r.schedule, c.store_activations), s.busy_seconds,
-          s.utilization, s.peak_in_flight, s.input_buffer_bytes,
+          j == 0 ? "" : ",", j, s.device,
+          AsRun(p.forward_stored_seconds(), p.forward_seconds(), r.schedule,
+                c.store_activations),
+          AsRun(p.backward_stored_seconds(), p.backward_seconds(), r.schedule,
+                c.store_activations),
+          s.busy_seconds, s.utilization, s.peak_in_flight, s.input_buffer_bytes,
           s.weight_stash_bytes, s.parameter_bytes, s.total_bytes,
           s.allreduce_seconds);
     }

@@ -211,7 +211,7 @@ class Hosts(unittest.TestCase):
         # Long enough (seconds on a fast link) that the partition falls
         # while it trains.
         job = list(JOB)
-        job[job.index("--max-steps") + 1] = "200"
+        job[job.index("--max-steps") + 1] = "120"
         self.write_job(job)
         coordinator = self.start_fleet(2)
 
