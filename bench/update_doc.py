@@ -45,6 +45,26 @@ def read_sections(text):
     return found
 
 
+def read_readings(text):
+    """What was written by hand after each section's end marker (a reading
+    of its table), up to the next marker, by section name: kept as it is
+    when the section is rewritten, which says nothing of its table."""
+    readings = {}
+    for s in SECTIONS:
+        m = re.search(rf"<!-- end: {s} -->\n(.*?)(?=<!-- (section|glance)|\Z)",
+                      text, re.S)
+        if m and m.group(1).strip():
+            readings[s] = m.group(1).strip("\n")
+    return readings
+
+
+def read_header(text):
+    """The document's own text before the glance (its title and the list of
+    sections), or HEADER for a new document."""
+    head = text.split("<!-- glance -->")[0].strip("\n")
+    return head + "\n" if head.startswith("# Benchmarks") else HEADER
+
+
 def main(argv):
     glance_only = argv[:1] == ["--glance"] and len(argv) == 2
     if not glance_only and (len(argv) != 2 or argv[1] not in SECTIONS):
@@ -55,13 +75,16 @@ def main(argv):
     path = argv[-1] if glance_only else argv[0]
     text = open(path).read() if os.path.exists(path) else ""
     found = read_sections(text)
+    readings = read_readings(text)
     if not glance_only:
         found[argv[1]] = sys.stdin.read().strip("\n")
-    out = [HEADER,
+    out = [read_header(text),
            f"<!-- glance -->\n{glance.render(found)}\n<!-- end: glance -->\n"]
     for s in SECTIONS:
         if s in found:
             out.append(f"<!-- section: {s} -->\n{found[s]}\n<!-- end: {s} -->\n")
+            if s in readings:
+                out.append(readings[s] + "\n")
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out))
     os.replace(path + ".tmp", path)
