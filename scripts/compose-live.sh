@@ -81,6 +81,11 @@ wait_for() {
 
 # --- what it starts, and how it all goes again --------------------------
 daemon_pid=""
+# dockerd 20.10 writes these whatever its roots (seen 2026-12-03): removed
+# again unless they were there before.
+outside=(/etc/docker/key.json /var/run/docker)
+created=()
+for path in "${outside[@]}"; do [[ -e $path ]] || created+=("$path"); done
 cleanup() {
   local rc=$?
   set +e
@@ -106,6 +111,7 @@ cleanup() {
   awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r |
     xargs -r -n1 umount -l 2>/dev/null
   rm -rf "$STAGED/bin" "$STAGED/runtime-packages.txt" "$work/tls"
+  ((${#created[@]} == 0)) || rm -rf "${created[@]}"
   if ((keep)); then
     rm -rf "$work/exec" "$work/docker.sock"
   else
