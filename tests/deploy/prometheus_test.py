@@ -2,15 +2,18 @@
 rules, every alert has a unit test in alerts_test.yml in which it fires on
 synthetic series (and one in which it does not), and `promtool test rules`
 passes. That every metric the rules name is exported is checked by the
-integration test Metrics.EveryMetricMovesAndTheDashboardQueriesExist.
+integration test Metrics.EveryMetricMovesAndTheDashboardQueriesExist; that
+every dashboard legend names a label its query keeps, here.
 """
 
+import json
 import os
+import re
 import unittest
 
 import yaml
 
-from harness import DEPLOY, PROMTOOL, main, run
+from harness import DASHBOARD, DEPLOY, PROMTOOL, main, run
 
 RULES = os.path.join(DEPLOY, "prometheus", "alerts.yml")
 TESTS = os.path.join(DEPLOY, "prometheus", "alerts_test.yml")
@@ -42,6 +45,37 @@ class PrometheusRulesTest(unittest.TestCase):
         code, out, err = run([PROMTOOL, "test", "rules", TESTS], check=False)
         self.assertEqual(code, 0, out + err)
         self.assertIn("SUCCESS", out)
+
+
+def _targets(panels):
+    for panel in panels:
+        yield from _targets(panel.get("panels", []))
+        for target in panel.get("targets", []):
+            yield panel["title"], target
+
+
+class DashboardTest(unittest.TestCase):
+    def test_every_legend_names_a_label_its_query_keeps(self):
+        # Grafana writes "{{label}}" as the label's value; a stray brace or
+        # a label the aggregation dropped shows as literal text or nothing.
+        with open(DASHBOARD) as f:
+            panels = json.load(f)["panels"]
+        checked = 0
+        for title, target in _targets(panels):
+            legend = target.get("legendFormat", "")
+            names = re.findall(r"\{\{(\w+)\}\}", legend)
+            rest = re.sub(r"\{\{\w+\}\}", "", legend)
+            self.assertNotRegex(rest, r"[{}]",
+                                f"{title}: legend {legend!r}")
+            kept = re.search(r"\b(?:by|without)\s*\(([^)]*)\)",
+                             target["expr"])
+            if kept and kept.group(0).startswith("by"):
+                labels = {l.strip() for l in kept.group(1).split(",")}
+                for name in names:
+                    self.assertIn(name, labels,
+                                  f"{title}: {legend!r} on {target['expr']}")
+            checked += len(names)
+        self.assertGreater(checked, 20)
 
 
 if __name__ == "__main__":
