@@ -38,9 +38,12 @@ fi
 # and protobuf, and its tests install it into a venv with pip; the image
 # folder tests write their JPEGs and PNGs with Pillow; petra.models
 # encodes with a language model's SentencePiece tokenizer; petra plot and
-# petra.plot draw with matplotlib.
+# petra.plot draw with matplotlib; scripts/compose-live.sh runs the compose
+# fleet in containers on its own Docker daemon (docker.io), from a base
+# image debootstrap makes.
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev python3-yaml prometheus docker-compose openssl
+  docker.io debootstrap curl
   clang-14 libclang-rt-14-dev python3-grpcio python3-protobuf python3-pip
   python3-venv python3-setuptools python3-pil python3-sentencepiece
   python3-matplotlib

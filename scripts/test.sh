@@ -9,8 +9,9 @@
 #   bash scripts/test.sh           # what CI runs (.ci/run)
 #   bash scripts/test.sh --long    # the long campaigns instead: the tests
 #                                  # labelled `long` (accuracy claims), the
-#                                  # chaos campaign of record and the
-#                                  # sanitizer soak; hours
+#                                  # chaos campaign of record, the
+#                                  # sanitizer soak and the compose fleet
+#                                  # from the image's own full build; hours
 #   bash scripts/test.sh --busy 2  # the suite with 2 processes spinning on
 #                                  # the cores beside it: a loaded machine
 #
@@ -120,6 +121,12 @@ if ((long)); then
   end_phase chaos
   bash scripts/soak.sh || failed+=("soak (exit $?)")
   end_phase soak
+  # The image users build (it compiles the project inside, about as long
+  # as the build phase: too long for CI, whose deploy.ComposeLive takes
+  # this build's binaries), with the full wait for the hour-long alert.
+  bash scripts/compose-live.sh --full --bin-dir "$BUILD_DIR/bin" ||
+    failed+=("compose-live --full (exit $?)")
+  end_phase compose
 elif [[ "${FUZZ_SECONDS:-30}" != 0 ]]; then
   # The fuzz targets (clang, its own build dir), briefly: FUZZ_SECONDS
   # each, both at once.

@@ -438,6 +438,50 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
                             re.search(r"export %s=\S+" % env, before),
                             "petra submit in DEPLOY.md has no %s" % flag)
 
+    def test_deploy_doc_names_the_pushed_image_through_kustomize(self):
+        """Step 0 of docs/DEPLOY.md's Kubernetes walk-through: the overlay
+        it writes, with a registry and tag of the reader's, puts the image
+        it pushed into every petra container; the base names the image
+        scripts/compose-live.sh builds and runs."""
+        with open(DEPLOY_DOC) as f:
+            section = f.read().split("\n## Kubernetes\n", 1)[1]
+        block = "\n".join(line[4:] for line in section.splitlines()
+                          if line.startswith("    "))
+        env = dict(re.findall(r"(\w+)=(\S+)",
+                              re.search(r"export (REGISTRY=.*)", block)
+                              .group(1)))
+        pushed = re.search(r"docker push (\S+)", block).group(1)
+        overlay = re.search(r"cat > my-fleet/kustomization.yaml <<EOF\n"
+                            r"(.*?)\nEOF", block, re.S).group(1)
+        for name, value in env.items():
+            overlay = overlay.replace("$" + name, value)
+            pushed = pushed.replace("$" + name, value)
+        self.assertIn("kubectl apply -k my-fleet", block)
+        # Where the reader runs it: the repository's root.
+        with tempfile.TemporaryDirectory(dir=SOURCE) as root:
+            os.mkdir(os.path.join(root, "my-fleet"))
+            os.symlink(DEPLOY, os.path.join(root, "deploy"))
+            with open(os.path.join(root, "my-fleet", "kustomization.yaml"),
+                      "w") as f:
+                f.write(overlay)
+            objects = render(os.path.join(root, "my-fleet"))
+        images = set()
+        for workload in objects:
+            if workload["kind"] not in ("Deployment", "StatefulSet"):
+                continue
+            pod = workload["spec"]["template"]["spec"]
+            for c in pod.get("initContainers", []) + pod["containers"]:
+                images.add(c["image"])
+        self.assertEqual(images, {pushed})
+        base = set()
+        for workload in kustomize("cpu"):
+            if workload["kind"] in ("Deployment", "StatefulSet"):
+                base |= {c["image"] for c in
+                         workload["spec"]["template"]["spec"]["containers"]}
+        self.assertEqual(base, {"petra-fleet:latest"})
+        with open(os.path.join(SOURCE, "scripts", "compose-live.sh")) as f:
+            self.assertIn("-t petra-fleet:latest", f.read())
+
     def test_cpu_overlay_renders_and_validates(self):
         objects, stage_set, _ = self.check_overlay("cpu")
         command = container_command(objects, stage_set, "stage-server")
