@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# The deploy shape run as users run it (issue 69): a private Docker daemon,
+# The deploy shape run as users run it: a private Docker daemon,
 # the project's image, `docker-compose up`, and a job trained in the
 # containers, watched by a real Prometheus.
 #
 #   bash scripts/compose-live.sh            # after the README's test command
 #   bash scripts/compose-live.sh --full     # the image's own multi-stage build
 #   bash scripts/compose-live.sh --quick    # CI's: no wait for an hour-long alert
-#   bash scripts/compose-live.sh --keep     # keep the images for the next run
+#   bash scripts/compose-live.sh --keep     # keep the images (and the base
+#                                           # image's tarball) for the next run
 #
 # It starts dockerd with its own socket, data root and exec root under one
 # work folder (--work, default /var/tmp/petra-compose-live; the machine's
-# own Docker, if any, is not touched), with the vfs storage driver and no
-# iptables or default bridge. No registry is reachable: the Debian base
-# image is made here with debootstrap (cached as a tarball beside the work
-# folder) and tagged as the names the Dockerfiles expect. The project's
-# image takes the binaries of `build/` by default (the Dockerfile's
-# BINARIES=prebuilt: CI built them already), or builds them itself with
-# --full (BINARIES=build, the image users build); every runtime line is the
-# same. Prometheus runs from deploy/prometheus/Dockerfile (Debian's
-# package); Grafana's image cannot be had here, so its service is left out
-# and its provisioning is checked on disk by tests/deploy.
+# own Docker, if any, is not touched), with the overlay2 storage driver
+# (vfs where overlayfs cannot be mounted) and no iptables or default
+# bridge. No registry is reachable: the Debian base image is made here with
+# debootstrap (kept as a tarball beside the work folder with --keep) and
+# tagged as the names the Dockerfiles expect. The project's image takes the
+# binaries of `build/` by default (the Dockerfile's BINARIES=prebuilt: CI
+# built them already), or builds them itself with --full (BINARIES=build,
+# the image users build); every runtime line is the same. Prometheus runs
+# from deploy/prometheus/Dockerfile (Debian's package); Grafana's image
+# cannot be had here, so its service is left out and its provisioning is
+# checked on disk by tests/deploy.
 #
 # --quick (CI's form) does not wait until Prometheus holds 5 minutes of a
 # job's history, so the one alert that compares the last 5 minutes with the
@@ -35,7 +37,7 @@ cd "$(dirname "$0")/.."
 SOURCE=$PWD
 
 usage() {
-  sed -n "5,28p" "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
   echo "Options: --full, --quick, --keep, --work DIR, --bin-dir DIR (default build/bin)"
 }
 full=0 keep=0 quick=0
@@ -127,7 +129,7 @@ cleanup() {
   clear_leftovers
   rm -rf "$STAGED/bin" "$STAGED/runtime-packages.txt" "$work/tls"
   ((${#created[@]} == 0)) || rm -rf "${created[@]}"
-  ((keep)) || rm -rf "$work"
+  ((keep)) || rm -rf "$work" "$cache"
   ((rc == 0)) || say "stopped everything it started (exit $rc)"
   exit "$rc"
 }
@@ -158,9 +160,21 @@ start_daemon() {
   local path
   for path in "${outside[@]}"; do [[ -e $path ]] || created+=("$path"); done
   mkdir -p "$work/data" "$work/exec"
+  # overlay2 where the kernel mounts overlayfs on the work folder's file
+  # system (a container then costs no copy of the image), else vfs (a full
+  # copy per container: slower, and works everywhere).
+  local driver=vfs probe=$work/overlay-probe
+  mkdir -p "$probe"/{lower,upper,work,merged}
+  if mount -t overlay overlay -o "lowerdir=$probe/lower,upperdir=$probe/upper,workdir=$probe/work" \
+    "$probe/merged" 2>/dev/null; then
+    umount "$probe/merged"
+    driver=overlay2
+  fi
+  rm -rf "$probe"
+  say "     storage driver $driver"
   dockerd --host "unix://$work/docker.sock" --data-root "$work/data" \
     --exec-root "$work/exec" --pidfile "$work/docker.pid" \
-    --storage-driver vfs --iptables=false --ip-masq=false --bridge=none \
+    --storage-driver "$driver" --iptables=false --ip-masq=false --bridge=none \
     >"$work/dockerd.log" 2>&1 &
   daemon_pid=$!
   export DOCKER_HOST="unix://$work/docker.sock"
@@ -169,7 +183,7 @@ start_daemon() {
 }
 
 # debian:bookworm and debian:bookworm-slim, made here: debootstrap's
-# minbase from Debian's archive, imported once and cached as a tarball.
+# minbase from Debian's archive, imported (and with --keep, kept as a tarball).
 base_image() {
   docker image inspect debian:bookworm >/dev/null 2>&1 && return 0
   local tarball=$cache/debian-bookworm-minbase.tar
@@ -439,9 +453,18 @@ t = str(s.get("transportToNext", s.get("transport_to_next", "")))
 sys.exit(0 if t.lower().endswith(sys.argv[1]) else 1)' "$2"
 }
 
-# Both overrides on one fleet (each container set up costs a copy of the
-# image with vfs): mutual TLS with the token, activations in shared memory.
-overrides_shm_and_tls() {
+job_count() {
+  "$PETRA" list "${client_flags[@]}" --json |
+    python3 -c 'import json, sys; print(len(json.load(sys.stdin)["jobs"]))'
+}
+
+# docker-compose down, then up again with both overrides (each new set of
+# containers costs a start-up; with vfs also a copy of the image): the
+# coordinator's job records are still there (named volume), and a job runs
+# over mutual TLS with the token, its activations in shared memory.
+jobs_before_down=""
+down_then_up_with_shm_and_tls() {
+  jobs_before_down=$(job_count) || return 1
   compose down --timeout 10 >/dev/null 2>&1
   bash scripts/make-certs.sh "$work/tls" >/dev/null
   chown -R 10001:10001 "$work/tls"
@@ -450,8 +473,18 @@ overrides_shm_and_tls() {
   client_flags=(--coordinator "$COORDINATOR" --tls-ca "$work/tls/client/ca.crt"
     --tls-cert "$work/tls/client/tls.crt" --tls-key "$work/tls/client/tls.key"
     --auth-token-file "$work/tls/token")
-  up && wait_for 120 "2 servers" servers_registered 2 || return 1
-  wait_for 120 "healthy containers (TLS health checks)" healthy || return 1
+  up && wait_for 120 "2 servers" servers_registered 2 &&
+    wait_for 120 "healthy containers (TLS health checks)" healthy
+}
+
+records_survive() {
+  local after
+  after=$(job_count) || return 1
+  ((jobs_before_down > 0 && after == jobs_before_down)) ||
+    { say "     $jobs_before_down job records before down, $after after" >&2; return 1; }
+}
+
+tls_refuses_and_shm_carries() {
   # A plaintext client, and one with certificates but no token, are refused.
   if "$PETRA" list --coordinator "$COORDINATOR" >/dev/null 2>&1 ||
     "$PETRA" list "${client_flags[@]:0:8}" >/dev/null 2>&1; then
@@ -460,15 +493,6 @@ overrides_shm_and_tls() {
   fi
   local id
   id=$(submit 1) && succeeds "$id" && link_transport_is "$id" shm
-}
-
-records_survive_down_and_up() {
-  local before after
-  before=$("$PETRA" list "${client_flags[@]}" --json | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["jobs"]))')
-  compose down --timeout 10 >/dev/null 2>&1 && up || return 1
-  wait_for 120 "the coordinator" "$PETRA" list "${client_flags[@]}"
-  after=$("$PETRA" list "${client_flags[@]}" --json | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["jobs"]))')
-  ((before > 0 && after == before))
 }
 
 # --- the run ------------------------------------------------------------
@@ -487,6 +511,7 @@ check "a restarted coordinator container resumes its job" a_restarted_coordinato
 check "--scale stage-1=3: petra servers lists the new members" scaled_member_listed
 check "Prometheus scrapes every target (coordinator, 4 stage servers)" wait_for 90 "5 targets up" targets_up 5
 check "every dashboard query and alert expression answers during a job" queries_during_a_job
-check "docker-compose down and up keeps the job records" records_survive_down_and_up
-check "the shm and TLS overrides: a job over mutual TLS with the token, activations in shared memory" overrides_shm_and_tls
+check "docker-compose down, then up with the shm and TLS overrides" down_then_up_with_shm_and_tls
+check "the job records survive down and up (named volume)" records_survive
+check "TLS: a client without certificates or token is refused; a job runs with them, activations in shared memory" tls_refuses_and_shm_carries
 say "all checks passed in $((SECONDS - t_start)) s"
