@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   }
   petra::model::SetComputeThreads(static_cast<int>(threads));
   absl::StatusOr<data::Splits> data = data::LoadForJob(
-      *spec, data_root, model::InputShape(spec->model().variant()));
+      *spec, data_root, catalog::InputShape(spec->model().variant()));
   if (!data.ok()) {
     std::cerr << "petra_bench_backprop: " << data.status().message() << "\n";
     return 1;

@@ -19,12 +19,12 @@
 #include "services/base/crash_report.h"
 #include "services/base/flag_set.h"
 #include "services/base/paths.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/data/batches.h"
 #include "services/data/dataset.h"
 #include "services/data/test_images.h"
 #include "services/engine/job_plan.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra {
 namespace {
@@ -154,7 +154,7 @@ int Main(int argc, char** argv) {
     data::LoadOptions load;
     load.data_workers = w;
     absl::StatusOr<data::Splits> splits = data::LoadForJob(
-        *resolved, "/", model::InputShape(petra::v1::VARIANT_IMAGENET), load);
+        *resolved, "/", catalog::InputShape(petra::v1::VARIANT_IMAGENET), load);
     if (!splits.ok()) {
       std::cerr << "petra_bench_feed: " << splits.status().message() << "\n";
       return 1;

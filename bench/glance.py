@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """The "results at a glance" of docs/BENCHMARKS.md, read from its sections.
 
 Each claim names the table cell (or the span of a column) that backs it;
@@ -6,11 +5,13 @@ bench/update_doc.py rewrites the summary from the sections every time it
 writes one, so the summary cannot drift from the tables. A claim whose cell
 is missing says so ("not measured") instead of keeping an old figure.
 
-    python3 bench/glance.py docs/BENCHMARKS.md   # prints the summary
+    python3 bench/update_doc.py --glance docs/BENCHMARKS.md   # rewrites it
+
+A library of update_doc.py's, which reads the sections: nothing here
+imports it back.
 """
 
 import re
-import sys
 
 
 def tables(body):
@@ -166,16 +167,3 @@ def render(sections):
         lines.append(f"| {claim} | {figure or 'not measured'} | {where} |")
     return "\n".join(lines)
 
-
-def main(argv):
-    if len(argv) != 1:
-        print("usage: glance.py DOC", file=sys.stderr)
-        return 2
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    import update_doc
-    print(render(update_doc.read_sections(open(argv[0]).read())))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     const auto& m = resolved->model();
-    std::vector<int64_t> chw = model::InputShape(m.variant());
+    std::vector<int64_t> chw = catalog::InputShape(m.variant());
     absl::StatusOr<data::Splits> data = data::LoadForJob(*resolved, "", chw);
     if (!data.ok()) {
       std::cerr << data.status().message() << "\n";

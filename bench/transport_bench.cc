@@ -59,7 +59,7 @@ class Receiver final : public petra::v1::StageService::Service {
     credit.mutable_credit()->set_micro_batches(window_);
     stream->Write(credit);
     credit.mutable_credit()->set_micro_batches(1);
-    std::unique_ptr<link::PayloadFetcher> fetcher = link::MakeFetcher();
+    std::unique_ptr<wire::PayloadFetcher> fetcher = link::MakeFetcher();
     wire::ForwardAssembler assembler({}, fetcher.get());
     petra::v1::ForwardMessage m;
     while (stream->Read(&m)) {
@@ -194,7 +194,7 @@ int Run(const std::string& device_name, double megabytes, int repeats,
                 petra::v1::ForwardMessage, petra::v1::StreamReply>>(
                 stub->Forward(c));
           });
-      absl::StatusOr<std::unique_ptr<link::PayloadPlacer>> placer =
+      absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> placer =
           transport == petra::v1::TRANSPORT_GRPC_BULK
               ? std::make_unique<link::GrpcBulkPlacer>(
                     [&](int i) {

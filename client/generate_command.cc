@@ -11,11 +11,11 @@
 #include "services/base/json_text.h"
 #include "services/base/small_file.h"
 #include "services/base/utf8.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/engine/text_generation.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra::client {
 namespace {
@@ -70,7 +70,7 @@ int RunGenerate(const std::string& program,
       [&spec, arch](const std::string& v) -> absl::Status {
         absl::StatusOr<int> a = job::ParseEnumShortName(arch, v, "value");
         if (!a.ok()) return a.status();
-        if (!model::IsLanguageModel(*a)) {
+        if (!catalog::IsLanguageModel(*a)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "\"", v, "\" is not a language model (revlm or gpt)"));
         }

@@ -3,9 +3,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/partition_plan.h"
 
 namespace petra::client {
@@ -66,7 +66,7 @@ absl::StatusOr<petra::v1::JobSpec> ModelSpecFromFlags(const ModelFlags& m) {
   petra::v1::JobSpec spec = m.spec;
   spec.mutable_model()->set_width(m.width);
   // A language model: text (for its defaults), no image geometry.
-  if (model::IsLanguageModel(spec.model().architecture())) {
+  if (catalog::IsLanguageModel(spec.model().architecture())) {
     spec.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_TEXT);
     spec.mutable_model()->clear_variant();
   }

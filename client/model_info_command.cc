@@ -7,9 +7,9 @@
 #include "client/command_table.h"
 #include "client/model_flags.h"
 #include "services/base/flag_set.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/network_summary.h"
 
 namespace petra::client {
@@ -28,7 +28,7 @@ std::string Json(const std::string& arch, const std::string& variant,
       "{\n  \"architecture\": \"%s\",\n  \"variant\": \"%s\",\n  \"width\": "
       "%g,\n",
       arch, variant, m.width());
-  if (model::IsLanguageModel(m.architecture())) {
+  if (catalog::IsLanguageModel(m.architecture())) {
     const petra::v1::TransformerSpec& t = m.transformer();
     absl::StrAppendFormat(
         &out,
@@ -36,7 +36,7 @@ std::string Json(const std::string& arch, const std::string& variant,
         "%d, \"mlp_ratio\": %g, \"seq_len\": %d, \"vocab\": %d},\n",
         t.embed_dim(), t.depth(), t.heads(), t.mlp_ratio(), t.seq_len(),
         t.vocab());
-  } else if (model::IsTransformer(m.architecture())) {
+  } else if (catalog::IsTransformer(m.architecture())) {
     const petra::v1::TransformerSpec& t = m.transformer();
     absl::StrAppendFormat(
         &out,
@@ -113,7 +113,7 @@ int RunModelInfo(const std::string& program,
                       summary, blocks);
     return 0;
   }
-  auto info = model::GetArchitectureInfo(resolved->model());
+  auto info = catalog::GetArchitectureInfo(resolved->model());
   // A language model has no image geometry to name.
   const std::string geometry =
       resolved->model().variant() == petra::v1::VARIANT_UNSPECIFIED
@@ -121,7 +121,7 @@ int RunModelInfo(const std::string& program,
           : variant_name + ", ";
   std::cout << absl::StrFormat(
       "%s (%s%s): %d parameters (%.2fM), %d stages\n\n", info->display_name,
-      geometry, model::DescribeSize(resolved->model()), params, params / 1e6,
+      geometry, catalog::DescribeSize(resolved->model()), params, params / 1e6,
       static_cast<int>(summary.size()));
   std::cout << absl::StrFormat("%-6s %-8s %-11s %-10s %12s  %-18s %14s\n",
                                "stage", "blocks", "kind", "reversible",

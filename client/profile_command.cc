@@ -19,12 +19,12 @@
 #include "client/default_job.h"
 #include "petra/v1/profile.pb.h"
 #include "services/base/flag_set.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/engine/job_plan.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_flags.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_check.h"
 #include "services/model/device_memory.h"
@@ -175,7 +175,7 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
   const torch::Device device = (*workers)[0]->device();
   model::TensorPair data;
   torch::Tensor labels;
-  if (model::IsLanguageModel(spec.model().architecture())) {
+  if (catalog::IsLanguageModel(spec.model().architecture())) {
     // Token ids in, and the next token of each as its label.
     const petra::v1::TransformerSpec& t = spec.model().transformer();
     const int64_t vocab = std::max<int64_t>(1, t.vocab());
@@ -186,7 +186,7 @@ absl::StatusOr<petra::v1::Profile> Measure(const petra::v1::JobSpec& spec,
         torch::randint(0, vocab, {batch, t.seq_len()}, torch::kLong).to(device);
   } else {
     std::vector<int64_t> shape = {batch};
-    for (int64_t d : model::InputShape(spec.model().variant())) {
+    for (int64_t d : catalog::InputShape(spec.model().variant())) {
       shape.push_back(d);
     }
     data = model::TensorPair{torch::randn(shape), {}}.to(device);

@@ -3,12 +3,12 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "services/model/architecture_catalog.h"
+#include "services/catalog/architecture_catalog.h"
 
 namespace petra::client {
 
 bool IsLanguageModelJob(const petra::v1::JobSpec& spec) {
-  return model::IsLanguageModel(spec.model().architecture());
+  return catalog::IsLanguageModel(spec.model().architecture());
 }
 
 double BitsPerByte(const petra::v1::Progress& p) {

@@ -13,8 +13,8 @@
 #include "client/model_flags.h"
 #include "client/simulate_report.h"
 #include "services/base/flag_set.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 #include "services/sim/pipeline_sim.h"
 #include "services/sim/profile_io.h"
 
@@ -24,10 +24,13 @@ namespace {
 // Flags only one way of giving the stage costs takes.
 constexpr const char* kModelFlags[] = {"arch", "variant", "width", "stages",
                                        "device-flops-per-second"};
-constexpr const char* kUniformFlags[] = {
-    "forward-seconds", "backward-seconds", "backward-stored-seconds",
-    "forward-stored-seconds",
-    "message-bytes",   "stage-parameters", "reversible"};
+constexpr const char* kUniformFlags[] = {"forward-seconds",
+                                         "backward-seconds",
+                                         "backward-stored-seconds",
+                                         "forward-stored-seconds",
+                                         "message-bytes",
+                                         "stage-parameters",
+                                         "reversible"};
 
 struct SimulateOptions {
   std::string profile;
@@ -277,7 +280,7 @@ absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
     in.source = absl::StrFormat(
         "an estimate: %s (%s, %s), FLOPs / %g FLOP/s, backward 3 x forward",
         in.profile.architecture(), in.profile.variant(),
-        model::DescribeSize(resolved->model()), o.flops_per_second);
+        catalog::DescribeSize(resolved->model()), o.flops_per_second);
   } else {
     if (!flags.WasSet("forward-seconds") || !flags.WasSet("backward-seconds")) {
       return absl::InvalidArgumentError(

@@ -33,6 +33,7 @@
 #include "services/base/flag_set.h"
 #include "services/base/paths.h"
 #include "services/base/shutdown_signal.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/data/dataset.h"
 #include "services/engine/epoch_progress.h"
 #include "services/engine/in_process_runner.h"
@@ -43,7 +44,6 @@
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/device_check.h"
 #include "services/model/network.h"
 #include "services/wire/grpc_defaults.h"
@@ -122,8 +122,9 @@ absl::StatusOr<TrainResult> RunInProcess(const petra::v1::JobSpec& spec,
       std::fflush(stdout);
     };
   }
-  absl::StatusOr<data::Splits> data = data::LoadForJob(
-      spec, options.data_root, model::InputShape(spec.model().variant()), load);
+  absl::StatusOr<data::Splits> data =
+      data::LoadForJob(spec, options.data_root,
+                       catalog::InputShape(spec.model().variant()), load);
   if (!data.ok()) return data.status();
   const int64_t per_epoch =
       data->train.size() / spec.training().micro_batch_size();
@@ -450,7 +451,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
               << (m.variant() != petra::v1::VARIANT_UNSPECIFIED
                       ? job::EnumShortName(m.variant()) + ", "
                       : "")
-              << model::DescribeSize(m) << ") on "
+              << catalog::DescribeSize(m) << ") on "
               << job::EnumShortName(resolved->dataset().kind()) << ", mode "
               << job::EnumShortName(resolved->training().mode()) << ", "
               << stages << " stages"

@@ -8,11 +8,11 @@
 #include "coordinator/pass_feed.h"
 #include "coordinator/train_log.h"
 #include "services/base/event_log.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/data/image_folder.h"
 #include "services/engine/epoch_progress.h"
 #include "services/engine/job_plan.h"
-#include "services/engine/training_mode.h"
-#include "services/model/architecture_catalog.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::coordinator {
 
@@ -49,8 +49,9 @@ absl::Status FleetRunner::Prepare() {
     record_.Update(JobEvent::KIND_STATE,
                    [&](Job& job) { job.set_activity(activity); });
   };
-  absl::StatusOr<data::Splits> data = data::LoadForJob(
-      spec_, env_.data_root, model::InputShape(spec_.model().variant()), load);
+  absl::StatusOr<data::Splits> data =
+      data::LoadForJob(spec_, env_.data_root,
+                       catalog::InputShape(spec_.model().variant()), load);
   if (!data.ok()) {
     record_.Update(JobEvent::KIND_STATE,
                    [](Job& job) { job.clear_activity(); });
@@ -59,7 +60,7 @@ absl::Status FleetRunner::Prepare() {
   data_ = std::move(*data);
   // Recorded with the job, and carried by every export.
   preprocessing_ = data::PreprocessingOf(
-      spec_, data_, model::InputShape(spec_.model().variant()));
+      spec_, data_, catalog::InputShape(spec_.model().variant()));
   record_.Update(JobEvent::KIND_STATE, [&](Job& job) {
     *job.mutable_preprocessing() = preprocessing_;
     job.clear_activity();
@@ -185,9 +186,10 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   };
   if (env_.metrics != nullptr) {
     // A language model's losses count tokens; the samples are sequences.
-    const int64_t seq_len = model::IsLanguageModel(spec_.model().architecture())
-                                ? spec_.model().transformer().seq_len()
-                                : 0;
+    const int64_t seq_len =
+        catalog::IsLanguageModel(spec_.model().architecture())
+            ? spec_.model().transformer().seq_len()
+            : 0;
     watch.finite_samples = [this, seq_len](int64_t n) {
       if (seq_len > 0) {
         env_.metrics->TrainSamples(n / seq_len, n);
@@ -199,7 +201,7 @@ absl::StatusOr<engine::PassResult> FleetRunner::RunPass(
   FeedOptions feed;
   feed.labels_with_data =
       train &&
-      engine::PlanMode(spec_.training()).traffic.labels_with_activations;
+      schedule::PlanMode(spec_.training()).traffic.labels_with_activations;
   feed.metrics = env_.metrics;
   feed.wanted = spec_.transport();
   if (replicas > 1) return RunReplicatedPass(phase, batches, watch, feed);
@@ -336,8 +338,8 @@ void FleetRunner::Publish(JobEvent::Kind kind, petra::v1::Progress p) {
     for (const auto& s : StageStats()) *p.add_stages() = s;
   }
   // Epoch ends and evaluations inside epochs are kept in the record.
-  const bool point = kind == JobEvent::KIND_EPOCH_END ||
-                     kind == JobEvent::KIND_EVALUATION;
+  const bool point =
+      kind == JobEvent::KIND_EPOCH_END || kind == JobEvent::KIND_EVALUATION;
   if (!point) {
     uint64_t corrupt = 0;
     for (const data::Dataset* split : {&data_.train, &data_.test}) {

@@ -10,8 +10,8 @@
 #include "coordinator/fleet_runner.h"
 #include "services/base/event_log.h"
 #include "services/base/host_port.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra::coordinator {
 

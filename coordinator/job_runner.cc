@@ -7,7 +7,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/fleet_runner.h"
-#include "coordinator/grpc_stage_client.h"
 #include "coordinator/recovery_policy.h"
 #include "services/base/event_log.h"
 #include "services/base/timestamp.h"
@@ -78,11 +77,6 @@ void RunJob(JobRecord& record, const RunnerEnvironment& env) {
       {"reason", status.ok()                 ? "finished"
                  : record.cancel_requested() ? "cancelled"
                                              : std::string(status.message())});
-}
-
-StageConnector ConnectorOf(const RunnerEnvironment& env) {
-  return env.connect ? env.connect
-                     : GrpcStageConnector(env.security, env.fleet_token);
 }
 
 void RunJobCatching(JobRecord& record, const RunnerEnvironment& env) {

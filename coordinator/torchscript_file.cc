@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/base/durable_file.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/data/dataset.h"
 #include "services/engine/export_input.h"
 #include "services/engine/state_file.h"
 #include "services/engine/torchscript_export.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra::coordinator {
 
@@ -44,7 +44,7 @@ absl::StatusOr<std::string> TorchScriptFile(const JobLayout& layout,
     petra::v1::Preprocessing input = job.preprocessing();
     if (input.input_shape_size() == 0) {
       const std::vector<int64_t> chw =
-          model::InputShape(resolved.model().variant());
+          catalog::InputShape(resolved.model().variant());
       absl::StatusOr<data::Splits> data =
           data::LoadForJob(resolved, data_root, chw);
       if (!data.ok()) {

@@ -14,12 +14,12 @@
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
-#include "services/engine/training_mode.h"
 #include "services/link/channel_factory.h"
 #include "services/metrics/process_memory.h"
 #include "services/model/compute_threads.h"
 #include "services/model/device_memory.h"
 #include "services/model/network.h"
+#include "services/schedule/training_mode.h"
 #include "services/version.h"
 #include "services/wire/data_key.h"
 #include "services/wire/status_map.h"
@@ -60,9 +60,9 @@ absl::StatusOr<engine::Transfer> StartCopy(const StageJob& job,
 // The stage loop of the pass's phase.
 absl::Status RunPhase(StageJob& job, const PassInfo& pass,
                       engine::StageOutbox& outbox) {
-  return engine::RunStagePass(
-      *job.worker, job.mailbox, outbox, pass.phase, pass.micro_batches,
-      engine::PlanMode(job.assign.spec().training()));
+  return engine::RunStagePass(*job.worker, job.mailbox, outbox, pass.phase,
+                              pass.micro_batches,
+                              schedule::PlanMode(job.assign.spec().training()));
 }
 
 }  // namespace

@@ -10,11 +10,11 @@
 #include "services/base/event_log.h"
 #include "services/base/host_port.h"
 #include "services/base/secret_key.h"
+#include "services/catalog/device_name.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/memory_estimate.h"
 #include "services/engine/stage_worker.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/device_name.h"
 #include "services/model/network.h"
 #include "services/model/network_summary.h"
 #include "stage_server/stage_host.h"
@@ -123,7 +123,7 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   }
   // A job that names no device runs where the server was started to run.
   if (!request.device().empty() &&
-      !model::DeviceServes(options_.device, request.device())) {
+      !catalog::DeviceServes(options_.device, request.device())) {
     return refuse(absl::FailedPreconditionError(absl::StrCat(
         "the job places stage ", request.stage_index(), " on \"",
         request.device(), "\" but this server runs on \"", options_.device,

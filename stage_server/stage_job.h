@@ -17,7 +17,7 @@
 #include "services/engine/device_transfer.h"
 #include "services/engine/replica_group.h"
 #include "services/engine/stage_worker.h"
-#include "services/engine/training_mode.h"
+#include "services/schedule/training_mode.h"
 #include "stage_server/stage_mailbox.h"
 
 namespace petra::stage_server {
@@ -44,7 +44,7 @@ inline uint32_t CreditWindow(const petra::v1::AssignRequest& a) {
   return std::max<uint32_t>(
       2 * a.stage_count() * CreditBatch(a),
       static_cast<uint32_t>(std::min<int64_t>(
-          engine::PlanMode(a.spec().training()).group, UINT32_MAX)));
+          schedule::PlanMode(a.spec().training()).group, UINT32_MAX)));
 }
 
 // A checkpoint being uploaded in pieces (RestoreCheckpoint), written to
@@ -62,8 +62,8 @@ struct StageJob {
       : assign(a),
         transfer(c10::Device(device), static_cast<int>(a.stage_index())),
         mailbox(a.stage_index(), a.stage_count(), CreditWindow(a),
-                engine::PlanMode(a.spec().training()).traffic, CreditBatch(a)) {
-  }
+                schedule::PlanMode(a.spec().training()).traffic,
+                CreditBatch(a)) {}
   const petra::v1::AssignRequest assign;
   // Payloads between the host and the stage's device (a no-op on the CPU).
   const engine::DeviceTransfer transfer;

@@ -22,7 +22,7 @@ petra::v1::StreamReply ErrorReply(uint64_t id, const absl::Status& status) {
 }
 
 StageMailbox::StageMailbox(int stage_index, int stage_count, uint32_t window,
-                           engine::ModeTraffic traffic, uint32_t credit_batch)
+                           schedule::ModeTraffic traffic, uint32_t credit_batch)
     : index_(stage_index),
       count_(stage_count),
       window_(window),

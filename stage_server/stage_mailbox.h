@@ -18,7 +18,7 @@
 #include "petra/v1/stage.pb.h"
 #include "services/engine/device_transfer.h"
 #include "services/engine/stage_io.h"
-#include "services/engine/training_mode.h"
+#include "services/schedule/training_mode.h"
 #include "services/wire/stage_messages.h"
 
 namespace petra::stage_server {
@@ -53,7 +53,7 @@ class StageMailbox : public engine::StageInbox {
   // micro-batch does not amortise; a sender owed fewer than that still has
   // credits for the micro-batch the stage takes next.
   StageMailbox(int stage_index, int stage_count, uint32_t window = 0,
-               engine::ModeTraffic traffic = {}, uint32_t credit_batch = 1);
+               schedule::ModeTraffic traffic = {}, uint32_t credit_batch = 1);
 
   // Resets the expectations for a new pass. Items of an earlier pass that
   // were never taken are dropped. Returns the pass's generation.
@@ -125,7 +125,7 @@ class StageMailbox : public engine::StageInbox {
 
   const int index_, count_;
   const uint32_t window_;
-  const engine::ModeTraffic traffic_;
+  const schedule::ModeTraffic traffic_;
   const uint32_t credit_batch_;
   // Credits owed to each stream not yet sent (a handful of streams).
   DueCredits owed_;

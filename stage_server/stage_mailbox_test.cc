@@ -112,7 +112,7 @@ TEST(StageMailbox, ForwardGradientCarriesLabelsTangentsAndDerivatives) {
 
   petra::v1::TrainingSpec mode;
   mode.set_mode(petra::v1::TRAINING_MODE_FORWARD_GRADIENT);
-  StageMailbox fg(1, 3, 4, engine::PlanMode(mode).traffic);
+  StageMailbox fg(1, 3, 4, schedule::PlanMode(mode).traffic);
   fg.BeginPass({petra::v1::PHASE_TRAIN, 1, 2});
   ASSERT_TRUE(fg.Deliver(up, from).ok());
   absl::StatusOr<model::ForwardBatch> item = fg.NextForward(0);

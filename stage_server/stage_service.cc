@@ -210,7 +210,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
   In in_;
   // Reads the data channel the sender's messages name, if any (before the
   // assembler, which uses it).
-  std::unique_ptr<link::PayloadFetcher> fetcher_;
+  std::unique_ptr<wire::PayloadFetcher> fetcher_;
   Assembler assembler_{wire::TensorLimits{}, fetcher_.get()};
   ReceiveBudget& budget_;
   // Bytes of the micro-batch being assembled, taken from budget_.

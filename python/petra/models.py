@@ -53,25 +53,28 @@ The contract, checked by python/tests/models_test.py against the C++ build:
   transformers' linear layers; PyTorch defaults elsewhere) but are not the
   C++ draws: load weights to get a trained network.
 
-The layers and blocks live in ``petra.layers``; this module builds networks
-of them and checks the arguments.
+The layers and blocks live in ``petra.layers`` and
+``petra.transformer_layers``; this module builds networks of them and
+checks the arguments.
 
 ``build`` and ``from_spec`` refuse what the C++ job validation refuses
 (services/job/job_spec_validation.cc) with a ValueError naming the argument
 and what it accepts.
 """
 
+import json
 import math
 import re
 
+import torch
+
 from .layers import (INPUT_SHAPES, CouplingBlock, HeadBlock, LanguageModel,
-                     LmHeadBlock, Network, PatchEmbedBlock, ResidualBlock,
-                     RevDownsampleBlock, RevViTBlock, StemBlock,
-                     TokenEmbedBlock, TokenHeadBlock, ViTBlock,
-                     _conv_stem_side, conv_stem_widths)
+                     Network, ResidualBlock, RevDownsampleBlock, StemBlock)
+from .transformer_layers import (LmHeadBlock, PatchEmbedBlock, RevViTBlock,
+                                 TokenEmbedBlock, TokenHeadBlock, ViTBlock,
+                                 _conv_stem_side, conv_stem_widths)
 from . import spec_json as js
 from .generation import generate
-from .exports import load
 
 __all__ = ["ARCHITECTURES", "VARIANTS", "TRANSFORMER_DEFAULTS", "PATCH_SIZES",
            "STEMS", "LANGUAGE_MODELS", "LANGUAGE_MODEL_DEFAULTS", "TOKENIZERS",
@@ -528,3 +531,33 @@ def from_spec(spec):
     if t is None:
         return _build_cnn(arch, variant, width, num_classes)
     return _build_transformer(arch, variant, num_classes, t)
+
+
+def load(export, map_location="cpu"):
+    """The network of `export` (a path, or the state_dict torch.load gave),
+    its weights loaded strictly, in eval mode. Raises ValueError when the
+    export does not say its network."""
+    state = (export if isinstance(export, dict) else torch.load(
+        export, map_location=map_location))
+    described = state.get("input.model")
+    if not isinstance(described, torch.Tensor) or described.numel() == 0:
+        raise ValueError(
+            "the export does not say its network (it predates input.model): "
+            "build it with petra.models.build(...) with the sizes it was "
+            "trained with, then load_state_dict(torch.load(path))")
+    try:
+        model_spec = json.loads(bytes(described.tolist()).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"the export's input.model is not JSON: {e}") from e
+    spec = {"model": model_spec}
+    tokenizer = state.get("input.tokenizer")
+    arch = str(model_spec.get("architecture", "")).lower()
+    if arch.endswith(LANGUAGE_MODELS):
+        sentencepiece = isinstance(tokenizer, torch.Tensor) and bool(
+            tokenizer.numel())
+        spec["dataset"] = {"kind": "DATASET_KIND_TEXT", "text": {
+            "tokenizer": "TOKENIZER_SENTENCEPIECE" if sentencepiece
+            else "TOKENIZER_BYTES"}}
+    network = from_spec(spec)
+    network.load_state_dict(state, strict=True)
+    return network.eval()

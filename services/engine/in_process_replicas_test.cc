@@ -48,7 +48,7 @@ std::unique_ptr<Run> Train(const petra::v1::JobSpec& raw) {
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   EXPECT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<data::Splits> data = data::LoadForJob(
-      *spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
+      *spec, PETRA_DATA_ROOT, catalog::InputShape(spec->model().variant()));
   EXPECT_TRUE(data.ok()) << data.status();
   RunnerOptions o;
   o.threads_per_stage = 1;
@@ -132,7 +132,7 @@ TEST(InProcessReplicas, ReplicasThatFellOutOfStepFailThePass) {
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   ASSERT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<data::Splits> data = data::LoadForJob(
-      *spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
+      *spec, PETRA_DATA_ROOT, catalog::InputShape(spec->model().variant()));
   ASSERT_TRUE(data.ok()) << data.status();
   RunnerOptions o;
   o.threads_per_stage = 1;

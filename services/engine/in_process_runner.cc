@@ -12,9 +12,9 @@
 #include "services/engine/job_plan.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/state_file.h"
-#include "services/engine/training_mode.h"
 #include "services/model/compute_threads.h"
 #include "services/model/network.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::engine {
 namespace {
@@ -194,7 +194,7 @@ absl::StatusOr<PassResult> InProcessRunner::RunPass(
   // Evaluation and the gradient check run on replica 0 alone.
   const int replicas = train ? this->replicas() : 1;
   const int stages = stage_count();
-  const ModePlan mode = PlanMode(spec_.training());
+  const schedule::ModePlan mode = schedule::PlanMode(spec_.training());
   std::vector<PassBatches> shares;
   std::vector<std::unique_ptr<Channels>> channels;
   for (int r = 0; r < replicas; ++r) {
@@ -299,7 +299,7 @@ absl::StatusOr<std::string> InProcessRunner::ExportFile() {
   }
   return MergeForExport(
       stages, data::PreprocessingOf(
-                  spec_, data_, model::InputShape(spec_.model().variant())));
+                  spec_, data_, catalog::InputShape(spec_.model().variant())));
 }
 
 std::vector<StageReport> InProcessRunner::Reports() const {

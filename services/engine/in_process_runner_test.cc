@@ -29,7 +29,7 @@ std::unique_ptr<InProcessRunner> Make(const petra::v1::JobSpec& raw) {
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(raw);
   EXPECT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<data::Splits> data = data::LoadForJob(
-      *spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
+      *spec, PETRA_DATA_ROOT, catalog::InputShape(spec->model().variant()));
   EXPECT_TRUE(data.ok()) << data.status();
   absl::StatusOr<std::unique_ptr<InProcessRunner>> r =
       InProcessRunner::Create(*spec, std::move(*data), {});

@@ -26,8 +26,9 @@ class ScriptedExecutor : public PassExecutor {
                                      const PassBatches& batches) override {
     const int64_t n = batches.size();
     const uint32_t epoch = batches.parts().front().epoch;
-    Pass pass{phase, epoch, n, batches.parts().front().batches->size(), {},
-              n > 0 ? batches.Locate(0).second : 0};
+    Pass pass{phase, epoch,
+              n,     batches.parts().front().batches->size(),
+              {},    n > 0 ? batches.Locate(0).second : 0};
     for (const PassBatches::Part& p : batches.parts()) {
       pass.epochs.push_back(p.epoch);
     }
@@ -76,8 +77,8 @@ class JobDriverTest : public ::testing::Test {
     absl::StatusOr<petra::v1::JobSpec> s = job::ResolveJobSpec(raw);
     ASSERT_TRUE(s.ok()) << s.status();
     spec_ = *s;
-    absl::StatusOr<data::Splits> d =
-        data::LoadForJob(spec_, "", model::InputShape(spec_.model().variant()));
+    absl::StatusOr<data::Splits> d = data::LoadForJob(
+        spec_, "", catalog::InputShape(spec_.model().variant()));
     ASSERT_TRUE(d.ok()) << d.status();
     data_ = std::move(*d);
   }

@@ -4,10 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/engine/torch_guard.h"
-#include "services/engine/training_mode.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/model/partition_plan.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::engine {
 
@@ -113,7 +113,7 @@ absl::StatusOr<std::vector<std::unique_ptr<StageWorker>>> BuildStageWorkers(
   if (order.empty()) {
     for (int j = 0; j < stages; ++j) order.push_back(j);
   }
-  const ModePlan mode = PlanMode(s.training());
+  const schedule::ModePlan mode = schedule::PlanMode(s.training());
   std::vector<std::unique_ptr<StageWorker>> out;
   for (int j : order) {
     if (j < 0 || j >= stages) {

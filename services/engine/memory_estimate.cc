@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "services/engine/training_mode.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::engine {
 namespace {
@@ -28,7 +28,7 @@ StageMemoryEstimate EstimateStageMemory(
     const std::vector<int64_t>& input_shape) {
   const model::BlockRange& r = ranges[stage];
   const int stages = static_cast<int>(ranges.size());
-  const ModePlan mode = PlanMode(s.training());
+  const schedule::ModePlan mode = schedule::PlanMode(s.training());
   StageMemoryEstimate e;
   e.micro_batch = s.training().micro_batch_size();
   e.in_flight = mode.in_flight(stage, stages);
@@ -48,10 +48,9 @@ StageMemoryEstimate EstimateStageMemory(
   e.adamw = s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_ADAMW ||
             s.optimizer().kind() == petra::v1::OptimizerSpec::KIND_NADAMW;
   // Delay corrections: the drift's average, and DC-ASGD's mean square.
-  const int drift_copies =
-      (s.training().delay_compensation() > 0 ? 2
-       : s.training().discrepancy_correction() ? 1
-                                               : 0);
+  const int drift_copies = (s.training().delay_compensation() > 0   ? 2
+                            : s.training().discrepancy_correction() ? 1
+                                                                    : 0);
   e.parameters_bytes = ((e.adamw ? 4 : 3) + drift_copies) * kFloat * params;
   // A kept graph holds its input with its activations.
   const bool keeps_input = !mode.traffic.derivatives_down &&
@@ -61,8 +60,7 @@ StageMemoryEstimate EstimateStageMemory(
     e.input_buffer_bytes = e.in_flight * e.micro_batch * input * kFloat;
   }
   if (mode.store_activations) {
-    e.activation_bytes =
-        e.in_flight * e.micro_batch * (graph + input) * kFloat;
+    e.activation_bytes = e.in_flight * e.micro_batch * (graph + input) * kFloat;
   }
   if (mode.stash_weights || mode.keeps_directions) {
     e.weight_stash_bytes = e.in_flight * params * kFloat;
@@ -110,7 +108,8 @@ std::string DoesNotFit(int stage, const StageMemoryEstimate& e,
   if (e.activation_bytes > 0) {
     absl::StrAppend(&advice, ", add --recompute");
   }
-  if (PlanMode(s.training()).schedule == ScheduleKind::kDelayed) {
+  if (schedule::PlanMode(s.training()).schedule ==
+      schedule::ScheduleKind::kDelayed) {
     absl::StrAppend(&advice,
                     ", or use --mode petra (it keeps neither inputs "
                     "of reversible stages nor weights)");

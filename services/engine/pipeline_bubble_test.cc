@@ -68,7 +68,7 @@ struct TimedOp {
 // Runs `micro_batches` through J = 4 sleeping stages in `schedule`'s order;
 // each stage's operations.
 std::vector<std::vector<TimedOp>> RunSleeping(
-    ScheduleKind schedule, int64_t group, int64_t micro_batches,
+    schedule::ScheduleKind schedule, int64_t group, int64_t micro_batches,
     std::vector<double>* idle_counted) {
   const int stages = 4;
   std::vector<std::unique_ptr<StageWorker>> workers = stage_testing::Workers(
@@ -122,7 +122,7 @@ double Bubble(const std::vector<TimedOp>& ops, size_t begin, size_t end) {
 TEST(PipelineBubble, GpipeIdlesItsFormulasShare) {
   std::vector<double> counted;
   const std::vector<std::vector<TimedOp>> ops =
-      RunSleeping(ScheduleKind::kGpipe, 8, 5 * 8, &counted);
+      RunSleeping(schedule::ScheduleKind::kGpipe, 8, 5 * 8, &counted);
   double idle = 0, total = 0;
   for (size_t j = 0; j < ops.size(); ++j) {
     for (const TimedOp& op : ops[j]) {
@@ -143,7 +143,7 @@ TEST(PipelineBubble, GpipeIdlesItsFormulasShare) {
 TEST(PipelineBubble, PetraIdlesLittleOnceFull) {
   std::vector<double> counted;
   const std::vector<std::vector<TimedOp>> ops =
-      RunSleeping(ScheduleKind::kPetra, 1, 48, &counted);
+      RunSleeping(schedule::ScheduleKind::kPetra, 1, 48, &counted);
   const size_t warm = 2 * 4;  // ops of the filling ticks, and the draining
   double idle = 0, total = 0;
   for (size_t j = 0; j < ops.size(); ++j) {

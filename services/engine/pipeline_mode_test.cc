@@ -49,7 +49,7 @@ KeptState RunAndKeep(const petra::v1::JobSpec& raw, bool run = true) {
   EXPECT_TRUE(spec.ok()) << spec.status();
   if (!spec.ok()) return out;
   absl::StatusOr<data::Splits> data = data::LoadForJob(
-      *spec, PETRA_DATA_ROOT, model::InputShape(spec->model().variant()));
+      *spec, PETRA_DATA_ROOT, catalog::InputShape(spec->model().variant()));
   EXPECT_TRUE(data.ok()) << data.status();
   RunnerOptions options;
   options.threads_per_stage = 1;
@@ -91,7 +91,8 @@ void ExpectSameSteps(const KeptState& got, const KeptState& want,
 }
 
 TEST(PipelineMode, EachScheduleStepsAsBackpropOnTheSameMicroBatches) {
-  const KeptState want = RunAndKeep(TwoFlushes(petra::v1::TRAINING_MODE_BACKPROP, 1));
+  const KeptState want =
+      RunAndKeep(TwoFlushes(petra::v1::TRAINING_MODE_BACKPROP, 1));
   const KeptState initial =
       RunAndKeep(TwoFlushes(petra::v1::TRAINING_MODE_BACKPROP, 1), false);
   for (int stages : {2, 4}) {

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_mode_ops.h"
 #include "services/engine/stage_pipe_test_support.h"
 #include "services/engine/stage_worker_test_support.h"
+#include "services/schedule/pipeline_schedule.h"
 #include "services/sim/pipeline_sim.h"
 
 namespace petra::engine {
@@ -115,7 +115,7 @@ std::vector<VirtualCost> Costs(int stages) {
 }
 
 struct Case {
-  ScheduleKind kind;
+  schedule::ScheduleKind kind;
   int stages;
   int64_t micro_batches;
   int64_t group;
@@ -143,7 +143,8 @@ void ExpectAgreement(const Case& c) {
     config.stages.push_back(s);
     // The simulator's forward-gradient stage: its forward pushes the
     // tangents too, its update costs nothing; the same costs here.
-    if (c.kind == ScheduleKind::kForwardGradient && j + 1 < c.stages) {
+    if (c.kind == schedule::ScheduleKind::kForwardGradient &&
+        j + 1 < c.stages) {
       costs[j].forward *= sim::ForwardGradientForwards(j);
       costs[j].backward = 0;
     }
@@ -208,7 +209,7 @@ TEST(ScheduleAgreement, RuntimeAndSimulatorAgreeOnEverySchedule) {
 // Stage 0: F0 [0,1], F1 [1,2]; stage 1: L0 [1,5], L1 [5,9]; stage 0 then
 // backwards oldest first: B0 [5,7], B1 [9,11].
 TEST(ScheduleAgreement, GpipeByHand) {
-  ExpectAgreement({ScheduleKind::kGpipe, 2, 2, 2});
+  ExpectAgreement({schedule::ScheduleKind::kGpipe, 2, 2, 2});
   std::vector<std::unique_ptr<StageWorker>> workers = stage_testing::Workers(
       stage_testing::Job(petra::v1::ARCHITECTURE_REVNET18, 1), Ranges(2));
   stage_testing::StagePipe pipe(2, [](int64_t id) {
@@ -217,14 +218,14 @@ TEST(ScheduleAgreement, GpipeByHand) {
   VirtualClockOps ops(Costs(2));
   std::thread up([&] {
     stage_testing::StagePipe::Ends ends(pipe, 1);
-    EXPECT_TRUE(
-        RunStageOps(*workers[1], ops, ScheduleKind::kGpipe, 2, ends, ends, 2)
-            .ok());
+    EXPECT_TRUE(RunStageOps(*workers[1], ops, schedule::ScheduleKind::kGpipe, 2,
+                            ends, ends, 2)
+                    .ok());
   });
   stage_testing::StagePipe::Ends ends(pipe, 0);
-  EXPECT_TRUE(
-      RunStageOps(*workers[0], ops, ScheduleKind::kGpipe, 2, ends, ends, 2)
-          .ok());
+  EXPECT_TRUE(RunStageOps(*workers[0], ops, schedule::ScheduleKind::kGpipe, 2,
+                          ends, ends, 2)
+                  .ok());
   up.join();
   EXPECT_DOUBLE_EQ(ops.makespan(), 11.0);
 }

@@ -1,6 +1,6 @@
 #include "services/engine/stage_boundary.h"
 
-#include "services/model/architecture_catalog.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/model/precision.h"
 
 namespace petra::engine {
@@ -23,7 +23,7 @@ bool ChannelsLast(const petra::v1::JobSpec& resolved,
       return false;
     default:
       return device.is_cuda() &&
-             !model::IsTransformer(resolved.model().architecture());
+             !catalog::IsTransformer(resolved.model().architecture());
   }
 }
 

@@ -10,11 +10,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "petra/v1/stage.pb.h"  // Phase
-#include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_worker.h"
-#include "services/engine/training_mode.h"
 #include "services/model/micro_batch.h"
 #include "services/model/tensor_pair.h"
+#include "services/schedule/pipeline_schedule.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::engine {
 
@@ -76,7 +76,8 @@ class StageOutbox {
 // of the worker or the transport.
 absl::Status RunStagePass(StageWorker& worker, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
-                          int64_t micro_batches, const ModePlan& mode);
+                          int64_t micro_batches,
+                          const schedule::ModePlan& mode);
 
 class StageOps;
 // The executor under RunStagePass, for any ops: `ops` in `schedule`'s order
@@ -84,7 +85,7 @@ class StageOps;
 // wait for its input counted as the stage's idle time and each send as its
 // hand-over time where the ops are monitored.
 absl::Status RunStageOps(StageWorker& worker, StageOps& ops,
-                         ScheduleKind schedule, int64_t group,
+                         schedule::ScheduleKind schedule, int64_t group,
                          StageInbox& inbox, StageOutbox& outbox,
                          int64_t micro_batches);
 

@@ -133,18 +133,18 @@ class PassOps {
 // The stage's ops for `phase` and the order they run in.
 struct PhasePlan {
   StageOps* ops;
-  ScheduleKind schedule;
+  schedule::ScheduleKind schedule;
   int64_t group = 1;
 };
 PhasePlan PlanPhase(StageWorker& w, petra::v1::Phase phase,
-                    const ModePlan& mode) {
+                    const schedule::ModePlan& mode) {
   switch (phase) {
     case petra::v1::PHASE_TRAIN:
       return {&w.mode_ops(), mode.schedule, mode.group};
     case petra::v1::PHASE_GRADIENT_CHECK:
-      return {&GradientCheckOps(), ScheduleKind::kGradientCheck};
+      return {&GradientCheckOps(), schedule::ScheduleKind::kGradientCheck};
     default:
-      return {&EvalOps(), ScheduleKind::kEval};
+      return {&EvalOps(), schedule::ScheduleKind::kEval};
   }
 }
 
@@ -152,7 +152,8 @@ PhasePlan PlanPhase(StageWorker& w, petra::v1::Phase phase,
 
 absl::Status RunStagePass(StageWorker& w, StageInbox& inbox,
                           StageOutbox& outbox, petra::v1::Phase phase,
-                          int64_t micro_batches, const ModePlan& mode) {
+                          int64_t micro_batches,
+                          const schedule::ModePlan& mode) {
   const PhasePlan plan = PlanPhase(w, phase, mode);
   const bool train = phase == petra::v1::PHASE_TRAIN;
   if (train) w.OpenTrainingPeak();
@@ -165,22 +166,24 @@ absl::Status RunStagePass(StageWorker& w, StageInbox& inbox,
                                          : absl::OkStatus();
 }
 
-absl::Status RunStageOps(StageWorker& w, StageOps& ops, ScheduleKind schedule,
-                         int64_t group, StageInbox& inbox, StageOutbox& outbox,
+absl::Status RunStageOps(StageWorker& w, StageOps& ops,
+                         schedule::ScheduleKind schedule, int64_t group,
+                         StageInbox& inbox, StageOutbox& outbox,
                          int64_t micro_batches) {
   ops.Begin(w);
   PassOps pass(w, ops, inbox, outbox);
-  StageSchedule order(schedule, w.index(), w.count(), micro_batches, group);
-  while (std::optional<ScheduledOp> op = order.Next()) {
+  schedule::StageSchedule order(schedule, w.index(), w.count(), micro_batches,
+                                group);
+  while (std::optional<schedule::ScheduledOp> op = order.Next()) {
     absl::Status s;
     switch (op->kind) {
-      case OpKind::kForward:
+      case schedule::OpKind::kForward:
         s = pass.Forward(op->micro_batch, op->tick);
         break;
-      case OpKind::kForwardBackward:
+      case schedule::OpKind::kForwardBackward:
         s = pass.ForwardLoss(op->micro_batch, op->tick);
         break;
-      case OpKind::kBackward:
+      case schedule::OpKind::kBackward:
         s = pass.Backward(op->micro_batch, op->tick);
         break;
     }

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/engine/forward_gradient_ops.h"
-#include "services/engine/training_mode.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::engine {
 namespace {
@@ -103,7 +103,7 @@ class Evaluation : public StageOps {
 std::unique_ptr<ModeOps> MakeModeOps(const petra::v1::JobSpec& resolved,
                                      const StageConfig& config,
                                      LrSchedule schedule) {
-  if (PlanMode(resolved.training()).traffic.derivatives_down) {
+  if (schedule::PlanMode(resolved.training()).traffic.derivatives_down) {
     return std::make_unique<ForwardGradientOps>(resolved, config,
                                                 std::move(schedule));
   }

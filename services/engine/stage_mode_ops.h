@@ -68,7 +68,7 @@ class ModeOps : public StageOps {
   }
 };
 
-// The ops of the stage's mode (engine::PlanMode): `schedule` is the job's
+// The ops of the stage's mode (schedule::PlanMode): `schedule` is the job's
 // learning-rate schedule, for whatever the mode optimizes of its own.
 std::unique_ptr<ModeOps> MakeModeOps(const petra::v1::JobSpec& resolved,
                                      const StageConfig& config,

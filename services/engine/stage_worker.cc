@@ -13,12 +13,12 @@
 #include "services/engine/stage_mode_ops.h"
 #include "services/engine/stage_worker_computing.h"
 #include "services/engine/torch_guard.h"
-#include "services/engine/training_mode.h"
 #include "services/engine/weight_prediction.h"
 #include "services/model/batch_norm.h"
 #include "services/model/classification_loss.h"
 #include "services/model/device_memory.h"
 #include "services/model/precision.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::engine {
 namespace {
@@ -48,7 +48,7 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
     : config_(config),
       bf16_(resolved.training().precision() ==
             petra::v1::TrainingSpec::PRECISION_BF16),
-      staleness_bound_(PlanMode(resolved.training()).delayed_gradients
+      staleness_bound_(schedule::PlanMode(resolved.training()).delayed_gradients
                            ? (DelayTicks(config) +
                               resolved.training().accumulation_steps() - 1) /
                                  resolved.training().accumulation_steps()
@@ -60,13 +60,14 @@ StageWorker::StageWorker(std::vector<std::shared_ptr<model::Block>> blocks,
           config.index == 0),
       // Delay-scaled rates (schedule.delay_lr_power) and the delay
       // corrections where gradients are late.
-      optimizer_(blocks_.parameters(), resolved,
-                 schedule.ForDelay(DelaySteps(
-                     config, resolved,
-                     PlanMode(resolved.training()).delayed_gradients)),
-                 DelaySteps(config, resolved,
-                            PlanMode(resolved.training()).delayed_gradients),
-                 blocks_.weight_decay_mask()),
+      optimizer_(
+          blocks_.parameters(), resolved,
+          schedule.ForDelay(DelaySteps(
+              config, resolved,
+              schedule::PlanMode(resolved.training()).delayed_gradients)),
+          DelaySteps(config, resolved,
+                     schedule::PlanMode(resolved.training()).delayed_gradients),
+          blocks_.weight_decay_mask()),
       program_(ChooseBackwardProgram(
           blocks_,
           {config.stash_inputs, config.stash_weights, config.overlap_rebuild,

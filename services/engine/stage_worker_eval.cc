@@ -3,9 +3,9 @@
 #include "services/engine/stage_boundary.h"
 #include "services/engine/stage_worker.h"
 #include "services/engine/stage_worker_computing.h"
-#include "services/engine/training_mode.h"
 #include "services/model/batch_norm.h"
 #include "services/model/classification_loss.h"
+#include "services/schedule/training_mode.h"
 
 namespace petra::engine {
 

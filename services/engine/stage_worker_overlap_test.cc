@@ -8,7 +8,6 @@
 #include <map>
 
 #include "services/data/batches.h"
-#include "services/engine/pipeline_schedule.h"
 #include "services/engine/stage_io.h"
 #include "services/engine/stage_report.h"
 #include "services/engine/stage_worker.h"
@@ -19,6 +18,7 @@
 #include "services/model/network_summary.h"
 #include "services/model/partition_plan.h"
 #include "services/model/precision.h"
+#include "services/schedule/pipeline_schedule.h"
 #include "tests/support/require_cuda.h"
 
 namespace petra::engine {
@@ -62,8 +62,9 @@ TEST_P(OverlapRebuild, GivesTheSameBitsAsTheSequentialOrder) {
   // bf16 convolutions are slow on a CPU (13 s for i-RevNet with 8 of 8):
   // 4 micro-batches of 4 still step every stage.
   const int micro_batches = GetParam().bf16 && !GetParam().cuda ? 4 : 8;
-  std::vector<data::Batch> batches = Batches(
-      micro_batches, micro_batches, model::InputShape(spec.model().variant()));
+  std::vector<data::Batch> batches =
+      Batches(micro_batches, micro_batches,
+              catalog::InputShape(spec.model().variant()));
   auto sequential = Workers(spec, ranges, false, false, device);
   auto overlapped = Workers(spec, ranges, false, false, device, true);
   ASSERT_TRUE(overlapped[1]->rebuilds_input());

@@ -150,7 +150,7 @@ TEST(StageWorker, RebuildErrorIsOfFp32RoundingPerBlockAndGrowsDownABf16Chain) {
     spec.mutable_training()->set_rebuild_error_every(2);
     const int n = model::DescribeNetwork(spec.model())->size();
     const auto batches =
-        Batches(6, 8, model::InputShape(spec.model().variant()));
+        Batches(6, 8, catalog::InputShape(spec.model().variant()));
     // Stage 1 is one block, stage 2 the 7 others between it and the head.
     auto w = Workers(spec, {{0, 1}, {1, 2}, {2, n - 1}, {n - 1, n}});
     ASSERT_TRUE(w[1]->rebuilds_input());

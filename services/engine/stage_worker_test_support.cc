@@ -5,10 +5,10 @@
 #include <deque>
 #include <optional>
 
-#include "services/engine/pipeline_schedule.h"
 #include "services/job/job_spec_validation.h"
 #include "services/model/network.h"
 #include "services/model/precision.h"
+#include "services/schedule/pipeline_schedule.h"
 
 namespace petra::engine::stage_testing {
 
@@ -16,7 +16,7 @@ using model::TensorPair;
 
 void SetSmallModel(petra::v1::Architecture arch, petra::v1::ModelSpec* model) {
   model->set_architecture(arch);
-  if (model::IsTransformer(arch)) {
+  if (catalog::IsTransformer(arch)) {
     // A small transformer: 16 tokens of 16 (at 28x28), 4 blocks.
     petra::v1::TransformerSpec* t = model->mutable_transformer();
     t->set_embed_dim(16);
@@ -94,17 +94,17 @@ void RunPetraSchedule(std::vector<std::unique_ptr<StageWorker>>& w,
   std::vector<std::deque<TensorPair>> up(J);
   std::vector<std::deque<Down>> down(J);
   const int64_t n = static_cast<int64_t>(batches.size());
-  std::vector<StageSchedule> schedules;
-  std::vector<std::optional<ScheduledOp>> next(J);
+  std::vector<schedule::StageSchedule> schedules;
+  std::vector<std::optional<schedule::ScheduledOp>> next(J);
   for (int j = 0; j < J; ++j) {
-    schedules.emplace_back(ScheduleKind::kPetra, j, J, n);
+    schedules.emplace_back(schedule::ScheduleKind::kPetra, j, J, n);
     next[j] = schedules[j].Next();
   }
   for (int64_t t = 0; t < n + 2 * J - 2; ++t) {
     for (int j = 0; j < J; ++j) {
       for (; next[j] && next[j]->tick == t; next[j] = schedules[j].Next()) {
         const int64_t m = next[j]->micro_batch;
-        if (next[j]->kind == OpKind::kBackward) {
+        if (next[j]->kind == schedule::OpKind::kBackward) {
           Down d = down[j].front();
           down[j].pop_front();
           absl::StatusOr<BackwardOutput> o =
@@ -120,7 +120,7 @@ void RunPetraSchedule(std::vector<std::unique_ptr<StageWorker>>& w,
           x = up[j - 1].front();
           up[j - 1].pop_front();
         }
-        if (next[j]->kind == OpKind::kForwardBackward) {
+        if (next[j]->kind == schedule::OpKind::kForwardBackward) {
           absl::StatusOr<LossOutput> o =
               w[j]->ForwardLoss(m, x, batches[m].labels, t);
           ASSERT_TRUE(o.ok()) << o.status();

@@ -10,11 +10,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/engine/export_input.h"
 #include "services/engine/export_weights.h"
 #include "services/engine/state_file.h"
 #include "services/job/enum_names.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/network.h"
 
 namespace petra::engine {
@@ -87,7 +87,7 @@ class ScriptTokenModel : public TokenModel {
 
 std::string Described(const petra::v1::ModelSpec& m) {
   return absl::StrCat(job::EnumShortName(m.architecture()), " (",
-                      model::DescribeSize(m), ")");
+                      catalog::DescribeSize(m), ")");
 }
 
 // The export's tokenizer, which must have the model's vocabulary.
@@ -130,7 +130,7 @@ absl::StatusOr<std::unique_ptr<TokenModel>> FromExport(
     }
     spec = input->model();
   }
-  if (!model::IsLanguageModel(spec.architecture())) {
+  if (!catalog::IsLanguageModel(spec.architecture())) {
     return absl::InvalidArgumentError(
         "only a language model writes text (--arch revlm or gpt)");
   }

@@ -12,12 +12,12 @@
 
 #include "services/base/paths.h"
 #include "services/base/subprocess.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/data/dataset.h"
 #include "services/data/text_corpus.h"
 #include "services/engine/in_process_runner.h"
 #include "services/engine/torchscript_export.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra::engine {
 namespace {
@@ -74,7 +74,7 @@ class TrainedLanguageModel : public ::testing::Test {
   static void SetUpTestSuite() {
     spec_ = new petra::v1::JobSpec(SmallLanguageModel());
     absl::StatusOr<data::Splits> data = data::LoadForJob(
-        *spec_, "", model::InputShape(spec_->model().variant()));
+        *spec_, "", catalog::InputShape(spec_->model().variant()));
     ASSERT_TRUE(data.ok()) << data.status();
     RunnerOptions o;
     o.threads_per_stage = 1;
@@ -288,8 +288,8 @@ TEST(SentencePieceLanguageModel, ItsExportsCarryTheTokenizerThatWrites) {
   s.set_seed(3);
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(s);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  absl::StatusOr<data::Splits> data =
-      data::LoadForJob(*spec, root, model::InputShape(spec->model().variant()));
+  absl::StatusOr<data::Splits> data = data::LoadForJob(
+      *spec, root, catalog::InputShape(spec->model().variant()));
   ASSERT_TRUE(base::RemoveTree(root).ok());
   ASSERT_TRUE(data.ok()) << data.status();
   RunnerOptions o;

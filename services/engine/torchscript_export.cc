@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/engine/export_input.h"
 #include "services/engine/export_weights.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/batch_norm.h"
 #include "services/model/network.h"
 
@@ -85,7 +85,7 @@ absl::StatusOr<std::string> EncodeTorchScript(
   absl::StatusOr<model::Network> net =
       model::BuildNetwork(resolved.model(), resolved.seed());
   if (!net.ok()) return net.status();
-  const bool tokens = model::IsLanguageModel(resolved.model().architecture());
+  const bool tokens = catalog::IsLanguageModel(resolved.model().architecture());
   // A language model's input is {tokens}: ids, nothing to normalise.
   const int64_t channels = tokens ? 0 : net->input_shape[0];
   absl::StatusOr<petra::v1::Preprocessing> input =

@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra::job {
 namespace {
@@ -80,8 +80,8 @@ std::string ShownStages(const petra::v1::PartitionSpec& p) {
 void AddTransformerFlags(base::FlagSet& f,
                          std::function<petra::v1::TransformerSpec*()> target) {
   auto t = std::move(target);
-  using D = model::TransformerDefaults;  // the defaults the help shows
-  using L = model::LanguageModelDefaults;
+  using D = catalog::TransformerDefaults;  // the defaults the help shows
+  using L = catalog::LanguageModelDefaults;
   f.AddCustom("embed-dim", "D",
               absl::StrCat(D::kEmbedDim, "; revlm/gpt ", L::kEmbedDim),
               "revvit/vit/revlm/gpt: token width",
@@ -108,15 +108,15 @@ void AddTransformerFlags(base::FlagSet& f,
               "revlm/gpt: the LM head uses the token embedding's weight "
               "(one stage only: --stages 1)",
               Bool([t](bool v) { t()->set_tie_embeddings(v); }));
-  f.AddCustom("patch-size", "P",
-              absl::StrCat(model::DefaultPatchSize(petra::v1::VARIANT_MNIST),
-                           " for mnist, ",
-                           model::DefaultPatchSize(petra::v1::VARIANT_CIFAR),
-                           " for cifar, ",
-                           model::DefaultPatchSize(petra::v1::VARIANT_IMAGENET),
-                           " for imagenet"),
-              "revvit/vit: side of a patch (divides the input's sides)",
-              Uint32([t](uint32_t v) { t()->set_patch_size(v); }));
+  f.AddCustom(
+      "patch-size", "P",
+      absl::StrCat(
+          catalog::DefaultPatchSize(petra::v1::VARIANT_MNIST), " for mnist, ",
+          catalog::DefaultPatchSize(petra::v1::VARIANT_CIFAR), " for cifar, ",
+          catalog::DefaultPatchSize(petra::v1::VARIANT_IMAGENET),
+          " for imagenet"),
+      "revvit/vit: side of a patch (divides the input's sides)",
+      Uint32([t](uint32_t v) { t()->set_patch_size(v); }));
   const EnumDescriptor* stem =
       GetEnumDescriptor<petra::v1::TransformerSpec::Stem>();
   f.AddCustom("stem", Choices(stem), "conv",
@@ -319,12 +319,11 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                 s->mutable_training()->set_pipeline_schedule(
                     static_cast<petra::v1::TrainingSpec::PipelineSchedule>(v));
               }));
-  f.AddCustom(
-      "recompute", "", "false",
-      "pipeline mode: store no activations between a forward and its "
-      "backward; rebuild the input (reversible stages) or keep it, and "
-      "recompute",
-      Bool([s](bool v) { s->mutable_training()->set_recompute(v); }));
+  f.AddCustom("recompute", "", "false",
+              "pipeline mode: store no activations between a forward and its "
+              "backward; rebuild the input (reversible stages) or keep it, and "
+              "recompute",
+              Bool([s](bool v) { s->mutable_training()->set_recompute(v); }));
   const EnumDescriptor* guess =
       GetEnumDescriptor<petra::v1::ForwardGradientSpec::Guess>();
   f.AddCustom("guess", Choices(guess), "local",
@@ -543,15 +542,14 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
               Uint32([s](uint32_t v) {
                 s->mutable_evaluation()->set_every_epochs(v);
               }));
-  f.AddCustom("eval-every-steps", "N", "0",
-              absl::StrCat("also evaluate every N optimizer steps inside "
-                           "epochs (each drains the pipeline; at most ",
-                           kMaxEvaluationsInsideEpochs,
-                           " in a job): a finer accuracy-against-time "
-                           "curve; 0: only at --eval-every"),
-              Uint64([s](uint64_t v) {
-                s->mutable_evaluation()->set_every_steps(v);
-              }));
+  f.AddCustom(
+      "eval-every-steps", "N", "0",
+      absl::StrCat("also evaluate every N optimizer steps inside "
+                   "epochs (each drains the pipeline; at most ",
+                   kMaxEvaluationsInsideEpochs,
+                   " in a job): a finer accuracy-against-time "
+                   "curve; 0: only at --eval-every"),
+      Uint64([s](uint64_t v) { s->mutable_evaluation()->set_every_steps(v); }));
   f.AddCustom(
       "eval-train", "", "false",
       "also evaluate on the whole training split after each evaluation",
@@ -634,7 +632,7 @@ void OverlayJobSpec(const petra::v1::JobSpec& overrides,
     base->mutable_model()->clear_num_classes();
     // A language model reads text, an image model images: a base's data
     // of the other kind goes unless the flags name the data.
-    const bool lm = model::IsLanguageModel(overrides.model().architecture());
+    const bool lm = catalog::IsLanguageModel(overrides.model().architecture());
     if (overrides.dataset().kind() == 0 &&
         lm != (base->dataset().kind() == petra::v1::DATASET_KIND_TEXT)) {
       base->clear_dataset();

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra::job {
 namespace {
@@ -30,9 +30,10 @@ TEST(JobFlags, HelpShowsThePatchSizeEachVariantGets) {
   EXPECT_THAT(
       flags.Help(),
       HasSubstr(absl::StrCat(
-          "default: ", model::DefaultPatchSize(petra::v1::VARIANT_MNIST),
-          " for mnist, ", model::DefaultPatchSize(petra::v1::VARIANT_CIFAR),
-          " for cifar, ", model::DefaultPatchSize(petra::v1::VARIANT_IMAGENET),
+          "default: ", catalog::DefaultPatchSize(petra::v1::VARIANT_MNIST),
+          " for mnist, ", catalog::DefaultPatchSize(petra::v1::VARIANT_CIFAR),
+          " for cifar, ",
+          catalog::DefaultPatchSize(petra::v1::VARIANT_IMAGENET),
           " for imagenet")));
 }
 

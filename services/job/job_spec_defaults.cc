@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "services/model/architecture_catalog.h"
+#include "services/catalog/architecture_catalog.h"
 
 namespace petra::job {
 
@@ -73,14 +73,14 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
 
   // A language model has no image geometry.
   if (model->variant() == petra::v1::VARIANT_UNSPECIFIED &&
-      !model::IsLanguageModel(model->architecture())) {
+      !catalog::IsLanguageModel(model->architecture())) {
     model->set_variant(mnist_like ? petra::v1::VARIANT_MNIST
                                   : petra::v1::VARIANT_CIFAR);
   }
   const bool cifar = model->variant() == petra::v1::VARIANT_CIFAR;
   if (!model->has_width()) model->set_width(1.0);
-  if (model::IsLanguageModel(model->architecture())) {
-    using D = model::LanguageModelDefaults;
+  if (catalog::IsLanguageModel(model->architecture())) {
+    using D = catalog::LanguageModelDefaults;
     petra::v1::TransformerSpec* t = model->mutable_transformer();
     if (!t->has_embed_dim()) t->set_embed_dim(D::kEmbedDim);
     if (!t->has_depth()) t->set_depth(D::kDepth);
@@ -101,15 +101,15 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     // The logits' classes are the vocabulary.
     if (!model->has_num_classes()) model->set_num_classes(t->vocab());
   }
-  if (model::IsTransformer(model->architecture())) {
-    using D = model::TransformerDefaults;
+  if (catalog::IsTransformer(model->architecture())) {
+    using D = catalog::TransformerDefaults;
     petra::v1::TransformerSpec* t = model->mutable_transformer();
     if (!t->has_embed_dim()) t->set_embed_dim(D::kEmbedDim);
     if (!t->has_depth()) t->set_depth(D::kDepth);
     if (!t->has_heads()) t->set_heads(D::kHeads);
     if (!t->has_mlp_ratio()) t->set_mlp_ratio(D::kMlpRatio);
     if (!t->has_patch_size()) {
-      t->set_patch_size(model::DefaultPatchSize(model->variant()));
+      t->set_patch_size(catalog::DefaultPatchSize(model->variant()));
     }
     if (t->stem() == petra::v1::TransformerSpec::STEM_UNSPECIFIED) {
       // Early convolutions (Xiao et al. 2021): one epoch of Fashion-MNIST
@@ -156,9 +156,9 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   }
 
   if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
-    spec->set_recipe(model::IsLanguageModel(model->architecture())
+    spec->set_recipe(catalog::IsLanguageModel(model->architecture())
                          ? petra::v1::RECIPE_LANGUAGE_MODEL
-                     : model::IsTransformer(model->architecture())
+                     : catalog::IsTransformer(model->architecture())
                          ? petra::v1::RECIPE_TRANSFORMER
                          : petra::v1::RECIPE_DEFAULT);
   }
@@ -223,9 +223,8 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
               : (lm_recipe ? 8 : 16));
     }
     if (!train->has_accumulation_steps()) {
-      train->set_accumulation_steps(
-          std::max<uint32_t>(
-              2, 64 / std::max<uint32_t>(1, train->micro_batch_size())));
+      train->set_accumulation_steps(std::max<uint32_t>(
+          2, 64 / std::max<uint32_t>(1, train->micro_batch_size())));
     }
   }
   if (!train->has_accumulation_steps()) {

@@ -6,9 +6,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "services/base/utf8.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/spec_checks.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra::job {
 namespace {
@@ -83,8 +83,8 @@ int StageCount(const petra::v1::JobSpec& resolved) {
   if (resolved.partition().layout_case() == petra::v1::PartitionSpec::kSplits) {
     return resolved.partition().splits().split_at_size() + 1;
   }
-  absl::StatusOr<model::ArchitectureInfo> arch =
-      model::GetArchitectureInfo(resolved.model());
+  absl::StatusOr<catalog::ArchitectureInfo> arch =
+      catalog::GetArchitectureInfo(resolved.model());
   return arch.ok() ? arch->per_block_stages : 0;
 }
 

@@ -11,12 +11,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "services/base/utf8.h"
+#include "services/catalog/architecture_catalog.h"
+#include "services/catalog/device_name.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
 #include "services/job/spec_checks.h"
-#include "services/model/architecture_catalog.h"
-#include "services/model/device_name.h"
 
 namespace petra::job::spec_checks {
 namespace {
@@ -51,7 +51,7 @@ void CheckBlockSizes(const petra::v1::TransformerSpec& t, Problems& p) {
 // trained on text and only on text.
 void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::ModelSpec& m = s.model();
-  const bool lm = model::IsLanguageModel(m.architecture());
+  const bool lm = catalog::IsLanguageModel(m.architecture());
   const bool text = s.dataset().kind() == petra::v1::DATASET_KIND_TEXT;
   if (text && !lm) {
     p.Add("dataset.kind", "text",
@@ -107,10 +107,11 @@ void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
   } else if (text &&
              s.dataset().text().tokenizer() ==
                  petra::v1::TextSpec::TOKENIZER_SENTENCEPIECE &&
-             t.vocab() < model::LanguageModelDefaults::kSentencePieceMinVocab) {
+             t.vocab() <
+                 catalog::LanguageModelDefaults::kSentencePieceMinVocab) {
     p.Add("model.transformer.vocab", t.vocab(),
           absl::StrCat("a SentencePiece tokenizer needs at least ",
-                       model::LanguageModelDefaults::kSentencePieceMinVocab,
+                       catalog::LanguageModelDefaults::kSentencePieceMinVocab,
                        " pieces (its 256 byte pieces, <unk>, <s> and </s> "
                        "come first)"));
   }
@@ -141,8 +142,8 @@ void CheckLanguageModel(const petra::v1::JobSpec& s, Problems& p) {
 
 void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
                       Problems& p) {
-  if (!model::IsTransformer(m.architecture())) {
-    if (m.has_transformer() && !model::IsLanguageModel(m.architecture())) {
+  if (!catalog::IsTransformer(m.architecture())) {
+    if (m.has_transformer() && !catalog::IsLanguageModel(m.architecture())) {
       p.Add("model.transformer", "set",
             "only revvit and vit have transformer sizes (a CNN's size is "
             "model.width)");
@@ -159,7 +160,7 @@ void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
   const bool conv_stem = CheckEnum<petra::v1::TransformerSpec::Stem>(
                              p, "model.transformer.stem", t.stem(), true) &&
                          t.stem() == petra::v1::TransformerSpec::STEM_CONV;
-  const int64_t side = model::InputShape(m.variant())[1];
+  const int64_t side = catalog::InputShape(m.variant())[1];
   if (variant_ok && (t.patch_size() < 1 || side % t.patch_size() != 0)) {
     p.Add("model.transformer.patch_size", t.patch_size(),
           absl::StrCat("must divide the input's side (", side, " for variant ",
@@ -174,10 +175,10 @@ void CheckTransformer(const petra::v1::ModelSpec& m, bool variant_ok,
                        " tokens of a ", side, "x", side, " input; at most ",
                        kMaxTokens, " (a larger patch)"));
   } else if (variant_ok && conv_stem &&
-             !model::ConvStemFits(side, t.patch_size())) {
+             !catalog::ConvStemFits(side, t.patch_size())) {
     p.Add("model.transformer.patch_size", t.patch_size(),
           absl::StrCat("the conv stem's stride-2 convolutions take ", side,
-                       " to ", model::ConvStemSide(side, t.patch_size()),
+                       " to ", catalog::ConvStemSide(side, t.patch_size()),
                        " tokens a side, not ", side / t.patch_size(),
                        "; use a power of two or --stem patch"));
   }
@@ -300,8 +301,8 @@ void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
   const petra::v1::PartitionSpec& part = s.partition();
   CheckEnum<petra::v1::PartitionSpec::Cost>(p, "partition.cost", part.cost(),
                                             false);
-  absl::StatusOr<model::ArchitectureInfo> arch =
-      model::GetArchitectureInfo(s.model());
+  absl::StatusOr<catalog::ArchitectureInfo> arch =
+      catalog::GetArchitectureInfo(s.model());
   if (part.layout_case() == petra::v1::PartitionSpec::kPerBlock &&
       !part.per_block()) {
     p.Add("partition.per_block", "false",
@@ -337,8 +338,8 @@ void CheckPartitionAndDevices(const petra::v1::JobSpec& s, Problems& p) {
     }
   }
   for (int i = 0; i < s.devices_size(); ++i) {
-    absl::StatusOr<model::DeviceName> dev =
-        model::ParseDeviceName(s.devices(i), absl::StrCat("devices[", i, "]"));
+    absl::StatusOr<catalog::DeviceName> dev = catalog::ParseDeviceName(
+        s.devices(i), absl::StrCat("devices[", i, "]"));
     if (!dev.ok()) p.AddRaw(std::string(dev.status().message()));
   }
   if (arch.ok() && s.devices_size() > 1 && StageCount(s) > 0 &&

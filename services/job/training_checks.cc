@@ -12,12 +12,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "services/base/utf8.h"
+#include "services/catalog/architecture_catalog.h"
+#include "services/catalog/device_name.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_validation.h"
 #include "services/job/spec_checks.h"
-#include "services/model/architecture_catalog.h"
-#include "services/model/device_name.h"
 
 namespace petra::job::spec_checks {
 namespace {
@@ -154,8 +154,7 @@ void CheckPipeline(const petra::v1::TrainingSpec& t, Problems& p) {
   using petra::v1::TrainingSpec;
   if (t.mode() != petra::v1::TRAINING_MODE_PIPELINE) {
     if (t.pipeline_schedule() != TrainingSpec::PIPELINE_SCHEDULE_UNSPECIFIED) {
-      p.Add("training.pipeline_schedule",
-            EnumShortName(t.pipeline_schedule()),
+      p.Add("training.pipeline_schedule", EnumShortName(t.pipeline_schedule()),
             absl::StrCat("only valid with mode pipeline, not ",
                          EnumShortName(t.mode())));
     }

@@ -240,7 +240,7 @@ void GrpcBulkPlacer::Abort(absl::Status why) {
 }
 
 absl::StatusOr<std::vector<petra::v1::SlotRef>> GrpcBulkPlacer::Place(
-    const std::vector<PayloadPiece>& pieces) {
+    const std::vector<wire::PayloadPiece>& pieces) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (!state_->error.ok()) return state_->error;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "services/link/bulk_inbox.h"
-#include "services/link/data_channel.h"
+#include "services/wire/data_channel.h"
 
 namespace petra::link {
 
@@ -33,7 +33,7 @@ inline constexpr char kBulkRingPrefix[] = "grpc_bulk:";
 // its own).
 using BulkConnector = std::function<std::shared_ptr<grpc::Channel>(int index)>;
 
-class GrpcBulkPlacer : public PayloadPlacer {
+class GrpcBulkPlacer : public wire::PayloadPlacer {
  public:
   // `keep_going` is asked while Place waits for acknowledgements (the
   // control stream's health); every stream presents `data_key`, the
@@ -45,7 +45,7 @@ class GrpcBulkPlacer : public PayloadPlacer {
   ~GrpcBulkPlacer() override;
 
   absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
-      const std::vector<PayloadPiece>& pieces) override;
+      const std::vector<wire::PayloadPiece>& pieces) override;
   void Cancel() override;
   const char* name() const override { return "grpc_bulk"; }
 
@@ -68,7 +68,7 @@ class GrpcBulkPlacer : public PayloadPlacer {
 };
 
 // Reads the references whose ring starts with kBulkRingPrefix.
-class BulkFetcher : public PayloadFetcher {
+class BulkFetcher : public wire::PayloadFetcher {
  public:
   explicit BulkFetcher(BulkInbox& inbox = BulkInbox::Global())
       : inbox_(inbox) {}

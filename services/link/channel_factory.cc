@@ -10,7 +10,7 @@
 
 namespace petra::link {
 
-absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
+absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
     petra::v1::Transport wanted, BulkConnector connect, int cuda_device,
     std::string data_key) {
@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
 namespace {
 
 // Each reference goes to the channel its ring names.
-class AnyChannelFetcher final : public PayloadFetcher {
+class AnyChannelFetcher final : public wire::PayloadFetcher {
  public:
   explicit AnyChannelFetcher(int cuda_device) : shm_(cuda_device) {}
   absl::Status Fetch(std::vector<Field>& fields,
@@ -83,7 +83,7 @@ class AnyChannelFetcher final : public PayloadFetcher {
 
 }  // namespace
 
-std::unique_ptr<PayloadFetcher> MakeFetcher(int cuda_device) {
+std::unique_ptr<wire::PayloadFetcher> MakeFetcher(int cuda_device) {
   return std::make_unique<AnyChannelFetcher>(cuda_device);
 }
 

@@ -11,7 +11,7 @@
 #include "petra/v1/job.pb.h"
 #include "petra/v1/stage.pb.h"
 #include "services/link/bulk_channel.h"
-#include "services/link/data_channel.h"
+#include "services/wire/data_channel.h"
 
 namespace petra::link {
 
@@ -25,7 +25,7 @@ class BulkReceiver;
 // `connect` reaches the receiver's BulkService and `data_key` is the
 // receiving stage's (grpc_bulk only); `cuda_device` is the sending stage's
 // GPU (cuda_ipc's ring goes there).
-absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
+absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> MakePlacer(
     petra::v1::Transport transport, std::function<absl::Status()> keep_going,
     petra::v1::Transport wanted = petra::v1::TRANSPORT_AUTO,
     BulkConnector connect = nullptr, int cuda_device = -1,
@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<PayloadPlacer>> MakePlacer(
 // The receiving end of one incoming stream: reads whatever channel the
 // sender's messages name. `cuda_device`: the receiving stage's GPU, where
 // cuda_ipc's tensors arrive (-1: the calling thread's, or none).
-std::unique_ptr<PayloadFetcher> MakeFetcher(int cuda_device = -1);
+std::unique_ptr<wire::PayloadFetcher> MakeFetcher(int cuda_device = -1);
 
 // What a process that receives links serves beside its own services (the
 // bulk channel's receiving end), for as long as its server runs. `admit`

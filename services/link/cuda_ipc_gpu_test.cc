@@ -97,7 +97,7 @@ TEST(GpuCudaIpc, CarriesDeviceMemoryBetweenTwoProcesses) {
     t.add_shape(kFloats);
     ASSERT_TRUE(t.mutable_slot()->ParseFromString(msg));
     SharedRingFetcher fetcher;
-    std::vector<PayloadFetcher::Field> fields = {{&t, "x", nullptr}};
+    std::vector<wire::PayloadFetcher::Field> fields = {{&t, "x", nullptr}};
     ASSERT_TRUE(fetcher.Fetch(fields, {}).ok());
     EXPECT_EQ(fields[0].device, device.current_device());
     std::vector<float> back(kFloats);

@@ -109,8 +109,8 @@ class DataChannel : public ::testing::TestWithParam<petra::v1::Transport> {
     return std::move(*out);
   }
 
-  std::unique_ptr<PayloadPlacer> placer_;
-  std::unique_ptr<PayloadFetcher> fetcher_;
+  std::unique_ptr<wire::PayloadPlacer> placer_;
+  std::unique_ptr<wire::PayloadFetcher> fetcher_;
 };
 
 model::ForwardBatch Forward(int64_t id, torch::Tensor a, torch::Tensor b,

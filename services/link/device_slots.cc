@@ -65,7 +65,7 @@ DeviceSlots::~DeviceSlots() {
 }
 
 absl::Status DeviceSlots::Write(const SharedRing::Lease& lease,
-                                const std::vector<PayloadPiece>& pieces,
+                                const std::vector<wire::PayloadPiece>& pieces,
                                 const PayloadLayout& layout) {
   if (layout.total > slot_bytes_) {
     return absl::InternalError(absl::StrCat(

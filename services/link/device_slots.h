@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "services/link/data_channel.h"
 #include "services/link/ipc_device.h"
 #include "services/link/payload_layout.h"
 #include "services/link/shared_ring.h"
+#include "services/wire/data_channel.h"
 
 namespace petra::link {
 
@@ -39,7 +39,7 @@ class DeviceSlots {
   // Copies `pieces` to their `layout` offsets in the leased slot, then
   // records its event: the slot may be published.
   absl::Status Write(const SharedRing::Lease& lease,
-                     const std::vector<PayloadPiece>& pieces,
+                     const std::vector<wire::PayloadPiece>& pieces,
                      const PayloadLayout& layout);
 
  private:

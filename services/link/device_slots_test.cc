@@ -53,7 +53,7 @@ absl::Status GoOn() { return absl::OkStatus(); }
 SharedRing::Lease Send(DeviceSlots& ring, const std::string& text) {
   auto lease = ring.control().Acquire(GoOn);
   EXPECT_TRUE(lease.ok());
-  std::vector<PayloadPiece> pieces = {{text.data(), text.size()}};
+  std::vector<wire::PayloadPiece> pieces = {{text.data(), text.size()}};
   EXPECT_TRUE(ring.Write(*lease, pieces, LayOut(pieces)).ok());
   ring.control().Publish(*lease);
   return *lease;
@@ -197,8 +197,9 @@ petra::v1::Tensor NextReference(int fd) {
   return t;
 }
 
-absl::StatusOr<float> FetchLast(PayloadFetcher& fetcher, petra::v1::Tensor t) {
-  std::vector<PayloadFetcher::Field> fields = {{&t, "x", nullptr}};
+absl::StatusOr<float> FetchLast(wire::PayloadFetcher& fetcher,
+                                petra::v1::Tensor t) {
+  std::vector<wire::PayloadFetcher::Field> fields = {{&t, "x", nullptr}};
   if (absl::Status s = fetcher.Fetch(fields, {}); !s.ok()) return s;
   EXPECT_EQ(fields[0].device, -1);  // the stand-in's memory is the host's
   return static_cast<const float*>(fields[0].bytes.get())[3];
@@ -276,7 +277,7 @@ TEST(DeviceSlots, ARingOutgrownIsReplacedAndTheOldOneGoesOnceRead) {
       t.set_dtype(petra::v1::DTYPE_FLOAT32);
       t.add_shape(n);
       *t.mutable_slot() = refs->front();
-      std::vector<PayloadFetcher::Field> fields = {{&t, "x", nullptr}};
+      std::vector<wire::PayloadFetcher::Field> fields = {{&t, "x", nullptr}};
       ASSERT_TRUE(fetcher.Fetch(fields, {}).ok());
       EXPECT_EQ(static_cast<const float*>(fields[0].bytes.get())[n - 1], 0.5f);
     }
@@ -288,7 +289,7 @@ TEST(DeviceSlots, ARingOutgrownIsReplacedAndTheOldOneGoesOnceRead) {
 TEST(SharedMemoryChannelHostOnly, RefusesADeviceTensor) {
   SharedRingPlacer placer;
   const float x = 1;
-  PayloadPiece on_gpu{&x, sizeof(x), 0};
+  wire::PayloadPiece on_gpu{&x, sizeof(x), 0};
   EXPECT_THAT(placer.Place({on_gpu}).status().message(),
               HasSubstr("carries host memory only"));
 }

@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<PayloadLink<Payload, Message>>> OpenLink(
       return wire::CreateBulkChannel(address, security, i);
     };
   }
-  absl::StatusOr<std::unique_ptr<PayloadPlacer>> channel =
+  absl::StatusOr<std::unique_ptr<wire::PayloadPlacer>> channel =
       MakePlacer(route.transport, std::move(health), route.wanted,
                  std::move(connect), route.cuda_device, route.data_key);
   if (!channel.ok()) return channel.status();

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "services/link/data_channel.h"
+#include "services/wire/data_channel.h"
 
 namespace petra::link {
 
@@ -23,9 +23,9 @@ struct PayloadLayout {
   uint64_t payload = 0;           // the pieces' own bytes
 };
 
-inline PayloadLayout LayOut(const std::vector<PayloadPiece>& pieces) {
+inline PayloadLayout LayOut(const std::vector<wire::PayloadPiece>& pieces) {
   PayloadLayout l;
-  for (const PayloadPiece& p : pieces) {
+  for (const wire::PayloadPiece& p : pieces) {
     l.offsets.push_back(l.total);
     l.total += AlignedBytes(p.bytes);
     l.payload += p.bytes;

@@ -7,13 +7,13 @@ namespace {
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> Encode(
     const model::ForwardBatch& p, uint64_t chunk_bytes,
-    PayloadPlacer* channel) {
+    wire::PayloadPlacer* channel) {
   return wire::EncodeForward(p, chunk_bytes, channel);
 }
 
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> Encode(
     const model::BackwardBatch& p, uint64_t chunk_bytes,
-    PayloadPlacer* channel) {
+    wire::PayloadPlacer* channel) {
   return wire::EncodeBackward(p, chunk_bytes, channel);
 }
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "services/link/data_channel.h"
+#include "services/wire/data_channel.h"
 #include "services/wire/stage_messages.h"
 
 namespace petra::link {
@@ -33,7 +33,7 @@ class PayloadLink {
 
   // `channel` (null: the bytes go in the messages); `chunk_bytes` caps a
   // message's share of one tensor.
-  PayloadLink(SendParts send, std::unique_ptr<PayloadPlacer> channel,
+  PayloadLink(SendParts send, std::unique_ptr<wire::PayloadPlacer> channel,
               uint64_t chunk_bytes)
       : send_(std::move(send)),
         channel_(std::move(channel)),
@@ -55,7 +55,7 @@ class PayloadLink {
 
  private:
   SendParts send_;
-  std::unique_ptr<PayloadPlacer> channel_;
+  std::unique_ptr<wire::PayloadPlacer> channel_;
   uint64_t chunk_bytes_;
 };
 

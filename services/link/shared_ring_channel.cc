@@ -27,7 +27,7 @@ SharedRingPlacer::SharedRingPlacer(std::function<absl::Status()> keep_going,
 SharedRingPlacer::~SharedRingPlacer() = default;
 
 absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
-    const std::vector<PayloadPiece>& pieces) {
+    const std::vector<wire::PayloadPiece>& pieces) {
   if (cancelled_) return absl::CancelledError("the link was cancelled");
   // Nothing to carry (a message of directional derivatives only): a slot
   // would be published that no message names, and never freed.
@@ -35,7 +35,7 @@ absl::StatusOr<std::vector<petra::v1::SlotRef>> SharedRingPlacer::Place(
   // The stage's GPU, whichever thread sends: its ring and copies go there.
   if (device_ != nullptr && cuda_device_ >= 0) device_->UseDevice(cuda_device_);
   if (device_ == nullptr) {
-    for (const PayloadPiece& p : pieces) {
+    for (const wire::PayloadPiece& p : pieces) {
       if (p.device >= 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "a tensor on cuda:", p.device,

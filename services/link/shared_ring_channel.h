@@ -1,5 +1,5 @@
-// The data channel of TRANSPORT_SHM and TRANSPORT_CUDA_IPC: PayloadPlacer
-// and PayloadFetcher over shared_ring.h, with the payload in the ring's
+// The data channel of TRANSPORT_SHM and TRANSPORT_CUDA_IPC: wire::PayloadPlacer
+// and wire::PayloadFetcher over shared_ring.h, with the payload in the ring's
 // slots (shm) or in device memory beside it (cuda_ipc, device_slots.h).
 // The placer makes its ring at the first micro-batch, sized to it, and a
 // larger one when a micro-batch outgrows it; the fetcher maps each ring it
@@ -17,21 +17,21 @@
 #include <string>
 #include <vector>
 
-#include "services/link/data_channel.h"
 #include "services/link/device_slots.h"
 #include "services/link/ipc_device.h"
 #include "services/link/shared_ring.h"
+#include "services/wire/data_channel.h"
 
 namespace petra::link {
 
 // Slots per ring: one being written, one being read, one to spare.
 inline constexpr int kRingSlots = 3;
 
-class SharedRingPlacer : public PayloadPlacer {
+class SharedRingPlacer : public wire::PayloadPlacer {
  public:
   // `keep_going` is asked while Place waits for a free slot (the stream's
   // health: a receiver that is gone frees nothing). `may_fall_back`: see
-  // PayloadPlacer. `max_ring_bytes` (0: no cap) bounds one ring's
+  // wire::PayloadPlacer. `max_ring_bytes` (0: no cap) bounds one ring's
   // shared memory; a micro-batch whose ring would exceed it gets
   // RESOURCE_EXHAUSTED, as when /dev/shm is full. `device` (null: shm)
   // holds the payload instead, as transport cuda_ipc, on GPU `cuda_device`
@@ -42,7 +42,7 @@ class SharedRingPlacer : public PayloadPlacer {
                             IpcDevice* device = nullptr, int cuda_device = -1);
   ~SharedRingPlacer() override;
   absl::StatusOr<std::vector<petra::v1::SlotRef>> Place(
-      const std::vector<PayloadPiece>& pieces) override;
+      const std::vector<wire::PayloadPiece>& pieces) override;
   void Cancel() override { cancelled_ = true; }
   const char* name() const override {
     return device_ != nullptr ? "cuda_ipc" : "shm";
@@ -102,7 +102,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::vector<std::pair<uint64_t, void*>> free_;  // capacity, memory
 };
 
-class SharedRingFetcher : public PayloadFetcher {
+class SharedRingFetcher : public wire::PayloadFetcher {
  public:
   // `cuda_device`: where a device ring's bytes are copied to (-1: the
   // calling thread's current device).

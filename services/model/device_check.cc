@@ -3,15 +3,16 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
-#include "services/model/device_name.h"
+#include "services/catalog/device_name.h"
 
 namespace petra::model {
 
 absl::Status CheckDeviceAvailable(const std::string& device,
                                   const std::string& field) {
-  absl::StatusOr<DeviceName> name = ParseDeviceName(device, field);
+  absl::StatusOr<catalog::DeviceName> name =
+      catalog::ParseDeviceName(device, field);
   if (!name.ok()) return name.status();
-  if (name->type == DeviceName::Type::kCpu) return absl::OkStatus();
+  if (name->type == catalog::DeviceName::Type::kCpu) return absl::OkStatus();
   if (!torch::cuda::is_available()) {
     return absl::UnavailableError(absl::StrCat(
         field, ": device \"", device,

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "services/model/device_name.h"
+#include "services/catalog/device_name.h"
 
 #ifdef PETRA_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -21,8 +21,9 @@ namespace {
 #ifdef PETRA_WITH_CUDA
 // The CUDA ordinal `device` names, or -1 when it names no usable GPU.
 int CudaIndex(const std::string& device) {
-  absl::StatusOr<DeviceName> name = ParseDeviceName(device, "d");
-  if (!name.ok() || name->type != DeviceName::Type::kCuda ||
+  absl::StatusOr<catalog::DeviceName> name =
+      catalog::ParseDeviceName(device, "d");
+  if (!name.ok() || name->type != catalog::DeviceName::Type::kCuda ||
       !torch::cuda::is_available()) {
     return -1;
   }

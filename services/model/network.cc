@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "services/model/architecture_catalog.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/model/coupling_block.h"
 #include "services/model/seed_mix.h"
 #include "services/model/transformer_blocks.h"
@@ -110,9 +110,10 @@ NetworkBlueprint DescribeLanguageModel(const petra::v1::ModelSpec& model) {
 
 absl::StatusOr<NetworkBlueprint> DescribeNetwork(
     const petra::v1::ModelSpec& model) {
-  absl::StatusOr<ArchitectureInfo> info = GetArchitectureInfo(model);
+  absl::StatusOr<catalog::ArchitectureInfo> info =
+      catalog::GetArchitectureInfo(model);
   if (!info.ok()) return info.status();
-  if (IsLanguageModel(model.architecture())) {
+  if (catalog::IsLanguageModel(model.architecture())) {
     const petra::v1::TransformerSpec& t = model.transformer();
     if (t.embed_dim() == 0 || t.heads() == 0 ||
         t.embed_dim() % t.heads() != 0 || t.depth() == 0 || t.seq_len() == 0 ||
@@ -135,15 +136,15 @@ absl::StatusOr<NetworkBlueprint> DescribeNetwork(
     return absl::InvalidArgumentError(
         "model: width and num_classes must be resolved before building");
   }
-  if (IsTransformer(model.architecture())) {
+  if (catalog::IsTransformer(model.architecture())) {
     const petra::v1::TransformerSpec& t = model.transformer();
-    const std::vector<int64_t> shape = InputShape(model.variant());
+    const std::vector<int64_t> shape = catalog::InputShape(model.variant());
     if (t.embed_dim() == 0 || t.heads() == 0 ||
         t.embed_dim() % t.heads() != 0 || t.depth() == 0 ||
         t.patch_size() == 0 || shape[1] % t.patch_size() != 0 ||
         t.stem() == petra::v1::TransformerSpec::STEM_UNSPECIFIED ||
         (t.stem() == petra::v1::TransformerSpec::STEM_CONV &&
-         !ConvStemFits(shape[1], t.patch_size())) ||
+         !catalog::ConvStemFits(shape[1], t.patch_size())) ||
         !std::isfinite(t.mlp_ratio()) || !(t.mlp_ratio() > 0)) {
       return absl::InvalidArgumentError(
           "model.transformer: sizes must be resolved and valid before "
@@ -163,7 +164,7 @@ absl::StatusOr<NetworkBlueprint> DescribeNetwork(
 
   NetworkBlueprint net;
   net.num_classes = model.num_classes();
-  net.input_shape = InputShape(model.variant());
+  net.input_shape = catalog::InputShape(model.variant());
 
   // A RevNet carries two streams, each as wide as the matching ResNet.
   const int64_t stem_width = scaled(64);

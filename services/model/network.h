@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
-#include "services/model/architecture_catalog.h"  // InputShape
+#include "services/catalog/architecture_catalog.h"  // InputShape
 #include "services/model/blocks.h"
 
 namespace petra::model {

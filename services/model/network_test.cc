@@ -3,8 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "services/catalog/architecture_catalog.h"
 #include "services/job/job_spec_defaults.h"
-#include "services/model/architecture_catalog.h"
 #include "services/model/batch_norm.h"
 #include "services/model/network_summary.h"
 #include "services/model/partition_plan.h"
@@ -261,31 +261,31 @@ INSTANTIATE_TEST_SUITE_P(
 // ceil(log2 P) stride-2 convolutions, doubling up to the embedding, and the
 // patchify stem's tokens wherever the validation lets the conv stem run.
 TEST(ConvStem, WidthsDoubleUpToTheEmbeddingAndTokensMatchPatchify) {
-  EXPECT_EQ(ConvStemWidths(7, 64), (std::vector<int64_t>{32, 64, 64}));
-  EXPECT_EQ(ConvStemWidths(4, 64), (std::vector<int64_t>{32, 64}));
-  EXPECT_EQ(ConvStemWidths(16, 768),
+  EXPECT_EQ(catalog::ConvStemWidths(7, 64), (std::vector<int64_t>{32, 64, 64}));
+  EXPECT_EQ(catalog::ConvStemWidths(4, 64), (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(catalog::ConvStemWidths(16, 768),
             (std::vector<int64_t>{32, 64, 128, 256}));
-  EXPECT_EQ(ConvStemWidths(2, 8), (std::vector<int64_t>{8}));
-  EXPECT_TRUE(ConvStemWidths(1, 64).empty());
-  EXPECT_EQ(ConvStemWidths(8, 2), (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(catalog::ConvStemWidths(2, 8), (std::vector<int64_t>{8}));
+  EXPECT_TRUE(catalog::ConvStemWidths(1, 64).empty());
+  EXPECT_EQ(catalog::ConvStemWidths(8, 2), (std::vector<int64_t>{2, 2, 2}));
   for (int64_t side : {28, 32, 224}) {
     for (int64_t p = 1; p <= side; ++p) {
       if (side % p != 0) continue;
       // Only patches that are not powers of two can miss: 7 of 224.
       const bool power_of_two = (p & (p - 1)) == 0;
       if (power_of_two) {
-        EXPECT_TRUE(ConvStemFits(side, p)) << side << " " << p;
+        EXPECT_TRUE(catalog::ConvStemFits(side, p)) << side << " " << p;
       }
-      if (ConvStemFits(side, p)) {
-        EXPECT_EQ(ConvStemSide(side, p), side / p);
+      if (catalog::ConvStemFits(side, p)) {
+        EXPECT_EQ(catalog::ConvStemSide(side, p), side / p);
       }
     }
   }
-  EXPECT_TRUE(ConvStemFits(28, 7));
-  EXPECT_TRUE(ConvStemFits(28, 14));
-  EXPECT_FALSE(ConvStemFits(224, 7));
-  EXPECT_EQ(ConvStemSide(224, 7), 28);
-  EXPECT_FALSE(ConvStemFits(28, 5));  // not a divisor
+  EXPECT_TRUE(catalog::ConvStemFits(28, 7));
+  EXPECT_TRUE(catalog::ConvStemFits(28, 14));
+  EXPECT_FALSE(catalog::ConvStemFits(224, 7));
+  EXPECT_EQ(catalog::ConvStemSide(224, 7), 28);
+  EXPECT_FALSE(catalog::ConvStemFits(28, 5));  // not a divisor
 }
 
 // revvit and vit of the same sizes: stem, depth blocks, head; the same

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "services/model/architecture_catalog.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/model/layers.h"
 #include "services/model/precision.h"
 
@@ -80,7 +80,7 @@ PatchEmbedBlock::PatchEmbedBlock(const TransformerOptions& o, bool two_streams)
   int64_t kernel = o.patch_size;
   if (o.conv_stem) {
     torch::nn::ModuleList convs;
-    for (int64_t width : ConvStemWidths(o.patch_size, o.embed_dim)) {
+    for (int64_t width : catalog::ConvStemWidths(o.patch_size, o.embed_dim)) {
       ConvBnOptions c;
       c.in = in;
       c.out = width;

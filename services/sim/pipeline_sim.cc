@@ -21,8 +21,8 @@ constexpr int64_t kMaxParameters = int64_t{1} << 32;
 
 bool FiniteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
 
-using engine::OpKind;
-using engine::ScheduledOp;
+using schedule::OpKind;
+using schedule::ScheduledOp;
 
 bool Forwards(OpKind k) { return k != OpKind::kBackward; }
 
@@ -325,7 +325,8 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config) {
   std::vector<StageState> st(stages);
   for (int j = 0; j < stages; ++j) {
     st[j].ops =
-        engine::StageSchedule(schedule, j, stages, micro_batches, group).Rest();
+        schedule::StageSchedule(schedule, j, stages, micro_batches, group)
+            .Rest();
     if (j > 0) st[j].forward_arrival.assign(micro_batches, -1.0);
     if (j < stages - 1) st[j].backward_arrival.assign(micro_batches, -1.0);
   }

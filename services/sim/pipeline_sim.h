@@ -11,13 +11,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "services/engine/pipeline_schedule.h"
+#include "services/schedule/pipeline_schedule.h"
 
 namespace petra::sim {
 
 // The schedules are the runtime's own (engine/pipeline_schedule.h): the
 // simulator only follows their order and adds the timing.
-using Schedule = engine::ScheduleKind;
+using Schedule = schedule::ScheduleKind;
 
 // Command-line names: backprop, gpipe, 1f1b, delayed, petra,
 // forward_gradient.

@@ -10,10 +10,10 @@ namespace petra::wire {
 
 absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> PlaceTensors(
     const std::vector<const torch::Tensor*>& tensors,
-    link::PayloadPlacer* placer) {
+    wire::PayloadPlacer* placer) {
   std::vector<std::vector<petra::v1::Tensor>> slots(tensors.size());
   std::vector<torch::Tensor> dense;  // alive until placed
-  std::vector<link::PayloadPiece> pieces;
+  std::vector<wire::PayloadPiece> pieces;
   std::vector<size_t> owner;
   // cuda_ipc copies device to device; the others are given host memory.
   const bool keep_device = placer->takes_device_pieces();
@@ -40,9 +40,9 @@ absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> PlaceTensors(
 absl::Status FetchSlotTensors(std::vector<petra::v1::Tensor*>& tensors,
                               const std::vector<std::string>& names,
                               const TensorLimits& limits,
-                              link::PayloadFetcher* fetcher, uint64_t id,
+                              wire::PayloadFetcher* fetcher, uint64_t id,
                               std::vector<torch::Tensor>& fetched) {
-  std::vector<link::PayloadFetcher::Field> fields;
+  std::vector<wire::PayloadFetcher::Field> fields;
   std::vector<size_t> at;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] != nullptr && tensors[i]->has_slot()) {

@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "petra/v1/tensor.pb.h"
-#include "services/link/data_channel.h"
 #include "services/model/tensor_pair.h"
+#include "services/wire/data_channel.h"
 #include "services/wire/tensor_limits.h"
 
 namespace petra::wire {
@@ -22,7 +22,7 @@ namespace petra::wire {
 // undefined tensor). RESOURCE_EXHAUSTED when the channel has no room.
 absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> PlaceTensors(
     const std::vector<const torch::Tensor*>& tensors,
-    link::PayloadPlacer* placer);
+    wire::PayloadPlacer* placer);
 
 // Brings in the tensors of a message part that a data channel carries:
 // each becomes a whole tensor in `fetched` (by slot), and its entry in
@@ -31,7 +31,7 @@ absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> PlaceTensors(
 absl::Status FetchSlotTensors(std::vector<petra::v1::Tensor*>& tensors,
                               const std::vector<std::string>& names,
                               const TensorLimits& limits,
-                              link::PayloadFetcher* fetcher, uint64_t id,
+                              wire::PayloadFetcher* fetcher, uint64_t id,
                               std::vector<torch::Tensor>& fetched);
 
 // The tensors a data channel brought, put in their slots of `decoded`

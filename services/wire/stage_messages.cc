@@ -28,7 +28,7 @@ absl::StatusOr<Slot> Chunked(const torch::Tensor& t, uint64_t chunk_bytes) {
 
 absl::StatusOr<std::vector<Slot>> Encoded(
     const std::vector<const torch::Tensor*>& tensors, uint64_t chunk_bytes,
-    link::PayloadPlacer* placer) {
+    wire::PayloadPlacer* placer) {
   if (placer != nullptr) {
     absl::StatusOr<std::vector<std::vector<petra::v1::Tensor>>> placed =
         PlaceTensors(tensors, placer);
@@ -196,7 +196,7 @@ template <typename M>
 absl::StatusOr<std::optional<Whole>> AddAndDecode(
     const M& m, std::vector<petra::v1::Tensor*> tensors,
     const std::vector<std::string>& names, const TensorLimits& limits,
-    link::PayloadFetcher* fetcher, std::optional<MicroBatchHeader>& header,
+    wire::PayloadFetcher* fetcher, std::optional<MicroBatchHeader>& header,
     std::vector<std::optional<TensorAssembler>>& slots,
     std::vector<torch::Tensor>& fetched) {
   if (!header.has_value()) fetched.clear();
@@ -312,7 +312,7 @@ std::vector<torch::Tensor*> TensorsOf(BackwardBatch& p) {
 }
 
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
-    const ForwardBatch& p, uint64_t chunk_bytes, link::PayloadPlacer* placer) {
+    const ForwardBatch& p, uint64_t chunk_bytes, wire::PayloadPlacer* placer) {
   if (p.tangents.size() > static_cast<size_t>(kMaxTangents)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a forward message carries at most ", kMaxTangents,
@@ -353,7 +353,7 @@ absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
 }
 
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
-    const BackwardBatch& p, uint64_t chunk_bytes, link::PayloadPlacer* placer) {
+    const BackwardBatch& p, uint64_t chunk_bytes, wire::PayloadPlacer* placer) {
   absl::StatusOr<std::vector<Slot>> slots = Encoded(
       {&p.output.a, &p.output.b, &p.grad.a, &p.grad.b}, chunk_bytes, placer);
   if (!slots.ok()) return slots.status();
@@ -379,7 +379,7 @@ absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
 }
 
 ForwardAssembler::ForwardAssembler(TensorLimits limits,
-                                   link::PayloadFetcher* fetcher)
+                                   wire::PayloadFetcher* fetcher)
     : limits_(limits), fetcher_(fetcher) {}
 
 absl::StatusOr<std::optional<ForwardBatch>> ForwardAssembler::Add(
@@ -457,7 +457,7 @@ absl::StatusOr<std::optional<ForwardBatch>> ForwardAssembler::Add(
 }
 
 BackwardAssembler::BackwardAssembler(TensorLimits limits,
-                                     link::PayloadFetcher* fetcher)
+                                     wire::PayloadFetcher* fetcher)
     : limits_(limits), fetcher_(fetcher) {}
 
 absl::StatusOr<std::optional<BackwardBatch>> BackwardAssembler::Add(

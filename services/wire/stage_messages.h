@@ -12,9 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "petra/v1/stage.pb.h"
-#include "services/link/data_channel.h"
 #include "services/model/micro_batch.h"
 #include "services/model/tensor_pair.h"
+#include "services/wire/data_channel.h"
 #include "services/wire/tensor_chunks.h"
 #include "services/wire/tensor_limits.h"
 
@@ -38,10 +38,10 @@ std::vector<torch::Tensor*> TensorsOf(BackwardBatch& payload);
 // message carries a SlotRef per tensor instead (no chunks).
 absl::StatusOr<std::vector<petra::v1::ForwardMessage>> EncodeForward(
     const ForwardBatch& payload, uint64_t chunk_bytes,
-    link::PayloadPlacer* placer = nullptr);
+    wire::PayloadPlacer* placer = nullptr);
 absl::StatusOr<std::vector<petra::v1::BackwardMessage>> EncodeBackward(
     const BackwardBatch& payload, uint64_t chunk_bytes,
-    link::PayloadPlacer* placer = nullptr);
+    wire::PayloadPlacer* placer = nullptr);
 
 // Whether a data channel carries some of the micro-batch's bytes (a
 // channel with no room may have left them all in the messages).
@@ -57,14 +57,14 @@ bool CarriesSlots(const std::vector<petra::v1::BackwardMessage>& parts);
 class ForwardAssembler {
  public:
   explicit ForwardAssembler(TensorLimits limits = {},
-                            link::PayloadFetcher* fetcher = nullptr);
+                            wire::PayloadFetcher* fetcher = nullptr);
   // Takes `m` by value: pass it with std::move and its payload becomes the
   // tensors' storage without a copy.
   absl::StatusOr<std::optional<ForwardBatch>> Add(petra::v1::ForwardMessage m);
 
  private:
   TensorLimits limits_;
-  link::PayloadFetcher* fetcher_;
+  wire::PayloadFetcher* fetcher_;
   std::optional<MicroBatchHeader> header_;
   // Whole tensors a data channel brought, by slot (as slots_).
   std::vector<torch::Tensor> fetched_;
@@ -75,13 +75,13 @@ class ForwardAssembler {
 class BackwardAssembler {
  public:
   explicit BackwardAssembler(TensorLimits limits = {},
-                             link::PayloadFetcher* fetcher = nullptr);
+                             wire::PayloadFetcher* fetcher = nullptr);
   absl::StatusOr<std::optional<BackwardBatch>> Add(
       petra::v1::BackwardMessage m);  // as ForwardAssembler::Add
 
  private:
   TensorLimits limits_;
-  link::PayloadFetcher* fetcher_;
+  wire::PayloadFetcher* fetcher_;
   std::optional<MicroBatchHeader> header_;
   // Whole tensors a data channel brought, by slot (as slots_).
   std::vector<torch::Tensor> fetched_;

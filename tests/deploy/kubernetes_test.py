@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,100 +18,14 @@ import unittest
 import yaml
 
 from harness import (BIN, DASHBOARD, DEPLOY, DEPLOY_DOC, FleetLaunch,
-                     IMAGE_UID, KUSTOMIZE, NODE, SOURCE, client_flags,
+                     IMAGE_UID, NODE, SOURCE, client_flags,
                      documented_block, flag_value, localize, main, make_certs,
                      run, with_flag)
-
-# Fields kustomize has deprecated (kustomize 5 warns on each): none of the
-# kustomizations may use them.
-DEPRECATED_FIELDS = {"bases", "patchesStrategicMerge", "patchesJson6902",
-                     "vars", "commonLabels", "imageTags"}
+from k8s_render import (DEPRECATED_FIELDS, ManifestChecks, container_command,
+                        find, free_port_pair, kustomize, with_component)
 
 
-def render(path):
-    """The objects kustomize renders from the kustomization in `path`."""
-    if not os.access(KUSTOMIZE, os.X_OK):
-        raise AssertionError(
-            "kustomize not found at %r: run scripts/install-test-tools.sh"
-            % KUSTOMIZE)
-    out = run([KUSTOMIZE, "build", path])[1]
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def kustomize(overlay):
-    """The overlay's objects."""
-    return render(os.path.join(DEPLOY, "k8s", "overlays", overlay))
-
-
-def with_component(component):
-    """The cpu overlay's objects with `component` added, in an overlay as
-    docs/DEPLOY.md tells operators to write it."""
-    with tempfile.TemporaryDirectory(dir=os.path.join(
-            DEPLOY, "k8s", "overlays")) as overlay:
-        with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
-            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\n"
-                    "kind: Kustomization\n"
-                    "resources:\n  - ../cpu\n"
-                    "components:\n"
-                    "  - ../../components/%s\n" % component)
-        return render(overlay)
-
-
-def free_port_pair():
-    """A loopback port P with P + 1 free too (the launcher's second server)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-        return port
-    raise AssertionError("no two consecutive free ports on loopback")
-
-
-def find(objects, kind, name=None):
-    found = [o for o in objects if o["kind"] == kind and
-             (name is None or o["metadata"]["name"] == name)]
-    if not found:
-        raise AssertionError("no %s %s in the rendered manifests" %
-                             (kind, name or ""))
-    return found
-
-
-def container_command(objects, workload, container, pod_name=None):
-    """[program, args...] with $(VAR) references resolved from the
-    container's env (values, ConfigMap keys, and the pod's name, `pod_name` or
-    the workload's first: <name>-0), as the kubelet does."""
-    pod = workload["spec"]["template"]["spec"]
-    c = [c for c in pod["containers"] if c["name"] == container][0]
-    env = {}
-    for e in c.get("env", []):
-        if "value" in e:
-            env[e["name"]] = e["value"]
-        elif "fieldRef" in e["valueFrom"]:
-            field = e["valueFrom"]["fieldRef"]["fieldPath"]
-            if field != "metadata.name":
-                raise AssertionError("%s reads field %s" % (container, field))
-            env[e["name"]] = pod_name or workload["metadata"]["name"] + "-0"
-        else:
-            ref = e["valueFrom"]["configMapKeyRef"]
-            (config_map,) = find(objects, "ConfigMap", ref["name"])
-            env[e["name"]] = config_map["data"][ref["key"]]
-
-    def resolve(arg):
-        def sub(m):
-            if m.group(1) not in env:
-                raise AssertionError("%s refers to unset $(%s)" %
-                                     (container, m.group(1)))
-            return env[m.group(1)]
-        return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, arg)
-    return [resolve(a) for a in c["command"] + c.get("args", [])]
-
-
-class KubernetesTest(unittest.TestCase, FleetLaunch):
+class KubernetesTest(unittest.TestCase, FleetLaunch, ManifestChecks):
     def validate(self, objects):
         """Every object passes the API schema of its kind."""
         if not os.path.isdir(os.path.join(SOURCE, "tests", "deploy",
@@ -278,25 +191,6 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
             self.assertEqual(rules["data"]["alerts.yml"], f.read())
         return objects, stage_set, coordinator
 
-    def secret_mounts(self, workload, secrets=None):
-        """{mount path: {key: file}} of the container's Secret volumes, the
-        files from make-certs.sh's `secrets` (or None when not given)."""
-        pod = workload["spec"]["template"]["spec"]
-        (container,) = pod["containers"]
-        by_volume = {v["name"]: v["secret"]["secretName"]
-                     for v in pod["volumes"] if "secret" in v}
-        mounts = {}
-        for m in container["volumeMounts"]:
-            if m["name"] in by_volume:
-                self.assertTrue(m.get("readOnly"), m["mountPath"])
-                name = by_volume[m["name"]]
-                if secrets is not None:
-                    self.assertIn(name, secrets,
-                                  "the manifests mount Secret %s, which "
-                                  "scripts/make-certs.sh does not make" % name)
-                mounts[m["mountPath"]] = secrets[name] if secrets else name
-        return mounts
-
     def check_tls(self, objects, stage_set, coordinator):
         """Every gRPC connection is mutual TLS from Secrets that
         scripts/make-certs.sh makes; the coordinator needs a token; the
@@ -388,99 +282,6 @@ class KubernetesTest(unittest.TestCase, FleetLaunch):
                 "containers"] if c["name"] == container]
             for m in c0.get("volumeMounts", []):
                 self.assertIn(m, c["volumeMounts"], name)
-
-    def test_deploy_doc_walks_a_fresh_cluster_in_order(self):
-        """docs/DEPLOY.md's Kubernetes steps, read top to bottom: every
-        Secret the manifests mount is created before the overlay is applied,
-        and the client then has the certificate and token the base needs."""
-        with open(os.path.join(SOURCE, "docs", "DEPLOY.md")) as f:
-            doc = f.read()
-        section = doc.split("\n## Kubernetes\n", 1)[1].split("\n## ", 1)[0]
-        steps = "\n".join(line[4:] for line in section.splitlines()
-                          if line.startswith("    "))
-        lines = [l for l in steps.splitlines() if l.strip()
-                 and not l.lstrip().startswith("#")]
-        at = {}
-        for i, line in enumerate(lines):
-            for key in ("make-certs.sh", "create namespace", "kubectl apply",
-                        "petra submit"):
-                if key in line and key not in at:
-                    at[key] = i
-        for key in ("make-certs.sh", "create namespace", "kubectl apply",
-                    "petra submit"):
-            self.assertIn(key, at, "DEPLOY.md's Kubernetes steps lack " + key)
-        created = {}
-        for i, line in enumerate(lines):
-            m = re.search(r"create secret generic (\S+)", line)
-            if m:
-                created[m.group(1)] = i
-        objects = kustomize("cpu")
-        mounted = set()
-        for workload in (find(objects, "StatefulSet", "petra-stage")[0],
-                         find(objects, "Deployment", "petra-coordinator")[0]):
-            mounted |= set(self.secret_mounts(workload).values())
-        self.assertEqual(sorted(mounted - set(created)), [],
-                         "Secrets the manifests mount but DEPLOY.md never "
-                         "creates")
-        self.assertTrue(all(at["create namespace"] < i < at["kubectl apply"]
-                            for i in created.values()),
-                        "the Secrets must be created after the namespace "
-                        "and before the overlay is applied")
-        self.assertLess(at["make-certs.sh"], min(created.values()))
-        # The client: the TLS files and the token, as flags or exported
-        # defaults, before it submits.
-        before = "\n".join(lines[:at["petra submit"] + 1])
-        for flag, env in (("--tls-ca", "PETRA_TLS_CA"),
-                          ("--tls-cert", "PETRA_TLS_CERT"),
-                          ("--tls-key", "PETRA_TLS_KEY"),
-                          ("--auth-token-file", "PETRA_AUTH_TOKEN_FILE")):
-            self.assertTrue(flag in lines[at["petra submit"]] or
-                            re.search(r"export %s=\S+" % env, before),
-                            "petra submit in DEPLOY.md has no %s" % flag)
-
-    def test_deploy_doc_names_the_pushed_image_through_kustomize(self):
-        """Step 0 of docs/DEPLOY.md's Kubernetes walk-through: the overlay
-        it writes, with a registry and tag of the reader's, puts the image
-        it pushed into every petra container; the base names the image
-        scripts/compose-live.sh builds and runs."""
-        with open(DEPLOY_DOC) as f:
-            section = f.read().split("\n## Kubernetes\n", 1)[1]
-        block = "\n".join(line[4:] for line in section.splitlines()
-                          if line.startswith("    "))
-        env = dict(re.findall(r"(\w+)=(\S+)",
-                              re.search(r"export (REGISTRY=.*)", block)
-                              .group(1)))
-        pushed = re.search(r"docker push (\S+)", block).group(1)
-        overlay = re.search(r"cat > my-fleet/kustomization.yaml <<EOF\n"
-                            r"(.*?)\nEOF", block, re.S).group(1)
-        for name, value in env.items():
-            overlay = overlay.replace("$" + name, value)
-            pushed = pushed.replace("$" + name, value)
-        self.assertIn("kubectl apply -k my-fleet", block)
-        # Where the reader runs it: the repository's root.
-        with tempfile.TemporaryDirectory(dir=SOURCE) as root:
-            os.mkdir(os.path.join(root, "my-fleet"))
-            os.symlink(DEPLOY, os.path.join(root, "deploy"))
-            with open(os.path.join(root, "my-fleet", "kustomization.yaml"),
-                      "w") as f:
-                f.write(overlay)
-            objects = render(os.path.join(root, "my-fleet"))
-        images = set()
-        for workload in objects:
-            if workload["kind"] not in ("Deployment", "StatefulSet"):
-                continue
-            pod = workload["spec"]["template"]["spec"]
-            for c in pod.get("initContainers", []) + pod["containers"]:
-                images.add(c["image"])
-        self.assertEqual(images, {pushed})
-        base = set()
-        for workload in kustomize("cpu"):
-            if workload["kind"] in ("Deployment", "StatefulSet"):
-                base |= {c["image"] for c in
-                         workload["spec"]["template"]["spec"]["containers"]}
-        self.assertEqual(base, {"petra-fleet:latest"})
-        with open(os.path.join(SOURCE, "scripts", "compose-live.sh")) as f:
-            self.assertIn("-t petra-fleet:latest", f.read())
 
     def test_cpu_overlay_renders_and_validates(self):
         objects, stage_set, _ = self.check_overlay("cpu")

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "services/base/paths.h"
+#include "services/catalog/device_name.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
-#include "services/model/device_name.h"
 
 namespace petra::fuzz {
 namespace {
@@ -30,7 +30,8 @@ void CheckResolved(const petra::v1::JobSpec& resolved) {
   const int stages = job::StageCount(resolved);
   Expect(stages >= 1);
   for (int j = 0; j < stages; ++j) {
-    Expect(model::ParseDeviceName(job::DeviceForStage(resolved, j), "d").ok());
+    Expect(
+        catalog::ParseDeviceName(job::DeviceForStage(resolved, j), "d").ok());
   }
   // The job record is JSON and must read back as the same spec.
   absl::StatusOr<petra::v1::JobSpec> back =

@@ -20,10 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "services/base/durable_file.h"
 #include "services/base/flag_set.h"
+#include "services/catalog/architecture_catalog.h"
 #include "services/engine/job_plan.h"
 #include "services/engine/state_file.h"
 #include "services/job/job_flags.h"
-#include "services/model/architecture_catalog.h"
 
 namespace petra {
 namespace {
@@ -51,7 +51,8 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
   // network matters here.
   petra::v1::JobSpec base;
   // A language model reads text (its spec only: no data is read here).
-  const bool tokens = model::IsLanguageModel(overrides.model().architecture());
+  const bool tokens =
+      catalog::IsLanguageModel(overrides.model().architecture());
   base.mutable_dataset()->set_kind(tokens ? petra::v1::DATASET_KIND_TEXT
                                           : petra::v1::DATASET_KIND_SYNTHETIC);
   base.mutable_partition()->set_stage_count(1);
@@ -86,7 +87,7 @@ absl::Status Run(const petra::v1::JobSpec& overrides, int64_t batch,
   // class names.
   const std::vector<int64_t> chw =
       tokens ? std::vector<int64_t>{spec->model().transformer().seq_len()}
-             : model::InputShape(spec->model().variant());
+             : catalog::InputShape(spec->model().variant());
   const int64_t channels = tokens ? 0 : chw[0];
   petra::v1::Preprocessing preprocessing;
   for (int64_t c = 0; c < channels; ++c) {

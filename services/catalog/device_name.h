@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace petra::model {
+namespace petra::catalog {
 
 struct DeviceName {
   enum class Type { kCpu, kCuda };
@@ -25,4 +25,4 @@ absl::StatusOr<DeviceName> ParseDeviceName(const std::string& text,
 // Unparseable names match nothing.
 bool DeviceServes(const std::string& served, const std::string& requested);
 
-}  // namespace petra::model
+}  // namespace petra::catalog

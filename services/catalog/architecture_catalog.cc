@@ -1,11 +1,11 @@
-#include "services/model/architecture_catalog.h"
+#include "services/catalog/architecture_catalog.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace petra::model {
+namespace petra::catalog {
 
 std::vector<int64_t> InputShape(petra::v1::Variant variant) {
   switch (variant) {
@@ -142,4 +142,4 @@ absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
   }
 }
 
-}  // namespace petra::model
+}  // namespace petra::catalog

@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "petra/v1/job.pb.h"
-#include "services/engine/pipeline_schedule.h"
+#include "services/schedule/pipeline_schedule.h"
 
-namespace petra::engine {
+namespace petra::schedule {
 
 // What travels between the stages beside the activations and gradients.
 struct ModeTraffic {
@@ -64,4 +64,4 @@ struct ModePlan {
 
 ModePlan PlanMode(const petra::v1::TrainingSpec& resolved);
 
-}  // namespace petra::engine
+}  // namespace petra::schedule

@@ -1,11 +1,11 @@
-#include "services/engine/pipeline_schedule.h"
+#include "services/schedule/pipeline_schedule.h"
 
 #include <map>
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace petra::engine {
+namespace petra::schedule {
 namespace {
 
 constexpr OpKind kF = OpKind::kForward, kB = OpKind::kBackward,
@@ -99,8 +99,9 @@ TEST(StageSchedule, GpipeBackwardsOldestFirst) {
                                                  {3, kB},
                                                  {4, kB}}));
   // The last stage has each loss at once: one step per micro-batch.
-  EXPECT_EQ(Kinds(Order(ScheduleKind::kGpipe, 1, 2, 3, 2)),
-            (std::vector<std::pair<int, OpKind>>{{0, kFB}, {1, kFB}, {2, kFB}}));
+  EXPECT_EQ(
+      Kinds(Order(ScheduleKind::kGpipe, 1, 2, 3, 2)),
+      (std::vector<std::pair<int, OpKind>>{{0, kFB}, {1, kFB}, {2, kFB}}));
 }
 
 // Every schedule forwards each micro-batch once and backwards it once,
@@ -155,4 +156,4 @@ TEST(StageSchedule, ModesMapToTheirSchedules) {
 }
 
 }  // namespace
-}  // namespace petra::engine
+}  // namespace petra::schedule

@@ -1,11 +1,11 @@
-#include "services/model/device_name.h"
+#include "services/catalog/device_name.h"
 
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace petra::model {
+namespace petra::catalog {
 
 // Highest CUDA ordinal we accept; far above any single host's GPU count.
 constexpr int kMaxCudaOrdinal = 1023;
@@ -38,4 +38,4 @@ bool DeviceServes(const std::string& served, const std::string& requested) {
   return std::max(s->index, 0) == r->index;
 }
 
-}  // namespace petra::model
+}  // namespace petra::catalog

@@ -1,8 +1,8 @@
-#include "services/engine/training_mode.h"
+#include "services/schedule/training_mode.h"
 
 #include <algorithm>
 
-namespace petra::engine {
+namespace petra::schedule {
 
 ModePlan PlanMode(const petra::v1::TrainingSpec& t) {
   ModePlan m;
@@ -32,4 +32,4 @@ ModePlan PlanMode(const petra::v1::TrainingSpec& t) {
   return m;
 }
 
-}  // namespace petra::engine
+}  // namespace petra::schedule

@@ -1,8 +1,8 @@
-#include "services/engine/pipeline_schedule.h"
+#include "services/schedule/pipeline_schedule.h"
 
 #include <algorithm>
 
-namespace petra::engine {
+namespace petra::schedule {
 
 ScheduleKind ScheduleForMode(petra::v1::TrainingMode mode) {
   switch (mode) {
@@ -134,4 +134,4 @@ std::vector<ScheduledOp> StageSchedule::Rest() {
   return out;
 }
 
-}  // namespace petra::engine
+}  // namespace petra::schedule

@@ -13,7 +13,7 @@
 
 #include "petra/v1/job.pb.h"
 
-namespace petra::engine {
+namespace petra::schedule {
 
 enum class ScheduleKind {
   // Model-parallel backprop, no overlap: micro-batch m+1 enters stage 0
@@ -97,4 +97,4 @@ class StageSchedule {
   std::optional<ScheduledOp> lookahead_;
 };
 
-}  // namespace petra::engine
+}  // namespace petra::schedule

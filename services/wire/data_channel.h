@@ -2,8 +2,9 @@
 // always carry the control (ids, shapes, dtypes, credits, errors); a data
 // channel may carry the tensor bytes instead, and the message then holds a
 // petra.v1.SlotRef where the bytes would be. The codec
-// (services/wire/stage_messages.h) calls these interfaces; the adapters
-// beside this file implement them, one per transport. No torch, no gRPC.
+// (services/wire/stage_messages.h) calls these interfaces; the adapters in
+// services/link implement them, one per transport: the port sits with the
+// wire format, below every adapter. No torch, no gRPC.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@
 #include "petra/v1/tensor.pb.h"
 #include "services/wire/tensor_limits.h"
 
-namespace petra::link {
+namespace petra::wire {
 
 // One tensor's bytes, contiguous in this process's memory.
 struct PayloadPiece {
@@ -71,9 +72,9 @@ class PayloadFetcher {
   // slots, also when a field is refused. INVALID_ARGUMENT naming the field
   // for a bad reference; NOT_FOUND when the channel is not visible here.
   virtual absl::Status Fetch(std::vector<Field>& fields,
-                             const wire::TensorLimits& limits) = 0;
+                             const TensorLimits& limits) = 0;
   // Payload bytes fetched so far (the messages' own bytes are not counted).
   virtual uint64_t fetched_bytes() const = 0;
 };
 
-}  // namespace petra::link
+}  // namespace petra::wire

@@ -1,8 +1,8 @@
-#include "services/engine/training_mode.h"
+#include "services/schedule/training_mode.h"
 
 #include <gtest/gtest.h>
 
-namespace petra::engine {
+namespace petra::schedule {
 namespace {
 
 petra::v1::TrainingSpec Mode(petra::v1::TrainingMode mode) {
@@ -74,4 +74,4 @@ TEST(PlanMode, SaysWhatEachModeMeansForTheStages) {
 }
 
 }  // namespace
-}  // namespace petra::engine
+}  // namespace petra::schedule

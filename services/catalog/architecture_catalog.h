@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "petra/v1/job.pb.h"
 
-namespace petra::model {
+namespace petra::catalog {
 
 struct ArchitectureInfo {
   // Display name, e.g. "RevNet18".
@@ -91,4 +91,4 @@ std::string DescribeSize(const petra::v1::ModelSpec& model);
 absl::StatusOr<ArchitectureInfo> GetArchitectureInfo(
     const petra::v1::ModelSpec& model);
 
-}  // namespace petra::model
+}  // namespace petra::catalog

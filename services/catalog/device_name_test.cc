@@ -1,8 +1,8 @@
-#include "services/model/device_name.h"
+#include "services/catalog/device_name.h"
 
 #include <gtest/gtest.h>
 
-namespace petra::model {
+namespace petra::catalog {
 namespace {
 
 TEST(DeviceName, ParsesKnownForms) {
@@ -39,4 +39,4 @@ TEST(DeviceName, AServerServesItsKindAndOrdinal) {
 }
 
 }  // namespace
-}  // namespace petra::model
+}  // namespace petra::catalog
