@@ -417,9 +417,14 @@ def with_bool(expr):
         i += 1
     return "".join(out)
 
+def panels(within):  # rows hold panels of their own
+    for panel in within:
+        yield panel
+        yield from panels(panel.get("panels", []))
+
 exprs = []
 with open(source + "/deploy/grafana/dashboards/petra-fleet.json") as f:
-    for panel in json.load(f)["panels"]:
+    for panel in panels(json.load(f)["panels"]):
         for t in panel.get("targets", []):
             if t.get("expr"):
                 exprs.append(("dashboard: " + panel.get("title", "?"),
