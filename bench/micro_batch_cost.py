@@ -128,10 +128,11 @@ def main(argv):
     a = parse_args(argv)
     networks = SMOKE if a.smoke else NETWORKS
     micro_batches = [1, 4, 32] if a.smoke else MICRO_BATCHES
-    limit = 256 if a.smoke else a.train_limit
+    limit = 128 if a.smoke else a.train_limit
+    test_limit = 64 if a.smoke else 256
     reports = {}
     print("Command of each row: `petra train --quiet --stages 2 --epochs 1 "
-          f"--train-limit {limit} --test-limit 256 --seed {a.seed} "
+          f"--train-limit {limit} --test-limit {test_limit} --seed {a.seed} "
           "--threads-per-stage 1 --runner RUNNER --micro-batch B "
           f"--accumulation {SAMPLES_PER_STEP}/B MODEL` (MODEL per network "
           "below): the same optimizer steps of "
@@ -158,7 +159,8 @@ def main(argv):
                 def flags(samples):
                     return model + [
                         "--stages", "2", "--epochs", "1", "--train-limit",
-                        str(samples), "--test-limit", "256", "--seed", a.seed,
+                        str(samples), "--test-limit", str(test_limit),
+                        "--seed", a.seed,
                         "--threads-per-stage", "1", "--runner", runner,
                         "--micro-batch", str(b), "--accumulation",
                         str(SAMPLES_PER_STEP // b)]

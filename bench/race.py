@@ -104,8 +104,8 @@ def parse_args(argv):
                         "(default 20; 0: at epochs' ends only)")
     p.add_argument("--seed", default="1")
     p.add_argument("--smoke", action="store_true",
-                   help="seconds-long: tiny models, one epoch of 512 "
-                        "samples, J = 2")
+                   help="seconds-long: tiny models, one epoch of 256 "
+                        "samples, J = 2, profiles of 3 repeats")
     p.add_argument("--timeout", type=int, default=7200)
     p.add_argument("--json", help="write every row to this file")
     p.add_argument("--plots", help="write each race's curves as PNGs into "
@@ -129,8 +129,11 @@ def parse_args(argv):
     if a.eval_every_steps < 0:
         p.error("--eval-every-steps must be >= 0")
     if a.smoke:
-        a.stages, a.epochs, a.train_limit, a.test_limit = [2], 1, 512, 128
-        a.eval_every_steps = 4
+        a.stages, a.epochs, a.train_limit, a.test_limit = [2], 1, 256, 64
+        a.eval_every_steps = 2
+    # Each row's profile: its slowest stage's times, which the simulator's
+    # prediction stands on (a smoke run only needs the numbers to exist).
+    a.profile_repeats = 3 if a.smoke else 20
     return a
 
 
@@ -167,10 +170,10 @@ def activations(stage):
                m["optimizer_state"])
 
 
-def profile(petra, flags, stages, threads, micro_batch, path):
+def profile(petra, flags, stages, threads, micro_batch, repeats, path):
     run([petra, "profile"] + flags +
         ["--stages", str(stages), "--threads", str(threads), "--micro-batch",
-         str(micro_batch), "--repeats", "20", "--output", path], 1800)
+         str(micro_batch), "--repeats", str(repeats), "--output", path], 1800)
     with open(path) as f:
         return json.load(f)
 
@@ -221,7 +224,7 @@ def race(a, name, stages, folder):
         # speed drifts from minute to minute (see slowest_ms in the table).
         path = os.path.join(folder, f"profile-{name}-{stages}-{i}.json")
         prof = profile(a.petra, flags, 1 if one else stages, threads, mb,
-                       path)
+                       a.profile_repeats, path)
         r = train_report(a.petra, job, a.timeout)
         epochs = r["epochs"]
         # The simulator counts sequences; the report, a model's tokens.
