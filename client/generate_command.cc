@@ -1,6 +1,8 @@
 // `petra generate`: a trained language model continues a prompt, from its
 // export or its TorchScript export, each of which says its network and
 // tokenizer.
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <string_view>
@@ -22,6 +24,93 @@ namespace {
 
 // An export of a large model is gigabytes; anything past this is not one.
 constexpr int64_t kMaxModelBytes = int64_t{64} << 30;
+
+}  // namespace
+
+namespace {
+
+constexpr std::array<const char*, 7> kModelFlags = {
+    "arch", "embed-dim", "depth", "heads", "mlp-ratio", "seq-len", "vocab"};
+
+// The continuation as it is made: its text so far, printed (unless the
+// output is JSON) up to where it may still change (a piece that ends
+// mid-character decodes to U+FFFD until the rest comes).
+class ContinuationPrinter {
+ public:
+  ContinuationPrinter(const data::Tokenizer& tokenizer, bool json)
+      : tokenizer_(tokenizer), json_(json) {}
+
+  void Add(int64_t id) {
+    made_.push_back(id);
+    if (!decoded_.ok()) return;
+    absl::StatusOr<std::string> text = tokenizer_.Decode(made_);
+    if (!text.ok()) {
+      decoded_ = text.status();
+      return;
+    }
+    continuation_ = *std::move(text);
+    size_t stable = continuation_.size();
+    constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+    while (
+        stable >= printed_ + kReplacement.size() &&
+        std::string_view(continuation_).substr(stable - kReplacement.size()) ==
+            kReplacement) {
+      stable -= kReplacement.size();
+    }
+    PrintTo(stable);
+  }
+  // The end: what was held back goes out as it is.
+  void Flush() { PrintTo(continuation_.size()); }
+  const absl::Status& decoded() const { return decoded_; }
+
+  void PrintJson(const std::string& prompt) const {
+    std::string list;
+    for (int64_t id : made_) {
+      absl::StrAppend(&list, list.empty() ? "" : ", ", id);
+    }
+    // JSON strings must be UTF-8: a byte model may stop mid-character.
+    std::cout << "{\"prompt\": "
+              << base::JsonString(base::ReplaceInvalidUtf8(prompt))
+              << ", \"continuation\": "
+              << base::JsonString(base::ReplaceInvalidUtf8(continuation_))
+              << ", \"tokens\": [" << list << "]}\n";
+  }
+
+ private:
+  void PrintTo(size_t end) {
+    if (!json_ && end > printed_) {
+      std::fwrite(continuation_.data() + printed_, 1, end - printed_, stdout);
+      std::fflush(stdout);
+      printed_ = end;
+    }
+  }
+
+  const data::Tokenizer& tokenizer_;
+  const bool json_;
+  std::vector<int64_t> made_;
+  std::string continuation_;
+  size_t printed_ = 0;
+  absl::Status decoded_ = absl::OkStatus();
+};
+
+// --arch, a language model's only.
+void AddLanguageModelFlag(base::FlagSet& flags, petra::v1::JobSpec* spec) {
+  const auto* arch =
+      google::protobuf::GetEnumDescriptor<petra::v1::Architecture>();
+  flags.AddCustom(
+      "arch", "revlm|gpt", "revlm", "the export's network",
+      [spec, arch](const std::string& v) -> absl::Status {
+        absl::StatusOr<int> a = job::ParseEnumShortName(arch, v, "value");
+        if (!a.ok()) return a.status();
+        if (!catalog::IsLanguageModel(*a)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "\"", v, "\" is not a language model (revlm or gpt)"));
+        }
+        spec->mutable_model()->set_architecture(
+            static_cast<petra::v1::Architecture>(*a));
+        return absl::OkStatus();
+      });
+}
 
 }  // namespace
 
@@ -63,21 +152,7 @@ int RunGenerate(const std::string& program,
   flags.AddBool("json", &json,
                 "print {\"prompt\", \"continuation\", \"tokens\"} at the end "
                 "instead of the text as it is made");
-  const auto* arch =
-      google::protobuf::GetEnumDescriptor<petra::v1::Architecture>();
-  flags.AddCustom(
-      "arch", "revlm|gpt", "revlm", "the export's network",
-      [&spec, arch](const std::string& v) -> absl::Status {
-        absl::StatusOr<int> a = job::ParseEnumShortName(arch, v, "value");
-        if (!a.ok()) return a.status();
-        if (!catalog::IsLanguageModel(*a)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "\"", v, "\" is not a language model (revlm or gpt)"));
-        }
-        spec.mutable_model()->set_architecture(
-            static_cast<petra::v1::Architecture>(*a));
-        return absl::OkStatus();
-      });
+  AddLanguageModelFlag(flags, &spec);
   job::AddTransformerFlags(
       flags, [&spec] { return spec.mutable_model()->mutable_transformer(); });
   const std::string command = program + " generate";
@@ -105,11 +180,11 @@ int RunGenerate(const std::string& program,
     std::cerr << command << ": --model: " << bytes.status().message() << "\n";
     return 1;
   }
-  bool model_flags = false;
-  for (const char* name : {"arch", "embed-dim", "depth", "heads", "mlp-ratio",
-                           "seq-len", "vocab"}) {
-    model_flags = model_flags || flags.WasSet(name);
-  }
+  // The model flags given: the export's own description is checked
+  // against them.
+  const bool model_flags =
+      std::any_of(kModelFlags.begin(), kModelFlags.end(),
+                  [&flags](const char* name) { return flags.WasSet(name); });
   absl::StatusOr<std::unique_ptr<engine::TokenModel>> model =
       engine::LoadTokenModel(*bytes, *resolved, model_flags);
   bytes->clear();
@@ -129,59 +204,21 @@ int RunGenerate(const std::string& program,
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::fflush(stdout);
   }
-  // The continuation's text so far; printed up to where it may still change
-  // (a piece that ends mid-character decodes to U+FFFD until the rest comes).
-  std::vector<int64_t> made;
-  std::string continuation;
-  size_t printed = 0;
-  absl::Status decoded = absl::OkStatus();
-  auto print_to = [&](size_t end) {
-    if (!json && end > printed) {
-      std::fwrite(continuation.data() + printed, 1, end - printed, stdout);
-      std::fflush(stdout);
-      printed = end;
-    }
-  };
-  absl::StatusOr<std::vector<int64_t>> out =
-      engine::Generate(**model, *tokens, sampling, [&](int64_t id) {
-        made.push_back(id);
-        if (!decoded.ok()) return;
-        absl::StatusOr<std::string> text = tokenizer.Decode(made);
-        if (!text.ok()) {
-          decoded = text.status();
-          return;
-        }
-        continuation = *std::move(text);
-        size_t stable = continuation.size();
-        constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-        while (stable >= printed + kReplacement.size() &&
-               std::string_view(continuation)
-                       .substr(stable - kReplacement.size()) == kReplacement) {
-          stable -= kReplacement.size();
-        }
-        print_to(stable);
-      });
-  print_to(continuation.size());
+  ContinuationPrinter printer(tokenizer, json);
+  absl::StatusOr<std::vector<int64_t>> out = engine::Generate(
+      **model, *tokens, sampling, [&](int64_t id) { printer.Add(id); });
+  printer.Flush();
   if (!json) std::printf("\n");
   if (!out.ok()) {
     std::cerr << command << ": " << out.status().message() << "\n";
     return absl::IsInvalidArgument(out.status()) ? 2 : 1;
   }
-  if (!decoded.ok()) {
-    std::cerr << command << ": decoding: " << decoded.message() << "\n";
+  if (!printer.decoded().ok()) {
+    std::cerr << command << ": decoding: " << printer.decoded().message()
+              << "\n";
     return 1;
   }
-  if (json) {
-    std::string list;
-    for (int64_t id : made)
-      absl::StrAppend(&list, list.empty() ? "" : ", ", id);
-    // JSON strings must be UTF-8: a byte model may stop mid-character.
-    std::cout << "{\"prompt\": "
-              << base::JsonString(base::ReplaceInvalidUtf8(prompt))
-              << ", \"continuation\": "
-              << base::JsonString(base::ReplaceInvalidUtf8(continuation))
-              << ", \"tokens\": [" << list << "]}\n";
-  }
+  if (json) printer.PrintJson(prompt);
   return 0;
 }
 

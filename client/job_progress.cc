@@ -391,6 +391,92 @@ std::string EndToEndByStage(const petra::v1::Progress& e) {
 
 }  // namespace
 
+namespace {
+
+// One epoch's (or mid-epoch evaluation's) object of the report.
+std::string EpochJson(const petra::v1::Progress& e) {
+  return absl::StrFormat(
+      "{\"epoch\": %u, \"step\": %llu, \"learning_rate\": %.9g, "
+      "\"train_loss\": %.6f, \"train_accuracy\": "
+      "%.6f, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
+      "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f, "
+      "\"mid_epoch\": %s%s}",
+      e.epoch(), static_cast<unsigned long long>(e.step()), e.learning_rate(),
+      e.train_loss(), e.train_accuracy(), e.test_accuracy(), e.test_loss(),
+      e.samples_per_second(), e.elapsed_seconds(),
+      e.mid_epoch() ? "true" : "false", EndToEndByStage(e));
+}
+
+// One stage's object of the report: its statistics `s`, its placement in
+// the job (replica r's stage j is placement r J + j; in-process: replica
+// 0's only, `per_copy` stages a copy).
+std::string StageJson(const petra::v1::Job& job, const petra::v1::StageStats& s,
+                      int per_copy) {
+  const petra::v1::MemoryBreakdown& m = s.memory();
+  int begin = 0, end = 0;
+  std::string device;
+  // The data channel to the next stage: null in-process and on the last.
+  std::string to_next = "null";
+  const int k = static_cast<int>(s.replica()) * per_copy +
+                static_cast<int>(s.stage_index());
+  if (static_cast<int>(s.stage_index()) < per_copy && k < job.stages_size()) {
+    const petra::v1::StagePlacement& p = job.stages(k);
+    begin = p.layer_begin();
+    end = p.layer_end();
+    device = p.device();
+    if (p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED) {
+      to_next = base::JsonString(link::TransportName(p.transport_to_next()));
+    }
+  }
+  return absl::StrFormat(
+      "{\"index\": %u, \"replica\": %u, \"address\": %s, "
+      "\"device\": %s, "
+      "\"blocks\": [%d, %d], \"transport_to_next\": %s, "
+      "\"memory_bytes\": {\"parameters\": %llu, \"optimizer_state\": %llu, "
+      "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
+      "\"process_rss\": %llu, \"device_allocated\": %llu, "
+      "\"device_reserved\": %llu, "
+      "\"device_peak\": %llu, \"host_tensors\": %llu, "
+      "\"host_tensors_peak\": %llu, \"host_tensors_train_peak\": %llu}, "
+      "\"staleness_mean\": %.4f, "
+      "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
+      "\"forward_count\": %llu, \"backward_count\": %llu, "
+      "\"forward_seconds\": %.3f, \"backward_seconds\": %.3f, "
+      "\"idle_seconds\": %.3f, \"send_seconds\": %.3f, "
+      "\"bubble_fraction\": %.4f, \"skipped_micro_batches\": %llu, "
+      "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
+      "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
+      "\"mean\": %.3e, \"max\": %.3e}, \"allreduce_seconds\": %.3f, "
+      "\"allreduce_bytes\": %llu}",
+      s.stage_index(), s.replica(), base::JsonString(s.address()),
+      base::JsonString(device), begin, end, to_next,
+      static_cast<unsigned long long>(m.parameters_bytes()),
+      static_cast<unsigned long long>(m.optimizer_state_bytes()),
+      static_cast<unsigned long long>(m.activation_buffer_bytes()),
+      static_cast<unsigned long long>(m.weight_stash_bytes()),
+      static_cast<unsigned long long>(m.peak_bytes()),
+      static_cast<unsigned long long>(m.process_rss_bytes()),
+      static_cast<unsigned long long>(m.device_bytes()),
+      static_cast<unsigned long long>(m.device_reserved_bytes()),
+      static_cast<unsigned long long>(m.device_peak_bytes()),
+      static_cast<unsigned long long>(m.host_tensor_bytes()),
+      static_cast<unsigned long long>(m.host_tensor_peak_bytes()),
+      static_cast<unsigned long long>(m.host_tensor_train_peak_bytes()),
+      s.staleness_mean(), s.delay_ticks_mean(),
+      static_cast<unsigned long long>(s.optimizer_steps()),
+      static_cast<unsigned long long>(s.forward_count()),
+      static_cast<unsigned long long>(s.backward_count()), s.forward_seconds(),
+      s.backward_seconds(), s.idle_seconds(), s.send_seconds(),
+      BubbleFraction(s),
+      static_cast<unsigned long long>(s.skipped_micro_batches()),
+      s.end_to_end_samples(), s.end_to_end_cosine_similarity(),
+      s.end_to_end_norm_ratio(), s.rebuild_error_samples(),
+      s.rebuild_error_mean(), s.rebuild_error_max(), s.allreduce_seconds(),
+      static_cast<unsigned long long>(s.allreduce_bytes()));
+}
+
+}  // namespace
+
 std::string ReportJson(const petra::v1::Job& job,
                        const std::vector<petra::v1::Progress>& epochs,
                        double wall, const std::string& runner,
@@ -432,8 +518,7 @@ std::string ReportJson(const petra::v1::Job& job,
       base::JsonString(job.id()), base::JsonString(job.spec().name()),
       base::JsonString(runner), base::JsonString(StateName(job.state())),
       last.test_accuracy(), last.test_loss(), last.train_loss(),
-      last.train_accuracy(), rate, seconds, wall,
-      BubbleFraction(last.stages()),
+      last.train_accuracy(), rate, seconds, wall, BubbleFraction(last.stages()),
       static_cast<unsigned long long>(last.step()),
       static_cast<unsigned long long>(last.corrupt_images_skipped()),
       base::JsonString(model_file),
@@ -443,19 +528,7 @@ std::string ReportJson(const petra::v1::Job& job,
                            rate, BitsPerByte(last), std::exp(last.test_loss()))
          : "");
   for (size_t i = 0; i < epochs.size(); ++i) {
-    const auto& e = epochs[i];
-    absl::StrAppendFormat(
-        &out,
-        "%s\n    {\"epoch\": %u, \"step\": %llu, \"learning_rate\": %.9g, "
-        "\"train_loss\": %.6f, \"train_accuracy\": "
-        "%.6f, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
-        "\"samples_per_second\": %.2f, \"elapsed_seconds\": %.2f, "
-        "\"mid_epoch\": %s%s}",
-        i ? "," : "", e.epoch(), static_cast<unsigned long long>(e.step()),
-        e.learning_rate(), e.train_loss(), e.train_accuracy(),
-        e.test_accuracy(), e.test_loss(), e.samples_per_second(),
-        e.elapsed_seconds(), e.mid_epoch() ? "true" : "false",
-        EndToEndByStage(e));
+    absl::StrAppend(&out, i ? "," : "", "\n    ", EpochJson(epochs[i]));
   }
   absl::StrAppend(&out, "\n  ],\n  \"stages\": [");
   // Replica r's stage j is placement r J + j (in-process: replica 0's only).
@@ -465,69 +538,8 @@ std::string ReportJson(const petra::v1::Job& job,
                            ? job.stages_size() / copies
                            : job.stages_size();
   for (int i = 0; i < last.stages_size(); ++i) {
-    const petra::v1::StageStats& s = last.stages(i);
-    const petra::v1::MemoryBreakdown& m = s.memory();
-    int begin = 0, end = 0;
-    std::string device;
-    // The data channel to the next stage: null in-process and on the last.
-    std::string to_next = "null";
-    const int k = static_cast<int>(s.replica()) * per_copy +
-                  static_cast<int>(s.stage_index());
-    if (static_cast<int>(s.stage_index()) < per_copy && k < job.stages_size()) {
-      const petra::v1::StagePlacement& p = job.stages(k);
-      begin = p.layer_begin();
-      end = p.layer_end();
-      device = p.device();
-      if (p.transport_to_next() != petra::v1::TRANSPORT_UNSPECIFIED) {
-        to_next = base::JsonString(link::TransportName(p.transport_to_next()));
-      }
-    }
-    absl::StrAppendFormat(
-        &out,
-        "%s\n    {\"index\": %u, \"replica\": %u, \"address\": %s, "
-        "\"device\": %s, "
-        "\"blocks\": [%d, %d], \"transport_to_next\": %s, "
-        "\"memory_bytes\": {\"parameters\": %llu, \"optimizer_state\": %llu, "
-        "\"activation_buffer\": %llu, \"weight_stash\": %llu, \"peak\": %llu, "
-        "\"process_rss\": %llu, \"device_allocated\": %llu, "
-        "\"device_reserved\": %llu, "
-        "\"device_peak\": %llu, \"host_tensors\": %llu, "
-        "\"host_tensors_peak\": %llu, \"host_tensors_train_peak\": %llu}, "
-        "\"staleness_mean\": %.4f, "
-        "\"delay_ticks_mean\": %.4f, \"optimizer_steps\": %llu, "
-        "\"forward_count\": %llu, \"backward_count\": %llu, "
-        "\"forward_seconds\": %.3f, \"backward_seconds\": %.3f, "
-        "\"idle_seconds\": %.3f, \"send_seconds\": %.3f, "
-        "\"bubble_fraction\": %.4f, \"skipped_micro_batches\": %llu, "
-        "\"end_to_end\": {\"samples\": %u, \"cosine_similarity\": %.6f, "
-        "\"norm_ratio\": %.6f}, \"rebuild_error\": {\"samples\": %u, "
-        "\"mean\": %.3e, \"max\": %.3e}, \"allreduce_seconds\": %.3f, "
-        "\"allreduce_bytes\": %llu}",
-        i ? "," : "", s.stage_index(), s.replica(),
-        base::JsonString(s.address()), base::JsonString(device), begin, end,
-        to_next, static_cast<unsigned long long>(m.parameters_bytes()),
-        static_cast<unsigned long long>(m.optimizer_state_bytes()),
-        static_cast<unsigned long long>(m.activation_buffer_bytes()),
-        static_cast<unsigned long long>(m.weight_stash_bytes()),
-        static_cast<unsigned long long>(m.peak_bytes()),
-        static_cast<unsigned long long>(m.process_rss_bytes()),
-        static_cast<unsigned long long>(m.device_bytes()),
-        static_cast<unsigned long long>(m.device_reserved_bytes()),
-        static_cast<unsigned long long>(m.device_peak_bytes()),
-        static_cast<unsigned long long>(m.host_tensor_bytes()),
-        static_cast<unsigned long long>(m.host_tensor_peak_bytes()),
-        static_cast<unsigned long long>(m.host_tensor_train_peak_bytes()),
-        s.staleness_mean(), s.delay_ticks_mean(),
-        static_cast<unsigned long long>(s.optimizer_steps()),
-        static_cast<unsigned long long>(s.forward_count()),
-        static_cast<unsigned long long>(s.backward_count()),
-        s.forward_seconds(), s.backward_seconds(), s.idle_seconds(),
-        s.send_seconds(), BubbleFraction(s),
-        static_cast<unsigned long long>(s.skipped_micro_batches()),
-        s.end_to_end_samples(), s.end_to_end_cosine_similarity(),
-        s.end_to_end_norm_ratio(), s.rebuild_error_samples(),
-        s.rebuild_error_mean(), s.rebuild_error_max(), s.allreduce_seconds(),
-        static_cast<unsigned long long>(s.allreduce_bytes()));
+    absl::StrAppend(&out, i ? "," : "", "\n    ",
+                    StageJson(job, last.stages(i), per_copy));
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;

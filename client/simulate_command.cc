@@ -205,131 +205,114 @@ struct Failure {
   std::string message;
 };
 
-// The stages to simulate, from whichever source the flags name.
-absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
-                                        const SimulateOptions& o,
-                                        Failure* failure) {
-  const bool from_profile = flags.WasSet("profile");
-  const bool from_model = flags.WasSet("arch");
-  const bool uniform = flags.WasSet("uniform-stages");
-  failure->code = 2;
-  if (from_profile + from_model + uniform != 1) {
+// --profile FILE: a measured profile.
+absl::Status FromProfile(const SimulateOptions& o, SimulationInputs* in,
+                         Failure* failure) {
+  absl::StatusOr<petra::v1::Profile> p = sim::ReadProfileFile(o.profile);
+  if (!p.ok()) {
+    failure->code = 1;
+    return p.status();
+  }
+  if (absl::Status s = sim::ValidateProfile(*p); !s.ok()) {
+    failure->code = 1;
     return absl::InvalidArgumentError(
-        from_profile + from_model + uniform == 0
-            ? "give the stage costs: --profile FILE, --arch ARCH (a FLOPs "
-              "estimate) or --uniform-stages N"
-            : "--profile, --arch and --uniform-stages exclude each other");
+        absl::StrCat(o.profile, ": ", s.message()));
   }
-  for (const char* name : kModelFlags) {
-    if (!from_model && flags.WasSet(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", name, " needs --arch"));
-    }
-  }
-  for (const char* name : kUniformFlags) {
-    if (!uniform && flags.WasSet(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", name, " needs --uniform-stages"));
-    }
-  }
-  if (from_profile && flags.WasSet("micro-batch")) {
+  in->profile = *p;
+  in->source = absl::StrFormat(
+      "profile %s (%s%s%s, micro-batch %d%s)", o.profile,
+      p->source().empty() ? "source not given" : p->source(),
+      p->architecture().empty() ? "" : ", ", p->architecture(),
+      p->micro_batch_size(),
+      p->device().empty() ? "" : absl::StrCat(", device ", p->device()));
+  return absl::OkStatus();
+}
+
+// --arch: a FLOPs estimate of the network on a device of a given rate.
+absl::Status FromModel(const base::FlagSet& flags, const SimulateOptions& o,
+                       SimulationInputs* in, Failure* failure) {
+  if (!flags.WasSet("device-flops-per-second")) {
     return absl::InvalidArgumentError(
-        "flag --micro-batch: a profile's times are for its own "
-        "micro_batch_size");
+        "--arch needs --device-flops-per-second (the device's sustained "
+        "FLOP/s, e.g. 1e13)");
   }
-
-  SimulationInputs in;
-  if (from_profile) {
-    absl::StatusOr<petra::v1::Profile> p = sim::ReadProfileFile(o.profile);
-    if (!p.ok()) {
-      failure->code = 1;
-      return p.status();
-    }
-    if (absl::Status s = sim::ValidateProfile(*p); !s.ok()) {
-      failure->code = 1;
-      return absl::InvalidArgumentError(
-          absl::StrCat(o.profile, ": ", s.message()));
-    }
-    in.profile = *p;
-    in.source = absl::StrFormat(
-        "profile %s (%s%s%s, micro-batch %d%s)", o.profile,
-        p->source().empty() ? "source not given" : p->source(),
-        p->architecture().empty() ? "" : ", ", p->architecture(),
-        p->micro_batch_size(),
-        p->device().empty() ? "" : absl::StrCat(", device ", p->device()));
-  } else if (from_model) {
-    if (!flags.WasSet("device-flops-per-second")) {
-      return absl::InvalidArgumentError(
-          "--arch needs --device-flops-per-second (the device's sustained "
-          "FLOP/s, e.g. 1e13)");
-    }
-    absl::StatusOr<petra::v1::JobSpec> spec = ModelSpecFromFlags(o.model);
-    if (!spec.ok()) return spec.status();
-    spec->mutable_training()->set_micro_batch_size(
-        static_cast<uint32_t>(std::min<uint64_t>(o.micro_batch, 1u << 30)));
-    absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(*spec);
-    if (!resolved.ok()) return resolved.status();
-    absl::StatusOr<PartitionedModel> model = BuildPartitionedModel(*resolved);
-    if (!model.ok()) {
-      failure->code = 1;
-      return model.status();
-    }
-    in.profile =
-        EstimateProfile(*resolved, *model, static_cast<int64_t>(o.micro_batch),
-                        o.flops_per_second);
-    in.source = absl::StrFormat(
-        "an estimate: %s (%s, %s), FLOPs / %g FLOP/s, backward 3 x forward",
-        in.profile.architecture(), in.profile.variant(),
-        catalog::DescribeSize(resolved->model()), o.flops_per_second);
-  } else {
-    if (!flags.WasSet("forward-seconds") || !flags.WasSet("backward-seconds")) {
-      return absl::InvalidArgumentError(
-          "--uniform-stages needs --forward-seconds and --backward-seconds");
-    }
-    // The simulator refuses more; checked here so no huge profile is built.
-    if (o.uniform_stages > (1u << 22)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --uniform-stages: ", o.uniform_stages,
-                       " stages: at most ", 1u << 22));
-    }
-    // Larger counts would overflow the memory sums (the simulator's bounds).
-    if (o.message_bytes > (uint64_t{1} << 40)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "flag --message-bytes: ", o.message_bytes, ": at most 2^40"));
-    }
-    if (o.stage_parameters > (uint64_t{1} << 32)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "flag --stage-parameters: ", o.stage_parameters, ": at most 2^32"));
-    }
-    in.profile.set_source("uniform");
-    in.profile.set_micro_batch_size(
-        static_cast<uint32_t>(std::min<uint64_t>(o.micro_batch, 1u << 30)));
-    for (uint64_t j = 0; j < o.uniform_stages; ++j) {
-      petra::v1::StageProfile* s = in.profile.add_stages();
-      s->set_index(static_cast<uint32_t>(j));
-      s->set_reversible(o.reversible);
-      s->set_parameters(o.stage_parameters);
-      s->set_input_bytes(o.message_bytes);
-      s->set_output_bytes(o.message_bytes);
-      s->set_forward_seconds(o.forward_seconds);
-      s->set_backward_seconds(o.backward_seconds);
-      s->set_backward_stored_seconds(o.backward_stored_seconds);
-      s->set_forward_stored_seconds(o.forward_stored_seconds);
-    }
-    in.source = absl::StrFormat(
-        "uniform stages: forward %g s, backward %g s, messages %d bytes",
-        o.forward_seconds, o.backward_seconds, o.message_bytes);
+  absl::StatusOr<petra::v1::JobSpec> spec = ModelSpecFromFlags(o.model);
+  if (!spec.ok()) return spec.status();
+  spec->mutable_training()->set_micro_batch_size(
+      static_cast<uint32_t>(std::min<uint64_t>(o.micro_batch, 1u << 30)));
+  absl::StatusOr<petra::v1::JobSpec> resolved = job::ResolveJobSpec(*spec);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<PartitionedModel> model = BuildPartitionedModel(*resolved);
+  if (!model.ok()) {
+    failure->code = 1;
+    return model.status();
   }
+  in->profile =
+      EstimateProfile(*resolved, *model, static_cast<int64_t>(o.micro_batch),
+                      o.flops_per_second);
+  in->source = absl::StrFormat(
+      "an estimate: %s (%s, %s), FLOPs / %g FLOP/s, backward 3 x forward",
+      in->profile.architecture(), in->profile.variant(),
+      catalog::DescribeSize(resolved->model()), o.flops_per_second);
+  return absl::OkStatus();
+}
 
+// --uniform-stages N: N stages alike.
+absl::Status FromUniformStages(const base::FlagSet& flags,
+                               const SimulateOptions& o, SimulationInputs* in) {
+  if (!flags.WasSet("forward-seconds") || !flags.WasSet("backward-seconds")) {
+    return absl::InvalidArgumentError(
+        "--uniform-stages needs --forward-seconds and --backward-seconds");
+  }
+  // The simulator refuses more; checked here so no huge profile is built.
+  if (o.uniform_stages > (1u << 22)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --uniform-stages: ", o.uniform_stages,
+                     " stages: at most ", 1u << 22));
+  }
+  // Larger counts would overflow the memory sums (the simulator's bounds).
+  if (o.message_bytes > (uint64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flag --message-bytes: ", o.message_bytes, ": at most 2^40"));
+  }
+  if (o.stage_parameters > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flag --stage-parameters: ", o.stage_parameters, ": at most 2^32"));
+  }
+  in->profile.set_source("uniform");
+  in->profile.set_micro_batch_size(
+      static_cast<uint32_t>(std::min<uint64_t>(o.micro_batch, 1u << 30)));
+  for (uint64_t j = 0; j < o.uniform_stages; ++j) {
+    petra::v1::StageProfile* s = in->profile.add_stages();
+    s->set_index(static_cast<uint32_t>(j));
+    s->set_reversible(o.reversible);
+    s->set_parameters(o.stage_parameters);
+    s->set_input_bytes(o.message_bytes);
+    s->set_output_bytes(o.message_bytes);
+    s->set_forward_seconds(o.forward_seconds);
+    s->set_backward_seconds(o.backward_seconds);
+    s->set_backward_stored_seconds(o.backward_stored_seconds);
+    s->set_forward_stored_seconds(o.forward_stored_seconds);
+  }
+  in->source = absl::StrFormat(
+      "uniform stages: forward %g s, backward %g s, messages %d bytes",
+      o.forward_seconds, o.backward_seconds, o.message_bytes);
+  return absl::OkStatus();
+}
+
+// The run: micro-batches, devices and replicas, links; checked as the
+// simulator checks it, its errors naming the flags.
+absl::Status ConfigureRun(const base::FlagSet& flags, const SimulateOptions& o,
+                          SimulationInputs* in) {
   absl::StatusOr<std::vector<sim::StageCost>> costs =
-      sim::StageCostsFromProfile(in.profile);
+      sim::StageCostsFromProfile(in->profile);
   if (!costs.ok()) return costs.status();
-  sim::SimConfig& c = in.config;
-  in.default_links = !flags.WasSet("link-bandwidth");
+  sim::SimConfig& c = in->config;
+  in->default_links = !flags.WasSet("link-bandwidth");
   c.stages = *std::move(costs);
   c.micro_batches = static_cast<int64_t>(
       std::min<uint64_t>(o.micro_batches, uint64_t{1} << 40));
-  c.micro_batch_size = in.profile.micro_batch_size();
+  c.micro_batch_size = in->profile.micro_batch_size();
   c.group =
       static_cast<int64_t>(std::min<uint64_t>(o.group, uint64_t{1} << 40));
   c.store_activations = o.store_activations;
@@ -340,7 +323,7 @@ absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
     // More devices than stages: copies of the pipeline use the rest.
     replicas = o.devices / stages;
     per_replica = stages;
-    in.note = absl::StrCat(
+    in->note = absl::StrCat(
         o.devices, " devices for ", stages, " stages: ", replicas,
         " replicas of the pipeline",
         o.devices % stages > 0
@@ -384,6 +367,48 @@ absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
     return absl::InvalidArgumentError(
         absl::StrCat(mapping ? "flag --stage-devices: " : "", s.message()));
   }
+  return absl::OkStatus();
+}
+
+// The stages to simulate, from whichever source the flags name.
+absl::StatusOr<SimulationInputs> Inputs(const base::FlagSet& flags,
+                                        const SimulateOptions& o,
+                                        Failure* failure) {
+  const bool from_profile = flags.WasSet("profile");
+  const bool from_model = flags.WasSet("arch");
+  const bool uniform = flags.WasSet("uniform-stages");
+  failure->code = 2;
+  if (from_profile + from_model + uniform != 1) {
+    return absl::InvalidArgumentError(
+        from_profile + from_model + uniform == 0
+            ? "give the stage costs: --profile FILE, --arch ARCH (a FLOPs "
+              "estimate) or --uniform-stages N"
+            : "--profile, --arch and --uniform-stages exclude each other");
+  }
+  for (const char* name : kModelFlags) {
+    if (!from_model && flags.WasSet(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", name, " needs --arch"));
+    }
+  }
+  for (const char* name : kUniformFlags) {
+    if (!uniform && flags.WasSet(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", name, " needs --uniform-stages"));
+    }
+  }
+  if (from_profile && flags.WasSet("micro-batch")) {
+    return absl::InvalidArgumentError(
+        "flag --micro-batch: a profile's times are for its own "
+        "micro_batch_size");
+  }
+
+  SimulationInputs in;
+  absl::Status got = from_profile ? FromProfile(o, &in, failure)
+                     : from_model ? FromModel(flags, o, &in, failure)
+                                  : FromUniformStages(flags, o, &in);
+  if (!got.ok()) return got;
+  if (absl::Status s = ConfigureRun(flags, o, &in); !s.ok()) return s;
   return in;
 }
 

@@ -13,16 +13,6 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// A stage's time as the schedule runs it: the graph-kept one where the
-// schedule keeps its graphs and the profile knows it (0 = unknown).
-double AsRun(double graph_kept, double rebuilt, sim::Schedule schedule,
-             bool store_activations) {
-  return sim::BackwardsOnStoredGraphs(schedule, store_activations) &&
-                 graph_kept > 0
-             ? graph_kept
-             : rebuilt;
-}
-
 std::string BandwidthText(double bytes_per_second) {
   if (bytes_per_second >= 1e9) {
     return absl::StrFormat("%.3g GB/s", bytes_per_second / 1e9);
@@ -111,11 +101,11 @@ std::string SimulationText(const SimulationInputs& in,
       "over one replica's stages (activations inside a stage not\ncounted); "
       "bound by: the busiest device (its larger part, compute or all-reduce)"
       "\nor link direction, which sets the rate.\n");
-  if (in.default_links &&
-      std::any_of(runs.runs.begin(), runs.runs.end(),
-                  [](const sim::SimResult& r) {
-                    return absl::StartsWith(r.bound, "link");
-                  })) {
+  if (in.default_links && std::any_of(runs.runs.begin(), runs.runs.end(),
+                                      [](const sim::SimResult& r) {
+                                        return absl::StartsWith(r.bound,
+                                                                "link");
+                                      })) {
     absl::StrAppend(
         &out, "\nA link binds at --link-bandwidth's default, ",
         BandwidthText(in.config.link_bandwidth),
@@ -138,10 +128,12 @@ std::string SimulationText(const SimulationInputs& in,
           "%5d %6d %9.3f %9.3f %5.1f%% %9d %10.2f %10.2f %11.2f %10.2f "
           "%12.4g\n",
           j, s.device,
-          1e3 * AsRun(p.forward_stored_seconds(), p.forward_seconds(),
-                      r.schedule, in.config.store_activations),
-          1e3 * AsRun(p.backward_stored_seconds(), p.backward_seconds(),
-                      r.schedule, in.config.store_activations),
+          1e3 * sim::SecondsAsRun(p.forward_stored_seconds(),
+                                  p.forward_seconds(), r.schedule,
+                                  in.config.store_activations),
+          1e3 * sim::SecondsAsRun(p.backward_stored_seconds(),
+                                  p.backward_seconds(), r.schedule,
+                                  in.config.store_activations),
           100 * s.utilization, s.peak_in_flight, s.input_buffer_bytes / kMiB,
           s.weight_stash_bytes / kMiB, s.parameter_bytes / kMiB,
           s.total_bytes / kMiB, s.allreduce_seconds);
@@ -202,10 +194,10 @@ std::string SimulationJson(const SimulationInputs& in,
           "\"weight_stash_bytes\": %d, \"parameter_bytes\": %d, "
           "\"total_bytes\": %d, \"allreduce_seconds\": %.9g}",
           j == 0 ? "" : ",", j, s.device,
-          AsRun(p.forward_stored_seconds(), p.forward_seconds(), r.schedule,
-                c.store_activations),
-          AsRun(p.backward_stored_seconds(), p.backward_seconds(), r.schedule,
-                c.store_activations),
+          sim::SecondsAsRun(p.forward_stored_seconds(), p.forward_seconds(),
+                            r.schedule, c.store_activations),
+          sim::SecondsAsRun(p.backward_stored_seconds(), p.backward_seconds(),
+                            r.schedule, c.store_activations),
           s.busy_seconds, s.utilization, s.peak_in_flight, s.input_buffer_bytes,
           s.weight_stash_bytes, s.parameter_bytes, s.total_bytes,
           s.allreduce_seconds);

@@ -317,6 +317,111 @@ absl::StatusOr<TrainResult> RunFleet(const petra::v1::JobSpec& spec,
 
 }  // namespace
 
+namespace {
+
+// The line that says what is about to train, and where.
+void PrintPlan(const petra::v1::JobSpec& spec, int stages, int servers,
+               bool in_process) {
+  const auto& m = spec.model();
+  std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
+            << (m.variant() != petra::v1::VARIANT_UNSPECIFIED
+                    ? job::EnumShortName(m.variant()) + ", "
+                    : "")
+            << catalog::DescribeSize(m) << ") on "
+            << job::EnumShortName(spec.dataset().kind()) << ", mode "
+            << job::EnumShortName(spec.training().mode()) << ", " << stages
+            << " stages"
+            << (spec.replicas() > 1
+                    ? absl::StrCat(" x ", spec.replicas(), " replicas")
+                    : "")
+            << ", micro-batch " << spec.training().micro_batch_size()
+            << ", k = " << spec.training().accumulation_steps() << ", "
+            << job::EnumShortName(spec.optimizer().kind()) << " lr "
+            << spec.optimizer().learning_rate()
+            << (spec.schedule().delay_lr_power() > 0
+                    ? absl::StrCat(" / (1 + delay)^",
+                                   spec.schedule().delay_lr_power())
+                    : "")
+            << " (recipe " << job::EnumShortName(spec.recipe()) << "), "
+            << spec.training().epochs() << " epochs, "
+            << (in_process ? "in-process runner"
+                           : "fleet on loopback (a coordinator and " +
+                                 std::to_string(servers) + " stage servers)")
+            << std::endl;
+}
+
+// Fails before training, not after, when a file cannot be written; the
+// probe leaves no file behind (a run stopped early writes none).
+bool CanWriteOutputs(const std::string& command, const std::string& report_path,
+                     const std::string& output) {
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--report", report_path},
+        {"--output", output}}) {
+    if (path.empty()) continue;
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(path, ec);
+    errno = 0;
+    std::ofstream probe(path, std::ios::app);
+    if (!probe) {
+      std::cerr << command << ": " << flag << ": cannot write \"" << path
+                << "\": " << std::strerror(errno != 0 ? errno : EIO) << "\n";
+      return false;
+    }
+    probe.close();
+    if (!existed) std::filesystem::remove(path, ec);
+  }
+
+  return true;
+}
+
+// Whole or not at all: a reader never sees half a report.
+bool WriteReport(const std::string& command, const std::string& path,
+                 const std::string& json, bool quiet) {
+  if (absl::Status w = base::WriteFileAtomically(path, json); !w.ok()) {
+    std::cerr << command << ": --report: writing \"" << path
+              << "\" failed: " << w.message() << "\n";
+    return false;
+  }
+  if (!quiet) std::cout << "report written to " << path << "\n";
+  return true;
+}
+
+// The flags of the run itself (not the job's), each refused with exit 2.
+bool RunFlagsAreSane(const std::string& command, int64_t threads,
+                     int64_t data_workers, const std::string& runner) {
+  if (threads < 0) {
+    std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
+    return false;
+  }
+  if (data_workers < 0 || data_workers > data::kMaxDataWorkers) {
+    std::cerr << command << ": flag --data-workers: must be in [0, "
+              << data::kMaxDataWorkers << "]\n";
+    return false;
+  }
+  if (runner != "fleet" && runner != "in-process") {
+    std::cerr << command << ": flag --runner: \"" << runner
+              << "\" is not fleet or in-process\n";
+    return false;
+  }
+  return true;
+}
+
+// Every stage's device is on this machine.
+bool DevicesAvailable(const std::string& command,
+                      const petra::v1::JobSpec& spec) {
+  for (int j = 0; j < job::StageCount(spec); ++j) {
+    if (absl::Status s = model::CheckDeviceAvailable(
+            job::DeviceForStage(spec, j), "--devices");
+        !s.ok()) {
+      std::cerr << command << ": " << s.message() << "\n";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   std::string from, report_path, data_root = job::kDefaultDataRoot;
   std::string runner = "fleet", state_dir, output;
@@ -364,20 +469,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   const std::string command = program + " train";
   if (int rc = base::ParseCommandOrExit(flags, command, args); rc >= 0)
     return rc;
-  if (threads < 0) {
-    std::cerr << command << ": flag --threads-per-stage: must be >= 0\n";
-    return 2;
-  }
-  if (data_workers < 0 || data_workers > data::kMaxDataWorkers) {
-    std::cerr << command << ": flag --data-workers: must be in [0, "
-              << data::kMaxDataWorkers << "]\n";
-    return 2;
-  }
-  if (runner != "fleet" && runner != "in-process") {
-    std::cerr << command << ": flag --runner: \"" << runner
-              << "\" is not fleet or in-process\n";
-    return 2;
-  }
+  if (!RunFlagsAreSane(command, threads, data_workers, runner)) return 2;
   const bool in_process = runner == "in-process";
   absl::StatusOr<petra::v1::JobSpec> resolved =
       job::AssembleJobSpec(DefaultTrainJob(), from, overrides);
@@ -402,36 +494,10 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
                  "of the run that wrote the job's checkpoints\n";
     return 2;
   }
-  for (int j = 0; j < job::StageCount(*resolved); ++j) {
-    if (absl::Status s = model::CheckDeviceAvailable(
-            job::DeviceForStage(*resolved, j), "--devices");
-        !s.ok()) {
-      std::cerr << program << " train: " << s.message() << "\n";
-      return 1;
-    }
-  }
+  if (!DevicesAvailable(command, *resolved)) return 1;
   if (output.empty()) output = ModelFileName(resolved->name());
-  // Fail before training, not after, when a file cannot be written; the
-  // probe leaves no file behind (a run stopped early writes none).
-  for (const auto& [flag, path] :
-       {std::pair<const char*, const std::string&>{"--report", report_path},
-        {"--output", output}}) {
-    if (path.empty()) continue;
-    std::error_code ec;
-    const bool existed = std::filesystem::exists(path, ec);
-    errno = 0;
-    std::ofstream probe(path, std::ios::app);
-    if (!probe) {
-      std::cerr << command << ": " << flag << ": cannot write \"" << path
-                << "\": " << std::strerror(errno != 0 ? errno : EIO) << "\n";
-      return 1;
-    }
-    probe.close();
-    if (!existed) std::filesystem::remove(path, ec);
-  }
-
+  if (!CanWriteOutputs(command, report_path, output)) return 1;
   const auto start = Clock::now();
-  const auto& m = resolved->model();
   const int stages = job::StageCount(*resolved);
   const int servers =
       stages * static_cast<int>(std::max<uint32_t>(1, resolved->replicas()));
@@ -446,33 +512,7 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
           ? static_cast<int>(threads)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                             servers);
-  if (!quiet) {
-    std::cout << "petra train: " << job::EnumShortName(m.architecture()) << " ("
-              << (m.variant() != petra::v1::VARIANT_UNSPECIFIED
-                      ? job::EnumShortName(m.variant()) + ", "
-                      : "")
-              << catalog::DescribeSize(m) << ") on "
-              << job::EnumShortName(resolved->dataset().kind()) << ", mode "
-              << job::EnumShortName(resolved->training().mode()) << ", "
-              << stages << " stages"
-              << (resolved->replicas() > 1
-                      ? absl::StrCat(" x ", resolved->replicas(), " replicas")
-                      : "")
-              << ", micro-batch " << resolved->training().micro_batch_size()
-              << ", k = " << resolved->training().accumulation_steps() << ", "
-              << job::EnumShortName(resolved->optimizer().kind()) << " lr "
-              << resolved->optimizer().learning_rate()
-              << (resolved->schedule().delay_lr_power() > 0
-                      ? absl::StrCat(" / (1 + delay)^",
-                                     resolved->schedule().delay_lr_power())
-                      : "")
-              << " (recipe " << job::EnumShortName(resolved->recipe()) << "), "
-              << resolved->training().epochs() << " epochs, "
-              << (in_process ? "in-process runner"
-                             : "fleet on loopback (a coordinator and " +
-                                   std::to_string(servers) + " stage servers)")
-              << std::endl;
-  }
+  if (!quiet) PrintPlan(*resolved, stages, servers, in_process);
   bool interrupted = false;
   absl::StatusOr<TrainResult> result =
       in_process ? RunInProcess(*resolved, options)
@@ -490,18 +530,12 @@ int RunTrain(const std::string& program, const std::vector<std::string>& args) {
   if (!quiet) PrintStageTable(result->job);
   std::printf("model written to %s (%llu bytes)\n", output.c_str(),
               static_cast<unsigned long long>(result->model_bytes));
-  if (!report_path.empty()) {
-    // Whole or not at all: a reader never sees half a report.
-    if (absl::Status w = base::WriteFileAtomically(
-            report_path,
-            ReportJson(result->job, result->epochs, wall,
-                       in_process ? "in-process" : "fleet", output));
-        !w.ok()) {
-      std::cerr << command << ": --report: writing \"" << report_path
-                << "\" failed: " << w.message() << "\n";
-      return 1;
-    }
-    if (!quiet) std::cout << "report written to " << report_path << "\n";
+  if (!report_path.empty() &&
+      !WriteReport(command, report_path,
+                   ReportJson(result->job, result->epochs, wall,
+                              in_process ? "in-process" : "fleet", output),
+                   quiet)) {
+    return 1;
   }
   return 0;
 }

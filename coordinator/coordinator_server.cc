@@ -1,7 +1,6 @@
 #include "coordinator/coordinator_server.h"
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,21 +20,19 @@
 #include "services/base/host_port.h"
 #include "services/base/paths.h"
 #include "services/data/dataset.h"
-#include "services/link/endpoint.h"
-#include "services/metrics/metrics_exposer.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/grpc_defaults.h"
 
 namespace petra::coordinator {
 
 CoordinatorServer::CoordinatorServer(Options options,
+                                     std::unique_ptr<server::ServerFrame> frame,
                                      std::vector<std::string> stages,
-                                     wire::TransportSecurity security,
                                      std::unique_ptr<AccessControl> access,
                                      std::unique_ptr<AuditLog> audit)
-    : options_(std::move(options)),
+    : frame_(std::move(frame)),
+      options_(std::move(options)),
       stages_(std::move(stages)),
-      security_(std::move(security)),
       access_(std::move(access)),
       audit_(std::move(audit)) {}
 CoordinatorServer::~CoordinatorServer() { GracefulStop(); }
@@ -48,18 +45,6 @@ const std::string& CoordinatorServer::audit_log_path() const {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     Options options) {
-  if (absl::Status s = link::CheckTransportsEnvironment(); !s.ok()) return s;
-  if (absl::Status s = wire::ValidateAddress(options.listen, "--listen", true);
-      !s.ok()) {
-    return s;
-  }
-  if (!options.metrics_listen.empty()) {
-    if (absl::Status s = wire::ValidateAddress(options.metrics_listen,
-                                               "--metrics-listen", true);
-        !s.ok()) {
-      return s;
-    }
-  }
   if (!options.stage_dns.empty()) {
     if (absl::Status s =
             base::SplitHostPort(options.stage_dns, "--stage-dns").status();
@@ -121,20 +106,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
         "--data-workers: ", options.data_workers, " is not in [0, ",
         data::kMaxDataWorkers, "] (0: one per core)"));
   }
-  if (absl::Status s =
-          base::EnsureWritableDirectory(options.state_dir, "--state-dir");
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<wire::TransportSecurity> security =
-      wire::LoadTransportSecurity(options.tls, wire::TlsRole::kServer);
-  if (!security.ok()) return security.status();
-  if (!options.stage_identity.empty() && !security->mutual()) {
-    return absl::InvalidArgumentError(
-        "--stage-identity needs mutual TLS (--tls-cert, --tls-key and "
-        "--tls-ca): without client certificates there is no identity to "
-        "check");
-  }
+  // The state directory made (the audit log goes there), TLS and the
+  // fleet token loaded.
+  absl::StatusOr<std::unique_ptr<server::ServerFrame>> frame =
+      server::ServerFrame::Create(options, "--stage-identity",
+                                  options.stage_identity);
+  if (!frame.ok()) return frame.status();
   if (!options.auth_token_file.empty() && !options.users_file.empty()) {
     return absl::InvalidArgumentError(
         "--auth-token-file and --users-file: give one (a users file can "
@@ -154,33 +131,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
       options.audit_log.empty() ? options.state_dir + "/audit.log"
                                 : options.audit_log);
   if (!audit.ok()) return audit.status();
-  absl::StatusOr<metrics::WebConfig> web = metrics::ReadWebConfig(
-      options.metrics_web_config, "--metrics-web-config");
-  if (!web.ok()) return web.status();
-  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(
-      std::move(options), std::move(*stages), std::move(*security),
+  return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
+      std::move(options), std::move(*frame), std::move(*stages),
       std::make_unique<AccessControl>(std::move(*access)), std::move(*audit)));
-  absl::StatusOr<std::string> fleet_token = wire::LoadBearerToken(
-      server->options_.fleet_token_file, "--fleet-token-file");
-  if (!fleet_token.ok()) return fleet_token.status();
-  server->metrics_web_ = std::move(*web);
-  server->fleet_token_ = std::move(*fleet_token);
-  return server;
 }
 
 absl::Status CoordinatorServer::Start() {
-  if (server_ != nullptr) {
+  if (frame_->serving()) {
     return absl::FailedPreconditionError("coordinator already started");
   }
-  if (!options_.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> m =
-        metrics::MetricsExposer::Start(options_.metrics_listen, "coordinator",
-                                       metrics_web_);
-    if (!m.ok()) return m.status();
-    metrics_ = std::move(*m);
-  }
-  job_metrics_ = std::make_unique<CoordinatorMetrics>(
-      metrics_ != nullptr ? &metrics_->registry() : nullptr);
+  if (absl::Status s = frame_->StartMetrics("coordinator"); !s.ok()) return s;
+  job_metrics_ = std::make_unique<CoordinatorMetrics>(frame_->registry());
   members_ = std::make_unique<FleetMembers>(
       stages_, std::chrono::seconds(options_.member_lease_seconds));
   if (!options_.stage_dns.empty()) {
@@ -197,13 +158,13 @@ absl::Status CoordinatorServer::Start() {
   env.data_root = options_.data_root;
   env.data_workers = static_cast<int>(options_.data_workers);
   env.state_dir = options_.state_dir;
-  env.cache_dir = options_.cache_tokenizers
-                      ? (std::filesystem::path(options_.state_dir) / "cache")
-                            .string()
-                      : "";
+  env.cache_dir =
+      options_.cache_tokenizers
+          ? (std::filesystem::path(options_.state_dir) / "cache").string()
+          : "";
   env.metrics = job_metrics_.get();
-  env.security = security_;
-  env.fleet_token = fleet_token_;
+  env.security = frame_->security();
+  env.fleet_token = frame_->fleet_token();
   env.recovery_timeout =
       std::chrono::seconds(options_.recovery_timeout_seconds);
   env.max_recoveries = static_cast<uint32_t>(options_.max_recoveries);
@@ -219,34 +180,23 @@ absl::Status CoordinatorServer::Start() {
   service_ = std::make_unique<CoordinatorServiceImpl>(
       jobs_.get(), job_metrics_.get(), access_.get(), audit_.get());
   fleet_service_ = std::make_unique<FleetServiceImpl>(
-      members_.get(), fleet_token_, options_.stage_identity);
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = wire::StartServer(
-      options_.listen, "--listen", {service_.get(), fleet_service_.get()},
-      &port_, security_);
-  if (!server.ok()) return server.status();
-  server_ = std::move(*server);
-  return absl::OkStatus();
+      members_.get(), frame_->fleet_token(), options_.stage_identity);
+  return frame_->StartServing({service_.get(), fleet_service_.get()});
 }
 
 void CoordinatorServer::GracefulStop() {
-  if (server_ == nullptr) return;
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  if (!frame_->serving()) return;
+  frame_->StopAdvertising();
   // Jobs first: the running one releases its stages, and every watch stream
   // gets the job's last event and ends, so the server stops promptly.
   jobs_->Stop();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  server_->Wait();
-  server_.reset();
+  frame_->StopServing();
   service_.reset();
   fleet_service_.reset();
   jobs_.reset();
   discovery_.reset();
   job_metrics_.reset();
-  metrics_.reset();
-}
-
-int CoordinatorServer::metrics_port() const {
-  return metrics_ == nullptr ? 0 : metrics_->port();
+  frame_->StopMetrics();
 }
 
 }  // namespace petra::coordinator

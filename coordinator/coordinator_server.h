@@ -9,16 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/job/job_spec_defaults.h"
-#include "services/metrics/web_config.h"
+#include "services/server/server_frame.h"
 #include "services/sim/placement.h"
-#include "services/wire/transport_security.h"
-
-namespace grpc {
-class Server;
-}  // namespace grpc
-namespace petra::metrics {
-class MetricsExposer;
-}  // namespace petra::metrics
 
 namespace petra::coordinator {
 
@@ -34,15 +26,18 @@ class StageDiscovery;
 
 class CoordinatorServer {
  public:
-  struct Options {
-    // gRPC address for clients (host:port; port 0 picks a free port).
-    std::string listen = "0.0.0.0:50050";
-    // Prometheus /metrics address; empty disables it.
-    std::string metrics_listen = "0.0.0.0:9450";
-    // /metrics over TLS and with basic auth (metrics/web_config.h).
-    std::string metrics_web_config;
+  // Where it listens (for clients), /metrics, TLS (for clients and the
+  // calls to the stages), the fleet token (sent on every call to the
+  // stages) and the state directory (job records and checkpoints) are
+  // every server's (server_frame.h); the rest is the coordinator's own.
+  struct Options : server::FrameOptions {
+    Options() {
+      listen = "0.0.0.0:50050";
+      metrics_listen = "0.0.0.0:9450";
+      state_dir = "/var/lib/petra/coordinator";
+    }
     // The --stages flag value: host:port list or {A..B} pattern; empty: the
-    // fleet is the servers that register (petra-stage --coordinator).
+    // fleet is the servers that register (petra-stage-server --coordinator).
     std::string stages;
     // With mutual TLS: the identity (certificate CN or DNS name) a stage
     // server must present to register; empty = any verified peer.
@@ -59,16 +54,10 @@ class CoordinatorServer {
     // Threads decoding a streamed dataset's images (image folders); 0: one
     // per core this process may use.
     int64_t data_workers = 0;
-    // Job records and checkpoints; created when missing.
-    std::string state_dir = "/var/lib/petra/coordinator";
     // A tokenizer a job trains is kept under <state_dir>/cache for the next
     // job on the same text; false (a state_dir removed after the run):
     // nothing is kept, and nothing says it would be.
     bool cache_tokenizers = true;
-    // TLS for clients and for the calls to the stages (the certificate is
-    // the identity the stages' --coordinator-identity names); empty =
-    // plaintext. With a CA, clients must present a certificate it signed.
-    wire::TlsOptions tls;
     // File holding the bearer token every CoordinatorService call must
     // carry, one admin's ("admin"); empty = no token needed.
     std::string auth_token_file;
@@ -77,9 +66,6 @@ class CoordinatorServer {
     std::string users_file;
     // The audit log (JSON lines, appended); empty = <state_dir>/audit.log.
     std::string audit_log;
-    // The token the stage servers' --fleet-token-file holds, sent on every
-    // call to them; empty = none.
-    std::string fleet_token_file;
     // How long a job that lost a stage server waits for it or a spare; 0
     // fails such a job at once.
     int64_t recovery_timeout_seconds = 120;
@@ -107,14 +93,16 @@ class CoordinatorServer {
   absl::Status Start();
   void GracefulStop();
 
-  int port() const { return port_; }
-  int metrics_port() const;
+  int port() const { return frame_->port(); }
+  int metrics_port() const { return frame_->metrics_port(); }
   // The --stages list (registered servers come and go).
   const std::vector<std::string>& stage_addresses() const { return stages_; }
-  // The TLS settings as loaded by Create, and whether a token is required.
-  const wire::TransportSecurity& security() const { return security_; }
+  // The TLS settings as loaded by Create (the certificate is the identity
+  // the stages' --coordinator-identity names; with a CA, clients must
+  // present a certificate it signed), and whether a token is required.
+  const wire::TransportSecurity& security() const { return frame_->security(); }
   bool requires_token() const;
-  const std::string& fleet_token() const { return fleet_token_; }
+  const std::string& fleet_token() const { return frame_->fleet_token(); }
   int64_t member_lease_seconds() const { return options_.member_lease_seconds; }
   const std::string& stage_dns() const { return options_.stage_dns; }
   // Users of --users-file (1 for --auth-token-file, 0 when open).
@@ -122,21 +110,18 @@ class CoordinatorServer {
   const std::string& audit_log_path() const;
 
  private:
-  CoordinatorServer(Options options, std::vector<std::string> stages,
-                    wire::TransportSecurity security,
+  CoordinatorServer(Options options, std::unique_ptr<server::ServerFrame> frame,
+                    std::vector<std::string> stages,
                     std::unique_ptr<AccessControl> access,
                     std::unique_ptr<AuditLog> audit);
+  // First: its /metrics registry outlives the members that point into it,
+  // also when Start failed half-way.
+  std::unique_ptr<server::ServerFrame> frame_;
   Options options_;
-  metrics::WebConfig metrics_web_;
-  std::string fleet_token_;
   std::vector<std::string> stages_;
-  wire::TransportSecurity security_;
   std::unique_ptr<AccessControl> access_;
   // Outlives the service that appends to it.
   std::unique_ptr<AuditLog> audit_;
-  // Before the members that point into its registry, so that it is
-  // destroyed after them also when Start failed half-way.
-  std::unique_ptr<metrics::MetricsExposer> metrics_;
   std::unique_ptr<CoordinatorMetrics> job_metrics_;
   std::unique_ptr<ReplicaRendezvous> replica_store_;
   std::unique_ptr<FleetMembers> members_;
@@ -145,8 +130,6 @@ class CoordinatorServer {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<CoordinatorServiceImpl> service_;
   std::unique_ptr<FleetServiceImpl> fleet_service_;
-  std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
 };
 
 }  // namespace petra::coordinator

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "services/wire/reply_queue.h"
 #include "services/wire/status_map.h"
 
 namespace petra::coordinator {
@@ -85,88 +86,41 @@ grpc::ServerUnaryReactor* ReplyLater(
   return reactor;
 }
 
-// A job's events to one client. Events queue and are written one at a
-// time; the stream finishes after the job's last event, or as soon as the
-// client is gone (gRPC requires Finish even on a cancelled call: without it
-// the call is never freed and Server::Shutdown waits for it forever). The
-// queue outlives the reactor (the job record holds it); after the stream
-// ends, events are dropped.
+// A job's events to one client, written one at a time (wire::ReplyQueue):
+// the stream finishes after the job's last event, or as soon as the client
+// is gone. The queue outlives the reactor (the job record holds it).
 class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
  public:
+  using Queue = wire::ReplyQueue<petra::v1::JobEvent>;
   class Events : public JobWatcher {
    public:
-    explicit Events(WatchReactor* r) : reactor_(r) {}
+    explicit Events(Queue::Stream stream)
+        : queue(std::move(stream), &KeepLatestProgress) {}
     void OnEvent(const petra::v1::JobEvent& event, bool last) override {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reactor_ == nullptr || ended_) return;
-        // A slow client gets the latest progress, not a growing backlog.
-        if (event.kind() == petra::v1::JobEvent::KIND_PROGRESS &&
-            queue_.size() > 1 &&
-            queue_.back().kind() == petra::v1::JobEvent::KIND_PROGRESS) {
-          queue_.back() = event;
-          return;
-        }
-        queue_.push_back(event);
-        last_queued_ |= last;
-        if (writing_) return;
-        writing_ = true;
-      }
-      reactor_->StartWrite(&queue_.front());
+      queue.Push(event, last);
     }
-    void WriteDone(bool ok) {
-      const petra::v1::JobEvent* next = nullptr;
-      bool finish = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        queue_.pop_front();
-        if (!ok) ended_ = true;
-        if (!ended_ && !queue_.empty()) {
-          next = &queue_.front();
-        } else {
-          writing_ = false;
-          // After the last event, or after a failed write (client gone).
-          finish = !finished_ && (ended_ || last_queued_);
-          finished_ |= finish;
-          ended_ |= finish;
-        }
-      }
-      if (next != nullptr) reactor_->StartWrite(next);
-      if (finish) reactor_->End(grpc::Status::OK);
-    }
-    // The client went away: finish now unless a write is in flight (its
-    // WriteDone(false) finishes) or the stream already finished.
-    void Cancelled() {
-      WatchReactor* reactor = nullptr;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reactor_ != nullptr && !writing_ && !finished_) reactor = reactor_;
-        ended_ = true;
-        finished_ |= reactor != nullptr;
-      }
-      if (reactor != nullptr) {
-        reactor->End(
-            grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-      }
-    }
-    void Detach() {
-      std::lock_guard<std::mutex> lock(mu_);
-      reactor_ = nullptr;
-      ended_ = true;
-    }
+    Queue queue;
 
    private:
-    std::mutex mu_;
-    WatchReactor* reactor_;
-    std::deque<petra::v1::JobEvent> queue_;
-    bool writing_ = false, ended_ = false, last_queued_ = false,
-         finished_ = false;
+    // A slow client gets the latest progress, not a growing backlog.
+    static bool KeepLatestProgress(petra::v1::JobEvent& waiting,
+                                   const petra::v1::JobEvent& incoming) {
+      if (incoming.kind() != petra::v1::JobEvent::KIND_PROGRESS ||
+          waiting.kind() != petra::v1::JobEvent::KIND_PROGRESS) {
+        return false;
+      }
+      waiting = incoming;
+      return true;
+    }
   };
 
   WatchReactor(JobManager* jobs, const std::string& id, Audit audit)
-      : events_(std::make_shared<Events>(this)), audit_(std::move(audit)) {
+      : events_(std::make_shared<Events>(Queue::Stream{
+            [this](const petra::v1::JobEvent* e) { StartWrite(e); },
+            [this](const grpc::Status& s) { End(s); }})),
+        audit_(std::move(audit)) {
     if (absl::Status s = jobs->Watch(id, events_); !s.ok()) {
-      events_->Detach();
+      events_->queue.Detach();
       End(wire::ToGrpcStatus(s));
     }
   }
@@ -175,10 +129,10 @@ class WatchReactor : public grpc::ServerWriteReactor<petra::v1::JobEvent> {
     audit_.Done(status);
     Finish(status);
   }
-  void OnWriteDone(bool ok) override { events_->WriteDone(ok); }
-  void OnCancel() override { events_->Cancelled(); }
+  void OnWriteDone(bool ok) override { events_->queue.WriteDone(ok); }
+  void OnCancel() override { events_->queue.Cancelled(); }
   void OnDone() override {
-    events_->Detach();
+    events_->queue.Detach();
     delete this;
   }
 

@@ -7,8 +7,57 @@
 #include "services/base/event_log.h"
 #include "services/base/flag_set.h"
 #include "services/base/server_main.h"
-#include "services/metrics/web_config.h"
-#include "services/wire/tls_flags.h"
+#include "services/server/frame_flags.h"
+
+namespace {
+
+// What the started coordinator says of itself, after the warnings an
+// operator must see first (no token, plaintext tokens, an open fleet).
+petra::base::ServerAnnouncement Announce(
+    const char* argv0, const petra::coordinator::CoordinatorServer& server,
+    const std::string& stage_identity) {
+  if (server.requires_token() && !server.security().enabled()) {
+    std::cerr << argv0
+              << ": warning: tokens without --tls-cert: clients send "
+                 "them in plaintext\n";
+  }
+  if (!server.requires_token()) {
+    std::cerr << argv0
+              << ": warning: no --auth-token-file or --users-file: "
+                 "anyone who reaches --listen may submit, cancel and "
+                 "export any job\n";
+  }
+  const std::string stages = absl::StrCat(server.stage_addresses().size());
+  if (server.fleet_token().empty() && stage_identity.empty()) {
+    std::cerr << argv0
+              << ": warning: no --fleet-token-file or --stage-identity "
+                 "(mutual TLS): any server that reaches --listen may "
+                 "join the fleet and be sent jobs' data\n";
+  }
+  petra::base::ServerAnnouncement a;
+  a.port = server.port();
+  a.listening = absl::StrCat(
+      stages, " stage servers from --stages, ",
+      server.stage_dns().empty()
+          ? ""
+          : absl::StrCat("those --stage-dns ", server.stage_dns(), " gives, "),
+      "more may register with ", server.member_lease_seconds(), " s leases");
+  a.transport =
+      server.security().Describe() +
+      (server.requires_token()
+           ? absl::StrCat(", bearer token required (", server.user_count(),
+                          " user", server.user_count() == 1 ? "" : "s", ")")
+           : "");
+  a.metrics_port = server.metrics_port();
+  a.log_fields = {{"stage_servers", stages},
+                  {"transport", server.security().Describe()},
+                  {"token", server.requires_token() ? "required" : "none"},
+                  {"users", absl::StrCat(server.user_count())},
+                  {"audit_log", server.audit_log_path()}};
+  return a;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   petra::base::InitServerProcess(argv[0]);
@@ -18,14 +67,17 @@ int main(int argc, char** argv) {
       "PETRA coordinator: accepts training jobs from clients (petra submit),\n"
       "plans each job's partition over the stage servers, feeds the data and\n"
       "reports progress. The fleet is the --stages list and the stage\n"
-      "servers that register (petra-stage-server --coordinator ADDRESS); either\n"
+      "servers that register (petra-stage-server --coordinator ADDRESS); "
+      "either\n"
       "may be empty. Stops cleanly on SIGINT or SIGTERM.");
-  flags.AddString("listen", &options.listen,
-                  "gRPC address for clients, host:port (port 0 picks one)");
-  flags.AddString("metrics-listen", &options.metrics_listen,
-                  "Prometheus /metrics address, host:port; empty disables");
-  flags.AddString("metrics-web-config", &options.metrics_web_config,
-                  petra::metrics::kWebConfigHelp);
+  petra::server::FrameFlagHelp frame_help;
+  frame_help.callers = "for clients";
+  frame_help.state = "job records and checkpoints";
+  frame_help.tls_peers = "the stage servers";
+  frame_help.fleet_token =
+      "the stage servers' (their --fleet-token-file), sent on every call to "
+      "them";
+  petra::server::AddFrameFlags(flags, &options, frame_help);
   flags.AddString("stages", &options.stages,
                   "stage servers: host:port,... or a pattern such as "
                   "petra-stage-{0..3}.petra-stage:50051; empty = only the "
@@ -44,10 +96,6 @@ int main(int argc, char** argv) {
   flags.AddInt("data-workers", &options.data_workers,
                "threads decoding image-folder datasets ahead of training; 0 "
                "= one per core this process may use (its CPU quota too)");
-  flags.AddString("state-dir", &options.state_dir,
-                  "directory for job records and checkpoints (created when "
-                  "missing)");
-  petra::wire::AddServerTlsFlags(flags, &options.tls, "the stage servers");
   flags.AddString("auth-token-file", &options.auth_token_file,
                   "file holding the bearer token every client call must "
                   "carry (authorization: Bearer TOKEN), one admin's; empty "
@@ -56,10 +104,6 @@ int main(int argc, char** argv) {
                   "users, their tokens and roles (admin, member, viewer): a "
                   "text proto of petra.v1.UsersConfig (docs/DEPLOY.md); "
                   "instead of --auth-token-file");
-  flags.AddString("fleet-token-file", &options.fleet_token_file,
-                  "file holding the stage servers' fleet token (their "
-                  "--fleet-token-file), sent on every call to them; empty = "
-                  "none");
   flags.AddString("stage-identity", &options.stage_identity,
                   "with mutual TLS, let only a certificate with this CN or "
                   "DNS name register as a stage server (petra-stage-server "
@@ -103,49 +147,6 @@ int main(int argc, char** argv) {
       argv[0], "petra-coordinator",
       petra::coordinator::CoordinatorServer::Create(options),
       [&](petra::coordinator::CoordinatorServer& server) {
-        if (server.requires_token() && !server.security().enabled()) {
-          std::cerr << argv[0]
-                    << ": warning: tokens without --tls-cert: clients send "
-                       "them in plaintext\n";
-        }
-        if (!server.requires_token()) {
-          std::cerr << argv[0]
-                    << ": warning: no --auth-token-file or --users-file: "
-                       "anyone who reaches --listen may submit, cancel and "
-                       "export any job\n";
-        }
-        const std::string stages =
-            absl::StrCat(server.stage_addresses().size());
-        if (server.fleet_token().empty() && options.stage_identity.empty()) {
-          std::cerr << argv[0]
-                    << ": warning: no --fleet-token-file or --stage-identity "
-                       "(mutual TLS): any server that reaches --listen may "
-                       "join the fleet and be sent jobs' data\n";
-        }
-        petra::base::ServerAnnouncement a;
-        a.port = server.port();
-        a.listening =
-            absl::StrCat(stages, " stage servers from --stages, ",
-                         server.stage_dns().empty()
-                             ? ""
-                             : absl::StrCat("those --stage-dns ",
-                                            server.stage_dns(), " gives, "),
-                         "more may register with ",
-                         server.member_lease_seconds(), " s leases");
-        a.transport =
-            server.security().Describe() +
-            (server.requires_token()
-                 ? absl::StrCat(", bearer token required (",
-                                server.user_count(), " user",
-                                server.user_count() == 1 ? "" : "s", ")")
-                 : "");
-        a.metrics_port = server.metrics_port();
-        a.log_fields = {
-            {"stage_servers", stages},
-            {"transport", server.security().Describe()},
-            {"token", server.requires_token() ? "required" : "none"},
-            {"users", absl::StrCat(server.user_count())},
-            {"audit_log", server.audit_log_path()}};
-        return a;
+        return Announce(argv[0], server, options.stage_identity);
       });
 }

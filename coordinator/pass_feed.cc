@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -36,6 +37,95 @@ struct Tally {
   steady_clock::time_point last_done = steady_clock::now();
 };
 
+// What the stages report as each micro-batch finishes, counted into `c`:
+// the last stage's losses and accuracies, stage 0's backward exits.
+std::function<void(const petra::v1::MicroBatchDone&)> Counter(
+    Tally& c, int stages, petra::v1::Phase phase, const PassWatch& watch) {
+  const bool train = phase == petra::v1::PHASE_TRAIN;
+  return
+      [&c, stages, phase, train, &watch](const petra::v1::MicroBatchDone& d) {
+        std::lock_guard<std::mutex> lock(c.mu);
+        if (d.phase() != phase) return;
+        if (static_cast<int>(d.stage_index()) == stages - 1) {
+          c.result.Record(static_cast<int64_t>(d.micro_batch_id()), d.loss(),
+                          d.correct(), d.samples(), train);
+          if (std::isfinite(d.loss()) && train && watch.finite_samples) {
+            watch.finite_samples(d.samples());
+          }
+        } else if (d.stage_index() == 0) {
+          ++c.exits;
+        }
+        c.last_done = steady_clock::now();
+        c.cv.notify_all();
+      };
+}
+
+// Hands every micro-batch of the pass to the first stage (with its
+// labels where that stage is also the last, or the job sends them there),
+// and its labels to the last; each Send waits for a credit.
+absl::Status FeedMicroBatches(const std::string& job_id, petra::v1::Phase phase,
+                              const engine::PassBatches& batches, int stages,
+                              const FeedOptions& options,
+                              link::ForwardLink& to_first,
+                              link::ForwardLink* to_last) {
+  const int64_t n = batches.size();
+  for (int64_t m = 0; m < n; ++m) {
+    const auto asked = steady_clock::now();
+    absl::StatusOr<data::Batch> got = batches.Get(m);
+    if (!got.ok()) {
+      return got.status();
+    }
+    const double data_wait = SecondsSince(asked);
+    data::Batch& b = *got;
+    model::ForwardBatch p;
+    p.header.job_id = job_id;
+    p.header.micro_batch_id = static_cast<uint64_t>(m);
+    p.header.phase = phase;
+    p.header.sender_stage = -1;
+    p.header.epoch = batches.EpochOf(m);
+    p.x = {b.images, {}};
+    if (stages == 1 || options.labels_with_data) p.labels = b.labels;
+    // Send encodes (a copy), then waits for a credit.
+    const auto sending = steady_clock::now();
+    absl::Status sent = to_first.Send(p).status();
+    if (options.metrics != nullptr) {
+      options.metrics->Fed(data_wait, SecondsSince(sending), batches.Ready(m));
+    }
+    if (!sent.ok()) return sent;
+    if (stages == 1) continue;
+    p.x = {};
+    p.labels = b.labels;
+    if (absl::Status s = to_last->Send(p).status(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Why the pass must stop now, if it must: the job interrupted, the feed
+// failed (`feed_status` once it is over), a stream broken, the
+// coordinator's poll of the stages failed (every kPollInterval), or no
+// micro-batch finished for kStallTimeout.
+absl::Status PassTrouble(const PassWatch& watch,
+                         const absl::Status* feed_status, FeedStream& data,
+                         FeedStream* labels, steady_clock::time_point last_done,
+                         steady_clock::time_point* last_poll) {
+  if (absl::Status s = watch.interrupted(); !s.ok()) return s;
+  if (feed_status != nullptr && !feed_status->ok()) return *feed_status;
+  if (absl::Status s = data.health(); !s.ok()) return s;
+  if (labels != nullptr) {
+    if (absl::Status s = labels->health(); !s.ok()) return s;
+  }
+  if (steady_clock::now() - *last_poll > kPollInterval) {
+    *last_poll = steady_clock::now();
+    if (absl::Status s = watch.poll(); !s.ok()) return s;
+  }
+  if (steady_clock::now() - last_done > kStallTimeout) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no micro-batch finished in ", kStallTimeout.count() / 1000,
+        " s; the pipeline is stuck"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<engine::PassResult> RunFeedPass(
@@ -53,22 +143,7 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
   }
   const auto started = steady_clock::now();
   Tally c;
-  auto on_done = [&c, stages, phase, train,
-                  &watch](const petra::v1::MicroBatchDone& d) {
-    std::lock_guard<std::mutex> lock(c.mu);
-    if (d.phase() != phase) return;
-    if (static_cast<int>(d.stage_index()) == stages - 1) {
-      c.result.Record(static_cast<int64_t>(d.micro_batch_id()), d.loss(),
-                      d.correct(), d.samples(), train);
-      if (std::isfinite(d.loss()) && train && watch.finite_samples) {
-        watch.finite_samples(d.samples());
-      }
-    } else if (d.stage_index() == 0) {
-      ++c.exits;
-    }
-    c.last_done = steady_clock::now();
-    c.cv.notify_all();
-  };
+  auto on_done = Counter(c, stages, phase, watch);
   std::unique_ptr<FeedStream> data =
       fleet.client(0).OpenFeed(fleet.Name(0), fleet.data_key(0), on_done);
   std::unique_ptr<FeedStream> labels =
@@ -110,35 +185,8 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
   absl::Status feed_status;
   std::atomic<bool> feed_over{false};
   std::thread feeder([&] {
-    for (int64_t m = 0; m < n && feed_status.ok(); ++m) {
-      const auto asked = steady_clock::now();
-      absl::StatusOr<data::Batch> got = batches.Get(m);
-      if (!got.ok()) {
-        feed_status = got.status();
-        break;
-      }
-      const double data_wait = SecondsSince(asked);
-      data::Batch& b = *got;
-      model::ForwardBatch p;
-      p.header.job_id = job_id;
-      p.header.micro_batch_id = static_cast<uint64_t>(m);
-      p.header.phase = phase;
-      p.header.sender_stage = -1;
-      p.header.epoch = batches.EpochOf(m);
-      p.x = {b.images, {}};
-      if (stages == 1 || options.labels_with_data) p.labels = b.labels;
-      // Send encodes (a copy), then waits for a credit.
-      const auto sending = steady_clock::now();
-      feed_status = (*to_first)->Send(p).status();
-      if (options.metrics != nullptr) {
-        options.metrics->Fed(data_wait, SecondsSince(sending),
-                             batches.Ready(m));
-      }
-      if (!feed_status.ok() || stages == 1) continue;
-      p.x = {};
-      p.labels = b.labels;
-      feed_status = (*to_last)->Send(p).status();
-    }
+    feed_status = FeedMicroBatches(job_id, phase, batches, stages, options,
+                                   **to_first, to_last->get());
     feed_over = true;
   });
 
@@ -156,37 +204,9 @@ absl::StatusOr<engine::PassResult> RunFeedPass(
       last_done = c.last_done;
     }
     if (complete) break;
-    if (absl::Status s = watch.interrupted(); !s.ok()) {
-      status = s;
-      break;
-    }
-    if (feed_over && !feed_status.ok()) {
-      status = feed_status;
-      break;
-    }
-    if (absl::Status s = data->health(); !s.ok()) {
-      status = s;
-      break;
-    }
-    if (labels != nullptr) {
-      if (absl::Status s = labels->health(); !s.ok()) {
-        status = s;
-        break;
-      }
-    }
-    if (steady_clock::now() - last_poll > kPollInterval) {
-      last_poll = steady_clock::now();
-      if (absl::Status s = watch.poll(); !s.ok()) {
-        status = s;
-        break;
-      }
-    }
-    if (steady_clock::now() - last_done > kStallTimeout) {
-      status = absl::DeadlineExceededError(absl::StrCat(
-          "no micro-batch finished in ", kStallTimeout.count() / 1000,
-          " s; the pipeline is stuck"));
-      break;
-    }
+    status = PassTrouble(watch, feed_over ? &feed_status : nullptr, *data,
+                         labels.get(), last_done, &last_poll);
+    if (!status.ok()) break;
     if (train && watch.progress &&
         steady_clock::now() - last_progress > kProgressInterval) {
       last_progress = steady_clock::now();

@@ -6,8 +6,7 @@
 #include "services/base/event_log.h"
 #include "services/base/flag_set.h"
 #include "services/base/server_main.h"
-#include "services/metrics/web_config.h"
-#include "services/wire/tls_flags.h"
+#include "services/server/frame_flags.h"
 #include "stage_server/stage_server.h"
 
 int main(int argc, char** argv) {
@@ -20,12 +19,13 @@ int main(int argc, char** argv) {
       "range, streaming activations to the next stage and gradients to the\n"
       "previous one. On SIGINT or SIGTERM it refuses new work, lets the\n"
       "running pass finish (--drain-seconds) and exits.");
-  flags.AddString("listen", &options.listen,
-                  "gRPC address, host:port (port 0 picks a free port)");
-  flags.AddString("metrics-listen", &options.metrics_listen,
-                  "Prometheus /metrics address, host:port; empty disables");
-  flags.AddString("metrics-web-config", &options.metrics_web_config,
-                  petra::metrics::kWebConfigHelp);
+  petra::server::FrameFlagHelp frame_help;
+  frame_help.state = "checkpoints";
+  frame_help.tls_peers = "the neighbour stages";
+  frame_help.fleet_token =
+      "control calls (assign, start, checkpoint, release) must carry it, as "
+      "the coordinator's --fleet-token-file sends it";
+  petra::server::AddFrameFlags(flags, &options, frame_help);
   flags.AddString("device", &options.device,
                   "device the stage runs on: cpu, cuda or cuda:N");
   flags.AddInt("memory-limit-bytes", &options.memory_limit_bytes,
@@ -40,20 +40,13 @@ int main(int argc, char** argv) {
                "most bytes all data streams together may hold of "
                "micro-batches not whole yet, and the bulk channel of payloads "
                "waiting for their message");
-  flags.AddString("state-dir", &options.state_dir,
-                  "directory for checkpoints (created when missing)");
   flags.AddInt("drain-seconds", &options.drain_seconds,
                "on SIGTERM, seconds the passes already started may take to "
                "finish");
-  petra::wire::AddServerTlsFlags(flags, &options.tls, "the neighbour stages");
   flags.AddString("coordinator-identity", &options.coordinator_identity,
                   "with mutual TLS, accept control calls (assign, start, "
                   "checkpoint, release) only from a certificate with this CN "
                   "or DNS name; empty accepts any certificate of --tls-ca");
-  flags.AddString("fleet-token-file", &options.fleet_token_file,
-                  "file holding the fleet token: control calls (assign, "
-                  "start, checkpoint, release) must carry it, as the "
-                  "coordinator's --fleet-token-file sends it; empty = none");
   flags.AddString("coordinator", &options.coordinator,
                   "join this coordinator's fleet (its --listen host:port): "
                   "register, renew the lease until stopped, leave on SIGTERM; "

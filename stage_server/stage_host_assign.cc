@@ -43,31 +43,34 @@ absl::StatusOr<std::unique_ptr<engine::GradientAverager>> JoinReplicas(
       static_cast<int>(r.count()), r.local_host(), kReplicaTimeout);
 }
 
-}  // namespace
-
-void StageHost::Assign(const petra::v1::AssignRequest& request,
-                       petra::v1::AssignResponse* response, Done done) {
-  absl::Status bad;
-  auto refuse = [&](absl::Status s) { done(std::move(s)); };
+// An Assign's checks that need nothing of the stage's state: the job id,
+// the spec, the partition and this stage's place in it, the data keys,
+// the replica group and the device. The spec resolved and the ranges.
+struct CheckedAssign {
+  petra::v1::JobSpec spec;
+  std::vector<model::BlockRange> ranges;
+};
+absl::StatusOr<CheckedAssign> CheckAssign(
+    const petra::v1::AssignRequest& request, const std::string& server_device) {
   if (absl::Status s = CheckRelativeName(request.job_id(), "job_id"); !s.ok())
-    return refuse(s);
+    return s;
   // A job id names one directory under --state-dir, not a path.
   if (absl::StrContains(request.job_id(), "/") || request.job_id() == ".") {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "job_id \"", request.job_id(), "\" must be one path component")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job_id \"", request.job_id(), "\" must be one path component"));
   }
   absl::StatusOr<petra::v1::JobSpec> spec = job::ResolveJobSpec(request.spec());
   if (!spec.ok()) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("spec: ", spec.status().message())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: ", spec.status().message()));
   }
   const uint32_t count = request.stage_count();
   if (count < 1 || request.stage_index() >= count ||
       request.partition_size() != static_cast<int>(count)) {
-    return refuse(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat("stage_index ", request.stage_index(), ", stage_count ",
                      count, " and a partition of ", request.partition_size(),
-                     " ranges do not fit together")));
+                     " ranges do not fit together"));
   }
   // Every range is checked against the network before anything looks a
   // block up by it (a range past the end once crashed the memory estimate).
@@ -79,19 +82,18 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
   }
   absl::StatusOr<model::NetworkBlueprint> net =
       model::DescribeNetwork(spec->model());
-  if (!net.ok()) return refuse(net.status());
+  if (!net.ok()) return net.status();
   if (absl::Status s = model::CheckCovers(ranges, net->size()); !s.ok()) {
-    return refuse(
-        absl::InvalidArgumentError(absl::StrCat("partition: ", s.message())));
+    return absl::InvalidArgumentError(absl::StrCat("partition: ", s.message()));
   }
   const petra::v1::LayerRange& own =
       request.partition(static_cast<int>(request.stage_index()));
   if (request.layers().begin() != own.begin() ||
       request.layers().end() != own.end()) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "layers [", request.layers().begin(), ", ", request.layers().end(),
         ") are not stage ", request.stage_index(),
-        "'s range in the partition [", own.begin(), ", ", own.end(), ")")));
+        "'s range in the partition [", own.begin(), ", ", own.end(), ")"));
   }
   // The keys of the job's data streams: this stage's, and its
   // neighbours' that it presents to them.
@@ -103,32 +105,42 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
         {"next_data_key", &request.next_data_key(), has_next},
         {"previous_data_key", &request.previous_data_key(), has_previous}}) {
     if (needed ? !base::IsSecretKey(*key) : !key->empty()) {
-      return refuse(absl::InvalidArgumentError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           field,
           needed ? " must be 64 lowercase hex digits (the coordinator draws "
                    "one for each stage at each Assign)"
-                 : " must be empty: the stage has no such neighbour")));
+                 : " must be empty: the stage has no such neighbour"));
     }
   }
   if (request.steps_per_epoch() < 1) {
-    return refuse(absl::InvalidArgumentError("steps_per_epoch must be >= 1"));
+    return absl::InvalidArgumentError("steps_per_epoch must be >= 1");
   }
   if (const petra::v1::ReplicaAssignment& r = request.replica();
       r.count() > 1 &&
       (r.index() >= r.count() || r.group().empty() || r.local_host().empty())) {
-    return refuse(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat("replica: index ", r.index(), " of ", r.count(),
                      ", group \"", r.group(), "\" and local_host \"",
-                     r.local_host(), "\" do not name a place in a group")));
+                     r.local_host(), "\" do not name a place in a group"));
   }
   // A job that names no device runs where the server was started to run.
   if (!request.device().empty() &&
-      !catalog::DeviceServes(options_.device, request.device())) {
-    return refuse(absl::FailedPreconditionError(absl::StrCat(
+      !catalog::DeviceServes(server_device, request.device())) {
+    return absl::FailedPreconditionError(absl::StrCat(
         "the job places stage ", request.stage_index(), " on \"",
-        request.device(), "\" but this server runs on \"", options_.device,
-        "\" (leave the job's devices unset to use each server's own)")));
+        request.device(), "\" but this server runs on \"", server_device,
+        "\" (leave the job's devices unset to use each server's own)"));
   }
+  return CheckedAssign{*std::move(spec), std::move(ranges)};
+}
+
+}  // namespace
+
+void StageHost::Assign(const petra::v1::AssignRequest& request,
+                       petra::v1::AssignResponse* response, Done done) {
+  auto refuse = [&](absl::Status s) { done(std::move(s)); };
+  absl::StatusOr<CheckedAssign> checked = CheckAssign(request, options_.device);
+  if (!checked.ok()) return refuse(checked.status());
   std::filesystem::path restore_file;
   if (!request.restore_checkpoint().empty()) {
     absl::StatusOr<std::filesystem::path> file =
@@ -149,8 +161,9 @@ void StageHost::Assign(const petra::v1::AssignRequest& request,
     }
     job_ = job;
   }
-  Post([this, job, spec = *spec, ranges = std::move(ranges), restore_file,
-        response, done = std::move(done)] {
+  Post([this, job, spec = std::move(checked->spec),
+        ranges = std::move(checked->ranges), restore_file, response,
+        done = std::move(done)] {
     // Before the stage is built: its weights arrive on the stream that
     // computes with them.
     job->transfer.UseComputeStreamOnThisThread();

@@ -8,16 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "services/metrics/web_config.h"
-#include "services/wire/transport_security.h"
+#include "services/server/server_frame.h"
 #include "stage_server/receive_budget.h"
 
-namespace grpc {
-class Server;
-}  // namespace grpc
-namespace petra::metrics {
-class MetricsExposer;
-}  // namespace petra::metrics
 namespace petra::link {
 class ChannelServices;
 }  // namespace petra::link
@@ -31,13 +24,15 @@ class StageMetrics;
 
 class StageServer {
  public:
-  struct Options {
-    // gRPC address (host:port; port 0 picks a free port).
-    std::string listen = "0.0.0.0:50051";
-    // Prometheus /metrics address; empty disables it.
-    std::string metrics_listen = "0.0.0.0:9451";
-    // /metrics over TLS and with basic auth (metrics/web_config.h).
-    std::string metrics_web_config;
+  // Where it listens, /metrics, TLS, the fleet token and the state
+  // directory (where checkpoints are written) are every server's
+  // (server_frame.h); the rest is the stage server's own.
+  struct Options : server::FrameOptions {
+    Options() {
+      listen = "0.0.0.0:50051";
+      metrics_listen = "0.0.0.0:9451";
+      state_dir = "/var/lib/petra/stage";
+    }
     // Device the stage runs on: cpu, cuda, cuda:N.
     std::string device = "cpu";
     // Threads for the stage's torch work (intra-op).
@@ -51,21 +46,12 @@ class StageServer {
     // (receive_budget.h).
     int64_t max_stream_bytes = kDefaultMaxStreamBytes;
     int64_t max_receive_bytes = kDefaultMaxReceiveBytes;
-    // Where checkpoints are written; created when missing.
-    std::string state_dir = "/var/lib/petra/stage";
     // On SIGTERM, how long passes already started may take to finish.
     int64_t drain_seconds = 30;
-    // TLS for the server and for the streams to its neighbours; empty =
-    // plaintext. With a CA, peers must present a certificate it signed.
-    wire::TlsOptions tls;
     // With mutual TLS: the identity (certificate CN or DNS name) whose
     // control calls (Assign, Start, Checkpoint, ReadCheckpoint,
     // RestoreCheckpoint, Release) are accepted; empty = any verified peer.
     std::string coordinator_identity;
-    // A file holding the fleet token: control calls must carry it as
-    // `authorization: Bearer <token>` (the coordinator's
-    // --fleet-token-file); empty = no token needed.
-    std::string fleet_token_file;
     // The coordinator to join (its --listen host:port): the server
     // registers and renews its lease until it stops; empty = the
     // coordinator lists it in --stages.
@@ -88,31 +74,29 @@ class StageServer {
   void GracefulStop();
 
   // Ports actually bound (after Start).
-  int port() const { return port_; }
-  int metrics_port() const;
+  int port() const { return frame_->port(); }
+  int metrics_port() const { return frame_->metrics_port(); }
   const Options& options() const { return options_; }
-  // The TLS settings as loaded by Create.
-  const wire::TransportSecurity& security() const { return security_; }
+  // The TLS settings as loaded by Create (for the server and the streams
+  // to its neighbours; with a CA, peers must present a certificate it
+  // signed). The fleet token, when set, is what control calls must carry
+  // as `authorization: Bearer <token>` (the coordinator's
+  // --fleet-token-file).
+  const wire::TransportSecurity& security() const { return frame_->security(); }
 
  private:
-  StageServer(Options options, wire::TransportSecurity security);
+  StageServer(Options options, std::unique_ptr<server::ServerFrame> frame);
+  // First: its /metrics registry outlives the members that point into it,
+  // also when Start failed half-way.
+  std::unique_ptr<server::ServerFrame> frame_;
   Options options_;
-  metrics::WebConfig metrics_web_;
-  std::string fleet_token_;
-  wire::TransportSecurity security_;
-  // Before the members that point into its registry, so that it is
-  // destroyed after them also when Start failed half-way (GracefulStop then
-  // has nothing to stop and leaves the order to the destructor).
-  std::unique_ptr<metrics::MetricsExposer> metrics_;
   std::unique_ptr<StageMetrics> stage_metrics_;
   std::unique_ptr<ReceiveBudget> budget_;
   std::unique_ptr<StageHost> host_;
   std::unique_ptr<StageServiceImpl> service_;
   // What the data channels into this server need served.
   std::unique_ptr<link::ChannelServices> channels_;
-  std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<FleetRegistration> registration_;
-  int port_ = 0;
 };
 
 }  // namespace petra::stage_server

@@ -1,12 +1,10 @@
 #include "stage_server/stage_service.h"
 
-#include <deque>
-#include <mutex>
-
 #include "absl/strings/str_cat.h"
 #include "services/link/channel_factory.h"
 #include "services/wire/bearer_token.h"
 #include "services/wire/data_key.h"
+#include "services/wire/reply_queue.h"
 #include "services/wire/stage_messages.h"
 #include "services/wire/status_map.h"
 #include "services/wire/transport_security.h"
@@ -34,87 +32,33 @@ StageHost::Done FinishLater(grpc::ServerUnaryReactor* reactor,
   };
 }
 
-// One incoming stream. Reads one message at a time; replies queue and are
-// written one at a time. The reply queue outlives the reactor (the mailbox
-// holds it to send credits later); once the stream is over, replies are
-// dropped. A stream whose data key the host does not admit ends
+// One incoming stream. Reads one message at a time; replies are written
+// one at a time (wire::ReplyQueue). The reply queue outlives the reactor
+// (the mailbox holds it to send credits later); once the stream is over,
+// replies are dropped. A stream whose data key the host does not admit ends
 // UNAUTHENTICATED: at once when it opens, or at the message where its key
 // stopped being the job's (a release); nothing of such a message is kept.
 template <typename In, typename Assembler>
 class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
  public:
+  using Queue = wire::ReplyQueue<StreamReply>;
   class Replies : public ReplySink {
    public:
-    explicit Replies(StreamReactor* r) : reactor_(r) {}
-    void Send(StreamReply reply) override {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reactor_ == nullptr || over_) return;
-        // A credit behind one still waiting to be written joins it: one
-        // message instead of two (the front is the write in flight).
-        if (reply.has_credit() && queue_.size() > 1 &&
-            queue_.back().has_credit()) {
-          auto* waiting = queue_.back().mutable_credit();
-          waiting->set_micro_batches(waiting->micro_batches() +
-                                     reply.credit().micro_batches());
-          return;
-        }
-        queue_.push_back(std::move(reply));
-        if (writing_) return;
-        writing_ = true;
-      }
-      // Safe outside the lock: the reactor cannot finish while writing_.
-      reactor_->StartWrite(&queue_.front());
-    }
-    // After a write: starts the next or, when the stream's reading is over
-    // and nothing is left, finishes it.
-    void WriteDone(bool ok) {
-      const StreamReply* next = nullptr;
-      bool finish = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        queue_.pop_front();
-        if (!ok) over_ = true;
-        if (!over_ && !queue_.empty()) {
-          next = &queue_.front();
-        } else {
-          writing_ = false;
-          queue_.clear();
-          finish = reading_over_ && !finished_;
-          finished_ |= finish;
-          over_ |= finish;
-        }
-      }
-      if (next != nullptr) reactor_->StartWrite(next);
-      if (finish) reactor_->Finish(final_);
-    }
-    // No more reads: the stream finishes with `final` once the replies
-    // already queued are written.
-    void ReadingOver(grpc::Status final = grpc::Status::OK) {
-      bool finish = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        reading_over_ = true;
-        final_ = std::move(final);
-        finish = !writing_ && !finished_;
-        finished_ |= finish;
-        over_ |= finish;
-      }
-      if (finish) reactor_->Finish(final_);
-    }
-    void Detach() {
-      std::lock_guard<std::mutex> lock(mu_);
-      reactor_ = nullptr;
-      over_ = true;
-    }
+    explicit Replies(Queue::Stream stream)
+        : queue(std::move(stream), &JoinCredits) {}
+    void Send(StreamReply reply) override { queue.Push(std::move(reply)); }
+    Queue queue;
 
    private:
-    std::mutex mu_;
-    StreamReactor* reactor_;
-    std::deque<StreamReply> queue_;
-    grpc::Status final_;
-    bool writing_ = false, reading_over_ = false, finished_ = false,
-         over_ = false;
+    // A credit behind one still waiting to be written joins it: one
+    // message instead of two.
+    static bool JoinCredits(StreamReply& waiting, const StreamReply& incoming) {
+      if (!incoming.has_credit() || !waiting.has_credit()) return false;
+      auto* credit = waiting.mutable_credit();
+      credit->set_micro_batches(credit->micro_batches() +
+                                incoming.credit().micro_batches());
+      return true;
+    }
   };
 
   // `key`: the data key the stream presented, which the host admits when
@@ -128,7 +72,10 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
         budget_(budget),
         metrics_(host.metrics()),
         backward_(backward),
-        replies_(std::make_shared<Replies>(this)) {
+        replies_(std::make_shared<Replies>(
+            Queue::Stream{[this](const StreamReply* r) { this->StartWrite(r); },
+                          [this](const grpc::Status& s) { this->Finish(s); },
+                          /*reads=*/true})) {
     if (absl::Status s = host_.AdmitData(key_); !s.ok()) {
       Refuse(s, "unauthenticated");
       return;
@@ -139,7 +86,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      replies_->ReadingOver();
+      replies_->queue.Close();
       return;
     }
     const uint64_t id = in_.micro_batch_id();
@@ -183,15 +130,17 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
     this->StartRead(&in_);
   }
 
-  void OnWriteDone(bool ok) override { replies_->WriteDone(ok); }
+  void OnWriteDone(bool ok) override { replies_->queue.WriteDone(ok); }
 
   void OnDone() override {
     GiveBack();
-    replies_->Detach();
+    replies_->queue.Detach();
     delete this;
   }
 
-  void OnCancel() override {}
+  // The peer is gone: its replies are dropped; the pending read then ends
+  // (ok = false) and closes the stream.
+  void OnCancel() override { replies_->queue.Cancelled(); }
 
  private:
   void GiveBack() {
@@ -202,7 +151,7 @@ class StreamReactor : public grpc::ServerBidiReactor<In, StreamReply> {
     metrics_.DataRefused(backward_ ? "backward" : "forward", reason);
     metrics_.Error(why.code());
     GiveBack();
-    replies_->ReadingOver(wire::ToGrpcStatus(why));
+    replies_->queue.Close(wire::ToGrpcStatus(why));
   }
 
   StageHost& host_;

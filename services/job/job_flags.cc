@@ -2,16 +2,17 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
+#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "services/catalog/architecture_catalog.h"
 #include "services/job/enum_names.h"
 #include "services/job/job_spec_defaults.h"
 #include "services/job/job_spec_io.h"
 #include "services/job/job_spec_validation.h"
+#include "services/job/spec_field.h"
 
 namespace petra::job {
 namespace {
@@ -34,9 +35,6 @@ Setter Parsed(Parse parse, std::function<void(T)> set) {
 Setter Uint32(std::function<void(uint32_t)> set) {
   return Parsed<uint32_t>(base::ParseUnsignedValue<uint32_t>, std::move(set));
 }
-Setter Uint64(std::function<void(uint64_t)> set) {
-  return Parsed<uint64_t>(base::ParseUnsignedValue<uint64_t>, std::move(set));
-}
 Setter Double(std::function<void(double)> set) {
   return Parsed<double>(base::ParseDoubleValue, std::move(set));
 }
@@ -55,12 +53,6 @@ Setter Enum(const EnumDescriptor* type, std::function<void(int)> set) {
 
 std::string Choices(const EnumDescriptor* type) {
   return absl::StrJoin(EnumShortNames(type), "|");
-}
-
-// A number as --help shows it (and as the flag accepts it back).
-template <typename T>
-std::string Shown(T v) {
-  return absl::StrCat(v);
 }
 
 std::string ShownStages(const petra::v1::PartitionSpec& p) {
@@ -128,102 +120,308 @@ void AddTransformerFlags(base::FlagSet& f,
               }));
 }
 
+namespace {
+
+// One job flag that sets one JobSpec field (spec_field.h: its type, and so
+// its parsing, from the proto descriptor).
+struct JobFlag {
+  const char* flag;
+  const char* field;  // its path in JobSpec
+  // What --help shows as its value: ignored for an enum (its short names);
+  // "" for a bool that the flag alone sets.
+  std::string value_name;
+  // The default --help shows; nullopt: the field's value in the job the
+  // flag goes on top of, defaults applied (one source: help and job cannot
+  // disagree).
+  std::optional<std::string> shown;
+  std::string help;
+};
+
+// Binds each row's flag to its field of *s.
+void AddRows(base::FlagSet& f, petra::v1::JobSpec* s,
+             const petra::v1::JobSpec& defaulted,
+             const std::vector<JobFlag>& rows) {
+  for (const JobFlag& row : rows) {
+    absl::StatusOr<SpecField> field = SpecField::Find(row.field);
+    // The table names fields of the proto compiled in: a path that is not
+    // one is this file's mistake, which every job flag test shows.
+    if (!field.ok()) {
+      f.AddCustom(row.flag, "", "", std::string(field.status().message()),
+                  [why = field.status()](const std::string&) { return why; });
+      continue;
+    }
+    f.AddCustom(
+        row.flag, field->ValueName(row.value_name),
+        row.shown ? *row.shown : field->Show(defaulted), row.help,
+        [s, field = *field](const std::string& v) { return field.Set(v, s); });
+  }
+}
+
+// The flags of the stages' cut, numerics and the rebuild's check.
+std::vector<JobFlag> PartitionAndNumericsRows() {
+  return {
+      {"split-at", "partition.splits.split_at", "B1,B2,...", "none",
+       "cut the stages by hand: stage i starts at block Bi (block 0 "
+       "for stage 0); replaces --stages"},
+      {"partition-cost", "partition.cost", "", std::nullopt,
+       "with --stages N: balance by a cost estimated from the shapes "
+       "(FLOPs and memory-bound layers), measured times, or FLOPs "
+       "alone"},
+      {"non-finite", "training.non_finite", "", std::nullopt,
+       "a NaN or infinite loss fails the job, or skips the micro-batch"},
+      {"precision", "training.precision", "", std::nullopt,
+       "bf16: the blocks' functions under bf16 autocast; residual "
+       "streams, weights, optimizer and BatchNorm statistics stay fp32"},
+      {"memory-format", "training.memory_format", "", std::nullopt,
+       "the layout of a stage's images and convolution weights: "
+       "channels_last (auto: on a GPU, for convolutional networks) "
+       "or nchw"},
+      {"wire-dtype", "training.wire_dtype", "", std::nullopt,
+       "what stages hand each other: fp32 (the rebuild exact to fp32 "
+       "rounding) or bf16 (half the bytes, the rebuild off by bf16 "
+       "rounding at each stage boundary)"},
+      {"rebuild-error-every", "training.rebuild_error_every", "N", std::nullopt,
+       "every N-th micro-batch, a stage that rebuilds its input "
+       "measures ||x - rebuilt x|| / ||x|| (0 = off)"}};
+}
+
+// The flags of the training mode and what each mode may change.
+std::vector<JobFlag> ModeRows() {
+  return {
+      {"mode", "training.mode", "", std::nullopt, "training mode"},
+      {"schedule", "training.pipeline_schedule", "", "1f1b",
+       "pipeline mode: the order of each flush's micro-batches, "
+       "1F1B's (J - j activations held on stage j) or GPipe's (all "
+       "of the flush's); --accumulation is the flush's M"},
+      {"recompute", "training.recompute", "", "false",
+       "pipeline mode: store no activations between a forward and its "
+       "backward; rebuild the input (reversible stages) or keep it, and "
+       "recompute"},
+      {"guess", "training.forward_gradient.guess", "", "local",
+       "forward_gradient mode: each stage's direction, its local "
+       "loss's gradient or a Gaussian draw (local_only: step on the "
+       "local gradient alone)"},
+      {"stash-inputs", "training.stash_inputs", "", "false",
+       "delayed mode: keep every stage's input for backward"},
+      {"stash-weights", "training.stash_weights", "", "false",
+       "delayed mode: keep the weights each forward used"},
+      {"rebuild-with", "training.rebuild_with", "",
+       "stashed with --stash-weights, else current",
+       "the weights a reversible stage rebuilds its input with in "
+       "backward; current with --stash-weights is the paper's Table 4 "
+       "row 4 (the gradient still at the stashed weights)"},
+      {"overlap-rebuild", "training.overlap_rebuild", "", "false",
+       "petra: rebuild the next block while this one's gradient is computed "
+       "(PaReprop; a second thread per stage)"},
+      {"predict-weights", "training.predict_weights", "",
+       "false (modes petra and delayed, recipes default and language_model, "
+       "an optimizer with momentum: true)",
+       "petra and delayed: forward at the weights predicted for when the "
+       "gradient comes back (SpecTrain; not in the paper)"},
+      {"spike-compensation", "training.spike_compensation", "", "false",
+       "petra and delayed: a delayed stage applies at once the momentum steps "
+       "its gradient missed (Kosson et al. 2021; not in the paper)"},
+      {"delay-compensation", "training.delay_compensation", "LAMBDA", "0 (off)",
+       "petra and delayed: correct each delayed gradient g by its weights' "
+       "drift d, g + LAMBDA g*g*d / sqrt(mean g^2) (DC-ASGD, Zheng et al. "
+       "2017; not in the paper)"},
+      {"discrepancy-correction", "training.discrepancy_correction", "", "false",
+       "petra and delayed: a delayed stage's backward at the weights its "
+       "forward is estimated to have had (PipeMare, Yang et al. 2021; not in "
+       "the paper)"},
+      {"weight-drift-decay", "training.weight_drift_decay", "G", "0.9",
+       "the decay of the average step --delay-compensation and "
+       "--discrepancy-correction extrapolate the drift with, in [0, 1)"},
+      {"accumulation", "training.accumulation_steps", "K", std::nullopt,
+       "micro-batches averaged per optimizer step (modes petra and "
+       "delayed, --micro-batch unset: 4 under recipe default, 8 under "
+       "language_model, 2 under transformer; else 1); in pipeline "
+       "mode the micro-batches of a flush, M (default 64 / "
+       "--micro-batch, at least 2)"},
+      {"micro-batch", "training.micro_batch_size", "B", std::nullopt,
+       "samples per micro-batch (modes petra and delayed, "
+       "--accumulation unset: 16 under recipe default, 8 under "
+       "language_model, 32 under transformer; pipeline mode: 8 under "
+       "language_model, else 16, or 64 / --accumulation; else 64)"},
+      {"epochs", "training.epochs", "N", std::nullopt,
+       "passes over the training set"},
+      {"max-steps", "training.max_steps", "N", "no cap",
+       "stop after N optimizer steps"},
+      {"grad-diagnostics", "training.grad_diagnostics_every", "N", "0 (off)",
+       "every N steps, compare PETRA's gradient with the exact delayed "
+       "one (forward_gradient: the estimate with the true gradient; "
+       "cosine, norm ratio; exported as metrics)"},
+      {"recipe", "recipe", "",
+       "transformer for revvit and vit, language_model for revlm and gpt, "
+       "else default",
+       "where the optimizer and schedule flags left out come from: "
+       "this project's short-run defaults (SGD), the PETRA paper's "
+       "(step decay and warm-up fitted to the run's length, weight "
+       "decay 1e-4 on imagenet), vision transformers' (AdamW, "
+       "warm-up, cosine; after DeiT) or language models' (AdamW with "
+       "beta2 0.95, weight decay 0.1, clipping at norm 1, warm-up, "
+       "cosine; after GPT-2 and nanoGPT); see docs/USING.md, \"Job specs\""},
+      {"e2e-diagnostics", "training.end_to_end_every", "N", "0 (off)",
+       "every N steps, compare each stage's applied gradient with the "
+       "true end-to-end gradient of the whole network at the stages' "
+       "current weights (cosine, norm ratio; metrics and --report)"}};
+}
+
+// The flags of the optimizer and the learning-rate schedule.
+std::vector<JobFlag> OptimizerRows() {
+  return {
+      {"optimizer", "optimizer.kind", "",
+       "the recipe's: adamw for transformer, else sgd",
+       "SGD with (Nesterov) momentum, AdamW (weight decay "
+       "decoupled, as torch.optim.AdamW), or NAdamW (torch.optim.NAdam "
+       "with decoupled weight decay; with beta1 0.99, Ajanthan et "
+       "al. 2025's optimizer for asynchronous pipelines), or Muon "
+       "(orthogonalised momentum on weight matrices, AdamW on the "
+       "rest; Jordan et al. 2024, scaled as Liu et al. 2025)"},
+      {"lr", "optimizer.learning_rate", "RATE",
+       absl::StrCat("sgd: 0.1 * B * K / 256; adamw: ", kAdamWLearningRatePer64,
+                    " * B * K / 64"),
+       "peak learning rate"},
+      {"momentum", "optimizer.momentum", "M", "0.9 (muon: 0.95)",
+       "SGD's and Muon's momentum, in [0, 1)"},
+      {"nesterov", "optimizer.nesterov", "", "true when momentum > 0",
+       "SGD and Muon: Nesterov momentum"},
+      {"beta1", "optimizer.beta1", "B1", "0.9 (nadamw: 0.99)",
+       "AdamW, NAdamW (and Muon's AdamW): first moment's decay, in "
+       "[0, 1)"},
+      {"beta2", "optimizer.beta2", "B2", "0.999 (recipe language_model: 0.95)",
+       "AdamW, NAdamW (and Muon's AdamW): second moment's decay, in "
+       "[0, 1)"},
+      {"momentum-decay", "optimizer.momentum_decay", "PSI", "0.004",
+       "NAdamW: the decay of beta1's warm-up, mu_t = beta1 (1 - 0.5 * "
+       "0.96^(t PSI)), >= 0"},
+      {"eps", "optimizer.eps", "E", "1e-8",
+       "AdamW: added to the second moment's root, > 0"},
+      {"weight-decay", "optimizer.weight_decay", "WD",
+       "sgd: 5e-4 (recipe paper: 1e-4 on imagenet); adamw: 0.05",
+       "weight decay (L2 with sgd, decoupled with adamw; never on "
+       "normalisation weights, biases or position embeddings)"},
+      {"clip-grad-norm", "optimizer.clip_grad_norm", "N", "0 (off)",
+       "scale each stage's gradient down to L2 norm N before its step "
+       "(per stage: PETRA never holds the whole network's gradient "
+       "of one step)"},
+      {"warmup-epochs", "schedule.warmup_epochs", "E",
+       "0, or 5 from 10 epochs (recipe paper: 5, less on short runs; "
+       "recipe transformer: 5, or a third of a shorter run)",
+       "epochs of linear warm-up from 0"},
+      {"delay-lr-power", "schedule.delay_lr_power", "P",
+       "0 (off; recipe transformer: 1)",
+       "each stage's rate times (1 + D)^-P, D its gradients' delay "
+       "in optimizer steps (PipeMare's rescheduling), in [0, 4]"},
+      {"delay-lr-anneal-epochs", "schedule.delay_lr_anneal_epochs", "E",
+       "0 (P stays)", "epochs over which --delay-lr-power falls linearly to 0"},
+      {"decay", "schedule.decay", "", "cosine (recipe paper: step)",
+       "learning-rate decay after warm-up"},
+      {"step-epochs", "schedule.step_epochs", "E1,E2,...",
+       "none (recipe paper: the paper's, at the same fractions of the run)",
+       "decay step: epochs where the rate drops"},
+      {"step-factor", "schedule.step_factor", "F", "0.1",
+       "decay step: factor per drop, in (0, 1]"}};
+}
+
+// The flags of evaluation, checkpoints, replicas and where the job runs.
+std::vector<JobFlag> RunRows() {
+  return {{"eval-every", "evaluation.every_epochs", "N", std::nullopt,
+           "evaluate on the test split every N epochs (the pipeline "
+           "drains for it; between, it stays full across epochs)"},
+          {"eval-every-steps", "evaluation.every_steps", "N", "0",
+           absl::StrCat("also evaluate every N optimizer steps inside "
+                        "epochs (each drains the pipeline; at most ",
+                        kMaxEvaluationsInsideEpochs,
+                        " in a job): a finer accuracy-against-time "
+                        "curve; 0: only at --eval-every")},
+          {"eval-train", "evaluation.full_train_pass", "", "false",
+           "also evaluate on the whole training split after each evaluation"},
+          {"checkpoint-every", "checkpoint.every_epochs", "N", std::nullopt,
+           "checkpoint every N epochs (0: at the end only; the pipeline "
+           "drains for each); a crashed job resumes from its newest "
+           "checkpoint"},
+          {"resume-from", "checkpoint.resume_from_job", "JOB", "none",
+           "continue job JOB from its newest usable checkpoint (same "
+           "spec; more epochs allowed)"},
+          {"replicas", "replicas", "R", std::nullopt,
+           "copies of the pipeline, each fed every R-th micro-batch, "
+           "their gradients averaged before each step (R x stages "
+           "devices)"},
+          {"priority", "priority", "P", std::nullopt,
+           "place in a coordinator's queue: higher starts first, FIFO "
+           "within one (-100..100; above 0 for admins only)"},
+          {"seed", "seed", "N", std::nullopt, "seed of every random choice"},
+          {"transport", "transport", "", std::nullopt,
+           "what activations travel through between processes: auto "
+           "(cuda_ipc between GPUs that can map each other's memory, "
+           "shared memory where both ends share a host's /dev/shm, "
+           "grpc_bulk elsewhere), grpc (bytes in the stream's messages), "
+           "grpc_bulk (raw byte buffers on several connections), shm "
+           "(refused for a link that cannot share memory) or cuda_ipc "
+           "(device memory from GPU to GPU on one host; auto takes it "
+           "where both GPUs can map each other's; docs/DATA_PLANE.md)"},
+          {"devices", "devices", "D1,D2,...", "cpu",
+           "device of every stage (one entry) or of each stage: cpu, cuda, "
+           "cuda:N"}};
+}
+
+}  // namespace
+
 void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                  const petra::v1::JobSpec& base) {
   // What a job gets for each flag left out: the base, then the defaults.
   petra::v1::JobSpec d = base;
   ApplyJobSpecDefaults(&d);
-  const petra::v1::TrainingSpec& dt = d.training();
   petra::v1::JobSpec folder_job;  // what an image folder gets
   folder_job.mutable_dataset()->set_kind(petra::v1::DATASET_KIND_IMAGE_FOLDER);
   ApplyJobSpecDefaults(&folder_job);
-  const petra::v1::ImageFolderSpec& folder =
-      folder_job.dataset().image_folder();
-  const EnumDescriptor* arch = GetEnumDescriptor<petra::v1::Architecture>();
-  const EnumDescriptor* variant = GetEnumDescriptor<petra::v1::Variant>();
-  const EnumDescriptor* dataset = GetEnumDescriptor<petra::v1::DatasetKind>();
-  const EnumDescriptor* mode = GetEnumDescriptor<petra::v1::TrainingMode>();
-  const EnumDescriptor* decay =
-      GetEnumDescriptor<petra::v1::ScheduleSpec::Decay>();
-
-  f.AddCustom("name", "STRING",
-              base.name().empty() ? "the job id" : base.name(),
-              "display name of the job", [s](const std::string& v) {
-                s->set_name(v);
-                return absl::OkStatus();
-              });
-  f.AddCustom("arch", Choices(arch),
-              base.model().architecture()
-                  ? EnumShortName(d.model().architecture())
-                  : "",
-              "network architecture", Enum(arch, [s](int v) {
-                s->mutable_model()->set_architecture(
-                    static_cast<petra::v1::Architecture>(v));
-              }));
-  f.AddCustom(
-      "variant", Choices(variant),
-      base.dataset().kind() ? EnumShortName(d.model().variant())
-                            : "implied by --dataset",
-      "input geometry and stem", Enum(variant, [s](int v) {
-        s->mutable_model()->set_variant(static_cast<petra::v1::Variant>(v));
-      }));
-  f.AddCustom("width", "W", Shown(d.model().width()),
-              "channel width multiplier, in (0, 8]",
-              Double([s](double v) { s->mutable_model()->set_width(v); }));
-  f.AddCustom(
-      "num-classes", "N",
-      "the variant's; an image folder's: the classes in its train/ folder",
-      "output classes",
-      Uint32([s](uint32_t v) { s->mutable_model()->set_num_classes(v); }));
+  const auto from_folder = [&folder_job](const char* path) {
+    return SpecField::Find(path)->Show(folder_job);
+  };
+  const auto or_empty = [&d](bool given, const char* path) {
+    return given ? SpecField::Find(path)->Show(d) : std::string();
+  };
+  AddRows(
+      f, s, d,
+      {{"name", "name", "STRING",
+        base.name().empty() ? "the job id" : base.name(),
+        "display name of the job"},
+       {"arch", "model.architecture", "",
+        or_empty(base.model().architecture() != 0, "model.architecture"),
+        "network architecture"},
+       {"variant", "model.variant", "",
+        base.dataset().kind() ? SpecField::Find("model.variant")->Show(d)
+                              : "implied by --dataset",
+        "input geometry and stem"},
+       {"width", "model.width", "W", std::nullopt,
+        "channel width multiplier, in (0, 8]"},
+       {"num-classes", "model.num_classes", "N",
+        "the variant's; an image folder's: the classes in its train/ folder",
+        "output classes"}});
   AddTransformerFlags(
       f, [s] { return s->mutable_model()->mutable_transformer(); });
-  f.AddCustom(
-      "dataset", Choices(dataset),
-      base.dataset().kind() ? EnumShortName(d.dataset().kind()) : "",
-      "training data", Enum(dataset, [s](int v) {
-        s->mutable_dataset()->set_kind(static_cast<petra::v1::DatasetKind>(v));
-      }));
-  const EnumDescriptor* tokenizer =
-      GetEnumDescriptor<petra::v1::TextSpec::Tokenizer>();
-  f.AddCustom("tokenizer", Choices(tokenizer), "bytes",
-              "text: bytes (every byte a token) or sentencepiece (a unigram "
-              "model of --vocab pieces trained on the training split)",
-              Enum(tokenizer, [s](int v) {
-                s->mutable_dataset()->mutable_text()->set_tokenizer(
-                    static_cast<petra::v1::TextSpec::Tokenizer>(v));
-              }));
-  f.AddCustom("data-path", "DIR", "the dataset's standard directory",
-              "dataset directory, relative to the data root",
-              [s](const std::string& v) {
-                s->mutable_dataset()->set_path(v);
-                return absl::OkStatus();
-              });
-  f.AddCustom(
-      "train-limit", "N", "all", "use only N training examples",
-      Uint64([s](uint64_t v) { s->mutable_dataset()->set_train_limit(v); }));
-  f.AddCustom(
-      "test-limit", "N", "all", "use only N test examples",
-      Uint64([s](uint64_t v) { s->mutable_dataset()->set_test_limit(v); }));
-  const EnumDescriptor* corrupt =
-      GetEnumDescriptor<petra::v1::ImageFolderSpec::CorruptImagePolicy>();
-  f.AddCustom(
-      "corrupt-images", Choices(corrupt),
-      EnumShortName(folder.corrupt_images()),
-      "image_folder: a file that does not decode fails the job, or "
-      "is skipped (replaced by the next, counted)",
-      Enum(corrupt, [s](int v) {
-        s->mutable_dataset()->mutable_image_folder()->set_corrupt_images(
-            static_cast<petra::v1::ImageFolderSpec::CorruptImagePolicy>(v));
-      }));
-  f.AddCustom(
-      "random-resized-crop", "BOOL",
-      folder.random_resized_crop() ? "true" : "false",
-      "image_folder: train on random resized crops (false: resize "
-      "and centre crop, then the spec's padded crop and flips)",
-      Bool([s](bool v) {
-        s->mutable_dataset()->mutable_image_folder()->set_random_resized_crop(
-            v);
-      }));
+  AddRows(
+      f, s, d,
+      {{"dataset", "dataset.kind", "",
+        or_empty(base.dataset().kind() != 0, "dataset.kind"), "training data"},
+       {"tokenizer", "dataset.text.tokenizer", "", "bytes",
+        "text: bytes (every byte a token) or sentencepiece (a unigram "
+        "model of --vocab pieces trained on the training split)"},
+       {"data-path", "dataset.path", "DIR", "the dataset's standard directory",
+        "dataset directory, relative to the data root"},
+       {"train-limit", "dataset.train_limit", "N", "all",
+        "use only N training examples"},
+       {"test-limit", "dataset.test_limit", "N", "all",
+        "use only N test examples"},
+       {"corrupt-images", "dataset.image_folder.corrupt_images", "",
+        from_folder("dataset.image_folder.corrupt_images"),
+        "image_folder: a file that does not decode fails the job, or "
+        "is skipped (replaced by the next, counted)"},
+       {"random-resized-crop", "dataset.image_folder.random_resized_crop",
+        "BOOL", from_folder("dataset.image_folder.random_resized_crop"),
+        "image_folder: train on random resized crops (false: resize "
+        "and centre crop, then the spec's padded crop and flips)"}});
   f.AddCustom("stages", "N|per-block", ShownStages(d.partition()),
               "number of pipeline stages, or one per residual block",
               [s](const std::string& v) -> absl::Status {
@@ -235,381 +433,10 @@ void AddJobFlags(base::FlagSet& f, petra::v1::JobSpec* s,
                   s->mutable_partition()->set_stage_count(n);
                 })(v);
               });
-  f.AddCustom("split-at", "B1,B2,...", "none",
-              "cut the stages by hand: stage i starts at block Bi (block 0 "
-              "for stage 0); replaces --stages",
-              [s](const std::string& v) -> absl::Status {
-                petra::v1::StageSplits splits;
-                for (absl::string_view part : absl::StrSplit(v, ',')) {
-                  absl::StatusOr<uint32_t> n =
-                      base::ParseUnsignedValue<uint32_t>(std::string(part));
-                  if (!n.ok()) return n.status();
-                  splits.add_split_at(*n);
-                }
-                *s->mutable_partition()->mutable_splits() = splits;
-                return absl::OkStatus();
-              });
-  const EnumDescriptor* cost =
-      GetEnumDescriptor<petra::v1::PartitionSpec::Cost>();
-  f.AddCustom("partition-cost", Choices(cost),
-              EnumShortName(d.partition().cost()),
-              "with --stages N: balance by a cost estimated from the shapes "
-              "(FLOPs and memory-bound layers), measured times, or FLOPs "
-              "alone",
-              Enum(cost, [s](int v) {
-                s->mutable_partition()->set_cost(
-                    static_cast<petra::v1::PartitionSpec::Cost>(v));
-              }));
-  const EnumDescriptor* non_finite =
-      GetEnumDescriptor<petra::v1::TrainingSpec::NonFinitePolicy>();
-  f.AddCustom("non-finite", Choices(non_finite), EnumShortName(dt.non_finite()),
-              "a NaN or infinite loss fails the job, or skips the micro-batch",
-              Enum(non_finite, [s](int v) {
-                s->mutable_training()->set_non_finite(
-                    static_cast<petra::v1::TrainingSpec::NonFinitePolicy>(v));
-              }));
-  const EnumDescriptor* precision =
-      GetEnumDescriptor<petra::v1::TrainingSpec::Precision>();
-  f.AddCustom("precision", Choices(precision), EnumShortName(dt.precision()),
-              "bf16: the blocks' functions under bf16 autocast; residual "
-              "streams, weights, optimizer and BatchNorm statistics stay fp32",
-              Enum(precision, [s](int v) {
-                s->mutable_training()->set_precision(
-                    static_cast<petra::v1::TrainingSpec::Precision>(v));
-              }));
-  const EnumDescriptor* memory_format =
-      GetEnumDescriptor<petra::v1::TrainingSpec::MemoryFormat>();
-  f.AddCustom("memory-format", Choices(memory_format),
-              EnumShortName(dt.memory_format()),
-              "the layout of a stage's images and convolution weights: "
-              "channels_last (auto: on a GPU, for convolutional networks) "
-              "or nchw",
-              Enum(memory_format, [s](int v) {
-                s->mutable_training()->set_memory_format(
-                    static_cast<petra::v1::TrainingSpec::MemoryFormat>(v));
-              }));
-  const EnumDescriptor* wire_dtype =
-      GetEnumDescriptor<petra::v1::TrainingSpec::WireDtype>();
-  f.AddCustom("wire-dtype", Choices(wire_dtype), EnumShortName(dt.wire_dtype()),
-              "what stages hand each other: fp32 (the rebuild exact to fp32 "
-              "rounding) or bf16 (half the bytes, the rebuild off by bf16 "
-              "rounding at each stage boundary)",
-              Enum(wire_dtype, [s](int v) {
-                s->mutable_training()->set_wire_dtype(
-                    static_cast<petra::v1::TrainingSpec::WireDtype>(v));
-              }));
-  f.AddCustom("rebuild-error-every", "N", Shown(dt.rebuild_error_every()),
-              "every N-th micro-batch, a stage that rebuilds its input "
-              "measures ||x - rebuilt x|| / ||x|| (0 = off)",
-              Uint32([s](uint32_t v) {
-                s->mutable_training()->set_rebuild_error_every(v);
-              }));
-  f.AddCustom("mode", Choices(mode), EnumShortName(dt.mode()), "training mode",
-              Enum(mode, [s](int v) {
-                s->mutable_training()->set_mode(
-                    static_cast<petra::v1::TrainingMode>(v));
-              }));
-  const EnumDescriptor* pipeline_schedule =
-      GetEnumDescriptor<petra::v1::TrainingSpec::PipelineSchedule>();
-  f.AddCustom("schedule", Choices(pipeline_schedule), "1f1b",
-              "pipeline mode: the order of each flush's micro-batches, "
-              "1F1B's (J - j activations held on stage j) or GPipe's (all "
-              "of the flush's); --accumulation is the flush's M",
-              Enum(pipeline_schedule, [s](int v) {
-                s->mutable_training()->set_pipeline_schedule(
-                    static_cast<petra::v1::TrainingSpec::PipelineSchedule>(v));
-              }));
-  f.AddCustom("recompute", "", "false",
-              "pipeline mode: store no activations between a forward and its "
-              "backward; rebuild the input (reversible stages) or keep it, and "
-              "recompute",
-              Bool([s](bool v) { s->mutable_training()->set_recompute(v); }));
-  const EnumDescriptor* guess =
-      GetEnumDescriptor<petra::v1::ForwardGradientSpec::Guess>();
-  f.AddCustom("guess", Choices(guess), "local",
-              "forward_gradient mode: each stage's direction, its local "
-              "loss's gradient or a Gaussian draw (local_only: step on the "
-              "local gradient alone)",
-              Enum(guess, [s](int v) {
-                s->mutable_training()->mutable_forward_gradient()->set_guess(
-                    static_cast<petra::v1::ForwardGradientSpec::Guess>(v));
-              }));
-  f.AddCustom(
-      "stash-inputs", "", "false",
-      "delayed mode: keep every stage's input for backward",
-      Bool([s](bool v) { s->mutable_training()->set_stash_inputs(v); }));
-  f.AddCustom(
-      "stash-weights", "", "false",
-      "delayed mode: keep the weights each forward used",
-      Bool([s](bool v) { s->mutable_training()->set_stash_weights(v); }));
-  const EnumDescriptor* rebuild_with =
-      GetEnumDescriptor<petra::v1::TrainingSpec::RebuildWith>();
-  f.AddCustom("rebuild-with", Choices(rebuild_with),
-              "stashed with --stash-weights, else current",
-              "the weights a reversible stage rebuilds its input with in "
-              "backward; current with --stash-weights is the paper's Table 4 "
-              "row 4 (the gradient still at the stashed weights)",
-              Enum(rebuild_with, [s](int v) {
-                s->mutable_training()->set_rebuild_with(
-                    static_cast<petra::v1::TrainingSpec::RebuildWith>(v));
-              }));
-  f.AddCustom(
-      "overlap-rebuild", "", "false",
-      "petra: rebuild the next block while this one's gradient is computed "
-      "(PaReprop; a second thread per stage)",
-      Bool([s](bool v) { s->mutable_training()->set_overlap_rebuild(v); }));
-  f.AddCustom(
-      "predict-weights", "",
-      "false (modes petra and delayed, recipes default and language_model, "
-      "an optimizer with momentum: true)",
-      "petra and delayed: forward at the weights predicted for when the "
-      "gradient comes back (SpecTrain; not in the paper)",
-      Bool([s](bool v) { s->mutable_training()->set_predict_weights(v); }));
-  f.AddCustom(
-      "spike-compensation", "", "false",
-      "petra and delayed: a delayed stage applies at once the momentum steps "
-      "its gradient missed (Kosson et al. 2021; not in the paper)",
-      Bool([s](bool v) { s->mutable_training()->set_spike_compensation(v); }));
-  f.AddCustom(
-      "delay-compensation", "LAMBDA", "0 (off)",
-      "petra and delayed: correct each delayed gradient g by its weights' "
-      "drift d, g + LAMBDA g*g*d / sqrt(mean g^2) (DC-ASGD, Zheng et al. "
-      "2017; not in the paper)",
-      Double(
-          [s](double v) { s->mutable_training()->set_delay_compensation(v); }));
-  f.AddCustom(
-      "discrepancy-correction", "", "false",
-      "petra and delayed: a delayed stage's backward at the weights its "
-      "forward is estimated to have had (PipeMare, Yang et al. 2021; not in "
-      "the paper)",
-      Bool([s](bool v) {
-        s->mutable_training()->set_discrepancy_correction(v);
-      }));
-  f.AddCustom("weight-drift-decay", "G", "0.9",
-              "the decay of the average step --delay-compensation and "
-              "--discrepancy-correction extrapolate the drift with, in [0, 1)",
-              Double([s](double v) {
-                s->mutable_training()->set_weight_drift_decay(v);
-              }));
-  f.AddCustom("accumulation", "K", Shown(dt.accumulation_steps()),
-              "micro-batches averaged per optimizer step (modes petra and "
-              "delayed, --micro-batch unset: 4 under recipe default, 8 under "
-              "language_model, 2 under transformer; else 1); in pipeline "
-              "mode the micro-batches of a flush, M (default 64 / "
-              "--micro-batch, at least 2)",
-              Uint32([s](uint32_t v) {
-                s->mutable_training()->set_accumulation_steps(v);
-              }));
-  f.AddCustom("micro-batch", "B", Shown(dt.micro_batch_size()),
-              "samples per micro-batch (modes petra and delayed, "
-              "--accumulation unset: 16 under recipe default, 8 under "
-              "language_model, 32 under transformer; pipeline mode: 8 under "
-              "language_model, else 16, or 64 / --accumulation; else 64)",
-              Uint32([s](uint32_t v) {
-                s->mutable_training()->set_micro_batch_size(v);
-              }));
-  f.AddCustom(
-      "epochs", "N", Shown(dt.epochs()), "passes over the training set",
-      Uint32([s](uint32_t v) { s->mutable_training()->set_epochs(v); }));
-  f.AddCustom(
-      "max-steps", "N", "no cap", "stop after N optimizer steps",
-      Uint64([s](uint64_t v) { s->mutable_training()->set_max_steps(v); }));
-  f.AddCustom("grad-diagnostics", "N", "0 (off)",
-              "every N steps, compare PETRA's gradient with the exact delayed "
-              "one (forward_gradient: the estimate with the true gradient; "
-              "cosine, norm ratio; exported as metrics)",
-              Uint32([s](uint32_t v) {
-                s->mutable_training()->set_grad_diagnostics_every(v);
-              }));
-  const EnumDescriptor* recipe = GetEnumDescriptor<petra::v1::Recipe>();
-  f.AddCustom(
-      "recipe", Choices(recipe),
-      "transformer for revvit and vit, language_model for revlm and gpt, "
-      "else default",
-      "where the optimizer and schedule flags left out come from: "
-      "this project's short-run defaults (SGD), the PETRA paper's "
-      "(step decay and warm-up fitted to the run's length, weight "
-      "decay 1e-4 on imagenet), vision transformers' (AdamW, "
-      "warm-up, cosine; after DeiT) or language models' (AdamW with "
-      "beta2 0.95, weight decay 0.1, clipping at norm 1, warm-up, "
-      "cosine; after GPT-2 and nanoGPT); see docs/USING.md, \"Job specs\"",
-      Enum(recipe,
-           [s](int v) { s->set_recipe(static_cast<petra::v1::Recipe>(v)); }));
-  f.AddCustom("e2e-diagnostics", "N", "0 (off)",
-              "every N steps, compare each stage's applied gradient with the "
-              "true end-to-end gradient of the whole network at the stages' "
-              "current weights (cosine, norm ratio; metrics and --report)",
-              Uint32([s](uint32_t v) {
-                s->mutable_training()->set_end_to_end_every(v);
-              }));
-  const EnumDescriptor* kind =
-      GetEnumDescriptor<petra::v1::OptimizerSpec::Kind>();
-  f.AddCustom("optimizer", Choices(kind),
-              "the recipe's: adamw for transformer, else sgd",
-              "SGD with (Nesterov) momentum, AdamW (weight decay "
-              "decoupled, as torch.optim.AdamW), or NAdamW (torch.optim.NAdam "
-              "with decoupled weight decay; with beta1 0.99, Ajanthan et "
-              "al. 2025's optimizer for asynchronous pipelines), or Muon "
-              "(orthogonalised momentum on weight matrices, AdamW on the "
-              "rest; Jordan et al. 2024, scaled as Liu et al. 2025)",
-              Enum(kind, [s](int v) {
-                s->mutable_optimizer()->set_kind(
-                    static_cast<petra::v1::OptimizerSpec::Kind>(v));
-              }));
-  f.AddCustom(
-      "lr", "RATE",
-      absl::StrCat("sgd: 0.1 * B * K / 256; adamw: ", kAdamWLearningRatePer64,
-                   " * B * K / 64"),
-      "peak learning rate",
-      Double([s](double v) { s->mutable_optimizer()->set_learning_rate(v); }));
-  f.AddCustom("momentum", "M", "0.9 (muon: 0.95)",
-              "SGD's and Muon's momentum, in [0, 1)", Double([s](double v) {
-                s->mutable_optimizer()->set_momentum(v);
-              }));
-  f.AddCustom("nesterov", "", "true when momentum > 0",
-              "SGD and Muon: Nesterov momentum",
-              Bool([s](bool v) { s->mutable_optimizer()->set_nesterov(v); }));
-  f.AddCustom("beta1", "B1", "0.9 (nadamw: 0.99)",
-              "AdamW, NAdamW (and Muon's AdamW): first moment's decay, in "
-              "[0, 1)",
-              Double([s](double v) { s->mutable_optimizer()->set_beta1(v); }));
-  f.AddCustom("beta2", "B2", "0.999 (recipe language_model: 0.95)",
-              "AdamW, NAdamW (and Muon's AdamW): second moment's decay, in "
-              "[0, 1)",
-              Double([s](double v) { s->mutable_optimizer()->set_beta2(v); }));
-  f.AddCustom(
-      "momentum-decay", "PSI", "0.004",
-      "NAdamW: the decay of beta1's warm-up, mu_t = beta1 (1 - 0.5 * "
-      "0.96^(t PSI)), >= 0",
-      Double([s](double v) { s->mutable_optimizer()->set_momentum_decay(v); }));
-  f.AddCustom("eps", "E", "1e-8",
-              "AdamW: added to the second moment's root, > 0",
-              Double([s](double v) { s->mutable_optimizer()->set_eps(v); }));
-  f.AddCustom(
-      "weight-decay", "WD",
-      "sgd: 5e-4 (recipe paper: 1e-4 on imagenet); adamw: 0.05",
-      "weight decay (L2 with sgd, decoupled with adamw; never on "
-      "normalisation weights, biases or position embeddings)",
-      Double([s](double v) { s->mutable_optimizer()->set_weight_decay(v); }));
-  f.AddCustom(
-      "clip-grad-norm", "N", "0 (off)",
-      "scale each stage's gradient down to L2 norm N before its step "
-      "(per stage: PETRA never holds the whole network's gradient "
-      "of one step)",
-      Double([s](double v) { s->mutable_optimizer()->set_clip_grad_norm(v); }));
-  f.AddCustom("warmup-epochs", "E",
-              "0, or 5 from 10 epochs (recipe paper: 5, less on short runs; "
-              "recipe transformer: 5, or a third of a shorter run)",
-              "epochs of linear warm-up from 0", Double([s](double v) {
-                s->mutable_schedule()->set_warmup_epochs(v);
-              }));
-  f.AddCustom(
-      "delay-lr-power", "P", "0 (off; recipe transformer: 1)",
-      "each stage's rate times (1 + D)^-P, D its gradients' delay "
-      "in optimizer steps (PipeMare's rescheduling), in [0, 4]",
-      Double([s](double v) { s->mutable_schedule()->set_delay_lr_power(v); }));
-  f.AddCustom("delay-lr-anneal-epochs", "E", "0 (P stays)",
-              "epochs over which --delay-lr-power falls linearly to 0",
-              Double([s](double v) {
-                s->mutable_schedule()->set_delay_lr_anneal_epochs(v);
-              }));
-  f.AddCustom("decay", Choices(decay), "cosine (recipe paper: step)",
-              "learning-rate decay after warm-up", Enum(decay, [s](int v) {
-                s->mutable_schedule()->set_decay(
-                    static_cast<petra::v1::ScheduleSpec::Decay>(v));
-              }));
-  f.AddCustom(
-      "step-epochs", "E1,E2,...",
-      "none (recipe paper: the paper's, at the same fractions of the run)",
-      "decay step: epochs where the rate drops",
-      [s](const std::string& v) -> absl::Status {
-        s->mutable_schedule()->clear_step_epochs();
-        for (absl::string_view part :
-             absl::StrSplit(v, ',', absl::SkipEmpty())) {
-          uint32_t e;
-          if (!absl::SimpleAtoi(part, &e))
-            return base::BadValue(v, "comma-separated epochs");
-          s->mutable_schedule()->add_step_epochs(e);
-        }
-        return absl::OkStatus();
-      });
-  f.AddCustom(
-      "step-factor", "F", "0.1", "decay step: factor per drop, in (0, 1]",
-      Double([s](double v) { s->mutable_schedule()->set_step_factor(v); }));
-  f.AddCustom("eval-every", "N", Shown(d.evaluation().every_epochs()),
-              "evaluate on the test split every N epochs (the pipeline "
-              "drains for it; between, it stays full across epochs)",
-              Uint32([s](uint32_t v) {
-                s->mutable_evaluation()->set_every_epochs(v);
-              }));
-  f.AddCustom(
-      "eval-every-steps", "N", "0",
-      absl::StrCat("also evaluate every N optimizer steps inside "
-                   "epochs (each drains the pipeline; at most ",
-                   kMaxEvaluationsInsideEpochs,
-                   " in a job): a finer accuracy-against-time "
-                   "curve; 0: only at --eval-every"),
-      Uint64([s](uint64_t v) { s->mutable_evaluation()->set_every_steps(v); }));
-  f.AddCustom(
-      "eval-train", "", "false",
-      "also evaluate on the whole training split after each evaluation",
-      Bool([s](bool v) { s->mutable_evaluation()->set_full_train_pass(v); }));
-  f.AddCustom("checkpoint-every", "N", Shown(d.checkpoint().every_epochs()),
-              "checkpoint every N epochs (0: at the end only; the pipeline "
-              "drains for each); a crashed job resumes from its newest "
-              "checkpoint",
-              Uint32([s](uint32_t v) {
-                s->mutable_checkpoint()->set_every_epochs(v);
-              }));
-  f.AddCustom("resume-from", "JOB", "none",
-              "continue job JOB from its newest usable checkpoint (same "
-              "spec; more epochs allowed)",
-              [s](const std::string& v) {
-                s->mutable_checkpoint()->set_resume_from_job(v);
-                return absl::OkStatus();
-              });
-  f.AddCustom("replicas", "R", Shown(d.replicas()),
-              "copies of the pipeline, each fed every R-th micro-batch, "
-              "their gradients averaged before each step (R x stages "
-              "devices)",
-              Uint32([s](uint32_t v) { s->set_replicas(v); }));
-  f.AddCustom("priority", "P", Shown(d.priority()),
-              "place in a coordinator's queue: higher starts first, FIFO "
-              "within one (-100..100; above 0 for admins only)",
-              [s](const std::string& v) -> absl::Status {
-                absl::StatusOr<int64_t> n = base::ParseIntValue(v);
-                if (!n.ok()) return n.status();
-                if (*n < INT32_MIN || *n > INT32_MAX) {
-                  return absl::InvalidArgumentError("out of range");
-                }
-                s->set_priority(static_cast<int32_t>(*n));
-                return absl::OkStatus();
-              });
-  f.AddCustom("seed", "N", Shown(d.seed()), "seed of every random choice",
-              Uint64([s](uint64_t v) { s->set_seed(v); }));
-  const EnumDescriptor* transport = GetEnumDescriptor<petra::v1::Transport>();
-  f.AddCustom("transport", Choices(transport), EnumShortName(d.transport()),
-              "what activations travel through between processes: auto "
-              "(cuda_ipc between GPUs that can map each other's memory, "
-              "shared memory where both ends share a host's /dev/shm, "
-              "grpc_bulk elsewhere), grpc (bytes in the stream's messages), "
-              "grpc_bulk (raw byte buffers on several connections), shm "
-              "(refused for a link that cannot share memory) or cuda_ipc "
-              "(device memory from GPU to GPU on one host; auto takes it "
-              "where both GPUs can map each other's; docs/DATA_PLANE.md)",
-              Enum(transport, [s](int v) {
-                s->set_transport(static_cast<petra::v1::Transport>(v));
-              }));
-  f.AddCustom(
-      "devices", "D1,D2,...", "cpu",
-      "device of every stage (one entry) or of each stage: cpu, cuda, cuda:N",
-      [s](const std::string& v) {
-        s->clear_devices();
-        for (absl::string_view d : absl::StrSplit(v, ',')) {
-          s->add_devices(std::string(d));
-        }
-        return absl::OkStatus();
-      });
+  for (const auto& rows :
+       {PartitionAndNumericsRows(), ModeRows(), OptimizerRows(), RunRows()}) {
+    AddRows(f, s, d, rows);
+  }
 }
 
 void OverlayJobSpec(const petra::v1::JobSpec& overrides,

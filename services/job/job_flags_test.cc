@@ -14,6 +14,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 absl::Status ParseInto(const std::vector<std::string>& args,
                        petra::v1::JobSpec* spec) {
@@ -420,6 +421,46 @@ TEST(AssembleJobSpec, ALanguageModelGetsTextAndItsOwnSizes) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->dataset().kind(), petra::v1::DATASET_KIND_FASHION_MNIST);
   EXPECT_EQ(s->model().num_classes(), 10u);
+}
+
+// Each table row names its field by path (job_flags.cc): a path that is
+// not a field of the compiled proto shows in the help as the row's error.
+TEST(JobFlags, EveryFlagOfTheTableNamesAFieldOfTheSpec) {
+  base::FlagSet flags("test", "test");
+  petra::v1::JobSpec spec;
+  AddJobFlags(flags, &spec);
+  const std::string help = flags.Help();
+  EXPECT_THAT(help, Not(HasSubstr("has no field")));
+  EXPECT_THAT(help, Not(HasSubstr("is a message")));
+  EXPECT_THAT(help, Not(HasSubstr("is repeated")));
+}
+
+// The field's type comes from the descriptor: a flag of each kind parses
+// into the field it names.
+TEST(JobFlags, EachKindOfFieldParsesFromItsFlag) {
+  petra::v1::JobSpec spec;
+  ASSERT_TRUE(ParseInto({"--priority", "-5", "--seed", "7", "--lr", "0.5",
+                         "--recompute", "--mode", "pipeline", "--devices",
+                         "cpu,cpu", "--step-epochs", "2,4", "--split-at",
+                         "0,2", "--guess", "random", "--name", "x"},
+                        &spec)
+                  .ok());
+  EXPECT_EQ(spec.priority(), -5);
+  EXPECT_EQ(spec.seed(), 7u);
+  EXPECT_EQ(spec.optimizer().learning_rate(), 0.5);
+  EXPECT_TRUE(spec.training().recompute());
+  EXPECT_EQ(spec.training().mode(), petra::v1::TRAINING_MODE_PIPELINE);
+  EXPECT_EQ(spec.devices_size(), 2);
+  EXPECT_THAT(spec.schedule().step_epochs(), ElementsAre(2, 4));
+  EXPECT_THAT(spec.partition().splits().split_at(), ElementsAre(0, 2));
+  EXPECT_EQ(spec.training().forward_gradient().guess(),
+            petra::v1::ForwardGradientSpec::GUESS_RANDOM);
+  EXPECT_EQ(spec.name(), "x");
+  petra::v1::JobSpec other;
+  EXPECT_THAT(ParseInto({"--priority", "99999999999"}, &other).message(),
+              HasSubstr("--priority"));
+  EXPECT_THAT(ParseInto({"--epochs", "-1"}, &other).message(),
+              HasSubstr("--epochs"));
 }
 
 }  // namespace

@@ -62,9 +62,8 @@ void ApplyPaperRecipe(petra::v1::JobSpec* spec) {
   }
 }
 
-}  // namespace
-
-void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
+// The network's: its geometry, a transformer's sizes, its classes.
+void ApplyModelDefaults(petra::v1::JobSpec* spec) {
   petra::v1::ModelSpec* model = spec->mutable_model();
   petra::v1::DatasetSpec* data = spec->mutable_dataset();
   const DatasetKind kind = data->kind();
@@ -77,7 +76,6 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     model->set_variant(mnist_like ? petra::v1::VARIANT_MNIST
                                   : petra::v1::VARIANT_CIFAR);
   }
-  const bool cifar = model->variant() == petra::v1::VARIANT_CIFAR;
   if (!model->has_width()) model->set_width(1.0);
   if (catalog::IsLanguageModel(model->architecture())) {
     using D = catalog::LanguageModelDefaults;
@@ -124,7 +122,13 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     model->set_num_classes(
         model->variant() == petra::v1::VARIANT_IMAGENET ? 1000 : 10);
   }
+}
 
+// The data's: where it is, an image folder's policies, augmentation.
+void ApplyDataDefaults(petra::v1::JobSpec* spec) {
+  petra::v1::DatasetSpec* data = spec->mutable_dataset();
+  const DatasetKind kind = data->kind();
+  const bool cifar = spec->model().variant() == petra::v1::VARIANT_CIFAR;
   if (data->path().empty()) data->set_path(DefaultDatasetPath(kind));
   if (!data->has_synthetic_train_size()) data->set_synthetic_train_size(4096);
   if (!data->has_synthetic_test_size()) data->set_synthetic_test_size(1024);
@@ -146,7 +150,10 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     aug->set_random_crop_padding(cifar && !resized_crop ? 4 : 0);
   if (!aug->has_horizontal_flip()) aug->set_horizontal_flip(cifar || folder);
   if (!aug->has_normalize()) aug->set_normalize(true);
+}
 
+// How the network is cut into stages.
+void ApplyPartitionDefaults(petra::v1::JobSpec* spec) {
   petra::v1::PartitionSpec* part = spec->mutable_partition();
   if (part->layout_case() == petra::v1::PartitionSpec::LAYOUT_NOT_SET) {
     part->set_per_block(true);
@@ -154,16 +161,11 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   if (part->cost() == petra::v1::PartitionSpec::COST_UNSPECIFIED) {
     part->set_cost(petra::v1::PartitionSpec::COST_ESTIMATED);
   }
+}
 
-  if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
-    spec->set_recipe(catalog::IsLanguageModel(model->architecture())
-                         ? petra::v1::RECIPE_LANGUAGE_MODEL
-                     : catalog::IsTransformer(model->architecture())
-                         ? petra::v1::RECIPE_TRANSFORMER
-                         : petra::v1::RECIPE_DEFAULT);
-  }
+// The training's: mode, micro-batches and steps, numerics.
+void ApplyTrainingDefaults(petra::v1::JobSpec* spec) {
   const bool lm_recipe = spec->recipe() == petra::v1::RECIPE_LANGUAGE_MODEL;
-
   petra::v1::TrainingSpec* train = spec->mutable_training();
   if (train->mode() == petra::v1::TRAINING_MODE_UNSPECIFIED) {
     train->set_mode(petra::v1::TRAINING_MODE_PETRA);
@@ -251,11 +253,16 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   if (train->wire_dtype() == petra::v1::TrainingSpec::WIRE_DTYPE_UNSPECIFIED) {
     train->set_wire_dtype(petra::v1::TrainingSpec::WIRE_DTYPE_FP32);
   }
+}
 
-  if (!spec->has_replicas()) spec->set_replicas(1);
-  if (spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED) {
-    spec->set_transport(petra::v1::TRANSPORT_AUTO);
-  }
+// The optimizer's, from the recipe, the mode and the batch; and whether
+// weights are predicted, which the optimizer decides.
+void ApplyOptimizerDefaults(petra::v1::JobSpec* spec) {
+  const bool lm_recipe = spec->recipe() == petra::v1::RECIPE_LANGUAGE_MODEL;
+  petra::v1::TrainingSpec* train = spec->mutable_training();
+  const bool delayed_mode = train->mode() == petra::v1::TRAINING_MODE_PETRA ||
+                            train->mode() == petra::v1::TRAINING_MODE_DELAYED;
+  const bool default_recipe = spec->recipe() == petra::v1::RECIPE_DEFAULT;
   // The recipes built on AdamW, whose step is about the rate whatever the
   // gradient's age.
   const bool adamw_recipe =
@@ -327,7 +334,14 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
     train->set_predict_weights((lm_recipe || default_recipe) && delayed_mode &&
                                predictable);
   }
+}
 
+// The learning rate's schedule, from the recipe and the run's length.
+void ApplyScheduleDefaults(petra::v1::JobSpec* spec) {
+  const bool lm_recipe = spec->recipe() == petra::v1::RECIPE_LANGUAGE_MODEL;
+  const bool adamw_recipe =
+      lm_recipe || spec->recipe() == petra::v1::RECIPE_TRANSFORMER;
+  const petra::v1::TrainingSpec* train = &spec->training();
   petra::v1::ScheduleSpec* sched = spec->mutable_schedule();
   if (!sched->has_warmup_epochs()) {
     if (lm_recipe) {
@@ -355,7 +369,32 @@ void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
   if (!sched->has_delay_lr_anneal_epochs()) {
     sched->set_delay_lr_anneal_epochs(0.0);
   }
+}
 
+}  // namespace
+
+void ApplyJobSpecDefaults(petra::v1::JobSpec* spec) {
+  // In this order: each sub-spec's defaults read those before it (the
+  // data's augmentation the model's variant, the optimizer the recipe and
+  // the training's batch).
+  ApplyModelDefaults(spec);
+  ApplyDataDefaults(spec);
+  ApplyPartitionDefaults(spec);
+  const petra::v1::ModelSpec* model = &spec->model();
+  if (spec->recipe() == petra::v1::RECIPE_UNSPECIFIED) {
+    spec->set_recipe(catalog::IsLanguageModel(model->architecture())
+                         ? petra::v1::RECIPE_LANGUAGE_MODEL
+                     : catalog::IsTransformer(model->architecture())
+                         ? petra::v1::RECIPE_TRANSFORMER
+                         : petra::v1::RECIPE_DEFAULT);
+  }
+  ApplyTrainingDefaults(spec);
+  if (!spec->has_replicas()) spec->set_replicas(1);
+  if (spec->transport() == petra::v1::TRANSPORT_UNSPECIFIED) {
+    spec->set_transport(petra::v1::TRANSPORT_AUTO);
+  }
+  ApplyOptimizerDefaults(spec);
+  ApplyScheduleDefaults(spec);
   if (!spec->evaluation().has_every_epochs()) {
     spec->mutable_evaluation()->set_every_epochs(1);
   }

@@ -254,9 +254,10 @@ void CheckTraining(const petra::v1::JobSpec& s, Problems& p) {
   }
 }
 
-void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
-  const petra::v1::OptimizerSpec& o = s.optimizer();
-  CheckEnum<petra::v1::Recipe>(p, "recipe", s.recipe(), false);
+namespace {
+
+// The transport, against the devices it must carry between.
+void CheckTransport(const petra::v1::JobSpec& s, Problems& p) {
   CheckEnum<petra::v1::Transport>(p, "transport", s.transport(), false);
   if (s.transport() == petra::v1::TRANSPORT_CUDA_IPC) {
     // Unset devices are the servers' own: the coordinator checks those.
@@ -270,6 +271,65 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
       }
     }
   }
+}
+
+// The learning rate's schedule, against the run's length.
+void CheckSchedule(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::ScheduleSpec& sc = s.schedule();
+  const uint32_t epochs = s.training().epochs();
+  if (!std::isfinite(sc.warmup_epochs()) || sc.warmup_epochs() < 0 ||
+      sc.warmup_epochs() > epochs) {
+    p.Add("schedule.warmup_epochs", Num(sc.warmup_epochs()),
+          absl::StrCat("must be in [0, training.epochs = ", epochs, "]"));
+  }
+  if (CheckEnum<petra::v1::ScheduleSpec::Decay>(p, "schedule.decay", sc.decay(),
+                                                false)) {
+    if (sc.decay() != petra::v1::ScheduleSpec::DECAY_STEP &&
+        sc.step_epochs_size() > 0) {
+      p.Add("schedule.step_epochs",
+            absl::StrCat("[", absl::StrJoin(sc.step_epochs(), ", "), "]"),
+            absl::StrCat("only valid with decay step, not ",
+                         EnumShortName(sc.decay())));
+    }
+    if (sc.decay() == petra::v1::ScheduleSpec::DECAY_STEP &&
+        sc.step_epochs_size() == 0) {
+      p.Add("schedule.step_epochs", "[]",
+            "decay step needs at least one epoch");
+    }
+  }
+  for (int i = 0; i < sc.step_epochs_size(); ++i) {
+    const uint32_t e = sc.step_epochs(i);
+    if (e < 1 || e >= epochs || (i > 0 && e <= sc.step_epochs(i - 1))) {
+      p.Add(absl::StrCat("schedule.step_epochs[", i, "]"), e,
+            absl::StrCat("must increase and lie in [1, training.epochs = ",
+                         epochs, ")"));
+    }
+  }
+  if (!std::isfinite(sc.delay_lr_power()) || sc.delay_lr_power() < 0 ||
+      sc.delay_lr_power() > 4) {
+    p.Add("schedule.delay_lr_power", Num(sc.delay_lr_power()),
+          "must be in [0, 4] (0: every stage at the shared rate)");
+  }
+  if (!std::isfinite(sc.delay_lr_anneal_epochs()) ||
+      sc.delay_lr_anneal_epochs() < 0 || sc.delay_lr_anneal_epochs() > epochs) {
+    p.Add("schedule.delay_lr_anneal_epochs", Num(sc.delay_lr_anneal_epochs()),
+          absl::StrCat("must be in [0, training.epochs = ", epochs, "]"));
+  } else if (sc.delay_lr_anneal_epochs() > 0 && !(sc.delay_lr_power() > 0)) {
+    p.Add("schedule.delay_lr_anneal_epochs", Num(sc.delay_lr_anneal_epochs()),
+          "anneals schedule.delay_lr_power, which is 0: set both");
+  }
+  if (!std::isfinite(sc.step_factor()) || sc.step_factor() <= 0 ||
+      sc.step_factor() > 1) {
+    p.Add("schedule.step_factor", Num(sc.step_factor()), "must be in (0, 1]");
+  }
+}
+
+}  // namespace
+
+void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
+  const petra::v1::OptimizerSpec& o = s.optimizer();
+  CheckEnum<petra::v1::Recipe>(p, "recipe", s.recipe(), false);
+  CheckTransport(s, p);
   CheckEnum<petra::v1::OptimizerSpec::Kind>(p, "optimizer.kind", o.kind(),
                                             false);
   if (!std::isfinite(o.learning_rate()) || o.learning_rate() < 0) {
@@ -339,54 +399,7 @@ void CheckOptimizerAndSchedule(const petra::v1::JobSpec& s, Problems& p) {
     p.Add("optimizer.weight_decay", Num(o.weight_decay()),
           "must be finite and >= 0");
   }
-
-  const petra::v1::ScheduleSpec& sc = s.schedule();
-  const uint32_t epochs = s.training().epochs();
-  if (!std::isfinite(sc.warmup_epochs()) || sc.warmup_epochs() < 0 ||
-      sc.warmup_epochs() > epochs) {
-    p.Add("schedule.warmup_epochs", Num(sc.warmup_epochs()),
-          absl::StrCat("must be in [0, training.epochs = ", epochs, "]"));
-  }
-  if (CheckEnum<petra::v1::ScheduleSpec::Decay>(p, "schedule.decay", sc.decay(),
-                                                false)) {
-    if (sc.decay() != petra::v1::ScheduleSpec::DECAY_STEP &&
-        sc.step_epochs_size() > 0) {
-      p.Add("schedule.step_epochs",
-            absl::StrCat("[", absl::StrJoin(sc.step_epochs(), ", "), "]"),
-            absl::StrCat("only valid with decay step, not ",
-                         EnumShortName(sc.decay())));
-    }
-    if (sc.decay() == petra::v1::ScheduleSpec::DECAY_STEP &&
-        sc.step_epochs_size() == 0) {
-      p.Add("schedule.step_epochs", "[]",
-            "decay step needs at least one epoch");
-    }
-  }
-  for (int i = 0; i < sc.step_epochs_size(); ++i) {
-    const uint32_t e = sc.step_epochs(i);
-    if (e < 1 || e >= epochs || (i > 0 && e <= sc.step_epochs(i - 1))) {
-      p.Add(absl::StrCat("schedule.step_epochs[", i, "]"), e,
-            absl::StrCat("must increase and lie in [1, training.epochs = ",
-                         epochs, ")"));
-    }
-  }
-  if (!std::isfinite(sc.delay_lr_power()) || sc.delay_lr_power() < 0 ||
-      sc.delay_lr_power() > 4) {
-    p.Add("schedule.delay_lr_power", Num(sc.delay_lr_power()),
-          "must be in [0, 4] (0: every stage at the shared rate)");
-  }
-  if (!std::isfinite(sc.delay_lr_anneal_epochs()) ||
-      sc.delay_lr_anneal_epochs() < 0 || sc.delay_lr_anneal_epochs() > epochs) {
-    p.Add("schedule.delay_lr_anneal_epochs", Num(sc.delay_lr_anneal_epochs()),
-          absl::StrCat("must be in [0, training.epochs = ", epochs, "]"));
-  } else if (sc.delay_lr_anneal_epochs() > 0 && !(sc.delay_lr_power() > 0)) {
-    p.Add("schedule.delay_lr_anneal_epochs", Num(sc.delay_lr_anneal_epochs()),
-          "anneals schedule.delay_lr_power, which is 0: set both");
-  }
-  if (!std::isfinite(sc.step_factor()) || sc.step_factor() <= 0 ||
-      sc.step_factor() > 1) {
-    p.Add("schedule.step_factor", Num(sc.step_factor()), "must be in (0, 1]");
-  }
+  CheckSchedule(s, p);
 }
 
 }  // namespace petra::job::spec_checks

@@ -33,6 +33,11 @@ bool SchedulesInGroups(Schedule schedule);
 // backward_stored_seconds (and its forward forward_stored_seconds) where
 // that is known.
 bool BackwardsOnStoredGraphs(Schedule schedule, bool store_activations);
+// A stage's time as `schedule` runs it: the graph-kept one (`stored`)
+// where the schedule keeps its graphs and the profile knows it (> 0), else
+// the rebuilt one. The simulator and `petra simulate`'s table both read it.
+double SecondsAsRun(double stored, double rebuilt, Schedule schedule,
+                    bool store_activations);
 
 // What one micro-batch costs on one stage.
 struct StageCost {
