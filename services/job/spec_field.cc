@@ -150,7 +150,7 @@ absl::StatusOr<SpecField> SpecField::Find(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is a message, not a value"));
   }
-  return SpecField(path, std::move(fields));
+  return SpecField(std::move(fields));
 }
 
 absl::Status SpecField::Set(const std::string& text,
@@ -187,7 +187,6 @@ std::string SpecField::ValueName(const std::string& name) const {
   if (f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
     return absl::StrJoin(EnumShortNames(f->enum_type()), "|");
   }
-  if (f->cpp_type() == FieldDescriptor::CPPTYPE_BOOL && name.empty()) return "";
   return name;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,16 +29,13 @@ class SpecField {
   // The field's value in `spec`, as Set takes it back.
   std::string Show(const petra::v1::JobSpec& spec) const;
   // What --help shows as the flag's value: an enum's short names (a|b|c),
-  // nothing for a bool (the flag alone sets it), else `name`.
+  // else `name` (empty for a bool that the flag alone sets).
   std::string ValueName(const std::string& name) const;
 
-  const std::string& path() const { return path_; }
-
  private:
-  SpecField(std::string path,
-            std::vector<const google::protobuf::FieldDescriptor*> fields)
-      : path_(std::move(path)), fields_(std::move(fields)) {}
-  std::string path_;
+  explicit SpecField(
+      std::vector<const google::protobuf::FieldDescriptor*> fields)
+      : fields_(std::move(fields)) {}
   std::vector<const google::protobuf::FieldDescriptor*> fields_;
 };
 
